@@ -1,0 +1,53 @@
+"""inductor_knobs: safe, reversible knobs for TorchInductor (torch 2.4–2.15).
+
+>>> import inductor_knobs as ik
+>>> with ik.force_gemm_autotune(min_sms=40):          # doctest: +SKIP
+...     y = torch.compile(model, mode="max-autotune")(x)
+
+Importing this package imports neither torch nor ``torch._inductor``; everything is
+resolved when knobs are entered.
+"""
+
+from __future__ import annotations
+
+from .context import KnobsContext as KnobsContext
+from .context import force_gemm_autotune as force_gemm_autotune
+from .context import knobs as knobs
+from .env import activate_from_env as activate_from_env
+from .env import active_env_knobs as active_env_knobs
+from .env import deactivate_env as deactivate_env
+from .errors import (
+    ConcurrentKnobsError as ConcurrentKnobsError,
+)
+from .errors import (
+    KnobNotApplied as KnobNotApplied,
+)
+from .errors import (
+    KnobsError as KnobsError,
+)
+from .errors import (
+    PatchTargetChanged as PatchTargetChanged,
+)
+from .errors import (
+    UnsupportedTorchVersion as UnsupportedTorchVersion,
+)
+from .knobs import PRESETS as PRESETS
+from .knobs import Knobs as Knobs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "ConcurrentKnobsError",
+    "KnobNotApplied",
+    "Knobs",
+    "KnobsContext",
+    "KnobsError",
+    "PatchTargetChanged",
+    "UnsupportedTorchVersion",
+    "activate_from_env",
+    "active_env_knobs",
+    "deactivate_env",
+    "force_gemm_autotune",
+    "knobs",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from inductor_knobs.cli import main
+
+sys.exit(main())

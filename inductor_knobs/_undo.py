@@ -1,0 +1,116 @@
+"""Changes to torch as undo records: apply all or nothing, revert in exact LIFO order.
+
+A :class:`Change` knows how to apply itself and how to put back exactly what it found.
+:func:`apply_all` applies a list in order and, if one fails, reverts the ones already
+applied before re-raising; :func:`revert_all` reverts every record even when one fails and
+raises one :class:`~inductor_knobs.errors.RevertError` listing all failures.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Protocol
+
+from .errors import ExternalChangeWarning, KnobNotApplied, RevertError
+from .patches.torch_2_4 import TorchPatches
+
+
+class Change(Protocol):
+    """One reversible change.  ``apply`` raises if it could not be made (and leaves nothing)."""
+
+    description: str
+
+    def apply(self) -> None: ...
+
+    def revert(self) -> None: ...
+
+
+class ConfigChange:
+    """Set one key of a torch ``ConfigModule`` and put back its stored override on revert.
+
+    Revert restores the raw stored state (including "unset"), not the value read before,
+    so a key that was at its default is at its default again afterwards (torch's own
+    ``config.patch`` pins it instead).
+    """
+
+    def __init__(self, patches: TorchPatches, cfg: ModuleType, key: str, value: object, *, process_wide: bool = False) -> None:
+        self.patches = patches
+        self.cfg, self.key = patches.resolve_alias(cfg, key)
+        self.value = value
+        self.process_wide = process_wide
+        self.description = f"{self.cfg.__name__}.{self.key}={value!r}"
+        self._prior: object = None
+
+    def apply(self) -> None:
+        if self.process_wide:
+            self._prior = self.patches.set_process_default(self.cfg, self.key, self.value)
+        else:
+            self._prior = self.patches.read_override(self.cfg, self.key)
+            setattr(self.cfg, self.key, self.value)
+        found = getattr(self.cfg, self.key)
+        if found != self.value:
+            self._restore()
+            cause = self.patches.forcing_env_var(self.cfg, self.key)
+            because = f"the environment variable {cause} forces it" if cause else "something overrides it"
+            raise KnobNotApplied(
+                f"{self.description} did not take: it reads back {found!r} because {because}. "
+                "Unset that variable or leave this knob out."
+            )
+
+    def revert(self) -> None:
+        found = getattr(self.cfg, self.key)
+        if found != self.value:
+            warnings.warn(
+                f"{self.cfg.__name__}.{self.key} was changed to {found!r} inside the knobs block "
+                f"(the block set {self.value!r}); restoring the value from before the block",
+                ExternalChangeWarning,
+                stacklevel=4,
+            )
+        self._restore()
+
+    def _restore(self) -> None:
+        if self.process_wide:
+            self.patches.restore_process_default(self.cfg, self.key, self._prior)
+        else:
+            self.patches.write_override(self.cfg, self.key, self._prior)
+
+
+def apply_all(changes: Sequence[Change]) -> list[Change]:
+    """Apply ``changes`` in order; on any failure revert what was applied and re-raise.
+
+    Returns:
+        The applied changes, in application order (pass them to :func:`revert_all`).
+    """
+    applied: list[Change] = []
+    try:
+        for change in changes:
+            change.apply()
+            applied.append(change)
+    except BaseException:
+        try:
+            revert_all(applied)
+        except RevertError as err:  # keep the original error primary
+            warnings.warn(str(err), ExternalChangeWarning, stacklevel=2)
+        raise
+    return applied
+
+
+def revert_all(applied: Sequence[Change]) -> None:
+    """Revert ``applied`` last-first; every record is attempted even if one fails.
+
+    Raises:
+        RevertError: one or more records failed to revert (all others were reverted).
+    """
+    errors: list[BaseException] = []
+    for change in reversed(applied):
+        try:
+            change.revert()
+        except Exception as err:  # noqa: BLE001 - collected and re-raised below
+            errors.append(err)
+    if errors:
+        raise RevertError(
+            f"{len(errors)} change(s) could not be reverted: " + "; ".join(f"{type(e).__name__}: {e}" for e in errors),
+            errors,
+        )

@@ -1,0 +1,34 @@
+"""The ``inductor-knobs`` command line.  Errors print one line and exit 2, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import KnobsError
+
+OK, ERR = 0, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 on success, 2 on a KnobsError)."""
+    parser = argparse.ArgumentParser(prog="inductor-knobs", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    doctor = sub.add_parser("doctor", help="versions, patch module, GPUs and the SM gate, backends, env, modes")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--min-sms", type=int, default=None, help="also show the gate verdict at this threshold")
+    args = parser.parse_args(argv)
+    try:
+        from . import doctor as doctor_mod
+
+        report = doctor_mod.collect(min_sms=args.min_sms)
+        print(json.dumps(report, indent=2, default=str) if args.json else doctor_mod.render(report))
+    except KnobsError as err:
+        print(f"inductor-knobs: error: {err}", file=sys.stderr)
+        return ERR
+    return OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""``knobs(...)`` and ``force_gemm_autotune(...)``: one object that is a context manager,
+a decorator (sync and async functions) and ``start()``/``stop()``.
+
+Thread semantics follow the installed torch's config (see the patch module's
+``config_is_thread_local``): from 2.12 each thread has its own knobs, as it has its own
+Inductor config; before 2.12 config is process-global, so knobs are too, and a second
+thread entering while another thread holds knobs gets :class:`ConcurrentKnobsError`
+instead of interleaving two undo stacks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import torch_compat
+from ._undo import Change, apply_all, revert_all
+from .errors import ConcurrentKnobsError, KnobsError
+from .knobs import Knobs
+from .plan import plan
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _ProcessOwner:
+    """Which thread holds knobs while config is process-global (torch < 2.12)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.thread: int | None = None
+        self.depth = 0
+
+    def enter(self) -> None:
+        me = threading.get_ident()
+        with self.lock:
+            if self.depth and self.thread != me:
+                raise ConcurrentKnobsError(
+                    f"knobs entered on thread {threading.current_thread().name} while thread id "
+                    f"{self.thread} holds knobs; on this torch ({_torch_version()}) Inductor config is "
+                    "process-global, so knobs from two threads would undo each other. Enter knobs on one "
+                    "thread (or use torch >= 2.12, where config is per thread)"
+                )
+            self.thread, self.depth = me, self.depth + 1
+
+    def exit(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if not self.depth:
+                self.thread = None
+
+
+_OWNER = _ProcessOwner()
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+class KnobsContext:
+    """Applies a :class:`Knobs` on enter and reverts every change, last first, on exit.
+
+    Re-entrant (a recursive decorated function nests), usable from several threads on torch
+    2.12+, reverted on exceptions and ``KeyboardInterrupt`` too.  Nothing is resolved until
+    enter, so creating one (or decorating with one) imports no torch.
+
+    Raises (on enter):
+        KnobsError subclasses from :func:`inductor_knobs.plan.plan`; nothing stays applied.
+    """
+
+    def __init__(self, knobs: Knobs) -> None:
+        self.knobs = knobs
+        self._stack: contextvars.ContextVar[tuple[tuple[list[Change], bool], ...]] = contextvars.ContextVar(
+            f"inductor_knobs.KnobsContext[{id(self)}]", default=()
+        )
+
+    def __repr__(self) -> str:
+        return f"knobs({', '.join(f'{k}={v!r}' for k, v in self.knobs.to_dict().items())})"
+
+    def __enter__(self) -> Knobs:
+        global_config = not torch_compat.installed(strict=self.knobs.strict).config_is_thread_local
+        if global_config:
+            _OWNER.enter()
+        try:
+            applied = apply_all(plan(self.knobs))
+        except BaseException:
+            if global_config:
+                _OWNER.exit()
+            raise
+        self._stack.set((*self._stack.get(), (applied, global_config)))
+        return self.knobs
+
+    def __exit__(self, *exc: object) -> None:
+        stack = self._stack.get()
+        if not stack:
+            raise KnobsError(f"{self!r} exited more times than it was entered")
+        applied, global_config = stack[-1]
+        self._stack.set(stack[:-1])
+        try:
+            revert_all(applied)
+        finally:
+            if global_config:
+                _OWNER.exit()
+
+    def start(self) -> Knobs:
+        """Apply now (like ``__enter__``); pair with :meth:`stop`."""
+        return self.__enter__()
+
+    def stop(self) -> None:
+        """Revert the most recent :meth:`start` on this thread; a no-op if none is active."""
+        if self._stack.get():
+            self.__exit__(None, None, None)
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func`` (sync or async) so every call runs under these knobs."""
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with self:
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
+    """Return a context manager / decorator that applies knobs to TorchInductor.
+
+    Args:
+        spec: a prebuilt :class:`Knobs` (e.g. ``Knobs.from_env()``); keywords override it.
+        **kwargs: any :class:`Knobs` field: ``min_sms`` (int SMs), ``max_autotune``,
+            ``max_autotune_gemm``, ``gemm_backends``, ``gemm_search_space``,
+            ``coordinate_descent_tuning``, ``cudagraphs``, ``trace``, ``config``, ``strict``.
+
+    Returns:
+        A :class:`KnobsContext`.  ``torch.compile`` compiles at the first call of the
+        compiled function, so that call (and any recompile) must happen inside it.
+
+    Raises:
+        UnknownKnob: an unknown keyword ("did you mean" included).
+        InvalidKnobValue: a bad value.  Torch-dependent checks happen on enter.
+    """
+    extra = Knobs.from_kwargs(**kwargs)
+    return KnobsContext(spec.merged(extra) if spec is not None else extra)
+
+
+def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwargs: Any) -> KnobsContext:
+    """Open the SM gate and turn GEMM autotuning on: ``knobs(min_sms=…, max_autotune_gemm=True, gemm_backends=…)``.
+
+    Args:
+        min_sms: open the gate for CUDA devices with at least this many SMs (default 1: every GPU).
+        backends: ``max_autotune_gemm_backends`` (default ``"ATEN,TRITON"``, keeping the ATen fallback).
+        **kwargs: further knobs, as for :func:`knobs`; they win over the two above.
+    """
+    return knobs(**{"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends, **kwargs})

@@ -1,0 +1,202 @@
+"""``inductor-knobs doctor``: what this machine, torch and environment mean for the knobs.
+
+:func:`collect` gathers a JSON-ready dict; :func:`render` turns it into text.  Works without
+a GPU (it says so) and never raises for a missing optional piece.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shutil
+from typing import Any
+
+from . import torch_compat
+from .errors import KnobsError
+from .knobs import ENV_PREFIX, Knobs
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def collect(min_sms: int | None = None) -> dict[str, Any]:
+    """Return the doctor report.
+
+    Args:
+        min_sms: also give each GPU's gate verdict at this SM threshold.
+
+    Returns:
+        A dict of plain JSON types: ``versions``, ``patch_module``, ``gpus``, ``gemm_backends``,
+        ``env``, ``modes``.
+    """
+    import torch
+
+    report: dict[str, Any] = {
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "triton": _version_of("triton"),
+            "cuda": torch.version.cuda,
+            "hip": torch.version.hip,
+        }
+    }
+    report["patch_module"] = _patch_module(torch.__version__)
+    threshold = report["patch_module"].get("torch_min_sms", 68)
+    report["gpus"] = _gpus(threshold, min_sms)
+    report["gemm_backends"] = _backends(torch.__version__, bool(report["gpus"]))
+    report["env"] = _env()
+    report["modes"] = _modes()
+    return report
+
+
+def _version_of(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _patch_module(version: str) -> dict[str, Any]:
+    import torch._inductor.utils as utils
+
+    from .gate import original_gate
+
+    try:
+        patches = torch_compat.select(version)
+    except KnobsError as err:
+        return {"name": None, "error": str(err), "supported": torch_compat.supported_range()}
+    drift = torch_compat.check_gate(patches, original_gate() or utils.is_big_gpu)
+    return {
+        "name": patches.name,
+        "torch_range": str(patches.torch_range),
+        "supported": torch_compat.supported_range(),
+        "drift_ok": drift.ok,
+        "drift_problems": list(drift.problems),
+        "gate_fingerprint": drift.fingerprint,
+        "config_is_thread_local": patches.config_is_thread_local,
+        "torch_min_sms": patches.torch_min_sms,
+    }
+
+
+def _gpus(threshold: int, min_sms: int | None) -> list[dict[str, Any]]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    gpus = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        sms = int(props.multi_processor_count)
+        entry: dict[str, Any] = {
+            "index": index,
+            "name": props.name,
+            "sms": sms,
+            "capability": f"{props.major}.{props.minor}",
+            "gate_at_torch_threshold": sms >= threshold,
+        }
+        if min_sms is not None:
+            entry["gate_at_min_sms"] = sms >= min_sms
+        gpus.append(entry)
+    return gpus
+
+
+def _backends(version: str, has_gpu: bool) -> dict[str, str]:
+    import torch
+
+    patches = torch_compat.select(version, strict=False)
+    release = torch_compat.release_of(version)
+    names = sorted(patches.gemm_backends(release))
+    cutlass_found, cutlass_dir = patches.cutlass_available(importlib.import_module("torch._inductor.config"), release)
+    rocm = bool(torch.version.hip)
+    reasons = {
+        "ATEN": "usable: extern cuBLAS/CPU kernels, always available",
+        "TRITON": ("usable" if _version_of("triton") and has_gpu else "needs triton and a GPU")
+        + " (templates also need the SM gate open: see gpus)",
+        "CPP": "usable on CPU" if shutil.which(os.environ.get("CXX", "g++")) else "needs a C++ compiler",
+        "CUTLASS": (
+            f"usable: CUTLASS found at {cutlass_dir}"
+            if cutlass_found and has_gpu and not rocm
+            else f"not usable: needs an NVIDIA GPU and a CUTLASS checkout at {patches.cutlass_dir_key(release)} "
+            f"(now {cutlass_dir!r})"
+        ),
+        "CK": "usable" if rocm and has_gpu else "not usable: ROCm only",
+        "CKTILE": "usable" if rocm and has_gpu else "not usable: ROCm only",
+        "CUTEDSL": "usable"
+        if importlib.util.find_spec("cutlass") and has_gpu
+        else "not usable: needs nvidia-cutlass-dsl and an NVIDIA GPU",
+        "NVGEMM": "usable" if has_gpu and not rocm else "not usable: needs an NVIDIA GPU",
+        "FLYDSL": "usable" if rocm and has_gpu else "not usable: ROCm only",
+    }
+    return {name: reasons.get(name, "known to this torch") for name in names}
+
+
+def _env() -> dict[str, Any]:
+    variables = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+    try:
+        resolved: Any = Knobs.from_env().to_dict()
+        error = None
+    except KnobsError as err:
+        resolved, error = None, str(err)
+    from .env import active_env_knobs
+
+    active = active_env_knobs()
+    return {
+        "variables": variables,
+        "resolved": resolved,
+        "error": error,
+        "active": active.to_dict() if active else None,
+    }
+
+
+def _modes() -> dict[str, Any]:
+    import torch._inductor as inductor
+
+    out: dict[str, Any] = {}
+    for mode in MODES:
+        try:
+            out[mode] = inductor.list_mode_options(mode)
+        except (KeyError, RuntimeError) as err:
+            out[mode] = f"unknown on this torch: {err}"
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    """Human-readable text for a :func:`collect` report."""
+    lines = ["inductor-knobs doctor", ""]
+    lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v))
+    pm = report["patch_module"]
+    if pm.get("name"):
+        drift = "ok" if pm["drift_ok"] else "DRIFT: " + "; ".join(pm["drift_problems"])
+        lines.append(f"patch module: {pm['name']} ({pm['torch_range']}), is_big_gpu {pm['gate_fingerprint']}: {drift}")
+        scope = "per thread" if pm["config_is_thread_local"] else "process-global"
+        lines.append(f"Inductor config overrides on this torch: {scope}")
+    else:
+        lines.append(f"patch module: none ({pm['error']})")
+    lines.append("")
+    if not report["gpus"]:
+        lines.append("GPUs: none visible (CUDA unavailable); the SM gate only matters on GPUs")
+    for gpu in report["gpus"]:
+        verdict = "open" if gpu["gate_at_torch_threshold"] else "CLOSED (Triton/CUTLASS GEMM templates off)"
+        line = (
+            f"GPU {gpu['index']}: {gpu['name']}, {gpu['sms']} SMs, sm_{gpu['capability']}: gate at torch's threshold: {verdict}"
+        )
+        if "gate_at_min_sms" in gpu:
+            line += f"; at --min-sms: {'open' if gpu['gate_at_min_sms'] else 'closed'}"
+        lines.append(line)
+    lines += ["", "GEMM backends (max_autotune_gemm_backends):"]
+    lines += [f"  {name:8} {why}" for name, why in report["gemm_backends"].items()]
+    env = report["env"]
+    lines += ["", "INDUCTOR_KNOBS_* variables:"]
+    if not env["variables"]:
+        lines.append("  none set")
+    lines += [f"  {k}={v}" for k, v in env["variables"].items()]
+    if env["error"]:
+        lines.append(f"  ERROR: {env['error']}")
+    elif env["variables"]:
+        lines.append(f"  resolve to: {env['resolved']}")
+        lines.append(f"  active in this process: {env['active']}")
+    lines += ["", "torch.compile modes expand to (torch._inductor.list_mode_options):"]
+    lines += [f"  {mode:28} {opts}" for mode, opts in report["modes"].items()]
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""Process-wide activation from ``INDUCTOR_KNOBS_*`` environment variables.
+
+:func:`activate_from_env` applies the knobs the variables describe as process-wide
+defaults: every thread sees them (on torch 2.12+ they become the config entries' defaults,
+since user overrides there are per thread), and child processes see them through the
+inherited environment and the startup hook (:mod:`inductor_knobs._startup`).  A thread's
+own ``with ik.knobs(...)`` still wins inside its block.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+
+from ._undo import Change, apply_all, revert_all
+from .knobs import ENV_PREFIX, Knobs
+from .plan import plan
+
+DISABLE_VAR = ENV_PREFIX + "DISABLE"
+
+_lock = threading.Lock()
+_active: tuple[Knobs, list[Change]] | None = None
+
+
+def env_requests_knobs(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether any ``INDUCTOR_KNOBS_*`` knob variable is set and activation is not disabled."""
+    env = os.environ if environ is None else environ
+    if env.get(DISABLE_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    return any(k.startswith(ENV_PREFIX) and k != DISABLE_VAR for k in env)
+
+
+def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
+    """Apply ``INDUCTOR_KNOBS_*`` as process-wide defaults; idempotent.
+
+    Args:
+        environ: the variables to read (default ``os.environ``).
+
+    Returns:
+        The knobs applied, or None when no variable is set or ``INDUCTOR_KNOBS_DISABLE=1``.
+        A second call with the same variables returns the active knobs and changes nothing.
+
+    Raises:
+        UnknownKnob, InvalidKnobValue: a variable or value is bad (the message names it).
+        KnobsError: a variable asks for different knobs than are already active
+            (call :func:`deactivate_env` first).  Nothing is applied on any error.
+    """
+    global _active
+    if not env_requests_knobs(environ):
+        return None
+    knobs = Knobs.from_env(environ)
+    with _lock:
+        if _active is not None:
+            if _active[0] == knobs:
+                return knobs
+            from .errors import KnobsError
+
+            raise KnobsError(
+                f"INDUCTOR_KNOBS_* already activated {_active[0].to_dict()}; refusing to stack "
+                f"{knobs.to_dict()} on top (call inductor_knobs.deactivate_env() first)"
+            )
+        _active = (knobs, apply_all(plan(knobs, process_wide=True)))
+    return knobs
+
+
+def active_env_knobs() -> Knobs | None:
+    """The knobs :func:`activate_from_env` applied, or None."""
+    return _active[0] if _active else None
+
+
+def deactivate_env() -> None:
+    """Revert :func:`activate_from_env` exactly (for tests and long-lived tools)."""
+    global _active
+    with _lock:
+        if _active is not None:
+            changes, _active = _active[1], None
+            revert_all(changes)

@@ -1,0 +1,66 @@
+"""Exceptions and warnings raised by inductor_knobs.
+
+Every error the package raises on purpose derives from :class:`KnobsError`, so
+``except inductor_knobs.errors.KnobsError`` catches them all.  Leaves also derive
+from the builtin type a caller would expect (``ValueError`` for a bad value,
+``KeyError``-free on purpose: unknown names are ``ValueError`` too, so ``str(err)``
+is the readable message rather than a quoted key).
+"""
+
+from __future__ import annotations
+
+
+class KnobsError(Exception):
+    """Base class of every error raised by inductor_knobs."""
+
+
+class InvalidKnobValue(KnobsError, ValueError):
+    """A knob or ``INDUCTOR_KNOBS_*`` variable has a value outside what is allowed."""
+
+
+class UnknownKnob(KnobsError, ValueError):
+    """A knob, Inductor config key or preset name that does not exist."""
+
+
+class UnsupportedTorchVersion(KnobsError, RuntimeError):
+    """The installed torch is outside the range any patch module covers."""
+
+
+class PatchTargetChanged(KnobsError, RuntimeError):
+    """A torch internal that would be patched no longer looks as its patch module expects."""
+
+
+class KnobNotApplied(KnobsError, RuntimeError):
+    """A value was set but reading it back gave something else (e.g. a forcing env var won)."""
+
+
+class ConcurrentKnobsError(KnobsError, RuntimeError):
+    """Knobs were entered from a second thread while torch's config is process-global."""
+
+
+class RevertError(KnobsError, RuntimeError):
+    """One or more changes could not be reverted; ``errors`` holds each underlying exception."""
+
+    def __init__(self, message: str, errors: list[BaseException]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+class NotSupportedOnThisTorch(KnobsError, RuntimeError):
+    """The feature needs a torch release newer (or older) than the installed one."""
+
+
+class KnobsWarning(UserWarning):
+    """Base class of warnings issued by inductor_knobs."""
+
+
+class ExternalChangeWarning(KnobsWarning):
+    """Something else changed a value inside a knobs block; the block's exit restores it anyway."""
+
+
+class DriftWarning(KnobsWarning):
+    """Lenient mode patched a torch internal or version it does not recognise."""
+
+
+class NoFallbackWarning(KnobsWarning):
+    """``gemm_backends`` leaves out ATEN, so a GEMM with no valid template has no fallback."""

@@ -1,0 +1,278 @@
+"""``Knobs``: the frozen, validated description of what to change in Inductor.
+
+A ``Knobs`` value is pure data.  Building one validates everything that can be checked
+without importing ``torch._inductor`` (types, ranges, GEMM backend names for the installed
+torch release); :func:`inductor_knobs.plan.plan` checks the rest against the live config
+before anything is changed.  ``None`` always means "leave torch's value alone".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from .errors import InvalidKnobValue, UnknownKnob
+
+ENV_PREFIX = "INDUCTOR_KNOBS_"
+
+#: Named bundles of knob defaults, for ``INDUCTOR_KNOBS_PRESET``; explicit knobs win over them.
+PRESETS: dict[str, dict[str, Any]] = {
+    "force_gemm_autotune": {"min_sms": 1, "max_autotune_gemm": True, "gemm_backends": "ATEN,TRITON"},
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+SEARCH_SPACES = ("DEFAULT", "EXHAUSTIVE")
+MAX_SMS = 1024
+
+
+def torch_version() -> str:
+    """The installed torch's version, read from package metadata (does not import torch)."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _fail(label: str, value: object, allowed: str) -> InvalidKnobValue:
+    return InvalidKnobValue(f"{label}={value!r} is invalid on torch {torch_version()}: allowed {allowed}")
+
+
+def _check_bool(label: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(label, value, "True or False")
+    return value
+
+
+def _check_min_sms(label: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SMS:
+        raise _fail(label, value, f"an int SM count from 1 to {MAX_SMS}")
+    return value
+
+
+def _check_backends(label: str, value: object) -> str:
+    names: list[str]
+    if isinstance(value, str):
+        names = [n.strip().upper() for n in value.split(",")]
+    elif isinstance(value, Iterable):
+        names = [str(n).strip().upper() for n in value]
+    else:
+        raise _fail(label, value, "a comma-separated string or a list of backend names")
+    names = list(dict.fromkeys(n for n in names if n))
+    known = _known_backends()
+    unknown = [n for n in names if known and n not in known]
+    if not names or unknown:
+        raise _fail(label, value, f"a non-empty subset of {', '.join(sorted(known))}")
+    return ",".join(names)
+
+
+def _known_backends() -> frozenset[str]:
+    from .torch_compat import release_of, select
+
+    version = torch_version()
+    if version == "not installed":
+        return frozenset()
+    return select(version, strict=False).gemm_backends(release_of(version))
+
+
+def _check_search_space(label: str, value: object) -> str:
+    if not isinstance(value, str) or value.upper() not in SEARCH_SPACES:
+        raise _fail(label, value, " or ".join(SEARCH_SPACES))
+    return value.upper()
+
+
+def _check_trace(label: str, value: object) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, os.PathLike)) and str(value):
+        return os.path.abspath(os.fspath(value))
+    raise _fail(label, value, "True, False or a directory path for trace files")
+
+
+def _check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
+        raise _fail(label, value, "a mapping of dotted Inductor config keys to values")
+    return tuple(sorted(value.items()))
+
+
+_CHECKS = {
+    "min_sms": _check_min_sms,
+    "gate_rocm_xpu": _check_bool,
+    "max_autotune": _check_bool,
+    "max_autotune_gemm": _check_bool,
+    "gemm_backends": _check_backends,
+    "gemm_search_space": _check_search_space,
+    "coordinate_descent_tuning": _check_bool,
+    "cudagraphs": _check_bool,
+    "trace": _check_trace,
+    "config": _check_config,
+    "strict": _check_bool,
+}
+
+
+@dataclass(frozen=True, eq=True)
+class Knobs:
+    """What to change in TorchInductor; validated on construction, immutable, hashable.
+
+    Attributes:
+        min_sms: open the GEMM-template SM gate (``torch._inductor.utils.is_big_gpu``) for
+            CUDA devices with at least this many SMs (int, 1..1024).  torch's own threshold
+            is 68 (2.4+).  None leaves the gate alone.
+        gate_rocm_xpu: apply ``min_sms`` to ROCm (compute units) and XPU (subslices) too;
+            by default they keep torch's own rule (ROCm: by arch, 2.6+; XPU: 16, 2.7+).
+        max_autotune: ``torch._inductor.config.max_autotune``.
+        max_autotune_gemm: ``max_autotune_gemm`` (GEMM autotuning without the rest of max-autotune).
+        gemm_backends: ``max_autotune_gemm_backends``, e.g. ``"ATEN,TRITON"``; names must be
+            ones the installed torch knows (ATEN, TRITON, CUTLASS, CPP, CK, …).
+        gemm_search_space: ``max_autotune_gemm_search_space``: ``"DEFAULT"`` or ``"EXHAUSTIVE"``.
+        coordinate_descent_tuning: ``coordinate_descent_tuning``.
+        cudagraphs: ``triton.cudagraphs``.
+        trace: ``trace.enabled``; a path also sets ``trace.debug_dir``.
+        config: any other Inductor config, ``{"dotted.key": value}``, type-checked against
+            the installed config when applied.
+        strict: refuse (True, default) or warn (False) when the installed torch or a patched
+            function is not one inductor_knobs recognises.
+
+    Raises:
+        InvalidKnobValue: a value of the wrong type or outside its range.
+    """
+
+    min_sms: int | None = None
+    gate_rocm_xpu: bool | None = None
+    max_autotune: bool | None = None
+    max_autotune_gemm: bool | None = None
+    gemm_backends: str | None = None
+    gemm_search_space: str | None = None
+    coordinate_descent_tuning: bool | None = None
+    cudagraphs: bool | None = None
+    trace: bool | str | None = None
+    config: tuple[tuple[str, Any], ...] | Mapping[str, Any] = field(default=())
+    strict: bool = True
+
+    def __post_init__(self) -> None:
+        for name, check in _CHECKS.items():
+            value = getattr(self, name)
+            if value is None or (name == "config" and value == ()):
+                continue
+            object.__setattr__(self, name, check(name, value))
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        """The knob names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> Knobs:
+        """Like ``Knobs(**kwargs)`` but an unknown name gets "did you mean" help.
+
+        Raises:
+            UnknownKnob: a keyword is not a knob.
+            InvalidKnobValue: a value is invalid.
+        """
+        for name in kwargs:
+            if name not in cls.fields():
+                raise UnknownKnob(_unknown_message("knob", name, cls.fields()))
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The knobs that are set (not None), with ``config`` as a dict; ``strict`` only when False."""
+        out: dict[str, Any] = {}
+        for name in self.fields():
+            value = getattr(self, name)
+            if name == "config":
+                if value:
+                    out[name] = dict(value)
+            elif name == "strict":
+                if not value:
+                    out[name] = False
+            elif value is not None:
+                out[name] = value
+        return out
+
+    def digest(self) -> str:
+        """16 hex digits that identify these knobs (stable across processes and runs)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def merged(self, other: Knobs) -> Knobs:
+        """These knobs with every knob ``other`` sets taken from ``other`` (config dicts merged)."""
+        values = self.to_dict()
+        theirs = other.to_dict()
+        config = {**values.pop("config", {}), **theirs.pop("config", {})}
+        return Knobs(**{**values, **theirs, "config": config, "strict": self.strict and other.strict})
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Knobs:
+        """Read ``INDUCTOR_KNOBS_<KNOB>`` variables (and ``INDUCTOR_KNOBS_PRESET``).
+
+        Booleans accept 1/0/true/false/yes/no/on/off (any case); ``INDUCTOR_KNOBS_TRACE`` also
+        accepts a directory; ``INDUCTOR_KNOBS_CONFIG`` is a JSON object.  A preset supplies
+        defaults that explicit variables override.
+
+        Raises:
+            UnknownKnob: an ``INDUCTOR_KNOBS_*`` variable or preset that does not exist.
+            InvalidKnobValue: a value that does not parse or is out of range; the message
+                names the variable.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        preset = env.get(ENV_PREFIX + "PRESET")
+        if preset:
+            if preset not in PRESETS:
+                raise UnknownKnob(_unknown_message(f"preset ({ENV_PREFIX}PRESET)", preset, PRESETS))
+            values.update(PRESETS[preset])
+        names = {ENV_PREFIX + n.upper(): n for n in cls.fields()}
+        for var, raw in env.items():
+            if not var.startswith(ENV_PREFIX) or var in _NON_KNOB_VARS:
+                continue
+            if var not in names:
+                raise UnknownKnob(_unknown_message("variable", var, [*names, *_NON_KNOB_VARS]))
+            name = names[var]
+            values[name] = _CHECKS[name](var, _parse_env(var, name, raw))
+        return cls(**values)
+
+
+#: Variables under the prefix that are not knobs.
+_NON_KNOB_VARS = (ENV_PREFIX + "PRESET", ENV_PREFIX + "DISABLE")
+
+
+def _parse_env(var: str, name: str, raw: str) -> Any:
+    text = raw.strip()
+    if name == "min_sms":
+        try:
+            return int(text)
+        except ValueError:
+            raise _fail(var, raw, f"an int SM count from 1 to {MAX_SMS}") from None
+    if name == "config":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise _fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
+    if name in ("gemm_backends", "gemm_search_space"):
+        return text
+    lowered = text.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    if name == "trace":
+        return text
+    raise _fail(var, raw, "one of " + "/".join(sorted(_TRUE | _FALSE)))
+
+
+def _unknown_message(kind: str, name: str, known: Iterable[str]) -> str:
+    import difflib
+
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} {name!r} on torch {torch_version()}{hint} Known: {', '.join(sorted(known))}"

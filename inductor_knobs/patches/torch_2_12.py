@@ -1,0 +1,62 @@
+"""torch 2.12–2.15: Inductor config overrides are per thread.
+
+Facts (torch 2.12.0–2.15.0 wheels):
+- ``utils/_config_module.py:334`` (2.12): ``_ConfigEntry.user_override`` is a ``ContextVar``;
+  "User overrides are thread-local" (:53).  A value patched on one thread is invisible in a new
+  ``threading.Thread``, so the gate override is per thread (per context) too.
+- ``_inductor/utils.py:1696`` (2.12) … ``:2121`` (2.15): ``is_big_gpu(index_or_device: int |
+  torch.device = 0)``; 2.14 turns the ROCm ``assert`` into ``raise AssertionError``.
+- ``max_autotune_gemm_backends`` comment lists CUTEDSL and NVGEMM (2.12), FLYDSL (2.15).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import ClassVar
+
+from packaging.specifiers import SpecifierSet
+
+from .torch_2_8 import Torch28
+
+_BACKENDS = frozenset({"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "CKTILE", "CPP"})
+
+
+class Torch212(Torch28):
+    name: ClassVar[str] = "torch_2_12"
+    torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.16")
+    config_is_thread_local: ClassVar[bool] = True
+    gate_fingerprints: ClassVar[frozenset[str]] = frozenset(
+        {
+            "d29598369aaebd20",  # 2.12.0-2.13.0
+            "e9e500a1f4feee94",  # 2.14.0-2.15.0
+        }
+    )
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
+        "2.12": _BACKENDS,
+        "2.13": _BACKENDS,
+        "2.14": _BACKENDS,
+        "2.15": _BACKENDS | {"FLYDSL"},
+    }
+    cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {r: "cutlass.cutlass_dir" for r in ("2.12", "2.13", "2.14", "2.15")}
+
+    def read_override(self, cfg: ModuleType, key: str) -> object:
+        return cfg._config[key].user_override.get()  # type: ignore[attr-defined]
+
+    def set_process_default(self, cfg: ModuleType, key: str, value: object) -> object:
+        """Overrides are per thread from 2.12, so a process-wide value must be the entry's default.
+
+        The raw override is then rewritten unchanged, which makes torch drop its cached
+        ``get_hash``/``_get_dict`` results for this key.
+        """
+        entry = cfg._config[key]  # type: ignore[attr-defined]
+        prior = entry.default
+        entry.default = value
+        self.write_override(cfg, key, self.read_override(cfg, key))
+        return prior
+
+    def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
+        cfg._config[key].default = prior  # type: ignore[attr-defined]
+        self.write_override(cfg, key, self.read_override(cfg, key))
+
+
+PATCHES = Torch212()

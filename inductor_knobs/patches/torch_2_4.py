@@ -1,0 +1,166 @@
+"""torch 2.4–2.5: the base adapter, and what is true of Inductor in these releases.
+
+Facts (torch 2.4.0 / 2.5.0 wheels, ``torch/`` relative):
+- ``_inductor/utils.py:972`` (2.4) / ``:1043`` (2.5): ``@functools.lru_cache(None) def is_big_gpu(index)``,
+  CUDA only, ``min_sms = 68``, SM count from ``torch.cuda.get_device_properties(index)``.
+- ``utils/_config_module.py``: config values live in a plain dict ``module._config`` (no
+  override/default split), process-global.
+- ``torch.compiler.config.cache_key_tag`` does not exist, so the FX graph cache is switched
+  off (``fx_graph_cache=False``) while a gate override is active.
+- GEMM backends listed in ``_inductor/config.py`` (2.4: ATen, Triton, CUTLASS, CPP; 2.5: + CK);
+  CUTLASS is found through ``cuda.cutlass_dir``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from packaging.specifiers import SpecifierSet
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TorchPatches:
+    """What the knobs need to know about one range of torch releases.
+
+    Subclasses override class attributes (facts) and the few methods whose behaviour
+    differs.  Instances hold no state; every method takes what it works on.
+    """
+
+    name: ClassVar[str] = "torch_2_4"
+    torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.4,<2.6")
+
+    #: ``is_big_gpu``'s parameters as ``(name, default)`` pairs (``inspect.Parameter.empty``: none).
+    gate_parameters: ClassVar[tuple[tuple[str, object], ...]] = (("index", inspect.Parameter.empty),)
+    #: Fingerprints (see :mod:`inductor_knobs._drift`) of ``is_big_gpu`` seen in this range's releases.
+    gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"0c2a1ad415c3f2a6"})  # 2.4.0-2.5.1
+    #: torch's own SM threshold for CUDA devices.
+    torch_min_sms: ClassVar[int] = 68
+    #: Inductor config overrides are per thread (ContextVar) from 2.12; process-global before.
+    config_is_thread_local: ClassVar[bool] = False
+    #: GEMM backend names per minor release, from the comment above ``max_autotune_gemm_backends``.
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
+        "2.4": frozenset({"ATEN", "TRITON", "CUTLASS", "CPP"}),
+        "2.5": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
+    }
+    #: The Inductor config key codegen reads the CUTLASS checkout from, per minor release.
+    cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.4": "cuda.cutlass_dir", "2.5": "cuda.cutlass_dir"}
+
+    # -- the SM gate ------------------------------------------------------------------
+
+    def gate_device(self, index: Any) -> torch.device:
+        """Turn ``is_big_gpu``'s argument (an int in 2.4–2.5) into a ``torch.device``."""
+        import torch
+
+        if isinstance(index, torch.device):
+            return index
+        return torch.device("cuda", index)
+
+    def sm_count(self, device: torch.device) -> int:
+        """Read the SM count of ``device`` the way this torch's ``is_big_gpu`` reads it."""
+        import torch
+
+        return int(torch.cuda.get_device_properties(device.index or 0).multi_processor_count)
+
+    def uses_vendor_rule(self, device: torch.device) -> bool:
+        """Whether torch gates ``device`` by a rule other than the CUDA SM count (ROCm, XPU)."""
+        import torch
+
+        return bool(torch.version.hip) or device.type == "xpu"
+
+    def gate_prerequisites(self) -> list[str]:
+        """Dotted names the gate wrapper reads; each must exist for the wrapper to work."""
+        return ["torch.cuda.get_device_properties"]
+
+    # -- config storage -----------------------------------------------------------------
+
+    def read_override(self, cfg: ModuleType, key: str) -> object:
+        """Return the stored state of ``cfg.key`` that :meth:`write_override` can put back exactly."""
+        return cfg._config[key]  # type: ignore[attr-defined]
+
+    def write_override(self, cfg: ModuleType, key: str, raw: object) -> None:
+        """Put back state from :meth:`read_override`, through torch's own raw patcher.
+
+        ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw
+        stored value (including "unset"), unlike ``config.patch`` whose exit writes the
+        value it read and so pins it as a user override.
+        """
+        cfg._make_closure_patcher(**{key: raw})()  # type: ignore[attr-defined]
+        if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]
+            cfg._is_dirty = True  # type: ignore[attr-defined]  # get_hash() cache, 2.4-2.12
+
+    def set_process_default(self, cfg: ModuleType, key: str, value: object) -> object:
+        """Make ``value`` what every thread sees unless it overrides ``key`` itself.
+
+        Config is process-global before 2.12, so a plain set is process-wide.
+
+        Returns:
+            The prior state, for :meth:`restore_process_default`.
+        """
+        prior = self.read_override(cfg, key)
+        setattr(cfg, key, value)
+        return prior
+
+    def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
+        """Undo :meth:`set_process_default` exactly."""
+        self.write_override(cfg, key, prior)
+
+    def config_keys(self, cfg: ModuleType) -> list[str]:
+        """Every dotted key the config module knows."""
+        return list(cfg._config)  # type: ignore[attr-defined]
+
+    def forcing_env_var(self, cfg: ModuleType, key: str) -> str | None:
+        """The environment variable that forces ``key`` and beats any override, if one is set."""
+        return None  # env_name_force arrived in 2.7
+
+    def resolve_alias(self, cfg: ModuleType, key: str) -> tuple[ModuleType, str]:
+        """Follow a config alias to the module and key that really store the value."""
+        return cfg, key  # aliases arrived in 2.7
+
+    # -- cache hygiene -----------------------------------------------------------------
+
+    def cache_salt(self, tag: str) -> list[tuple[str, str, object]]:
+        """Config changes that keep kernels built under a gate override out of other caches.
+
+        Args:
+            tag: a short string naming the override (its digest).
+
+        Returns:
+            ``(config module, key, value)`` triples to apply while the override is active.
+            2.4–2.5 have no ``cache_key_tag``, so the FX graph cache is switched off.
+        """
+        return [("torch._inductor.config", "fx_graph_cache", False)]
+
+    # -- facts by release ----------------------------------------------------------------
+
+    def gemm_backends(self, release: str) -> frozenset[str]:
+        """GEMM backend names torch ``release`` (``"2.13"``) accepts; the newest known if unlisted."""
+        return _by_release(self.gemm_backends_by_release, release)
+
+    def cutlass_dir_key(self, release: str) -> str:
+        """The config key Inductor reads the CUTLASS directory from in ``release``."""
+        return _by_release(self.cutlass_dir_key_by_release, release)
+
+    def cutlass_available(self, cfg: ModuleType, release: str) -> tuple[bool, str]:
+        """Whether Inductor would find CUTLASS, and the directory it looks in.
+
+        Mirrors ``try_import_cutlass``: the CUTLASS checkout's ``python/cutlass_library``
+        must exist under the configured ``cutlass_dir``.
+        """
+        cutlass_dir = str(getattr(cfg, self.cutlass_dir_key(release)))
+        found = os.path.isdir(os.path.join(cutlass_dir, "python", "cutlass_library"))
+        return found, cutlass_dir
+
+
+def _by_release(table: dict[str, Any], release: str) -> Any:
+    """``table[release]``, or the newest release's entry when ``release`` is not listed (lenient mode)."""
+    if release in table:
+        return table[release]
+    return table[max(table, key=lambda r: tuple(int(p) for p in r.split(".")))]
+
+
+PATCHES = TorchPatches()

@@ -1,0 +1,63 @@
+"""torch 2.6: ``is_big_gpu(index_or_device=0)``, ``DeviceProperties``, the ROCm rule, ``cache_key_tag``.
+
+Facts (torch 2.6.0 wheel):
+- ``_inductor/utils.py:1116``: ``@functools.lru_cache(None) def is_big_gpu(index_or_device:
+  Union[int, torch.device] = 0)``; an int becomes ``torch.device("cuda", idx)``; the SM count is
+  ``DeviceProperties.create(device).multi_processor_count`` (``runtime/hints.py:128``, itself
+  lru_cached); ROCm is gated by arch (major < 9 or == 10 is small), not by SM count.
+- ``utils/_config_module.py:214``: each key is a ``_ConfigEntry`` whose ``user_override`` attribute
+  holds the stored override (``_UNSET_SENTINEL`` when unset); still process-global.
+- ``compiler/config.py:58``: ``cache_key_tag`` exists and is hashed into the FX graph, AOTAutograd
+  and autotune cache keys (``_inductor/codecache.py:786``, ``runtime/autotune_cache.py:88``).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from packaging.specifiers import SpecifierSet
+
+from .torch_2_4 import TorchPatches
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Torch26(TorchPatches):
+    name: ClassVar[str] = "torch_2_6"
+    torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.6,<2.7")
+    gate_parameters: ClassVar[tuple[tuple[str, object], ...]] = (("index_or_device", 0),)
+    gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"866ddf0080c36d59"})  # 2.6.0
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
+        "2.6": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
+    }
+    cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.6": "cuda.cutlass_dir"}
+
+    def gate_device(self, index: Any) -> torch.device:
+        import torch
+
+        if isinstance(index, torch.device):
+            return index
+        return torch.device("cuda", index)
+
+    def sm_count(self, device: torch.device) -> int:
+        from torch._inductor.runtime.hints import DeviceProperties
+
+        return int(DeviceProperties.create(device).multi_processor_count)
+
+    def gate_prerequisites(self) -> list[str]:
+        return ["torch._inductor.runtime.hints.DeviceProperties.create"]
+
+    def read_override(self, cfg: ModuleType, key: str) -> object:
+        return cfg._config[key].user_override  # type: ignore[attr-defined]
+
+    def cache_salt(self, tag: str) -> list[tuple[str, str, object]]:
+        """Append ``tag`` to ``torch.compiler.config.cache_key_tag`` (kept if the user set one)."""
+        import torch.compiler.config as compiler_config
+
+        prior = str(compiler_config.cache_key_tag)
+        return [("torch.compiler.config", "cache_key_tag", f"{prior}+{tag}" if prior else tag)]
+
+
+PATCHES = Torch26()

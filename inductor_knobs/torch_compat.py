@@ -1,0 +1,191 @@
+"""Pick the patch module for the installed torch, and check its targets for drift.
+
+Selection compares the release's ``major.minor`` (``packaging.version.Version(...).release[:2]``)
+with each module's ``torch_range``.  Local tags (``2.13.0+cpu``), ``.dev`` nightlies and source
+builds (``2.14.0a0+git…``) therefore count as their minor release; the drift check is what
+catches a nightly whose internals moved.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import pkgutil
+import warnings
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from . import patches as _patches_pkg
+from ._drift import fingerprint
+from .errors import DriftWarning, PatchTargetChanged, UnsupportedTorchVersion
+from .patches.torch_2_4 import TorchPatches
+
+
+@functools.cache
+def all_patch_modules() -> tuple[TorchPatches, ...]:
+    """Every ``PATCHES`` object under :mod:`inductor_knobs.patches`, oldest range first."""
+    found = []
+    for info in pkgutil.iter_modules(_patches_pkg.__path__):
+        module = importlib.import_module(f"{_patches_pkg.__name__}.{info.name}")
+        found.append(module.PATCHES)
+    return tuple(sorted(found, key=lambda p: _lowest(p.torch_range)))
+
+
+def _lowest(spec: SpecifierSet) -> Version:
+    return min(Version(s.version) for s in spec if s.operator in (">=", "=="))
+
+
+def supported_range() -> str:
+    """The union of all modules' ranges as text, e.g. ``">=2.4,<2.16"``."""
+    mods = all_patch_modules()
+    upper = max(Version(s.version) for p in mods for s in p.torch_range if s.operator == "<")
+    return f">={_lowest(mods[0].torch_range)},<{upper}"
+
+
+def release_of(torch_version: str) -> str:
+    """``"2.13"`` for ``"2.13.0+cpu"``, ``"2.16.0.dev20261101"`` → ``"2.16"``.
+
+    Raises:
+        UnsupportedTorchVersion: the string is not a PEP 440 version.
+    """
+    try:
+        major, minor = Version(torch_version).release[:2]
+    except (InvalidVersion, ValueError) as err:
+        raise UnsupportedTorchVersion(
+            f"torch.__version__={torch_version!r} is not a PEP 440 version; inductor_knobs supports torch {supported_range()}"
+        ) from err
+    return f"{major}.{minor}"
+
+
+def select(torch_version: str, *, strict: bool = True) -> TorchPatches:
+    """Return the patch module for ``torch_version``.
+
+    Args:
+        torch_version: a ``torch.__version__`` string.
+        strict: when False, a release outside every range gets the nearest module and a
+            :class:`~inductor_knobs.errors.DriftWarning` instead of an error.
+
+    Raises:
+        UnsupportedTorchVersion: no module covers the release and ``strict`` is True.
+    """
+    release = Version(release_of(torch_version))
+    modules = all_patch_modules()
+    for module in modules:
+        if module.torch_range.contains(release):
+            return module
+    if strict:
+        raise UnsupportedTorchVersion(
+            f"torch {torch_version} is not supported: inductor_knobs supports torch "
+            f"{supported_range()} (set INDUCTOR_KNOBS_STRICT=0 or strict=False to run the "
+            "nearest patch module anyway)"
+        )
+    nearest = modules[0] if release < _lowest(modules[0].torch_range) else modules[-1]
+    warnings.warn(
+        f"torch {torch_version} is outside {supported_range()}; lenient mode uses "
+        f"patches.{nearest.name}, whose facts may not hold",
+        DriftWarning,
+        stacklevel=2,
+    )
+    return nearest
+
+
+def installed(*, strict: bool = True) -> TorchPatches:
+    """The patch module for the torch that is importable here (imports torch)."""
+    import torch
+
+    return select(torch.__version__, strict=strict)
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """What the drift check saw of ``torch._inductor.utils.is_big_gpu``.
+
+    Attributes:
+        ok: every check passed.
+        problems: one sentence per failed check.
+        fingerprint: the fingerprint of the function found, or None if it has no source.
+    """
+
+    ok: bool
+    problems: tuple[str, ...]
+    fingerprint: str | None
+
+
+def check_gate(patches: TorchPatches, gate: object) -> DriftReport:
+    """Check that ``gate`` (the original ``is_big_gpu``) is what ``patches`` expects.
+
+    Checks: it is callable, is functools-cached (has ``cache_clear``), its parameters and
+    defaults match ``patches.gate_parameters``, its fingerprint is a known one, and the
+    attributes the wrapper reads (``patches.gate_prerequisites()``) exist.
+    """
+    problems: list[str] = []
+    fp: str | None = None
+    if not callable(gate):
+        return DriftReport(False, (f"is_big_gpu is {type(gate).__name__}, not callable",), None)
+    if not callable(getattr(gate, "cache_clear", None)):
+        problems.append("is_big_gpu is not functools-cached (no cache_clear)")
+    try:
+        params = tuple((p.name, p.default) for p in inspect.signature(gate).parameters.values())
+    except (TypeError, ValueError):
+        params = ()
+    if params != patches.gate_parameters:
+        problems.append(f"is_big_gpu parameters are {params}, expected {patches.gate_parameters}")
+    fp = fingerprint(gate)  # type: ignore[arg-type]
+    if fp not in patches.gate_fingerprints:
+        problems.append(
+            f"is_big_gpu fingerprint {fp} is not one patches.{patches.name} knows "
+            f"({', '.join(sorted(patches.gate_fingerprints))})"
+        )
+    for dotted in patches.gate_prerequisites():
+        if _resolve(dotted) is None:
+            problems.append(f"{dotted} does not exist")
+    return DriftReport(not problems, tuple(problems), fp)
+
+
+def enforce(report: DriftReport, *, strict: bool, torch_version: str) -> None:
+    """Raise (strict) or warn (lenient) when ``report`` found drift.
+
+    Raises:
+        PatchTargetChanged: drift was found and ``strict`` is True.
+    """
+    if report.ok:
+        return
+    message = (
+        f"torch._inductor.utils.is_big_gpu on torch {torch_version} is not what inductor_knobs "
+        f"expects: {'; '.join(report.problems)}. Nothing was patched. If torch changed, "
+        "inductor_knobs needs a patch module update; strict=False (INDUCTOR_KNOBS_STRICT=0) "
+        "patches it anyway"
+    )
+    if strict:
+        raise PatchTargetChanged(message)
+    warnings.warn(message.replace("Nothing was patched. ", ""), DriftWarning, stacklevel=3)
+
+
+def _resolve(dotted: str) -> object | None:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                return None
+        return obj
+    return None
+
+
+__all__: list[str] = [
+    "DriftReport",
+    "all_patch_modules",
+    "check_gate",
+    "enforce",
+    "installed",
+    "release_of",
+    "select",
+    "supported_range",
+]
