@@ -96,6 +96,8 @@ def _check_trace(label: str, value: object) -> bool | str:
 
 
 def _check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
+    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        value = dict(value)  # already normalised (e.g. re-validated)
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
         raise _fail(label, value, "a mapping of dotted Inductor config keys to values")
     return tuple(sorted(value.items()))

@@ -22,6 +22,8 @@ _BACKENDS = frozenset({"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "
 
 
 class Torch212(Torch28):
+    """Facts and operations for torch 2.12-2.15 (see the module docstring)."""
+
     name: ClassVar[str] = "torch_2_12"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.16")
     config_is_thread_local: ClassVar[bool] = True

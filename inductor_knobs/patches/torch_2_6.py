@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 
 class Torch26(TorchPatches):
+    """Facts and operations for torch 2.6 (see the module docstring)."""
+
     name: ClassVar[str] = "torch_2_6"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.6,<2.7")
     gate_parameters: ClassVar[tuple[tuple[str, object], ...]] = (("index_or_device", 0),)

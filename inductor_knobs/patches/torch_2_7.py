@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 
 class Torch27(Torch26):
+    """Facts and operations for torch 2.7 (see the module docstring)."""
+
     name: ClassVar[str] = "torch_2_7"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.7,<2.8")
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"005b0eeebdc4037d"})  # 2.7.0-2.7.1
@@ -45,8 +47,11 @@ class Torch27(Torch26):
         entry = cfg._config[key]  # type: ignore[attr-defined]
         if entry.env_value_force is _UNSET_SENTINEL:
             return None
-        names = [n for n in (entry.env_name_force or []) if n in os.environ]
-        return ", ".join(names) or "an env_name_force variable"
+        # The entry keeps the forced value but not the variable's name: name the set
+        # variables that spell the key (TORCHINDUCTOR_FX_GRAPH_CACHE for fx_graph_cache).
+        stem = key.rsplit(".", 1)[-1].upper()
+        names = sorted(n for n in os.environ if n.endswith(stem) and n.startswith(("TORCHINDUCTOR_", "TORCH_")))
+        return ", ".join(names) or f"an env_name_force variable of {key}"
 
     def resolve_alias(self, cfg: ModuleType, key: str) -> tuple[ModuleType, str]:
         import importlib

@@ -21,6 +21,8 @@ _CK = frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"})
 
 
 class Torch28(Torch27):
+    """Facts and operations for torch 2.8-2.11 (see the module docstring)."""
+
     name: ClassVar[str] = "torch_2_8"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.8,<2.12")
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"005b0eeebdc4037d"})  # 2.8.0-2.11.0
