@@ -5,7 +5,7 @@ the environment first and imports this module only when an ``INDUCTOR_KNOBS_*`` 
 is set (and ``INDUCTOR_KNOBS_DISABLE`` is not), so an unconfigured process pays for one
 scan of ``os.environ`` and imports nothing.  :func:`bootstrap` then parses the variables
 (without importing torch) and registers a wrapt post-import hook that applies them when
-``torch._inductor.config`` is first imported.
+``torch._inductor.utils`` is first imported (by ``import torch._inductor`` or the first compile).
 
 A bad variable must not go unnoticed in a launch script, but the ``.pth`` must not kill
 interpreters that never use torch: the error is printed at startup and raised from the
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import sys
 
-HOOK_MODULE = "torch._inductor.config"
+# Not torch._inductor.config: it is imported half-way through torch._inductor.utils, so the
+# gate would not exist yet. utils imports config, so both are complete when this fires.
+HOOK_MODULE = "torch._inductor.utils"
 _registered = False
 
 
 def bootstrap() -> None:
-    """Parse ``INDUCTOR_KNOBS_*`` and arrange activation at ``torch._inductor.config`` import; idempotent."""
+    """Parse ``INDUCTOR_KNOBS_*`` and arrange activation at ``torch._inductor.utils`` import; idempotent."""
     global _registered
     if _registered:  # the .pth can run twice when a directory is on sys.path twice
         return

@@ -47,18 +47,23 @@ class Torch212(Torch28):
     def set_process_default(self, cfg: ModuleType, key: str, value: object) -> object:
         """Overrides are per thread from 2.12, so a process-wide value must be the entry's default.
 
-        The raw override is then rewritten unchanged, which makes torch drop its cached
+        If the calling thread already holds an override of ``key`` (torch's own ``config.patch``
+        leaves one behind, pinned to the value it read), that override is set too, so this
+        thread sees the value as well.  Rewriting the override makes torch drop its cached
         ``get_hash``/``_get_dict`` results for this key.
         """
+        from torch.utils._config_module import _UNSET_SENTINEL
+
         entry = cfg._config[key]  # type: ignore[attr-defined]
-        prior = entry.default
+        prior = (entry.default, self.read_override(cfg, key))
         entry.default = value
-        self.write_override(cfg, key, self.read_override(cfg, key))
+        self.write_override(cfg, key, value if prior[1] is not _UNSET_SENTINEL else prior[1])
         return prior
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
-        cfg._config[key].default = prior  # type: ignore[attr-defined]
-        self.write_override(cfg, key, self.read_override(cfg, key))
+        default, override = prior  # type: ignore[misc]
+        cfg._config[key].default = default  # type: ignore[attr-defined]
+        self.write_override(cfg, key, override)
 
 
 PATCHES = Torch212()

@@ -1,0 +1,108 @@
+"""INDUCTOR_KNOBS_* activation: in process, and in a fresh interpreter through the installed .pth."""
+
+from __future__ import annotations
+
+import os
+import site
+import subprocess
+import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch._inductor.utils as inductor_utils
+
+import inductor_knobs as ik
+from inductor_knobs.errors import InvalidKnobValue, KnobsError
+
+
+@pytest.fixture
+def env_active():
+    yield
+    ik.deactivate_env()
+
+
+def test_activation_is_process_wide_and_reverts(env_active, patches, cfg, fake_gpu):
+    fake_gpu(40)
+    gate = inductor_utils.is_big_gpu
+    env = {"INDUCTOR_KNOBS_PRESET": "force_gemm_autotune", "INDUCTOR_KNOBS_MIN_SMS": "40"}
+    knobs = ik.activate_from_env(env)
+    assert knobs == ik.Knobs(min_sms=40, max_autotune_gemm=True, gemm_backends="ATEN,TRITON")
+    assert ik.activate_from_env(env) == knobs  # idempotent
+    with ThreadPoolExecutor(1) as pool:  # every thread sees process-wide defaults
+        seen = pool.submit(lambda: (cfg.max_autotune_gemm, inductor_utils.is_big_gpu(0))).result()
+    assert seen == (True, True)
+    with ik.knobs(max_autotune_gemm=False, min_sms=41):  # a block still wins on its thread
+        assert cfg.max_autotune_gemm is False and inductor_utils.is_big_gpu(0) is False
+    assert cfg.max_autotune_gemm is True and inductor_utils.is_big_gpu(0) is True
+    with pytest.raises(KnobsError, match="already activated"):
+        ik.activate_from_env({"INDUCTOR_KNOBS_MIN_SMS": "50"})
+    ik.deactivate_env()
+    assert cfg.max_autotune_gemm is False and inductor_utils.is_big_gpu is gate
+
+
+def test_disable_and_nothing_set(env_active):
+    assert ik.activate_from_env({}) is None
+    assert ik.activate_from_env({"INDUCTOR_KNOBS_MIN_SMS": "40", "INDUCTOR_KNOBS_DISABLE": "1"}) is None
+
+
+def test_bad_value_applies_nothing(env_active, cfg):
+    with pytest.raises(InvalidKnobValue, match="INDUCTOR_KNOBS_CUDAGRAPHS"):
+        ik.activate_from_env({"INDUCTOR_KNOBS_CUDAGRAPHS": "maybe", "INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})
+    assert ik.active_env_knobs() is None and cfg.max_autotune is False
+
+
+def _installed_pth() -> Path | None:
+    dirs = {sysconfig.get_paths()["purelib"], *site.getsitepackages()}
+    for d in dirs:
+        if (Path(d) / "inductor_knobs_startup.pth").exists():
+            return Path(d) / "inductor_knobs_startup.pth"
+    return None
+
+
+needs_install = pytest.mark.skipif(
+    _installed_pth() is None, reason="the startup .pth is only present once the package is installed (pip install .)"
+)
+
+PROBE = """
+import sys, threading
+print('early', 'torch' in sys.modules, 'inductor_knobs' in sys.modules)
+import torch._inductor.config as cfg, torch._inductor.utils as utils, wrapt
+box = []
+t = threading.Thread(target=lambda: box.append(cfg.max_autotune_gemm)); t.start(); t.join()
+print('late', cfg.max_autotune_gemm, cfg.max_autotune_gemm_backends, cfg.triton.cudagraphs,
+      isinstance(utils.is_big_gpu, wrapt.FunctionWrapper), box[0])
+"""
+
+
+def _run(env_vars: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    env.update(env_vars)
+    return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
+
+
+@needs_install
+def test_startup_hook_activates_in_a_fresh_interpreter():
+    out = _run({"INDUCTOR_KNOBS_PRESET": "force_gemm_autotune", "INDUCTOR_KNOBS_MIN_SMS": "40",
+                "INDUCTOR_KNOBS_CUDAGRAPHS": "0"})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "early False True"  # the hook imported the package, not torch
+    assert lines[1] == "late True ATEN,TRITON False True True"
+
+
+@needs_install
+def test_startup_hook_costs_no_imports_when_unset_or_disabled():
+    for env in ({}, {"INDUCTOR_KNOBS_MIN_SMS": "40", "INDUCTOR_KNOBS_DISABLE": "1"}):
+        out = _run(env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines()[0] == "early False False"
+        assert out.stdout.splitlines()[1].startswith("late False ") and out.stdout.splitlines()[1].endswith(" False False")
+
+
+@needs_install
+def test_startup_hook_bad_value_fails_at_activation_with_the_variable():
+    out = _run({"INDUCTOR_KNOBS_MIN_SMS": "forty"})
+    assert out.returncode != 0
+    assert "INDUCTOR_KNOBS_MIN_SMS='forty'" in out.stderr and "allowed" in out.stderr
