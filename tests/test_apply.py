@@ -233,9 +233,7 @@ def test_half_applied_failure_rolls_back(patches, cfg, monkeypatch):
         raise RuntimeError("gate install failed")
 
     monkeypatch.setattr(gate_mod.GateChange, "apply", failing_apply)
-    with pytest.raises(RuntimeError, match="gate install failed"), ik.knobs(
-        max_autotune=True, cudagraphs=True, min_sms=40
-    ):
+    with pytest.raises(RuntimeError, match="gate install failed"), ik.knobs(max_autotune=True, cudagraphs=True, min_sms=40):
         pass
     monkeypatch.setattr(gate_mod.GateChange, "apply", real)
     assert snapshot(patches, cfg) == before
@@ -251,8 +249,9 @@ def test_value_forced_by_env_raises_knob_not_applied(patches, cfg, monkeypatch):
     monkeypatch.setattr(entry, "env_value_force", True)
     assert entry.env_value_force is not _UNSET_SENTINEL
     before = snapshot(patches, cfg)
-    with pytest.raises(KnobNotApplied, match="TORCHINDUCTOR_FX_GRAPH_CACHE"), ik.knobs(
-        cudagraphs=True, config={"fx_graph_cache": False}
+    with (
+        pytest.raises(KnobNotApplied, match="TORCHINDUCTOR_FX_GRAPH_CACHE"),
+        ik.knobs(cudagraphs=True, config={"fx_graph_cache": False}),
     ):
         pass
     assert snapshot(patches, cfg) == before

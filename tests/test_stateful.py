@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 import torch
-import wrapt
 import torch._inductor.utils as inductor_utils
+import wrapt
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -37,9 +37,7 @@ def world():
 
     patches = torch_compat.installed()
     gate = inductor_utils.is_big_gpu
-    holders = sorted(
-        name for name, m in list(sys.modules.items()) if getattr(m, "__dict__", {}).get("is_big_gpu") is gate
-    )
+    holders = sorted(name for name, m in list(sys.modules.items()) if getattr(m, "__dict__", {}).get("is_big_gpu") is gate)
     state = {
         "config": {k: (patches.read_override(cfg, k), getattr(cfg, k)) for k in KEYS},
         "gate": gate,
