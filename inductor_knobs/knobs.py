@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -33,7 +34,12 @@ MAX_SMS = 1024
 
 
 def torch_version() -> str:
-    """The installed torch's version, read from package metadata (does not import torch)."""
+    """The installed torch's ``__version__``; read from package metadata if torch is not imported yet.
+
+    Metadata can lack the local tag (``2.11.0`` for ``2.11.0+cu130``), so an imported torch wins.
+    """
+    if "torch" in sys.modules:
+        return str(sys.modules["torch"].__version__)
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
