@@ -12,7 +12,7 @@ Facts (torch 2.12.0–2.15.0 wheels):
 from __future__ import annotations
 
 from types import ModuleType
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from packaging.specifiers import SpecifierSet
 
@@ -61,7 +61,7 @@ class Torch212(Torch28):
         return prior
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
-        default, override = prior  # type: ignore[misc]
+        default, override = cast("tuple[object, object]", prior)
         cfg._config[key].default = default  # type: ignore[attr-defined]
         self.write_override(cfg, key, override)
 

@@ -6,13 +6,15 @@ Facts (torch 2.6.0 wheel):
   ``DeviceProperties.create(device).multi_processor_count`` (``runtime/hints.py:128``, itself
   lru_cached); ROCm is gated by arch (major < 9 or == 10 is small), not by SM count.
 - ``utils/_config_module.py:214``: each key is a ``_ConfigEntry`` whose ``user_override`` attribute
-  holds the stored override (``_UNSET_SENTINEL`` when unset); still process-global.
+  holds the stored override (``_UNSET_SENTINEL`` when unset); still process-global.  ``_Config``
+  gains ``env_name_force`` (:57): that variable beats any override, so ``config.patch`` silently loses.
 - ``compiler/config.py:58``: ``cache_key_tag`` exists and is hashed into the FX graph, AOTAutograd
   and autotune cache keys (``_inductor/codecache.py:786``, ``runtime/autotune_cache.py:88``).
 """
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -53,6 +55,18 @@ class Torch26(TorchPatches):
 
     def read_override(self, cfg: ModuleType, key: str) -> object:
         return cfg._config[key].user_override  # type: ignore[attr-defined]
+
+    def forcing_env_var(self, cfg: ModuleType, key: str) -> str | None:
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        entry = cfg._config[key]  # type: ignore[attr-defined]
+        if entry.env_value_force is _UNSET_SENTINEL:
+            return None
+        # The entry keeps the forced value but not the variable's name: name the set
+        # variables that spell the key (TORCHINDUCTOR_FX_GRAPH_CACHE for fx_graph_cache).
+        stem = key.rsplit(".", 1)[-1].upper()
+        names = sorted(n for n in os.environ if n.endswith(stem) and n.startswith(("TORCHINDUCTOR_", "TORCH_")))
+        return ", ".join(names) or f"an env_name_force variable of {key}"
 
     def cache_salt(self, tag: str) -> list[tuple[str, str, object]]:
         """Append ``tag`` to ``torch.compiler.config.cache_key_tag`` (kept if the user set one)."""

@@ -3,14 +3,13 @@
 Facts (torch 2.7.0 wheel):
 - ``_inductor/utils.py:1229``: ``min_sms = 16 if device.type == "xpu" else 68``; an int argument
   becomes ``torch.device(get_gpu_type(), idx)``.
-- ``utils/_config_module.py:84-85``: ``_Config`` gains ``env_name_force`` (the env var beats any
-  override, so ``config.patch`` silently loses: ``fx_graph_cache`` from 2.7) and ``alias`` (the
-  value lives in another config module).
+- ``utils/_config_module.py:85``: ``_Config`` gains ``alias`` (the value lives in another config
+  module); ``fx_graph_cache`` starts using ``env_name_force`` (added in 2.6), so
+  ``TORCHINDUCTOR_FX_GRAPH_CACHE`` beats any override.
 """
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -40,18 +39,6 @@ class Torch27(Torch26):
         if isinstance(index, torch.device):
             return index
         return torch.device(get_gpu_type(), index)
-
-    def forcing_env_var(self, cfg: ModuleType, key: str) -> str | None:
-        from torch.utils._config_module import _UNSET_SENTINEL
-
-        entry = cfg._config[key]  # type: ignore[attr-defined]
-        if entry.env_value_force is _UNSET_SENTINEL:
-            return None
-        # The entry keeps the forced value but not the variable's name: name the set
-        # variables that spell the key (TORCHINDUCTOR_FX_GRAPH_CACHE for fx_graph_cache).
-        stem = key.rsplit(".", 1)[-1].upper()
-        names = sorted(n for n in os.environ if n.endswith(stem) and n.startswith(("TORCHINDUCTOR_", "TORCH_")))
-        return ", ".join(names) or f"an env_name_force variable of {key}"
 
     def resolve_alias(self, cfg: ModuleType, key: str) -> tuple[ModuleType, str]:
         import importlib
