@@ -120,9 +120,7 @@ def _check_backends(patches: TorchPatches, cfg: ModuleType, backends: str, value
     if "CUTLASS" in names:
         release = torch_compat.release_of(version)
         key = patches.cutlass_dir_key(release)
-        found, where = patches.cutlass_available(cfg, release)
-        if key in values:
-            found, where = _cutlass_dir_has_library(str(values[key]))
+        found, where = patches.cutlass_available(cfg, release, str(values[key]) if key in values else None)
         if not found:
             raise InvalidKnobValue(
                 f"gemm_backends={backends!r} asks for CUTLASS, but torch {version} finds no CUTLASS "
@@ -138,9 +136,3 @@ def _check_backends(patches: TorchPatches, cfg: ModuleType, backends: str, value
             NoFallbackWarning,
             stacklevel=4,
         )
-
-
-def _cutlass_dir_has_library(path: str) -> tuple[bool, str]:
-    import os
-
-    return os.path.isdir(os.path.join(path, "python", "cutlass_library")), path

@@ -145,13 +145,13 @@ class TorchPatches:
         """The config key Inductor reads the CUTLASS directory from in ``release``."""
         return _by_release(self.cutlass_dir_key_by_release, release)
 
-    def cutlass_available(self, cfg: ModuleType, release: str) -> tuple[bool, str]:
+    def cutlass_available(self, cfg: ModuleType, release: str, cutlass_dir: str | None = None) -> tuple[bool, str]:
         """Whether Inductor would find CUTLASS, and the directory it looks in.
 
         Mirrors ``try_import_cutlass``: the CUTLASS checkout's ``python/cutlass_library``
-        must exist under the configured ``cutlass_dir``.
+        must exist under ``cutlass_dir`` (default: the configured one).
         """
-        cutlass_dir = str(getattr(cfg, self.cutlass_dir_key(release)))
+        cutlass_dir = cutlass_dir or str(getattr(cfg, self.cutlass_dir_key(release)))
         found = os.path.isdir(os.path.join(cutlass_dir, "python", "cutlass_library"))
         return found, cutlass_dir
 
