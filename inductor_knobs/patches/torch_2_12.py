@@ -40,6 +40,7 @@ class Torch212(Torch28):
         "2.15": _BACKENDS | {"FLYDSL"},
     }
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {r: "cutlass.cutlass_dir" for r in ("2.12", "2.13", "2.14", "2.15")}
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13", "2.14", "2.15")}
 
     def read_override(self, cfg: ModuleType, key: str) -> object:
         return cfg._config[key].user_override.get()  # type: ignore[attr-defined]

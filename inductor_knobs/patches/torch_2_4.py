@@ -49,6 +49,14 @@ class TorchPatches:
     }
     #: The Inductor config key codegen reads the CUTLASS checkout from, per minor release.
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.4": "cuda.cutlass_dir", "2.5": "cuda.cutlass_dir"}
+    #: Arity of ``select_algorithm.add_feedback_saver`` callbacks (0: the function does not exist).
+    #: 2.5 ``select_algorithm.py:1727`` adds it with ``(timings, name, input_nodes, choices)``.
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.4": 0, "2.5": 4}
+    #: The name ``_dynamo/convert_frame.py`` imports the recompile-reason function under
+    #: (``guards.py:2570`` in 2.4; renamed to ``..._reasons`` in 2.7).
+    recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reason"
+    #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
+    has_cache_artifacts: ClassVar[bool] = False
 
     # -- the SM gate ------------------------------------------------------------------
 
@@ -144,6 +152,10 @@ class TorchPatches:
     def cutlass_dir_key(self, release: str) -> str:
         """The config key Inductor reads the CUTLASS directory from in ``release``."""
         return _by_release(self.cutlass_dir_key_by_release, release)
+
+    def feedback_saver_arity(self, release: str) -> int:
+        """Positional arguments torch passes to feedback savers in ``release`` (0: no savers)."""
+        return int(_by_release(self.feedback_saver_arity_by_release, release))
 
     def cutlass_available(self, cfg: ModuleType, release: str, cutlass_dir: str | None = None) -> tuple[bool, str]:
         """Whether Inductor would find CUTLASS, and the directory it looks in.

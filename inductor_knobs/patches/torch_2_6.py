@@ -37,6 +37,7 @@ class Torch26(TorchPatches):
         "2.6": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
     }
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.6": "cuda.cutlass_dir"}
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.6": 4}  # select_algorithm.py:1912
 
     def gate_device(self, index: Any) -> torch.device:
         import torch

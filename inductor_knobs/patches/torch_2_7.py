@@ -6,6 +6,8 @@ Facts (torch 2.7.0 wheel):
 - ``utils/_config_module.py:85``: ``_Config`` gains ``alias`` (the value lives in another config
   module); ``fx_graph_cache`` starts using ``env_name_force`` (added in 2.6), so
   ``TORCHINDUCTOR_FX_GRAPH_CACHE`` beats any override.
+- ``_dynamo/guards.py:2953``: ``get_and_maybe_log_recompilation_reasons`` (plural) replaces
+  ``..._reason``; ``compiler/__init__.py:438``: ``save_cache_artifacts``/``load_cache_artifacts``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class Torch27(Torch26):
         "2.7": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
     }
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.7": "cuda.cutlass_dir"}
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.7": 4}  # select_algorithm.py:2348
+    recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reasons"  # guards.py:2953
+    has_cache_artifacts: ClassVar[bool] = True  # compiler/__init__.py:438
 
     def gate_device(self, index: Any) -> torch.device:
         import torch

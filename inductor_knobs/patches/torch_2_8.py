@@ -7,6 +7,8 @@ Facts (torch 2.8.0–2.11.0 wheels):
   ``torch.compiler.config.force_disable_caches`` (2.9).
 - 2.11 moves the CUTLASS directory to ``cutlass.cutlass_dir`` (config.py:2041); ``cuda.cutlass_dir``
   still exists but codegen no longer reads it.
+- Feedback savers get a fifth argument, a profiler re-benchmark thunk (2.8 ``select_algorithm.py:2101``),
+  and a sixth, ``precompile_times`` (2.11 ``:2757``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Torch28(Torch27):
         "2.10": "cuda.cutlass_dir",
         "2.11": "cutlass.cutlass_dir",
     }
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.8": 5, "2.9": 5, "2.10": 5, "2.11": 6}
 
 
 PATCHES = Torch28()

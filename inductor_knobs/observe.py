@@ -1,0 +1,362 @@
+"""Process-wide hooks that report autotuning and Dynamo compilations to observers.
+
+Observers (:class:`~inductor_knobs.recorder.record_autotune`, :func:`~inductor_knobs.serving.no_autotune`,
+:func:`~inductor_knobs.serving.warmup`) are kept in a ``ContextVar``, so each sees only what runs
+in its own thread or task; Inductor autotunes on the thread that compiles.  The hooks exist while at
+least one observer does, anywhere in the process, and are removed when the last one leaves:
+
+- a feedback saver (``select_algorithm.add_feedback_saver``, torch 2.5+), called positionally with
+  4, 5 or 6 arguments depending on the release (see each patch module's
+  ``feedback_saver_arity_by_release``); removed from ``_ALGORITHM_SELECTOR_CACHE.feedback_saver_fns``
+  by identity, since ``clear_feedback_savers`` (2.9+) would drop other people's savers too;
+- a wrapt wrapper of the static ``AlgorithmSelectorCache.log_results``, which receives the
+  benchmarking and precompile seconds torch measured (``(name, input_nodes, timings, elapse,
+  precompile_elapse, ...)`` in every release 2.4–2.15); torch calls it, before the savers, only
+  when it really benchmarked or logs at DEBUG;
+- a wrapt wrapper of the recompile-reason function ``_dynamo/convert_frame.py`` imported by name
+  (``patches.recompile_reasons_name``), which returns Dynamo's guard-failure reasons;
+- a Dynamo compile-start callback (``torch._dynamo.callback_handler``, 2.4+).  ``torch._dynamo.reset()``
+  clears every callback, so entering an observer registers it again when it went missing.
+
+Whether timings came from a cache is read from torch's own counter
+``counters["inductor"]["select_algorithm_autotune"]``, which torch bumps only when it benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import wrapt
+
+from . import torch_compat
+from .errors import DriftWarning
+from .patches.torch_2_4 import TorchPatches
+from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, finite_or_none
+
+SELECT_ALGORITHM = "torch._inductor.select_algorithm"
+CONVERT_FRAME = "torch._dynamo.convert_frame"
+
+
+class Observer(Protocol):
+    """Receives what autotuning and Dynamo did in the observer's own context."""
+
+    def on_autotune(self, record: AutotuneRecord) -> None: ...
+
+    def on_compile(self, event: CompileEvent) -> None: ...
+
+
+_OBSERVERS: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("inductor_knobs.observers", default=())
+
+
+class _ThreadState(threading.local):
+    """Facts torch reports just before the event they belong to, on the same thread."""
+
+    timing: tuple[str, float, float] | None = None  # log_results(name, elapse, precompile_elapse)
+    reasons: list[str] | None = None  # the recompile reasons of the compile about to start
+
+
+_THREAD = _ThreadState()
+
+
+class _Hooks:
+    """The installed hooks, reference-counted; every install step has its undo."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.undo: list[Callable[[], None]] = []
+        self.autotune_count = 0
+        self.arity = 0
+
+    def acquire(self, patches: TorchPatches, release: str) -> None:
+        with self.lock:
+            if self.users == 0:
+                try:
+                    self._install(patches, release)
+                except BaseException:
+                    self._uninstall()
+                    raise
+            else:
+                _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
+            self.users += 1
+
+    def release(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                self._uninstall()
+
+    def _install(self, patches: TorchPatches, release: str) -> None:
+        from torch._dynamo.utils import counters
+
+        self.arity = patches.feedback_saver_arity(release)
+        self.autotune_count = counters["inductor"]["select_algorithm_autotune"]
+        if self.arity:
+            sa = importlib.import_module(SELECT_ALGORITHM)
+            sa.add_feedback_saver(_feedback_saver)
+            self.undo.append(lambda: _remove(sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns, _feedback_saver))
+            self._wrap_log_results(sa.AlgorithmSelectorCache)
+        self._wrap_recompile_reasons(importlib.import_module(CONVERT_FRAME), patches.recompile_reasons_name)
+        _register_compile_callback()
+        self.undo.append(_drop_compile_callback)
+
+    def _wrap_log_results(self, cls: type) -> None:
+        original = cls.__dict__.get("log_results")
+        if not isinstance(original, staticmethod):
+            warnings.warn(
+                "AlgorithmSelectorCache.log_results is not a staticmethod on this torch; autotune records "
+                "will not have benchmarking seconds",
+                DriftWarning,
+                stacklevel=4,
+            )
+            return
+        cls.log_results = staticmethod(wrapt.FunctionWrapper(original.__func__, _log_results_wrapper))  # type: ignore[attr-defined]
+        self.undo.append(lambda: setattr(cls, "log_results", original))
+
+    def _wrap_recompile_reasons(self, module: Any, name: str) -> None:
+        original = getattr(module, name, None)
+        if not callable(original):
+            warnings.warn(
+                f"{CONVERT_FRAME}.{name} does not exist on this torch; compile events will not carry Dynamo's recompile reasons",
+                DriftWarning,
+                stacklevel=4,
+            )
+            return
+        setattr(module, name, wrapt.FunctionWrapper(original, _reasons_wrapper))
+        self.undo.append(lambda: setattr(module, name, original))
+
+    def _uninstall(self) -> None:
+        errors = []
+        while self.undo:
+            try:
+                self.undo.pop()()
+            except Exception as err:  # noqa: BLE001 - keep undoing the rest; report the first at the end
+                errors.append(err)
+        _THREAD.timing = _THREAD.reasons = None
+        if errors:
+            raise errors[0]
+
+
+def _register_compile_callback() -> None:
+    import torch._dynamo
+
+    handler = torch._dynamo.callback_handler
+    if not any(cb is _compile_started for cb in handler.start_callbacks):
+        handler.register_start_callback(_compile_started)
+
+
+def _drop_compile_callback() -> None:
+    import torch._dynamo
+
+    _remove(torch._dynamo.callback_handler.start_callbacks, _compile_started)
+
+
+def _remove(items: list[Any], item: object) -> None:
+    for i, candidate in enumerate(items):
+        if candidate is item:
+            del items[i]
+            return
+
+
+_HOOKS = _Hooks()
+
+
+@contextmanager
+def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[TorchPatches]:
+    """Deliver autotune records and compile events from this context to ``observer`` while inside.
+
+    Args:
+        observer: gets ``on_autotune(AutotuneRecord)`` and ``on_compile(CompileEvent)`` on the
+            compiling thread, synchronously: what it raises propagates into the compilation.
+        need_autotune: raise if this torch cannot report autotuning (no feedback savers).
+
+    Yields:
+        The patch module of the installed torch.
+
+    Raises:
+        UnsupportedTorchVersion: torch outside the supported range.
+        NotSupportedOnThisTorch: ``need_autotune`` and torch < 2.5 (``add_feedback_saver`` arrived in 2.5).
+    """
+    import torch
+
+    from .errors import NotSupportedOnThisTorch
+
+    patches = torch_compat.installed()
+    release = torch_compat.release_of(torch.__version__)
+    if need_autotune and not patches.feedback_saver_arity(release):
+        raise NotSupportedOnThisTorch(
+            f"autotune records need torch.{SELECT_ALGORITHM}.add_feedback_saver, which torch "
+            f"{torch.__version__} does not have (it arrived in torch 2.5)"
+        )
+    _HOOKS.acquire(patches, release)
+    token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
+    try:
+        yield patches
+    finally:
+        _OBSERVERS.reset(token)
+        _HOOKS.release()
+
+
+def hooks_installed() -> bool:
+    """Whether any observer hook is installed now (for tests and ``doctor``)."""
+    return _HOOKS.users > 0
+
+
+# -- the hooks themselves ---------------------------------------------------------------
+
+
+def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any], choices: list[Any], *rest: Any) -> None:
+    from torch._dynamo.utils import counters
+
+    count = counters["inductor"]["select_algorithm_autotune"]
+    fresh, _HOOKS.autotune_count = count > _HOOKS.autotune_count, count
+    timing, _THREAD.timing = _THREAD.timing, None
+    observers = _OBSERVERS.get()
+    if not observers:
+        return
+    precompile_times = rest[1] if len(rest) >= 2 and isinstance(rest[1], dict) else {}
+    try:
+        record = _record(timings, name, input_nodes, precompile_times, fresh, timing)
+    except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation
+        warnings.warn(f"inductor_knobs could not read an autotune result of {name}: {err!r}", DriftWarning, stacklevel=2)
+        return
+    for observer in observers:
+        observer.on_autotune(record)
+
+
+def _log_results_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if len(args) >= 5:
+        _THREAD.timing = (str(args[0]), float(args[3]), float(args[4]))
+    return wrapped(*args, **kwargs)
+
+
+def _reasons_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    reasons = wrapped(*args, **kwargs)
+    if not kwargs.get("skip_logging"):
+        _THREAD.reasons = [str(r) for r in reasons or []] or ["Dynamo found no guard-failure reason"]
+    return reasons
+
+
+def _compile_started(*args: Any) -> None:
+    reasons, _THREAD.reasons = _THREAD.reasons, None
+    observers = _OBSERVERS.get()
+    if not observers:
+        return
+    trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "DYNAMO").lower() if args else "dynamo"
+    compile_id = getattr(args[0], "compile_id", None) if args else None
+    event = CompileEvent(
+        compile_id=str(compile_id) if compile_id is not None else _current_compile_id(),
+        recompile=reasons is not None,
+        reasons=reasons or [],
+        trigger=trigger,
+    )
+    for observer in observers:
+        observer.on_compile(event)
+
+
+# -- reading torch objects ------------------------------------------------------------------
+
+
+def _record(
+    timings: dict[Any, float],
+    name: str,
+    input_nodes: list[Any],
+    precompile_times: dict[Any, float],
+    fresh: bool,
+    timing: tuple[str, float, float] | None,
+) -> AutotuneRecord:
+    choices = sorted(
+        (_choice(c, t, precompile_times.get(c)) for c, t in timings.items()),
+        key=lambda c: (c.time_ms is None, c.time_ms or 0.0),
+    )
+    if not fresh:
+        seconds: tuple[float | None, float | None] = (0.0, 0.0)
+    elif timing is not None and timing[0] == name:
+        seconds = (timing[1], timing[2])
+    else:
+        seconds = (None, None)
+    return AutotuneRecord(
+        op=name,
+        shapes=[_ints_or_text(_call(n, "get_size")) for n in input_nodes],
+        shape_hints=_hints([_call(n, "get_size") for n in input_nodes]),
+        strides=[_ints_or_text(_call(n, "get_stride")) for n in input_nodes],
+        dtypes=[str(_call(n, "get_dtype")) for n in input_nodes],
+        choices=choices,
+        winner=choices[0].name if choices and choices[0].time_ms is not None else None,
+        benchmark_seconds=seconds[0],
+        precompile_seconds=seconds[1],
+        from_cache=not fresh,
+        compile_id=_current_compile_id(),
+    )
+
+
+def _choice(choice: Any, time: float, precompile_seconds: float | None) -> ChoiceTiming:
+    try:
+        info = dict(choice.info_dict())
+    except Exception:  # noqa: BLE001 - a choice kind whose info_dict fails; report it without params
+        info = {}
+    backend = str(info.pop("backend", "")).lower()
+    info.pop("kernel_name", None)
+    params = {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v) for k, v in info.items()}
+    description = getattr(choice, "description", "")
+    if not params and description:
+        params = {"description": str(description)}
+    return ChoiceTiming(
+        name=str(getattr(choice, "name", choice)),
+        kind=CHOICE_KINDS.get(backend, backend or type(choice).__name__),
+        params=params,
+        time_ms=finite_or_none(time),
+        precompile_ms=None if precompile_seconds is None else 1000.0 * precompile_seconds,
+    )
+
+
+def _call(node: Any, method: str) -> Any:
+    try:
+        return getattr(node, method)()
+    except Exception:  # noqa: BLE001 - IR nodes without a layout raise assorted errors
+        return None
+
+
+def _ints_or_text(values: Any) -> list[int | str]:
+    if values is None:
+        return []
+    return [int(v) if getattr(v, "is_number", True) and _is_int(v) else str(v) for v in values]
+
+
+def _is_int(value: Any) -> bool:
+    try:
+        int(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _hints(sizes: list[Any]) -> list[list[int]] | None:
+    """Symbolic sizes as the ints torch benchmarked with.
+
+    ``SizeVarAllocator.size_hints`` (2.4–2.11) was renamed ``optimization_hints`` (2.11+).
+    """
+    try:
+        from torch._inductor.virtualized import V
+
+        sizevars = V.graph.sizevars
+        hints = getattr(sizevars, "optimization_hints", None) or sizevars.size_hints
+        return [[int(h) for h in hints(s)] if s is not None else [] for s in sizes]
+    except Exception:  # noqa: BLE001 - outside a graph, or a size without a hint
+        return None
+
+
+def _current_compile_id() -> str | None:
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+    except (ImportError, AttributeError):
+        return None
+    return None if compile_id is None else str(compile_id)
