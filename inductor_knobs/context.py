@@ -107,6 +107,11 @@ class KnobsContext:
             if global_config:
                 _OWNER.exit()
 
+    @property
+    def active(self) -> bool:
+        """Whether this context is entered in the current thread/task."""
+        return bool(self._stack.get())
+
     def start(self) -> Knobs:
         """Apply now (like ``__enter__``); pair with :meth:`stop`."""
         return self.__enter__()

@@ -64,3 +64,20 @@ class DriftWarning(KnobsWarning):
 
 class NoFallbackWarning(KnobsWarning):
     """``gemm_backends`` leaves out ATEN, so a GEMM with no valid template has no fallback."""
+
+
+class AutotuneDuringServing(KnobsError, RuntimeError):
+    """Autotune benchmarking or a (re)compilation happened inside ``ik.no_autotune()``.
+
+    Attributes:
+        event: the :class:`~inductor_knobs.records.AutotuneRecord` or
+            :class:`~inductor_knobs.records.CompileEvent` that violated the guard.
+    """
+
+    def __init__(self, message: str, event: object) -> None:
+        super().__init__(message)
+        self.event = event
+
+
+class CompileCacheRefused(KnobsError, RuntimeError):
+    """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""

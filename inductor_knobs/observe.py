@@ -58,7 +58,7 @@ class _ThreadState(threading.local):
     """Facts torch reports just before the event they belong to, on the same thread."""
 
     timing: tuple[str, float, float] | None = None  # log_results(name, elapse, precompile_elapse)
-    reasons: list[str] | None = None  # the recompile reasons of the compile about to start
+    reasons: tuple[list[str], str | None, dict[str, str]] | None = None  # the recompile about to start
 
 
 _THREAD = _ThreadState()
@@ -239,22 +239,42 @@ def _log_results_wrapper(wrapped: Callable[..., Any], instance: object, args: tu
 def _reasons_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     reasons = wrapped(*args, **kwargs)
     if not kwargs.get("skip_logging"):
-        _THREAD.reasons = [str(r) for r in reasons or []] or ["Dynamo found no guard-failure reason"]
+        frame = args[1] if len(args) > 1 else kwargs.get("frame")
+        texts = [str(r) for r in reasons or []] or ["Dynamo found no guard-failure reason"]
+        _THREAD.reasons = (texts, *_describe_frame(frame))
     return reasons
 
 
+def _describe_frame(frame: Any) -> tuple[str | None, dict[str, str]]:
+    """``name (file:line)`` and the tensor arguments of the frame Dynamo is about to recompile."""
+    import torch
+
+    code = getattr(frame, "f_code", None)
+    if code is None:
+        return None, {}
+    where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+    tensors = {}
+    for name, value in list(getattr(frame, "f_locals", {}).items())[:16]:
+        if isinstance(value, torch.Tensor):
+            tensors[name] = f"{value.dtype}{list(value.shape)}"
+    return where, tensors
+
+
 def _compile_started(*args: Any) -> None:
-    reasons, _THREAD.reasons = _THREAD.reasons, None
+    recompile, _THREAD.reasons = _THREAD.reasons, None
     observers = _OBSERVERS.get()
     if not observers:
         return
     trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "DYNAMO").lower() if args else "dynamo"
     compile_id = getattr(args[0], "compile_id", None) if args else None
+    reasons, code, inputs = recompile or ([], None, {})
     event = CompileEvent(
         compile_id=str(compile_id) if compile_id is not None else _current_compile_id(),
-        recompile=reasons is not None,
-        reasons=reasons or [],
+        recompile=recompile is not None,
+        reasons=reasons,
         trigger=trigger,
+        code=code,
+        inputs=inputs,
     )
     for observer in observers:
         observer.on_compile(event)
@@ -346,7 +366,7 @@ def _hints(sizes: list[Any]) -> list[list[int]] | None:
         from torch._inductor.virtualized import V
 
         sizevars = V.graph.sizevars
-        hints = getattr(sizevars, "optimization_hints", None) or sizevars.size_hints
+        hints = getattr(sizevars, "optimization_hints", None) or getattr(sizevars, "size_hints")  # noqa: B009
         return [[int(h) for h in hints(s)] if s is not None else [] for s in sizes]
     except Exception:  # noqa: BLE001 - outside a graph, or a size without a hint
         return None

@@ -88,19 +88,26 @@ class CompileEvent:
         recompile: True when an earlier compilation of the same frame existed (a guard failed).
         reasons: Dynamo's guard-failure reasons for a recompile (``"tensor 'x' size mismatch at
             index 0. expected 1024, actual 2048"``); empty for a first compile.
-        trigger: what started it: ``dynamo`` or, on torch 2.8+, ``lazy_backward`` etc.
+        trigger: what started it: ``dynamo`` or, on torch 2.8+, ``lazy_backward``,
+            ``cudagraph_recording`` etc.
+        code: the recompiled function as ``name (file:line)``; known for recompiles.
+        inputs: the recompiled frame's tensor arguments as ``{name: "torch.float32[2048, 3420]"}``.
     """
 
     compile_id: str | None
     recompile: bool
     reasons: list[str] = field(default_factory=list)
     trigger: str = "dynamo"
+    code: str | None = None
+    inputs: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line: what compiled and why."""
         what = "recompile" if self.recompile else "compile"
-        why = f": {'; '.join(self.reasons)}" if self.reasons else ""
-        return f"Dynamo {what} {self.compile_id or '?'} ({self.trigger}){why}"
+        where = f" of {self.code}" if self.code else ""
+        why = f" because {'; '.join(self.reasons)}" if self.reasons else ""
+        inputs = f" [inputs: {', '.join(f'{k}={v}' for k, v in self.inputs.items())}]" if self.inputs else ""
+        return f"Dynamo {what} {self.compile_id or '?'}{where} ({self.trigger}){why}{inputs}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
