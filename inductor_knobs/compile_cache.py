@@ -126,10 +126,13 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     if not allow_unsafe:
         _check_private(where)
     with open(where, "rb") as src:
-        if src.readline() != MAGIC:
-            raise CompileCacheRefused(f"load_compile_cache({where!r}): not an inductor_knobs compile cache file")
-        header = json.loads(src.readline())
-        payload = src.read()
+        magic, header_line, payload = src.readline(), src.readline(), src.read()
+    try:
+        header = json.loads(header_line) if magic == MAGIC else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        raise CompileCacheRefused(f"load_compile_cache({where!r}): not an inductor_knobs compile cache file")
     here = identity(_knobs_of(knobs))
     differences = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in IDENTITY if header.get(key) != here[key]]
     if differences:
@@ -185,9 +188,8 @@ def _check_private(path: str) -> None:
     if dst.st_uid not in (uid, 0):
         problems.append(f"its directory {directory} is owned by uid {dst.st_uid}")
     if dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not dst.st_mode & stat.S_ISVTX:
-        problems.append(
-            f"its directory {directory} is writable by group or others without the sticky bit (mode {stat.S_IMODE(dst.st_mode):o})"
-        )
+        mode = stat.S_IMODE(dst.st_mode)
+        problems.append(f"its directory {directory} is writable by group or others without the sticky bit (mode {mode:o})")
     if problems:
         raise CompileCacheRefused(
             f"load_compile_cache({path!r}) refused: the file holds pickled data, i.e. code, and {'; '.join(problems)}. "

@@ -204,6 +204,9 @@ class no_autotune:
             ``AutotuneDuringServingWarning`` per event.  ``"log"``: a WARNING on the
             ``inductor_knobs.serving`` logger.  The message names the op and input shapes (or the
             recompiled function and its tensor inputs) and Dynamo's recompile reason.
+        allow_cudagraph_recording: do not count CUDA graph recordings (torch 2.8+ reports them as
+            compile events when ``mode="reduce-overhead"``/``"max-autotune"`` meets a new shape);
+            they cost milliseconds, not seconds, and are neither autotuning nor recompilation.
 
     Attributes:
         violations: every event seen, as :class:`AutotuneRecord`/:class:`CompileEvent`.
@@ -218,18 +221,21 @@ class no_autotune:
         AutotuneDuringServing: see ``on``.
     """
 
-    def __init__(self, on: str = "raise") -> None:
+    def __init__(self, on: str = "raise", *, allow_cudagraph_recording: bool = True) -> None:
         if on not in REACTIONS:
             raise InvalidKnobValue(
                 f"no_autotune(on={on!r}) is invalid on torch {torch_version()}: allowed {', '.join(REACTIONS)}"
             )
         self.on = on
+        self.allow_cudagraph_recording = allow_cudagraph_recording
         self.violations: list[AutotuneRecord | CompileEvent] = []
         self._last_compile: CompileEvent | None = None
         self._error: AutotuneDuringServing | None = None
         self._stack: ExitStack | None = None
 
     def on_compile(self, event: CompileEvent) -> None:
+        if event.trigger == "cudagraph_recording" and self.allow_cudagraph_recording:
+            return
         self._last_compile = event
         self._violate(
             f"{event.describe()} during serving (inside ik.no_autotune). Warm this input up before traffic "

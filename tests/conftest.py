@@ -47,3 +47,28 @@ def _no_leaks():
     gate = inductor_utils.is_big_gpu
     yield
     assert inductor_utils.is_big_gpu is gate, "a test left is_big_gpu patched"
+
+
+@pytest.fixture
+def fresh_inductor():
+    """Empty Dynamo and Inductor caches (torch's own fresh_cache / fresh_inductor_cache), before and after."""
+    fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
+    torch._dynamo.reset()
+    with fresh():
+        yield
+    torch._dynamo.reset()
+
+
+#: Knobs under which Inductor autotunes a bmm on a CPU (ATen vs the C++ GEMM template).
+CPU_AUTOTUNE = {"max_autotune": True, "gemm_backends": "ATEN,CPP"}
+
+
+@pytest.fixture
+def cpu_autotune(fresh_inductor, patches):
+    """Skip unless this torch reports autotuning and Inductor's C++ GEMM template can run here."""
+    release = torch_compat.release_of(torch.__version__)
+    if not patches.feedback_saver_arity(release):
+        pytest.skip(f"torch {torch.__version__} has no add_feedback_saver")
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("Inductor's C++ GEMM template needs AVX2 or AVX512")
+    return CPU_AUTOTUNE
