@@ -51,3 +51,57 @@ def test_gate_decides_triton_templates_on_a_real_gpu():
     assert triton_open > 0
     assert inductor_utils.is_big_gpu is original
     assert original(0) is (sms >= 68)  # torch's own gate again
+
+
+# -- the reference case of mm-autotune-per-shape.txt: serving without autotune stalls ---------
+
+REFERENCE_LENS = (560, 1024, 2048)
+
+
+def _reference_model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(3420, 1280, bias=False, dtype=torch.bfloat16, device="cuda")
+
+
+def _hidden_states(seq_len):
+    x = torch.randn(seq_len, 3420, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.mark_dynamic(x, 0)
+    return x
+
+
+@pytest.fixture
+def fresh_gpu_caches():
+    fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
+    torch._dynamo.reset()
+    with fresh():
+        yield
+    torch._dynamo.reset()
+
+
+@requires_cuda
+def test_reference_case_warmup_then_200_random_lengths_autotune_nothing(fresh_gpu_caches):
+    import random
+
+    model = ik.compile(_reference_model(), mode="max-autotune")
+    report = ik.warmup(model, shapes=REFERENCE_LENS, factory=_hidden_states)
+    print("\n" + report.table())
+    assert any(not r.from_cache for r in report.records)
+    with ik.no_autotune() as guard:  # raises on the first autotune or recompilation
+        for n in random.Random(0).choices(range(512, 2049), k=200):
+            model(_hidden_states(n))
+    assert guard.violations == []
+
+
+@requires_cuda
+def test_reference_case_without_warmup_the_guard_names_why(fresh_gpu_caches):
+    model = ik.compile(_reference_model(), mode="max-autotune")
+    for n in REFERENCE_LENS[:2]:
+        model(_hidden_states(n))
+    with ik.no_autotune(on="log") as guard, ik.record_autotune() as rec:
+        model(_hidden_states(2048))
+    print("\n" + "\n".join(e.describe() if isinstance(e, ik.CompileEvent) else e.signature for e in guard.violations))
+    print(rec.table(top=3))
+    assert guard.violations, "seq_len 2048 after 560/1024 autotuned nothing"
+    with pytest.raises(ik.AutotuneDuringServing, match="2048"), ik.no_autotune():
+        torch._dynamo.reset()
+        model(_hidden_states(2048))
