@@ -255,8 +255,11 @@ def _describe_frame(frame: Any) -> tuple[str | None, dict[str, str]]:
     where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
     tensors = {}
     for name, value in list(getattr(frame, "f_locals", {}).items())[:16]:
-        if isinstance(value, torch.Tensor):
-            tensors[name] = f"{value.dtype}{list(value.shape)}"
+        # nn.Module calls reach Dynamo through a wrapper whose frame holds ``args``.
+        items = enumerate(value) if isinstance(value, (tuple, list)) else [(None, value)]
+        for index, item in list(items)[:8]:
+            if isinstance(item, torch.Tensor):
+                tensors[name if index is None else f"{name}[{index}]"] = f"{item.dtype}{list(item.shape)}"
     return where, tensors
 
 
