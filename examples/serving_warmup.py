@@ -54,8 +54,8 @@ def main() -> None:
     if ik.torch_compat.installed().has_cache_artifacts:
         path = os.path.join(tempfile.mkdtemp(), "compile.cache")
         header = ik.save_compile_cache(path, compiled)
-        print(f"saved the compile cache to {path} ({header['artifacts']}); load it in the next process with")
-        print(f"    ik.load_compile_cache({path!r}, knobs)  # before the first call")
+        print(f"saved the compile cache to {path} ({header['artifacts']}); in the next process:")
+        print(f"    compiled = ik.compile(model, knobs, mode=...); ik.load_compile_cache({path!r}, compiled)")
 
 
 if __name__ == "__main__":
