@@ -20,6 +20,7 @@ Writes ``serving.json`` and ``serving.md`` under ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -68,8 +69,18 @@ def first_requests(compiled) -> dict[int, dict]:
     for n in SEQ_LENS:
         with ik.record_autotune() as rec:
             seconds = timed(compiled, hidden_states(n))
-        out[str(n)] = {"seconds": seconds, "benchmarked": len(rec.benchmarked), "compiles": [e.describe() for e in rec.compiles]}
+        out[str(n)] = {"seconds": seconds, "benchmarked": len(rec.benchmarked), "compiles": real_compiles(rec.compiles)}
     return out
+
+
+def real_compiles(events) -> list[str]:
+    """Dynamo compilations, without CUDA graph recordings (torch reports those through the same callback)."""
+    return [e.describe() for e in events if e.trigger != "cudagraph_recording"]
+
+
+def grad_mode(variant: str):
+    """``autograd``: parameters require grad, as in the report; ``no_grad``: inference serving."""
+    return torch.no_grad() if variant == "no_grad" else contextlib.nullcontext()
 
 
 def stream(compiled, lengths, guard_on: str) -> dict:
@@ -84,15 +95,16 @@ def stream(compiled, lengths, guard_on: str) -> dict:
         "seconds": seconds,
         "autotune_benchmarked": len(rec.benchmarked),
         "autotuned_shapes": sorted({r.signature for r in rec.benchmarked}),
-        "compiles": [e.describe() for e in rec.compiles],
+        "compiles": real_compiles(rec.compiles),
+        "cudagraph_recordings": sum(e.trigger == "cudagraph_recording" for e in rec.compiles),
         "violations": len(guard.violations),
     }
 
 
-def in_process(requests: int) -> dict:
+def in_process(requests: int, variant: str) -> dict:
     lengths = random.Random(0).choices(range(512, 2049), k=requests)
     results: dict = {}
-    with torch.no_grad():
+    with grad_mode(variant):
         with fresh()():
             results["cold_first_requests"] = first_requests(torch.compile(make_model(), mode=MODE))
         with fresh()():
@@ -108,9 +120,9 @@ def in_process(requests: int) -> dict:
     return results
 
 
-def worker(role: str, path: str) -> dict:
+def worker(role: str, path: str, variant: str) -> dict:
     """One process of the warm-restart measurement: save, cold, or load."""
-    with torch.no_grad():
+    with grad_mode(variant):
         compiled = ik.compile(make_model(), mode=MODE)  # lazy: nothing compiles before the first call
         if role == "load":
             start = time.perf_counter()
@@ -122,33 +134,36 @@ def worker(role: str, path: str) -> dict:
     return {"first_requests": firsts, **({"load_seconds": load_seconds} if role == "load" else {})}
 
 
-def run_worker(role: str, path: str, cache_root: str) -> dict:
+def run_worker(role: str, path: str, cache_root: str, variant: str) -> dict:
     env = {
         **os.environ,
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_root, role),
         "TRITON_CACHE_DIR": os.path.join(cache_root, role, "triton"),
     }
     out = subprocess.run(
-        [sys.executable, __file__, "--role", role, "--cache-file", path], env=env, capture_output=True, text=True
+        [sys.executable, __file__, "--role", role, "--cache-file", path, "--variant", variant],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if out.returncode:
         raise RuntimeError(f"{role} worker failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def warm_restart() -> dict:
+def warm_restart(variant: str) -> dict:
     with tempfile.TemporaryDirectory() as root:
         path = os.path.join(root, "compile.cache")
-        saved = run_worker("save", path, root)
-        cold = run_worker("cold", path, root)
-        loaded = run_worker("load", path, root)
+        saved = run_worker("save", path, root, variant)
+        cold = run_worker("cold", path, root, variant)
+        loaded = run_worker("load", path, root, variant)
     return {"save": saved, "cold_process": cold, "loaded_process": loaded}
 
 
-def markdown(results: dict) -> str:
-    env = results["environment"]
+def markdown(env: dict, variant: str, results: dict) -> str:
     lines = [
-        f"GPU: {env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, triton {env['triton']}",
+        f"GPU: {env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, triton {env['triton']}; "
+        f"variant: {variant}",
         "",
         "| seq_len | cold first request s | after ik.warmup s | ratio "
         "| cold process s | process that loaded the cache s | ratio | autotuned (cold / loaded) |",
@@ -170,11 +185,12 @@ def markdown(results: dict) -> str:
     lines += [
         "",
         f"| {ps['requests']}-request stream, lengths in [512, 2048] "
-        "| autotune benchmarking events | Dynamo (re)compilations | seconds |",
-        "|---|---|---|---|",
-        f"| plain torch.compile, no warmup | {ps['autotune_benchmarked']} | {len(ps['compiles'])} | {ps['seconds']:.2f} |",
+        "| autotune benchmarking events | Dynamo (re)compilations | CUDA graph recordings | seconds |",
+        "|---|---|---|---|---|",
+        f"| plain torch.compile, no warmup | {ps['autotune_benchmarked']} | {len(ps['compiles'])} "
+        f"| {ps['cudagraph_recordings']} | {ps['seconds']:.2f} |",
         f"| ik.compile after ik.warmup(560, 1024, 2048) | {ws['autotune_benchmarked']} "
-        f"| {len(ws['compiles'])} | {ws['seconds']:.2f} |",
+        f"| {len(ws['compiles'])} | {ws['cudagraph_recordings']} | {ws['seconds']:.2f} |",
         "",
         f"no_autotune violations: plain {ps['violations']}, after warmup {ws['violations']}",
     ]
@@ -187,9 +203,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--role", choices=("save", "cold", "load"), help=argparse.SUPPRESS)
     parser.add_argument("--cache-file", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=("autograd", "no_grad"), action="append", help="default: both")
     args = parser.parse_args()
     if args.role:
-        print(json.dumps(worker(args.role, args.cache_file)))
+        print(json.dumps(worker(args.role, args.cache_file, args.variant[0])))
         return
     if not torch.cuda.is_available():
         sys.exit("bench/serving.py needs a CUDA GPU")
@@ -203,24 +220,18 @@ def main() -> None:
     driver = subprocess.run(
         ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
     ).stdout.strip()
-    results = {
-        "environment": {
-            "gpu": props.name,
-            "sms": props.multi_processor_count,
-            "driver": driver,
-            "torch": torch.__version__,
-            "triton": triton_version,
-        },
-        **in_process(args.requests),
-        "warm_restart": warm_restart(),
-    }
+    env = {"gpu": props.name, "sms": props.multi_processor_count, "driver": driver, "torch": torch.__version__}
+    env["triton"] = triton_version
+    results: dict = {"environment": env}
+    tables = []
+    for variant in args.variant or ("autograd", "no_grad"):
+        results[variant] = {**in_process(args.requests, variant), "warm_restart": warm_restart(variant)}
+        tables.append(markdown(env, variant, results[variant]))
+        print(tables[-1] + "\n" + results[variant]["warmup_table"], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "serving.json").write_text(json.dumps(results, indent=2, default=str))
-    table = markdown(results)
-    (out / "serving.md").write_text(table + "\n")
-    print(table)
-    print(results["warmup_table"])
+    (out / "serving.md").write_text("\n\n".join(tables) + "\n")
 
 
 if __name__ == "__main__":
