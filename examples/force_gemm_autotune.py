@@ -19,43 +19,18 @@ import inductor_knobs as ik
 SEQ_LENS = (560, 1024, 2048)
 
 
-def choice_kind(choice: object) -> str:
-    name = type(choice).__name__
-    return "aten" if "Extern" in name else "triton" if "Triton" in name else name
-
-
-def compile_and_record(arm: str, context: ik.KnobsContext, device: str, dtype: torch.dtype) -> list[tuple]:
-    from torch._inductor import select_algorithm
-
-    records: list[tuple] = []
-
-    def saver(timings, name, input_nodes, choices, *rest):  # arity differs by torch release
-        shapes = [tuple(n.get_size()) for n in input_nodes]
-        records.append((name, shapes, sorted((ms, c.name, choice_kind(c)) for c, ms in timings.items())))
-
-    select_algorithm.add_feedback_saver(saver)
+def compile_and_record(arm: str, knobs: ik.Knobs, device: str, dtype: torch.dtype) -> ik.record_autotune:
     torch._dynamo.reset()
     model = torch.nn.Linear(3420, 1280, bias=False, device=device, dtype=dtype)
-    with context:
-        compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+    compiled = ik.compile(model, knobs, mode="max-autotune-no-cudagraphs")
+    with ik.record_autotune() as rec:
         for seq_len in SEQ_LENS:
             x = torch.randn(seq_len, 3420, device=device, dtype=dtype)
             torch._dynamo.mark_dynamic(x, 0)
             compiled(x)
-    print(f"\n== {arm}: {len(records)} GEMM(s) autotuned")
-    for name, shapes, rows in records:
-        kinds = sorted({kind for _, _, kind in rows})
-        print(f"  {name}{shapes}: {len(rows)} choices ({', '.join(kinds)})")
-        for ms, choice, kind in rows[:5]:
-            print(f"    {choice:24} {kind:7} {ms:.4f} ms")
-    _remove_saver(select_algorithm, saver)
-    return records
-
-
-def _remove_saver(select_algorithm, saver) -> None:
-    cache = getattr(select_algorithm, "_ALGORITHM_SELECTOR_CACHE", None)
-    if cache is not None and saver in getattr(cache, "feedback_saver_fns", []):
-        cache.feedback_saver_fns.remove(saver)
+    print(f"\n== {arm}: {len(rec.records)} GEMM(s) autotuned")
+    print(rec.table(top=5))
+    return rec
 
 
 def main() -> None:
@@ -66,8 +41,8 @@ def main() -> None:
     else:
         device, dtype, sms = "cpu", torch.float32, 0
         print("No CUDA GPU: the SM gate does not apply on CPU; running the same code path anyway.")
-    closed = ik.knobs(min_sms=min(max(sms + 1, 69), 1024), max_autotune_gemm=True, gemm_backends="ATEN,TRITON,CPP")
-    opened = ik.force_gemm_autotune(min_sms=max(sms, 1), backends="ATEN,TRITON,CPP")
+    closed = ik.Knobs(min_sms=min(max(sms + 1, 69), 1024), max_autotune_gemm=True, gemm_backends="ATEN,TRITON,CPP")
+    opened = ik.Knobs(min_sms=max(sms, 1), max_autotune_gemm=True, gemm_backends="ATEN,TRITON,CPP")
     compile_and_record("gate closed", closed, device, dtype)
     compile_and_record(f"force_gemm_autotune(min_sms={max(sms, 1)})", opened, device, dtype)
 
