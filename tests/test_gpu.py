@@ -69,17 +69,8 @@ def _hidden_states(seq_len):
     return x
 
 
-@pytest.fixture
-def fresh_gpu_caches():
-    fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
-    torch._dynamo.reset()
-    with fresh():
-        yield
-    torch._dynamo.reset()
-
-
 @requires_cuda
-def test_reference_case_warmup_then_200_random_lengths_autotune_nothing(fresh_gpu_caches):
+def test_reference_case_warmup_then_200_random_lengths_autotune_nothing(fresh_inductor):
     import random
 
     model = ik.compile(_reference_model(), mode="max-autotune")
@@ -93,7 +84,7 @@ def test_reference_case_warmup_then_200_random_lengths_autotune_nothing(fresh_gp
 
 
 @requires_cuda
-def test_reference_case_without_warmup_the_guard_names_why(fresh_gpu_caches):
+def test_reference_case_without_warmup_the_guard_names_why(fresh_inductor):
     model = ik.compile(_reference_model(), mode="max-autotune")
     for n in REFERENCE_LENS[:2]:
         model(_hidden_states(n))
