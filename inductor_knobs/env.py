@@ -19,8 +19,11 @@ from .plan import plan
 
 DISABLE_VAR = ENV_PREFIX + "DISABLE"
 
-_lock = threading.Lock()
+# Re-entrant: an explicit activate_from_env() before torch._inductor.utils exists imports it
+# while planning, and the startup hook's activation then runs inside the outer one.
+_lock = threading.RLock()
 _active: tuple[Knobs, list[Change]] | None = None
+_activating = False
 
 
 def env_requests_knobs(environ: Mapping[str, str] | None = None) -> bool:
@@ -46,11 +49,13 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
         KnobsError: a variable asks for different knobs than are already active
             (call :func:`deactivate_env` first).  Nothing is applied on any error.
     """
-    global _active
+    global _active, _activating
     if not env_requests_knobs(environ):
         return None
     knobs = Knobs.from_env(environ)
     with _lock:
+        if _activating:  # re-entered from the import hook while this thread plans; the outer call applies
+            return knobs
         if _active is not None:
             if _active[0] == knobs:
                 return knobs
@@ -60,7 +65,11 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
                 f"INDUCTOR_KNOBS_* already activated {_active[0].to_dict()}; refusing to stack "
                 f"{knobs.to_dict()} on top (call inductor_knobs.deactivate_env() first)"
             )
-        _active = (knobs, apply_all(plan(knobs, process_wide=True)))
+        _activating = True
+        try:
+            _active = (knobs, apply_all(plan(knobs, process_wide=True)))
+        finally:
+            _activating = False
     return knobs
 
 

@@ -76,10 +76,23 @@ print('late', cfg.max_autotune_gemm, cfg.max_autotune_gemm_backends, cfg.triton.
 """
 
 
-def _run(env_vars: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _run(env_vars: dict[str, str], probe: str = PROBE) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
     env.update(env_vars)
-    return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+
+
+@needs_install
+def test_explicit_activation_before_inductor_import_does_not_deadlock_with_the_hook():
+    # activate_from_env() imports torch._inductor.utils while planning; the startup hook then
+    # activates inside it.  This hung on a non-reentrant lock once (found by the ablation worker).
+    probe = (
+        "import inductor_knobs as ik; k = ik.activate_from_env(); import torch._inductor.utils as u, wrapt; "
+        "print(k.min_sms, isinstance(u.is_big_gpu, wrapt.FunctionWrapper))"
+    )
+    out = _run({"INDUCTOR_KNOBS_MIN_SMS": "40"}, probe)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["40", "True"]
 
 
 @needs_install
