@@ -18,8 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     doctor = sub.add_parser("doctor", help="versions, patch module, GPUs and the SM gate, backends, env, modes")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument("--min-sms", type=int, default=None, help="also show the gate verdict at this threshold")
+    from .ablation import command as ablate
+
+    ablate.add_parser(sub)
     args = parser.parse_args(argv)
     try:
+        if args.command == "ablate":
+            return ablate.run(args)
         from . import doctor as doctor_mod
 
         report = doctor_mod.collect(min_sms=args.min_sms)

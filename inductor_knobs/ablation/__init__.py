@@ -1,0 +1,1 @@
+"""``inductor-knobs ablate``: reproducible knob ablations (spec, workloads, worker, runner, report)."""

@@ -1,0 +1,148 @@
+"""``inductor-knobs ablate``: arguments, validation before any arm runs, and output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..errors import InvalidKnobValue
+from . import report, spec, workloads
+from .runner import Plan, execute
+
+DEFAULT_WORKLOAD = "reference_mlp"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "ablate",
+        help="compare Inductor settings: isolated arms, interleaved repeats, statistics",
+        description="With no arguments: the reference MLP on the best device, arms default, max-autotune, "
+        "max-autotune-no-cudagraphs and force_gemm_autotune.",
+    )
+    p.add_argument(
+        "--workload", help=f"built-in ({', '.join(workloads.BUILTIN)}) or pkg.module:factory (default {DEFAULT_WORKLOAD})"
+    )
+    p.add_argument("--arm", action="append", default=[], help="NAME:knob=value,... (repeatable); 'eager' for the eager baseline")
+    p.add_argument("--grid", action="append", default=[], help="knob=v1,v2 or knob=v1|v2 (repeatable; cartesian product)")
+    p.add_argument("--config", help="a TOML file of arms (see examples/ablation.toml)")
+    p.add_argument("--baseline", help="the arm speedups are relative to (default: the first)")
+    p.add_argument("--repeats", type=int, help="processes per arm, interleaved (default 3; 1 with --quick)")
+    p.add_argument("--iters", type=int, help="latency samples per process (default 20; 5 with --quick)")
+    p.add_argument("--quick", action="store_true", help="small inputs, few samples (CI)")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
+    p.add_argument("--gpus", help="comma-separated GPU indices to spread arms over (default: all visible)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per arm process (default 900)")
+    p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
+    p.add_argument("--out", help="directory for results.json, results.csv (and results.png)")
+    p.add_argument("--plot", action="store_true", help="also write results.png (needs matplotlib)")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any arm failed (default: only if all did)")
+    p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="print what changed between two results.json")
+    p.add_argument("--merge", nargs="+", metavar="RESULTS", help="merge shard results.json files (with --out)")
+
+
+def _positive(name: str, value: int | None, default: int) -> int:
+    if value is None:
+        return default
+    if value < 1:
+        raise InvalidKnobValue(f"--{name}={value} is invalid: allowed an int >= 1")
+    return value
+
+
+def _shard(text: str | None) -> tuple[int, int]:
+    if text is None:
+        return (0, 1)
+    try:
+        index, count = (int(p) for p in text.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
+        raise InvalidKnobValue(f"--shard={text!r} is invalid: allowed i/n with 0 <= i < n, e.g. 0/4")
+    return index, count
+
+
+def build_plan(args: argparse.Namespace) -> Plan:
+    """Everything validated: workload, arms, baseline, device, GPUs, shard.  Nothing runs here."""
+    import torch
+
+    toml: dict[str, Any] = spec.load_toml(args.config) if args.config else {}
+    workload = args.workload or toml.get("workload") or DEFAULT_WORKLOAD
+    workloads.resolve(workload)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InvalidKnobValue(f"--device cuda: torch {torch.__version__} sees no CUDA GPU")
+    visible = torch.cuda.device_count() if device == "cuda" else 0
+    gpus = list(range(visible))
+    if args.gpus:
+        try:
+            gpus = [int(g) for g in args.gpus.split(",")]
+        except ValueError:
+            gpus = [-1]
+        missing = [g for g in gpus if not 0 <= g < visible]
+        if missing:
+            raise InvalidKnobValue(f"--gpus={args.gpus!r} names GPU(s) {missing} that do not exist: {visible} visible ({device})")
+    arms = list(toml.get("arms", [])) + [spec.parse_arm(a) for a in args.arm] + spec.parse_grid(args.grid)
+    if not (args.arm or args.grid or args.config):
+        sms = torch.cuda.get_device_properties(gpus[0]).multi_processor_count if gpus else None
+        arms = spec.default_arms(sms)
+    spec.check_names(arms)
+    baseline = args.baseline or toml.get("baseline") or arms[0].name
+    if baseline not in [a.name for a in arms]:
+        raise InvalidKnobValue(f"--baseline={baseline!r} is not an arm; arms: {', '.join(a.name for a in arms)}")
+    quick = bool(args.quick or toml.get("quick", False))
+    return Plan(
+        workload=workload,
+        arms=arms,
+        baseline=baseline,
+        device=device,
+        gpus=gpus,
+        quick=quick,
+        repeats=_positive("repeats", args.repeats if args.repeats is not None else toml.get("repeats"), 1 if quick else 3),
+        iters=_positive("iters", args.iters, 5 if quick else 20),
+        warmup=1 if quick else 3,
+        timeout=args.timeout,
+        shard=_shard(args.shard),
+    )
+
+
+def environment(plan: Plan) -> dict[str, Any]:
+    import torch
+
+    from .. import doctor
+
+    name = (
+        torch.cuda.get_device_name(plan.gpus[0])
+        if plan.device == "cuda" and plan.gpus
+        else f"CPU ({torch.backends.cpu.get_cpu_capability()})"
+    )
+    return {"torch": torch.__version__, "device_name": name, "doctor": doctor.collect()}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; returns the exit status."""
+    if args.compare:
+        old, new = (json.load(open(p, encoding="utf-8")) for p in args.compare)
+        print(report.compare(old, new))
+        return 0
+    if args.merge:
+        results = report.merge([json.load(open(p, encoding="utf-8")) for p in args.merge])
+    else:
+        plan = build_plan(args)
+        results = {
+            "workload": plan.workload,
+            "device": plan.device,
+            "repeats": plan.repeats,
+            "quick": plan.quick,
+            "baseline": plan.baseline,
+            "arms": [a.to_dict() for a in plan.arms],
+            "shard": list(plan.shard),
+            "environment": environment(plan),
+            "runs": execute(plan),
+        }
+    print(report.markdown(results))
+    if args.out:
+        for path in report.write(results, args.out, plot=args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    failed = [r for r in results["runs"] if not r.get("ok")]
+    return 1 if results["runs"] and (len(failed) == len(results["runs"]) or (args.strict and failed)) else 0

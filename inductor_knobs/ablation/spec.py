@@ -1,0 +1,213 @@
+"""Arms of an ablation: parsed from ``--arm``, ``--grid`` or a TOML file, validated before anything runs.
+
+An arm is a set of knobs (any :class:`~inductor_knobs.knobs.Knobs` field, applied in the arm's
+own process by env activation, i.e. as ``INDUCTOR_KNOBS_<KNOB>`` variables), plus the
+``torch.compile`` arguments ``mode``, ``dynamic`` and ``fullgraph``; or ``eager`` (no compile).
+
+Syntax:
+- ``--arm NAME:knob=value,knob=value``; a value may itself hold commas
+  (``--arm both:gemm_backends=ATEN,TRITON,min_sms=40``); ``--arm eager`` is the eager baseline.
+- ``--grid knob=v1,v2`` (repeatable; the cartesian product of all grids); use ``|`` between values
+  that hold commas: ``--grid 'gemm_backends=ATEN|ATEN,TRITON'``.
+- TOML: top-level ``workload``, ``repeats``, ``baseline``, ``quick``; ``[[arm]]`` tables with ``name``
+  and knobs; a ``[grid]`` table of lists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import tomllib
+
+from ..errors import InvalidKnobValue, KnobsError, UnknownKnob
+from ..knobs import ENV_PREFIX, Knobs, _unknown_message, torch_version
+from ..plan import plan
+
+COMPILE_ARGS = ("mode", "dynamic", "fullgraph")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration to measure.
+
+    Attributes:
+        name: its label in tables.
+        knobs: knob name -> value as text (what ``INDUCTOR_KNOBS_<KNOB>`` would hold).
+        compile_args: ``mode``, ``dynamic``, ``fullgraph`` for ``torch.compile``.
+        eager: run the model uncompiled.
+    """
+
+    name: str
+    knobs: dict[str, str] = field(default_factory=dict)
+    compile_args: dict[str, Any] = field(default_factory=dict)
+    eager: bool = False
+
+    def env(self) -> dict[str, str]:
+        """The ``INDUCTOR_KNOBS_*`` variables that apply this arm's knobs in its process."""
+        return {ENV_PREFIX + k.upper(): v for k, v in self.knobs.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "knobs": self.knobs, "compile_args": self.compile_args, "eager": self.eager}
+
+
+def default_arms(sms: int | None) -> list[Arm]:
+    """``default``, ``max-autotune``, ``max-autotune-no-cudagraphs`` and ``force_gemm_autotune``.
+
+    Args:
+        sms: the GPU's SM count, so that ``force_gemm_autotune`` opens the gate on it (None: CPU).
+    """
+    return [
+        Arm("default"),
+        Arm("max-autotune", compile_args={"mode": "max-autotune"}),
+        Arm("max-autotune-no-cudagraphs", compile_args={"mode": "max-autotune-no-cudagraphs"}),
+        Arm("force_gemm_autotune", knobs={"preset": "force_gemm_autotune", "min_sms": str(min(sms or 1, 1024))}),
+    ]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, Mapping):
+        return json.dumps(dict(value))
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def make_arm(name: str, settings: Mapping[str, Any]) -> Arm:
+    """Build and validate one arm from ``{key: value}`` (knobs, compile args, ``eager``).
+
+    Raises:
+        UnknownKnob: a key that is neither a knob, ``preset``, a compile argument nor ``eager``,
+            or an unknown mode.
+        InvalidKnobValue: a bad value (the message names the arm and the knob).
+    """
+    if not name:
+        raise InvalidKnobValue("an ablation arm needs a name (--arm NAME:knob=value,...)")
+    knobs: dict[str, str] = {}
+    compile_args: dict[str, Any] = {}
+    eager = name == "eager" and not settings
+    allowed = [*Knobs.fields(), "preset", *COMPILE_ARGS, "eager"]
+    for key, value in settings.items():
+        if key == "eager":
+            eager = _bool(name, key, value)
+        elif key in COMPILE_ARGS:
+            compile_args[key] = _compile_arg(name, key, value)
+        elif key in allowed:
+            knobs[key] = _text(value)
+        else:
+            raise UnknownKnob(f"arm {name!r}: " + _unknown_message("knob", key, allowed))
+    arm = Arm(name, knobs, compile_args, eager)
+    try:
+        plan(Knobs.from_env(arm.env()))  # every check against the live torch; plan changes nothing
+    except KnobsError as err:
+        raise type(err)(f"arm {name!r}: {err}") from None
+    return arm
+
+
+def _bool(arm: str, key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise InvalidKnobValue(f"arm {arm!r}: {key}={value!r} is invalid on torch {torch_version()}: allowed true or false")
+
+
+def _compile_arg(arm: str, key: str, value: Any) -> Any:
+    if key == "fullgraph":
+        return _bool(arm, key, value)
+    if key == "dynamic":
+        return None if str(value).strip().lower() in ("none", "") else _bool(arm, key, value)
+    from torch._inductor import list_mode_options
+
+    modes = list(list_mode_options())
+    if value not in modes:
+        raise UnknownKnob(f"arm {arm!r}: " + _unknown_message("torch.compile mode", str(value), modes))
+    return value
+
+
+def parse_arm(text: str) -> Arm:
+    """``NAME:knob=value,knob=value`` (values may hold commas) or a bare ``NAME`` (``eager``)."""
+    name, _, body = text.partition(":")
+    pairs: list[list[str]] = []
+    for token in body.split(",") if body else []:
+        if "=" in token:
+            key, _, value = token.partition("=")
+            pairs.append([key.strip(), value.strip()])
+        elif pairs:
+            pairs[-1][1] += "," + token.strip()  # gemm_backends=ATEN,TRITON
+        else:
+            raise InvalidKnobValue(f"--arm {text!r}: expected NAME:knob=value,knob=value")
+    return make_arm(name.strip(), dict(pairs))
+
+
+def parse_grid(items: Iterable[str]) -> list[Arm]:
+    """The cartesian product of ``knob=v1,v2`` (or ``knob=v1|v2``) items, one arm per combination.
+
+    Raises:
+        InvalidKnobValue: an item without ``=`` or without values.
+    """
+    axes: list[tuple[str, list[str]]] = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        choices = [v.strip() for v in values.split("|" if "|" in values else ",")] if sep else []
+        if not key.strip() or not [c for c in choices if c]:
+            raise InvalidKnobValue(f"--grid {item!r}: expected knob=value1,value2 with at least one value")
+        axes.append((key.strip(), [c for c in choices if c]))
+    return grid_arms(dict(axes))
+
+
+def grid_arms(axes: Mapping[str, list[Any]]) -> list[Arm]:
+    """One arm per combination of ``axes`` (``{knob: [values]}``), named ``knob=value knob=value``."""
+    if not axes:
+        return []
+    for key, values in axes.items():
+        if not values:
+            raise InvalidKnobValue(f"grid {key!r} is empty: give at least one value")
+    keys = list(axes)
+    arms = []
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        settings = dict(zip(keys, combo, strict=True))
+        arms.append(make_arm(" ".join(f"{k}={_text(v)}" for k, v in settings.items()), settings))
+    return arms
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    """Read an ablation TOML file: ``{"arms": [Arm...], "workload"?, "repeats"?, "baseline"?, "quick"?}``.
+
+    Raises:
+        InvalidKnobValue: unreadable or invalid TOML, or an arm without a name.
+    """
+    try:
+        with open(path, "rb") as src:
+            data = tomllib.load(src)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise InvalidKnobValue(f"ablation file {path!r} cannot be read: {err}") from err
+    arms = []
+    for table in data.pop("arm", []):
+        table = dict(table)
+        arms.append(make_arm(str(table.pop("name", "")), table))
+    arms += grid_arms(data.pop("grid", {}))
+    unknown = set(data) - {"workload", "repeats", "baseline", "quick"}
+    if unknown:
+        raise InvalidKnobValue(
+            f"ablation file {path!r}: unknown keys {sorted(unknown)}; allowed workload, repeats, baseline, quick, arm, grid"
+        )
+    return {"arms": arms, **data}
+
+
+def check_names(arms: list[Arm]) -> None:
+    """Raise InvalidKnobValue on an empty arm list or duplicate names."""
+    if not arms:
+        raise InvalidKnobValue("the ablation has no arms (an empty grid?)")
+    names = [a.name for a in arms]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise InvalidKnobValue(f"arm names must be unique; repeated: {', '.join(duplicates)}")

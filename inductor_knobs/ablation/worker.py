@@ -1,0 +1,145 @@
+"""One arm, one repeat, in its own process: ``python -m inductor_knobs.ablation.worker JOB_JSON``.
+
+The parent sets the arm's ``INDUCTOR_KNOBS_*`` variables, a private ``TORCHINDUCTOR_CACHE_DIR``
+and ``TRITON_CACHE_DIR`` (so every compile is cold and no arm replays another's kernels) and
+``CUDA_VISIBLE_DEVICES``.  The worker activates the knobs from the environment, builds the
+workload, runs it eagerly for reference outputs, compiles it (timing the first iteration: compile
+plus autotune), warms up, samples steady-state latency, and prints one JSON object on its last
+stdout line.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+import traceback
+from typing import Any
+
+#: (rtol, atol) per dtype for "outputs match eager"; GEMM algorithms differ in summation order.
+TOLERANCES = {"torch.float32": (1e-3, 1e-3), "torch.bfloat16": (4e-2, 4e-2), "torch.float16": (1e-2, 1e-2)}
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    import inductor_knobs as ik
+
+    from .workloads import build
+
+    device = job["device"]
+    ik.activate_from_env()
+    torch.manual_seed(job.get("seed", 0))
+    work = build(job["workload"], device, job.get("quick", False))
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def iteration(fn: Any) -> list[Any]:
+        outs = []
+        for args in work.inputs:
+            for index, dim in work.dynamic_dims:
+                if index < len(args) and job["arm"].get("compile_args", {}).get("dynamic") is not False:
+                    torch._dynamo.mark_dynamic(args[index], dim)
+            outs.append(fn(*args))
+        return outs
+
+    with torch.no_grad():
+        reference = iteration(work.model)
+        fn = work.model
+        compile_s = autotune_s = 0.0
+        kernels: dict[str, str] = {}
+        compiles = 0
+        if not job["arm"].get("eager"):
+            fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
+            recorder = ik.record_autotune() if _has_records() else None
+            sync()
+            start = time.perf_counter()
+            if recorder is not None:
+                with recorder:
+                    outs = iteration(fn)
+                    sync()
+                autotune_s = recorder.benchmark_seconds
+                kernels = {r.signature: r.winner or "none" for r in recorder.records}
+                compiles = sum(e.trigger != "cudagraph_recording" for e in recorder.compiles)
+            else:
+                outs = iteration(fn)
+                sync()
+            compile_s = time.perf_counter() - start
+        else:
+            outs = reference
+        diff, scale = _max_abs_diff(outs, reference)
+        for _ in range(job.get("warmup", 3)):
+            iteration(fn)
+        samples = _samples(lambda: iteration(fn), device, job.get("iters", 20))
+    dtype = str(reference[0].dtype) if reference and isinstance(reference[0], torch.Tensor) else "torch.float32"
+    rtol, atol = TOLERANCES.get(dtype, (1e-3, 1e-3))
+    return {
+        "ok": True,
+        "compile_seconds": compile_s,
+        "autotune_seconds": autotune_s,
+        "compiles": compiles,
+        "samples_ms": samples,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else _max_rss(),
+        "kernels": kernels,
+        "max_abs_diff": diff,
+        "tolerance": atol + rtol * scale,
+        "mismatch": diff > atol + rtol * scale,
+        "dtype": dtype,
+    }
+
+
+def _has_records() -> bool:
+    import torch
+
+    from .. import torch_compat
+
+    return bool(torch_compat.installed().feedback_saver_arity(torch_compat.release_of(torch.__version__)))
+
+
+def _max_abs_diff(outs: list[Any], reference: list[Any]) -> tuple[float, float]:
+    import torch
+
+    diff = scale = 0.0
+    for out, ref in zip(outs, reference, strict=True):
+        if isinstance(out, torch.Tensor):
+            diff = max(diff, float((out.float() - ref.float()).abs().max()))
+            scale = max(scale, float(ref.float().abs().max()))
+    return diff, scale
+
+
+def _samples(call: Any, device: str, iters: int) -> list[float]:
+    """Milliseconds per iteration: CUDA events on a GPU, a monotonic clock on CPU."""
+    import torch
+
+    out = []
+    for _ in range(iters):
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            out.append(float(start.elapsed_time(end)))
+        else:
+            begin = time.perf_counter()
+            call()
+            out.append((time.perf_counter() - begin) * 1e3)
+    return out
+
+
+def _max_rss() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def main() -> None:
+    job = json.loads(sys.argv[1])
+    try:
+        result = run(job)
+    except BaseException as err:  # noqa: BLE001 - an arm's crash is data for the report
+        result = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
+    sys.stdout.flush()
+    print("\n" + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

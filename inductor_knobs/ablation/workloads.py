@@ -1,0 +1,154 @@
+"""What an ablation compiles: built-in workloads, and the protocol for your own.
+
+A workload factory is ``factory(device: str, quick: bool) -> Workload``.  Your own is named
+``--workload pkg.module:factory``; it may also return a plain ``(model, inputs)`` pair, where
+``model`` is an ``nn.Module`` or callable and ``inputs`` a list of argument tuples (one call each;
+an iteration calls the model once per tuple).  Inputs must be created on ``device``.
+
+Built-ins (bf16 on CUDA, fp32 on CPU, as the issue asks):
+
+- ``reference_mlp``: ``Linear(3420 -> 1280, bias=False)`` at seq_len 560, 1024, 2048, the first
+  dimension marked dynamic (``shared/reference/mm-autotune-per-shape.txt``).
+- ``transformer_block``: pre-norm attention (``scaled_dot_product_attention``) + GELU MLP.
+- ``conv_net``: three conv/BN/ReLU stages, pooling and a linear head.
+- ``small_mlp``: ``SimpleMLP(1024, 1024, 1024)`` on a 256x1024 batch
+  (``shared/reference/autotuning-in-pytorch-and-triton.txt``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UnknownKnob
+from ..knobs import _unknown_message
+
+
+@dataclass
+class Workload:
+    """A model and the calls one iteration makes.
+
+    Attributes:
+        model: an ``nn.Module`` or a callable.
+        inputs: one tuple of arguments per call.
+        dynamic_dims: ``(input index, dim)`` pairs to ``torch._dynamo.mark_dynamic`` before each call.
+    """
+
+    model: Any
+    inputs: list[tuple[Any, ...]]
+    dynamic_dims: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _dtype(device: str) -> Any:
+    import torch
+
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def reference_mlp(device: str, quick: bool) -> Workload:
+    import torch
+
+    dtype = _dtype(device)
+    model = torch.nn.Linear(3420, 1280, bias=False, device=device, dtype=dtype)
+    lens = (56, 102, 204) if quick and device == "cpu" else (560, 1024, 2048)
+    inputs = [(torch.randn(n, 3420, device=device, dtype=dtype),) for n in lens]
+    return Workload(model, inputs, dynamic_dims=[(0, 0)])
+
+
+def transformer_block(device: str, quick: bool) -> Workload:
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self, dim: int, heads: int) -> None:
+            super().__init__()
+            self.heads = heads
+            self.norm1, self.norm2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+            self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+            attn = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
+            return x + self.mlp(self.norm2(x))
+
+    on_gpu = device.startswith("cuda")
+    dim, heads, batch, seq = (1024, 16, 8, 512) if on_gpu else (128, 4, 2, 64) if quick else (256, 8, 2, 128)
+    dtype = _dtype(device)
+    model = Block(dim, heads).to(device=device, dtype=dtype)
+    return Workload(model, [(torch.randn(batch, seq, dim, device=device, dtype=dtype),)])
+
+
+def conv_net(device: str, quick: bool) -> Workload:
+    import torch
+
+    def stage(cin: int, cout: int) -> list[torch.nn.Module]:
+        return [torch.nn.Conv2d(cin, cout, 3, padding=1), torch.nn.BatchNorm2d(cout), torch.nn.ReLU()]
+
+    dtype = _dtype(device)
+    model = (
+        torch.nn.Sequential(
+            *stage(3, 32),
+            torch.nn.MaxPool2d(2),
+            *stage(32, 64),
+            torch.nn.MaxPool2d(2),
+            *stage(64, 128),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(128, 10),
+        )
+        .to(device=device, dtype=dtype)
+        .eval()
+    )
+    batch, size = (32, 128) if device.startswith("cuda") else (2, 32) if quick else (4, 64)
+    return Workload(model, [(torch.randn(batch, 3, size, size, device=device, dtype=dtype),)])
+
+
+def small_mlp(device: str, quick: bool) -> Workload:
+    import torch
+
+    dtype = _dtype(device)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024))
+    model = model.to(device=device, dtype=dtype)
+    return Workload(model, [(torch.randn(256, 1024, device=device, dtype=dtype),)])
+
+
+BUILTIN: dict[str, Callable[[str, bool], Workload]] = {
+    "reference_mlp": reference_mlp,
+    "transformer_block": transformer_block,
+    "conv_net": conv_net,
+    "small_mlp": small_mlp,
+}
+
+
+def resolve(name: str) -> Callable[[str, bool], Any]:
+    """The factory for a built-in name or ``pkg.module:factory``.
+
+    Raises:
+        UnknownKnob: not a built-in and not an importable ``module:attribute`` naming a callable.
+    """
+    if name in BUILTIN:
+        return BUILTIN[name]
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise UnknownKnob(_unknown_message("workload (a built-in, or pkg.module:factory)", name, BUILTIN))
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise UnknownKnob(f"unknown workload {name!r}: {err}") from err
+    if not callable(factory):
+        raise UnknownKnob(f"workload {name!r} is a {type(factory).__name__}, not a factory(device, quick)")
+    return factory  # type: ignore[no-any-return]
+
+
+def build(name: str, device: str, quick: bool) -> Workload:
+    """Call the factory and normalise a ``(model, inputs)`` pair into a :class:`Workload`."""
+    made = resolve(name)(device, quick)
+    if isinstance(made, Workload):
+        return made
+    model, inputs = made
+    calls = [tuple(i) if isinstance(i, (tuple, list)) else (i,) for i in (inputs if isinstance(inputs, list) else [inputs])]
+    return Workload(model, calls)
