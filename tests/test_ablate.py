@@ -146,26 +146,12 @@ def test_user_workload_protocol():
 # -- end to end (real processes) -------------------------------------------------------------
 
 
+GRAPH_BREAK = "ablate --device cpu --workload ablation_workload:graph_break --quick".split()
+
+
 def test_end_to_end_with_a_crashing_arm(tmp_path, capsys):
-    status = cli.main(
-        [
-            "ablate",
-            "--device",
-            "cpu",
-            "--workload",
-            "ablation_workload:graph_break",
-            "--quick",
-            "--arm",
-            "eager",
-            "--arm",
-            "whole:fullgraph=true",
-            "--arm",
-            "default",
-            "--out",
-            str(tmp_path),
-            "--plot",
-        ]
-    )
+    arms = "--arm eager --arm whole:fullgraph=true --arm default".split()
+    status = cli.main([*GRAPH_BREAK, *arms, "--out", str(tmp_path), "--plot"])
     out = capsys.readouterr().out
     assert status == 0  # one arm failed, the others finished
     assert "| whole | FAILED (1/1)" in out and "whole repeat 0 failed" in out
@@ -174,22 +160,7 @@ def test_end_to_end_with_a_crashing_arm(tmp_path, capsys):
     assert results["runs"][0]["samples_ms"] and results["environment"]["doctor"]["versions"]
     assert (tmp_path / "results.csv").read_text().startswith("arm,median_ms")
     assert (tmp_path / "results.png").stat().st_size > 0
-    assert (
-        cli.main(
-            [
-                "ablate",
-                "--device",
-                "cpu",
-                "--workload",
-                "ablation_workload:graph_break",
-                "--quick",
-                "--arm",
-                "whole:fullgraph=true",
-                "--strict",
-            ]
-        )
-        == 1
-    )
+    assert cli.main([*GRAPH_BREAK, "--arm", "whole:fullgraph=true", "--strict"]) == 1
 
 
 def test_default_ablation_quick(tmp_path, capsys):
