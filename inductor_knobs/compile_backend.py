@@ -75,7 +75,6 @@ class KnobsBackend:
         self.knobs = knobs
         self.report = report or KnobsReport(_settings(knobs, set(config_values(knobs)), {}), knobs)
         self.context = KnobsContext(knobs)
-        self.compilations = 0
 
     def __repr__(self) -> str:
         return f"KnobsBackend({self.context!r})"
@@ -83,7 +82,6 @@ class KnobsBackend:
     def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
         from torch._inductor import compile_fx as compile_fx_module
 
-        self.compilations += 1
         inner = self._under_knobs(compile_fx_module.compile_fx_inner)
         return self._under_knobs(compile_fx_module.compile_fx)(gm, example_inputs, inner_compile=inner, **kwargs)
 
@@ -134,12 +132,12 @@ def compile(
     """
     import torch
 
+    allowed = [p for p in inspect.signature(torch.compile).parameters if p not in _OWN_ARGUMENTS]
     for name in torch_compile_kwargs:
         if name in _OWN_ARGUMENTS:
             raise InvalidKnobValue(
                 f"ik.compile({name}=...) is not accepted on torch {torch.__version__}: ik.compile supplies the backend"
             )
-        allowed = [p for p in inspect.signature(torch.compile).parameters if p not in _OWN_ARGUMENTS]
         if name not in allowed:
             raise UnknownKnob(_unknown_message("torch.compile argument", name, allowed))
     knobs = knobs if knobs is not None else Knobs()
@@ -147,7 +145,7 @@ def compile(
         raise InvalidKnobValue(
             f"ik.compile(knobs={knobs!r}) is invalid on torch {torch.__version__}: allowed an ik.Knobs or None"
         )
-    base = _mode_options(mode, torch_compile_kwargs.get("dynamic"))
+    base = mode_options(mode, torch_compile_kwargs.get("dynamic"))
     sources = {key: f"mode:{mode}" for key in base}
     for key, value in _normalise(options).items():
         base[key], sources[key] = value, "options"
@@ -177,7 +175,12 @@ def knobs_report(compiled: Any) -> KnobsReport:
     return backend.report
 
 
-def _mode_options(mode: str | None, dynamic: bool | None) -> dict[str, Any]:
+def mode_options(mode: str | None, dynamic: bool | None = None) -> dict[str, Any]:
+    """The Inductor config a ``torch.compile`` mode sets, from the installed torch's own table.
+
+    Raises:
+        UnknownKnob: a mode this torch does not know ("did you mean" included).
+    """
     if mode is None or mode == "default":
         return {}
     from torch._inductor import list_mode_options

@@ -29,8 +29,8 @@ import importlib
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, Protocol
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol, Self
 
 import wrapt
 
@@ -167,17 +167,21 @@ def _remove(items: list[Any], item: object) -> None:
 _HOOKS = _Hooks()
 
 
+def can_record_autotune() -> bool:
+    """Whether the installed torch reports autotuning to feedback savers (2.5+)."""
+    import torch
+
+    return bool(torch_compat.installed().feedback_saver_arity(torch_compat.release_of(torch.__version__)))
+
+
 @contextmanager
-def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[TorchPatches]:
+def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[None]:
     """Deliver autotune records and compile events from this context to ``observer`` while inside.
 
     Args:
         observer: gets ``on_autotune(AutotuneRecord)`` and ``on_compile(CompileEvent)`` on the
             compiling thread, synchronously: what it raises propagates into the compilation.
         need_autotune: raise if this torch cannot report autotuning (no feedback savers).
-
-    Yields:
-        The patch module of the installed torch.
 
     Raises:
         UnsupportedTorchVersion: torch outside the supported range.
@@ -197,10 +201,37 @@ def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[Tor
     _HOOKS.acquire(patches, release)
     token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
     try:
-        yield patches
+        yield
     finally:
         _OBSERVERS.reset(token)
         _HOOKS.release()
+
+
+class ObservedBlock:
+    """Base of the ``with`` objects that observe one block at a time (recorder, guard)."""
+
+    #: Raise NotSupportedOnThisTorch on enter when torch cannot report autotuning.
+    need_autotune: bool = True
+    _block: AbstractContextManager[None] | None = None
+
+    def on_autotune(self, record: AutotuneRecord) -> None:  # Observer protocol
+        pass
+
+    def on_compile(self, event: CompileEvent) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        if self._block is not None:
+            raise RuntimeError(f"a {type(self).__name__} object observes one block at a time; create another")
+        block = observing(self, need_autotune=self.need_autotune)
+        block.__enter__()
+        self._block = block
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        block, self._block = self._block, None
+        if block is not None:
+            block.__exit__(None, None, None)
 
 
 def hooks_installed() -> bool:
@@ -220,7 +251,7 @@ def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any]
     observers = _OBSERVERS.get()
     if not observers:
         return
-    precompile_times = rest[1] if len(rest) >= 2 and isinstance(rest[1], dict) else {}
+    precompile_times = rest[1] if _HOOKS.arity >= 6 else {}  # 2.11+: (…, profiler_bench_fn, precompile_times)
     try:
         record = _record(timings, name, input_nodes, precompile_times, fresh, timing)
     except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from contextlib import ExitStack
 from typing import Any
 
-from .observe import observing
+from .observe import ObservedBlock
 from .records import AutotuneRecord, CompileEvent, format_table, write_jsonl
 
 
-class record_autotune:
+class Collector(ObservedBlock):
+    """An observer that keeps every autotune record and compile event it sees."""
+
+    def __init__(self, *, need_autotune: bool = True) -> None:
+        self.need_autotune = need_autotune
+        self.records: list[AutotuneRecord] = []
+        self.compiles: list[CompileEvent] = []
+
+    def on_autotune(self, record: AutotuneRecord) -> None:
+        self.records.append(record)
+
+    def on_compile(self, event: CompileEvent) -> None:
+        self.compiles.append(event)
+
+
+class record_autotune(Collector):
     """Collect one :class:`~inductor_knobs.records.AutotuneRecord` per autotuned op, and the Dynamo compiles.
 
     Records what Inductor autotunes on this thread (and in tasks started from it) while inside
@@ -33,31 +47,6 @@ class record_autotune:
         NotSupportedOnThisTorch: torch 2.4 (no feedback savers).
         UnsupportedTorchVersion: torch outside 2.4–2.15.
     """
-
-    def __init__(self) -> None:
-        self.records: list[AutotuneRecord] = []
-        self.compiles: list[CompileEvent] = []
-        self._stack: ExitStack | None = None
-
-    # Observer protocol
-    def on_autotune(self, record: AutotuneRecord) -> None:
-        self.records.append(record)
-
-    def on_compile(self, event: CompileEvent) -> None:
-        self.compiles.append(event)
-
-    def __enter__(self) -> record_autotune:
-        if self._stack is not None:
-            raise RuntimeError("a record_autotune object records one block at a time; create another")
-        stack = ExitStack()
-        stack.enter_context(observing(self))
-        self._stack = stack
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            stack.close()
 
     @property
     def benchmarked(self) -> list[AutotuneRecord]:

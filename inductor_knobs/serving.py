@@ -14,13 +14,13 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import AutotuneDuringServing, InvalidKnobValue
 from .knobs import torch_version
-from .observe import observing
+from .observe import ObservedBlock
+from .recorder import Collector
 from .records import AutotuneRecord, CompileEvent, format_table
 
 log = logging.getLogger("inductor_knobs.serving")
@@ -30,20 +30,6 @@ REACTIONS = ("raise", "warn", "log")
 
 class AutotuneDuringServingWarning(UserWarning):
     """``no_autotune(on="warn")`` saw autotune benchmarking or a compilation."""
-
-
-class _Collector:
-    """An observer that keeps everything it sees."""
-
-    def __init__(self) -> None:
-        self.records: list[AutotuneRecord] = []
-        self.compiles: list[CompileEvent] = []
-
-    def on_autotune(self, record: AutotuneRecord) -> None:
-        self.records.append(record)
-
-    def on_compile(self, event: CompileEvent) -> None:
-        self.compiles.append(event)
 
 
 # -- warmup -------------------------------------------------------------------------------
@@ -157,8 +143,7 @@ def warmup(
     steps = []
     for index, item in enumerate(items):
         args, kwargs = _as_call(item)
-        seen = _Collector()
-        with observing(seen, need_autotune=False):
+        with Collector(need_autotune=False) as seen:  # on torch 2.4 a warmup still reports compilations
             seconds = [_timed_call(fn, args, kwargs) for _ in range(calls_per_input)]
         steps.append(WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles))
     return WarmupReport(steps)
@@ -193,7 +178,7 @@ def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
 # -- the guard --------------------------------------------------------------------------------
 
 
-class no_autotune:
+class no_autotune(ObservedBlock):
     """Detect autotune benchmarking or (re)compilation inside the block, i.e. during serving traffic.
 
     Args:
@@ -231,7 +216,6 @@ class no_autotune:
         self.violations: list[AutotuneRecord | CompileEvent] = []
         self._last_compile: CompileEvent | None = None
         self._error: AutotuneDuringServing | None = None
-        self._stack: ExitStack | None = None
 
     def on_compile(self, event: CompileEvent) -> None:
         if event.trigger == "cudagraph_recording" and self.allow_cudagraph_recording:
@@ -265,18 +249,10 @@ class no_autotune:
         else:
             log.warning("%s", message)
 
-    def __enter__(self) -> no_autotune:
-        if self._stack is not None:
-            raise RuntimeError("a no_autotune object guards one block at a time; create another")
-        stack = ExitStack()
-        stack.enter_context(observing(self, need_autotune=False))
-        self._stack = stack
-        return self
+    need_autotune = False  # on torch 2.4 compilations are still caught
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            stack.close()
+        super().__exit__(exc_type, exc, tb)
         error, self._error = self._error, None
         if error is None or exc is error:
             return

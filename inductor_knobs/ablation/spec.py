@@ -125,12 +125,13 @@ def _compile_arg(arm: str, key: str, value: Any) -> Any:
         return _bool(arm, key, value)
     if key == "dynamic":
         return None if str(value).strip().lower() in ("none", "") else _bool(arm, key, value)
-    from torch._inductor import list_mode_options
+    from ..compile_backend import mode_options
 
-    modes = list(list_mode_options())
-    if value not in modes:
-        raise UnknownKnob(f"arm {arm!r}: " + _unknown_message("torch.compile mode", str(value), modes))
-    return value
+    try:
+        mode_options(str(value))
+    except UnknownKnob as err:
+        raise UnknownKnob(f"arm {arm!r}: {err}") from None
+    return str(value)
 
 
 def parse_arm(text: str) -> Arm:

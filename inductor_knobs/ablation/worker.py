@@ -26,6 +26,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     import inductor_knobs as ik
 
+    from ..observe import can_record_autotune
     from .workloads import build
 
     device = job["device"]
@@ -55,7 +56,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         compiles = 0
         if not job["arm"].get("eager"):
             fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
-            recorder = ik.record_autotune() if _has_records() else None
+            recorder = ik.record_autotune() if can_record_autotune() else None
             sync()
             start = time.perf_counter()
             if recorder is not None:
@@ -90,14 +91,6 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "mismatch": diff > atol + rtol * scale,
         "dtype": dtype,
     }
-
-
-def _has_records() -> bool:
-    import torch
-
-    from .. import torch_compat
-
-    return bool(torch_compat.installed().feedback_saver_arity(torch_compat.release_of(torch.__version__)))
 
 
 def _max_abs_diff(outs: list[Any], reference: list[Any]) -> tuple[float, float]:
