@@ -15,7 +15,9 @@ from .compile_backend import compile as compile
 from .compile_backend import knobs_report as knobs_report
 from .compile_cache import load_compile_cache as load_compile_cache
 from .compile_cache import save_compile_cache as save_compile_cache
+from .context import EmulateGpuContext as EmulateGpuContext
 from .context import KnobsContext as KnobsContext
+from .context import emulate_gpu as emulate_gpu
 from .context import force_gemm_autotune as force_gemm_autotune
 from .context import knobs as knobs
 from .env import activate_from_env as activate_from_env
@@ -29,6 +31,12 @@ from .errors import (
 )
 from .errors import (
     ConcurrentKnobsError as ConcurrentKnobsError,
+)
+from .errors import (
+    EmulationConflict as EmulationConflict,
+)
+from .errors import (
+    EmulationUnavailable as EmulationUnavailable,
 )
 from .errors import (
     KnobNotApplied as KnobNotApplied,
@@ -62,6 +70,10 @@ __all__ = [
     "CompileCacheRefused",
     "CompileEvent",
     "ConcurrentKnobsError",
+    "EmulateGpuContext",
+    "EmulationConflict",
+    "EmulationUnavailable",
+    "emulate_gpu",
     "KnobsBackend",
     "NotSupportedOnThisTorch",
     "compile",

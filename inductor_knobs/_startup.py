@@ -19,6 +19,8 @@ import sys
 # Not torch._inductor.config: it is imported half-way through torch._inductor.utils, so the
 # gate would not exist yet. utils imports config, so both are complete when this fires.
 HOOK_MODULE = "torch._inductor.utils"
+# Emulation wraps compile_fx, which may be half-imported when utils completes; wait for it.
+EMULATION_HOOK_MODULE = "torch._inductor.compile_fx"
 _registered = False
 
 
@@ -28,10 +30,12 @@ def bootstrap() -> None:
     if _registered:  # the .pth can run twice when a directory is on sys.path twice
         return
     _registered = True
+    import os
+
     import wrapt
 
     from .errors import KnobsError
-    from .knobs import Knobs
+    from .knobs import EMULATE_SMS_VAR, Knobs
 
     try:
         Knobs.from_env()
@@ -40,7 +44,7 @@ def bootstrap() -> None:
         error = err
         print(f"inductor_knobs: {err}", file=sys.stderr)
 
-    @wrapt.when_imported(HOOK_MODULE)
+    @wrapt.when_imported(EMULATION_HOOK_MODULE if os.environ.get(EMULATE_SMS_VAR) else HOOK_MODULE)
     def _activate(_module: object) -> None:
         if error is not None:
             raise error

@@ -14,7 +14,9 @@ import threading
 from collections.abc import Mapping
 
 from ._undo import Change, apply_all, revert_all
-from .knobs import ENV_PREFIX, Knobs
+from .emulate import EmulationSpec, plan_emulation, resolve_spec
+from .errors import InvalidKnobValue
+from .knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
 from .plan import plan
 
 DISABLE_VAR = ENV_PREFIX + "DISABLE"
@@ -22,7 +24,7 @@ DISABLE_VAR = ENV_PREFIX + "DISABLE"
 # Re-entrant: an explicit activate_from_env() before torch._inductor.utils exists imports it
 # while planning, and the startup hook's activation then runs inside the outer one.
 _lock = threading.RLock()
-_active: tuple[Knobs, list[Change]] | None = None
+_active: tuple[tuple[Knobs, EmulationSpec | None], list[Change]] | None = None
 _activating = False
 
 
@@ -32,6 +34,35 @@ def env_requests_knobs(environ: Mapping[str, str] | None = None) -> bool:
     if env.get(DISABLE_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
         return False
     return any(k.startswith(ENV_PREFIX) and k != DISABLE_VAR for k in env)
+
+
+def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpec | None:
+    """Read ``INDUCTOR_KNOBS_EMULATE_SMS`` (an SM count or a preset name such as ``T4``) and
+    ``INDUCTOR_KNOBS_EMULATE_SHARED_MEMORY`` (bytes per block); None when the first is unset.
+
+    Raises:
+        InvalidKnobValue, UnknownKnob: a bad value; the message names the variable.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(EMULATE_SMS_VAR, "").strip()
+    raw_smem = env.get(EMULATE_SHARED_MEMORY_VAR, "").strip()
+    if not raw:
+        if raw_smem:
+            raise InvalidKnobValue(
+                f"{EMULATE_SHARED_MEMORY_VAR}={raw_smem!r} needs {EMULATE_SMS_VAR} (an SM count or a GPU preset)"
+            )
+        return None
+    source = f"{EMULATE_SMS_VAR}={raw!r}"
+    smem: int | None = None
+    if raw_smem:
+        try:
+            smem = int(raw_smem)
+        except ValueError:
+            raise InvalidKnobValue(
+                f"{EMULATE_SHARED_MEMORY_VAR}={raw_smem!r} is not allowed; it must be an int number of bytes"
+            ) from None
+    value: int | str = int(raw) if raw.lstrip("-").isdigit() else raw
+    return resolve_spec(value, shared_memory_per_block=smem, source=source)
 
 
 def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
@@ -53,21 +84,24 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
     if not env_requests_knobs(environ):
         return None
     knobs = Knobs.from_env(environ)
+    emulation = emulation_from_env(environ)
     with _lock:
         if _activating:  # re-entered from the import hook while this thread plans; the outer call applies
             return knobs
         if _active is not None:
-            if _active[0] == knobs:
+            if _active[0] == (knobs, emulation):
                 return knobs
             from .errors import KnobsError
 
             raise KnobsError(
-                f"INDUCTOR_KNOBS_* already activated {_active[0].to_dict()}; refusing to stack "
-                f"{knobs.to_dict()} on top (call inductor_knobs.deactivate_env() first)"
+                f"INDUCTOR_KNOBS_* already activated {_active[0][0].to_dict()} (emulation: {_active[0][1]}); "
+                f"refusing to stack {knobs.to_dict()} (emulation: {emulation}) on top "
+                "(call inductor_knobs.deactivate_env() first)"
             )
         _activating = True
         try:
-            _active = (knobs, apply_all(plan(knobs, process_wide=True)))
+            changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
+            _active = ((knobs, emulation), apply_all(changes + plan(knobs, process_wide=True)))
         finally:
             _activating = False
     return knobs
@@ -75,7 +109,7 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
 
 def active_env_knobs() -> Knobs | None:
     """The knobs :func:`activate_from_env` applied, or None."""
-    return _active[0] if _active else None
+    return _active[0][0] if _active else None
 
 
 def deactivate_env() -> None:

@@ -50,6 +50,14 @@ class NotSupportedOnThisTorch(KnobsError, RuntimeError):
     """The feature needs a torch release newer (or older) than the installed one."""
 
 
+class EmulationUnavailable(KnobsError, RuntimeError):
+    """``emulate_gpu`` cannot run here: no CUDA GPU, or the driver refused the green context."""
+
+
+class EmulationConflict(KnobsError, RuntimeError):
+    """A second ``emulate_gpu`` with other values while one is active (Inductor sees one GPU at a time)."""
+
+
 class KnobsWarning(UserWarning):
     """Base class of warnings issued by inductor_knobs."""
 
@@ -81,3 +89,7 @@ class AutotuneDuringServing(KnobsError, RuntimeError):
 
 class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
+
+
+class EmulationWarning(KnobsWarning):
+    """``emulate_gpu`` changed something the caller asked for (CUDA graphs off, SMs rounded by the driver)."""

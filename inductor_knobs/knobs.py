@@ -250,7 +250,9 @@ class Knobs:
 
 
 #: Variables under the prefix that are not knobs.
-_NON_KNOB_VARS = (ENV_PREFIX + "PRESET", ENV_PREFIX + "DISABLE")
+EMULATE_SMS_VAR = ENV_PREFIX + "EMULATE_SMS"
+EMULATE_SHARED_MEMORY_VAR = ENV_PREFIX + "EMULATE_SHARED_MEMORY"
+_NON_KNOB_VARS = (ENV_PREFIX + "PRESET", ENV_PREFIX + "DISABLE", EMULATE_SMS_VAR, EMULATE_SHARED_MEMORY_VAR)
 
 
 def _parse_env(var: str, name: str, raw: str) -> Any:

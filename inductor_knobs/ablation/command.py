@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from ..emulate import EmulationSpec, resolve_spec
 from ..errors import InvalidKnobValue
 from . import report, spec, workloads
 from .runner import Plan, execute
@@ -33,6 +34,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help="small inputs, few samples (CI)")
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
     p.add_argument("--gpus", help="comma-separated GPU indices to spread arms over (default: all visible)")
+    p.add_argument(
+        "--emulate-sms",
+        metavar="N|PRESET",
+        help="run every arm under ik.emulate_gpu: an SM count or a GPU preset such as T4 (CUDA, torch >= 2.11)",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per arm process (default 900)")
     p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
     p.add_argument("--out", help="directory for results.json, results.csv (and results.png)")
@@ -62,6 +68,24 @@ def _shard(text: str | None) -> tuple[int, int]:
     return index, count
 
 
+def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec | None:
+    """Check ``--emulate-sms`` here, before any arm runs (the workers re-check on the GPU)."""
+    if text is None:
+        return None
+    import torch
+
+    value: int | str = int(text) if text.strip().lstrip("-").isdigit() else text.strip()
+    emulation = resolve_spec(value, source=f"--emulate-sms={text!r}")
+    if device != "cuda":
+        raise InvalidKnobValue(f"--emulate-sms={text!r} needs --device cuda (emulation runs on a CUDA green context)")
+    physical = min(torch.cuda.get_device_properties(g).multi_processor_count for g in gpus)
+    if emulation.sms > physical:
+        raise InvalidKnobValue(
+            f"--emulate-sms={text!r} is not allowed: {emulation.sms} SMs; allowed 1..{physical}, the GPU's SM count"
+        )
+    return emulation
+
+
 def build_plan(args: argparse.Namespace) -> Plan:
     """Everything validated: workload, arms, baseline, device, GPUs, shard.  Nothing runs here."""
     import torch
@@ -82,10 +106,11 @@ def build_plan(args: argparse.Namespace) -> Plan:
         missing = [g for g in gpus if not 0 <= g < visible]
         if missing:
             raise InvalidKnobValue(f"--gpus={args.gpus!r} names GPU(s) {missing} that do not exist: {visible} visible ({device})")
+    emulate = _emulation(args.emulate_sms, device, gpus)
     arms = list(toml.get("arms", [])) + [spec.parse_arm(a) for a in args.arm] + spec.parse_grid(args.grid)
     if not (args.arm or args.grid or args.config):
         sms = torch.cuda.get_device_properties(gpus[0]).multi_processor_count if gpus else None
-        arms = spec.default_arms(sms)
+        arms = spec.default_arms(emulate.sms if emulate else sms)
     spec.check_names(arms)
     baseline = args.baseline or toml.get("baseline") or arms[0].name
     if baseline not in [a.name for a in arms]:
@@ -103,6 +128,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         warmup=1 if quick else 3,
         timeout=args.timeout,
         shard=_shard(args.shard),
+        emulate=args.emulate_sms.strip() if emulate else None,
     )
 
 
@@ -137,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
             "baseline": plan.baseline,
             "arms": [a.to_dict() for a in plan.arms],
             "shard": list(plan.shard),
+            "emulate_sms": plan.emulate,
             "environment": environment(plan),
             "runs": execute(plan),
         }

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..knobs import EMULATE_SMS_VAR
 from .spec import Arm
 
 
@@ -37,6 +38,7 @@ class Plan:
         iters: latency samples per process; warmup: iterations before sampling.
         timeout: seconds per job.
         shard: ``(i, n)``: run only jobs ``j`` with ``j % n == i``.
+        emulate: ``INDUCTOR_KNOBS_EMULATE_SMS`` for every job (an SM count or preset), or None.
     """
 
     workload: str
@@ -50,6 +52,7 @@ class Plan:
     timeout: float = 900.0
     shard: tuple[int, int] = (0, 1)
     baseline: str | None = None
+    emulate: str | None = None
 
     def jobs(self) -> list[dict[str, Any]]:
         """Interleaved jobs (repeat 0 of every arm, then repeat 1, …), this shard's only."""
@@ -64,6 +67,7 @@ class Plan:
                 "iters": self.iters,
                 "warmup": self.warmup,
                 "seed": 0,
+                "emulate": self.emulate,
             }
             for r in range(self.repeats)
             for a, arm in enumerate(self.arms)
@@ -82,6 +86,8 @@ def run_job(job: dict[str, Any], arm: Arm, gpu: int | None, timeout: float) -> d
         )
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        if job.get("emulate"):
+            env[EMULATE_SMS_VAR] = str(job["emulate"])
         start = time.perf_counter()
         try:
             out = subprocess.run(

@@ -58,6 +58,23 @@ class TorchPatches:
     #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
     has_cache_artifacts: ClassVar[bool] = False
 
+    # -- where Inductor reads the SM count (small-GPU emulation wraps and clears these) --
+    #: ``module:attribute`` getters of CUDA device properties.  ``torch.cuda.get_device_properties``
+    #: serves ``is_big_gpu`` (2.4–2.5), ``get_max_num_sms`` (→ ``NUM_SMS`` of persistent/TMA
+    #: templates), flex decoding and the shared-memory pruning of GEMM configs;
+    #: ``CudaInterface.get_device_properties`` is a staticmethod bound to it at import
+    #: (``_dynamo/device_interface.py:194`` in 2.4, ``:341`` in 2.15), read by
+    #: ``DeviceProperties.create`` (the 2.6+ gate, ``triton_heuristics``, split reductions in
+    #: ``choices.py``/``ir.py``/``simd.py``) and, on 2.15, ``get_multi_processor_count``.
+    device_property_getters: ClassVar[tuple[str, ...]] = (
+        "torch.cuda:get_device_properties",
+        "torch._dynamo.device_interface:CudaInterface.get_device_properties",
+    )
+    #: ``functools`` caches that hold an SM count read earlier (``_inductor/utils.py:972`` in 2.4).
+    sm_count_caches: ClassVar[tuple[str, ...]] = ("torch._inductor.utils:is_big_gpu",)
+    #: The dict in which compile workers cache every device's properties.
+    device_properties_dict_cache: ClassVar[str] = "torch._dynamo.device_interface:caching_worker_device_properties"
+
     # -- the SM gate ------------------------------------------------------------------
 
     def gate_device(self, index: Any) -> torch.device:

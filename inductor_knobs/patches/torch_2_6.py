@@ -31,6 +31,11 @@ class Torch26(TorchPatches):
 
     name: ClassVar[str] = "torch_2_6"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.6,<2.7")
+    #: ``DeviceProperties.create`` (``runtime/hints.py:127``) is lru_cached from 2.6.
+    sm_count_caches: ClassVar[tuple[str, ...]] = (
+        "torch._inductor.utils:is_big_gpu",
+        "torch._inductor.runtime.hints:DeviceProperties.create",
+    )
     gate_parameters: ClassVar[tuple[tuple[str, object], ...]] = (("index_or_device", 0),)
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"866ddf0080c36d59"})  # 2.6.0
     gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
