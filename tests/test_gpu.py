@@ -100,3 +100,65 @@ def test_reference_case_without_warmup_the_guard_names_why(fresh_inductor):
     with pytest.raises(ik.AutotuneDuringServing, match=r"recompile.*<= 1280.*2048, 3420") as caught, ik.no_autotune():
         again(_hidden_states(2048))
     print(caught.value)
+
+
+requires_green_streams = pytest.mark.skipif(
+    not (torch.cuda.is_available() and hasattr(getattr(torch.cuda, "GreenContext", None), "Stream")),
+    reason="needs a CUDA GPU and torch >= 2.11 (GreenContext.Stream)",
+)
+
+
+def _median_ms(fn) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=5, rep=40, return_mode="median")
+
+
+@requires_green_streams
+def test_emulation_confines_eager_and_compiled_gemms_and_reverts(fresh_inductor):
+    """A compute-bound GEMM is several times slower on 16 SMs, eager and compiled alike; exit restores all."""
+    physical = torch.cuda.get_device_properties(0).multi_processor_count
+    getter = torch.cuda.get_device_properties
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    full_eager = _median_ms(lambda: a @ b)
+    with ik.emulate_gpu(sms=16) as emu:
+        assert emu.physical_sms == physical
+        assert torch.cuda.get_device_properties(0).multi_processor_count == 16
+        assert inductor_utils.is_big_gpu(0) is False  # torch's own 68-SM threshold
+        with ik.force_gemm_autotune(min_sms=16, backends="TRITON"):
+            compiled = torch.compile(lambda x, y: x @ y, mode="max-autotune-no-cudagraphs")
+            compiled(a, b)
+        small_eager = _median_ms(lambda: a @ b)
+        small_compiled = _median_ms(lambda: compiled(a, b))
+    full_compiled = _median_ms(lambda: compiled(a, b))
+    # 16 of 132 SMs: ideal 8x; a confined kernel is well over 3x slower, an escaped one is not.
+    assert small_eager > 3 * full_eager
+    assert small_compiled > 3 * full_compiled
+    assert torch.cuda.get_device_properties is getter
+    assert torch.cuda.get_device_properties(0).multi_processor_count == physical
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    assert inductor_utils.is_big_gpu(0) is (physical >= 68)
+
+
+@requires_green_streams
+def test_emulation_turns_cuda_graphs_off_so_max_autotune_mode_stays_confined(fresh_inductor):
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    full = _median_ms(lambda: a @ b)
+    with ik.emulate_gpu(sms=16), pytest.warns(ik.errors.EmulationWarning, match="CUDA graphs"):
+        compiled = torch.compile(lambda x, y: (x @ y) * 2, mode="max-autotune")
+        for _ in range(3):
+            compiled(a, b)
+        small = _median_ms(lambda: compiled(a, b))
+    assert small > 3 * full
+
+
+@requires_green_streams
+def test_two_different_emulations_conflict_and_the_first_stays(fresh_inductor):
+    with ik.emulate_gpu(sms=40):
+        with pytest.raises(ik.EmulationConflict, match="40 SMs"), ik.emulate_gpu(sms=24):
+            pass
+        assert torch.cuda.get_device_properties(0).multi_processor_count == 40
+    with pytest.raises(ik.errors.InvalidKnobValue, match=r"1\.\."):
+        ik.emulate_gpu(sms=10_000).start()
