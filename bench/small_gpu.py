@@ -131,7 +131,7 @@ def part_check(sms_list: list[int], physical: int) -> dict[str, Any]:
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     rows = []
-    for sms in [*sms_list, physical]:
+    for sms in sms_list:
         fresh_dynamo()
         with emulated(sms, physical) as emu, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -208,7 +208,7 @@ def part_gemms(sms_list: list[int], physical: int) -> dict[str, Any]:
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
         tensors.append((label, f"{m}x{k}x{n}", (a, b)))
     rows = []
-    for sms in [*sms_list, physical]:
+    for sms in sms_list:
         rows += run_arms(sms, physical, tensors, lambda: lambda x, w: x @ w)
     return {"rows": rows}
 
@@ -219,7 +219,7 @@ def part_block(sms_list: list[int], physical: int) -> dict[str, Any]:
     workload = workloads.build("transformer_block", "cuda", False)
     calls = [("transformer block", "x".join(map(str, workload.inputs[0][0].shape)), workload.inputs[0])]
     rows = []
-    for sms in [*sms_list, physical]:
+    for sms in sms_list:
         rows += run_arms(sms, physical, calls, lambda: workload.model)
     return {"rows": rows}
 
@@ -234,27 +234,22 @@ from triton.testing import do_bench
 how = sys.argv[1]
 keys = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "ATEN,TRITON"}
 winners = []
+from torch._inductor import select_algorithm
+select_algorithm.add_feedback_saver(lambda timings, name, *a: winners.append(min(timings, key=timings.get).name))
 if how == "knobs":
     import inductor_knobs as ik
     ctx = ik.force_gemm_autotune(min_sms=1, backends="ATEN,TRITON")
 else:
     import torch._inductor.utils as utils
-    from torch._inductor import select_algorithm
     utils.is_big_gpu = lambda index_or_device=0: True
-    select_algorithm.add_feedback_saver(lambda timings, name, *a: winners.append(min(timings, key=timings.get).name))
     ctx = torch._inductor.config.patch(keys)
 model = torch.nn.Linear(3420, 1280, bias=False, device="cuda", dtype=torch.bfloat16)
 x = torch.randn(560, 3420, device="cuda", dtype=torch.bfloat16)
 compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
 with torch.no_grad():
     torch.cuda.synchronize(); start = time.perf_counter()
-    if how == "knobs":
-        with ik.record_autotune() as rec, ctx:
-            compiled(x)
-        winners = [r.winner for r in rec.records]
-    else:
-        with ctx:
-            compiled(x)
+    with ctx:
+        compiled(x)
     torch.cuda.synchronize(); first = time.perf_counter() - start
     ms = do_bench(lambda: compiled(x), warmup=25, rep=200, return_mode="median")
 print(json.dumps({"how": how, "first_compile_s": first, "steady_ms": ms, "winners": winners,
@@ -439,6 +434,8 @@ def main() -> None:
     parser.add_argument("--parts", default="check,gemms,block,overhead")
     parser.add_argument("--sms", default="24,40,46,58", help="SM counts to emulate (the full GPU is always added)")
     parser.add_argument("--rounds", type=int, default=3, help="fresh-process rounds for the overhead part")
+    parser.add_argument("--no-full", action="store_true", help="leave out the full-GPU column (when splitting a run)")
+    parser.add_argument("--tag", default="", help="suffix of the JSON file names (when splitting a run)")
     parser.add_argument("--report", action="store_true", help="only rebuild small_gpu.md from the JSON files in --out")
     args = parser.parse_args()
     out = Path(args.out)
@@ -447,19 +444,24 @@ def main() -> None:
     if not args.report:
         physical = physical_properties(0).multi_processor_count
         sms_list = [int(s) for s in args.sms.split(",") if s]
+        columns = sms_list if args.no_full else [*sms_list, physical]
         runners = {
-            "check": lambda: part_check(sms_list, physical),
-            "gemms": lambda: part_gemms(sms_list, physical),
-            "block": lambda: part_block(sms_list, physical),
+            "check": lambda: part_check(columns, physical),
+            "gemms": lambda: part_gemms(columns, physical),
+            "block": lambda: part_block(columns, physical),
             "overhead": lambda: part_overhead(args.rounds),
         }
         for part in parts:
             started = time.perf_counter()
             data = {"environment": environment(), part: runners[part](), "seconds": time.perf_counter() - started}
-            (out / f"small_gpu-{part}.json").write_text(json.dumps(data, indent=1, default=str))
+            (out / f"small_gpu-{part}{args.tag}.json").write_text(json.dumps(data, indent=1, default=str))
     merged: dict[str, Any] = {}
     for path in sorted(out.glob("small_gpu-*.json")):
-        merged |= json.loads(path.read_text())
+        data = json.loads(path.read_text())
+        for key in ("gemms", "block"):  # a run split by --sms/--tag: put the rows together
+            if key in data and key in merged:
+                data[key]["rows"] = merged[key]["rows"] + data[key]["rows"]
+        merged |= data
     (out / "small_gpu.md").write_text(markdown(merged))
     print(markdown(merged))
 
