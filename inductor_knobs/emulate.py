@@ -341,8 +341,13 @@ def _compile_fx_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwar
         )
     if patches:
         kwargs = {**kwargs, "config_patches": {**patches, "triton.cudagraphs": False}}
-    with config.patch({"triton.cudagraphs": False}):
+    # An undo record, not config.patch: that would leave the key pinned as a user override.
+    cudagraphs_off = ConfigChange(torch_compat.installed(strict=False), config, "triton.cudagraphs", False)
+    cudagraphs_off.apply()
+    try:
         return wrapped(*args, **kwargs)
+    finally:
+        cudagraphs_off.revert()
 
 
 def _hook_targets(patches: TorchPatches) -> list[tuple[str, Any]]:

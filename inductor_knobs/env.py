@@ -52,7 +52,7 @@ def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpe
                 f"{EMULATE_SHARED_MEMORY_VAR}={raw_smem!r} needs {EMULATE_SMS_VAR} (an SM count or a GPU preset)"
             )
         return None
-    source = f"{EMULATE_SMS_VAR}={raw!r}"
+    source = f"{EMULATE_SMS_VAR}={raw!r}" + (f", {EMULATE_SHARED_MEMORY_VAR}={raw_smem!r}" if raw_smem else "")
     smem: int | None = None
     if raw_smem:
         try:

@@ -1,0 +1,919 @@
+"""Small-GPU emulation (``ik.emulate_gpu``): presets, argument checks, refusal on this CPU-only
+machine, the SM view on a fake CUDA device, the compile_fx wrapper, env activation and ablate."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+import torch._dynamo.device_interface as device_interface
+import torch._inductor.compile_fx as inductor_compile_fx
+import torch._inductor.config as inductor_config
+import torch._inductor.utils as inductor_utils
+import torch.compiler.config as compiler_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch._dynamo.device_interface import CudaInterface
+from torch._inductor.runtime.hints import DeviceProperties
+
+import inductor_knobs as ik
+from inductor_knobs import cli, emulate, torch_compat
+from inductor_knobs.ablation import command
+from inductor_knobs.emulate import EmulationSpec, resolve_spec
+from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
+from inductor_knobs.errors import (
+    EmulationConflict,
+    EmulationUnavailable,
+    EmulationWarning,
+    InvalidKnobValue,
+    NotSupportedOnThisTorch,
+    UnknownKnob,
+)
+from inductor_knobs.gpu_presets import PRESETS, find_preset
+from inductor_knobs.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
+
+PHYSICAL_SMS = 132
+PHYSICAL_SMEM = 232448
+#: The real green_stream, before any fixture replaces it.
+REAL_GREEN_STREAM = emulate.green_stream
+
+HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _resolve(path: str) -> Any:
+    module_name, _, dotted = path.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def clear_sm_caches() -> None:
+    patches = torch_compat.installed(strict=False)
+    for path in patches.sm_count_caches:
+        _resolve(path).cache_clear()
+    device_interface.caching_worker_device_properties.pop("cuda", None)
+
+
+def torch_state() -> dict[str, Any]:
+    """Everything emulation may change: objects compared by identity, config by value and raw state."""
+    patches = torch_compat.installed(strict=False)
+    return {
+        "get_device_properties": torch.cuda.get_device_properties,
+        "CudaInterface.get_device_properties": CudaInterface.__dict__["get_device_properties"],
+        "compile_fx": inductor_compile_fx.compile_fx,
+        "cache_key_tag": compiler_config.cache_key_tag,
+        "autotune_local_cache": inductor_config.autotune_local_cache,
+        "autotune_in_subproc": inductor_config.autotune_in_subproc,
+        "raw cache_key_tag": patches.read_override(compiler_config, "cache_key_tag"),
+        "raw autotune_local_cache": patches.read_override(inductor_config, "autotune_local_cache"),
+        "raw autotune_in_subproc": patches.read_override(inductor_config, "autotune_in_subproc"),
+    }
+
+
+IDENTITY_KEYS = ("get_device_properties", "CudaInterface.get_device_properties", "compile_fx")
+
+
+def assert_unchanged(before: dict[str, Any]) -> None:
+    after = torch_state()
+    for key in IDENTITY_KEYS:
+        assert after[key] is before[key], f"{key} was left replaced"
+    for key in before:
+        if key not in IDENTITY_KEYS:
+            assert after[key] == before[key], f"{key}: {before[key]!r} -> {after[key]!r}"
+    assert emulate.active_spec() is None
+
+
+# -- 1. presets -----------------------------------------------------------------------------------
+
+
+def test_every_preset_is_well_formed():
+    assert PRESETS
+    for name, preset in PRESETS.items():
+        assert preset.name == name
+        assert isinstance(preset.sms, int) and preset.sms >= 1
+        assert preset.shared_memory_per_block > 0 and preset.shared_memory_per_block % 1024 == 0
+        assert len(preset.compute_capability) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "sms"),
+    [("T4", 40), ("L4", 58), ("RTX3070", 46), ("RTX4060", 24), ("GB10", 48)],
+)
+def test_preset_sm_counts(name, sms):
+    assert PRESETS[name].sms == sms
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [("t4", "T4"), ("rtx-3070", "RTX3070"), ("RTX 4060", "RTX4060"), ("gb10", "GB10"), (" l-4 ", "L4")],
+)
+def test_find_preset_ignores_case_spaces_and_dashes(text, name):
+    assert find_preset(text) is PRESETS[name]
+
+
+def test_unknown_preset_lists_the_known_ones_and_names_the_source():
+    with pytest.raises(UnknownKnob) as info:
+        find_preset("T9", "some_source")
+    message = str(info.value)
+    assert "some_source" in message and "'T9'" in message
+    assert "T4 (40 SMs)" in message and "GB10 (48 SMs)" in message
+    for name in PRESETS:
+        assert name in message
+
+
+# -- 2. resolve_spec / emulate_gpu arguments -----------------------------------------------------
+
+
+def test_sm_count_by_keyword_or_position():
+    assert ik.emulate_gpu(sms=40).spec == EmulationSpec(40)
+    assert ik.emulate_gpu(40).spec == EmulationSpec(40)
+    assert ik.emulate_gpu(40, shared_memory_per_block=2048, device=0).spec == EmulationSpec(40, 2048, None, 0)
+
+
+def test_preset_supplies_sms_and_shared_memory():
+    assert ik.emulate_gpu("T4").spec == EmulationSpec(40, 65536, "T4", None)
+    assert ik.emulate_gpu("rtx-4060").spec == EmulationSpec(24, 99 * 1024, "RTX4060", None)
+
+
+def test_explicit_shared_memory_overrides_the_preset():
+    assert ik.emulate_gpu("T4", shared_memory_per_block=32768).spec == EmulationSpec(40, 32768, "T4", None)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((), {"sms": 0}, r"sms=0 is not allowed.*int >= 1"),
+        ((), {"sms": -3}, r"sms=-3 is not allowed.*int >= 1"),
+        ((), {"sms": 1.5}, r"sms=1\.5 is not allowed.*int >= 1"),
+        ((), {"sms": True}, r"sms=True is not allowed.*int >= 1"),
+        ((0,), {}, r"sms=0 is not allowed"),
+        ((40,), {"sms": 40}, r"given twice.*give it once"),
+        (("T4",), {"sms": 40}, r"preset 'T4' fixes sms=40.*drop"),
+        ((), {}, r"give an SM count"),
+        ((), {"shared_memory_per_block": 65536}, r"give an SM count"),
+        ((), {"sms": 40, "shared_memory_per_block": 0}, r"shared_memory_per_block=0 is not allowed.*>= 1024"),
+        ((), {"sms": 40, "shared_memory_per_block": 512}, r"shared_memory_per_block=512 is not allowed.*>= 1024"),
+        ((), {"sms": 40, "shared_memory_per_block": 1.5}, r"shared_memory_per_block=1\.5 is not allowed"),
+        ((), {"sms": 40, "shared_memory_per_block": True}, r"shared_memory_per_block=True is not allowed"),
+        (("T4",), {"shared_memory_per_block": 100}, r"shared_memory_per_block=100 is not allowed"),
+        ((), {"sms": 40, "device": -1}, r"device=-1 is not allowed.*int >= 0"),
+        ((), {"sms": 40, "device": True}, r"device=True is not allowed.*int >= 0"),
+        ((), {"sms": 40, "device": "cuda:0"}, r"device='cuda:0' is not allowed"),
+    ],
+)
+def test_bad_arguments_are_refused_at_once(args, kwargs, match):
+    with pytest.raises(InvalidKnobValue, match=match) as info:
+        ik.emulate_gpu(*args, **kwargs)
+    assert "emulate_gpu" in str(info.value)
+
+
+def test_a_string_sm_count_is_a_preset_name():
+    with pytest.raises(UnknownKnob, match=r"unknown GPU preset '40'.*T4 \(40 SMs\)"):
+        ik.emulate_gpu("40")
+
+
+def test_resolve_spec_names_its_source():
+    with pytest.raises(InvalidKnobValue, match=r"^MY_SOURCE: sms=0"):
+        resolve_spec(0, source="MY_SOURCE")
+    with pytest.raises(UnknownKnob, match=r"^MY_SOURCE: unknown GPU preset"):
+        resolve_spec("nope", source="MY_SOURCE")
+
+
+@HYPOTHESIS
+@given(sms=st.integers(min_value=1, max_value=2**40))
+def test_any_positive_int_sm_count_is_accepted(sms):
+    assert resolve_spec(sms=sms) == EmulationSpec(sms)
+    assert ik.emulate_gpu(sms).spec.sms == sms
+
+
+@HYPOTHESIS
+@given(sms=st.integers(max_value=0))
+def test_any_non_positive_sm_count_is_refused(sms):
+    with pytest.raises(InvalidKnobValue, match=f"sms={sms} is not allowed"):
+        resolve_spec(sms=sms)
+    with pytest.raises(InvalidKnobValue, match=f"sms={sms} is not allowed"):
+        ik.emulate_gpu(sms)
+
+
+@HYPOTHESIS
+@given(smem=st.integers(min_value=1024, max_value=2**40))
+def test_shared_memory_from_1024_is_accepted(smem):
+    assert resolve_spec(sms=1, shared_memory_per_block=smem).shared_memory_per_block == smem
+
+
+@HYPOTHESIS
+@given(smem=st.integers(max_value=1023))
+def test_shared_memory_below_1024_is_refused(smem):
+    with pytest.raises(InvalidKnobValue, match=f"shared_memory_per_block={smem} is not allowed"):
+        resolve_spec(sms=1, shared_memory_per_block=smem)
+
+
+@HYPOTHESIS
+@given(device=st.integers())
+def test_device_index_must_be_non_negative(device):
+    if device >= 0:
+        assert resolve_spec(sms=1, device=device).device_index == device
+    else:
+        with pytest.raises(InvalidKnobValue, match=f"device={device} is not allowed"):
+            resolve_spec(sms=1, device=device)
+
+
+def test_constructing_changes_nothing():
+    before = torch_state()
+    contexts = [ik.emulate_gpu(sms=40), ik.emulate_gpu("T4"), ik.emulate_gpu(24, shared_memory_per_block=4096)]
+
+    @ik.emulate_gpu(sms=40)
+    def decorated():  # pragma: no cover - never called
+        raise AssertionError
+
+    assert all(not c.active for c in contexts)
+    assert repr(contexts[1]) == "emulate_gpu(T4: 40 SMs, 64 KB smem/block)"
+    assert_unchanged(before)
+
+
+def test_constructing_imports_no_torch():
+    code = (
+        "import sys, inductor_knobs as ik\n"
+        "ik.emulate_gpu(sms=40); ik.emulate_gpu('T4'); ik.emulate_gpu(24, shared_memory_per_block=4096)\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+# -- 3. entering on this CPU-only machine -------------------------------------------------------
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """This machine has no GPU; make that explicit so the tests hold on a GPU machine too."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert emulate.active_spec() is None
+    yield
+    assert emulate.active_spec() is None
+
+
+def test_enter_without_a_gpu_is_unavailable(no_cuda):
+    before = torch_state()
+    context = ik.emulate_gpu(sms=40)
+    with pytest.raises(EmulationUnavailable, match="needs a CUDA GPU") as info:
+        with context:
+            pytest.fail("entered without a GPU")  # pragma: no cover
+    assert torch.__version__ in str(info.value)
+    assert not context.active
+    assert_unchanged(before)
+
+
+def test_start_without_a_gpu_is_unavailable_and_stop_is_a_no_op(no_cuda):
+    before = torch_state()
+    context = ik.emulate_gpu("T4")
+    with pytest.raises(EmulationUnavailable):
+        context.start()
+    context.stop()
+    assert_unchanged(before)
+
+
+def test_decorated_function_without_a_gpu_is_not_called(no_cuda):
+    calls = []
+
+    @ik.emulate_gpu(sms=40)
+    def work():
+        calls.append(1)  # pragma: no cover
+
+    with pytest.raises(EmulationUnavailable):
+        work()
+    assert calls == []
+
+
+def test_torch_without_green_context(no_cuda, monkeypatch):
+    monkeypatch.delattr(torch.cuda, "GreenContext", raising=False)
+    before = torch_state()
+    with pytest.raises(NotSupportedOnThisTorch, match="no GreenContext") as info:
+        with ik.emulate_gpu(sms=40):
+            pytest.fail("entered")  # pragma: no cover
+    assert torch.__version__ in str(info.value) and emulate.GREEN_STREAM_SINCE in str(info.value)
+    assert_unchanged(before)
+
+
+def test_green_context_without_stream(no_cuda, monkeypatch):
+    class OldGreenContext:  # torch 2.10: create() and set_context(), no Stream()
+        @staticmethod
+        def create(num_sms, device_id=None):  # pragma: no cover - never reached
+            raise AssertionError
+
+    monkeypatch.setattr(torch.cuda, "GreenContext", OldGreenContext, raising=False)
+    before = torch_state()
+    with pytest.raises(NotSupportedOnThisTorch, match="GreenContext without Stream"):
+        with ik.emulate_gpu(sms=40):
+            pytest.fail("entered")  # pragma: no cover
+    assert_unchanged(before)
+
+
+# -- 4. the SM view on a fake CUDA device -------------------------------------------------------
+
+
+class FakeStream:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.waited_on: list[FakeStream] = []
+
+    def wait_stream(self, other: FakeStream) -> None:
+        self.waited_on.append(other)
+
+    def __repr__(self) -> str:
+        return f"FakeStream({self.name})"
+
+
+@dataclass
+class FakeCuda:
+    props: types.SimpleNamespace
+    default_stream: FakeStream
+    current: FakeStream
+    set_streams: list[FakeStream] = field(default_factory=list)
+    green: dict[int, FakeStream] = field(default_factory=dict)
+    green_calls: list[tuple[int, int]] = field(default_factory=list)
+    #: sms requested -> SMs the fake driver grants (default: as requested)
+    granted: dict[int, int] = field(default_factory=dict)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """One fake H200 (132 SMs) behind every API emulation and Inductor read; green streams faked."""
+    props = types.SimpleNamespace(
+        name="Fake H200",
+        multi_processor_count=PHYSICAL_SMS,
+        shared_memory_per_block_optin=PHYSICAL_SMEM,
+        shared_memory_per_block=49152,
+        major=9,
+        minor=0,
+        regs_per_multiprocessor=65536,
+        max_threads_per_multi_processor=2048,
+        max_threads_per_block=1024,
+        warp_size=32,
+    )
+    default = FakeStream("default")
+    state = FakeCuda(props=props, default_stream=default, current=default)
+
+    def get_device_properties(device=None):
+        return props
+
+    def green_stream(device_index, sms):
+        state.green_calls.append((device_index, sms))
+        stream = state.green.setdefault(sms, FakeStream(f"green-{sms}"))
+        return stream, state.granted.get(sms, sms)
+
+    def current_stream(device=None):
+        return state.current
+
+    def set_stream(stream):
+        state.set_streams.append(stream)
+        state.current = stream
+
+    assert emulate.active_spec() is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", get_device_properties)
+    monkeypatch.setattr(CudaInterface, "get_device_properties", staticmethod(get_device_properties))
+    monkeypatch.setattr(CudaInterface, "get_compute_capability", staticmethod(lambda device=None: 90))
+    monkeypatch.setattr(emulate, "green_stream", green_stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
+    clear_sm_caches()
+    yield state
+    clear_sm_caches()
+    assert emulate.active_spec() is None, "a test left an emulation active"
+
+
+def sms_seen() -> dict[str, int]:
+    """The SM count through every path Inductor reads it."""
+    return {
+        "torch.cuda.get_device_properties": torch.cuda.get_device_properties(0).multi_processor_count,
+        "CudaInterface.get_device_properties": CudaInterface.get_device_properties(0).multi_processor_count,
+        "DeviceProperties.create": DeviceProperties.create(torch.device("cuda", 0)).multi_processor_count,
+        "get_max_num_sms": inductor_utils.get_max_num_sms(),
+    }
+
+
+def all_equal(sms: int) -> dict[str, int]:
+    return dict.fromkeys(sms_seen(), sms)
+
+
+def test_fake_gpu_without_emulation(fake_cuda):
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert inductor_utils.is_big_gpu(0) is True
+
+
+def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda):
+    before = torch_state()
+    assert sms_seen() == all_equal(PHYSICAL_SMS)  # fill every cache with the real count first
+    assert inductor_utils.is_big_gpu(0) is True
+    with ik.emulate_gpu(sms=40) as emu:
+        assert emu.sms == 40 and emu.physical_sms == PHYSICAL_SMS and emu.granted_sms == 40
+        assert emu.gpu == "Fake H200" and emu.device_index == 0 and emu.preset is None
+        assert emu.shared_memory_per_block is None
+        assert emu.stream is fake_cuda.green[40]
+        assert fake_cuda.green_calls == [(0, 40)]
+        assert sms_seen() == all_equal(40)
+        assert inductor_utils.is_big_gpu(0) is False  # torch's own 68-SM threshold
+        props = torch.cuda.get_device_properties(0)
+        assert props.shared_memory_per_block_optin == PHYSICAL_SMEM  # not emulated: the real GPU's
+        assert props.name == "Fake H200" and props.major == 9
+        assert emulate.physical_properties(0).multi_processor_count == PHYSICAL_SMS
+        assert emulate.active_spec() == EmulationSpec(40, None, None, 0)
+        # the stream
+        assert fake_cuda.current is fake_cuda.green[40]
+        assert fake_cuda.green[40].waited_on == [fake_cuda.default_stream]
+        # config
+        assert inductor_config.autotune_in_subproc is False
+        assert inductor_config.autotune_local_cache is False
+        assert "emulate-40sm" in compiler_config.cache_key_tag
+        # the getters and compile_fx are wrapped
+        assert torch.cuda.get_device_properties is not before["get_device_properties"]
+        assert inductor_compile_fx.compile_fx is not before["compile_fx"]
+    assert fake_cuda.set_streams == [fake_cuda.green[40], fake_cuda.default_stream]
+    assert fake_cuda.current is fake_cuda.default_stream
+    assert fake_cuda.default_stream.waited_on == [fake_cuda.green[40]]
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert inductor_utils.is_big_gpu(0) is True  # 132 >= 68
+    assert_unchanged(before)
+
+
+def test_emulated_shared_memory(fake_cuda):
+    with ik.emulate_gpu(sms=40, shared_memory_per_block=65536) as emu:
+        props = torch.cuda.get_device_properties(0)
+        assert emu.shared_memory_per_block == 65536
+        assert props.shared_memory_per_block_optin == 65536
+        assert props.shared_memory_per_block == 49152  # min(real 48 KB, 64 KB)
+        assert CudaInterface.get_device_properties(0).shared_memory_per_block_optin == 65536
+        assert "emulate-40sm-65536" in compiler_config.cache_key_tag
+    assert torch.cuda.get_device_properties(0).shared_memory_per_block_optin == PHYSICAL_SMEM
+
+
+def test_emulated_shared_memory_below_the_default_limit(fake_cuda):
+    with ik.emulate_gpu(sms=16, shared_memory_per_block=32768):
+        assert torch.cuda.get_device_properties(0).shared_memory_per_block == 32768
+
+
+def test_preset_on_the_fake_gpu(fake_cuda):
+    with ik.emulate_gpu("t4") as emu:
+        assert (emu.sms, emu.preset, emu.shared_memory_per_block) == (40, "T4", 65536)
+        assert sms_seen() == all_equal(40)
+        assert torch.cuda.get_device_properties(0).shared_memory_per_block_optin == 65536
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+
+
+def test_other_devices_are_not_emulated(fake_cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with ik.emulate_gpu(sms=40, device=1) as emu:
+        assert emu.device_index == 1
+        assert torch.cuda.get_device_properties(1).multi_processor_count == 40
+        assert torch.cuda.get_device_properties(0).multi_processor_count == PHYSICAL_SMS
+    assert torch.cuda.get_device_properties(1).multi_processor_count == PHYSICAL_SMS
+
+
+def test_device_beyond_the_visible_ones(fake_cuda):
+    before = torch_state()
+    with pytest.raises(InvalidKnobValue, match=r"device=1 is not allowed.*1 CUDA device"):
+        with ik.emulate_gpu(sms=40, device=1):
+            pytest.fail("entered")  # pragma: no cover
+    assert_unchanged(before)
+
+
+def test_driver_rounding_warns(fake_cuda):
+    fake_cuda.granted[46] = 48
+    with pytest.warns(EmulationWarning, match=r"kernels run on 48 SMs while Inductor sees 46"):
+        with ik.emulate_gpu("RTX3070") as emu:
+            assert emu.granted_sms == 48 and emu.sms == 46
+            assert torch.cuda.get_device_properties(0).multi_processor_count == 46
+
+
+def test_same_spec_nests_and_stays_until_the_outer_exits(fake_cuda):
+    before = torch_state()
+    outer = ik.emulate_gpu(sms=40)
+    with outer:
+        tag = compiler_config.cache_key_tag
+        with ik.emulate_gpu(sms=40) as inner:
+            assert inner.physical_sms == PHYSICAL_SMS  # the real GPU's, not the emulated 40
+            assert sms_seen() == all_equal(40)
+        assert sms_seen() == all_equal(40)
+        assert inductor_utils.is_big_gpu(0) is False
+        assert compiler_config.cache_key_tag == tag
+        assert fake_cuda.current is fake_cuda.green[40]
+        assert emulate.active_spec() is not None
+        with outer:  # the same object re-entered (a recursive decorated function)
+            assert sms_seen() == all_equal(40)
+        assert sms_seen() == all_equal(40)
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert fake_cuda.current is fake_cuda.default_stream
+    assert_unchanged(before)
+
+
+def test_a_different_emulation_inside_is_refused_and_the_outer_stays(fake_cuda):
+    before = torch_state()
+    with ik.emulate_gpu(sms=40):
+        inside = torch_state()
+        streams = list(fake_cuda.set_streams)
+        with pytest.raises(EmulationConflict, match=r"24 SMs.*40 SMs"):
+            with ik.emulate_gpu(sms=24):
+                pytest.fail("entered")  # pragma: no cover
+        with pytest.raises(EmulationConflict):
+            with ik.emulate_gpu(sms=40, shared_memory_per_block=65536):
+                pytest.fail("entered")  # pragma: no cover
+        assert sms_seen() == all_equal(40)
+        assert inductor_utils.is_big_gpu(0) is False
+        assert fake_cuda.set_streams == streams and fake_cuda.current is fake_cuda.green[40]
+        after = torch_state()
+        for key in inside:
+            assert after[key] is inside[key] or after[key] == inside[key], key
+    assert_unchanged(before)
+
+
+def test_emulation_then_knobs(fake_cuda):
+    gate = inductor_utils.is_big_gpu
+    with ik.emulate_gpu(sms=40), ik.knobs(min_sms=40):
+        assert inductor_utils.is_big_gpu(0) is True
+    with ik.emulate_gpu(sms=40), ik.knobs(min_sms=41):
+        assert inductor_utils.is_big_gpu(0) is False
+    assert inductor_utils.is_big_gpu is gate
+    assert inductor_utils.is_big_gpu(0) is True
+
+
+def test_knobs_then_emulation(fake_cuda):
+    before = torch_state()
+    with ik.knobs(min_sms=40):
+        assert inductor_utils.is_big_gpu(0) is True  # the real 132 SMs
+        with ik.emulate_gpu(sms=24):
+            assert inductor_utils.is_big_gpu(0) is False
+        assert inductor_utils.is_big_gpu(0) is True  # the cache holds no emulated verdict
+    with ik.force_gemm_autotune(min_sms=1), ik.emulate_gpu(sms=24):
+        assert inductor_utils.is_big_gpu(0) is True
+        assert inductor_config.max_autotune_gemm is True
+    assert_unchanged(before)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"sms": PHYSICAL_SMS + 1}, rf"sms={PHYSICAL_SMS + 1} is not allowed on Fake H200.*1\.\.{PHYSICAL_SMS}"),
+        ({"sms": 10_000}, rf"1\.\.{PHYSICAL_SMS}"),
+        (
+            {"sms": 40, "shared_memory_per_block": PHYSICAL_SMEM + 1024},
+            rf"shared_memory_per_block={PHYSICAL_SMEM + 1024} is not allowed.*at most {PHYSICAL_SMEM}",
+        ),
+    ],
+)
+def test_values_above_the_real_gpu_are_refused(fake_cuda, kwargs, match):
+    before = torch_state()
+    with pytest.raises(InvalidKnobValue, match=match):
+        with ik.emulate_gpu(**kwargs):
+            pytest.fail("entered")  # pragma: no cover
+    assert fake_cuda.set_streams == [] and fake_cuda.green_calls == []
+    assert_unchanged(before)
+
+
+def test_all_of_the_real_gpu_is_allowed(fake_cuda):
+    with ik.emulate_gpu(sms=PHYSICAL_SMS, shared_memory_per_block=PHYSICAL_SMEM):
+        assert inductor_utils.is_big_gpu(0) is True
+
+
+def test_decorated_function(fake_cuda):
+    @ik.emulate_gpu(sms=40)
+    def count() -> int:
+        return torch.cuda.get_device_properties(0).multi_processor_count
+
+    assert count() == 40
+    assert count() == 40
+    assert torch.cuda.get_device_properties(0).multi_processor_count == PHYSICAL_SMS
+
+
+def test_start_and_stop(fake_cuda):
+    before = torch_state()
+    context = ik.emulate_gpu(sms=40)
+    emu = context.start()
+    try:
+        assert emu.sms == 40 and context.active
+        assert sms_seen() == all_equal(40)
+    finally:
+        context.stop()
+    assert not context.active
+    assert_unchanged(before)
+
+
+def test_an_exception_inside_reverts(fake_cuda):
+    before = torch_state()
+    with pytest.raises(KeyError):
+        with ik.emulate_gpu(sms=40):
+            raise KeyError("boom")
+    assert fake_cuda.current is fake_cuda.default_stream
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert_unchanged(before)
+
+
+def test_a_failing_change_leaves_nothing_applied(fake_cuda, monkeypatch):
+    """The stream change is applied last; when it fails, the SM view and config go back."""
+    before = torch_state()
+
+    def refuse(stream):
+        raise RuntimeError("set_stream refused")
+
+    monkeypatch.setattr(torch.cuda, "set_stream", refuse)
+    with pytest.raises(RuntimeError, match="set_stream refused"):
+        with ik.emulate_gpu(sms=40):
+            pytest.fail("entered")  # pragma: no cover
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert_unchanged(before)
+
+
+# -- the real green_stream, with a fake GreenContext ---------------------------------------------
+
+
+def test_green_stream_is_cached_and_reports_the_granted_sms(fake_cuda, monkeypatch):
+    created = []
+
+    class FakeGreenContext:
+        def __init__(self, sms):
+            self.sm_count = sms + 2
+            self.stream = FakeStream(f"driver-{sms}")
+
+        @classmethod
+        def create(cls, num_sms, device_id=None):
+            created.append((num_sms, device_id))
+            return cls(num_sms)
+
+        def Stream(self):  # torch's name
+            return self.stream
+
+    monkeypatch.setattr(torch.cuda, "GreenContext", FakeGreenContext)
+    monkeypatch.setattr(emulate, "_GREEN", {})
+    first = REAL_GREEN_STREAM(0, 40)
+    assert first[1] == 42 and first[0].name == "driver-40"
+    assert REAL_GREEN_STREAM(0, 40) == first
+    assert created == [(40, 0)]
+
+
+def test_driver_refusal_is_unavailable(fake_cuda, monkeypatch):
+    class RefusingGreenContext:
+        @staticmethod
+        def create(num_sms, device_id=None):
+            raise RuntimeError("CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION")
+
+        def Stream(self):  # pragma: no cover
+            raise AssertionError
+
+    monkeypatch.setattr(torch.cuda, "GreenContext", RefusingGreenContext)
+    monkeypatch.setattr(emulate, "_GREEN", {})
+    monkeypatch.setattr(emulate, "green_stream", REAL_GREEN_STREAM)
+    before = torch_state()
+    with pytest.raises(EmulationUnavailable, match=r"refused a green context on cuda:0.*INVALID_RESOURCE") as info:
+        with ik.emulate_gpu(sms=40):
+            pytest.fail("entered")  # pragma: no cover
+    assert torch.__version__ in str(info.value)
+    assert emulate._GREEN == {}
+    assert fake_cuda.set_streams == []
+    assert_unchanged(before)
+
+
+# -- 5. the compile_fx wrapper --------------------------------------------------------------------
+
+
+@pytest.fixture
+def cudagraphs_raw(patches):
+    """Put ``triton.cudagraphs`` back to its raw stored state (torch's ``config.patch`` pins it)."""
+    raw = patches.read_override(inductor_config, "triton.cudagraphs")
+    yield raw
+    patches.write_override(inductor_config, "triton.cudagraphs", raw)
+
+
+class RecordingCompile:
+    def __init__(self) -> None:
+        self.calls: list[tuple[bool, Any, tuple[Any, ...]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> str:
+        self.calls.append((inductor_config.triton.cudagraphs, kwargs.get("config_patches", "absent"), args))
+        return "compiled"
+
+
+def test_compile_fx_wrapper_turns_requested_cudagraphs_off(cudagraphs_raw):
+    fake = RecordingCompile()
+    before = inductor_config.triton.cudagraphs
+    patches = {"triton.cudagraphs": True, "max_autotune": True}
+    with pytest.warns(EmulationWarning, match="CUDA graphs off"):
+        result = emulate._compile_fx_wrapper(fake, None, ("gm", "inputs"), {"config_patches": patches})
+    assert result == "compiled"
+    [(cudagraphs, seen_patches, args)] = fake.calls
+    assert cudagraphs is False
+    assert seen_patches == {"triton.cudagraphs": False, "max_autotune": True}
+    assert args == ("gm", "inputs")
+    assert patches == {"triton.cudagraphs": True, "max_autotune": True}  # the caller's dict is not mutated
+    assert inductor_config.triton.cudagraphs == before
+
+
+def test_compile_fx_wrapper_turns_configured_cudagraphs_off(cudagraphs_raw):
+    fake = RecordingCompile()
+    with inductor_config.patch({"triton.cudagraphs": True}):
+        with pytest.warns(EmulationWarning, match="triton.cudagraphs=False"):
+            emulate._compile_fx_wrapper(fake, None, ("gm",), {})
+        assert inductor_config.triton.cudagraphs is True
+    [(cudagraphs, seen_patches, _)] = fake.calls
+    assert cudagraphs is False and seen_patches == "absent"
+
+
+def test_compile_fx_wrapper_is_quiet_when_cudagraphs_are_off(cudagraphs_raw):
+    fake = RecordingCompile()
+    with inductor_config.patch({"triton.cudagraphs": False}), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        emulate._compile_fx_wrapper(fake, None, (), {"config_patches": {"max_autotune": True}})
+    [(cudagraphs, seen_patches, _)] = fake.calls
+    assert cudagraphs is False
+    assert seen_patches == {"max_autotune": True, "triton.cudagraphs": False}
+
+
+def test_compile_fx_wrapper_leaves_the_raw_config_state_alone(patches, cudagraphs_raw):
+    unset = pytest.importorskip("torch.utils._config_module")._UNSET_SENTINEL
+    patches.write_override(inductor_config, "triton.cudagraphs", unset)  # at torch's default, not pinned
+    emulate._compile_fx_wrapper(RecordingCompile(), None, (), {})
+    assert patches.read_override(inductor_config, "triton.cudagraphs") is unset
+
+
+def test_compile_inside_emulation_goes_through_the_wrapper(fake_cuda, monkeypatch, cudagraphs_raw):
+    """``torch._inductor.compile_fx.compile_fx`` is the wrapped function while emulating."""
+    fake = RecordingCompile()
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx", fake)
+    with ik.emulate_gpu(sms=40):
+        assert inductor_compile_fx.compile_fx is not fake
+        with pytest.warns(EmulationWarning):
+            assert inductor_compile_fx.compile_fx("gm", config_patches={"triton.cudagraphs": True}) == "compiled"
+    assert inductor_compile_fx.compile_fx is fake
+    [(cudagraphs, seen_patches, _)] = fake.calls
+    assert cudagraphs is False and seen_patches == {"triton.cudagraphs": False}
+
+
+# -- 6. environment variables ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def env_active():
+    yield
+    deactivate_env()
+
+
+def test_env_sm_count():
+    assert emulation_from_env({EMULATE_SMS_VAR: "40"}) == EmulationSpec(40)
+    assert emulation_from_env({EMULATE_SMS_VAR: " 40 "}) == EmulationSpec(40)
+    assert emulation_from_env({EMULATE_SMS_VAR: "40", EMULATE_SHARED_MEMORY_VAR: "65536"}) == EmulationSpec(40, 65536)
+
+
+def test_env_preset():
+    assert emulation_from_env({EMULATE_SMS_VAR: "T4"}) == EmulationSpec(40, 65536, "T4")
+    assert emulation_from_env({EMULATE_SMS_VAR: "rtx-3070", EMULATE_SHARED_MEMORY_VAR: "32768"}) == EmulationSpec(
+        46, 32768, "RTX3070"
+    )
+
+
+def test_env_unset():
+    assert emulation_from_env({}) is None
+    assert emulation_from_env({EMULATE_SMS_VAR: "  "}) is None
+    assert emulation_from_env({"INDUCTOR_KNOBS_MIN_SMS": "40"}) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "error", "match"),
+    [
+        ({EMULATE_SMS_VAR: "0"}, InvalidKnobValue, rf"^{EMULATE_SMS_VAR}='0': sms=0 is not allowed"),
+        ({EMULATE_SMS_VAR: "-3"}, InvalidKnobValue, rf"^{EMULATE_SMS_VAR}='-3': sms=-3 is not allowed"),
+        ({EMULATE_SMS_VAR: "abc"}, UnknownKnob, rf"^{EMULATE_SMS_VAR}='abc': unknown GPU preset.*T4 \(40 SMs\)"),
+        ({EMULATE_SHARED_MEMORY_VAR: "65536"}, InvalidKnobValue, rf"{EMULATE_SHARED_MEMORY_VAR}='65536' needs {EMULATE_SMS_VAR}"),
+        (
+            {EMULATE_SMS_VAR: "40", EMULATE_SHARED_MEMORY_VAR: "lots"},
+            InvalidKnobValue,
+            rf"{EMULATE_SHARED_MEMORY_VAR}='lots' is not allowed.*int",
+        ),
+        (
+            {EMULATE_SMS_VAR: "40", EMULATE_SHARED_MEMORY_VAR: "1.5"},
+            InvalidKnobValue,
+            rf"{EMULATE_SHARED_MEMORY_VAR}='1.5' is not allowed",
+        ),
+    ],
+)
+def test_bad_env_values_name_the_variable(env, error, match):
+    with pytest.raises(error, match=match):
+        emulation_from_env(env)
+
+
+def test_out_of_range_shared_memory_names_its_own_variable():
+    with pytest.raises(InvalidKnobValue, match=EMULATE_SHARED_MEMORY_VAR):
+        emulation_from_env({EMULATE_SMS_VAR: "40", EMULATE_SHARED_MEMORY_VAR: "512"})
+
+
+def test_knobs_from_env_ignores_the_emulation_variables():
+    env = {EMULATE_SMS_VAR: "T4", EMULATE_SHARED_MEMORY_VAR: "65536"}
+    assert Knobs.from_env(env) == Knobs()
+    assert Knobs.from_env({**env, "INDUCTOR_KNOBS_MIN_SMS": "40"}) == Knobs(min_sms=40)
+
+
+def test_activate_from_env_without_a_gpu(env_active, no_cuda):
+    before = torch_state()
+    try:
+        with pytest.raises(EmulationUnavailable, match=torch.__version__.replace("+", r"\+")):
+            activate_from_env({EMULATE_SMS_VAR: "40"})
+        assert active_env_knobs() is None
+        with pytest.raises(EmulationUnavailable):  # and again: nothing half-activated
+            activate_from_env({EMULATE_SMS_VAR: "40", "INDUCTOR_KNOBS_MIN_SMS": "40"})
+        assert active_env_knobs() is None
+        assert_unchanged(before)
+    finally:
+        deactivate_env()
+
+
+def test_activate_from_env_with_a_bad_value_changes_nothing(env_active):
+    before = torch_state()
+    with pytest.raises(InvalidKnobValue, match=EMULATE_SMS_VAR):
+        activate_from_env({EMULATE_SMS_VAR: "0", "INDUCTOR_KNOBS_MIN_SMS": "40"})
+    assert active_env_knobs() is None
+    assert_unchanged(before)
+
+
+def test_activate_from_env_on_the_fake_gpu(env_active, fake_cuda):
+    before = torch_state()
+    env = {EMULATE_SMS_VAR: "T4", "INDUCTOR_KNOBS_MIN_SMS": "40"}
+    try:
+        assert activate_from_env(env) == Knobs(min_sms=40)
+        assert active_env_knobs() == Knobs(min_sms=40)
+        assert activate_from_env(env) == Knobs(min_sms=40)  # idempotent
+        assert sms_seen() == all_equal(40)
+        assert inductor_utils.is_big_gpu(0) is True  # 40 SMs, gate at 40
+        assert torch.cuda.get_device_properties(0).shared_memory_per_block_optin == 65536
+        assert fake_cuda.current is fake_cuda.green[40]
+        with pytest.raises(EmulationConflict):
+            with ik.emulate_gpu(sms=24):
+                pytest.fail("entered")  # pragma: no cover
+        with ik.emulate_gpu("T4", device=0):  # the same GPU composes
+            assert sms_seen() == all_equal(40)
+        assert sms_seen() == all_equal(40)
+    finally:
+        deactivate_env()
+    assert active_env_knobs() is None
+    assert fake_cuda.current is fake_cuda.default_stream
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert_unchanged(before)
+
+
+# -- 7. ablate ---------------------------------------------------------------------------------------
+
+
+def plan_for(*argv: str) -> command.Plan:
+    parser = cli.argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers(dest="command"))
+    return command.build_plan(parser.parse_args(["ablate", *argv]))
+
+
+@pytest.fixture
+def no_arm_runs(monkeypatch):
+    def execute(plan):  # pragma: no cover - the point is that it is not reached
+        raise AssertionError("an arm ran")
+
+    monkeypatch.setattr(command, "execute", execute)
+
+
+def test_ablate_emulation_needs_cuda(no_arm_runs):
+    with pytest.raises(InvalidKnobValue, match=r"--emulate-sms='40' needs --device cuda"):
+        plan_for("--emulate-sms", "40", "--device", "cpu")
+
+
+def test_ablate_emulation_needs_cuda_from_the_command_line(no_arm_runs, capsys):
+    assert cli.main(["ablate", "--emulate-sms", "40", "--device", "cpu"]) == 2
+    assert "--device cuda" in capsys.readouterr().err
+
+
+def test_ablate_unknown_preset(no_arm_runs, capsys):
+    with pytest.raises(UnknownKnob, match=r"--emulate-sms='T9'.*unknown GPU preset 'T9'.*T4 \(40 SMs\)"):
+        plan_for("--emulate-sms", "T9", "--device", "cpu")
+    assert cli.main(["ablate", "--emulate-sms", "T9", "--device", "cpu"]) == 2
+    assert "--emulate-sms" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_ablate_bad_sm_count(no_arm_runs, value):
+    with pytest.raises(InvalidKnobValue, match=rf"--emulate-sms='{value}'.*int >= 1"):
+        plan_for("--emulate-sms", value, "--device", "cpu")
+
+
+def test_ablate_plan_on_the_fake_gpu(no_arm_runs, fake_cuda):
+    plan = plan_for("--emulate-sms", "T4", "--device", "cuda")
+    assert plan.emulate == "T4" and plan.device == "cuda" and plan.gpus == [0]
+    assert plan.arms[-1].knobs == {"preset": "force_gemm_autotune", "min_sms": "40"}
+    assert {j["emulate"] for j in plan.jobs()} == {"T4"}
+    with pytest.raises(InvalidKnobValue, match=rf"allowed 1\.\.{PHYSICAL_SMS}"):
+        plan_for("--emulate-sms", str(PHYSICAL_SMS + 1), "--device", "cuda")
