@@ -5,7 +5,9 @@ the environment first and imports this module only when an ``INDUCTOR_KNOBS_*`` 
 is set (and ``INDUCTOR_KNOBS_DISABLE`` is not), so an unconfigured process pays for one
 scan of ``os.environ`` and imports nothing.  :func:`bootstrap` then parses the variables
 (without importing torch) and registers a wrapt post-import hook that applies them when
-``torch._inductor.utils`` is first imported (by ``import torch._inductor`` or the first compile).
+``torch._inductor.utils`` is first imported (by ``import torch._inductor`` or the first compile),
+or, when ``INDUCTOR_KNOBS_EMULATE_SMS`` asks for emulation, when ``torch._inductor.compile_fx`` is
+(the first compile): emulation wraps ``compile_fx``, which may be half-imported when utils completes.
 
 A bad variable must not go unnoticed in a launch script, but the ``.pth`` must not kill
 interpreters that never use torch: the error is printed at startup and raised from the

@@ -7,6 +7,9 @@ Facts (torch 2.12.0–2.15.0 wheels):
 - ``_inductor/utils.py:1696`` (2.12) … ``:2121`` (2.15): ``is_big_gpu(index_or_device: int |
   torch.device = 0)``; 2.14 turns the ROCm ``assert`` into ``raise AssertionError``.
 - ``max_autotune_gemm_backends`` comment lists CUTEDSL and NVGEMM (2.12), FLYDSL (2.15).
+- ``torch/cuda/green_contexts.py``: ``GreenContext.create`` takes keywords only (2.12); 2.15 rewrites
+  the class in Python over cuda-python with an ``sm_count`` property (:760), which emulation reads
+  for the SMs the driver granted.
 """
 
 from __future__ import annotations

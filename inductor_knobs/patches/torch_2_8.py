@@ -9,6 +9,9 @@ Facts (torch 2.8.0–2.11.0 wheels):
   still exists but codegen no longer reads it.
 - Feedback savers get a fifth argument, a profiler re-benchmark thunk (2.8 ``select_algorithm.py:2101``),
   and a sixth, ``precompile_times`` (2.11 ``:2757``).
+- ``torch/cuda/green_contexts.py``: ``GreenContext.create(num_sms, device_id=0)`` arrives in 2.10
+  without ``Stream()``; 2.11 adds ``Stream()`` (:45), which small-GPU emulation needs (feature-checked
+  at run time).
 """
 
 from __future__ import annotations
