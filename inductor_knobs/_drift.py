@@ -9,6 +9,7 @@ code does.  It is computed from text, so it is the same on every Python version.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import io
@@ -52,25 +53,14 @@ def fingerprint(fn: Callable[..., object]) -> str | None:
     ``functools.cache``/``lru_cache`` and wrapt wrappers are unwrapped through ``__wrapped__``.
     """
     target = inspect.unwrap(fn)
-    code = getattr(target, "__code__", None)
-    if code is None:
-        return _fingerprint_of(target)
-    return _fingerprint_of_code(code, target)
-
-
-def _fingerprint_of(target: Callable[..., object]) -> str | None:
-    try:
-        return fingerprint_source(inspect.getsource(target))
-    except (OSError, TypeError):
-        return None
+    return _fingerprint_of(getattr(target, "__code__", target))
 
 
 # Every knobs enter checks the gate; tokenizing its source each time cost ~0.9 ms (H200 bench).
 # The code object identifies the source, so the fingerprint is computed once per function.
-_BY_CODE: dict[object, str | None] = {}
-
-
-def _fingerprint_of_code(code: object, target: Callable[..., object]) -> str | None:
-    if code not in _BY_CODE:
-        _BY_CODE[code] = _fingerprint_of(target)
-    return _BY_CODE[code]
+@functools.cache
+def _fingerprint_of(code_or_object: object) -> str | None:
+    try:
+        return fingerprint_source(inspect.getsource(code_or_object))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None

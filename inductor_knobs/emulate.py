@@ -46,9 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The torch release whose ``GreenContext`` first has ``Stream()`` (``torch/cuda/green_contexts.py:45``).
-GREEN_STREAM_SINCE = "2.11"
-
 
 @dataclass(frozen=True)
 class EmulationSpec:
@@ -151,6 +148,19 @@ def resolve_spec(
     return EmulationSpec(sms, shared_memory_per_block, preset.name if preset else None, device)
 
 
+def spec_from_text(text: str, *, shared_memory_per_block: int | None = None, source: str) -> EmulationSpec:
+    """:func:`resolve_spec` for text from an environment variable or option: digits are an SM count,
+    anything else a preset name (``"40"``, ``"T4"``).
+
+    Raises:
+        InvalidKnobValue, UnknownKnob: as :func:`resolve_spec`, naming ``source``.
+    """
+    value = text.strip()
+    return resolve_spec(
+        int(value) if value.lstrip("-").isdigit() else value, shared_memory_per_block=shared_memory_per_block, source=source
+    )
+
+
 # -- the green context ------------------------------------------------------------------------
 
 _GREEN_LOCK = threading.Lock()
@@ -159,13 +169,13 @@ _GREEN_LOCK = threading.Lock()
 _GREEN: dict[tuple[int, int], tuple[Any, Any, int | None]] = {}
 
 
-def _check_green_context_support(torch_version: str) -> None:
+def _check_green_context_support(patches: TorchPatches, torch_version: str) -> None:
     import torch
 
     green = getattr(torch.cuda, "GreenContext", None)
     if green is None or not hasattr(green, "Stream"):
         raise NotSupportedOnThisTorch(
-            f"emulate_gpu needs torch.cuda.GreenContext with Stream() (torch >= {GREEN_STREAM_SINCE}); torch "
+            f"emulate_gpu needs torch.cuda.GreenContext with Stream() (torch >= {patches.green_stream_since}); torch "
             f"{torch_version} has {'no GreenContext' if green is None else 'GreenContext without Stream()'}. "
             "GreenContext.set_context() alone does not confine Inductor's compiled kernels, so no emulator is offered here"
         )
@@ -233,19 +243,23 @@ class GreenStreamChange:
         self.stream = stream
         self.description = f"current stream of cuda:{device_index}: green context ({description})"
         self._prior: Any = None
+        self._prior_device = 0
 
     def apply(self) -> None:
         import torch
 
+        self._prior_device = torch.cuda.current_device()
         self._prior = torch.cuda.current_stream(self.device_index)
         self.stream.wait_stream(self._prior)
-        torch.cuda.set_stream(self.stream)
+        torch.cuda.set_stream(self.stream)  # also makes the stream's device current
 
     def revert(self) -> None:
         import torch
 
         self._prior.wait_stream(self.stream)
         torch.cuda.set_stream(self._prior)
+        if torch.cuda.current_device() != self._prior_device:
+            torch.cuda.set_device(self._prior_device)
 
 
 # -- what Inductor sees ---------------------------------------------------------------------------
@@ -438,7 +452,7 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
     import torch
 
     patches = torch_compat.installed(strict=False)
-    _check_green_context_support(torch.__version__)
+    _check_green_context_support(patches, torch.__version__)
     index = torch.cuda.current_device() if spec.device_index is None else spec.device_index
     if index >= torch.cuda.device_count():
         raise InvalidKnobValue(

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping
 
 from ._undo import Change, apply_all, revert_all
-from .emulate import EmulationSpec, plan_emulation, resolve_spec
+from .emulate import EmulationSpec, plan_emulation, spec_from_text
 from .errors import InvalidKnobValue
 from .knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
 from .plan import plan
@@ -61,8 +61,7 @@ def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpe
             raise InvalidKnobValue(
                 f"{EMULATE_SHARED_MEMORY_VAR}={raw_smem!r} is not allowed; it must be an int number of bytes"
             ) from None
-    value: int | str = int(raw) if raw.lstrip("-").isdigit() else raw
-    return resolve_spec(value, shared_memory_per_block=smem, source=source)
+    return spec_from_text(raw, shared_memory_per_block=smem, source=source)
 
 
 def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:

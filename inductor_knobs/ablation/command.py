@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ..emulate import EmulationSpec, resolve_spec
+from ..emulate import EmulationSpec, spec_from_text
 from ..errors import InvalidKnobValue
 from . import report, spec, workloads
 from .runner import Plan, execute
@@ -74,8 +74,7 @@ def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec 
         return None
     import torch
 
-    value: int | str = int(text) if text.strip().lstrip("-").isdigit() else text.strip()
-    emulation = resolve_spec(value, source=f"--emulate-sms={text!r}")
+    emulation = spec_from_text(text, source=f"--emulate-sms={text!r}")
     if device != "cuda":
         raise InvalidKnobValue(f"--emulate-sms={text!r} needs --device cuda (emulation runs on a CUDA green context)")
     physical = min(torch.cuda.get_device_properties(g).multi_processor_count for g in gpus)

@@ -72,6 +72,9 @@ class TorchPatches:
     )
     #: ``functools`` caches that hold an SM count read earlier (``_inductor/utils.py:972`` in 2.4).
     sm_count_caches: ClassVar[tuple[str, ...]] = ("torch._inductor.utils:is_big_gpu",)
+    #: The first release whose ``torch.cuda.GreenContext`` has ``Stream()`` (``torch/cuda/green_contexts.py:45``
+    #: in 2.11; 2.10 has ``create`` only).  Emulation needs it and feature-checks it at run time.
+    green_stream_since: ClassVar[str] = "2.11"
     #: The dict in which compile workers cache every device's properties.
     device_properties_dict_cache: ClassVar[str] = "torch._dynamo.device_interface:caching_worker_device_properties"
 
