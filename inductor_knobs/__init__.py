@@ -42,6 +42,9 @@ from .errors import (
     KnobNotApplied as KnobNotApplied,
 )
 from .errors import (
+    KnobNotAppliedWarning as KnobNotAppliedWarning,
+)
+from .errors import (
     KnobsError as KnobsError,
 )
 from .errors import (
@@ -55,7 +58,9 @@ from .errors import (
 )
 from .knobs import PRESETS as PRESETS
 from .knobs import Knobs as Knobs
+from .interception import CompileAttestation as CompileAttestation
 from .recorder import record_autotune as record_autotune
+from .recorder import record_compiles as record_compiles
 from .records import AutotuneRecord as AutotuneRecord
 from .records import CompileEvent as CompileEvent
 from .serving import no_autotune as no_autotune
@@ -81,9 +86,12 @@ __all__ = [
     "load_compile_cache",
     "no_autotune",
     "record_autotune",
+    "record_compiles",
+    "CompileAttestation",
     "save_compile_cache",
     "warmup",
     "KnobNotApplied",
+    "KnobNotAppliedWarning",
     "Knobs",
     "KnobsContext",
     "KnobsError",

@@ -5,9 +5,8 @@ the environment first and imports this module only when an ``INDUCTOR_KNOBS_*`` 
 is set (and ``INDUCTOR_KNOBS_DISABLE`` is not), so an unconfigured process pays for one
 scan of ``os.environ`` and imports nothing.  :func:`bootstrap` then parses the variables
 (without importing torch) and registers a wrapt post-import hook that applies them when
-``torch._inductor.utils`` is first imported (by ``import torch._inductor`` or the first compile),
-or, when ``INDUCTOR_KNOBS_EMULATE_SMS`` asks for emulation, when ``torch._inductor.compile_fx`` is
-(the first compile): emulation wraps ``compile_fx``, which may be half-imported when utils completes.
+``torch._inductor.compile_fx`` (Inductor's compile entry) is first imported: at the first
+compile, or an explicit import of it.
 
 A bad variable must not go unnoticed in a launch script, but the ``.pth`` must not kill
 interpreters that never use torch: the error is printed at startup and raised from the
@@ -18,11 +17,10 @@ from __future__ import annotations
 
 import sys
 
-# Not torch._inductor.config: it is imported half-way through torch._inductor.utils, so the
-# gate would not exist yet. utils imports config, so both are complete when this fires.
-HOOK_MODULE = "torch._inductor.utils"
-# Emulation wraps compile_fx, which may be half-imported when utils completes; wait for it.
-EMULATION_HOOK_MODULE = "torch._inductor.compile_fx"
+# Inductor's compile entry: every Inductor compile imports it, it imports utils (the gate) and
+# config, and the compile interception wraps it, so all three are complete when this fires.
+# (utils is imported half-way through compile_fx's own import, too early to wrap compile_fx.)
+HOOK_MODULE = "torch._inductor.compile_fx"
 _registered = False
 
 
@@ -32,12 +30,10 @@ def bootstrap() -> None:
     if _registered:  # the .pth can run twice when a directory is on sys.path twice
         return
     _registered = True
-    import os
-
     import wrapt
 
     from .errors import KnobsError
-    from .knobs import EMULATE_SMS_VAR, Knobs
+    from .knobs import Knobs
 
     try:
         Knobs.from_env()
@@ -46,7 +42,7 @@ def bootstrap() -> None:
         error = err
         print(f"inductor_knobs: {err}", file=sys.stderr)
 
-    @wrapt.when_imported(EMULATION_HOOK_MODULE if os.environ.get(EMULATE_SMS_VAR) else HOOK_MODULE)
+    @wrapt.when_imported(HOOK_MODULE)
     def _activate(_module: object) -> None:
         if error is not None:
             raise error

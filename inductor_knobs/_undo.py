@@ -44,23 +44,26 @@ class ConfigChange:
         self._prior: object = None
 
     def apply(self) -> None:
+        # Written through torch's raw patcher, not setattr: a foreign __setattr__ on the config
+        # module (Unsloth's rewrites the process default) would make the revert inexact.
         if self.process_wide:
             self._prior = self.patches.set_process_default(self.cfg, self.key, self.value)
         else:
             self._prior = self.patches.read_override(self.cfg, self.key)
-            setattr(self.cfg, self.key, self.value)
-        found = getattr(self.cfg, self.key)
+            self.patches.write_override(self.cfg, self.key, self.value)
+        found = self.patches.read_value(self.cfg, self.key)
         if found != self.value:
+            from .interception import diagnose
+
+            cause = diagnose(self.patches, self.cfg, self.key)
             self._restore()
-            cause = self.patches.forcing_env_var(self.cfg, self.key)
-            because = f"the environment variable {cause} forces it" if cause else "something overrides it"
             raise KnobNotApplied(
-                f"{self.description} did not take: it reads back {found!r} because {because}. "
-                "Unset that variable or leave this knob out."
+                f"{self.description} did not take: it reads back {found!r}, because {cause}. "
+                "Remove that cause or leave this knob out."
             )
 
     def revert(self) -> None:
-        found = getattr(self.cfg, self.key)
+        found = self.patches.read_value(self.cfg, self.key)
         if found != self.value:
             warnings.warn(
                 f"{self.cfg.__name__}.{self.key} was changed to {found!r} inside the knobs block "
@@ -78,7 +81,10 @@ class ConfigChange:
 
 
 def apply_all(changes: Sequence[Change]) -> list[Change]:
-    """Apply ``changes`` in order; on any failure revert what was applied and re-raise.
+    """Apply ``changes`` in order; on any failure (``KeyboardInterrupt`` too) revert what was applied and re-raise.
+
+    A change is recorded as applied only after its ``apply`` returned, so a failing change is
+    responsible for leaving nothing behind itself (each record's ``apply`` does).
 
     Returns:
         The applied changes, in application order (pass them to :func:`revert_all`).
@@ -91,24 +97,28 @@ def apply_all(changes: Sequence[Change]) -> list[Change]:
     except BaseException:
         try:
             revert_all(applied)
-        except RevertError as err:  # keep the original error primary
-            warnings.warn(str(err), ExternalChangeWarning, stacklevel=2)
+        except BaseException as err:  # noqa: BLE001 - keep the original error primary
+            warnings.warn(f"while unwinding a failed apply: {err}", ExternalChangeWarning, stacklevel=2)
         raise
     return applied
 
 
 def revert_all(applied: Sequence[Change]) -> None:
-    """Revert ``applied`` last-first; every record is attempted even if one fails.
+    """Revert ``applied`` last-first; every record is attempted even if one fails (``BaseException`` too).
 
     Raises:
         RevertError: one or more records failed to revert (all others were reverted).
+        KeyboardInterrupt, SystemExit: re-raised after every record was attempted.
     """
     errors: list[BaseException] = []
     for change in reversed(applied):
         try:
             change.revert()
-        except Exception as err:  # noqa: BLE001 - collected and re-raised below
+        except BaseException as err:  # noqa: BLE001 - collected and re-raised below
             errors.append(err)
+    fatal = [e for e in errors if not isinstance(e, Exception)]
+    if fatal:
+        raise fatal[0]
     if errors:
         raise RevertError(
             f"{len(errors)} change(s) could not be reverted: " + "; ".join(f"{type(e).__name__}: {e}" for e in errors),

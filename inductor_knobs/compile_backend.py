@@ -2,11 +2,13 @@
 
 A ``with ik.knobs(...)`` block around the first call does not cover the recompile at request
 10,000.  ``ik.compile`` instead hands Dynamo a backend that enters the knobs around Inductor's
-compile entry (``torch._inductor.compile_fx.compile_fx``) and around its ``inner_compile``, which
-AOTAutograd calls again for a lazily compiled backward graph.  So the knobs hold on the compiling
-thread for the first compile, every recompile and the backward, and nowhere else; on torch 2.12+
-that is literally per thread (Inductor config is thread-local there), before 2.12 the process-global
-rules of :class:`~inductor_knobs.context.KnobsContext` apply while a compilation runs.
+compile entry (``torch._inductor.compile_fx.compile_fx``).  The compile interception
+(:mod:`inductor_knobs.interception`) then carries them into every graph of that compile,
+including a backward that AOTAutograd compiles lazily after the backend returned, and attests
+what each graph compiled with.  So the knobs hold on the compiling thread for the first
+compile, every recompile and the backward, and nowhere else; on torch 2.12+ that is literally
+per thread (Inductor config is thread-local there), before 2.12 the process-global rules of
+:class:`~inductor_knobs.context.KnobsContext` apply while a compilation runs.
 
 Each ``ik.compile`` call makes its own backend object, and Dynamo guards each cache entry on the
 backend that built it, so two models compiled with different knobs keep their own settings.
@@ -14,14 +16,14 @@ backend that built it, so two models compiled with different knobs keep their ow
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .context import KnobsContext
 from .errors import InvalidKnobValue, UnknownKnob
+from .interception import CompileAttestation, listening
 from .knobs import Knobs, _unknown_message, torch_version
 from .plan import config_values, plan
 
@@ -45,21 +47,45 @@ class Setting:
     source: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class KnobsReport:
-    """The merged settings of an ``ik.compile`` result (mode, then options, then knobs win)."""
+    """The merged settings of an ``ik.compile`` result (knobs > options > mode), and what compiled.
+
+    Attributes:
+        settings: each merged setting and its source.
+        knobs: the merged :class:`Knobs` the backend enters.
+        attestations: one :class:`~inductor_knobs.interception.CompileAttestation` per graph
+            Inductor compiled so far (forward, backward, each recompile), read inside the compile.
+    """
 
     settings: tuple[Setting, ...]
     knobs: Knobs
+    attestations: list[CompileAttestation] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """``{key: value}`` of every setting."""
         return {s.key: s.value for s in self.settings}
 
+    def compiled_with(self) -> dict[str, Any]:
+        """``{key: value}`` as the latest compile read them inside Inductor (empty before the first)."""
+        if not self.attestations:
+            return {}
+        latest = self.attestations[-1]
+        values = {s.key: s.compiled_with for s in latest.settings}
+        for v in latest.gate:
+            values[f"is_big_gpu({v.device})"] = v.verdict
+        return values
+
     def __str__(self) -> str:
+        seen = self.compiled_with()
         width = max([len(s.key) for s in self.settings] + [3])
-        rows = [f"{'key':<{width}}  {'value':<20}  source"]
-        rows += [f"{s.key:<{width}}  {s.value!r:<20}  {s.source}" for s in self.settings]
+        rows = [f"{'key':<{width}}  {'value':<20}  {'source':<22}  compiled with"]
+        for s in self.settings:
+            compiled = repr(seen[s.key]) if s.key in seen else ("(not compiled yet)" if not self.attestations else "-")
+            rows.append(f"{s.key:<{width}}  {s.value!r:<20}  {s.source:<22}  {compiled}")
+        for key, value in seen.items():
+            if key.startswith("is_big_gpu("):
+                rows.append(f"{key:<{width}}  {'':<20}  {'knobs':<22}  {value!r}")
         return "\n".join(rows)
 
 
@@ -67,14 +93,15 @@ class KnobsBackend:
     """A Dynamo backend: Inductor's ``compile_fx`` with ``knobs`` entered around it.
 
     Also usable directly: ``torch.compile(model, backend=KnobsBackend(ik.Knobs(...)))``.
-    Relies on ``compile_fx(model, example_inputs, inner_compile=...)`` (same parameters in torch
-    2.4–2.15, ``_inductor/compile_fx.py``: 2.4 :1254, 2.15 :3128).
+    Relies on ``compile_fx(model, example_inputs, ...)`` (same parameters in torch 2.4–2.15,
+    ``_inductor/compile_fx.py``: 2.4 :1254, 2.15 :3128).
     """
 
     def __init__(self, knobs: Knobs, report: KnobsReport | None = None) -> None:
         self.knobs = knobs
         self.report = report or KnobsReport(_settings(knobs, set(config_values(knobs)), {}), knobs)
-        self.context = KnobsContext(knobs)
+        sources = {s.key: s.source for s in self.report.settings if s.source != "knobs"}
+        self.context = KnobsContext(knobs, source="ik.compile", sources=sources)
 
     def __repr__(self) -> str:
         return f"KnobsBackend({self.context!r})"
@@ -82,20 +109,10 @@ class KnobsBackend:
     def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
         from torch._inductor import compile_fx as compile_fx_module
 
-        inner = self._under_knobs(compile_fx_module.compile_fx_inner)
-        return self._under_knobs(compile_fx_module.compile_fx)(gm, example_inputs, inner_compile=inner, **kwargs)
-
-    def _under_knobs(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` run with the knobs entered, unless this context already holds them (no double salt)."""
-
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if self.context.active:
-                return fn(*args, **kwargs)
-            with self.context:
-                return fn(*args, **kwargs)
-
-        return run
+        if self.context.active:  # re-entered on this thread: the knobs already hold
+            return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
+        with listening(self.report.attestations.append), self.context:
+            return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
 
 
 def compile(

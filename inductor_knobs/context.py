@@ -21,6 +21,7 @@ from . import torch_compat
 from ._undo import Change, apply_all, revert_all
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import ConcurrentKnobsError, KnobsError
+from .interception import unwrap_not_applied
 from .knobs import Knobs
 from .plan import plan
 
@@ -98,7 +99,7 @@ class UndoContext:
         self._stack.set((*self._stack.get(), (applied, global_config)))
         return value
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         stack = self._stack.get()
         if not stack:
             raise KnobsError(f"{self!r} exited more times than it was entered")
@@ -109,6 +110,10 @@ class UndoContext:
         finally:
             if global_config:
                 _OWNER.exit()
+        # torch wraps what a backend raises (BackendCompilerFailed); hand the user ours.
+        not_applied = unwrap_not_applied(exc)
+        if not_applied is not None and not_applied is not exc:
+            raise not_applied.with_traceback(None) from exc
 
     @property
     def active(self) -> bool:
@@ -150,16 +155,18 @@ class KnobsContext(UndoContext):
         KnobsError subclasses from :func:`inductor_knobs.plan.plan`; nothing stays applied.
     """
 
-    def __init__(self, knobs: Knobs) -> None:
+    def __init__(self, knobs: Knobs, *, source: str = "knobs", sources: dict[str, str] | None = None) -> None:
         super().__init__()
         self.knobs = knobs
         self.strict = bool(knobs.strict)
+        self.source = source
+        self.sources = sources
 
     def __repr__(self) -> str:
         return f"knobs({', '.join(f'{k}={v!r}' for k, v in self.knobs.to_dict().items())})"
 
     def _plan(self) -> tuple[list[Change], Knobs]:
-        return plan(self.knobs), self.knobs
+        return plan(self.knobs, source=self.source, sources=self.sources), self.knobs
 
 
 class EmulateGpuContext(UndoContext):

@@ -36,9 +36,11 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from . import torch_compat
+from ._patching import SharedPatch, resolve, wrap_attribute
 from ._undo import Change, ConfigChange
 from .errors import EmulationConflict, EmulationUnavailable, EmulationWarning, InvalidKnobValue, NotSupportedOnThisTorch
 from .gpu_presets import GpuPreset, find_preset
+from .interception import EMULATION, INDUCTOR_CONFIG, AskChange, Asked, InterceptionUse
 from .patches.torch_2_4 import TorchPatches
 
 if TYPE_CHECKING:
@@ -291,33 +293,19 @@ class EmulatedDeviceProperties(wrapt.ObjectProxy):  # type: ignore[misc]
         return f"<emulated {self._self_spec.label()} on {self.__wrapped__!r}>"
 
 
-def _resolve(path: str) -> tuple[Any, str, Any]:
-    """``"pkg.mod:Class.attr"`` -> (owner object, attribute name, current value)."""
-    module_name, _, dotted = path.partition(":")
-    owner: Any = importlib.import_module(module_name)
-    *parents, name = dotted.split(".")
-    for parent in parents:
-        owner = getattr(owner, parent)
-    return owner, name, getattr(owner, name)
-
-
 class _SmView:
-    """Process-wide state of the SM view: one spec, a user count, the originals."""
+    """Process-wide state of the SM view: the spec Inductor sees while the getters are wrapped."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
         self.spec: EmulationSpec | None = None
-        self.users = 0
-        self.originals: list[tuple[Any, str, Any]] = []  # (owner, name, raw attribute)
+        self.original_getter: Any = None
 
     def original_properties(self, device_index: int) -> Any:
         """The real device properties, whether or not the view is installed."""
         import torch
 
-        for owner, name, raw in self.originals:
-            if owner is torch.cuda and name == "get_device_properties":
-                return raw(device_index)
-        return torch.cuda.get_device_properties(device_index)
+        getter = self.original_getter if SM_VIEW_PATCH.users else torch.cuda.get_device_properties
+        return getter(device_index)
 
 
 _VIEW = _SmView()
@@ -341,49 +329,34 @@ def _properties_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwar
     return EmulatedDeviceProperties(props, spec)
 
 
-def _compile_fx_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Compile with ``triton.cudagraphs=False``, whatever the mode, options or knobs asked for."""
-    from torch._inductor import config
+def _remember_getter(original: Any, _wrapper: Any) -> None:
+    import torch
 
-    patches = kwargs.get("config_patches") or {}
-    if patches.get("triton.cudagraphs") or config.triton.cudagraphs:
-        warnings.warn(
-            "emulate_gpu turns CUDA graphs off (triton.cudagraphs=False): replays of graphs Inductor captured "
-            "ran on every SM, outside the emulated partition, in our H200 measurement",
-            EmulationWarning,
-            stacklevel=2,
-        )
-    if patches:
-        kwargs = {**kwargs, "config_patches": {**patches, "triton.cudagraphs": False}}
-    # An undo record, not config.patch: that would leave the key pinned as a user override.
-    cudagraphs_off = ConfigChange(torch_compat.installed(strict=False), config, "triton.cudagraphs", False)
-    cudagraphs_off.apply()
-    try:
-        return wrapped(*args, **kwargs)
-    finally:
-        cudagraphs_off.revert()
+    if _VIEW.original_getter is None or getattr(original, "__module__", "") == torch.cuda.__name__:
+        _VIEW.original_getter = original
 
 
-def _hook_targets(patches: TorchPatches) -> list[tuple[str, Any]]:
-    return [(path, _properties_wrapper) for path in patches.device_property_getters] + [
-        ("torch._inductor.compile_fx:compile_fx", _compile_fx_wrapper)
-    ]
+def _view_steps() -> list[Any]:
+    patches = torch_compat.installed(strict=False)
+    return [wrap_attribute(path, _properties_wrapper, on_install=_remember_getter) for path in patches.device_property_getters]
+
+
+SM_VIEW_PATCH = SharedPatch("CUDA device-property getters (emulated SM view)", _view_steps)
 
 
 def _clear_sm_caches(patches: TorchPatches) -> None:
     for path in patches.sm_count_caches:
-        _, _, cached = _resolve(path)
-        cached.cache_clear()
-    _, _, worker_cache = _resolve(patches.device_properties_dict_cache)
-    worker_cache.pop("cuda", None)
+        owner, name = resolve(path)
+        getattr(owner, name).cache_clear()
+    owner, name = resolve(patches.device_properties_dict_cache)
+    getattr(owner, name).pop("cuda", None)
 
 
 class SmViewChange:
     """Undo record: Inductor sees ``spec``'s SM count (and shared memory per block) on its device.
 
-    The first user installs wrapt wrappers on the property getters and on ``compile_fx`` (which
-    turns CUDA graphs off); the last one puts the original objects back by identity.  Both ends
-    empty the caches of SM counts read earlier.
+    The first user wraps the property getters (:data:`SM_VIEW_PATCH`); the last one puts the
+    original objects back by identity.  Both ends empty the caches of SM counts read earlier.
     """
 
     def __init__(self, patches: TorchPatches, spec: EmulationSpec) -> None:
@@ -392,29 +365,22 @@ class SmViewChange:
         self.description = f"Inductor sees cuda:{spec.device_index} as {spec.label()}"
 
     def apply(self) -> None:
-        with _VIEW.lock:
+        with SM_VIEW_PATCH.lock:
             check_no_conflict(self.spec)
-            if _VIEW.users == 0:
-                for path, wrapper in _hook_targets(self.patches):
-                    owner, name, _ = _resolve(path)
-                    raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-                    function = raw.__func__ if isinstance(raw, staticmethod) else raw
-                    wrapped = wrapt.FunctionWrapper(function, wrapper)
-                    setattr(owner, name, staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped)
-                    _VIEW.originals.append((owner, name, raw))
-                _VIEW.spec = self.spec
-            _VIEW.users += 1
+            SM_VIEW_PATCH.acquire()
+            _VIEW.spec = self.spec
             _clear_sm_caches(self.patches)
 
     def revert(self) -> None:
-        with _VIEW.lock:
-            _VIEW.users -= 1
-            if _VIEW.users == 0:
-                for owner, name, raw in reversed(_VIEW.originals):
-                    setattr(owner, name, raw)
-                _VIEW.originals.clear()
-                _VIEW.spec = None
-            _clear_sm_caches(self.patches)
+        with SM_VIEW_PATCH.lock:
+            try:
+                if SM_VIEW_PATCH.users == 1:
+                    _VIEW.spec = None
+                SM_VIEW_PATCH.release()
+            finally:
+                if not SM_VIEW_PATCH.users:
+                    _VIEW.original_getter = None
+                _clear_sm_caches(self.patches)
 
 
 def check_no_conflict(spec: EmulationSpec) -> None:
@@ -423,7 +389,7 @@ def check_no_conflict(spec: EmulationSpec) -> None:
     Raises:
         EmulationConflict: another emulation is active with other values.
     """
-    active = _VIEW.spec
+    active = _VIEW.spec if SM_VIEW_PATCH.users else None
     if active is not None and active != spec:
         raise EmulationConflict(
             f"emulate_gpu({spec.label()}) while emulate_gpu({active.label()}) is active on cuda:{active.device_index}: "
@@ -481,16 +447,25 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
             EmulationWarning,
             stacklevel=3,
         )
-    cfg = importlib.import_module("torch._inductor.config")
+    cfg = importlib.import_module(INDUCTOR_CONFIG)
     salt = f"inductor_knobs-emulate-{spec.sms}sm-{spec.shared_memory_per_block or 0}"
-    changes: list[Change] = [
-        ConfigChange(patches, importlib.import_module(module), key, value, process_wide=process_wide)
-        for module, key, value in patches.cache_salt(salt)
-    ]
+    source = f"emulate_gpu({spec.label()})"
+    changes: list[Change] = [InterceptionUse(patches)]
+    asked = [Asked(INDUCTOR_CONFIG, "triton.cudagraphs", False, source, EMULATION, overriding_warning=EmulationWarning)]
+    for module, key, value in patches.cache_salt(salt):
+        changes.append(ConfigChange(patches, importlib.import_module(module), key, value, process_wide=process_wide))
+        asked.append(Asked(module, key, value, source, EMULATION))
     # Benchmarks in a subprocess would run on the whole GPU; cached timings come from other SM counts.
     for key in ("autotune_in_subproc", "autotune_local_cache"):
         changes.append(ConfigChange(patches, cfg, key, False, process_wide=process_wide))
-    changes += [SmViewChange(patches, spec), GreenStreamChange(index, stream, spec.label())]
+        asked.append(Asked(INDUCTOR_CONFIG, key, False, source, EMULATION))
+    # CUDA graphs are off at every compile (replays escape the partition): the interception
+    # enforces the asked value over modes, options and knobs, with an EmulationWarning.
+    changes += [
+        AskChange(patches, asked, process_wide=process_wide),
+        SmViewChange(patches, spec),
+        GreenStreamChange(index, stream, spec.label()),
+    ]
     emulation = Emulation(spec.sms, granted, physical, spec.shared_memory_per_block, spec.preset, index, str(real.name), stream)
     return changes, emulation
 

@@ -100,7 +100,7 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
         _activating = True
         try:
             changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
-            _active = ((knobs, emulation), apply_all(changes + plan(knobs, process_wide=True)))
+            _active = ((knobs, emulation), apply_all(changes + plan(knobs, process_wide=True, source="env")))
         finally:
             _activating = False
     return knobs

@@ -31,7 +31,9 @@ class PatchTargetChanged(KnobsError, RuntimeError):
 
 
 class KnobNotApplied(KnobsError, RuntimeError):
-    """A value was set but reading it back gave something else (e.g. a forcing env var won)."""
+    """A knob did not take effect: reading it back, or reading it inside Inductor's compile, gave
+    something else (a forcing env var, a torch 2.15 config implication, a foreign ``__setattr__``,
+    a replaced ``is_big_gpu``); the message names the key, both values and the cause."""
 
 
 class ConcurrentKnobsError(KnobsError, RuntimeError):
@@ -89,6 +91,10 @@ class AutotuneDuringServing(KnobsError, RuntimeError):
 
 class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
+
+
+class KnobNotAppliedWarning(KnobsWarning):
+    """``on_mismatch="warn"``: a knob did not take effect in a compile (see :class:`KnobNotApplied`)."""
 
 
 class EmulationWarning(KnobsWarning):

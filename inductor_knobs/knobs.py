@@ -101,6 +101,12 @@ def _check_trace(label: str, value: object) -> bool | str:
     raise _fail(label, value, "True, False or a directory path for trace files")
 
 
+def _check_on_mismatch(label: str, value: object) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in ("raise", "warn"):
+        raise _fail(label, value, "'raise' (KnobNotApplied) or 'warn' (KnobNotAppliedWarning)")
+    return value.strip().lower()
+
+
 def _check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
     if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
         value = dict(value)  # already normalised (e.g. re-validated)
@@ -120,6 +126,7 @@ _CHECKS = {
     "cudagraphs": _check_bool,
     "trace": _check_trace,
     "config": _check_config,
+    "on_mismatch": _check_on_mismatch,
     "strict": _check_bool,
 }
 
@@ -144,6 +151,10 @@ class Knobs:
         trace: ``trace.enabled``; a path also sets ``trace.debug_dir``.
         config: any other Inductor config, ``{"dotted.key": value}``, type-checked against
             the installed config when applied.
+        on_mismatch: what happens when a knob did not take effect inside a compile (a forcing
+            env var, a torch 2.15 config implication, a foreign ``__setattr__``): ``"raise"``
+            (None, the default: :class:`~inductor_knobs.errors.KnobNotApplied`) or ``"warn"``
+            (:class:`~inductor_knobs.errors.KnobNotAppliedWarning`).
         strict: refuse (True, default) or warn (False) when the installed torch or a patched
             function is not one inductor_knobs recognises.
 
@@ -161,6 +172,7 @@ class Knobs:
     cudagraphs: bool | None = None
     trace: bool | str | None = None
     config: tuple[tuple[str, Any], ...] | Mapping[str, Any] = field(default=())
+    on_mismatch: str | None = None
     strict: bool = True
 
     def __post_init__(self) -> None:
@@ -267,7 +279,7 @@ def _parse_env(var: str, name: str, raw: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as err:
             raise _fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
-    if name in ("gemm_backends", "gemm_search_space"):
+    if name in ("gemm_backends", "gemm_search_space", "on_mismatch"):
         return text
     lowered = text.lower()
     if lowered in _TRUE:

@@ -32,9 +32,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, Self
 
-import wrapt
-
 from . import torch_compat
+from ._patching import SharedPatch, Step, Undo, wrap_attribute
 from .errors import DriftWarning
 from .patches.torch_2_4 import TorchPatches
 from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, finite_or_none
@@ -65,82 +64,68 @@ _THREAD = _ThreadState()
 
 
 class _Hooks:
-    """The installed hooks, reference-counted; every install step has its undo."""
+    """What the hooks share: the counter baseline and the saver arity of the installed torch."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.users = 0
-        self.undo: list[Callable[[], None]] = []
-        self.autotune_count = 0
-        self.arity = 0
+    autotune_count = 0
+    arity = 0
 
-    def acquire(self, patches: TorchPatches, release: str) -> None:
-        with self.lock:
-            if self.users == 0:
-                try:
-                    self._install(patches, release)
-                except BaseException:
-                    self._uninstall()
-                    raise
-            else:
-                _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
-            self.users += 1
 
-    def release(self) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0:
-                self._uninstall()
+def _hook_steps() -> list[Step]:
+    import torch
+    from torch._dynamo.utils import counters
 
-    def _install(self, patches: TorchPatches, release: str) -> None:
-        from torch._dynamo.utils import counters
+    patches = torch_compat.installed()
+    _HOOKS.arity = patches.feedback_saver_arity(torch_compat.release_of(torch.__version__))
+    _HOOKS.autotune_count = counters["inductor"]["select_algorithm_autotune"]
+    steps: list[Step] = []
+    if _HOOKS.arity:
+        steps += [_add_feedback_saver, _wrap_log_results]
+    steps += [_wrap_recompile_reasons(patches.recompile_reasons_name), _add_compile_callback]
+    return steps
 
-        self.arity = patches.feedback_saver_arity(release)
-        self.autotune_count = counters["inductor"]["select_algorithm_autotune"]
-        if self.arity:
-            sa = importlib.import_module(SELECT_ALGORITHM)
-            sa.add_feedback_saver(_feedback_saver)
-            self.undo.append(lambda: _remove(sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns, _feedback_saver))
-            self._wrap_log_results(sa.AlgorithmSelectorCache)
-        self._wrap_recompile_reasons(importlib.import_module(CONVERT_FRAME), patches.recompile_reasons_name)
-        _register_compile_callback()
-        self.undo.append(_drop_compile_callback)
 
-    def _wrap_log_results(self, cls: type) -> None:
-        original = cls.__dict__.get("log_results")
-        if not isinstance(original, staticmethod):
-            warnings.warn(
-                "AlgorithmSelectorCache.log_results is not a staticmethod on this torch; autotune records "
-                "will not have benchmarking seconds",
-                DriftWarning,
-                stacklevel=4,
-            )
-            return
-        cls.log_results = staticmethod(wrapt.FunctionWrapper(original.__func__, _log_results_wrapper))  # type: ignore[attr-defined]
-        self.undo.append(lambda: setattr(cls, "log_results", original))
+def _add_feedback_saver() -> Undo:
+    sa = importlib.import_module(SELECT_ALGORITHM)
+    sa.add_feedback_saver(_feedback_saver)
+    # By identity: clear_feedback_savers (2.9+) would drop other people's savers too.
+    return lambda: _remove(sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns, _feedback_saver)
 
-    def _wrap_recompile_reasons(self, module: Any, name: str) -> None:
-        original = getattr(module, name, None)
-        if not callable(original):
+
+def _wrap_log_results() -> Undo:
+    cls = importlib.import_module(SELECT_ALGORITHM).AlgorithmSelectorCache
+    if not isinstance(cls.__dict__.get("log_results"), staticmethod):
+        warnings.warn(
+            "AlgorithmSelectorCache.log_results is not a staticmethod on this torch; autotune records "
+            "will not have benchmarking seconds",
+            DriftWarning,
+            stacklevel=4,
+        )
+        return lambda: None
+    return wrap_attribute(f"{SELECT_ALGORITHM}:AlgorithmSelectorCache.log_results", _log_results_wrapper)()
+
+
+def _wrap_recompile_reasons(name: str) -> Step:
+    def step() -> Undo:
+        if not callable(getattr(importlib.import_module(CONVERT_FRAME), name, None)):
             warnings.warn(
                 f"{CONVERT_FRAME}.{name} does not exist on this torch; compile events will not carry Dynamo's recompile reasons",
                 DriftWarning,
                 stacklevel=4,
             )
-            return
-        setattr(module, name, wrapt.FunctionWrapper(original, _reasons_wrapper))
-        self.undo.append(lambda: setattr(module, name, original))
+            return lambda: None
+        return wrap_attribute(f"{CONVERT_FRAME}:{name}", _reasons_wrapper)()
 
-    def _uninstall(self) -> None:
-        errors = []
-        while self.undo:
-            try:
-                self.undo.pop()()
-            except Exception as err:  # noqa: BLE001 - keep undoing the rest; report the first at the end
-                errors.append(err)
+    return step
+
+
+def _add_compile_callback() -> Undo:
+    _register_compile_callback()
+
+    def undo() -> None:
+        _drop_compile_callback()
         _THREAD.timing = _THREAD.reasons = None
-        if errors:
-            raise errors[0]
+
+    return undo
 
 
 def _register_compile_callback() -> None:
@@ -165,6 +150,7 @@ def _remove(items: list[Any], item: object) -> None:
 
 
 _HOOKS = _Hooks()
+OBSERVER_HOOKS = SharedPatch("autotune/compile observer hooks", _hook_steps)
 
 
 def can_record_autotune() -> bool:
@@ -198,13 +184,18 @@ def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[Non
             f"autotune records need torch.{SELECT_ALGORITHM}.add_feedback_saver, which torch "
             f"{torch.__version__} does not have (it arrived in torch 2.5)"
         )
-    _HOOKS.acquire(patches, release)
-    token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
+    with OBSERVER_HOOKS.lock:
+        if OBSERVER_HOOKS.users:
+            _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
+        OBSERVER_HOOKS.acquire()
     try:
-        yield
+        token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
+        try:
+            yield
+        finally:
+            _OBSERVERS.reset(token)
     finally:
-        _OBSERVERS.reset(token)
-        _HOOKS.release()
+        OBSERVER_HOOKS.release()
 
 
 class ObservedBlock:
@@ -236,7 +227,7 @@ class ObservedBlock:
 
 def hooks_installed() -> bool:
     """Whether any observer hook is installed now (for tests and ``doctor``)."""
-    return _HOOKS.users > 0
+    return OBSERVER_HOOKS.users > 0
 
 
 # -- the hooks themselves ---------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -15,6 +16,7 @@ from . import torch_compat
 from ._undo import Change, ConfigChange
 from .errors import InvalidKnobValue, NoFallbackWarning, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
+from .interception import AskChange, Asked, InterceptionUse
 from .knobs import Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
 
@@ -52,16 +54,26 @@ def config_values(knobs: Knobs) -> dict[str, Any]:
     return values
 
 
-def plan(knobs: Knobs, *, process_wide: bool = False) -> list[Change]:
+def plan(
+    knobs: Knobs,
+    *,
+    process_wide: bool = False,
+    source: str = "knobs",
+    sources: Mapping[str, str] | None = None,
+) -> list[Change]:
     """Validate ``knobs`` against the installed torch and return the changes to apply, in order.
 
     Args:
         knobs: what to change.
         process_wide: make the changes process-wide defaults (env activation) instead of
             overrides on the calling thread (2.12+) / the process (< 2.12).
+        source: who asks, as attestations name it (``knobs``, ``env``, ``ik.compile``).
+        sources: per config key, a more precise source (``mode:max-autotune``, ``options``).
 
     Returns:
-        Config changes, then cache-salting changes, then the gate change.
+        The compile interception, config changes, cache-salting changes, the gate change, and
+        the record of what was asked (which the interception enforces and attests in every
+        compile, :mod:`inductor_knobs.interception`).
 
     Raises:
         UnsupportedTorchVersion: torch outside the supported range (strict mode).
@@ -78,13 +90,19 @@ def plan(knobs: Knobs, *, process_wide: bool = False) -> list[Change]:
         _check_key(patches, cfg, key, value, torch.__version__)
     if knobs.gemm_backends is not None:
         _check_backends(patches, cfg, knobs.gemm_backends, values, torch.__version__)
-    changes: list[Change] = [ConfigChange(patches, cfg, key, value, process_wide=process_wide) for key, value in values.items()]
+    policy = knobs.on_mismatch or "raise"
+    sources = sources or {}
+    asked = [Asked(INDUCTOR_CONFIG, key, value, sources.get(key, source), on_mismatch=policy) for key, value in values.items()]
+    changes: list[Change] = [InterceptionUse(patches)]
+    changes += [ConfigChange(patches, cfg, key, value, process_wide=process_wide) for key, value in values.items()]
     if knobs.min_sms is not None:
         _check_gate(patches, knobs.strict, torch.__version__)
         override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
         for module_name, key, value in patches.cache_salt(f"inductor_knobs-gate-{_gate_digest(override)}"):
             changes.append(ConfigChange(patches, importlib.import_module(module_name), key, value, process_wide=process_wide))
+            asked.append(Asked(module_name, key, value, source, on_mismatch=policy))
         changes.append(GateChange(patches, override, process_wide=process_wide))
+    changes.append(AskChange(patches, asked, process_wide=process_wide))
     return changes
 
 

@@ -4,19 +4,48 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from contextlib import ExitStack
 from typing import Any
 
+from .interception import CompileAttestation, InterceptionUse, listening
 from .observe import ObservedBlock
 from .records import AutotuneRecord, CompileEvent, format_table, write_jsonl
 
 
 class Collector(ObservedBlock):
-    """An observer that keeps every autotune record and compile event it sees."""
+    """An observer that keeps every autotune record, compile event and compile attestation it sees."""
 
     def __init__(self, *, need_autotune: bool = True) -> None:
         self.need_autotune = need_autotune
         self.records: list[AutotuneRecord] = []
         self.compiles: list[CompileEvent] = []
+        self.attestations: list[CompileAttestation] = []
+        self._attesting: ExitStack | None = None
+
+    def __enter__(self) -> Any:
+        from . import torch_compat
+
+        super().__enter__()
+        stack = ExitStack()
+        try:
+            use = InterceptionUse(torch_compat.installed(strict=False))
+            use.apply()
+            stack.callback(use.revert)
+            stack.enter_context(listening(self.attestations.append))
+        except BaseException:
+            stack.close()
+            super().__exit__(None, None, None)
+            raise
+        self._attesting = stack
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        stack, self._attesting = self._attesting, None
+        try:
+            if stack is not None:
+                stack.close()
+        finally:
+            super().__exit__(exc_type, exc, tb)
 
     def on_autotune(self, record: AutotuneRecord) -> None:
         self.records.append(record)
@@ -76,8 +105,33 @@ class record_autotune(Collector):
             The number of lines written.
         """
         rows: list[dict[str, Any]] = [{"type": "compile", **e.to_dict()} for e in self.compiles]
+        rows += [{"type": "attestation", **a.to_dict()} for a in self.attestations]
         rows += [{"type": "autotune", **r.to_dict()} for r in self.records]
         return write_jsonl(path, rows)
 
     def __repr__(self) -> str:
         return f"record_autotune({len(self.records)} records, {len(self.benchmarked)} benchmarked, {len(self.compiles)} compiles)"
+
+
+class record_compiles(Collector):
+    """Collect what every Inductor compile in this thread (and its tasks) compiled with.
+
+    ``attestations`` holds one :class:`~inductor_knobs.interception.CompileAttestation` per
+    graph (forward, backward, inference; every recompile): each value inductor_knobs asked for
+    as read *inside* Inductor's compile, where it came from, and the ``is_big_gpu`` verdict per
+    CUDA device; ``compiles`` holds Dynamo's compile events with their recompile reasons.
+    Works on every supported torch (2.4–2.15); it does not need autotune reporting.
+
+    Example::
+
+        with ik.record_compiles() as rec, ik.knobs(coordinate_descent_tuning=False):
+            torch.compile(f, mode="max-autotune-no-cudagraphs")(x)
+        assert rec.attestations[0].value("coordinate_descent_tuning") is False
+    """
+
+    def __init__(self) -> None:
+        super().__init__(need_autotune=False)
+
+    def __repr__(self) -> str:
+        bad = sum(not a.ok for a in self.attestations)
+        return f"record_compiles({len(self.attestations)} graphs, {bad} with a knob not applied, {len(self.compiles)} compiles)"

@@ -72,3 +72,22 @@ def cpu_autotune(fresh_inductor, patches):
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("Inductor's C++ GEMM template needs AVX2 or AVX512")
     return CPU_AUTOTUNE
+
+
+def inside_compile(monkeypatch, read):
+    """Call ``read()`` inside Inductor's compile of every graph (forward, backward, inference) and keep what it returns.
+
+    It spies on ``GraphLowering.__init__``, which ``compile_fx_inner`` runs for each graph, so what
+    it reads is what Inductor compiles with, whoever set it.
+    """
+    from torch._inductor.graph import GraphLowering
+
+    calls = []
+    real = GraphLowering.__init__
+
+    def spy(self, *args, **kwargs):
+        calls.append(read())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphLowering, "__init__", spy)
+    return calls

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._inductor.compile_fx as compile_fx_module
+from conftest import inside_compile
 
 import inductor_knobs as ik
 from inductor_knobs import gate
@@ -13,15 +13,7 @@ from inductor_knobs import gate
 @pytest.fixture
 def seen(monkeypatch, fresh_inductor, cfg):
     """What each call of Inductor's inner compile saw: (max_autotune, coordinate_descent_tuning, gate override)."""
-    calls = []
-    real = compile_fx_module.compile_fx_inner
-
-    def spy(*args, **kwargs):
-        calls.append((cfg.max_autotune, cfg.coordinate_descent_tuning, gate.current_override()))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(compile_fx_module, "compile_fx_inner", spy)
-    return calls
+    return inside_compile(monkeypatch, lambda: (cfg.max_autotune, cfg.coordinate_descent_tuning, gate.current_override()))
 
 
 def test_knobs_hold_in_every_recompile_and_nowhere_else(seen, cfg):

@@ -24,7 +24,7 @@ from torch._dynamo.device_interface import CudaInterface
 from torch._inductor.runtime.hints import DeviceProperties
 
 import inductor_knobs as ik
-from inductor_knobs import cli, emulate, torch_compat
+from inductor_knobs import cli, emulate, interception, torch_compat
 from inductor_knobs.ablation import command
 from inductor_knobs.emulate import EmulationSpec, resolve_spec
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
@@ -685,79 +685,49 @@ def test_driver_refusal_is_unavailable(fake_cuda, monkeypatch):
     assert_unchanged(before)
 
 
-# -- 5. the compile_fx wrapper --------------------------------------------------------------------
+# -- 5. CUDA graphs off at every compile (through the compile interception) ------------------------
 
 
-@pytest.fixture
-def cudagraphs_raw(patches):
-    """Put ``triton.cudagraphs`` back to its raw stored state (torch's ``config.patch`` pins it)."""
+class FakeCompileFx:
+    """Stands in for ``compile_fx`` (no real compile on a fake CUDA device): records the
+    ``config_patches`` torch would apply and runs ``inner_compile`` under them, as torch does."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    def __call__(self, model_, example_inputs_=(), inner_compile=None, config_patches=None):
+        self.calls.append(config_patches)
+        with inductor_config.patch(config_patches or {}):
+            return inner_compile(model_, example_inputs_)
+
+
+def test_emulation_compiles_without_cudagraphs_whatever_mode_or_knob_asked(fake_cuda, monkeypatch, patches):
+    """CUDA graphs are off inside the compile under emulation: over a mode's value, over a knob's."""
+    fake = FakeCompileFx()
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx", fake)
     raw = patches.read_override(inductor_config, "triton.cudagraphs")
-    yield raw
+    inner = lambda gm, inputs: inductor_config.triton.cudagraphs  # noqa: E731 - what the inner compile saw
+    attestations: list[Any] = []
+    with ik.emulate_gpu(sms=40), interception.listening(attestations.append):
+        assert inductor_compile_fx.compile_fx is not fake
+        with pytest.warns(EmulationWarning, match="triton.cudagraphs"):
+            assert inductor_compile_fx.compile_fx("gm", inner_compile=inner, config_patches={"triton.cudagraphs": True}) is False
+        with ik.knobs(cudagraphs=True), pytest.warns(EmulationWarning, match="emulate_gpu"):
+            assert inductor_compile_fx.compile_fx("gm", inner_compile=inner) is False
+    assert inductor_compile_fx.compile_fx is fake
+    assert fake.calls[0]["triton.cudagraphs"] is False and fake.calls[1]["triton.cudagraphs"] is False
+    assert [a.value("triton.cudagraphs") for a in attestations] == [False, False]
+    assert attestations[0].settings[[s.key for s in attestations[0].settings].index("triton.cudagraphs")].overrode is True
+    # torch's own config.patch (here in the fake, as in compile_fx) pins the value it read on exit;
+    # emulation itself changed no stored state of the key.
     patches.write_override(inductor_config, "triton.cudagraphs", raw)
 
 
-class RecordingCompile:
-    def __init__(self) -> None:
-        self.calls: list[tuple[bool, Any, tuple[Any, ...]]] = []
-
-    def __call__(self, *args: Any, **kwargs: Any) -> str:
-        self.calls.append((inductor_config.triton.cudagraphs, kwargs.get("config_patches", "absent"), args))
-        return "compiled"
-
-
-def test_compile_fx_wrapper_turns_requested_cudagraphs_off(cudagraphs_raw):
-    fake = RecordingCompile()
-    before = inductor_config.triton.cudagraphs
-    patches = {"triton.cudagraphs": True, "max_autotune": True}
-    with pytest.warns(EmulationWarning, match="CUDA graphs off"):
-        result = emulate._compile_fx_wrapper(fake, None, ("gm", "inputs"), {"config_patches": patches})
-    assert result == "compiled"
-    [(cudagraphs, seen_patches, args)] = fake.calls
-    assert cudagraphs is False
-    assert seen_patches == {"triton.cudagraphs": False, "max_autotune": True}
-    assert args == ("gm", "inputs")
-    assert patches == {"triton.cudagraphs": True, "max_autotune": True}  # the caller's dict is not mutated
-    assert inductor_config.triton.cudagraphs == before
-
-
-def test_compile_fx_wrapper_turns_configured_cudagraphs_off(cudagraphs_raw):
-    fake = RecordingCompile()
-    with inductor_config.patch({"triton.cudagraphs": True}):
-        with pytest.warns(EmulationWarning, match="triton.cudagraphs=False"):
-            emulate._compile_fx_wrapper(fake, None, ("gm",), {})
-        assert inductor_config.triton.cudagraphs is True
-    [(cudagraphs, seen_patches, _)] = fake.calls
-    assert cudagraphs is False and seen_patches == "absent"
-
-
-def test_compile_fx_wrapper_is_quiet_when_cudagraphs_are_off(cudagraphs_raw):
-    fake = RecordingCompile()
-    with inductor_config.patch({"triton.cudagraphs": False}), warnings.catch_warnings():
-        warnings.simplefilter("error")
-        emulate._compile_fx_wrapper(fake, None, (), {"config_patches": {"max_autotune": True}})
-    [(cudagraphs, seen_patches, _)] = fake.calls
-    assert cudagraphs is False
-    assert seen_patches == {"max_autotune": True, "triton.cudagraphs": False}
-
-
-def test_compile_fx_wrapper_leaves_the_raw_config_state_alone(patches, cudagraphs_raw):
-    unset = pytest.importorskip("torch.utils._config_module")._UNSET_SENTINEL
-    patches.write_override(inductor_config, "triton.cudagraphs", unset)  # at torch's default, not pinned
-    emulate._compile_fx_wrapper(RecordingCompile(), None, (), {})
-    assert patches.read_override(inductor_config, "triton.cudagraphs") is unset
-
-
-def test_compile_inside_emulation_goes_through_the_wrapper(fake_cuda, monkeypatch, cudagraphs_raw):
-    """``torch._inductor.compile_fx.compile_fx`` is the wrapped function while emulating."""
-    fake = RecordingCompile()
-    monkeypatch.setattr(inductor_compile_fx, "compile_fx", fake)
-    with ik.emulate_gpu(sms=40):
-        assert inductor_compile_fx.compile_fx is not fake
-        with pytest.warns(EmulationWarning):
-            assert inductor_compile_fx.compile_fx("gm", config_patches={"triton.cudagraphs": True}) == "compiled"
-    assert inductor_compile_fx.compile_fx is fake
-    [(cudagraphs, seen_patches, _)] = fake.calls
-    assert cudagraphs is False and seen_patches == {"triton.cudagraphs": False}
+def test_emulation_is_quiet_when_cudagraphs_are_off(fake_cuda, monkeypatch):
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx", FakeCompileFx())
+    with ik.emulate_gpu(sms=40), warnings.catch_warnings():
+        warnings.simplefilter("error", EmulationWarning)
+        inductor_compile_fx.compile_fx("gm", inner_compile=lambda gm, inputs: None, config_patches={"max_autotune": True})
 
 
 # -- 6. environment variables ----------------------------------------------------------------------

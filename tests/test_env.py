@@ -68,6 +68,7 @@ needs_install = pytest.mark.skipif(
 PROBE = """
 import sys, threading
 print('early', 'torch' in sys.modules, 'inductor_knobs' in sys.modules)
+import torch._inductor.compile_fx  # Inductor's compile entry: activation happens at its import
 import torch._inductor.config as cfg, torch._inductor.utils as utils, wrapt
 box = []
 t = threading.Thread(target=lambda: box.append(cfg.max_autotune_gemm)); t.start(); t.join()

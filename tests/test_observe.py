@@ -50,10 +50,11 @@ def test_records_describe_each_choice_and_hooks_leave(cpu_autotune, patches, tmp
     assert "AUTOTUNE bmm(4x64x32, 4x32x48)" in rec.table()
     assert list(rec.by_shape()) == ["bmm(4x64x32, 4x32x48)"]
 
-    assert rec.to_jsonl(tmp_path / "rec.jsonl") == 2
+    assert rec.to_jsonl(tmp_path / "rec.jsonl") == 3
     rows = [json.loads(line) for line in (tmp_path / "rec.jsonl").read_text().splitlines()]
-    assert [r["type"] for r in rows] == ["compile", "autotune"]
-    assert rows[1]["choices"][0]["name"] == record.winner
+    assert [r["type"] for r in rows] == ["compile", "attestation", "autotune"]
+    assert rows[1]["ok"] and {s["key"]: s["compiled_with"] for s in rows[1]["settings"]}["max_autotune"] is True
+    assert rows[2]["choices"][0]["name"] == record.winner
 
 
 def test_cached_timings_are_marked_from_cache(cpu_autotune):

@@ -30,8 +30,8 @@ from inductor_knobs.errors import DriftWarning, PatchTargetChanged, UnsupportedT
         ("2.11.0a0+git70d99e9", "torch_2_8"),
         ("2.12.0", "torch_2_12"),
         ("2.13.0+cpu", "torch_2_12"),
-        ("2.15.0", "torch_2_12"),
-        ("2.15.0rc3", "torch_2_12"),
+        ("2.15.0", "torch_2_15"),
+        ("2.15.0rc3", "torch_2_15"),
     ],
 )
 def test_selection_by_release(version, module):
@@ -51,7 +51,7 @@ def test_not_a_version():
 
 def test_lenient_mode_picks_the_nearest_module_with_a_warning():
     with pytest.warns(DriftWarning, match="outside"):
-        assert torch_compat.select("2.16.0.dev20261101", strict=False).name == "torch_2_12"
+        assert torch_compat.select("2.16.0.dev20261101", strict=False).name == "torch_2_15"
     with pytest.warns(DriftWarning):
         assert torch_compat.select("2.3.0", strict=False).name == "torch_2_4"
 
@@ -75,7 +75,7 @@ def test_every_module_declares_facts_for_its_whole_range():
 def test_patch_modules_import_as_package_submodules():
     import importlib
 
-    for name in ("torch_2_4", "torch_2_6", "torch_2_7", "torch_2_8", "torch_2_12"):
+    for name in ("torch_2_4", "torch_2_6", "torch_2_7", "torch_2_8", "torch_2_12", "torch_2_15"):
         module = importlib.import_module(f"inductor_knobs.patches.{name}")
         assert module.PATCHES.name == name
 

@@ -1,4 +1,4 @@
-"""torch 2.12–2.15: Inductor config overrides are per thread.
+"""torch 2.12–2.14: Inductor config overrides are per thread.
 
 Facts (torch 2.12.0–2.15.0 wheels):
 - ``utils/_config_module.py:334`` (2.12): ``_ConfigEntry.user_override`` is a ``ContextVar``;
@@ -25,25 +25,24 @@ _BACKENDS = frozenset({"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "
 
 
 class Torch212(Torch28):
-    """Facts and operations for torch 2.12-2.15 (see the module docstring)."""
+    """Facts and operations for torch 2.12-2.14 (see the module docstring)."""
 
     name: ClassVar[str] = "torch_2_12"
-    torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.16")
+    torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.15")
     config_is_thread_local: ClassVar[bool] = True
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset(
         {
             "d29598369aaebd20",  # 2.12.0-2.13.0
-            "e9e500a1f4feee94",  # 2.14.0-2.15.0
+            "e9e500a1f4feee94",  # 2.14.0 (and 2.15.0)
         }
     )
     gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
         "2.12": _BACKENDS,
         "2.13": _BACKENDS,
         "2.14": _BACKENDS,
-        "2.15": _BACKENDS | {"FLYDSL"},
     }
-    cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {r: "cutlass.cutlass_dir" for r in ("2.12", "2.13", "2.14", "2.15")}
-    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13", "2.14", "2.15")}
+    cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {r: "cutlass.cutlass_dir" for r in ("2.12", "2.13", "2.14")}
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13", "2.14")}
 
     def read_override(self, cfg: ModuleType, key: str) -> object:
         return cfg._config[key].user_override.get()  # type: ignore[attr-defined]

@@ -121,6 +121,23 @@ class TorchPatches:
         if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]
             cfg._is_dirty = True  # type: ignore[attr-defined]  # get_hash() cache, 2.4-2.12
 
+    def read_value(self, cfg: ModuleType, key: str) -> object:
+        """``getattr(cfg, key)`` without side effects.
+
+        From 2.6 reading a key whose default is mutable (a dict, a list) through ``getattr``
+        makes torch store a deep copy as the user override; that copy is removed again here,
+        so a read never turns "unset" into a pinned value.
+        """
+        before = self.read_override(cfg, key)
+        value = getattr(cfg, key)
+        if self.read_override(cfg, key) is not before:
+            self.write_override(cfg, key, before)
+        return value
+
+    def implied_by(self, cfg: ModuleType, key: str) -> str | None:
+        """The active config implication that forces ``key`` (``numerics='strict'``), if any (2.15+)."""
+        return None
+
     def set_process_default(self, cfg: ModuleType, key: str, value: object) -> object:
         """Make ``value`` what every thread sees unless it overrides ``key`` itself.
 
@@ -130,7 +147,7 @@ class TorchPatches:
             The prior state, for :meth:`restore_process_default`.
         """
         prior = self.read_override(cfg, key)
-        setattr(cfg, key, value)
+        self.write_override(cfg, key, value)
         return prior
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:

@@ -1,0 +1,61 @@
+"""Where a block's state lives: per thread/task where Inductor config is (torch 2.12+), else per process.
+
+torch keeps Inductor config overrides in ``ContextVar`` s from 2.12 and in one process-global
+dict before; state that must follow config (the gate override, the values a block asked for)
+uses :class:`ScopedSlot`, which picks the same scope from the patch module's
+``config_is_thread_local``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class _GlobalVar(Generic[T]):
+    """A process-global stand-in for a ``ContextVar`` (``get``/``set`` returning a token/``reset``)."""
+
+    def __init__(self, default: T) -> None:
+        self.value = default
+
+    def get(self) -> T:
+        return self.value
+
+    def set(self, value: T) -> Any:
+        prior, self.value = self.value, value
+        return (prior,)
+
+    def reset(self, token: Any) -> None:
+        self.value = token[0]
+
+
+class ScopedSlot(Generic[T]):
+    """A value scoped like Inductor config: a ``ContextVar`` on 2.12+, process-global before.
+
+    ``set`` returns a token for ``reset``; each token remembers which scope it came from, so a
+    reset always undoes exactly its own set.
+    """
+
+    def __init__(self, name: str, default: T) -> None:
+        self._var: contextvars.ContextVar[T] = contextvars.ContextVar(name, default=default)
+        self._global: _GlobalVar[T] = _GlobalVar(default)
+
+    def _pick(self, thread_local: bool | None) -> Any:
+        if thread_local is None:
+            from . import torch_compat
+
+            thread_local = torch_compat.installed(strict=False).config_is_thread_local
+        return self._var if thread_local else self._global
+
+    def get(self, thread_local: bool | None = None) -> T:
+        return self._pick(thread_local).get()  # type: ignore[no-any-return]
+
+    def set(self, value: T, thread_local: bool | None = None) -> Any:
+        scope = self._pick(thread_local)
+        return (scope, scope.set(value))
+
+    def reset(self, token: Any) -> None:
+        scope, inner = token
+        scope.reset(inner)

@@ -1,0 +1,515 @@
+"""The one interception of Inductor's compile entry: the precedence rule, and proof of what compiled.
+
+Every path that sets knobs (``ik.knobs``/``force_gemm_autotune`` blocks, env activation,
+``ik.compile``, ``emulate_gpu``, ablation arms) does two things through this module:
+
+1. It pushes the values it asked for as an :class:`AskChange` undo record.  Asked values live
+   in a slot scoped like Inductor config (per thread/task on torch 2.12+, per process before),
+   over a process-wide layer for env activation.
+2. It holds a user of :data:`INTERCEPTION`, a wrapt wrapper of
+   ``torch._inductor.compile_fx.compile_fx`` (installed once, restored by identity; see
+   :mod:`inductor_knobs._patching`).
+
+When Inductor compiles (``torch.compile`` hands a mode or ``options=`` to ``compile_fx`` as
+``config_patches``, which torch applies with ``config.patch`` over whatever was set before),
+the wrapper applies **the precedence rule: emulation > knob > options > mode > process
+default**.  Every asked Inductor key that the mode/options set differently, or that does not
+hold now, is written into ``config_patches``, so torch's own ``config.patch`` applies the
+knob's value for the forward, the lazily compiled backward and every recompile; the mode's
+other keys still apply.  The wrapper also wraps ``inner_compile`` (Inductor's
+``compile_fx_inner``, which torch calls once per forward/backward/inference graph); there it
+
+- re-applies what was asked at the start of this compile if it no longer holds (a backward
+  compiled after the block exited keeps the block's knobs, the gate override and cache salt
+  included), and
+- **attests**: reads every asked key *inside the compile* and the gate verdict per CUDA device
+  of the graph, records a :class:`CompileAttestation` for listeners (``ik.record_compiles``,
+  ``ik.record_autotune``, ``ik.compile(...).knobs_report()``, the ablation worker) and raises
+  :class:`~inductor_knobs.errors.KnobNotApplied` (or warns, with ``on_mismatch="warn"``) for a
+  value that did not take effect, naming its cause: a forcing env var, a torch 2.15 config
+  implication, a foreign ``__setattr__`` on the config module, or a replaced ``is_big_gpu``.
+
+Relies on ``compile_fx(model_, example_inputs_, inner_compile=compile_fx_inner,
+config_patches=None, ...)`` recursing through the module global ``compile_fx`` with
+``inner_compile=config.patch(config_patches)(inner_compile)`` (``_inductor/compile_fx.py``:
+2.4 :1254, 2.13 :2685, 2.15 :3128), and on ``torch.compile`` reaching it by name at call time
+(``torch/__init__.py`` ``_TorchCompileInductorWrapper.__call__``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import inspect
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import gate
+from ._patching import SharedPatch, Use, wrap_attribute
+from ._scope import ScopedSlot
+from .errors import KnobNotApplied, KnobNotAppliedWarning
+from .patches.torch_2_4 import TorchPatches
+
+COMPILE_FX_MODULE = "torch._inductor.compile_fx"
+INDUCTOR_CONFIG = "torch._inductor.config"
+ON_MISMATCH = ("raise", "warn")
+
+#: Precedence ranks of asked values (higher wins; equal ranks: the innermost block wins).
+KNOB, EMULATION = 1, 2
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One value inductor_knobs asked for.
+
+    Attributes:
+        module: the config module (``torch._inductor.config``, ``torch.compiler.config``).
+        key: the key in it, dotted as torch spells it (``triton.cudagraphs``).
+        value: the value asked for.
+        source: who asked: ``knobs``, ``env``, ``emulate_gpu``, ``mode:<name>``, ``options``, …
+        rank: :data:`KNOB` or :data:`EMULATION`.
+        on_mismatch: ``"raise"`` or ``"warn"`` when it does not hold inside a compile.
+        overriding_warning: warning class to issue when this value overrides a different one
+            a mode, options or a knob asked for (emulation's CUDA graphs off), or None.
+    """
+
+    module: str
+    key: str
+    value: Any
+    source: str
+    rank: int = KNOB
+    on_mismatch: str = "raise"
+    overriding_warning: type[Warning] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.key if self.module == INDUCTOR_CONFIG else f"{self.module}.{self.key}"
+
+
+@dataclass(frozen=True)
+class AttestedSetting:
+    """One asked value as Inductor saw it inside a compile.
+
+    Attributes:
+        key: the config key (``triton.cudagraphs``; keys outside Inductor's config are prefixed
+            with their module, e.g. ``torch.compiler.config.cache_key_tag``).
+        asked: the value inductor_knobs set.
+        compiled_with: the value read inside the compile.
+        source: who asked for it (``knobs``, ``env``, ``emulate_gpu``, ``mode:max-autotune`` …).
+        overrode: the different value torch.compile's mode/options asked for, which lost
+            (precedence rule), or None.
+        cause: why ``compiled_with`` differs from ``asked`` (None when it does not).
+    """
+
+    key: str
+    asked: Any
+    compiled_with: Any
+    source: str
+    overrode: Any = None
+    cause: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.cause is None
+
+    @property
+    def came_from(self) -> str:
+        """Where ``compiled_with`` came from: ``source``, or the cause's kind."""
+        return self.source if self.cause is None else self.cause.split(":", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "asked": _plain(self.asked),
+            "compiled_with": _plain(self.compiled_with),
+            "source": self.source,
+            "overrode": _plain(self.overrode),
+            "cause": self.cause,
+        }
+
+
+@dataclass(frozen=True)
+class CompileAttestation:
+    """What one Inductor graph compile (forward, backward or inference) compiled with.
+
+    Attributes:
+        compile_id: Dynamo's compile id (``"0/1"``), or None outside Dynamo.
+        graph: ``"forward"``, ``"backward"`` or ``"inference"``.
+        settings: every asked value, read inside the compile.
+        gate: the ``is_big_gpu`` verdict per CUDA device of the graph under the active
+            override (empty without an override or without CUDA inputs).
+        gate_problem: why the override could not hold (``is_big_gpu`` replaced by something
+            else), or None.
+    """
+
+    compile_id: str | None
+    graph: str
+    settings: tuple[AttestedSetting, ...]
+    gate: tuple[gate.Verdict, ...] = ()
+    gate_problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.gate_problem is None and all(s.ok for s in self.settings)
+
+    @property
+    def mismatches(self) -> list[AttestedSetting]:
+        return [s for s in self.settings if not s.ok]
+
+    def value(self, key: str) -> Any:
+        """The value ``key`` compiled with. Raises KeyError when it was not asked for."""
+        for setting in self.settings:
+            if setting.key == key:
+                return setting.compiled_with
+        raise KeyError(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "compile_id": self.compile_id,
+            "graph": self.graph,
+            "ok": self.ok,
+            "settings": [s.to_dict() for s in self.settings],
+            "gate": [vars(v) for v in self.gate],
+            "gate_problem": self.gate_problem,
+        }
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
+
+
+# -- what was asked ---------------------------------------------------------------------------
+
+_SCOPED: ScopedSlot[Mapping[tuple[str, str], Asked]] = ScopedSlot("inductor_knobs.asked", {})
+_PROCESS: dict[tuple[str, str], Asked] = {}
+_PROCESS_LOCK = threading.Lock()
+
+
+def _merge(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
+    merged = dict(base)
+    for slot, asked in top.items():
+        if slot not in merged or asked.rank >= merged[slot].rank:
+            merged[slot] = asked
+    return merged
+
+
+def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
+    """What applies on this thread now: the process layer (env), then blocks (inner wins), by rank."""
+    return _merge(_PROCESS, _SCOPED.get(patches.config_is_thread_local))
+
+
+class AskChange:
+    """Undo record: add ``values`` to what the interception enforces and attests.
+
+    ``process_wide`` adds them to the process layer (env activation) instead of the
+    calling thread's scope.
+    """
+
+    def __init__(self, patches: TorchPatches, values: list[Asked], *, process_wide: bool = False) -> None:
+        self.patches = patches
+        self.values = {(a.module, a.key): a for a in values}
+        self.process_wide = process_wide
+        self.description = f"ask {', '.join(a.label for a in values)}"
+        self._token: Any = None
+        self._prior: dict[tuple[str, str], Asked] | None = None
+
+    def apply(self) -> None:
+        if self.process_wide:
+            with _PROCESS_LOCK:
+                self._prior = dict(_PROCESS)
+                _PROCESS.update(_merge(_PROCESS, self.values))
+        else:
+            current = _SCOPED.get(self.patches.config_is_thread_local)
+            self._token = _SCOPED.set(_merge(current, self.values), self.patches.config_is_thread_local)
+
+    def revert(self) -> None:
+        if self.process_wide:
+            with _PROCESS_LOCK:
+                _PROCESS.clear()
+                _PROCESS.update(self._prior or {})
+        else:
+            _SCOPED.reset(self._token)
+
+
+# -- listeners ---------------------------------------------------------------------------------
+
+_LISTENERS: contextvars.ContextVar[tuple[Callable[[CompileAttestation], None], ...]] = contextvars.ContextVar(
+    "inductor_knobs.attestation_listeners", default=()
+)
+
+
+@contextmanager
+def listening(listener: Callable[[CompileAttestation], None]) -> Iterator[None]:
+    """Deliver the attestation of every compile that starts in this thread/task while inside.
+
+    A compile's lazily compiled backward is delivered to the listeners of its forward.
+    """
+    token = _LISTENERS.set((*_LISTENERS.get(), listener))
+    try:
+        yield
+    finally:
+        _LISTENERS.reset(token)
+
+
+# -- the interception --------------------------------------------------------------------------
+
+
+@dataclass
+class _Snapshot:
+    """What was asked when Inductor started compiling one graph (for its inner compiles)."""
+
+    patches: TorchPatches
+    asked: dict[tuple[str, str], Asked]
+    override: gate.Override | None
+    overrode: dict[str, Any]
+    listeners: tuple[Callable[[CompileAttestation], None], ...]
+    signature: inspect.Signature | None = field(default=None)
+
+
+class _Depth(threading.local):
+    value = 0
+
+
+_DEPTH = _Depth()
+_PATCHES: list[TorchPatches] = []
+
+
+def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``compile_fx`` with the precedence rule applied and ``inner_compile`` attesting."""
+    if _DEPTH.value or not _PATCHES:  # torch's own recursion under config.patch(config_patches)
+        return wrapped(*args, **kwargs)
+    patches = _PATCHES[-1]
+    asked = effective_asked(patches)
+    override = gate.current_override()
+    listeners = _LISTENERS.get()
+    if not asked and override is None and not listeners:
+        return wrapped(*args, **kwargs)
+    bound = inspect.signature(wrapped).bind(*args, **kwargs)
+    config_patches = dict(bound.arguments.get("config_patches") or {})
+    overrode = _apply_precedence(patches, asked, config_patches)
+    snapshot = _Snapshot(patches, asked, override, overrode, listeners)
+    inner = bound.arguments.get("inner_compile")
+    if inner is None:
+        inner = inspect.signature(wrapped).parameters["inner_compile"].default
+    bound.arguments["inner_compile"] = _attesting(inner, snapshot)
+    if config_patches:
+        bound.arguments["config_patches"] = config_patches
+    _DEPTH.value += 1
+    try:
+        return wrapped(*bound.args, **bound.kwargs)
+    finally:
+        _DEPTH.value -= 1
+
+
+def _apply_precedence(patches: TorchPatches, asked: Mapping[tuple[str, str], Asked], config_patches: dict[str, Any]) -> dict[str, Any]:
+    """Write each asked Inductor key into ``config_patches`` where it would not hold; return what lost."""
+    cfg = importlib.import_module(INDUCTOR_CONFIG)
+    overrode: dict[str, Any] = {}
+    for (module, key), want in asked.items():
+        if module != INDUCTOR_CONFIG:
+            continue
+        spelled = next((k for k in config_patches if k.replace("-", "_") == key), key)
+        if spelled in config_patches:
+            theirs = config_patches.pop(spelled)
+            if theirs != want.value:
+                overrode[key] = theirs
+                _warn_overriding(want, f"torch.compile's mode/options asked {key}={theirs!r}")
+            config_patches[key] = want.value
+        elif patches.read_value(cfg, key) != want.value:
+            current = patches.read_value(cfg, key)
+            _warn_overriding(want, f"{key}={current!r} was set")
+            config_patches[key] = want.value
+    return overrode
+
+
+def _warn_overriding(want: Asked, what: str) -> None:
+    if want.overriding_warning is not None:
+        warnings.warn(
+            f"{what}, but {want.source} needs {want.key}={want.value!r} and wins (precedence: emulation > knob > "
+            "options > mode > default)",
+            want.overriding_warning,
+            stacklevel=4,
+        )
+
+
+def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., Any]:
+    """``inner`` (Inductor's ``compile_fx_inner``) with the snapshot re-applied if needed, attested."""
+
+    def attested_inner_compile(*args: Any, **kwargs: Any) -> Any:
+        from ._undo import apply_all, revert_all
+
+        reapply = _reapply_changes(snapshot)
+        applied = apply_all(reapply) if reapply else []
+        try:
+            attestation = _attest(snapshot, args, kwargs)
+            _deliver(snapshot, attestation)
+            return inner(*args, **kwargs)
+        finally:
+            if applied:
+                revert_all(applied)
+
+    return attested_inner_compile
+
+
+def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
+    """Changes that bring back what the snapshot asked, when this thread no longer has it (lazy backward)."""
+    from ._undo import ConfigChange
+
+    now = effective_asked(snapshot.patches)
+    changes: list[Any] = []
+    if now != snapshot.asked:
+        for (module, key), asked in snapshot.asked.items():
+            cfg = importlib.import_module(module)
+            if snapshot.patches.read_value(cfg, key) != asked.value:
+                changes.append(ConfigChange(snapshot.patches, cfg, key, asked.value))
+        if changes:
+            changes.insert(0, AskChange(snapshot.patches, list(snapshot.asked.values())))
+    if snapshot.override is not None and gate.current_override() != snapshot.override:
+        changes.append(gate.GateChange(snapshot.patches, snapshot.override))
+    return changes
+
+
+def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompileAttestation:
+    patches = snapshot.patches
+    settings = []
+    for (module, key), asked in sorted(snapshot.asked.items()):
+        cfg = importlib.import_module(module)
+        seen = patches.read_value(cfg, key)
+        cause = None if _same(seen, asked.value) else diagnose(patches, cfg, key)
+        settings.append(AttestedSetting(asked.label, asked.value, seen, asked.source, snapshot.overrode.get(key), cause))
+    verdicts: list[gate.Verdict] = []
+    problem = None
+    if snapshot.override is not None:
+        problem = _gate_problem()
+        if problem is None:
+            verdicts = [gate.verdict(d, snapshot.override) for d in _cuda_devices(args, kwargs)]
+    graph = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
+    return CompileAttestation(_compile_id(), graph, tuple(settings), tuple(verdicts), problem)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and not isinstance(a, bool) and a == b)
+
+
+def _deliver(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
+    for listener in snapshot.listeners:
+        listener(attestation)
+    failures = [s for s in attestation.mismatches]
+    messages = [
+        (
+            snapshot.asked[_slot(snapshot, s.key)].on_mismatch,
+            f"{s.key}={s.asked!r} (from {s.source}) did not take effect: Inductor compiled this {attestation.graph} graph "
+            f"with {s.key}={s.compiled_with!r}, because {s.cause}",
+        )
+        for s in failures
+    ]
+    if attestation.gate_problem is not None:
+        messages.append(("raise", f"the is_big_gpu override did not take effect: {attestation.gate_problem}"))
+    for policy, message in messages:
+        if policy == "warn":
+            warnings.warn(message, KnobNotAppliedWarning, stacklevel=3)
+    errors = [m for p, m in messages if p == "raise"]
+    if errors:
+        raise KnobNotApplied("; ".join(errors) + ". Fix the cause, leave the knob out, or pass on_mismatch='warn'")
+
+
+def _slot(snapshot: _Snapshot, label: str) -> tuple[str, str]:
+    return next(slot for slot, a in snapshot.asked.items() if a.label == label)
+
+
+def diagnose(patches: TorchPatches, cfg: Any, key: str) -> str:
+    """Why ``cfg.key`` does not hold the value set, as ``"<kind>: <details>"``."""
+    forcing = patches.forcing_env_var(cfg, key)
+    if forcing:
+        return f"env-forced: the environment variable {forcing} forces it (torch's env_name_force beats every override)"
+    implied = patches.implied_by(cfg, key)
+    if implied:
+        return f"implication: {implied} implies it (torch 2.15 config implications beat every override)"
+    foreign = foreign_setattr(cfg)
+    if foreign:
+        return f"foreign __setattr__: {foreign}"
+    return "changed: code outside inductor_knobs changed it inside the compile"
+
+
+def foreign_setattr(cfg: Any) -> str | None:
+    """A description of a replaced ``__setattr__`` on ``cfg``'s class (Unsloth does this), or None."""
+    setter = getattr(type(cfg), "__setattr__", None)
+    code = getattr(setter, "__code__", None)
+    if code is None or code.co_filename.replace("\\", "/").endswith("torch/utils/_config_module.py"):
+        return None
+    where = f"{code.co_filename}:{code.co_firstlineno}"
+    return f"{getattr(cfg, '__name__', cfg)}.__setattr__ is {getattr(setter, '__qualname__', setter)} from {where}, not torch's"
+
+
+def _gate_problem() -> str | None:
+    utils = importlib.import_module(gate.GATE_MODULE)
+    found = getattr(utils, gate.GATE_NAME, None)
+    wrapper = gate.installed_wrapper()
+    if wrapper is None or found is wrapper:
+        return None
+    return f"{gate.GATE_MODULE}.{gate.GATE_NAME} is {found!r}, not inductor_knobs' wrapper (something replaced it)"
+
+
+def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    import torch
+
+    inputs = args[1] if len(args) > 1 else kwargs.get("example_inputs", ())
+    devices = {t.device for t in inputs or () if isinstance(t, torch.Tensor) and t.device.type == "cuda"}
+    return sorted(devices, key=str)
+
+
+def _compile_id() -> str | None:
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+    except (ImportError, AttributeError):
+        return None
+    return None if compile_id is None else str(compile_id)
+
+
+def _steps() -> list[Any]:
+    return [wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept, sweep=True)]
+
+
+INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _steps)
+
+
+class InterceptionUse(Use):
+    """Undo record: hold the interception (installs it for the first user) with this torch's patch module."""
+
+    def __init__(self, patches: TorchPatches) -> None:
+        super().__init__(INTERCEPTION)
+        self.patches = patches
+
+    def apply(self) -> None:
+        with INTERCEPTION.lock:
+            _PATCHES.append(self.patches)
+            try:
+                super().apply()
+            except BaseException:
+                _PATCHES.pop()
+                raise
+
+    def revert(self) -> None:
+        with INTERCEPTION.lock:
+            try:
+                super().revert()
+            finally:
+                if _PATCHES:
+                    _PATCHES.pop()
+
+
+def unwrap_not_applied(exc: BaseException | None) -> KnobNotApplied | None:
+    """The :class:`KnobNotApplied` inside torch's wrapping of ``exc`` (BackendCompilerFailed …), or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KnobNotApplied):
+            return exc
+        seen.add(id(exc))
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+    return None
