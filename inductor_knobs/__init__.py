@@ -56,9 +56,9 @@ from .errors import (
 from .errors import (
     UnsupportedTorchVersion as UnsupportedTorchVersion,
 )
+from .interception import CompileAttestation as CompileAttestation
 from .knobs import PRESETS as PRESETS
 from .knobs import Knobs as Knobs
-from .interception import CompileAttestation as CompileAttestation
 from .recorder import record_autotune as record_autotune
 from .recorder import record_compiles as record_compiles
 from .records import AutotuneRecord as AutotuneRecord

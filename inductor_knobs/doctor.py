@@ -27,7 +27,9 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
 
     Returns:
         A dict of plain JSON types: ``versions``, ``patch_module``, ``gpus``, ``gemm_backends``,
-        ``env``, ``modes``.
+        ``env``, ``modes``, ``precedence`` (the order inductor_knobs enforces at every compile,
+        and what can still override a knob: forcing env vars, active torch 2.15 config
+        implications, a foreign ``__setattr__`` on a config module).
     """
     import torch
 
@@ -46,6 +48,7 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     report["gemm_backends"] = _backends(torch.__version__, bool(report["gpus"]))
     report["env"] = _env()
     report["modes"] = _modes()
+    report["precedence"] = _precedence(torch.__version__)
     return report
 
 
@@ -162,6 +165,28 @@ def _modes() -> dict[str, Any]:
     return out
 
 
+PRECEDENCE = "emulation > knob > options > mode > process default"
+
+
+def _precedence(version: str) -> dict[str, Any]:
+    """What decides an Inductor config value at compile time, and what beats a knob here."""
+    from .interception import foreign_setattr
+
+    patches = torch_compat.select(version, strict=False)
+    cfg = importlib.import_module("torch._inductor.config")
+    forcing, implied = [], []
+    for key in patches.config_keys(cfg):
+        env = patches.forcing_env_var(cfg, key)
+        if env:
+            forcing.append(f"{key} forced by {env}")
+        by = patches.implied_by(cfg, key)
+        if by:
+            implied.append(f"{key} implied by {by}")
+    modules = ["torch._inductor.config", "torch._dynamo.config", "torch.compiler.config"]
+    foreign = [text for name in modules if (text := foreign_setattr(importlib.import_module(name)))]
+    return {"order": PRECEDENCE, "forcing_env_vars": forcing, "implications": implied, "foreign_setattr": foreign}
+
+
 def render(report: dict[str, Any]) -> str:
     """Human-readable text for a :func:`collect` report."""
     lines = ["inductor-knobs doctor", ""]
@@ -197,6 +222,12 @@ def render(report: dict[str, Any]) -> str:
     elif env["variables"]:
         lines.append(f"  resolve to: {env['resolved']}")
         lines.append(f"  active in this process: {env['active']}")
+    prec = report["precedence"]
+    lines += ["", f"precedence at every Inductor compile under inductor_knobs: {prec['order']}"]
+    beats = prec["forcing_env_vars"] + prec["implications"] + prec["foreign_setattr"]
+    lines += [f"  beats any knob here: {item}" for item in beats] or [
+        "  nothing here beats a knob (no forcing env var, implication or foreign __setattr__)"
+    ]
     lines += ["", "torch.compile modes expand to (torch._inductor.list_mode_options):"]
     lines += [f"  {mode:28} {opts}" for mode, opts in report["modes"].items()]
     return "\n".join(lines)

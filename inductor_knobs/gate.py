@@ -124,7 +124,9 @@ def _gate(wrapped: Callable[..., bool], instance: object, args: tuple[Any, ...],
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     answer = verdict(next(iter(bound.arguments.values())), override)
-    log.debug("is_big_gpu(%s): %s SMs, min_sms=%s (inductor_knobs) -> %s", answer.device, answer.sms, answer.min_sms, answer.verdict)
+    log.debug(
+        "is_big_gpu(%s): %s SMs, min_sms=%s (inductor_knobs) -> %s", answer.device, answer.sms, answer.min_sms, answer.verdict
+    )
     return answer.verdict
 
 

@@ -305,7 +305,9 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
         _DEPTH.value -= 1
 
 
-def _apply_precedence(patches: TorchPatches, asked: Mapping[tuple[str, str], Asked], config_patches: dict[str, Any]) -> dict[str, Any]:
+def _apply_precedence(
+    patches: TorchPatches, asked: Mapping[tuple[str, str], Asked], config_patches: dict[str, Any]
+) -> dict[str, Any]:
     """Write each asked Inductor key into ``config_patches`` where it would not hold; return what lost."""
     cfg = importlib.import_module(INDUCTOR_CONFIG)
     overrode: dict[str, Any] = {}
@@ -392,7 +394,7 @@ def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and not isinstance(a, bool) and a == b)
+    return (type(a) is type(b) and a == b) or (isinstance(a, (int, float)) and not isinstance(a, bool) and a == b)
 
 
 def _deliver(snapshot: _Snapshot, attestation: CompileAttestation) -> None:

@@ -35,7 +35,6 @@ from typing import Any, Protocol, Self
 from . import torch_compat
 from ._patching import SharedPatch, Step, Undo, wrap_attribute
 from .errors import DriftWarning
-from .patches.torch_2_4 import TorchPatches
 from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, finite_or_none
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"

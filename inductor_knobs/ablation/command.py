@@ -43,7 +43,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
     p.add_argument("--out", help="directory for results.json, results.csv (and results.png)")
     p.add_argument("--plot", action="store_true", help="also write results.png (needs matplotlib)")
-    p.add_argument("--strict", action="store_true", help="exit 1 if any arm failed (default: only if all did)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 if any run failed or compiled with a knob not applied (default: only if all runs failed)",
+    )
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="print what changed between two results.json")
     p.add_argument("--merge", nargs="+", metavar="RESULTS", help="merge shard results.json files (with --out)")
 
@@ -154,13 +158,17 @@ def run(args: argparse.Namespace) -> int:
         results = report.merge([json.load(open(p, encoding="utf-8")) for p in args.merge])
     else:
         plan = build_plan(args)
+        conflicts = {a.name: a.conflicts() for a in plan.arms}
+        for name, items in conflicts.items():
+            for item in items:  # shown before anything runs
+                print(f"arm {name}: {item} (the knob wins: knob > options > mode > default)", file=sys.stderr)
         results = {
             "workload": plan.workload,
             "device": plan.device,
             "repeats": plan.repeats,
             "quick": plan.quick,
             "baseline": plan.baseline,
-            "arms": [a.to_dict() for a in plan.arms],
+            "arms": [{**a.to_dict(), "overrides_mode": conflicts[a.name]} for a in plan.arms],
             "shard": list(plan.shard),
             "emulate_sms": plan.emulate,
             "environment": environment(plan),
@@ -170,5 +178,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         for path in report.write(results, args.out, plot=args.plot):
             print(f"wrote {path}", file=sys.stderr)
-    failed = [r for r in results["runs"] if not r.get("ok")]
-    return 1 if results["runs"] and (len(failed) == len(results["runs"]) or (args.strict and failed)) else 0
+    failed = [r for r in results["runs"] if not r.get("ok") or r.get("not_applied")]
+    crashed = [r for r in results["runs"] if not r.get("ok")]
+    return 1 if results["runs"] and (len(crashed) == len(results["runs"]) or (args.strict and failed)) else 0

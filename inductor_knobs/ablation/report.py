@@ -42,6 +42,7 @@ def summarize(results: dict[str, Any]) -> list[dict[str, Any]]:
                 peak_memory_mib=max(r["peak_memory_bytes"] for r in good) / 2**20,
                 max_abs_diff=max(r["max_abs_diff"] for r in good),
                 mismatch=any(r["mismatch"] for r in good),
+                not_applied=sorted({n for r in good for n in r.get("not_applied", [])}),
                 kernels=good[0]["kernels"],
             )
         else:
@@ -75,6 +76,8 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
             continue
         speed = f"{r['speedup']:.2f}x" + (" ~" if r.get("overlaps_baseline") else "") if "speedup" in r else "n/a"
         diff = f"{r['max_abs_diff']:.2e}" + (" **MISMATCH**" if r["mismatch"] else "")
+        if r.get("not_applied"):
+            diff += " **NOT APPLIED**"
         kernels = "; ".join(f"{k}: {v}" for k, v in r["kernels"].items())[:120] or "-"
         failed = f" ({r['failed']} failed)" if r["failed"] else ""
         lines.append(
@@ -83,6 +86,9 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
         )
     if any(r.get("overlaps_baseline") for r in rows):
         lines.append("\n`~`: the arm's IQR overlaps the baseline's; the difference is within the spread of the samples.")
+    for r in rows:
+        for item in r.get("not_applied", []):
+            lines.append(f"\n**NOT APPLIED** in arm {r['arm']}: {item}; this arm did not measure what it asked for.")
     for run in results["runs"]:
         if not run.get("ok"):
             tail = run.get("traceback", "").strip().splitlines()[-3:]
@@ -109,6 +115,7 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
         "peak_memory_mib",
         "max_abs_diff",
         "mismatch",
+        "not_applied",
         "runs",
         "failed",
         "error",

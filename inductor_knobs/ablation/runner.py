@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..knobs import EMULATE_SMS_VAR
+from ..knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from .spec import Arm
 
 
@@ -80,7 +80,7 @@ def run_job(job: dict[str, Any], arm: Arm, gpu: int | None, timeout: float) -> d
     """Run one job in a fresh process; always returns a record (errors included)."""
     with tempfile.TemporaryDirectory(prefix="ik-ablate-") as cache:
         env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
-        env.update(arm.env())
+        env.update({ENV_PREFIX + "ON_MISMATCH": "warn", **arm.env()})
         env.update(
             {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
         )

@@ -53,6 +53,27 @@ class Arm:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "knobs": self.knobs, "compile_args": self.compile_args, "eager": self.eager}
 
+    def conflicts(self) -> list[str]:
+        """Keys where this arm's knobs override its ``mode`` (the knob wins: knob > options > mode).
+
+        Returns:
+            One sentence per overridden key, e.g. ``coordinate_descent_tuning=False overrides
+            mode max-autotune-no-cudagraphs's True``.
+        """
+        mode = self.compile_args.get("mode")
+        if self.eager or not mode:
+            return []
+        from ..compile_backend import mode_options
+        from ..plan import config_values
+
+        theirs = mode_options(mode, self.compile_args.get("dynamic"))
+        ours = config_values(Knobs.from_env(self.env()))
+        return [
+            f"{key}={ours[key]!r} overrides mode {mode}'s {value!r}"
+            for key, value in theirs.items()
+            if key in ours and ours[key] != value
+        ]
+
 
 def default_arms(sms: int | None) -> list[Arm]:
     """``default``, ``max-autotune``, ``max-autotune-no-cudagraphs`` and ``force_gemm_autotune``.

@@ -1,10 +1,13 @@
 """One arm, one repeat, in its own process: ``python -m inductor_knobs.ablation.worker JOB_JSON``.
 
-The parent sets the arm's ``INDUCTOR_KNOBS_*`` variables, a private ``TORCHINDUCTOR_CACHE_DIR``
+The parent sets the arm's ``INDUCTOR_KNOBS_*`` variables (with ``INDUCTOR_KNOBS_ON_MISMATCH=warn``
+unless the arm sets it: a knob that did not take effect is measured and flagged, not fatal), a
+private ``TORCHINDUCTOR_CACHE_DIR``
 and ``TRITON_CACHE_DIR`` (so every compile is cold and no arm replays another's kernels) and
 ``CUDA_VISIBLE_DEVICES``.  The worker activates the knobs from the environment, builds the
 workload, runs it eagerly for reference outputs, compiles it (timing the first iteration: compile
-plus autotune), warms up, samples steady-state latency, and prints one JSON object on its last
+plus autotune) while recording what every graph compiled with (the compile interception's
+attestations, kept in the result), warms up, samples steady-state latency, and prints one JSON object on its last
 stdout line.
 """
 
@@ -54,22 +57,21 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         compile_s = autotune_s = 0.0
         kernels: dict[str, str] = {}
         compiles = 0
+        attestations: list[dict[str, Any]] = []
         if not job["arm"].get("eager"):
             fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
-            recorder = ik.record_autotune() if can_record_autotune() else None
+            recorder = ik.record_autotune() if can_record_autotune() else ik.record_compiles()
             sync()
             start = time.perf_counter()
-            if recorder is not None:
-                with recorder:
-                    outs = iteration(fn, keep=True)
-                    sync()
-                autotune_s = recorder.benchmark_seconds
-                kernels = {r.signature: r.winner or "none" for r in recorder.records}
-                compiles = sum(e.trigger != "cudagraph_recording" for e in recorder.compiles)
-            else:
+            with recorder:
                 outs = iteration(fn, keep=True)
                 sync()
             compile_s = time.perf_counter() - start
+            if isinstance(recorder, ik.record_autotune):
+                autotune_s = recorder.benchmark_seconds
+                kernels = {r.signature: r.winner or "none" for r in recorder.records}
+            compiles = sum(e.trigger != "cudagraph_recording" for e in recorder.compiles)
+            attestations = [a.to_dict() for a in recorder.attestations]
         else:
             outs = reference
         diff, scale = _max_abs_diff(outs, reference)
@@ -90,6 +92,16 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "tolerance": atol + rtol * scale,
         "mismatch": diff > atol + rtol * scale,
         "dtype": dtype,
+        "attestations": attestations,
+        "not_applied": sorted(
+            {
+                f"{s['key']}={s['asked']!r} compiled as {s['compiled_with']!r} ({s['cause']})"
+                for a in attestations
+                for s in a["settings"]
+                if s["cause"]
+            }
+            | {a["gate_problem"] for a in attestations if a["gate_problem"]}
+        ),
     }
 
 
