@@ -162,3 +162,35 @@ def test_two_different_emulations_conflict_and_the_first_stays(fresh_inductor):
         assert torch.cuda.get_device_properties(0).multi_processor_count == 40
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"1\.\."):
         ik.emulate_gpu(sms=10_000).start()
+
+
+def _cudagraph_recordings(monkeypatch, knobs: ik.KnobsContext) -> tuple[int, list[ik.CompileAttestation]]:
+    """Compile under ``mode="max-autotune"`` inside ``knobs`` and count cudagraph-tree recordings."""
+    from torch._inductor import cudagraph_trees
+
+    recorded: list[int] = []
+    real = cudagraph_trees.CUDAGraphTreeManager.record_function
+
+    def spy(self, *args, **kwargs):
+        recorded.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "record_function", spy)
+    torch._dynamo.reset()
+    x = torch.randn(512, 512, device="cuda")
+    fn = torch.compile(lambda t: (t @ t).relu(), mode="max-autotune")
+    with ik.record_compiles() as rec, knobs:
+        for _ in range(4):  # warm-up run, then recording, then replays
+            fn(x)
+    torch.cuda.synchronize()
+    torch._dynamo.reset()
+    return len(recorded), rec.attestations
+
+
+@requires_cuda
+def test_cudagraphs_knob_beats_the_max_autotune_mode(monkeypatch):
+    off, attested = _cudagraph_recordings(monkeypatch, ik.knobs(cudagraphs=False))
+    on, _ = _cudagraph_recordings(monkeypatch, ik.knobs())
+    print(f"cudagraph recordings: cudagraphs=False knob {off}, knob unset {on}")
+    assert off == 0 and on > 0
+    assert attested and all(a.value("triton.cudagraphs") is False for a in attested)
