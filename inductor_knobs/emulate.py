@@ -454,7 +454,9 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
     asked = [Asked(INDUCTOR_CONFIG, "triton.cudagraphs", False, source, EMULATION, overriding_warning=EmulationWarning)]
     for module, key, value in patches.cache_salt(salt):
         changes.append(ConfigChange(patches, importlib.import_module(module), key, value, process_wide=process_wide))
-        asked.append(Asked(module, key, value, source, EMULATION))
+        # Salts compose (a block inside appends its own), so the innermost value is the one to
+        # attest: knob rank, not emulation's.
+        asked.append(Asked(module, key, value, source))
     # Benchmarks in a subprocess would run on the whole GPU; cached timings come from other SM counts.
     for key in ("autotune_in_subproc", "autotune_local_cache"):
         changes.append(ConfigChange(patches, cfg, key, False, process_wide=process_wide))

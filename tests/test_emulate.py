@@ -712,7 +712,7 @@ def test_emulation_compiles_without_cudagraphs_whatever_mode_or_knob_asked(fake_
         assert inductor_compile_fx.compile_fx is not fake
         with pytest.warns(EmulationWarning, match="triton.cudagraphs"):
             assert inductor_compile_fx.compile_fx("gm", inner_compile=inner, config_patches={"triton.cudagraphs": True}) is False
-        with ik.knobs(cudagraphs=True), pytest.warns(EmulationWarning, match="emulate_gpu"):
+        with ik.knobs(cudagraphs=True, min_sms=1), pytest.warns(EmulationWarning, match="emulate_gpu"):  # salts compose
             assert inductor_compile_fx.compile_fx("gm", inner_compile=inner) is False
     assert inductor_compile_fx.compile_fx is fake
     assert fake.calls[0]["triton.cudagraphs"] is False and fake.calls[1]["triton.cudagraphs"] is False

@@ -168,6 +168,9 @@ def _unsloth_like_setattr(monkeypatch):
     rewrites the process default, and this one pins ``coordinate_descent_tuning`` to True."""
     cls = type(cfg)
     original = cls.__setattr__
+    for entry in cfg._config.values():  # what it rewrites is put back after the test
+        if hasattr(entry, "default"):
+            monkeypatch.setattr(entry, "default", entry.default)
 
     def patched_setattr(self, name, value):
         if name == "coordinate_descent_tuning":
