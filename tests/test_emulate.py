@@ -17,7 +17,6 @@ import torch._dynamo.device_interface as device_interface
 import torch._inductor.compile_fx as inductor_compile_fx
 import torch._inductor.config as inductor_config
 import torch._inductor.utils as inductor_utils
-import torch.compiler.config as compiler_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch._dynamo.device_interface import CudaInterface
@@ -25,6 +24,9 @@ from torch._inductor.runtime.hints import DeviceProperties
 
 import inductor_knobs as ik
 from inductor_knobs import cli, emulate, interception, torch_compat
+
+# The fakes model torch 2.6+ (cache_key_tag salt, DeviceProperties); 2.4-2.5 lack both.
+compiler_config = pytest.importorskip("torch.compiler.config", reason="emulation's fakes model torch >= 2.6")
 from inductor_knobs.ablation import command
 from inductor_knobs.emulate import EmulationSpec, resolve_spec
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
