@@ -29,86 +29,91 @@ import wrapt
 
 from .errors import ExternalChangeWarning
 
-#: Undoes one install step.
+#: Undoes one install step; safe to call whether or not the step got as far as changing anything.
 Undo = Callable[[], None]
-#: One install step: makes one change and returns how to undo it.
-Step = Callable[[], Undo]
+#: One install step: registers its undo through the callback *before* it changes anything, so an
+#: interrupt at any line of the step leaves an undo that puts back whatever part happened.
+Step = Callable[[Callable[[Undo], None]], None]
 
 
-def run_all(undos: Sequence[Undo]) -> None:
-    """Call every undo, last first; all run even if some raise; then re-raise the first error.
+def run_all(undos: list[Undo]) -> None:
+    """Pop and call every undo, last first; all run even if some raise; then re-raise the first error.
 
-    ``BaseException`` too: a ``KeyboardInterrupt`` in one undo does not skip the rest.
+    ``BaseException`` too: a ``KeyboardInterrupt`` in one undo does not skip the rest.  Each undo is
+    popped only after it ran, so an interrupted call can be repeated: undos are idempotent.
     """
     first: BaseException | None = None
-    for undo in reversed(undos):
+    while undos:
         try:
-            undo()
+            undos[-1]()
         except BaseException as err:  # noqa: BLE001 - finish every undo, then re-raise below
             first = first or err
+        finally:
+            if undos:
+                undos.pop()
     if first is not None:
         raise first
 
 
 class SharedPatch:
-    """A process-wide patch shared by reference count.
+    """A process-wide patch shared by its holders.
 
     Args:
         name: what it patches, for messages.
-        steps: called at the first :meth:`acquire`; returns the install steps, in order.
+        steps: called when the first holder arrives; returns the install steps, in order.
 
-    Thread-safe (one re-entrant lock).  ``users`` only changes after the install finished,
-    so an interrupted first ``acquire`` leaves ``users == 0`` and nothing installed.
+    Holders are objects (undo records), kept in a set: :meth:`acquire` and :meth:`release` are
+    idempotent per holder, so a record whose apply or revert was interrupted and is run again
+    cannot count twice.  The patch is installed while the set is non-empty.  Thread-safe (one
+    re-entrant lock).
     """
 
     def __init__(self, name: str, steps: Callable[[], Sequence[Step]]) -> None:
         self.name = name
         self._steps = steps
         self._undos: list[Undo] = []
+        self._holders: set[int] = set()
         self.lock = threading.RLock()
-        self.users = 0
 
     @property
-    def installed(self) -> bool:
-        return bool(self._undos) or self.users > 0
+    def users(self) -> int:
+        """How many holders hold the patch now."""
+        return len(self._holders)
 
-    def acquire(self) -> None:
-        """Add a user; the first one installs every step (all or nothing)."""
+    def acquire(self, holder: object) -> None:
+        """Add ``holder``; the first one installs every step (all or nothing)."""
         with self.lock:
-            if self.users == 0:
-                undos: list[Undo] = []
+            if id(holder) in self._holders:
+                return
+            if not self._holders and not self._undos:
                 try:
                     for step in self._steps():
-                        undos.append(step())
+                        step(self._undos.append)
                 except BaseException:
-                    run_all(undos)
+                    run_all(self._undos)
                     raise
-                self._undos = undos
-            self.users += 1
+            self._holders.add(id(holder))
 
-    def release(self) -> None:
-        """Drop a user; the last one undoes every step (all run, then the first error is raised)."""
+    def release(self, holder: object) -> None:
+        """Drop ``holder``; when none is left every step is undone (all run, then the first error is raised)."""
         with self.lock:
-            if self.users <= 0:
-                return
-            self.users -= 1
-            if self.users == 0:
-                undos, self._undos = self._undos, []
-                run_all(undos)
+            self._holders.discard(id(holder))
+            if not self._holders:
+                run_all(self._undos)
 
 
 class Use:
-    """Undo record: hold one user of a :class:`SharedPatch` for as long as it is applied."""
+    """Undo record: hold a :class:`SharedPatch` for as long as it is applied (idempotent both ways)."""
 
     def __init__(self, patch: SharedPatch) -> None:
         self.patch = patch
         self.description = f"use {patch.name}"
 
     def apply(self) -> None:
-        self.patch.acquire()
+        self.patch.acquire(self)
 
     def revert(self) -> None:
-        self.patch.release()
+        self.patch.release(self)
 
 
 def resolve(path: str) -> tuple[Any, str]:
@@ -135,23 +140,19 @@ def wrap_attribute(
     docstring); with ``sweep`` module globals of the same name are rebound both ways.
     """
 
-    def step() -> Undo:
+    def step(push: Callable[[Undo], None]) -> None:
         owner, name = resolve(path)
         raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         function = raw.__func__ if isinstance(raw, staticmethod) else raw
         wrapped = wrapt.FunctionWrapper(function, wrapper)
         replacement: Any = staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped
-        setattr(owner, name, replacement)
-        swept = _sweep(name, function, wrapped) if sweep else []
-        if on_install is not None:
-            on_install(function, wrapped)
 
         def undo() -> None:
             try:
                 current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
                 if current is replacement:
                     setattr(owner, name, raw)
-                else:
+                elif current is not raw:
                     warnings.warn(
                         f"{path} was replaced by {current!r} while inductor_knobs' wrapper was installed; "
                         "leaving that replacement in place (inductor_knobs' wrapper inside it passes calls through)",
@@ -160,22 +161,24 @@ def wrap_attribute(
                     )
             finally:
                 if sweep:
-                    for namespace in swept:
-                        if namespace.get(name) is wrapped:
-                            namespace[name] = function
                     _sweep(name, wrapped, function)
 
-        return undo
+        push(undo)  # before the change: an interrupt below still leaves a working undo
+        setattr(owner, name, replacement)
+        if sweep:
+            _sweep(name, function, wrapped)
+        if on_install is not None:
+            on_install(function, wrapped)
 
     return step
 
+def _sweep(name: str, find: object, replace: object) -> None:
+    """Rebind every module global ``name`` that is ``find`` to ``replace``.
 
-def _sweep(name: str, find: object, replace: object) -> list[dict[str, Any]]:
-    """Rebind every module global ``name`` that is ``find`` to ``replace``; return their namespaces."""
-    found = []
+    Undo sweeps for the replacement again, so modules imported while the patch was active (which
+    bound the replacement) are put back too.
+    """
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if isinstance(namespace, dict) and namespace.get(name) is find:
             namespace[name] = replace
-            found.append(namespace)
-    return found

@@ -15,7 +15,7 @@ T = TypeVar("T")
 
 
 class _GlobalVar(Generic[T]):
-    """A process-global stand-in for a ``ContextVar`` (``get``/``set`` returning a token/``reset``)."""
+    """A process-global stand-in for a ``ContextVar`` (``get``/``set``)."""
 
     def __init__(self, default: T) -> None:
         self.value = default
@@ -23,19 +23,16 @@ class _GlobalVar(Generic[T]):
     def get(self) -> T:
         return self.value
 
-    def set(self, value: T) -> Any:
-        prior, self.value = self.value, value
-        return (prior,)
-
-    def reset(self, token: Any) -> None:
-        self.value = token[0]
+    def set(self, value: T) -> None:
+        self.value = value
 
 
 class ScopedSlot(Generic[T]):
     """A value scoped like Inductor config: a ``ContextVar`` on 2.12+, process-global before.
 
-    ``set`` returns a token for ``reset``; each token remembers which scope it came from, so a
-    reset always undoes exactly its own set.
+    ``set`` returns a token for ``reset``: the scope it wrote and the value it found there, so a
+    reset puts back exactly that value, and resetting twice is harmless (an interrupted revert can
+    run again).
     """
 
     def __init__(self, name: str, default: T) -> None:
@@ -54,8 +51,11 @@ class ScopedSlot(Generic[T]):
 
     def set(self, value: T, thread_local: bool | None = None) -> Any:
         scope = self._pick(thread_local)
-        return (scope, scope.set(value))
+        token = (scope, scope.get())
+        scope.set(value)
+        return token
 
     def reset(self, token: Any) -> None:
-        scope, inner = token
-        scope.reset(inner)
+        if token is not None:
+            scope, prior = token
+            scope.set(prior)

@@ -4,6 +4,12 @@ A :class:`Change` knows how to apply itself and how to put back exactly what it 
 :func:`apply_all` applies a list in order and, if one fails, reverts the ones already
 applied before re-raising; :func:`revert_all` reverts every record even when one fails and
 raises one :class:`~inductor_knobs.errors.RevertError` listing all failures.
+
+Interrupt safety (a ``KeyboardInterrupt`` may arrive at any line): a record is put on the
+applied list *before* its ``apply`` runs, and every record's ``revert`` is idempotent and safe
+on a record whose ``apply`` stopped part-way (it captures what it found first, and puts back
+only what it captured).  So whatever line an interrupt hits, reverting the applied list puts
+torch back exactly, and a revert that was itself interrupted can simply run again.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ class Change(Protocol):
     def revert(self) -> None: ...
 
 
+_NOTHING = object()
+
+
 class ConfigChange:
     """Set one key of a torch ``ConfigModule`` and put back its stored override on revert.
 
@@ -41,13 +50,15 @@ class ConfigChange:
         self.value = value
         self.process_wide = process_wide
         self.description = f"{self.cfg.__name__}.{self.key}={value!r}"
-        self._prior: object = None
+        self._prior: object = _NOTHING
+        self._restored = False
 
     def apply(self) -> None:
         # Written through torch's raw patcher, not setattr: a foreign __setattr__ on the config
         # module (Unsloth's rewrites the process default) would make the revert inexact.
         if self.process_wide:
-            self._prior = self.patches.set_process_default(self.cfg, self.key, self.value)
+            self._prior = self.patches.process_default_state(self.cfg, self.key)
+            self.patches.set_process_default(self.cfg, self.key, self.value)
         else:
             self._prior = self.patches.read_override(self.cfg, self.key)
             self.patches.write_override(self.cfg, self.key, self.value)
@@ -63,8 +74,10 @@ class ConfigChange:
             )
 
     def revert(self) -> None:
+        if self._prior is _NOTHING:  # apply stopped before it changed anything
+            return
         found = self.patches.read_value(self.cfg, self.key)
-        if found != self.value:
+        if found != self.value and not self._restored:
             warnings.warn(
                 f"{self.cfg.__name__}.{self.key} was changed to {found!r} inside the knobs block "
                 f"(the block set {self.value!r}); restoring the value from before the block",
@@ -74,26 +87,29 @@ class ConfigChange:
         self._restore()
 
     def _restore(self) -> None:
+        self._restored = True
         if self.process_wide:
             self.patches.restore_process_default(self.cfg, self.key, self._prior)
         else:
             self.patches.write_override(self.cfg, self.key, self._prior)
 
 
-def apply_all(changes: Sequence[Change]) -> list[Change]:
+def apply_all(changes: Sequence[Change], applied: list[Change] | None = None) -> list[Change]:
     """Apply ``changes`` in order; on any failure (``KeyboardInterrupt`` too) revert what was applied and re-raise.
 
-    A change is recorded as applied only after its ``apply`` returned, so a failing change is
-    responsible for leaving nothing behind itself (each record's ``apply`` does).
+    Args:
+        changes: the records, in apply order.
+        applied: the list to record them in (a block's frame passes its own, so an interrupt
+            between two lines of this function still leaves every touched record on it).
 
     Returns:
-        The applied changes, in application order (pass them to :func:`revert_all`).
+        ``applied``: the records in application order (pass it to :func:`revert_all`).
     """
-    applied: list[Change] = []
+    applied = [] if applied is None else applied
     try:
         for change in changes:
+            applied.append(change)  # first: revert is safe on a record whose apply did not finish
             change.apply()
-            applied.append(change)
     except BaseException:
         try:
             revert_all(applied)
@@ -103,19 +119,25 @@ def apply_all(changes: Sequence[Change]) -> list[Change]:
     return applied
 
 
-def revert_all(applied: Sequence[Change]) -> None:
-    """Revert ``applied`` last-first; every record is attempted even if one fails (``BaseException`` too).
+def revert_all(applied: list[Change]) -> None:
+    """Revert and pop ``applied`` last-first; every record is attempted even if one fails (``BaseException`` too).
+
+    A record is popped only after its revert ran, so an interrupted call can run again and carry on
+    where it stopped (reverts are idempotent).
 
     Raises:
         RevertError: one or more records failed to revert (all others were reverted).
         KeyboardInterrupt, SystemExit: re-raised after every record was attempted.
     """
     errors: list[BaseException] = []
-    for change in reversed(applied):
+    while applied:
         try:
-            change.revert()
+            applied[-1].revert()
         except BaseException as err:  # noqa: BLE001 - collected and re-raised below
             errors.append(err)
+        finally:
+            if applied:
+                applied.pop()
     fatal = [e for e in errors if not isinstance(e, Exception)]
     if fatal:
         raise fatal[0]

@@ -1,23 +1,32 @@
 """``knobs(...)`` and ``force_gemm_autotune(...)``: one object that is a context manager,
-a decorator (sync and async functions) and ``start()``/``stop()``.
+a decorator (functions, coroutines, generators, async generators) and ``start()``/``stop()``.
 
-Thread semantics follow the installed torch's config (see the patch module's
-``config_is_thread_local``): from 2.12 each thread has its own knobs, as it has its own
-Inductor config; before 2.12 config is process-global, so knobs are too, and a second
-thread entering while another thread holds knobs gets :class:`ConcurrentKnobsError`
-instead of interleaving two undo stacks.
+Every active block is a frame on one stack, scoped like Inductor config (see the patch module's
+``config_is_thread_local``): from 2.12 each thread and asyncio task has its own stack, as it has
+its own Inductor config; before 2.12 config is process-global, so the stack is too, and a second
+thread or task entering while another holds knobs gets :class:`ConcurrentKnobsError` instead of
+interleaving two undo stacks.
+
+**Out-of-order exits unwind and re-apply.** When a block ends while blocks entered after it are
+still active (``a.start(); b.start(); a.stop()``, or a generator holding a block finished inside
+another block), the blocks above it are reverted, it is reverted, and the blocks above are planned
+and applied again on top of what is left.  Torch then holds exactly what it would hold had the
+ended block never been entered.  An exit is retried until every record is reverted, even when an
+interrupt arrives in the middle of it; the interrupt is re-raised afterwards.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from . import torch_compat
+from ._scope import ScopedSlot
 from ._undo import Change, apply_all, revert_all
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import ConcurrentKnobsError, KnobsError
@@ -28,34 +37,36 @@ from .plan import plan
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _ProcessOwner:
-    """Which thread holds knobs while config is process-global (torch < 2.12)."""
+@dataclass(eq=False)
+class _Frame:
+    """One active block: its context, the records it applied, who entered it."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.thread: int | None = None
-        self.depth = 0
-
-    def enter(self) -> None:
-        me = threading.get_ident()
-        with self.lock:
-            if self.depth and self.thread != me:
-                raise ConcurrentKnobsError(
-                    f"knobs entered on thread {threading.current_thread().name} while thread id "
-                    f"{self.thread} holds knobs; on this torch ({_torch_version()}) Inductor config is "
-                    "process-global, so knobs from two threads would undo each other. Enter knobs on one "
-                    "thread (or use torch >= 2.12, where config is per thread)"
-                )
-            self.thread, self.depth = me, self.depth + 1
-
-    def exit(self) -> None:
-        with self.lock:
-            self.depth -= 1
-            if not self.depth:
-                self.thread = None
+    context: UndoContext
+    owner: tuple[int, int | None]
+    applied: list[Change] = field(default_factory=list)
+    suspended: bool = False  # reverted to unwind a block below it; to be applied again
 
 
-_OWNER = _ProcessOwner()
+_FRAMES: ScopedSlot[tuple[_Frame, ...]] = ScopedSlot("inductor_knobs.frames", ())
+_LOCK = threading.RLock()
+
+
+def _owner() -> tuple[int, int | None]:
+    """(thread id, id of the running asyncio task or None): who holds a frame."""
+    task = None
+    asyncio = sys.modules.get("asyncio")  # no tasks exist unless asyncio was imported
+    if asyncio is not None:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running event loop in this thread
+            task = None
+    return threading.get_ident(), None if task is None else id(task)
+
+
+def _describe(owner: tuple[int, int | None]) -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    task = f", asyncio task {owner[1]:#x}" if owner[1] is not None else ""
+    return f"thread {names.get(owner[0], owner[0])}{task}"
 
 
 def _torch_version() -> str:
@@ -67,70 +78,103 @@ def _torch_version() -> str:
 class UndoContext:
     """Plans on enter, applies all or nothing, reverts every change last first on exit.
 
-    One object is a context manager, a decorator (sync and async) and ``start()``/``stop()``.
-    Re-entrant (a recursive decorated function nests), usable from several threads on torch
-    2.12+, reverted on exceptions and ``KeyboardInterrupt`` too.  Nothing is resolved until
-    enter, so creating one (or decorating with one) imports no torch.  Subclasses say what to
-    plan (:meth:`_plan`).
+    One object is a context manager, a decorator and ``start()``/``stop()``.  Re-entrant (a
+    recursive decorated function nests), usable from several threads and tasks on torch 2.12+,
+    reverted on exceptions and ``KeyboardInterrupt`` too, and exact on out-of-order exits (see
+    the module docstring).  Nothing is resolved until enter, so creating one (or decorating
+    with one) imports no torch.  Subclasses say what to plan (:meth:`_plan`).
     """
 
     strict = False
-
-    def __init__(self) -> None:
-        self._stack: contextvars.ContextVar[tuple[tuple[list[Change], bool], ...]] = contextvars.ContextVar(
-            f"inductor_knobs.{type(self).__name__}[{id(self)}]", default=()
-        )
 
     def _plan(self) -> tuple[list[Change], Any]:
         """Validate and return (changes in apply order, what ``__enter__`` returns); change nothing."""
         raise NotImplementedError
 
     def __enter__(self) -> Any:
-        global_config = not torch_compat.installed(strict=self.strict).config_is_thread_local
-        if global_config:
-            _OWNER.enter()
-        try:
+        thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
+        with _LOCK:
+            me = _owner()
+            stack = _FRAMES.get(thread_local)
+            others = [f.owner for f in stack if f.owner != me]
+            if not thread_local and others:
+                raise ConcurrentKnobsError(
+                    f"knobs entered on {_describe(me)} while {_describe(others[0])} holds knobs; on this torch "
+                    f"({_torch_version()}) Inductor config is process-global, so knobs from two threads or asyncio "
+                    "tasks would undo each other. Enter knobs in one thread/task at a time (or use torch >= 2.12, "
+                    "where config is per thread and task)"
+                )
             changes, value = self._plan()
-            applied = apply_all(changes)
-        except BaseException:
-            if global_config:
-                _OWNER.exit()
-            raise
-        self._stack.set((*self._stack.get(), (applied, global_config)))
+            frame = _Frame(self, me)
+            _FRAMES.set((*stack, frame), thread_local)  # first: an interrupt below still finds the frame
+            try:
+                apply_all(changes, frame.applied)
+            except BaseException:
+                _FRAMES.set(tuple(f for f in _FRAMES.get(thread_local) if f is not frame), thread_local)
+                raise
         return value
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        stack = self._stack.get()
-        if not stack:
-            raise KnobsError(f"{self!r} exited more times than it was entered")
-        applied, global_config = stack[-1]
-        self._stack.set(stack[:-1])
-        try:
-            revert_all(applied)
-        finally:
-            if global_config:
-                _OWNER.exit()
+        thread_local = torch_compat.installed(strict=False).config_is_thread_local
+        frame = self._top_frame(thread_local)
+        if frame is None:
+            raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
+        interrupted: BaseException | None = None
+        for _ in range(8):  # an interrupt mid-way: carry on where it stopped (every step is idempotent)
+            try:
+                with _LOCK:
+                    _unwind(frame, thread_local)
+                break
+            except BaseException as err:  # noqa: BLE001 - finish reverting, re-raise below
+                interrupted = interrupted or err
+        if interrupted is not None:
+            raise interrupted
         # torch wraps what a backend raises (BackendCompilerFailed); hand the user ours.
         not_applied = unwrap_not_applied(exc)
         if not_applied is not None and not_applied is not exc:
             raise not_applied.with_traceback(None) from exc
 
+    def _top_frame(self, thread_local: bool) -> _Frame | None:
+        for frame in reversed(_FRAMES.get(thread_local)):
+            if frame.context is self:
+                return frame
+        return None
+
     @property
     def active(self) -> bool:
         """Whether this context is entered in the current thread/task."""
-        return bool(self._stack.get())
+        return self._top_frame(torch_compat.installed(strict=False).config_is_thread_local) is not None
 
     def start(self) -> Any:
-        """Apply now (like ``__enter__``); pair with :meth:`stop`."""
+        """Apply now (like ``__enter__``); pair with :meth:`stop` in the same thread/task."""
         return self.__enter__()
 
     def stop(self) -> None:
-        """Revert the most recent :meth:`start` on this thread; a no-op if none is active."""
-        if self._stack.get():
-            self.__exit__(None, None, None)
+        """Revert the most recent :meth:`start` of this context in this thread/task.
+
+        Raises:
+            KnobsError: nothing of this context is active here (never started, already stopped,
+                or started in another thread/task, whose knobs stay until it stops them).
+        """
+        thread_local = torch_compat.installed(strict=False).config_is_thread_local
+        if self._top_frame(thread_local) is None:
+            raise KnobsError(
+                f"{self!r}.stop() in {_describe(_owner())}, but this context has no start() active here: it was "
+                "never started, already stopped, or started in another thread or asyncio task (stop it there)"
+            )
+        self.__exit__(None, None, None)
 
     def __call__(self, func: F) -> F:
-        """Decorate ``func`` (sync or async) so every call runs inside this context."""
+        """Decorate ``func`` so every call runs inside this context.
+
+        Coroutine functions hold the context across the whole call (their awaits included);
+        generator and async-generator functions hold it around each resume of the body, and
+        not while the caller holds the yielded value.
+        """
+        if inspect.isasyncgenfunction(func):
+            return self._wrap_async_generator(func)  # type: ignore[return-value]
+        if inspect.isgeneratorfunction(func):
+            return self._wrap_generator(func)  # type: ignore[return-value]
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
@@ -147,6 +191,76 @@ class UndoContext:
 
         return wrapper  # type: ignore[return-value]
 
+    def _wrap_generator(self, func: Callable[..., Generator[Any, Any, Any]]) -> Callable[..., Iterator[Any]]:
+        @functools.wraps(func)
+        def generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            with self:
+                inner = func(*args, **kwargs)
+            sent: Any = None
+            thrown: BaseException | None = None
+            while True:
+                with self:
+                    try:
+                        value = inner.throw(thrown) if thrown is not None else inner.send(sent)
+                    except StopIteration as stop:
+                        return stop.value
+                thrown = None
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    with self:
+                        inner.close()
+                    raise
+                except BaseException as err:  # noqa: BLE001 - delivered into the body, as a plain generator would
+                    thrown = err
+
+        return generator
+
+    def _wrap_async_generator(self, func: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+        @functools.wraps(func)
+        async def generator(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            with self:
+                inner: Any = func(*args, **kwargs)
+            sent: Any = None
+            thrown: BaseException | None = None
+            while True:
+                with self:
+                    try:
+                        value = await (inner.athrow(thrown) if thrown is not None else inner.asend(sent))
+                    except StopAsyncIteration:
+                        return
+                thrown = None
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    with self:
+                        await inner.aclose()
+                    raise
+                except BaseException as err:  # noqa: BLE001 - delivered into the body
+                    thrown = err
+
+        return generator
+
+
+def _unwind(frame: _Frame, thread_local: bool) -> None:
+    """Revert ``frame`` (and, for an out-of-order exit, the frames above it, then apply those again).
+
+    Idempotent: run again after an interrupt, it carries on where it stopped.
+    """
+    stack = _FRAMES.get(thread_local)
+    if frame in stack:
+        index = stack.index(frame)
+        for above in reversed(stack[index + 1 :]):
+            above.suspended = True
+            revert_all(above.applied)
+        revert_all(frame.applied)
+        _FRAMES.set(stack[:index] + stack[index + 1 :], thread_local)
+    for above in _FRAMES.get(thread_local):
+        if above.suspended:
+            changes, _ = above.context._plan()  # fresh records: salts and priors as they are now
+            apply_all(changes, above.applied)
+            above.suspended = False
+
 
 class KnobsContext(UndoContext):
     """Applies a :class:`Knobs` on enter (returning it) and reverts every change on exit.
@@ -156,7 +270,6 @@ class KnobsContext(UndoContext):
     """
 
     def __init__(self, knobs: Knobs, *, source: str = "knobs", sources: dict[str, str] | None = None) -> None:
-        super().__init__()
         self.knobs = knobs
         self.strict = bool(knobs.strict)
         self.source = source
@@ -177,7 +290,6 @@ class EmulateGpuContext(UndoContext):
     """
 
     def __init__(self, spec: EmulationSpec) -> None:
-        super().__init__()
         self.spec = spec
 
     def __repr__(self) -> str:

@@ -367,16 +367,16 @@ class SmViewChange:
     def apply(self) -> None:
         with SM_VIEW_PATCH.lock:
             check_no_conflict(self.spec)
-            SM_VIEW_PATCH.acquire()
+            SM_VIEW_PATCH.acquire(self)
             _VIEW.spec = self.spec
             _clear_sm_caches(self.patches)
 
     def revert(self) -> None:
         with SM_VIEW_PATCH.lock:
             try:
-                if SM_VIEW_PATCH.users == 1:
+                SM_VIEW_PATCH.release(self)
+                if not SM_VIEW_PATCH.users:
                     _VIEW.spec = None
-                SM_VIEW_PATCH.release()
             finally:
                 if not SM_VIEW_PATCH.users:
                     _VIEW.original_getter = None

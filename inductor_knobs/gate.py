@@ -27,6 +27,7 @@ from .patches.torch_2_4 import TorchPatches
 log = logging.getLogger(__name__)
 
 GATE_MODULE = "torch._inductor.utils"
+_NOT_SET = object()
 GATE_NAME = "is_big_gpu"
 
 
@@ -149,30 +150,30 @@ class GateChange:
         self.process_wide = process_wide
         self.description = f"{GATE_MODULE}.{GATE_NAME}: open at >= {override.min_sms} SMs"
         self._token: Any = None
-        self._prior_default: Override | None = None
+        self._prior_default: object = _NOT_SET
 
     def apply(self) -> None:
         importlib.import_module(GATE_MODULE)
         with GATE_PATCH.lock:
             _STATE.patches = self.patches
-            GATE_PATCH.acquire()
-            try:
-                _clear_cache()
-                if self.process_wide:
-                    self._prior_default, _STATE.process_default = _STATE.process_default, self.override
-                else:
-                    self._token = _STATE.scoped.set(self.override, self.patches.config_is_thread_local)
-            except BaseException:
-                GATE_PATCH.release()
-                raise
+            GATE_PATCH.acquire(self)
+            _clear_cache()
+            if self.process_wide:
+                if self._prior_default is _NOT_SET:
+                    self._prior_default = _STATE.process_default
+                _STATE.process_default = self.override
+            elif self._token is None:
+                self._token = _STATE.scoped.set(self.override, self.patches.config_is_thread_local)
 
     def revert(self) -> None:
+        """Idempotent: a revert interrupted part-way can run again."""
         with GATE_PATCH.lock:
             try:
                 if self.process_wide:
-                    _STATE.process_default = self._prior_default
+                    if self._prior_default is not _NOT_SET:
+                        _STATE.process_default = self._prior_default  # type: ignore[assignment]
                 else:
                     _STATE.scoped.reset(self._token)
                 _clear_cache()
             finally:
-                GATE_PATCH.release()
+                GATE_PATCH.release(self)

@@ -206,7 +206,7 @@ class AskChange:
     """Undo record: add ``values`` to what the interception enforces and attests.
 
     ``process_wide`` adds them to the process layer (env activation) instead of the
-    calling thread's scope.
+    calling thread's scope.  Revert is idempotent.
     """
 
     def __init__(self, patches: TorchPatches, values: list[Asked], *, process_wide: bool = False) -> None:
@@ -228,9 +228,10 @@ class AskChange:
 
     def revert(self) -> None:
         if self.process_wide:
-            with _PROCESS_LOCK:
-                _PROCESS.clear()
-                _PROCESS.update(self._prior or {})
+            if self._prior is not None:
+                with _PROCESS_LOCK:
+                    _PROCESS.clear()
+                    _PROCESS.update(self._prior)
         else:
             _SCOPED.reset(self._token)
 
@@ -275,14 +276,15 @@ class _Depth(threading.local):
 
 
 _DEPTH = _Depth()
-_PATCHES: list[TorchPatches] = []
+#: The patch module of each holder of the interception (all the same torch).
+_PATCHES: dict[int, TorchPatches] = {}
 
 
 def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``compile_fx`` with the precedence rule applied and ``inner_compile`` attesting."""
     if _DEPTH.value or not _PATCHES:  # torch's own recursion under config.patch(config_patches)
         return wrapped(*args, **kwargs)
-    patches = _PATCHES[-1]
+    patches = next(iter(_PATCHES.values()))
     asked = effective_asked(patches)
     override = gate.current_override()
     listeners = _LISTENERS.get()
@@ -482,7 +484,7 @@ INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _step
 
 
 class InterceptionUse(Use):
-    """Undo record: hold the interception (installs it for the first user) with this torch's patch module."""
+    """Undo record: hold the interception (installs it for the first holder) with this torch's patch module."""
 
     def __init__(self, patches: TorchPatches) -> None:
         super().__init__(INTERCEPTION)
@@ -490,20 +492,15 @@ class InterceptionUse(Use):
 
     def apply(self) -> None:
         with INTERCEPTION.lock:
-            _PATCHES.append(self.patches)
-            try:
-                super().apply()
-            except BaseException:
-                _PATCHES.pop()
-                raise
+            _PATCHES[id(self)] = self.patches
+            super().apply()
 
     def revert(self) -> None:
         with INTERCEPTION.lock:
             try:
                 super().revert()
             finally:
-                if _PATCHES:
-                    _PATCHES.pop()
+                _PATCHES.pop(id(self), None)
 
 
 def unwrap_not_applied(exc: BaseException | None) -> KnobNotApplied | None:

@@ -83,14 +83,14 @@ def _hook_steps() -> list[Step]:
     return steps
 
 
-def _add_feedback_saver() -> Undo:
+def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
     sa = importlib.import_module(SELECT_ALGORITHM)
-    sa.add_feedback_saver(_feedback_saver)
     # By identity: clear_feedback_savers (2.9+) would drop other people's savers too.
-    return lambda: _remove(sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns, _feedback_saver)
+    push(lambda: _remove(sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns, _feedback_saver))
+    sa.add_feedback_saver(_feedback_saver)
 
 
-def _wrap_log_results() -> Undo:
+def _wrap_log_results(push: Callable[[Undo], None]) -> None:
     cls = importlib.import_module(SELECT_ALGORITHM).AlgorithmSelectorCache
     if not isinstance(cls.__dict__.get("log_results"), staticmethod):
         warnings.warn(
@@ -99,32 +99,31 @@ def _wrap_log_results() -> Undo:
             DriftWarning,
             stacklevel=4,
         )
-        return lambda: None
-    return wrap_attribute(f"{SELECT_ALGORITHM}:AlgorithmSelectorCache.log_results", _log_results_wrapper)()
+        return
+    wrap_attribute(f"{SELECT_ALGORITHM}:AlgorithmSelectorCache.log_results", _log_results_wrapper)(push)
 
 
 def _wrap_recompile_reasons(name: str) -> Step:
-    def step() -> Undo:
+    def step(push: Callable[[Undo], None]) -> None:
         if not callable(getattr(importlib.import_module(CONVERT_FRAME), name, None)):
             warnings.warn(
                 f"{CONVERT_FRAME}.{name} does not exist on this torch; compile events will not carry Dynamo's recompile reasons",
                 DriftWarning,
                 stacklevel=4,
             )
-            return lambda: None
-        return wrap_attribute(f"{CONVERT_FRAME}:{name}", _reasons_wrapper)()
+            return
+        wrap_attribute(f"{CONVERT_FRAME}:{name}", _reasons_wrapper)(push)
 
     return step
 
 
-def _add_compile_callback() -> Undo:
-    _register_compile_callback()
-
+def _add_compile_callback(push: Callable[[Undo], None]) -> None:
     def undo() -> None:
         _drop_compile_callback()
         _THREAD.timing = _THREAD.reasons = None
 
-    return undo
+    push(undo)
+    _register_compile_callback()
 
 
 def _register_compile_callback() -> None:
@@ -183,10 +182,11 @@ def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[Non
             f"autotune records need torch.{SELECT_ALGORITHM}.add_feedback_saver, which torch "
             f"{torch.__version__} does not have (it arrived in torch 2.5)"
         )
+    holder = object()
     with OBSERVER_HOOKS.lock:
         if OBSERVER_HOOKS.users:
             _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
-        OBSERVER_HOOKS.acquire()
+        OBSERVER_HOOKS.acquire(holder)
     try:
         token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
         try:
@@ -194,7 +194,7 @@ def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[Non
         finally:
             _OBSERVERS.reset(token)
     finally:
-        OBSERVER_HOOKS.release()
+        OBSERVER_HOOKS.release(holder)
 
 
 class ObservedBlock:

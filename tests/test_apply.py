@@ -278,7 +278,8 @@ def test_decorator_start_stop_and_reentrancy(patches, cfg):
     ctx.start()
     assert cfg.triton.cudagraphs is True
     ctx.stop()
-    ctx.stop()  # idempotent
+    with pytest.raises(KnobsError, match="no start"):  # a stop without a matching start is an error
+        ctx.stop()
     assert snapshot(patches, cfg) == before
     with pytest.raises(KnobsError, match="exited more times"):
         ctx.__exit__(None, None, None)

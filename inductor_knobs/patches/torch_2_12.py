@@ -47,7 +47,10 @@ class Torch212(Torch28):
     def read_override(self, cfg: ModuleType, key: str) -> object:
         return cfg._config[key].user_override.get()  # type: ignore[attr-defined]
 
-    def set_process_default(self, cfg: ModuleType, key: str, value: object) -> object:
+    def process_default_state(self, cfg: ModuleType, key: str) -> object:
+        return (cfg._config[key].default, self.read_override(cfg, key))  # type: ignore[attr-defined]
+
+    def set_process_default(self, cfg: ModuleType, key: str, value: object) -> None:
         """Overrides are per thread from 2.12, so a process-wide value must be the entry's default.
 
         If the calling thread already holds an override of ``key`` (torch's own ``config.patch``
@@ -58,10 +61,9 @@ class Torch212(Torch28):
         from torch.utils._config_module import _UNSET_SENTINEL
 
         entry = cfg._config[key]  # type: ignore[attr-defined]
-        prior = (entry.default, self.read_override(cfg, key))
+        override = self.read_override(cfg, key)
         entry.default = value
-        self.write_override(cfg, key, value if prior[1] is not _UNSET_SENTINEL else prior[1])
-        return prior
+        self.write_override(cfg, key, value if override is not _UNSET_SENTINEL else override)
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
         default, override = cast("tuple[object, object]", prior)

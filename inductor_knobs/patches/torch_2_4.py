@@ -138,17 +138,16 @@ class TorchPatches:
         """The active config implication that forces ``key`` (``numerics='strict'``), if any (2.15+)."""
         return None
 
-    def set_process_default(self, cfg: ModuleType, key: str, value: object) -> object:
+    def process_default_state(self, cfg: ModuleType, key: str) -> object:
+        """The state :meth:`set_process_default` changes, for :meth:`restore_process_default`."""
+        return self.read_override(cfg, key)
+
+    def set_process_default(self, cfg: ModuleType, key: str, value: object) -> None:
         """Make ``value`` what every thread sees unless it overrides ``key`` itself.
 
         Config is process-global before 2.12, so a plain set is process-wide.
-
-        Returns:
-            The prior state, for :meth:`restore_process_default`.
         """
-        prior = self.read_override(cfg, key)
         self.write_override(cfg, key, value)
-        return prior
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
         """Undo :meth:`set_process_default` exactly."""
