@@ -4,21 +4,23 @@ The file holds torch's own cache artifacts (``torch.compiler.save_cache_artifact
 FX graph, AOTAutograd and autotune caches) behind a one-line JSON header that names the torch,
 triton and device it was built on and the knobs it was built under.  :func:`load_compile_cache`
 reads only the header (plain JSON) before deciding; the artifacts themselves are pickled data,
-i.e. code, so the file and its directory must belong to the current user and not be writable by
-anyone else.
+i.e. code, so the file and every directory on its path must belong to the current user (or root
+for directories) and not be writable by anyone else, and the file is opened once, without following
+a symbolic link, and checked and read through that one descriptor.
 
 Layout: ``MAGIC`` line, header JSON line, then the artifact bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import stat
 import tempfile
 from importlib import metadata
-from typing import Any
+from typing import Any, NoReturn
 
 from . import torch_compat
 from .errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
@@ -83,7 +85,7 @@ def save_compile_cache(path: str | os.PathLike[str], knobs: Any = None) -> dict[
     payload, info = result
     header = {
         **identity(_knobs_of(knobs)),
-        "artifacts": {str(k): len(v) for k, v in getattr(info, "artifacts", {}).items()},
+        "artifacts": _artifact_counts(info),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
     directory = os.path.dirname(os.path.abspath(path))
@@ -104,28 +106,40 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     Call it before the first compilation; then compiling the same model under the same knobs
     hits the caches and autotunes nothing.
 
+    The file is opened once, without following a symbolic link as its last component
+    (``O_NOFOLLOW``); ownership and mode are read from that descriptor (``fstat``) and the header
+    and payload are read from it too, so nothing can be swapped between the check and the read.
+    Every directory on the way to the file (the one holding the given name, its ancestors up to
+    ``/``, and the targets of any symbolic links among them) must be owned by root or you and not
+    writable by group or others unless it has the sticky bit, as OpenSSH's ``StrictModes`` demands
+    of ``~/.ssh`` (``safe_path`` in OpenSSH's ``misc.c``).
+
     Args:
-        path: the file.
-        knobs: the knobs this process compiles under (as for :func:`save_compile_cache`); must
-            equal the knobs the file was built under.
-        allow_unsafe: skip the ownership and permission checks (only for files you trust).
+        path (str | os.PathLike[str]): the file.
+        knobs (Knobs | ik.compile result | None): the knobs this process compiles under (as for
+            :func:`save_compile_cache`); must equal the knobs the file was built under.
+        allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (only for
+            files you trust); the header, identity, sha256 and artifact-count checks still run.
 
     Returns:
-        The file's header.
+        dict[str, Any]: the file's header.
 
     Raises:
-        NotSupportedOnThisTorch: torch < 2.7.
-        CompileCacheRefused: the file (or its directory) is not owned by the current user or is
-            writable by others; it is not a cache file; its torch, triton, device or knobs differ
-            from this process's (the message lists each difference); its payload is corrupt.
+        NotSupportedOnThisTorch: torch < 2.7 (``torch.compiler.load_cache_artifacts`` missing).
+        CompileCacheRefused: the path is a symbolic link; the file is not a regular file, is not
+            owned by the current user or is writable by others; a directory on its path is owned by
+            another user, is writable by others without the sticky bit, or is reached through a
+            symbolic link another user owns; it is not a cache file; its torch, triton, device or
+            knobs differ from this process's (the message lists each difference); its payload is
+            corrupt; torch (``torch.compiler.load_cache_artifacts``, torch 2.7+: returns ``None``
+            when it cannot deserialize the payload, else a ``CacheInfo``) loaded nothing or fewer
+            artifacts of some kind than the header records.
     """
     import torch
 
     _require_artifacts_api("load_compile_cache")
     where = os.fspath(path)
-    if not allow_unsafe:
-        _check_private(where)
-    with open(where, "rb") as src:
+    with os.fdopen(_open_checked(where, allow_unsafe), "rb") as src:
         magic, header_line, payload = src.readline(), src.readline(), src.read()
     try:
         header = json.loads(header_line) if magic == MAGIC else None
@@ -144,8 +158,56 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
         raise CompileCacheRefused(
             f"load_compile_cache({where!r}) refused: the payload does not match its sha256 (truncated or edited)"
         )
-    torch.compiler.load_cache_artifacts(payload)
+    expected = header.get("artifacts", {})
+    if not isinstance(expected, dict) or not all(
+        isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0 for k, n in expected.items()
+    ):
+        raise CompileCacheRefused(
+            f"load_compile_cache({where!r}) refused: the header's artifact counts {expected!r} are malformed "
+            "(allowed: an object mapping artifact kinds to counts, as save_compile_cache writes)"
+        )
+    # The sha256 only proves the payload is the one the header was written with, not that torch
+    # can read it: load_cache_artifacts logs a warning and returns None when deserializing fails
+    # (torch/compiler/_cache.py, CacheArtifactManager.deserialize), which used to pass silently.
+    info = torch.compiler.load_cache_artifacts(payload)
+    loaded = _artifact_counts(info)
+    if info is None or not sum(loaded.values()):
+        raise CompileCacheRefused(
+            f"load_compile_cache({where!r}) refused: torch {torch.__version__} loaded no artifacts from the payload "
+            f"(load_cache_artifacts returned {'None: it could not deserialize it' if info is None else 'nothing'}); "
+            f"the header records {expected or 'no counts'}. Rebuild the cache with save_compile_cache"
+        )
+    short = [f"{kind}: {loaded.get(kind, 0)} of {n}" for kind, n in sorted(expected.items()) if loaded.get(kind, 0) < n]
+    if short:
+        # Torch has already written the artifacts it did read into its caches; they are the ones
+        # the sha256 vouches for, so they are left there, but the caller must know the load is partial.
+        raise CompileCacheRefused(
+            f"load_compile_cache({where!r}) refused: torch {torch.__version__} loaded fewer artifacts than the header "
+            f"records ({'; '.join(short)}). Rebuild the cache with save_compile_cache"
+        )
     return header
+
+
+def _artifact_counts(info: Any) -> dict[str, int]:
+    """How many artifacts of each kind a torch ``CacheInfo`` lists; ``{}`` for None.
+
+    torch 2.8+ (``torch/compiler/_cache.py``): ``CacheInfo.artifacts`` maps the artifact type
+    (``"inductor"``, ``"autotune"``, ``"aot_autograd"``, ``"pgo"``, ``"precompile"``) to a list
+    of keys.  torch 2.7: a dataclass with one list per kind (``inductor_artifacts``,
+    ``autotune_artifacts``, ``aot_autograd_artifacts``, ``pgo_artifacts``), named here without
+    the ``_artifacts`` suffix so both layouts give the same keys.
+    """
+    if info is None:
+        return {}
+    artifacts = getattr(info, "artifacts", None)
+    if isinstance(artifacts, dict):
+        return {str(kind): len(keys) for kind, keys in artifacts.items()}
+    counts = {}
+    for name in dir(info):
+        keys = getattr(info, name, None) if name.endswith("_artifacts") and not name.startswith("_") else None
+        if isinstance(keys, list):
+            counts[name[: -len("_artifacts")]] = len(keys)
+    return counts
 
 
 def _require_artifacts_api(what: str) -> None:
@@ -169,29 +231,162 @@ def _knobs_of(knobs: Any) -> Knobs:
     raise InvalidKnobValue(f"knobs={knobs!r} is invalid: allowed an ik.Knobs, an ik.compile result or None")
 
 
-def _check_private(path: str) -> None:
-    """Refuse a file (or its directory) that another user owns or can write: its payload is unpickled."""
-    if not hasattr(os, "getuid"):  # pragma: no cover - Windows: no POSIX ownership to check
-        return
-    uid = os.getuid()
+#: Longest chain of symbolic links followed while checking a path (Linux's MAXSYMLINKS).
+_MAX_SYMLINKS = 40
+
+
+def _open_checked(path: str, allow_unsafe: bool) -> int:
+    """Open ``path`` for reading once and return the descriptor, after the ownership checks.
+
+    Args:
+        path (str): the cache file, as the caller named it.
+        allow_unsafe (bool): skip the checks; the name is then opened as ``open()`` would,
+            following a symbolic link (the behaviour before these checks existed).
+
+    Returns:
+        int: a descriptor open for reading (``O_CLOEXEC``) on the file that was checked; the caller
+        reads header and payload from it, so nothing can be swapped in after the check.
+
+    Raises:
+        CompileCacheRefused: no such file, or one of the problems :func:`load_compile_cache` lists.
+    """
+    if allow_unsafe or not hasattr(os, "getuid"):  # no getuid: Windows, no POSIX ownership to check
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    uid = os.geteuid()  # the identity the file is opened (and later unpickled) with
+    absolute = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    # The directory holding the given name, not the one holding whatever it resolves to: the name's
+    # own directory decides who can replace the name.  dirname, not abspath/normpath: those fold
+    # ``link/..`` textually, while the kernel goes to the parent of the link's target.
+    problems = _unsafe_directories(os.path.dirname(absolute) or os.sep, uid, path)
+    if problems:
+        _refuse(path, problems)
+    # O_NOFOLLOW: a symbolic link as the last component fails with ELOOP instead of being followed,
+    # so the descriptor is on the very file the directory holds.  O_NONBLOCK: a FIFO planted under
+    # the name must not hang the open (fstat then refuses it); it is harmless on a regular file.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        st = os.stat(path)
+        fd = os.open(path, flags)
     except FileNotFoundError as err:
         raise CompileCacheRefused(f"load_compile_cache({path!r}): no such file") from err
-    directory = os.path.dirname(os.path.realpath(path))
-    dst = os.stat(directory)
-    problems = []
-    if st.st_uid != uid:
-        problems.append(f"the file is owned by uid {st.st_uid}, not by you (uid {uid})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problems.append(f"the file is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
-    if dst.st_uid not in (uid, 0):
-        problems.append(f"its directory {directory} is owned by uid {dst.st_uid}")
-    if dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not dst.st_mode & stat.S_ISVTX:
-        mode = stat.S_IMODE(dst.st_mode)
-        problems.append(f"its directory {directory} is writable by group or others without the sticky bit (mode {mode:o})")
-    if problems:
-        raise CompileCacheRefused(
-            f"load_compile_cache({path!r}) refused: the file holds pickled data, i.e. code, and {'; '.join(problems)}. "
-            "Fix the ownership/permissions (chmod 600), or pass allow_unsafe=True for a file you trust"
+    except OSError as err:
+        # ELOOP on Linux; EMLINK on FreeBSD; lstat tells a link apart from a too-long chain of them.
+        if err.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(path):
+            try:
+                target = repr(os.readlink(path))
+            except OSError:
+                target = "an unreadable target"
+            raise CompileCacheRefused(
+                f"load_compile_cache({path!r}) refused: the file holds pickled data, i.e. code, and {path!r} is a "
+                f"symbolic link (to {target}), whose target can be swapped between the check and the read; allowed: "
+                "a regular file named directly. Pass the real path, or allow_unsafe=True for a file you trust"
+            ) from err
+        raise
+    try:
+        st = os.fstat(fd)
+        problems = []
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"it is not a regular file (mode {st.st_mode:o})")
+        if st.st_uid != uid:
+            problems.append(f"the file is owned by {_who(st.st_uid)}, not by you, {_who(uid)}")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            problems.append(f"the file is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+        if problems:
+            _refuse(path, problems)
+    except BaseException:
+        os.close(fd)
+        raise
+    # The file was opened non-blocking only for the FIFO case; reads of a regular file never block,
+    # but clear the flag anyway so the buffered reader sees ordinary semantics.
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _unsafe_directories(directory: str, uid: int, path: str) -> list[str]:
+    """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
+
+    Each directory from ``/`` down must be owned by root or ``uid`` and not writable by group or
+    others unless sticky (then only an entry's owner can remove or rename it, and every entry on
+    the walk is checked to belong to root or ``uid``).  Symbolic links among the components are
+    resolved here, component by component as the kernel does, rather than with ``realpath`` and a
+    check of the result (OpenSSH's way): that way the link itself must be owned by root or
+    ``uid`` (in a sticky directory its owner can replace it with a link elsewhere), the directory
+    holding it is checked like any other, and so is every directory its target passes through,
+    including ones a ``..`` in the target leaves again.  After that, no one but root and ``uid``
+    can change where the walk leads, so the later ``open`` reaches the directory checked here.
+
+    Args:
+        directory (str): an absolute path.
+        uid (int): the current (effective) user.
+        path (str): the name the caller gave, for messages.
+
+    Returns:
+        list[str]: one sentence per problem, naming the directory or link.
+
+    Raises:
+        CompileCacheRefused: a directory on the way does not exist or is not a directory.
+    """
+    problems: list[str] = []
+    pending = [part for part in reversed(directory.split(os.sep)) if part]  # a stack: next component last
+    resolved = os.sep
+    _check_directory(resolved, os.lstat(resolved), uid, problems)
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)  # ``resolved`` holds no links, so its textual parent is real
+            continue
+        candidate = os.path.join(resolved, part)
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError as err:
+            raise CompileCacheRefused(f"load_compile_cache({path!r}): no such directory {candidate}") from err
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (uid, 0):
+                problems.append(
+                    f"the path goes through the symbolic link {candidate}, owned by {_who(st.st_uid)} "
+                    f"(allowed: root or you, {_who(uid)}), who can point it elsewhere"
+                )
+            links += 1
+            if links > _MAX_SYMLINKS:
+                raise CompileCacheRefused(f"load_compile_cache({path!r}): more than {_MAX_SYMLINKS} symbolic links")
+            target = os.readlink(candidate)
+            if os.path.isabs(target):
+                resolved = os.sep
+            pending.extend(p for p in reversed(target.split(os.sep)) if p)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise CompileCacheRefused(f"load_compile_cache({path!r}): {candidate} is not a directory")
+        resolved = candidate
+        _check_directory(resolved, st, uid, problems)
+    return problems
+
+
+def _check_directory(directory: str, st: os.stat_result, uid: int, problems: list[str]) -> None:
+    if st.st_uid not in (uid, 0):
+        problems.append(f"the directory {directory} is owned by {_who(st.st_uid)} (allowed: root or you, {_who(uid)})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        mode = stat.S_IMODE(st.st_mode)
+        problems.append(
+            f"the directory {directory} is writable by group or others without the sticky bit (mode {mode:o}; "
+            "allowed: chmod go-w, or +t as on /tmp)"
         )
+
+
+def _who(uid: int) -> str:
+    """``uid 65534 (nobody)``: the number always, the name where the password database has one."""
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _refuse(path: str, problems: list[str]) -> NoReturn:
+    raise CompileCacheRefused(
+        f"load_compile_cache({path!r}) refused: the file holds pickled data, i.e. code, and {'; '.join(problems)}. "
+        "Fix the ownership/permissions (chmod 600 the file, chmod go-w the directories), "
+        "or pass allow_unsafe=True for a file you trust"
+    )
