@@ -1,5 +1,8 @@
 """User workloads for test_ablate (the documented ``pkg.module:factory`` protocol)."""
 
+import os
+import time
+
 import torch
 
 
@@ -15,6 +18,27 @@ def graph_break(device, quick):
 
     def model(x):
         torch._dynamo.graph_break()
+        return x + 1
+
+    return model, [(torch.randn(4, device=device),)]
+
+
+def sleepy(device, quick):
+    """For the interruption test: every worker leaves its pid in ``$IK_TEST_PID_DIR/<pid>.pid``.
+
+    The first worker (no pid file there yet) finishes at once; every later one sleeps
+    ``$IK_TEST_SLEEP`` seconds (default 120) inside the model's forward, so the test can
+    interrupt the parent while a worker is busy and one run has already finished.  Jobs run
+    one at a time on CPU, so "first" is well defined.
+    """
+    pid_dir = os.environ["IK_TEST_PID_DIR"]
+    first = not os.listdir(pid_dir)
+    with open(os.path.join(pid_dir, f"{os.getpid()}.pid"), "w") as dst:
+        dst.write(str(os.getpid()))
+    seconds = 0.0 if first else float(os.environ.get("IK_TEST_SLEEP", "120"))
+
+    def model(x):
+        time.sleep(seconds)
         return x + 1
 
     return model, [(torch.randn(4, device=device),)]

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from inductor_knobs import cli
-from inductor_knobs.ablation import command, report, spec, workloads
+from inductor_knobs.ablation import command, report, runner, spec, workloads
 from inductor_knobs.ablation.runner import Plan
 from inductor_knobs.errors import InvalidKnobValue, UnknownKnob
 
@@ -129,7 +134,7 @@ def test_jobs_interleave_and_shards_partition_them():
         (["--gpus", "0,7"], InvalidKnobValue, r"GPU\(s\) \[0, 7\] that do not exist"),
         (["--shard", "3/2"], InvalidKnobValue, "0 <= i < n"),
         (["--arm", "a:cudagraphs=1", "--baseline", "b"], InvalidKnobValue, "not an arm"),
-        (["--arm", "a", "--arm", "a"], InvalidKnobValue, "repeated: a"),
+        (["--arm", "a:max_autotune=1", "--arm", "a:max_autotune=0"], InvalidKnobValue, "repeated: a"),
         (["--repeats", "0"], InvalidKnobValue, ">= 1"),
     ],
 )
@@ -235,3 +240,241 @@ def test_merge_and_compare_from_the_command_line(tmp_path, capsys):
     assert "| b | 2.0000 | 3.0000 | 1.500 |" in capsys.readouterr().out
     assert cli.main(["ablate", "--merge", str(paths[0]), "--out", str(tmp_path / "m")]) == 0
     assert (tmp_path / "m" / "results.json").exists()
+
+
+# -- hardening: GPUs, signals, arm names, --out, --compare/--merge, --plot, cwd workloads ----------
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment without INDUCTOR_KNOBS_* (a child must not inherit a test's knobs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def no_arm_runs(monkeypatch):
+    def execute(plan, progress=True):  # pragma: no cover - the point is that it is not reached
+        raise AssertionError("an arm ran")
+
+    monkeypatch.setattr(command, "execute", execute)
+
+
+@pytest.mark.parametrize(
+    ("visible", "index", "expected"),
+    [
+        (None, 1, "1"),
+        ("2,3", 0, "2"),
+        ("2,3", 1, "3"),
+        (" 2 , 3 ", 1, "3"),
+        ("GPU-8f3c2a1e-0000-1111-2222-333344445555,GPU-aaaa", 1, "GPU-aaaa"),
+        ("MIG-4b1e7c9a-1111-2222-3333-444455556666", 0, "MIG-4b1e7c9a-1111-2222-3333-444455556666"),
+    ],
+)
+def test_worker_gpu_maps_through_the_parents_visible_devices(visible, index, expected):
+    assert runner.physical_gpu(index, visible) == expected
+
+
+@pytest.mark.parametrize(("visible", "index"), [("2,3", 2), ("", 0)])
+def test_worker_gpu_outside_the_visible_devices(visible, index):
+    with pytest.raises(InvalidKnobValue, match="CUDA_VISIBLE_DEVICES"):
+        runner.physical_gpu(index, visible)
+
+
+def test_worker_env_gets_the_physical_gpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("INDUCTOR_KNOBS_MIN_SMS", "7")  # the parent's knobs never leak into an arm
+    env = runner.worker_env(spec.parse_arm("a:max_autotune=1"), gpu=1, cache="/c", emulate=None)
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert env["INDUCTOR_KNOBS_MAX_AUTOTUNE"] == "1" and "INDUCTOR_KNOBS_MIN_SMS" not in env
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join("/c", "inductor")
+    cpu = runner.worker_env(spec.parse_arm("eager"), gpu=None, cache="/c", emulate=None)
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "2,3"  # a CPU worker's environment is left as it was
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, exited but not yet reaped by init, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_kills_workers_cleans_up_and_keeps_finished_runs(tmp_path, sig, status):
+    pids, tmp, out = tmp_path / "pids", tmp_path / "tmp", tmp_path / "out"
+    pids.mkdir()
+    tmp.mkdir()
+    argv = [sys.executable, "-m", "inductor_knobs", "ablate", "--device", "cpu", "--workload", "ablation_workload:sleepy"]
+    argv += ["--quick", "--repeats", "1", "--arm", "eager", "--arm", "default", "--out", str(out)]
+    env = child_env(TMPDIR=str(tmp), IK_TEST_PID_DIR=str(pids), IK_TEST_SLEEP="120")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(pids.iterdir())) < 2:  # the first run finished, the second worker sleeps in forward
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the second worker never started"
+            time.sleep(0.2)
+        seen = [int(p.stem) for p in pids.iterdir()]
+        sleeping = [pid for pid in seen if _alive(pid)]
+        assert sleeping and all(os.getpgid(pid) == pid for pid in sleeping)  # its own process group
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in seen) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        survivors = [pid for pid in seen if _alive(pid)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in seen:  # never leave a sleeping worker behind, whatever failed
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == status, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith(f"inductor-knobs: interrupted by {sig.name}"), stderr
+    assert not survivors
+    assert not list(tmp.glob("ik-ablate-*"))
+    results = json.loads((out / "results.json").read_text())
+    assert results["partial"] is True and results["interrupted"] == sig.name
+    assert [(r["arm"], r["ok"]) for r in results["runs"]] == [("eager", True)]
+    assert "| eager |" in stdout and "| default | not run |" in stdout and "**PARTIAL**" in stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "match"),
+    [
+        ("eagr", UnknownKnob, r"unknown arm 'eagr'; did you mean 'eager'\? Arms are NAME:knob=value"),
+        ("defualt", UnknownKnob, r"did you mean 'default'\?"),
+        ("zzz", UnknownKnob, r"unknown arm 'zzz'\. Arms are NAME:knob=value"),
+        ("x min_sms=40", InvalidKnobValue, r"'x min_sms=40'.*whitespace or '='.*NAME:knob=value"),
+        ("min_sms=40", InvalidKnobValue, r"whitespace or '='.*NAME:knob=value"),
+        ("my arm:min_sms=40", InvalidKnobValue, r"whitespace or '='"),
+    ],
+)
+def test_arm_names_that_cannot_be_meant(text, error, match):
+    with pytest.raises(error, match=match):
+        spec.parse_arm(text)
+
+
+def test_bare_arm_names():
+    assert spec.parse_arm("eager").eager
+    default = spec.parse_arm("default")
+    assert not default.eager and not default.knobs and not default.compile_args
+    named = spec.parse_arm("plain:")  # the explicit form of "compiled, no knobs"
+    assert named.name == "plain" and not named.eager and not named.knobs
+
+
+def test_bad_arm_name_from_the_command_line_is_one_line(capsys, no_arm_runs):
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eagr"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean 'eager'?" in err
+
+
+def test_out_must_be_empty_unless_overwrite(tmp_path, capsys, no_arm_runs):
+    (tmp_path / "results.json").write_text("{}")
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "--overwrite" in err and err.count("\n") == 1
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--out", str(tmp_path / "results.json")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_overwrite_replaces_only_what_the_tool_wrote(tmp_path, capsys):
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps(fake_results([1.0], [2.0])))
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("results.json", "results.csv", "results.png", "results.md"):
+        (out / name).write_text("old")
+    (out / "notes.txt").write_text("mine")
+    assert cli.main(["ablate", "--merge", str(part), "--out", str(out)]) == 2
+    assert (out / "results.png").read_text() == "old"
+    assert cli.main(["ablate", "--merge", str(part), "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "results.png").exists()  # no --plot this time: the old plot must not survive
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "results.json").read_text())["merged_from"] == 1
+    assert (out / "results.md").read_text().startswith("workload `w`")
+
+
+@pytest.mark.parametrize("option", ["--compare", "--merge"])
+@pytest.mark.parametrize("content", [None, "not json", "[1, 2]", '{"runs": []}'])
+def test_unreadable_results_files_are_one_line_errors(tmp_path, capsys, option, content):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(fake_results([1.0], [2.0])))
+    if content is not None:
+        bad.write_text(content)
+    assert cli.main(["ablate", option, str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and option in err and str(bad) in err
+
+
+def test_compare_warns_when_the_results_are_not_comparable(tmp_path, capsys):
+    old = {**fake_results([1.0], [2.0]), "quick": False, "repeats": 3, "environment": {"torch": "2.12.0"}}
+    new = {**fake_results([1.0], [2.0]), "quick": True, "repeats": 1, "environment": {"torch": "2.13.0"}}
+    new["arms"] = [{"name": "a"}, {"name": "b", "knobs": {"max_autotune": "1"}}, {"name": "c"}]
+    paths = [tmp_path / "old.json", tmp_path / "new.json"]
+    for path, data in zip(paths, (old, new)):
+        path.write_text(json.dumps(data))
+    assert cli.main(["ablate", "--compare", *map(str, paths)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    text = "\n".join(warnings)
+    assert "quick" in text and "repeats" in text and "torch" in text and "arm b" in text
+    assert cli.main(["ablate", "--compare", str(paths[0]), str(paths[0])]) == 0
+    assert "warning:" not in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_fails_before_any_arm_runs(monkeypatch, capsys, no_arm_runs):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--plot"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--plot" in err and "pip install 'inductor-knobs[plot]'" in err
+
+
+CWD_MODELS = """
+import torch
+
+
+def factory(device, quick):
+    return torch.nn.Linear(8, 8).to(device), [(torch.randn(2, 8, device=device),)]
+"""
+
+
+def test_user_workload_resolves_from_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "ik_cwd_models_unit.py").write_text(CWD_MODELS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "ik_cwd_models_unit", raising=False)
+    path = list(sys.path)
+    assert callable(workloads.resolve("ik_cwd_models_unit:factory"))
+    assert sys.path == path  # found from the current directory, without leaving it on sys.path
+    monkeypatch.delitem(sys.modules, "ik_cwd_models_unit", raising=False)
+
+
+def test_cli_user_workload_from_the_current_directory(tmp_path):
+    proj, bin_dir = tmp_path / "proj", tmp_path / "bin"
+    proj.mkdir()
+    bin_dir.mkdir()
+    (proj / "ik_cwd_models.py").write_text(CWD_MODELS)
+    # Like the installed console script: sys.path[0] is the script's folder, not the current directory.
+    (bin_dir / "launch.py").write_text("import sys\nfrom inductor_knobs.cli import main\nsys.exit(main())\n")
+    env = child_env()
+    env.pop("PYTHONPATH", None)
+    argv = [sys.executable, str(bin_dir / "launch.py"), "ablate", "--device", "cpu", "--workload", "ik_cwd_models:factory"]
+    out = subprocess.run(
+        [*argv, "--arm", "eager", "--quick", "--repeats", "1"], cwd=proj, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "| eager |" in out.stdout

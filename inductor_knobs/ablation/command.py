@@ -1,16 +1,23 @@
-"""``inductor-knobs ablate``: arguments, validation before any arm runs, and output."""
+"""``inductor-knobs ablate``: arguments, validation before any arm runs, and output.
+
+Every check (workload, arms, GPUs, ``--out``, ``--plot``'s matplotlib, the files of ``--compare`` and
+``--merge``) happens before the first worker starts.  SIGINT and SIGTERM stop the workers, keep the
+finished runs (``results.json`` with ``"partial": true``) and exit 130 / 143 with one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
 from typing import Any
 
 from ..emulate import EmulationSpec, spec_from_text
 from ..errors import InvalidKnobValue
-from . import report, spec, workloads
-from .runner import Plan, execute
+from . import report, runner, spec, workloads
+from .runner import Interrupted, Plan, execute
 
 DEFAULT_WORKLOAD = "reference_mlp"
 
@@ -33,7 +40,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--iters", type=int, help="latency samples per process (default 20; 5 with --quick)")
     p.add_argument("--quick", action="store_true", help="small inputs, few samples (CI)")
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
-    p.add_argument("--gpus", help="comma-separated GPU indices to spread arms over (default: all visible)")
+    p.add_argument(
+        "--gpus",
+        help="comma-separated GPU indices to spread arms over, as torch numbers them here, i.e. positions in "
+        "CUDA_VISIBLE_DEVICES when it is set (default: all visible)",
+    )
     p.add_argument(
         "--emulate-sms",
         metavar="N|PRESET",
@@ -41,8 +52,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per arm process (default 900)")
     p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
-    p.add_argument("--out", help="directory for results.json, results.csv (and results.png)")
-    p.add_argument("--plot", action="store_true", help="also write results.png (needs matplotlib)")
+    p.add_argument("--out", help="a new or empty directory for results.json, results.csv, results.md (and results.png)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --out be a directory with earlier results: results.json/.csv/.md/.png are removed before the run",
+    )
+    p.add_argument("--plot", action="store_true", help="also write results.png (needs pip install 'inductor-knobs[plot]')")
     p.add_argument(
         "--strict",
         action="store_true",
@@ -72,6 +88,65 @@ def _shard(text: str | None) -> tuple[int, int]:
     return index, count
 
 
+def _timeout(value: float) -> float:
+    if not value > 0:  # also refuses nan
+        raise InvalidKnobValue(f"--timeout={value} is invalid: allowed seconds > 0")
+    return value
+
+
+def _check_plot(plot: bool) -> None:
+    """Raise InvalidKnobValue for ``--plot`` without matplotlib, before anything runs (not after
+    every arm ran, when results.png is written)."""
+    if plot and importlib.util.find_spec("matplotlib") is None:
+        raise InvalidKnobValue(
+            "--plot needs matplotlib, which is not installed: pip install 'inductor-knobs[plot]' (or leave out --plot)"
+        )
+
+
+def _check_out(out: str | None, overwrite: bool) -> None:
+    """Raise InvalidKnobValue unless ``--out`` is new, empty, or holds earlier results and ``--overwrite``
+    is given: a second run into the same directory would mix its files with the first's (an old
+    results.png next to new results.json)."""
+    if out is None:
+        return
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InvalidKnobValue(f"--out {out!r} is not a directory: allowed a new or empty directory")
+    names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    if names and not overwrite:
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        raise InvalidKnobValue(
+            f"--out {out!r} is not empty ({shown}): allowed a new or empty directory; add --overwrite to "
+            f"replace the results written there ({', '.join(report.OUTPUT_FILES)}; other files are kept)"
+        )
+
+
+def _clear_out(out: str | None, overwrite: bool) -> None:
+    """With ``--overwrite``, remove what an earlier run wrote into ``--out``; only after validation."""
+    if out is None or not overwrite:
+        return
+    for name in report.OUTPUT_FILES:
+        path = os.path.join(out, name)
+        if os.path.isfile(path):
+            os.remove(path)
+
+
+def _load(path: str, option: str) -> dict[str, Any]:
+    """Read one results.json named by ``--compare`` or ``--merge``.
+
+    Raises:
+        InvalidKnobValue: unreadable, not JSON, or not an ablation's results (the message names the file).
+    """
+    source = f"{option} {path!r}"
+    try:
+        with open(path, encoding="utf-8") as src:
+            data = json.load(src)
+    except OSError as err:
+        raise InvalidKnobValue(f"{source} cannot be read: {err.strerror or err}") from err
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise InvalidKnobValue(f"{source} is not JSON ({err}): allowed a results.json written by ablate --out") from err
+    return report.check(data, source)
+
+
 def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec | None:
     """Check ``--emulate-sms`` here, before any arm runs (the workers re-check on the GPU)."""
     if text is None:
@@ -90,7 +165,14 @@ def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec 
 
 
 def build_plan(args: argparse.Namespace) -> Plan:
-    """Everything validated: workload, arms, baseline, device, GPUs, shard.  Nothing runs here."""
+    """Everything validated: workload, arms, baseline, device, GPUs, shard.  Nothing runs here.
+
+    Returns:
+        The plan to execute.
+
+    Raises:
+        InvalidKnobValue, UnknownKnob: a bad option value (the message names the option).
+    """
     import torch
 
     toml: dict[str, Any] = spec.load_toml(args.config) if args.config else {}
@@ -109,6 +191,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         missing = [g for g in gpus if not 0 <= g < visible]
         if missing:
             raise InvalidKnobValue(f"--gpus={args.gpus!r} names GPU(s) {missing} that do not exist: {visible} visible ({device})")
+    for gpu in gpus if device == "cuda" else []:  # each worker's CUDA_VISIBLE_DEVICES, checked before anything runs
+        runner.physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     emulate = _emulation(args.emulate_sms, device, gpus)
     arms = list(toml.get("arms", [])) + [spec.parse_arm(a) for a in args.arm] + spec.parse_grid(args.grid)
     if not (args.arm or args.grid or args.config):
@@ -129,7 +213,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         repeats=_positive("repeats", args.repeats if args.repeats is not None else toml.get("repeats"), 1 if quick else 3),
         iters=_positive("iters", args.iters, 5 if quick else 20),
         warmup=1 if quick else 3,
-        timeout=args.timeout,
+        timeout=_timeout(args.timeout),
         shard=_shard(args.shard),
         emulate=args.emulate_sms.strip() if emulate else None,
     )
@@ -149,13 +233,35 @@ def environment(plan: Plan) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the subcommand; returns the exit status."""
+    """Run the subcommand.
+
+    Returns:
+        The exit status: 0; 1 if every run failed (or, with ``--strict``, any failed or was NOT
+        APPLIED); 128 + the signal's number (130 SIGINT, 143 SIGTERM) when interrupted.
+
+    Raises:
+        KnobsError: bad input, before any arm runs (the CLI prints it as one line).
+    """
+    try:
+        with runner.signals_raise():
+            return _run(args)
+    except Interrupted as stop:  # before or after the arms ran: nothing to keep
+        print(f"inductor-knobs: interrupted by {stop.name}", file=sys.stderr)
+        return stop.status
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.compare:
-        old, new = (json.load(open(p, encoding="utf-8")) for p in args.compare)
+        old, new = (_load(p, "--compare") for p in args.compare)
+        for line in report.differences(old, new):
+            print(f"warning: {line}", file=sys.stderr)
         print(report.compare(old, new))
         return 0
+    _check_plot(args.plot)
+    _check_out(args.out, args.overwrite)
     if args.merge:
-        results = report.merge([json.load(open(p, encoding="utf-8")) for p in args.merge])
+        results = report.merge([_load(p, "--merge") for p in args.merge])
+        _clear_out(args.out, args.overwrite)
     else:
         plan = build_plan(args)
         conflicts = {a.name: a.conflicts() for a in plan.arms}
@@ -166,14 +272,22 @@ def run(args: argparse.Namespace) -> int:
             "workload": plan.workload,
             "device": plan.device,
             "repeats": plan.repeats,
+            "iters": plan.iters,
             "quick": plan.quick,
             "baseline": plan.baseline,
             "arms": [{**a.to_dict(), "overrides_mode": conflicts[a.name]} for a in plan.arms],
             "shard": list(plan.shard),
             "emulate_sms": plan.emulate,
             "environment": environment(plan),
-            "runs": execute(plan),
+            "runs": [],
+            "partial": False,
         }
+        _clear_out(args.out, args.overwrite)
+        try:
+            results["runs"] = execute(plan)
+        except Interrupted as stop:
+            with runner.signals_ignored():  # a second Ctrl-C must not lose the finished runs
+                return _interrupted(args, results, stop)
     print(report.markdown(results))
     if args.out:
         for path in report.write(results, args.out, plot=args.plot):
@@ -181,3 +295,18 @@ def run(args: argparse.Namespace) -> int:
     failed = [r for r in results["runs"] if not r.get("ok") or r.get("not_applied")]
     crashed = [r for r in results["runs"] if not r.get("ok")]
     return 1 if results["runs"] and (len(crashed) == len(results["runs"]) or (args.strict and failed)) else 0
+
+
+def _interrupted(args: argparse.Namespace, results: dict[str, Any], stop: Interrupted) -> int:
+    """Report and keep the runs that finished before ``stop``; returns its exit status."""
+    results.update(runs=stop.runs, partial=True, interrupted=stop.name, planned_runs=stop.planned)
+    if stop.runs:
+        print(report.markdown(results))
+    # No plot: whoever pressed Ctrl-C wants the prompt back, not a matplotlib import.
+    paths = report.write(results, args.out) if args.out else []
+    where = f"; partial results in {paths[0]}" if paths else ""
+    print(
+        f"inductor-knobs: interrupted by {stop.name}: {len(stop.runs)} of {stop.planned} runs finished, workers stopped{where}",
+        file=sys.stderr,
+    )
+    return stop.status

@@ -13,6 +13,12 @@ import os
 import statistics
 from typing import Any
 
+#: Every file :func:`write` may write into ``--out`` (what ``--overwrite`` removes first).
+OUTPUT_FILES = ("results.json", "results.csv", "results.md", "results.png")
+
+#: The keys :func:`summarize`, :func:`markdown`, :func:`compare` and :func:`merge` read.
+REQUIRED_KEYS = ("workload", "baseline", "repeats", "arms", "runs")
+
 
 def _quantiles(samples: list[float]) -> tuple[float, float, float]:
     if len(samples) == 1:
@@ -64,6 +70,13 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
         f"workload `{results['workload']}` on {env.get('device_name', results.get('device'))}, torch {env.get('torch')}, "
         f"{results['repeats']} process(es) per arm, interleaved; baseline `{results['baseline']}`"
     )
+    if results.get("partial"):
+        planned = results.get("planned_runs")
+        head += (
+            f"\n\n**PARTIAL**: interrupted by {results.get('interrupted', 'a signal')} after {len(results['runs'])}"
+            + (f" of {planned}" if planned else "")
+            + " runs; the table shows the runs that finished."
+        )
     lines = [
         head,
         "",
@@ -71,6 +84,9 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        if not r["runs"]:  # an interrupted ablation, or a shard without this arm
+            lines.append(f"| {r['arm']} | not run | | | | | | | | |")
+            continue
         if "median_ms" not in r:
             lines.append(f"| {r['arm']} | FAILED ({r['failed']}/{r['runs']}): {r['error'][:80]} | | | | | | | | |")
             continue
@@ -97,10 +113,18 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
 
 
 def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
-    """Write results.json (everything, raw samples included), results.csv (one row per arm) and, with ``plot``, results.png."""
+    """Write results.json (everything, raw samples included), results.csv (one row per arm),
+    results.md (the table) and, with ``plot``, results.png.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        NotSupportedOnThisTorch: ``plot`` without matplotlib (the command checks this before running).
+    """
     os.makedirs(out, exist_ok=True)
     rows = summarize(results)
-    written = [os.path.join(out, "results.json"), os.path.join(out, "results.csv")]
+    written = [os.path.join(out, "results.json"), os.path.join(out, "results.csv"), os.path.join(out, "results.md")]
     with open(written[0], "w", encoding="utf-8") as dst:
         json.dump({**results, "summary": rows}, dst, indent=2, default=str)
     columns = [
@@ -124,6 +148,8 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
         writer = csv.DictWriter(dst, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+    with open(written[2], "w", encoding="utf-8") as dst:
+        dst.write(markdown(results, rows) + "\n")
     if plot:
         written.append(_plot(rows, os.path.join(out, "results.png"), results["workload"]))
     return written
@@ -182,6 +208,68 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def check(data: Any, source: str) -> dict[str, Any]:
+    """``data`` if it looks like a results.json that this module can read.
+
+    Args:
+        data: the parsed JSON.
+        source: what to name in the error, e.g. ``--compare 'old/results.json'``.
+
+    Raises:
+        InvalidKnobValue: not an object, or a required key missing.
+    """
+    from ..errors import InvalidKnobValue
+
+    if not isinstance(data, dict):
+        raise InvalidKnobValue(f"{source} is not an ablation results.json: a JSON {type(data).__name__}, not an object")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing or not isinstance(data["runs"], list) or not isinstance(data["arms"], list):
+        raise InvalidKnobValue(
+            f"{source} is not an ablation results.json: "
+            + (f"missing {', '.join(missing)}" if missing else "'runs' and 'arms' must be lists")
+            + f"; allowed: what `inductor-knobs ablate --out` writes ({', '.join(REQUIRED_KEYS)}, ...)"
+        )
+    return data
+
+
+def _settings(arm: dict[str, Any]) -> dict[str, Any]:
+    return {k: arm.get(k) or None for k in ("knobs", "compile_args", "eager")}
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What makes two results not comparable: quick, repeats, iterations, workload, device, torch,
+    SM emulation, an interrupted run, or an arm of the same name with other settings.
+
+    Returns:
+        One sentence per difference (empty: comparable).
+    """
+    out = []
+
+    def env(results: dict[str, Any], key: str) -> Any:
+        return (results.get("environment") or {}).get(key)
+
+    checks = [
+        ("workload", old.get("workload"), new.get("workload")),
+        ("quick", bool(old.get("quick")), bool(new.get("quick"))),
+        ("repeats", old.get("repeats"), new.get("repeats")),
+        ("iters", old.get("iters"), new.get("iters")),
+        ("device", old.get("device"), new.get("device")),
+        ("device name", env(old, "device_name"), env(new, "device_name")),
+        ("torch version", env(old, "torch"), env(new, "torch")),
+        ("emulate_sms", old.get("emulate_sms"), new.get("emulate_sms")),
+        ("partial (interrupted)", bool(old.get("partial")), bool(new.get("partial"))),
+    ]
+    for what, a, b in checks:
+        if a != b:
+            out.append(f"the results differ in {what}: old {a!r}, new {b!r}")
+    before = {a.get("name"): a for a in old.get("arms", [])}
+    for arm in new.get("arms", []):
+        prev = before.get(arm.get("name"))
+        if prev is not None and _settings(prev) != _settings(arm):
+            out.append(f"arm {arm.get('name')} has other settings: old {_settings(prev)}, new {_settings(arm)}")
+    return out
+
+
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge shard results.json files of one ablation (same workload and arms) into one.
 
@@ -195,4 +283,10 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         if part["workload"] != first["workload"] or part["arms"] != first["arms"]:
             raise InvalidKnobValue("--merge: the files come from different ablations (workload or arms differ)")
     runs = sorted((r for p in parts for r in p["runs"]), key=lambda r: r["index"])
-    return {**first, "runs": runs, "shard": None, "merged_from": len(parts)}
+    merged = {**first, "runs": runs, "shard": None, "merged_from": len(parts), "partial": False}
+    merged.pop("planned_runs", None)  # a shard's count, not the merge's
+    merged.pop("interrupted", None)
+    for part in parts:  # a shard that was interrupted leaves the merge partial
+        if part.get("partial"):
+            merged.update(partial=True, interrupted=part.get("interrupted"))
+    return merged

@@ -2,26 +2,42 @@
 
 Each job (arm × repeat) is one ``inductor_knobs.ablation.worker`` process with the arm's
 ``INDUCTOR_KNOBS_*`` variables, its own empty Inductor and Triton cache directories and, on GPUs,
-``CUDA_VISIBLE_DEVICES`` set to one GPU.  With several GPUs, one thread per GPU takes the next
+``CUDA_VISIBLE_DEVICES`` set to one GPU (the parent's logical GPU ``i`` mapped through the
+parent's own ``CUDA_VISIBLE_DEVICES``).  With several GPUs, one thread per GPU takes the next
 job in the interleaved order, so every GPU runs one process at a time.  A job that crashes or
 runs past ``timeout`` seconds becomes an error record; the others still run.
+
+Every worker runs in its own session (process group), so that a timeout or an interruption can
+kill it together with anything it started (Inductor's compile workers), and so that a Ctrl-C in
+the terminal reaches only the parent, which then stops the workers itself: on SIGINT or SIGTERM
+(see :func:`signals_raise`) :func:`execute` kills every worker's process group, removes the
+temporary cache directories and raises :class:`Interrupted` with the runs that had finished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InvalidKnobValue
 from ..knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from .spec import Arm
+
+#: The signals that stop an ablation cleanly (the exit status is 128 + the signal number).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass
@@ -33,7 +49,9 @@ class Plan:
         arms: the arms, baseline first unless ``baseline`` names another.
         repeats: processes per arm.
         device: ``cuda`` or ``cpu``.
-        gpus: GPU indices to spread jobs over (CUDA only).
+        gpus: GPU indices to spread jobs over (CUDA only), as torch numbers them in this process;
+            each worker gets the matching entry of this process's ``CUDA_VISIBLE_DEVICES``
+            (:func:`physical_gpu`).
         quick: smaller inputs and fewer samples (for CI).
         iters: latency samples per process; warmup: iterations before sampling.
         timeout: seconds per job.
@@ -76,66 +94,331 @@ class Plan:
         return [j for j in jobs if int(j["index"]) % count == index]
 
 
-def run_job(job: dict[str, Any], arm: Arm, gpu: int | None, timeout: float) -> dict[str, Any]:
-    """Run one job in a fresh process; always returns a record (errors included)."""
-    with tempfile.TemporaryDirectory(prefix="ik-ablate-") as cache:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
-        env.update({ENV_PREFIX + "ON_MISMATCH": "warn", **arm.env()})
-        env.update(
-            {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived during an ablation (raised under :func:`signals_raise`).
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` on the way (in
+    torch, in a user's workload) swallows it.
+
+    Attributes:
+        signum: the signal's number.
+        runs: the records of the runs that finished before it, by job index (empty when it arrived
+            outside :func:`execute`).
+        planned: how many runs this shard planned (0 outside :func:`execute`).
+    """
+
+    def __init__(self, signum: int, runs: list[dict[str, Any]] | None = None, planned: int = 0) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.runs = runs or []
+        self.planned = planned
+
+    @property
+    def name(self) -> str:
+        """The signal's name, e.g. ``SIGINT``."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def status(self) -> int:
+        """The conventional exit status of a process stopped by this signal: 128 + its number."""
+        return 128 + self.signum
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _handlers(handler: Any) -> Iterator[None]:
+    # Handlers can only be set from the main thread; elsewhere (an embedding application's thread)
+    # the process keeps its own.  A signal ignored on entry stays ignored: a shell starts background
+    # jobs with SIGINT ignored so that Ctrl-C reaches only the foreground job.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s, old in previous.items():
+        if old is not signal.SIG_IGN:
+            signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            if old is not None:  # None: a handler set outside Python, which cannot be put back
+                signal.signal(s, old)
+
+
+def signals_raise() -> contextlib.AbstractContextManager[None]:
+    """Inside the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread.
+
+    By default SIGINT is a ``KeyboardInterrupt`` wherever the main thread happens to be, and SIGTERM
+    ends the process with no cleanup at all; one exception for both lets the caller stop the workers
+    and keep the finished runs.  The previous handlers are restored on exit.
+    """
+    return _handlers(_raise_interrupted)
+
+
+def signals_ignored() -> contextlib.AbstractContextManager[None]:
+    """Inside the block, SIGINT and SIGTERM are ignored (main thread only), so that the cleanup after
+    an interruption finishes when Ctrl-C is pressed again.  Start no worker inside: it would inherit
+    the ignored signals."""
+    return _handlers(signal.SIG_IGN)
+
+
+def physical_gpu(index: int, visible: str | None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that gives a worker this process's GPU ``index``.
+
+    torch numbers the GPUs it sees 0..n-1 in the order of ``CUDA_VISIBLE_DEVICES``; a worker given
+    ``CUDA_VISIBLE_DEVICES=<index>`` would see the machine's GPU ``index`` instead, which may belong
+    to another job.  So logical GPU ``i`` maps to the ``i``-th entry of the parent's variable.
+
+    Args:
+        index: the GPU's index in this process (as ``--gpus`` and ``torch.cuda`` number it).
+        visible: this process's ``CUDA_VISIBLE_DEVICES`` (None: unset, every GPU is visible and
+            the index is the machine's).  Entries are ordinals or UUIDs (``GPU-...``, ``MIG-...``);
+            like CUDA, the list ends at the first empty or negative entry.
+
+    Returns:
+        The entry, verbatim (stripped of spaces).
+
+    Raises:
+        InvalidKnobValue: ``index`` is not among the visible entries.
+    """
+    if visible is None:
+        return str(index)
+    entries: list[str] = []
+    for entry in visible.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):  # CUDA ignores this entry and every one after it
+            break
+        entries.append(entry)
+    if not 0 <= index < len(entries):
+        raise InvalidKnobValue(
+            f"GPU {index} is not among CUDA_VISIBLE_DEVICES={visible!r}: allowed GPU indices 0..{len(entries) - 1} into that list"
+            if entries
+            else f"GPU {index} is not among CUDA_VISIBLE_DEVICES={visible!r}: it makes no GPU visible"
         )
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        if job.get("emulate"):
-            env[EMULATE_SMS_VAR] = str(job["emulate"])
-        start = time.perf_counter()
+    return entries[index]
+
+
+def worker_env(arm: Arm, gpu: int | None, cache: str, emulate: str | None) -> dict[str, str]:
+    """The environment of one worker process.
+
+    Args:
+        arm: its ``INDUCTOR_KNOBS_*`` variables replace every one of this process's.
+        gpu: this process's GPU index, mapped with :func:`physical_gpu` (None: CPU, unchanged).
+        cache: the job's private directory for Inductor's and Triton's caches.
+        emulate: ``INDUCTOR_KNOBS_EMULATE_SMS`` for the worker, or None.
+
+    Returns:
+        A copy of ``os.environ`` with the changes.
+
+    Raises:
+        InvalidKnobValue: ``gpu`` is not among this process's ``CUDA_VISIBLE_DEVICES``.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update({ENV_PREFIX + "ON_MISMATCH": "warn", **arm.env()})
+    env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": os.path.join(cache, "triton")})
+    # A user workload (``mymodels:factory``) is named relative to the current directory, as the
+    # parent resolved it (workloads.resolve); the worker must find the same module.
+    cwd = os.getcwd()
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
+    env["PYTHONPATH"] = os.pathsep.join([cwd, *rest])
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if emulate:
+        env[EMULATE_SMS_VAR] = str(emulate)
+    return env
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    # The worker leads its own process group (start_new_session): this also ends what it started,
+    # such as Inductor's compile workers, which would otherwise hold its pipes open.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the whole group has exited already
+
+
+class _Workers:
+    """The live worker processes and cache directories of one :func:`execute`, and its stop switch.
+
+    One lock orders :meth:`start` and :meth:`stop`: a worker either starts before ``stop`` (and is
+    killed by it) or sees the switch and does not start, so no worker outlives an interruption.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.procs: dict[int, subprocess.Popen[str]] = {}
+        self.killed: set[int] = set()
+        self.dirs: set[str] = set()
+
+    def start(self, argv: list[str], env_for: Any) -> tuple[subprocess.Popen[str], str] | None:
+        """Make a cache directory and start ``argv`` in a new session with ``env_for(directory)``.
+
+        Returns:
+            The process and its directory, or None once :meth:`stop` was called.
+        """
+        with self.lock:
+            if self.stopped:
+                return None
+            cache = tempfile.mkdtemp(prefix="ik-ablate-")
+            self.dirs.add(cache)
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    env=env_for(cache),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,  # see the module docstring
+                )
+            except BaseException:
+                self.dirs.discard(cache)
+                shutil.rmtree(cache, ignore_errors=True)
+                raise
+            self.procs[proc.pid] = proc
+            return proc, cache
+
+    def done(self, proc: subprocess.Popen[str], cache: str) -> bool:
+        """Forget a finished process and remove its directory.
+
+        Returns:
+            True if :meth:`stop` killed it (its output is not a result).
+        """
+        with self.lock:
+            self.procs.pop(proc.pid, None)
+            killed = proc.pid in self.killed
+        shutil.rmtree(cache, ignore_errors=True)
+        with self.lock:
+            self.dirs.discard(cache)
+        return killed
+
+    def stop(self) -> None:
+        """Start nothing more and kill every live worker's process group."""
+        with self.lock:
+            self.stopped = True
+            for pid, proc in self.procs.items():
+                self.killed.add(pid)
+                _kill_group(proc)
+
+    def remove_dirs(self) -> None:
+        """Remove the cache directories of workers whose thread did not get to it."""
+        with self.lock:
+            dirs, self.dirs = set(self.dirs), set()
+        for cache in dirs:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+def _reap(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    _kill_group(proc)
+    try:
+        return proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # a descendant that left the group still holds the pipes
+        proc.kill()
+        proc.wait()
+        return "", ""
+
+
+def run_job(
+    job: dict[str, Any], arm: Arm, gpu: int | None, timeout: float, workers: _Workers | None = None
+) -> dict[str, Any] | None:
+    """Run one job in a fresh process, in its own session, with a private cache directory.
+
+    Args:
+        job: the job (see :meth:`Plan.jobs`), passed to the worker as JSON.
+        arm: the job's arm.
+        gpu: this process's GPU index for it, or None on CPU.
+        timeout: seconds before the worker and everything it started are killed.
+        workers: the registry that :func:`execute` stops on an interruption (None: a private one).
+
+    Returns:
+        The record (a crash or timeout is an error record), or None if ``workers`` was stopped
+        before or while it ran.
+
+    Raises:
+        InvalidKnobValue: ``gpu`` is not among this process's ``CUDA_VISIBLE_DEVICES``.
+    """
+    workers = workers if workers is not None else _Workers()
+    device = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu is not None else None
+    argv = [sys.executable, "-m", "inductor_knobs.ablation.worker", json.dumps(job)]
+    start = time.perf_counter()
+    started = workers.start(argv, lambda cache: worker_env(arm, gpu, cache, job.get("emulate")))
+    if started is None:
+        return None
+    proc, cache = started
+    timed_out = False
+    try:
         try:
-            out = subprocess.run(
-                [sys.executable, "-m", "inductor_knobs.ablation.worker", json.dumps(job)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-            lines = out.stdout.strip().splitlines()
-            result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
-            if result is None:
-                result = {
-                    "ok": False,
-                    "error": f"worker exited {out.returncode} without a result",
-                    "traceback": out.stderr[-3000:],
-                }
+            stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            result = {"ok": False, "error": f"timed out after {timeout:.0f} s", "traceback": ""}
+            timed_out = True
+            stdout, stderr = _reap(proc)
+    finally:
+        if proc.poll() is None:  # an exception on the way: leave nothing running
+            _reap(proc)
+        killed = workers.done(proc, cache)
+    if killed:
+        return None
+    lines = stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
+    if timed_out:
+        result = {"ok": False, "error": f"timed out after {timeout:.0f} s", "traceback": stderr[-3000:]}
+    elif result is None:
+        result = {"ok": False, "error": f"worker exited {proc.returncode} without a result", "traceback": stderr[-3000:]}
     return {
         **result,
         "arm": arm.name,
         "repeat": job["repeat"],
         "index": job["index"],
         "gpu": gpu,
+        "cuda_visible_devices": device,
         "wall_seconds": time.perf_counter() - start,
     }
 
 
 def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every job of ``plan``; one thread per GPU (or one on CPU) takes jobs in order."""
+    """Run every job of ``plan``; one thread per GPU (or one on CPU) takes jobs in order.
+
+    Args:
+        plan: what to run.
+        progress: show a progress bar on stderr.
+
+    Returns:
+        One record per job, by job index.
+
+    Raises:
+        Interrupted: SIGINT or SIGTERM arrived (under :func:`signals_raise`; a ``KeyboardInterrupt``
+            is treated as SIGINT).  Every worker's process group has been killed and the temporary
+            directories removed; ``runs`` holds the records of the runs that had finished.
+    """
     from tqdm import tqdm
 
     arms = {a.name: a for a in plan.arms}
+    jobs = plan.jobs()
     pending: queue.Queue[dict[str, Any]] = queue.Queue()
-    for job in plan.jobs():
+    for job in jobs:
         pending.put(job)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
-    bar = tqdm(total=pending.qsize(), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
+    workers = _Workers()
+    bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
 
     def worker(gpu: int | None) -> None:
-        while True:
+        while not workers.stopped:
             try:
                 job = pending.get_nowait()
             except queue.Empty:
                 return
-            record = run_job(job, arms[job["arm"]["name"]], gpu, plan.timeout)
+            try:
+                record = run_job(job, arms[job["arm"]["name"]], gpu, plan.timeout, workers)
+            except Exception as err:  # noqa: BLE001 - e.g. no space for the cache directory: a failed run, not a lost one
+                tail = traceback.format_exc()[-3000:]
+                record = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": tail}
+                record.update(arm=job["arm"]["name"], repeat=job["repeat"], index=job["index"], gpu=gpu)
+            if record is None:  # stopped: the interruption handler reports what finished
+                return
             with lock:
                 results.append(record)
                 bar.set_postfix_str(f"{record['arm']} #{record['repeat']} {'ok' if record['ok'] else 'FAILED'}")
@@ -143,9 +426,25 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
 
     slots: list[int | None] = list(plan.gpus) if plan.device == "cuda" and plan.gpus else [None]
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    bar.close()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            # A bounded join keeps the main thread where a signal handler can raise promptly.
+            while t.is_alive():
+                t.join(0.5)
+        bar.close()
+    except (Interrupted, KeyboardInterrupt) as stop:
+        with signals_ignored():
+            workers.stop()
+            deadline = time.monotonic() + 15  # the threads reap their killed workers and remove their directories
+            for t in threads:
+                if t.is_alive():
+                    t.join(max(0.0, deadline - time.monotonic()))
+            workers.remove_dirs()
+            bar.close()
+        signum = stop.signum if isinstance(stop, Interrupted) else int(signal.SIGINT)
+        with lock:
+            done = sorted(results, key=lambda r: r["index"])
+        raise Interrupted(signum, done, len(jobs)) from None
     return sorted(results, key=lambda r: r["index"])

@@ -6,7 +6,11 @@ own process by env activation, i.e. as ``INDUCTOR_KNOBS_<KNOB>`` variables), plu
 
 Syntax:
 - ``--arm NAME:knob=value,knob=value``; a value may itself hold commas
-  (``--arm both:gemm_backends=ATEN,TRITON,min_sms=40``); ``--arm eager`` is the eager baseline.
+  (``--arm both:gemm_backends=ATEN,TRITON,min_sms=40``).  Bare names: ``--arm eager`` is the eager
+  baseline, ``--arm default`` compiles with no knobs; any other bare name is an error (a typo of
+  ``eager`` must not silently become a compiled arm), and ``--arm NAME:`` compiles with no knobs
+  under another name.  An ``--arm`` name holds no whitespace and no ``=`` (``--arm 'x min_sms=40'``
+  is a mistyped ``x:min_sms=40``).
 - ``--grid knob=v1,v2`` (repeatable; the cartesian product of all grids); use ``|`` between values
   that hold commas: ``--grid 'gemm_backends=ATEN|ATEN,TRITON'``.
 - TOML: top-level ``workload``, ``repeats``, ``baseline``, ``quick``; ``[[arm]]`` tables with ``name``
@@ -15,19 +19,26 @@ Syntax:
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import tomllib
-
 from ..errors import InvalidKnobValue, KnobsError, UnknownKnob
 from ..knobs import ENV_PREFIX, Knobs, _unknown_message, torch_version
 from ..plan import plan
 
 COMPILE_ARGS = ("mode", "dynamic", "fullgraph")
+
+#: ``--arm`` names that need no settings: the eager baseline and the compiled arm with no knobs.
+BARE_ARMS = ("eager", "default")
+
+ARM_SYNTAX = (
+    "Arms are NAME:knob=value,... (e.g. --arm 'ma:mode=max-autotune'); bare names: 'eager' (not compiled) "
+    "and 'default' (compiled, no knobs); NAME: compiles with no knobs"
+)
 
 
 @dataclass(frozen=True)
@@ -155,9 +166,37 @@ def _compile_arg(arm: str, key: str, value: Any) -> Any:
     return str(value)
 
 
+def _check_name(text: str, name: str, bare: bool) -> None:
+    # Only --arm names are checked: grid arms are named "knob=value knob=value" on purpose, and a
+    # TOML table's name is a label, never parsed.
+    if any(c.isspace() for c in name) or "=" in name:
+        tokens = name.split()
+        if "=" in tokens[0]:  # settings without a name
+            meant = "NAME:" + ",".join(tokens)
+        elif all("=" in t for t in tokens[1:]):  # a space where the ':' belongs
+            meant = tokens[0] + ":" + ",".join(tokens[1:])
+        else:
+            meant = "x:min_sms=40"
+        raise InvalidKnobValue(
+            f"--arm {text!r}: the arm name {name!r} may not hold whitespace or '='; "
+            f"expected NAME:knob=value,knob=value, e.g. --arm '{meant}'"
+        )
+    if bare and name and name not in BARE_ARMS:
+        close = difflib.get_close_matches(name, BARE_ARMS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else "."
+        raise UnknownKnob(f"--arm {text!r}: unknown arm {name!r}{hint} {ARM_SYNTAX}")
+
+
 def parse_arm(text: str) -> Arm:
-    """``NAME:knob=value,knob=value`` (values may hold commas) or a bare ``NAME`` (``eager``)."""
-    name, _, body = text.partition(":")
+    """Parse one ``--arm``: ``NAME:knob=value,knob=value`` (values may hold commas), ``NAME:``
+    (compiled, no knobs), or a bare ``eager`` or ``default``.
+
+    Raises:
+        InvalidKnobValue: a name with whitespace or ``=``, a setting without ``=``, or a bad value.
+        UnknownKnob: another bare name (with the closest bare name, if any), or an unknown key.
+    """
+    name, colon, body = text.partition(":")
+    _check_name(text, name.strip(), bare=not colon)
     pairs: list[list[str]] = []
     for token in body.split(",") if body else []:
         if "=" in token:
@@ -196,7 +235,7 @@ def grid_arms(axes: Mapping[str, list[Any]]) -> list[Arm]:
     keys = list(axes)
     arms = []
     for combo in itertools.product(*(axes[k] for k in keys)):
-        settings = dict(zip(keys, combo, strict=True))
+        settings = dict(zip(keys, combo))  # both as long as ``keys``
         arms.append(make_arm(" ".join(f"{k}={_text(v)}" for k, v in settings.items()), settings))
     return arms
 
@@ -205,8 +244,17 @@ def load_toml(path: str) -> dict[str, Any]:
     """Read an ablation TOML file: ``{"arms": [Arm...], "workload"?, "repeats"?, "baseline"?, "quick"?}``.
 
     Raises:
-        InvalidKnobValue: unreadable or invalid TOML, or an arm without a name.
+        InvalidKnobValue: unreadable or invalid TOML, an arm without a name, or no TOML reader
+            (Python < 3.11 without tomli).
     """
+    # Imported here, not at the top: tomllib is Python >= 3.11, and the whole CLI imports this module.
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise InvalidKnobValue(f"--config {path!r} needs a TOML reader: Python >= 3.11, or pip install tomli") from None
     try:
         with open(path, "rb") as src:
             data = tomllib.load(src)

@@ -1,7 +1,9 @@
 """What an ablation compiles: built-in workloads, and the protocol for your own.
 
 A workload factory is ``factory(device: str, quick: bool) -> Workload``.  Your own is named
-``--workload pkg.module:factory``; it may also return a plain ``(model, inputs)`` pair, where
+``--workload pkg.module:factory`` and imported as ``python -m`` would find it: from the current
+directory first, then ``sys.path`` (the runner passes the directory to the workers through
+``PYTHONPATH``).  It may also return a plain ``(model, inputs)`` pair, where
 ``model`` is an ``nn.Module`` or callable and ``inputs`` a list of argument tuples (one call each;
 an iteration calls the model once per tuple).  Inputs must be created on ``device``.
 
@@ -17,8 +19,11 @@ Built-ins (bf16 on CUDA, fp32 on CPU, as the issue asks):
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,8 +129,25 @@ BUILTIN: dict[str, Callable[[str, bool], Workload]] = {
 }
 
 
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    # The console script's sys.path[0] is its bin directory, not the current one, so
+    # ``--workload mymodels:factory`` next to the user would not import.  Put the directory first for
+    # the import only: the command may run inside a longer-lived process (tests, notebooks).
+    cwd = os.getcwd()
+    if cwd in sys.path or "" in sys.path:
+        yield
+        return
+    sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(cwd)
+
+
 def resolve(name: str) -> Callable[[str, bool], Any]:
-    """The factory for a built-in name or ``pkg.module:factory``.
+    """The factory for a built-in name or ``pkg.module:factory`` (importable from the current directory).
 
     Raises:
         UnknownKnob: not a built-in and not an importable ``module:attribute`` naming a callable.
@@ -136,7 +158,9 @@ def resolve(name: str) -> Callable[[str, bool], Any]:
     if not sep or not module_name or not attr:
         raise UnknownKnob(_unknown_message("workload (a built-in, or pkg.module:factory)", name, BUILTIN))
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
+        with _cwd_on_path():
+            module = importlib.import_module(module_name)
+        factory = getattr(module, attr)
     except (ImportError, AttributeError) as err:
         raise UnknownKnob(f"unknown workload {name!r}: {err}") from err
     if not callable(factory):
