@@ -4,102 +4,123 @@
 >>> with ik.force_gemm_autotune(min_sms=40):          # doctest: +SKIP
 ...     y = torch.compile(model, mode="max-autotune")(x)
 
-Importing this package imports neither torch nor ``torch._inductor``; everything is
-resolved when knobs are entered.
+Importing this package imports nothing else: every public name is loaded from its submodule
+on first use (PEP 562), and neither torch nor ``torch._inductor`` is imported until knobs are
+entered.
 """
 
 from __future__ import annotations
 
-from .compile_backend import KnobsBackend as KnobsBackend
-from .compile_backend import compile as compile
-from .compile_backend import knobs_report as knobs_report
-from .compile_cache import load_compile_cache as load_compile_cache
-from .compile_cache import save_compile_cache as save_compile_cache
-from .context import EmulateGpuContext as EmulateGpuContext
-from .context import KnobsContext as KnobsContext
-from .context import emulate_gpu as emulate_gpu
-from .context import force_gemm_autotune as force_gemm_autotune
-from .context import knobs as knobs
-from .env import activate_from_env as activate_from_env
-from .env import active_env_knobs as active_env_knobs
-from .env import deactivate_env as deactivate_env
-from .errors import (
-    AutotuneDuringServing as AutotuneDuringServing,
-)
-from .errors import (
-    CompileCacheRefused as CompileCacheRefused,
-)
-from .errors import (
-    ConcurrentKnobsError as ConcurrentKnobsError,
-)
-from .errors import (
-    EmulationConflict as EmulationConflict,
-)
-from .errors import (
-    EmulationUnavailable as EmulationUnavailable,
-)
-from .errors import (
-    KnobNotApplied as KnobNotApplied,
-)
-from .errors import (
-    KnobNotAppliedWarning as KnobNotAppliedWarning,
-)
-from .errors import (
-    KnobsError as KnobsError,
-)
-from .errors import (
-    NotSupportedOnThisTorch as NotSupportedOnThisTorch,
-)
-from .errors import (
-    PatchTargetChanged as PatchTargetChanged,
-)
-from .errors import (
-    UnsupportedTorchVersion as UnsupportedTorchVersion,
-)
-from .interception import CompileAttestation as CompileAttestation
-from .knobs import PRESETS as PRESETS
-from .knobs import Knobs as Knobs
-from .recorder import record_autotune as record_autotune
-from .recorder import record_compiles as record_compiles
-from .records import AutotuneRecord as AutotuneRecord
-from .records import CompileEvent as CompileEvent
-from .serving import no_autotune as no_autotune
-from .serving import warmup as warmup
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "PRESETS",
-    "AutotuneDuringServing",
-    "AutotuneRecord",
-    "CompileCacheRefused",
-    "CompileEvent",
-    "ConcurrentKnobsError",
-    "EmulateGpuContext",
-    "EmulationConflict",
-    "EmulationUnavailable",
-    "emulate_gpu",
-    "KnobsBackend",
-    "NotSupportedOnThisTorch",
-    "compile",
-    "knobs_report",
-    "load_compile_cache",
-    "no_autotune",
-    "record_autotune",
-    "record_compiles",
-    "CompileAttestation",
-    "save_compile_cache",
-    "warmup",
-    "KnobNotApplied",
-    "KnobNotAppliedWarning",
-    "Knobs",
-    "KnobsContext",
-    "KnobsError",
-    "PatchTargetChanged",
-    "UnsupportedTorchVersion",
-    "activate_from_env",
-    "active_env_knobs",
-    "deactivate_env",
-    "force_gemm_autotune",
-    "knobs",
-]
+#: Public name -> the submodule that defines it.
+_PUBLIC = {
+    "AutotuneDuringServing": "errors",
+    "AutotuneRecord": "records",
+    "CompileAttestation": "interception",
+    "CompileCacheRefused": "errors",
+    "CompileEvent": "records",
+    "ConcurrentKnobsError": "errors",
+    "EmulateGpuContext": "context",
+    "EmulationConflict": "errors",
+    "EmulationUnavailable": "errors",
+    "KnobNotApplied": "errors",
+    "KnobNotAppliedWarning": "errors",
+    "Knobs": "knobs",
+    "KnobsBackend": "compile_backend",
+    "KnobsContext": "context",
+    "KnobsError": "errors",
+    "NotSupportedOnThisTorch": "errors",
+    "PRESETS": "knobs",
+    "PatchTargetChanged": "errors",
+    "UnsupportedTorchVersion": "errors",
+    "activate_from_env": "env",
+    "active_env_knobs": "env",
+    "compile": "compile_backend",
+    "deactivate_env": "env",
+    "emulate_gpu": "context",
+    "force_gemm_autotune": "context",
+    "knobs": "context",
+    "knobs_report": "compile_backend",
+    "load_compile_cache": "compile_cache",
+    "no_autotune": "serving",
+    "record_autotune": "recorder",
+    "record_compiles": "recorder",
+    "save_compile_cache": "compile_cache",
+    "warmup": "serving",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        try:  # a submodule, e.g. inductor_knobs.errors
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+class _Package(types.ModuleType):
+    """The import system binds each imported submodule on its package; ``inductor_knobs.knobs`` (the
+    module) must not hide ``inductor_knobs.knobs`` (the public function), so such a binding is skipped
+    (``import inductor_knobs.knobs`` still works through ``sys.modules``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _PUBLIC and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
+    from .errors import AutotuneDuringServing as AutotuneDuringServing
+    from .records import AutotuneRecord as AutotuneRecord
+    from .interception import CompileAttestation as CompileAttestation
+    from .errors import CompileCacheRefused as CompileCacheRefused
+    from .records import CompileEvent as CompileEvent
+    from .errors import ConcurrentKnobsError as ConcurrentKnobsError
+    from .context import EmulateGpuContext as EmulateGpuContext
+    from .errors import EmulationConflict as EmulationConflict
+    from .errors import EmulationUnavailable as EmulationUnavailable
+    from .errors import KnobNotApplied as KnobNotApplied
+    from .errors import KnobNotAppliedWarning as KnobNotAppliedWarning
+    from .knobs import Knobs as Knobs
+    from .compile_backend import KnobsBackend as KnobsBackend
+    from .context import KnobsContext as KnobsContext
+    from .errors import KnobsError as KnobsError
+    from .errors import NotSupportedOnThisTorch as NotSupportedOnThisTorch
+    from .knobs import PRESETS as PRESETS
+    from .errors import PatchTargetChanged as PatchTargetChanged
+    from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
+    from .env import activate_from_env as activate_from_env
+    from .env import active_env_knobs as active_env_knobs
+    from .compile_backend import compile as compile
+    from .env import deactivate_env as deactivate_env
+    from .context import emulate_gpu as emulate_gpu
+    from .context import force_gemm_autotune as force_gemm_autotune
+    from .context import knobs as knobs
+    from .compile_backend import knobs_report as knobs_report
+    from .compile_cache import load_compile_cache as load_compile_cache
+    from .serving import no_autotune as no_autotune
+    from .recorder import record_autotune as record_autotune
+    from .recorder import record_compiles as record_compiles
+    from .compile_cache import save_compile_cache as save_compile_cache
+    from .serving import warmup as warmup

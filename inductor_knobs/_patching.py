@@ -44,13 +44,16 @@ def run_all(undos: list[Undo]) -> None:
     """
     first: BaseException | None = None
     while undos:
-        try:
-            undos[-1]()
-        except BaseException as err:  # noqa: BLE001 - finish every undo, then re-raise below
-            first = first or err
-        finally:
-            if undos:
-                undos.pop()
+        for _ in range(3):  # an interrupt inside an undo: run that (idempotent) undo again
+            try:
+                undos[-1]()
+                break
+            except Exception as err:  # noqa: BLE001 - a real failure: report it, go on with the rest
+                first = first or err
+                break
+            except BaseException as err:  # noqa: BLE001 - finish every undo, then re-raise below
+                first = first or err
+        undos.pop()
     if first is not None:
         raise first
 
@@ -171,6 +174,7 @@ def wrap_attribute(
             on_install(function, wrapped)
 
     return step
+
 
 def _sweep(name: str, find: object, replace: object) -> None:
     """Rebind every module global ``name`` that is ``find`` to ``replace``.

@@ -1,51 +1,83 @@
 """Startup hook: activate ``INDUCTOR_KNOBS_*`` in processes that never import inductor_knobs.
 
-The installed ``inductor_knobs_startup.pth`` runs one line at interpreter start.  It checks
-the environment first and imports this module only when an ``INDUCTOR_KNOBS_*`` variable
-is set (and ``INDUCTOR_KNOBS_DISABLE`` is not), so an unconfigured process pays for one
-scan of ``os.environ`` and imports nothing.  :func:`bootstrap` then parses the variables
-(without importing torch) and registers a wrapt post-import hook that applies them when
-``torch._inductor.compile_fx`` (Inductor's compile entry) is first imported: at the first
-compile, or an explicit import of it.
+The installed ``inductor_knobs_startup.pth`` runs one line at interpreter start.  It checks the
+environment first and imports this module only when an ``INDUCTOR_KNOBS_*`` variable other than
+``INDUCTOR_KNOBS_DISABLE`` has a non-empty value (and ``INDUCTOR_KNOBS_DISABLE`` is not set), so an
+unconfigured process pays for one scan of ``os.environ`` and imports nothing.
 
-A bad variable must not go unnoticed in a launch script, but the ``.pth`` must not kill
-interpreters that never use torch: the error is printed at startup and raised from the
-hook, i.e. at ``import torch._inductor``/the first ``torch.compile``.
+This module is stdlib-only and parses nothing: :func:`bootstrap` puts a one-shot finder on
+``sys.meta_path`` that runs :func:`activate` right after ``torch._inductor.compile_fx`` (Inductor's
+compile entry, which imports ``torch._inductor.utils`` and ``config``) has executed.  A process that
+never compiles (pip, a shell tool in a launch script) therefore imports neither torch nor wrapt nor
+the rest of this package.
+
+Nothing here ever raises into the user's ``import``: a bad variable is kept and raised at the first
+Inductor compile (and by an explicit ``activate_from_env()``), once, naming the variable, the value,
+what is allowed and ``INDUCTOR_KNOBS_DISABLE=1``.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-# Inductor's compile entry: every Inductor compile imports it, it imports utils (the gate) and
-# config, and the compile interception wraps it, so all three are complete when this fires.
-# (utils is imported half-way through compile_fx's own import, too early to wrap compile_fx.)
 HOOK_MODULE = "torch._inductor.compile_fx"
 _registered = False
 
 
 def bootstrap() -> None:
-    """Parse ``INDUCTOR_KNOBS_*`` and arrange activation at ``torch._inductor.utils`` import; idempotent."""
+    """Arrange activation right after ``torch._inductor.compile_fx`` is imported; idempotent."""
     global _registered
     if _registered:  # the .pth can run twice when a directory is on sys.path twice
         return
     _registered = True
-    import wrapt
+    if HOOK_MODULE in sys.modules:
+        activate()
+    else:
+        sys.meta_path.insert(0, _AfterImport())
 
-    from .errors import KnobsError
-    from .knobs import Knobs
 
+class _AfterImport:
+    """A meta-path finder that finds nothing itself: it wraps the real loader of ``HOOK_MODULE``."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != HOOK_MODULE:
+            return None
+        sys.meta_path.remove(self)  # one shot, and the search below must not find us again
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None and spec.loader is not None:
+                spec.loader = _ActivatingLoader(spec.loader)
+                return spec
+        return None
+
+
+class _ActivatingLoader:
+    """The real loader, plus :func:`activate` once the module has executed."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        activate()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, … for tracebacks and tools
+        return getattr(self._loader, name)
+
+
+def activate() -> None:
+    """Apply the variables (``activate_from_env``); an error is deferred to the first compile, never raised here."""
     try:
-        Knobs.from_env()
-        error: KnobsError | None = None
-    except KnobsError as err:
-        error = err
-        print(f"inductor_knobs: {err}", file=sys.stderr)
+        from .env import activate_from_env, defer_error
 
-    @wrapt.when_imported(HOOK_MODULE)
-    def _activate(_module: object) -> None:
-        if error is not None:
-            raise error
-        from .env import activate_from_env
-
-        activate_from_env()
+        try:
+            activate_from_env()
+        except Exception as err:  # noqa: BLE001 - surfaced at the first compile instead
+            defer_error(err)
+    except Exception as err:  # noqa: BLE001 - the last resort: one line, and torch stays usable
+        print(f"inductor_knobs: INDUCTOR_KNOBS_* not applied: {err} (INDUCTOR_KNOBS_DISABLE=1 turns this off)", file=sys.stderr)

@@ -130,17 +130,20 @@ def revert_all(applied: list[Change]) -> None:
         KeyboardInterrupt, SystemExit: re-raised after every record was attempted.
     """
     errors: list[BaseException] = []
+    interrupted: BaseException | None = None
     while applied:
-        try:
-            applied[-1].revert()
-        except BaseException as err:  # noqa: BLE001 - collected and re-raised below
-            errors.append(err)
-        finally:
-            if applied:
-                applied.pop()
-    fatal = [e for e in errors if not isinstance(e, Exception)]
-    if fatal:
-        raise fatal[0]
+        for _ in range(3):  # an interrupt inside a revert: run that (idempotent) revert again
+            try:
+                applied[-1].revert()
+                break
+            except Exception as err:  # noqa: BLE001 - collected and re-raised below
+                errors.append(err)
+                break
+            except BaseException as err:  # noqa: BLE001 - finish every revert, re-raise below
+                interrupted = interrupted or err
+        applied.pop()
+    if interrupted is not None:
+        raise interrupted
     if errors:
         raise RevertError(
             f"{len(errors)} change(s) could not be reverted: " + "; ".join(f"{type(e).__name__}: {e}" for e in errors),

@@ -1,4 +1,5 @@
-"""The ``inductor-knobs`` command line.  Errors print one line and exit 2, no traceback."""
+"""The ``inductor-knobs`` command line.  Errors print one line and exit 2, no traceback;
+``doctor`` exits 1 when it finds a bad ``INDUCTOR_KNOBS_*`` variable (the report still prints)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 from .errors import KnobsError
 
-OK, ERR = 0, 2
+OK, BAD_SETUP, ERR = 0, 1, 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
 
         report = doctor_mod.collect(min_sms=args.min_sms)
         print(json.dumps(report, indent=2, default=str) if args.json else doctor_mod.render(report))
+        if report["env"]["error"]:  # a bad INDUCTOR_KNOBS_* is an error of this machine's setup
+            print(f"inductor-knobs: error: {report['env']['error']}", file=sys.stderr)
+            return BAD_SETUP
     except KnobsError as err:
         print(f"inductor-knobs: error: {err}", file=sys.stderr)
         return ERR

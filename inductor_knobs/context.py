@@ -69,6 +69,10 @@ def _describe(owner: tuple[int, int | None]) -> str:
     return f"thread {names.get(owner[0], owner[0])}{task}"
 
 
+def _thread_local() -> bool:
+    return torch_compat.installed(strict=False).config_is_thread_local
+
+
 def _torch_version() -> str:
     import torch
 
@@ -95,8 +99,7 @@ class UndoContext:
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
         with _LOCK:
             me = _owner()
-            stack = _FRAMES.get(thread_local)
-            others = [f.owner for f in stack if f.owner != me]
+            others = [f.owner for f in _FRAMES.get(thread_local) if f.owner != me]
             if not thread_local and others:
                 raise ConcurrentKnobsError(
                     f"knobs entered on {_describe(me)} while {_describe(others[0])} holds knobs; on this torch "
@@ -106,29 +109,30 @@ class UndoContext:
                 )
             changes, value = self._plan()
             frame = _Frame(self, me)
-            _FRAMES.set((*stack, frame), thread_local)  # first: an interrupt below still finds the frame
-            try:
+            try:  # from the push on, any interrupt (even at the return) unwinds everything
+                _FRAMES.set((*_FRAMES.get(thread_local), frame), thread_local)
                 apply_all(changes, frame.applied)
+                return value
             except BaseException:
-                _FRAMES.set(tuple(f for f in _FRAMES.get(thread_local) if f is not frame), thread_local)
+                _finish(frame, thread_local)
                 raise
-        return value
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        thread_local = torch_compat.installed(strict=False).config_is_thread_local
-        frame = self._top_frame(thread_local)
-        if frame is None:
-            raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
-        interrupted: BaseException | None = None
-        for _ in range(8):  # an interrupt mid-way: carry on where it stopped (every step is idempotent)
-            try:
-                with _LOCK:
-                    _unwind(frame, thread_local)
-                break
-            except BaseException as err:  # noqa: BLE001 - finish reverting, re-raise below
-                interrupted = interrupted or err
-        if interrupted is not None:
-            raise interrupted
+        try:  # every line of the unwinding is inside: an interrupt anywhere is finished below, then re-raised
+            frame: _Frame | None = None
+            thread_local = torch_compat.installed(strict=False).config_is_thread_local
+            frame = self._top_frame(thread_local)
+            if frame is None:
+                raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
+            with _LOCK:
+                _unwind(frame, thread_local)
+        except KnobsError:
+            raise
+        except BaseException:
+            # Interrupted before the frame was found, nothing was touched yet: look it up again.
+            found = locals().get("frame")
+            _finish(found if found is not None else self._top_frame(_thread_local()), None)
+            raise
         # torch wraps what a backend raises (BackendCompilerFailed); hand the user ours.
         not_applied = unwrap_not_applied(exc)
         if not_applied is not None and not_applied is not exc:
@@ -242,6 +246,21 @@ class UndoContext:
         return generator
 
 
+def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
+    """Finish unwinding ``frame`` after an interrupt: retried until it completes (each step is idempotent)."""
+    thread_local = torch_compat.installed(strict=False).config_is_thread_local if thread_local is None else thread_local
+    for _ in range(8):
+        try:
+            with _LOCK:
+                if frame is not None:
+                    _unwind(frame, thread_local)
+                else:  # the frame was already popped: only re-apply blocks left suspended
+                    _reapply_suspended(thread_local)
+            return
+        except BaseException:  # noqa: BLE001 - the caller re-raises the first interrupt
+            continue
+
+
 def _unwind(frame: _Frame, thread_local: bool) -> None:
     """Revert ``frame`` (and, for an out-of-order exit, the frames above it, then apply those again).
 
@@ -255,6 +274,10 @@ def _unwind(frame: _Frame, thread_local: bool) -> None:
             revert_all(above.applied)
         revert_all(frame.applied)
         _FRAMES.set(stack[:index] + stack[index + 1 :], thread_local)
+    _reapply_suspended(thread_local)
+
+
+def _reapply_suspended(thread_local: bool) -> None:
     for above in _FRAMES.get(thread_local):
         if above.suspended:
             changes, _ = above.context._plan()  # fresh records: salts and priors as they are now

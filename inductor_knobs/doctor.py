@@ -137,11 +137,14 @@ def _backends(version: str, has_gpu: bool) -> dict[str, str]:
 
 def _env() -> dict[str, Any]:
     variables = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+    from .env import DISABLE_HINT, emulation_from_env
+
     try:
         resolved: Any = Knobs.from_env().to_dict()
+        emulation_from_env()
         error = None
     except KnobsError as err:
-        resolved, error = None, str(err)
+        resolved, error = None, f"{err}; {DISABLE_HINT}"
     from .env import active_env_knobs
 
     active = active_env_knobs()
@@ -182,8 +185,13 @@ def _precedence(version: str) -> dict[str, Any]:
         by = patches.implied_by(cfg, key)
         if by:
             implied.append(f"{key} implied by {by}")
-    modules = ["torch._inductor.config", "torch._dynamo.config", "torch.compiler.config"]
-    foreign = [text for name in modules if (text := foreign_setattr(importlib.import_module(name)))]
+    modules = ["torch._inductor.config", "torch._dynamo.config", "torch.compiler.config"]  # the last: 2.6+
+    foreign = []
+    for name in modules:
+        if importlib.util.find_spec(name) is not None:
+            text = foreign_setattr(importlib.import_module(name))
+            if text:
+                foreign.append(text)
     return {"order": PRECEDENCE, "forcing_env_vars": forcing, "implications": implied, "foreign_setattr": foreign}
 
 

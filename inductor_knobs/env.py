@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ._undo import Change, apply_all, revert_all
 from .emulate import EmulationSpec, plan_emulation, spec_from_text
-from .errors import InvalidKnobValue
+from .errors import InvalidKnobValue, KnobsError, StaleConfigHashWarning
 from .knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
 from .plan import plan
 
@@ -29,11 +29,28 @@ _activating = False
 
 
 def env_requests_knobs(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether any ``INDUCTOR_KNOBS_*`` knob variable is set and activation is not disabled."""
+    """Whether any ``INDUCTOR_KNOBS_*`` variable other than ``DISABLE`` has a non-empty value, and activation is not disabled.
+
+    An empty value means unset (``INDUCTOR_KNOBS_MIN_SMS=`` in a launch script does nothing).
+    """
     env = os.environ if environ is None else environ
     if env.get(DISABLE_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
         return False
-    return any(k.startswith(ENV_PREFIX) and k != DISABLE_VAR for k in env)
+    return any(k.startswith(ENV_PREFIX) and k != DISABLE_VAR and v.strip() for k, v in env.items())
+
+
+DISABLE_HINT = f"fix the variable, or set {DISABLE_VAR}=1 to run without inductor_knobs"
+
+
+def defer_error(err: BaseException) -> None:
+    """Keep a bad ``INDUCTOR_KNOBS_*`` for the first Inductor compile, which raises it once.
+
+    Called by the startup hook instead of raising inside ``import torch._inductor.compile_fx``.
+    """
+    from . import torch_compat
+    from .interception import raise_at_first_compile
+
+    raise_at_first_compile(err, torch_compat.installed(strict=False))
 
 
 def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpec | None:
@@ -82,16 +99,18 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
     global _active, _activating
     if not env_requests_knobs(environ):
         return None
-    knobs = Knobs.from_env(environ)
-    emulation = emulation_from_env(environ)
+    try:
+        knobs = Knobs.from_env(environ)
+        emulation = emulation_from_env(environ)
+    except KnobsError as err:
+        raise type(err)(f"{err}; {DISABLE_HINT}") from None
+    _warn_if_other_threads_compiled("activate_from_env()")
     with _lock:
         if _activating:  # re-entered from the import hook while this thread plans; the outer call applies
             return knobs
         if _active is not None:
             if _active[0] == (knobs, emulation):
                 return knobs
-            from .errors import KnobsError
-
             raise KnobsError(
                 f"INDUCTOR_KNOBS_* already activated {_active[0][0].to_dict()} (emulation: {_active[0][1]}); "
                 f"refusing to stack {knobs.to_dict()} (emulation: {emulation}) on top "
@@ -116,5 +135,28 @@ def deactivate_env() -> None:
     global _active
     with _lock:
         if _active is not None:
+            _warn_if_other_threads_compiled("deactivate_env()")
             changes, _active = _active[1], None
             revert_all(changes)
+
+
+def _warn_if_other_threads_compiled(what: str) -> None:
+    """torch 2.12+ caches ``get_hash`` and the cache-key dict per thread: threads that already
+    compiled would compile with the new process defaults under their old cache key."""
+    import sys
+    import warnings
+
+    from . import torch_compat
+
+    if "torch._inductor.compile_fx" not in sys.modules or threading.active_count() < 2:
+        return
+    if not torch_compat.installed(strict=False).config_is_thread_local:
+        return
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    warnings.warn(
+        f"{what} changes process-wide Inductor defaults while other threads are alive ({', '.join(others[:5])}); "
+        "on this torch each thread caches its config hash, so a thread that has already compiled would compile "
+        "with the new values under its old cache key. Activate before starting threads that compile, or restart them",
+        StaleConfigHashWarning,
+        stacklevel=3,
+    )

@@ -99,3 +99,8 @@ class KnobNotAppliedWarning(KnobsWarning):
 
 class EmulationWarning(KnobsWarning):
     """``emulate_gpu`` changed something the caller asked for (CUDA graphs off, SMs rounded by the driver)."""
+
+
+class StaleConfigHashWarning(KnobsWarning):
+    """Env activation changed process-wide defaults after other threads may have compiled (torch 2.12+
+    caches each thread's config hash, so those threads would use their old cache key)."""

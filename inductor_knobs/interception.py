@@ -280,8 +280,19 @@ _DEPTH = _Depth()
 _PATCHES: dict[int, TorchPatches] = {}
 
 
+_PENDING: list[BaseException] = []  # a bad INDUCTOR_KNOBS_* from the startup hook, raised once
+
+
+def raise_at_first_compile(err: BaseException, patches: TorchPatches) -> None:
+    """Raise ``err`` from the next Inductor compile in this process (once); used instead of raising in an import hook."""
+    _PENDING.append(err)
+    InterceptionUse(patches).apply()  # held for the process's life: it only raises, then passes through
+
+
 def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``compile_fx`` with the precedence rule applied and ``inner_compile`` attesting."""
+    if _PENDING and not _DEPTH.value:
+        raise _PENDING.pop()
     if _DEPTH.value or not _PATCHES:  # torch's own recursion under config.patch(config_patches)
         return wrapped(*args, **kwargs)
     patches = next(iter(_PATCHES.values()))

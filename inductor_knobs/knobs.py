@@ -245,15 +245,15 @@ class Knobs:
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        preset = env.get(ENV_PREFIX + "PRESET")
+        preset = env.get(ENV_PREFIX + "PRESET", "").strip()
         if preset:
             if preset not in PRESETS:
                 raise UnknownKnob(_unknown_message(f"preset ({ENV_PREFIX}PRESET)", preset, PRESETS))
             values.update(PRESETS[preset])
         names = {ENV_PREFIX + n.upper(): n for n in cls.fields()}
         for var, raw in env.items():
-            if not var.startswith(ENV_PREFIX) or var in _NON_KNOB_VARS:
-                continue
+            if not var.startswith(ENV_PREFIX) or var in _NON_KNOB_VARS or not raw.strip():
+                continue  # an empty value means unset
             if var not in names:
                 raise UnknownKnob(_unknown_message("variable", var, [*names, *_NON_KNOB_VARS]))
             name = names[var]

@@ -13,8 +13,10 @@ def test_doctor_text(capsys):
 
 def test_doctor_json(capsys, monkeypatch):
     monkeypatch.setenv("INDUCTOR_KNOBS_MIN_SMS", "nope")
-    assert main(["doctor", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    assert main(["doctor", "--json"]) == 1  # a bad variable is an error: the report still prints
+    captured = capsys.readouterr()
+    assert "INDUCTOR_KNOBS_MIN_SMS='nope'" in captured.err and "INDUCTOR_KNOBS_DISABLE=1" in captured.err
+    report = json.loads(captured.out)
     assert report["patch_module"]["drift_ok"] is True
     assert "INDUCTOR_KNOBS_MIN_SMS" in report["env"]["error"]
     assert set(report["modes"]) >= {"default", "max-autotune"}

@@ -24,9 +24,6 @@ from torch._inductor.runtime.hints import DeviceProperties
 
 import inductor_knobs as ik
 from inductor_knobs import cli, emulate, interception, torch_compat
-
-# The fakes model torch 2.6+ (cache_key_tag salt, DeviceProperties); 2.4-2.5 lack both.
-compiler_config = pytest.importorskip("torch.compiler.config", reason="emulation's fakes model torch >= 2.6")
 from inductor_knobs.ablation import command
 from inductor_knobs.emulate import EmulationSpec, resolve_spec
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
@@ -40,6 +37,9 @@ from inductor_knobs.errors import (
 )
 from inductor_knobs.gpu_presets import PRESETS, find_preset
 from inductor_knobs.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
+
+# The fakes model torch 2.6+ (cache_key_tag salt, DeviceProperties); 2.4-2.5 lack both.
+compiler_config = pytest.importorskip("torch.compiler.config", reason="emulation's fakes model torch >= 2.6")
 
 PHYSICAL_SMS = 132
 PHYSICAL_SMEM = 232448
@@ -277,12 +277,13 @@ def test_enter_without_a_gpu_is_unavailable(no_cuda):
     assert_unchanged(before)
 
 
-def test_start_without_a_gpu_is_unavailable_and_stop_is_a_no_op(no_cuda):
+def test_start_without_a_gpu_is_unavailable_and_stop_says_nothing_started(no_cuda):
     before = torch_state()
     context = ik.emulate_gpu("T4")
     with pytest.raises(EmulationUnavailable):
         context.start()
-    context.stop()
+    with pytest.raises(ik.KnobsError, match="no start"):  # the failed start left nothing to stop
+        context.stop()
     assert_unchanged(before)
 
 

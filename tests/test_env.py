@@ -116,7 +116,51 @@ def test_startup_hook_costs_no_imports_when_unset_or_disabled():
 
 
 @needs_install
-def test_startup_hook_bad_value_fails_at_activation_with_the_variable():
-    out = _run({"INDUCTOR_KNOBS_MIN_SMS": "forty"})
-    assert out.returncode != 0
-    assert "INDUCTOR_KNOBS_MIN_SMS='forty'" in out.stderr and "allowed" in out.stderr
+def test_a_bad_variable_never_breaks_an_import_and_fails_the_first_compile_once():
+    probe = """
+import torch, torch._dynamo, torch._inductor.compile_fx  # importing never fails
+import inductor_knobs.errors as errors
+for attempt in (1, 2):
+    try:
+        torch.compile(lambda x: x + 1)(torch.ones(2))
+        print(attempt, "compiled")
+    except Exception as err:
+        cause = err
+        while cause is not None and not isinstance(cause, errors.KnobsError):
+            cause = cause.__cause__ or getattr(cause, "inner_exception", None)
+        print(attempt, type(cause).__name__, str(cause))
+print("dynamo usable", hasattr(torch._dynamo, "utils"))
+"""
+    out = _run({"INDUCTOR_KNOBS_MIN_SMS": "abc"}, probe)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr and "INDUCTOR_KNOBS" not in out.stderr  # nothing at startup or import
+    first, second, usable = out.stdout.strip().splitlines()[-3:]
+    assert first.startswith("1 InvalidKnobValue") and "INDUCTOR_KNOBS_MIN_SMS='abc'" in first
+    assert "allowed" in first and "INDUCTOR_KNOBS_DISABLE=1" in first
+    assert second == "2 compiled" and usable == "dynamo usable True"
+
+
+@needs_install
+def test_a_bad_variable_costs_nothing_in_a_process_that_never_compiles():
+    probe = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'wrapt', 'inductor_knobs')))"
+    out = _run({"INDUCTOR_KNOBS_MIN_SMS": "abc"}, probe)
+    assert out.returncode == 0 and out.stderr == ""
+    assert out.stdout.strip() == "['inductor_knobs', 'inductor_knobs._startup']"
+
+
+@needs_install
+def test_empty_values_and_disable_alone_do_nothing():
+    probe = "import sys; print('inductor_knobs' in sys.modules)"
+    for env in (
+        {"INDUCTOR_KNOBS_MIN_SMS": ""},
+        {"INDUCTOR_KNOBS_DISABLE": "0"},
+        {"INDUCTOR_KNOBS_DISABLE": "1", "INDUCTOR_KNOBS_MIN_SMS": "4"},
+    ):
+        out = _run(env, probe)
+        assert out.stdout.strip() == "False", env
+
+
+def test_explicit_activation_names_the_variable_and_the_way_out():
+    with pytest.raises(ik.errors.InvalidKnobValue, match=r"INDUCTOR_KNOBS_MIN_SMS='abc'.*INDUCTOR_KNOBS_DISABLE=1"):
+        ik.activate_from_env({"INDUCTOR_KNOBS_MIN_SMS": "abc"})
+    assert ik.activate_from_env({"INDUCTOR_KNOBS_MIN_SMS": "  "}) is None  # empty means unset

@@ -1,0 +1,249 @@
+"""Every exit path reverts exactly (issue 11): out-of-order exits, generators, tasks, interrupts.
+
+"Exact" is checked inside torch: the raw stored override of each key (``unset`` included), the
+``is_big_gpu`` object in every module that binds it, its cache, ``cache_key_tag``, and the
+compile entry, by identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+
+import pytest
+import torch._inductor.compile_fx as compile_fx_module
+import torch._inductor.config as cfg
+import torch._inductor.utils as inductor_utils
+
+import inductor_knobs as ik
+from inductor_knobs import context, gate, interception
+from inductor_knobs.errors import ConcurrentKnobsError, KnobsError
+
+KEYS = ("coordinate_descent_tuning", "max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends", "triton.cudagraphs")
+
+
+def torch_state(patches) -> dict[str, object]:
+    """What torch holds now, read from torch's own objects."""
+    state: dict[str, object] = {key: patches.read_override(cfg, key) for key in KEYS}
+    salt = sys.modules.get("torch.compiler.config")
+    if salt is not None and hasattr(salt, "cache_key_tag"):
+        state["raw cache_key_tag"] = patches.read_override(salt, "cache_key_tag")
+    state["gate bindings"] = sorted(
+        name
+        for name, module in list(sys.modules.items())
+        if getattr(module, "__dict__", {}).get("is_big_gpu") is not None and module.__dict__["is_big_gpu"] is not ORIGINAL_GATE
+    )
+    state["gate"] = inductor_utils.is_big_gpu is ORIGINAL_GATE
+    state["compile_fx"] = compile_fx_module.compile_fx is ORIGINAL_COMPILE_FX
+    state["gate users"] = gate.GATE_PATCH.users
+    state["interception users"] = interception.INTERCEPTION.users
+    state["frames"] = len(context._FRAMES.get(True)) + len(context._FRAMES.get(False))
+    return state
+
+
+ORIGINAL_GATE = inductor_utils.is_big_gpu
+ORIGINAL_COMPILE_FX = compile_fx_module.compile_fx
+
+
+@pytest.fixture
+def before(patches, fake_gpu):
+    fake_gpu(40)
+    state = torch_state(patches)
+    yield state
+    assert torch_state(patches) == state
+
+
+def test_out_of_order_stop_unwinds_and_reapplies(patches, before):
+    a = ik.knobs(coordinate_descent_tuning=True, min_sms=10)
+    b = ik.knobs(max_autotune=True, min_sms=50)
+    a.start()
+    b.start()
+    a.stop()  # out of order: b stays, exactly as if a had never been entered
+    assert cfg.max_autotune is True and gate.current_override() == gate.Override(50)
+    assert patches.read_override(cfg, "coordinate_descent_tuning") == before["coordinate_descent_tuning"]
+    assert inductor_utils.is_big_gpu(0) is False  # 40 SMs < 50
+    b.stop()
+
+
+def test_generator_holding_a_block_finished_inside_another(patches, before):
+    def gen():
+        with ik.knobs(min_sms=10, coordinate_descent_tuning=True):
+            yield 1
+            yield 2
+
+    it = gen()
+    next(it)
+    with ik.knobs(max_autotune=True, min_sms=60):
+        it.close()  # the generator's block exits while the outer one is active
+        assert gate.current_override() == gate.Override(60) and cfg.max_autotune is True
+        assert patches.read_override(cfg, "coordinate_descent_tuning") == before["coordinate_descent_tuning"]
+
+
+def test_stop_without_start_raises(before):
+    ctx = ik.knobs(max_autotune=True)
+    with pytest.raises(KnobsError, match="no start"):
+        ctx.stop()
+
+
+def test_stop_in_another_thread_raises_and_leaves_the_starting_thread_alone(before, patches):
+    ctx = ik.knobs(max_autotune=True)
+    ctx.start()
+    errors = []
+
+    def other():
+        try:
+            ctx.stop()
+        except KnobsError as err:
+            errors.append(err)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join()
+    if patches.config_is_thread_local:
+        assert errors and "another thread" in str(errors[0])
+        ctx.stop()
+    else:  # before 2.12 the stack is process-global: the stop is the starting context's own
+        assert not errors
+
+
+def test_decorated_generator_holds_knobs_around_each_resume(before):
+    seen = []
+    outside_value = cfg.max_autotune
+
+    @ik.knobs(max_autotune=True)
+    def gen():
+        for _ in range(2):
+            seen.append(cfg.max_autotune)
+            yield cfg.max_autotune
+
+    outside = []
+    for value in gen():
+        outside.append(cfg.max_autotune)
+        assert value is True
+    assert seen == [True, True] and outside == [outside_value] * 2
+
+
+def test_decorated_async_generator_holds_knobs_around_each_resume(before):
+    @ik.knobs(coordinate_descent_tuning=True)
+    async def agen():
+        for _ in range(2):
+            yield cfg.coordinate_descent_tuning
+
+    async def main():
+        return [value async for value in agen()]
+
+    assert asyncio.run(main()) == [True, True]
+
+
+def test_pre_2_12_two_tasks_are_refused(before, patches, monkeypatch):
+    if patches.config_is_thread_local:
+        monkeypatch.setattr(type(patches), "config_is_thread_local", False)  # model torch < 2.12
+    ctx = ik.knobs(max_autotune=True)
+    other = ik.knobs(coordinate_descent_tuning=True)
+
+    @ctx
+    async def first(started, release):
+        started.set()
+        await release.wait()
+
+    @other
+    async def second():
+        return "ran"
+
+    async def main():
+        started, release = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(first(started, release))
+        await started.wait()
+        try:
+            with pytest.raises(ConcurrentKnobsError, match="asyncio task"):
+                await second()
+        finally:
+            release.set()
+            await task
+
+    asyncio.run(main())
+
+
+def _inject(at: int, lines: list[tuple[str, int]]):
+    """A tracer that records each line event in the package and raises KeyboardInterrupt at event ``at``."""
+
+    def tracer(frame, event, arg):
+        if not frame.f_code.co_filename.endswith(PACKAGE_FILES):
+            return None
+        if event == "line":
+            lines.append((frame.f_code.co_filename, frame.f_lineno))
+            if len(lines) == at:
+                raise KeyboardInterrupt(f"injected at {frame.f_code.co_filename}:{frame.f_lineno}")
+        return tracer
+
+    return tracer
+
+
+PACKAGE_FILES = tuple(
+    f"inductor_knobs/{name}.py"
+    for name in ("context", "_undo", "_patching", "_scope", "gate", "interception", "plan", "knobs", "torch_compat", "_drift")
+) + tuple(f"inductor_knobs/patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15))
+
+
+def _injection_points(fn) -> list[int]:
+    """The event index of the first time each distinct source line runs in ``fn``: one injection per line."""
+    lines: list[tuple[str, int]] = []
+    sys.settrace(_inject(-1, lines))
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    first: dict[tuple[str, int], int] = {}
+    for index, line in enumerate(lines, start=1):
+        first.setdefault(line, index)
+    return sorted(first.values())
+
+
+def _run_injected(fn, at: int) -> None:
+    sys.settrace(_inject(at, []))
+    try:
+        fn()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+
+
+def test_an_interrupt_at_any_line_of_enter_or_exit_leaves_torch_exact(patches, before):
+    """KeyboardInterrupt injected at each line of enter, then of exit: torch is exact afterwards.
+
+    The one point no Python code can guard is the first line event of ``__exit__`` (it precedes its
+    ``try``); the block then stays active and ``stop()`` still reverts it exactly, which is checked too.
+    """
+
+    def make():
+        return ik.force_gemm_autotune(min_sms=40, coordinate_descent_tuning=True)
+
+    first = make()
+    enter_points = _injection_points(first.__enter__)
+    exit_points = _injection_points(lambda: first.__exit__(None, None, None))
+    assert torch_state(patches) == before
+
+    exact_enter = 0
+    for at in enter_points:  # interrupt during enter: nothing stays applied
+        ctx = make()
+        _run_injected(ctx.__enter__, at)
+        if ctx.active:  # the interrupt came after the block was fully entered (its return)
+            ctx.__exit__(None, None, None)
+        exact_enter += torch_state(patches) == before
+    exact_exit = unguarded = 0
+    for at in exit_points:  # interrupt during exit: everything is reverted all the same
+        ctx = make()
+        ctx.__enter__()
+        _run_injected(lambda c=ctx: c.__exit__(None, None, None), at)
+        if ctx.active:
+            unguarded += 1
+            ctx.stop()
+        exact_exit += torch_state(patches) == before
+    print(
+        f"interrupt points: {len(enter_points)} lines of enter, {len(exit_points)} of exit; exact afterwards: "
+        f"{exact_enter} + {exact_exit}; left active by the unguardable first line of __exit__: {unguarded}"
+    )
+    assert exact_enter == len(enter_points) and exact_exit == len(exit_points)
+    assert unguarded <= 1
