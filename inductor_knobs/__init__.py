@@ -91,36 +91,36 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
-    from .errors import AutotuneDuringServing as AutotuneDuringServing
-    from .records import AutotuneRecord as AutotuneRecord
-    from .interception import CompileAttestation as CompileAttestation
-    from .errors import CompileCacheRefused as CompileCacheRefused
-    from .records import CompileEvent as CompileEvent
-    from .errors import ConcurrentKnobsError as ConcurrentKnobsError
+    from .compile_backend import KnobsBackend as KnobsBackend
+    from .compile_backend import compile as compile
+    from .compile_backend import knobs_report as knobs_report
+    from .compile_cache import load_compile_cache as load_compile_cache
+    from .compile_cache import save_compile_cache as save_compile_cache
     from .context import EmulateGpuContext as EmulateGpuContext
+    from .context import KnobsContext as KnobsContext
+    from .context import emulate_gpu as emulate_gpu
+    from .context import force_gemm_autotune as force_gemm_autotune
+    from .context import knobs as knobs
+    from .env import activate_from_env as activate_from_env
+    from .env import active_env_knobs as active_env_knobs
+    from .env import deactivate_env as deactivate_env
+    from .errors import AutotuneDuringServing as AutotuneDuringServing
+    from .errors import CompileCacheRefused as CompileCacheRefused
+    from .errors import ConcurrentKnobsError as ConcurrentKnobsError
     from .errors import EmulationConflict as EmulationConflict
     from .errors import EmulationUnavailable as EmulationUnavailable
     from .errors import KnobNotApplied as KnobNotApplied
     from .errors import KnobNotAppliedWarning as KnobNotAppliedWarning
-    from .knobs import Knobs as Knobs
-    from .compile_backend import KnobsBackend as KnobsBackend
-    from .context import KnobsContext as KnobsContext
     from .errors import KnobsError as KnobsError
     from .errors import NotSupportedOnThisTorch as NotSupportedOnThisTorch
-    from .knobs import PRESETS as PRESETS
     from .errors import PatchTargetChanged as PatchTargetChanged
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
-    from .env import activate_from_env as activate_from_env
-    from .env import active_env_knobs as active_env_knobs
-    from .compile_backend import compile as compile
-    from .env import deactivate_env as deactivate_env
-    from .context import emulate_gpu as emulate_gpu
-    from .context import force_gemm_autotune as force_gemm_autotune
-    from .context import knobs as knobs
-    from .compile_backend import knobs_report as knobs_report
-    from .compile_cache import load_compile_cache as load_compile_cache
-    from .serving import no_autotune as no_autotune
+    from .interception import CompileAttestation as CompileAttestation
+    from .knobs import PRESETS as PRESETS
+    from .knobs import Knobs as Knobs
     from .recorder import record_autotune as record_autotune
     from .recorder import record_compiles as record_compiles
-    from .compile_cache import save_compile_cache as save_compile_cache
+    from .records import AutotuneRecord as AutotuneRecord
+    from .records import CompileEvent as CompileEvent
+    from .serving import no_autotune as no_autotune
     from .serving import warmup as warmup
