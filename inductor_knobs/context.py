@@ -339,6 +339,14 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
         UnknownKnob: an unknown keyword ("did you mean" included).
         InvalidKnobValue: a bad value.  Torch-dependent checks happen on enter.
     """
+    if spec is not None and not isinstance(spec, Knobs):
+        from .errors import InvalidKnobValue
+        from .knobs import torch_version
+
+        hint = f"; did you mean knobs(min_sms={spec!r})?" if isinstance(spec, int) and not isinstance(spec, bool) else ""
+        raise InvalidKnobValue(
+            f"knobs({spec!r}) is invalid on torch {torch_version()}: allowed an ik.Knobs or keyword arguments{hint}"
+        )
     extra = Knobs.from_kwargs(**kwargs)
     return KnobsContext(spec.merged(extra) if spec is not None else extra)
 

@@ -93,11 +93,33 @@ def _check_search_space(label: str, value: object) -> str:
     return value.upper()
 
 
+def _check_directory(label: str, value: object) -> str:
+    """An absolute directory path that exists and is writable, or can be created (its nearest
+    existing ancestor is a writable directory)."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise _fail(label, value, "a directory path")
+    path = os.path.abspath(os.fspath(value))
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    what = "is not a directory" if not os.path.isdir(probe) else None
+    if what is None:
+        import tempfile
+
+        try:  # os.access says yes to root even on /proc: make (and remove) a directory to know
+            os.rmdir(tempfile.mkdtemp(prefix=".inductor_knobs-probe-", dir=probe))
+        except OSError as err:
+            what = f"is not writable ({err.strerror})"
+    if what is not None:
+        raise _fail(label, value, f"a directory that exists and is writable or can be created ({probe} {what})")
+    return path
+
+
 def _check_trace(label: str, value: object) -> bool | str:
     if isinstance(value, bool):
         return value
-    if isinstance(value, (str, os.PathLike)) and str(value):
-        return os.path.abspath(os.fspath(value))
+    if isinstance(value, (str, os.PathLike)):
+        return _check_directory(label, value)
     raise _fail(label, value, "True, False or a directory path for trace files")
 
 
@@ -107,12 +129,32 @@ def _check_on_mismatch(label: str, value: object) -> str:
     return value.strip().lower()
 
 
+#: Inductor config keys whose values get the same check as the named knob that sets them, so
+#: ``config={"max_autotune_gemm_backends": ...}`` is validated exactly like ``gemm_backends=...``.
+#: Types are checked against the installed config's declared types when applied (``plan``).
+VALUE_CHECKS = {
+    "max_autotune_gemm_backends": lambda label, value: _check_backends(label, value),
+    "max_autotune_gemm_search_space": lambda label, value: _check_search_space(label, value),
+    "trace.debug_dir": lambda label, value: None if value is None else _check_directory(label, value),
+}
+
+
+def config_key(key: str) -> str:
+    """An Inductor config key as torch spells it: ``-`` read as ``_``, as ``torch.compile(options=)`` does."""
+    return key.replace("-", "_")
+
+
 def _check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
     if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
         value = dict(value)  # already normalised (e.g. re-validated)
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
         raise _fail(label, value, "a mapping of dotted Inductor config keys to values")
-    return tuple(sorted(value.items()))
+    out = {}
+    for key, item in value.items():
+        name = config_key(key)
+        check = VALUE_CHECKS.get(name)
+        out[name] = check(f"{label}[{name!r}]", item) if check is not None and item is not None else item
+    return tuple(sorted(out.items()))
 
 
 _CHECKS = {
@@ -176,6 +218,8 @@ class Knobs:
     strict: bool = True
 
     def __post_init__(self) -> None:
+        if self.config is None:  # "no extra config", like the default
+            object.__setattr__(self, "config", ())
         for name, check in _CHECKS.items():
             value = getattr(self, name)
             if value is None or (name == "config" and value == ()):
@@ -184,6 +228,18 @@ class Knobs:
 
     def __hash__(self) -> int:
         return hash(self.digest())
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Knobs:
+        # Checked here, before the dataclass __init__, so a typo gets "did you mean", not a bare TypeError.
+        if args:
+            raise InvalidKnobValue(
+                f"Knobs{args!r}: knobs are keyword arguments only on torch {torch_version()}, "
+                f"e.g. Knobs(min_sms=40); the knobs are {', '.join(cls.fields())}"
+            )
+        for name in kwargs:
+            if name not in cls.fields():
+                raise UnknownKnob(_unknown_message("knob", name, cls.fields()))
+        return super().__new__(cls)
 
     @classmethod
     def fields(cls) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, TypeVar
 
 from . import torch_compat
 from ._patching import SharedPatch, Step, Undo, wrap_attribute
@@ -197,6 +197,9 @@ def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[Non
         OBSERVER_HOOKS.release(holder)
 
 
+_Block = TypeVar("_Block", bound="ObservedBlock")
+
+
 class ObservedBlock:
     """Base of the ``with`` objects that observe one block at a time (recorder, guard)."""
 
@@ -210,7 +213,7 @@ class ObservedBlock:
     def on_compile(self, event: CompileEvent) -> None:
         pass
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _Block) -> _Block:
         if self._block is not None:
             raise RuntimeError(f"a {type(self).__name__} object observes one block at a time; create another")
         block = observing(self, need_autotune=self.need_autotune)

@@ -117,20 +117,17 @@ def _check_gate(patches: TorchPatches, strict: bool, version: str) -> None:
 
 
 def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, version: str) -> None:
+    """The one type check of a config value, for named knobs and ``config=`` alike: against the type the
+    installed config declares for ``key`` (not the type of its current value, which may be None)."""
     keys = patches.config_keys(cfg)
     if key not in keys:
         raise UnknownKnob(_unknown_message(f"Inductor config key ({INDUCTOR_CONFIG})", key, keys).split(" Known:")[0])
-    current = getattr(cfg, key)
-    if current is None or value is None:
+    allowed = patches.declared_types(cfg, key)
+    if allowed is None or patches.value_allowed(value, allowed):
         return
-    expected: tuple[type, ...] = (type(current),)
-    if isinstance(current, float) and not isinstance(current, bool):
-        expected = (float, int)
-    if (isinstance(value, bool) != isinstance(current, bool)) or not isinstance(value, expected):
-        raise InvalidKnobValue(
-            f"{INDUCTOR_CONFIG}.{key}={value!r} is invalid on torch {version}: allowed a "
-            f"{' or '.join(t.__name__ for t in expected)} (its current value is {current!r})"
-        )
+    raise InvalidKnobValue(
+        f"{INDUCTOR_CONFIG}.{key}={value!r} is invalid on torch {version}: allowed {patches.describe_types(allowed)}"
+    )
 
 
 def _check_backends(patches: TorchPatches, cfg: ModuleType, backends: str, values: dict[str, Any], version: str) -> None:

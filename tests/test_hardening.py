@@ -12,6 +12,7 @@ import sys
 import threading
 
 import pytest
+import torch
 import torch._inductor.compile_fx as compile_fx_module
 import torch._inductor.config as cfg
 import torch._inductor.utils as inductor_utils
@@ -247,3 +248,102 @@ def test_an_interrupt_at_any_line_of_enter_or_exit_leaves_torch_exact(patches, b
     )
     assert exact_enter == len(enter_points) and exact_exit == len(exit_points)
     assert unguarded <= 1
+
+
+# -- bad input gets nothing applied -------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from inductor_knobs.env import activate_from_env, deactivate_env  # noqa: E402
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+KNOB_VARS = [f"INDUCTOR_KNOBS_{n.upper()}" for n in ik.Knobs.fields()] + ["INDUCTOR_KNOBS_PRESET", "INDUCTOR_KNOBS_EMULATE_SMS"]
+texts = st.one_of(
+    st.sampled_from(["", " ", "abc", "-1", "0", "1025", "1.5", "true", "maybe", "{", "[]", "ATEN,BOGUS", "/proc/x"]),
+    st.text(max_size=8),
+)
+bad_values = st.one_of(
+    st.integers(-5, 5000), st.floats(allow_nan=True), st.text(max_size=6), st.none(), st.lists(st.integers(), max_size=2)
+)
+TRIED = {"env": 0, "api": 0, "leaks": 0}
+
+
+@FUZZ
+@given(
+    env=st.dictionaries(st.sampled_from(KNOB_VARS + ["INDUCTOR_KNOBS_MIN_SM", "INDUCTOR_KNOBS_X"]), texts, min_size=1, max_size=3)
+)
+def test_fuzzed_env_applies_all_or_nothing(patches, fake_gpu, env):
+    fake_gpu(40)
+    state = torch_state(patches)
+    TRIED["env"] += 1
+    try:
+        activate_from_env(env)
+    except KnobsError:
+        TRIED["leaks"] += torch_state(patches) != state
+        assert torch_state(patches) == state
+    else:
+        deactivate_env()
+        assert torch_state(patches) == state
+
+
+@FUZZ
+@given(name=st.sampled_from([*ik.Knobs.fields(), "min_sm", "config"]), value=bad_values)
+def test_fuzzed_knobs_apply_all_or_nothing(patches, fake_gpu, name, value):
+    fake_gpu(40)
+    state = torch_state(patches)
+    TRIED["api"] += 1
+    try:
+        with ik.knobs(**{name: value, "coordinate_descent_tuning": True}):
+            pass
+    except KnobsError:
+        pass
+    TRIED["leaks"] += torch_state(patches) != state
+    assert torch_state(patches) == state
+
+
+def test_fuzz_tally():
+    print(f"bad-input fuzz: {TRIED['env']} env dicts, {TRIED['api']} API calls, {TRIED['leaks']} left anything applied")
+    assert TRIED["leaks"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"config": {"max_autotune_gemm_backends": "BOGUS"}}, "non-empty subset of"),
+        ({"config": {"trace.debug_dir": 123}}, "a directory path"),
+        ({"trace": "/proc/nope/dir"}, "is not writable"),
+        ({"config": {"epilogue-fusion": "yes"}}, "epilogue_fusion='yes'.*allowed bool"),
+        ({"config": {"compile_threads": "four"}}, "allowed int"),
+    ],
+)
+def test_one_validator_for_named_knobs_and_config(before, kwargs, match):
+    with pytest.raises(ik.errors.InvalidKnobValue, match=match), ik.knobs(**kwargs):
+        pass
+
+
+def test_config_keys_take_dashes_like_options(before):
+    with ik.knobs(config={"epilogue-fusion": False}):
+        assert cfg.epilogue_fusion is False
+
+
+def test_bad_calls_name_the_fix():
+    with pytest.raises(ik.errors.InvalidKnobValue, match=r"did you mean knobs\(min_sms=40\)"):
+        ik.knobs(40)
+    with pytest.raises(ik.errors.UnknownKnob, match="did you mean 'min_sms'"):
+        ik.Knobs(min_sm=40)
+
+
+def test_a_key_with_a_mutable_default_reverts_to_unset(patches, before):
+    mutable = [
+        k
+        for k in patches.config_keys(cfg)
+        if isinstance(cfg._config[k].default if hasattr(cfg._config[k], "default") else None, dict)
+    ]
+    if not mutable:
+        pytest.skip(f"no dict-valued config key on torch {torch.__version__}")
+    key = mutable[0]
+    raw = patches.read_override(cfg, key)
+    with ik.knobs(config={key: {}}):
+        pass
+    assert patches.read_override(cfg, key) is raw  # "unset" again, not a pinned copy

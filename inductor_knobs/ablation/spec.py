@@ -249,7 +249,7 @@ def load_toml(path: str) -> dict[str, Any]:
     """
     # Imported here, not at the top: tomllib is Python >= 3.11, and the whole CLI imports this module.
     try:
-        import tomllib
+        import tomllib  # novermin - Python 3.11+, tomli below
     except ModuleNotFoundError:
         try:
             import tomli as tomllib  # type: ignore[no-redef]

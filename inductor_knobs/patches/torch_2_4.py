@@ -134,6 +134,31 @@ class TorchPatches:
             self.write_override(cfg, key, before)
         return value
 
+    def declared_types(self, cfg: ModuleType, key: str) -> tuple[Any, ...] | None:
+        """The values ``key`` accepts, as a tuple of types and ``Literal`` values, or None (unknown).
+
+        2.4–2.5 declare no types: the default's type (None when the default is None: unchecked).
+        """
+        default = cfg._config[key]  # type: ignore[attr-defined]
+        return None if default is None else _as_types(type(default))
+
+    def value_allowed(self, value: object, allowed: tuple[Any, ...]) -> bool:
+        """Whether ``value`` fits ``allowed`` (bools are not ints; ints are floats)."""
+        for option in allowed:
+            if isinstance(option, type):
+                if option is float and isinstance(value, int) and not isinstance(value, bool):
+                    return True
+                if option is int and isinstance(value, bool):
+                    continue
+                if isinstance(value, option):
+                    return True
+            elif type(value) is type(option) and value == option:  # a Literal value
+                return True
+        return False
+
+    def describe_types(self, allowed: tuple[Any, ...]) -> str:
+        return " or ".join(getattr(a, "__name__", repr(a)) for a in allowed)
+
     def implied_by(self, cfg: ModuleType, key: str) -> str | None:
         """The active config implication that forces ``key`` (``numerics='strict'``), if any (2.15+)."""
         return None
@@ -202,6 +227,25 @@ class TorchPatches:
         cutlass_dir = cutlass_dir or str(getattr(cfg, self.cutlass_dir_key(release)))
         found = os.path.isdir(os.path.join(cutlass_dir, "python", "cutlass_library"))
         return found, cutlass_dir
+
+
+def _as_types(declared: Any) -> tuple[Any, ...] | None:
+    """Flatten a declared type (``str | None``, ``Optional[int]``, ``Literal["a", "b"]``) into types
+    and literal values; None when it is something that cannot be checked (``Any``, a callable)."""
+    import types as _types
+    import typing
+
+    origin = typing.get_origin(declared)
+    if origin is typing.Union or (hasattr(_types, "UnionType") and isinstance(declared, getattr(_types, "UnionType"))):
+        parts = [_as_types(a) for a in typing.get_args(declared)]
+        return None if any(p is None for p in parts) else tuple(x for p in parts for x in p or ())
+    if origin is typing.Literal:
+        return tuple(typing.get_args(declared))
+    if declared is type(None):
+        return (type(None),)
+    if origin is not None:
+        return (origin,) if isinstance(origin, type) else None
+    return (declared,) if isinstance(declared, type) and declared is not object else None
 
 
 def _by_release(table: dict[str, Any], release: str) -> Any:
