@@ -271,7 +271,7 @@ TRIED = {"env": 0, "api": 0, "leaks": 0}
 
 @FUZZ
 @given(
-    env=st.dictionaries(st.sampled_from(KNOB_VARS + ["INDUCTOR_KNOBS_MIN_SM", "INDUCTOR_KNOBS_X"]), texts, min_size=1, max_size=3)
+    env=st.dictionaries(st.sampled_from([*KNOB_VARS, "INDUCTOR_KNOBS_MIN_SM", "INDUCTOR_KNOBS_X"]), texts, min_size=1, max_size=3)
 )
 def test_fuzzed_env_applies_all_or_nothing(patches, fake_gpu, env):
     fake_gpu(40)

@@ -236,7 +236,8 @@ def _as_types(declared: Any) -> tuple[Any, ...] | None:
     import typing
 
     origin = typing.get_origin(declared)
-    if origin is typing.Union or (hasattr(_types, "UnionType") and isinstance(declared, getattr(_types, "UnionType"))):
+    union_type = getattr(_types, "UnionType", None)  # ``X | Y`` (Python 3.10+)
+    if origin is typing.Union or (union_type is not None and isinstance(declared, union_type)):
         parts = [_as_types(a) for a in typing.get_args(declared)]
         return None if any(p is None for p in parts) else tuple(x for p in parts for x in p or ())
     if origin is typing.Literal:
