@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch._inductor.utils as inductor_utils
 
 import inductor_knobs as ik
@@ -164,3 +166,53 @@ def test_explicit_activation_names_the_variable_and_the_way_out():
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"INDUCTOR_KNOBS_MIN_SMS='abc'.*INDUCTOR_KNOBS_DISABLE=1"):
         ik.activate_from_env({"INDUCTOR_KNOBS_MIN_SMS": "abc"})
     assert ik.activate_from_env({"INDUCTOR_KNOBS_MIN_SMS": "  "}) is None  # empty means unset
+
+
+@needs_install
+@settings(max_examples=6, deadline=None)
+@given(
+    env=st.dictionaries(
+        st.sampled_from(["INDUCTOR_KNOBS_MIN_SMS", "INDUCTOR_KNOBS_CUDAGRAPHS", "INDUCTOR_KNOBS_GEMM_BACKENDS", "INDUCTOR_KNOBS_NOPE"]),
+        st.sampled_from(["abc", "-3", "maybe", "ATEN,BOGUS", "{", "2000"]),
+        min_size=1,
+        max_size=2,
+    )
+)
+def test_fuzzed_bad_env_in_real_processes_leaves_torch_untouched(env):
+    """Real interpreters with the .pth: a bad variable never breaks an import, applies nothing, fails one compile."""
+    probe = """
+import torch, torch._inductor.compile_fx, torch._inductor.config as cfg, torch._inductor.utils as u, wrapt
+raw = {k: repr(cfg._config[k].user_override.get() if hasattr(cfg._config[k], "user_override") else cfg._config[k])
+       for k in ("triton.cudagraphs", "max_autotune_gemm_backends")}
+try:
+    torch.compile(lambda x: x * 2)(torch.ones(2))
+    print("compiled")
+except Exception as err:
+    print("refused")
+print(isinstance(u.is_big_gpu, wrapt.FunctionWrapper), sorted(set(raw.values())))
+"""
+    out = _run(env, probe)
+    assert out.returncode == 0, out.stderr
+    verdict, state = out.stdout.strip().splitlines()[-2:]
+    assert verdict == "refused" and state.startswith("False")  # nothing applied: no gate wrapper, raw config untouched
+    assert "Traceback" not in out.stderr
+
+
+def test_activation_with_other_threads_alive_warns_on_thread_local_torch(patches):
+    import threading
+
+    import torch._inductor.compile_fx  # noqa: F401 - a compile may have happened
+
+    if not patches.config_is_thread_local:
+        pytest.skip("before torch 2.12 config is process-global: no per-thread hash to go stale")
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, name="compiling-worker")
+    worker.start()
+    try:
+        with pytest.warns(ik.errors.StaleConfigHashWarning, match="compiling-worker"):
+            ik.activate_from_env({"INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})
+        with pytest.warns(ik.errors.StaleConfigHashWarning):
+            ik.deactivate_env()
+    finally:
+        stop.set()
+        worker.join()
