@@ -14,7 +14,10 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+
+# Not ``from typing import ...``: typing costs a bare interpreter start about as much again, and this
+# module is imported by the startup hook of every process that sets an INDUCTOR_KNOBS_* variable.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -58,7 +61,7 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _PUBLIC.get(name)
     if module is None:
         try:  # a submodule, e.g. inductor_knobs.errors
@@ -77,7 +80,7 @@ class _Package(types.ModuleType):
     module) must not hide ``inductor_knobs.knobs`` (the public function), so such a binding is skipped
     (``import inductor_knobs.knobs`` still works through ``sys.modules``)."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in _PUBLIC and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)

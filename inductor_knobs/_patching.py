@@ -176,13 +176,56 @@ def wrap_attribute(
     return step
 
 
+class _Binders:
+    """The module namespaces that bind one function by name, found incrementally.
+
+    A full scan of ``sys.modules`` costs about a millisecond with a few thousand modules loaded, and
+    the gate is installed and removed at every block; so the scan remembers how far it got (modules
+    are appended to ``sys.modules`` in import order) and later sweeps only look at modules imported
+    since, plus the namespaces already known to bind the name.  Modules imported while the patch
+    was active bound the replacement and are found the same way.  If ``sys.modules`` shrank or was
+    reordered (a module deleted), the scan starts over.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found: dict[int, dict[str, Any]] = {}
+        self.scanned = 0  # len(sys.modules) at the last scan
+        self.last_key: str | None = None  # the newest module name at the last scan
+
+    def namespaces(self, *candidates: object) -> list[dict[str, Any]]:
+        modules = sys.modules
+        newest = next(reversed(modules), None)
+        if self.scanned != len(modules) or newest != self.last_key:
+            try:
+                fresh = []
+                for key in reversed(modules):  # newest first, back to the last module scanned
+                    if key == self.last_key:
+                        break
+                    fresh.append(key)
+                else:  # the last module scanned is gone: scan everything again
+                    self.found.clear()
+            except RuntimeError:  # another thread imported meanwhile: scan everything again
+                self.found.clear()
+                fresh = list(modules)
+            for key in fresh:
+                namespace = getattr(modules.get(key), "__dict__", None)
+                if isinstance(namespace, dict) and any(namespace.get(self.name) is c for c in candidates):
+                    self.found[id(namespace)] = namespace
+            self.scanned, self.last_key = len(modules), next(reversed(modules), None)
+        return list(self.found.values())
+
+
+_BINDERS: dict[str, _Binders] = {}
+
+
 def _sweep(name: str, find: object, replace: object) -> None:
     """Rebind every module global ``name`` that is ``find`` to ``replace``.
 
     Undo sweeps for the replacement again, so modules imported while the patch was active (which
     bound the replacement) are put back too.
     """
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if isinstance(namespace, dict) and namespace.get(name) is find:
+    binders = _BINDERS.setdefault(name, _Binders(name))
+    for namespace in binders.namespaces(find, replace):
+        if namespace.get(name) is find:
             namespace[name] = replace

@@ -19,7 +19,10 @@ what is allowed and ``INDUCTOR_KNOBS_DISABLE=1``.
 from __future__ import annotations
 
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: see inductor_knobs/__init__.py
+if TYPE_CHECKING:
+    from typing import Any
 
 HOOK_MODULE = "torch._inductor.compile_fx"
 _registered = False

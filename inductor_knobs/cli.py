@@ -11,10 +11,21 @@ from .errors import KnobsError
 
 OK, BAD_SETUP, ERR = 0, 1, 2
 
+DESCRIPTION = (
+    "Safe, reversible knobs for PyTorch TorchInductor (torch 2.4-2.15): open the 68-SM GEMM-autotuning gate "
+    "(is_big_gpu) on smaller GPUs, pick max_autotune_gemm_backends, toggle coordinate-descent tuning, CUDA graphs "
+    "and tracing, from code (ik.knobs), INDUCTOR_KNOBS_* variables or here. 'doctor' shows what this machine, torch "
+    "and environment mean for the knobs (the SM gate per GPU, usable GEMM backends, what beats a knob); 'ablate' "
+    "measures Inductor settings against each other, each arm in fresh processes with attested settings."
+)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 on success, 2 on a KnobsError)."""
-    parser = argparse.ArgumentParser(prog="inductor-knobs", description=__doc__)
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="inductor-knobs", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"inductor-knobs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="versions, patch module, GPUs and the SM gate, backends, env, modes")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")

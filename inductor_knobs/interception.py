@@ -488,7 +488,10 @@ def _compile_id() -> str | None:
 
 
 def _steps() -> list[Any]:
-    return [wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept, sweep=True)]
+    # No sweep of other modules: torch reaches compile_fx through the module attribute at call time
+    # (torch.compile's _TorchCompileInductorWrapper, the "inductor" Dynamo backend, compile_fx's own
+    # recursion), and a sweep of sys.modules would cost every block a millisecond.
+    return [wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept)]
 
 
 INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _steps)

@@ -71,25 +71,35 @@ def select(torch_version: str, *, strict: bool = True) -> TorchPatches:
     Raises:
         UnsupportedTorchVersion: no module covers the release and ``strict`` is True.
     """
+    module, outside = _select(torch_version)
+    if outside:
+        if strict:
+            raise UnsupportedTorchVersion(
+                f"torch {torch_version} is not supported: inductor_knobs supports torch "
+                f"{supported_range()} (set INDUCTOR_KNOBS_STRICT=0 or strict=False to run the "
+                "nearest patch module anyway)"
+            )
+        warnings.warn(
+            f"torch {torch_version} is outside {supported_range()}; lenient mode uses "
+            f"patches.{module.name}, whose facts may not hold",
+            DriftWarning,
+            stacklevel=2,
+        )
+    return module
+
+
+@functools.lru_cache(maxsize=None)
+def _select(torch_version: str) -> tuple[TorchPatches, bool]:
+    """(the module covering the release or the nearest one, whether the release is outside every range).
+
+    Cached: it depends only on the version string, and every enter of a block asks.
+    """
     release = Version(release_of(torch_version))
     modules = all_patch_modules()
     for module in modules:
         if module.torch_range.contains(release):
-            return module
-    if strict:
-        raise UnsupportedTorchVersion(
-            f"torch {torch_version} is not supported: inductor_knobs supports torch "
-            f"{supported_range()} (set INDUCTOR_KNOBS_STRICT=0 or strict=False to run the "
-            "nearest patch module anyway)"
-        )
-    nearest = modules[0] if release < _lowest(modules[0].torch_range) else modules[-1]
-    warnings.warn(
-        f"torch {torch_version} is outside {supported_range()}; lenient mode uses "
-        f"patches.{nearest.name}, whose facts may not hold",
-        DriftWarning,
-        stacklevel=2,
-    )
-    return nearest
+            return module, False
+    return (modules[0] if release < _lowest(modules[0].torch_range) else modules[-1]), True
 
 
 def installed(*, strict: bool = True) -> TorchPatches:
@@ -115,6 +125,20 @@ class DriftReport:
 
 
 def check_gate(patches: TorchPatches, gate: object) -> DriftReport:
+    """Check ``gate`` against ``patches`` (cached per patch module and gate object: see :func:`_check_gate`)."""
+    try:
+        return _check_gate_cached(patches, gate)
+    except TypeError:  # an unhashable gate object: check it every time
+        return _check_gate(patches, gate)
+
+
+@functools.lru_cache(maxsize=32)
+def _check_gate_cached(patches: TorchPatches, gate: object) -> DriftReport:
+    # Depends only on the patch module (the torch version) and the identity of the gate object.
+    return _check_gate(patches, gate)
+
+
+def _check_gate(patches: TorchPatches, gate: object) -> DriftReport:
     """Check that ``gate`` (the original ``is_big_gpu``) is what ``patches`` expects.
 
     Checks: it is callable, is functools-cached (has ``cache_clear``), its parameters and

@@ -1,0 +1,162 @@
+"""What the toolkit costs, as ratios measured side by side in one interleaved run.
+
+    python bench/overhead.py [--out bench/results/overhead-cpu] [--rounds 15] [--starts 30]
+
+- **enter + exit** (in one process that has compiled, so thousands of modules are loaded):
+  ``ik.knobs(coordinate_descent_tuning=True)`` against ``torch._inductor.config.patch`` of the same
+  key, and ``ik.force_gemm_autotune(min_sms=40)`` against ``config.patch`` of the keys it sets
+  (``max_autotune_gemm``, ``max_autotune_gemm_backends``).  Rounds alternate the variants; each
+  round times a loop of blocks with ``time.perf_counter``; the figure is the median over rounds of
+  the per-block time (the unit of replication is a round).
+- **interpreter start** with an ``INDUCTOR_KNOBS_*`` variable set, against a bare ``python -c pass``
+  (the installed startup ``.pth`` present in both), and **``import inductor_knobs``** against a
+  bare start: CPU seconds (user + system, ``RUSAGE_CHILDREN``) of each child, starts alternated;
+  the median over starts.
+- ``inductor-knobs --help`` and ``--version`` must not import torch (checked).
+
+Writes ``overhead.json`` and ``overhead.md``.  The goals of the "costs nothing" issue are printed
+beside the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+def _blocks(make: Callable[[], Any], count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        with make():
+            pass
+    return (time.perf_counter() - start) / count
+
+
+def enter_exit(rounds: int, count: int) -> dict[str, Any]:
+    import torch
+    import torch._inductor.config as cfg
+
+    import inductor_knobs as ik
+
+    torch.compile(lambda x: (x @ x).relu())(torch.randn(16, 16))  # a process that has compiled
+    variants: dict[str, Callable[[], Any]] = {
+        "knobs(coordinate_descent_tuning=True)": lambda: ik.knobs(coordinate_descent_tuning=True),
+        "config.patch(coordinate_descent_tuning=True)": lambda: cfg.patch(coordinate_descent_tuning=True),
+        "force_gemm_autotune(min_sms=40)": lambda: ik.force_gemm_autotune(min_sms=40),
+        "config.patch(max_autotune_gemm, backends)": lambda: cfg.patch(
+            max_autotune_gemm=True, max_autotune_gemm_backends="ATEN,TRITON"
+        ),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for name, make in variants.items():  # warm every path once
+        _blocks(make, 5)
+    for index in range(rounds):
+        order = list(variants) if index % 2 == 0 else list(reversed(variants))
+        for name in order:
+            times[name].append(_blocks(variants[name], count))
+    med = {name: statistics.median(values) * 1e6 for name, values in times.items()}
+    return {
+        "modules_loaded": len(sys.modules),
+        "median_us": med,
+        "ratio_config_only": med["knobs(coordinate_descent_tuning=True)"] / med["config.patch(coordinate_descent_tuning=True)"],
+        "ratio_force_gemm_autotune": med["force_gemm_autotune(min_sms=40)"] / med["config.patch(max_autotune_gemm, backends)"],
+    }
+
+
+def _child_cpu(args: list[str], env: dict[str, str]) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(args, env=env, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def starts(count: int) -> dict[str, Any]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    variants = {
+        "python -c pass": ([sys.executable, "-c", "pass"], clean),
+        "python -c pass, INDUCTOR_KNOBS_MIN_SMS=40": ([sys.executable, "-c", "pass"], {**clean, "INDUCTOR_KNOBS_MIN_SMS": "40"}),
+        "python -c 'import inductor_knobs'": ([sys.executable, "-c", "import inductor_knobs"], clean),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for index in range(count):
+        order = list(variants) if index % 2 == 0 else list(reversed(variants))
+        for name in order:
+            seconds[name].append(_child_cpu(*variants[name]))
+    med = {name: statistics.median(values) * 1e3 for name, values in seconds.items()}
+    bare = med["python -c pass"]
+    return {
+        "median_cpu_ms": med,
+        "ratio_start_with_variable": med["python -c pass, INDUCTOR_KNOBS_MIN_SMS=40"] / bare,
+        "ratio_import_package": med["python -c 'import inductor_knobs'"] / bare,
+    }
+
+
+def cli_imports_no_torch() -> dict[str, bool]:
+    out = {}
+    for flag in ("--help", "--version"):
+        code = (
+            "import sys\nfrom inductor_knobs import cli\ntry:\n    cli.main([%r])\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)" % flag
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        out[flag] = done.stderr.strip().splitlines()[-1] == "False"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results/overhead-cpu")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--blocks", type=int, default=200)
+    parser.add_argument("--starts", type=int, default=30)
+    args = parser.parse_args()
+    import torch
+
+    result = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "enter_exit": enter_exit(args.rounds, args.blocks),
+        "starts": starts(args.starts),
+        "cli_without_torch": cli_imports_no_torch(),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "overhead.json").write_text(json.dumps(result, indent=2))
+    ee, st = result["enter_exit"], result["starts"]
+    rows = [
+        ("enter + exit, config-only knob vs config.patch", ee["ratio_config_only"], 1.2),
+        ("enter + exit, force_gemm_autotune vs config.patch", ee["ratio_force_gemm_autotune"], 1.5),
+        ("interpreter start with INDUCTOR_KNOBS_MIN_SMS=40 vs bare", st["ratio_start_with_variable"], 1.1),
+        ("import inductor_knobs vs bare start", st["ratio_import_package"], 1.5),
+    ]
+    lines = [
+        f"torch {result['torch']}, Python {result['python']}, {result['cpus']} CPUs; {ee['modules_loaded']} modules loaded "
+        f"for enter/exit; {args.rounds} interleaved rounds of {args.blocks} blocks, {args.starts} interleaved starts",
+        "",
+        "| what | ratio | goal |",
+        "|---|---|---|",
+        *[f"| {what} | {ratio:.2f}x | {goal}x |" for what, ratio, goal in rows],
+        "",
+        "| variant | median |",
+        "|---|---|",
+        *[f"| {name} | {value:.1f} µs |" for name, value in ee["median_us"].items()],
+        *[f"| {name} | {value:.1f} ms CPU |" for name, value in st["median_cpu_ms"].items()],
+        "",
+        f"`inductor-knobs --help` / `--version` import torch: "
+        f"{'no' if all(result['cli_without_torch'].values()) else 'YES'}",
+    ]
+    (out / "overhead.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
