@@ -9,8 +9,6 @@ on first use (PEP 562), and neither torch nor ``torch._inductor`` is imported un
 entered.
 """
 
-from __future__ import annotations
-
 import importlib
 import sys
 import types

@@ -16,8 +16,6 @@ Inductor compile (and by an explicit ``activate_from_env()``), once, naming the 
 what is allowed and ``INDUCTOR_KNOBS_DISABLE=1``.
 """
 
-from __future__ import annotations
-
 import sys
 
 TYPE_CHECKING = False  # not typing's: see inductor_knobs/__init__.py
@@ -43,7 +41,7 @@ def bootstrap() -> None:
 class _AfterImport:
     """A meta-path finder that finds nothing itself: it wraps the real loader of ``HOOK_MODULE``."""
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, name: str, path: "Any", target: "Any" = None) -> "Any":
         if name != HOOK_MODULE:
             return None
         sys.meta_path.remove(self)  # one shot, and the search below must not find us again
@@ -59,17 +57,17 @@ class _AfterImport:
 class _ActivatingLoader:
     """The real loader, plus :func:`activate` once the module has executed."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: "Any") -> None:
         self._loader = loader
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: "Any") -> "Any":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: "Any") -> None:
         self._loader.exec_module(module)
         activate()
 
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, … for tracebacks and tools
+    def __getattr__(self, name: str) -> "Any":  # get_source, get_filename, … for tracebacks and tools
         return getattr(self._loader, name)
 
 

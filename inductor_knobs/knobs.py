@@ -9,6 +9,7 @@ before anything is changed.  ``None`` always means "leave torch's value alone".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -244,7 +245,7 @@ class Knobs:
     @classmethod
     def fields(cls) -> tuple[str, ...]:
         """The knob names, in declaration order."""
-        return tuple(f.name for f in dataclasses.fields(cls))
+        return _field_names(cls)  # type: ignore[arg-type]
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> Knobs:
@@ -345,6 +346,11 @@ def _parse_env(var: str, name: str, raw: str) -> Any:
     if name == "trace":
         return text
     raise _fail(var, raw, "one of " + "/".join(sorted(_TRUE | _FALSE)))
+
+
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - keyed by the class; asked at every construction
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _unknown_message(kind: str, name: str, known: Iterable[str]) -> str:

@@ -88,7 +88,7 @@ def select(torch_version: str, *, strict: bool = True) -> TorchPatches:
     return module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _select(torch_version: str) -> tuple[TorchPatches, bool]:
     """(the module covering the release or the nearest one, whether the release is outside every range).
 

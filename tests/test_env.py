@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch._inductor.utils as inductor_utils
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import torch._inductor.utils as inductor_utils
 
 import inductor_knobs as ik
 from inductor_knobs.errors import InvalidKnobValue, KnobsError
@@ -172,7 +172,9 @@ def test_explicit_activation_names_the_variable_and_the_way_out():
 @settings(max_examples=6, deadline=None)
 @given(
     env=st.dictionaries(
-        st.sampled_from(["INDUCTOR_KNOBS_MIN_SMS", "INDUCTOR_KNOBS_CUDAGRAPHS", "INDUCTOR_KNOBS_GEMM_BACKENDS", "INDUCTOR_KNOBS_NOPE"]),
+        st.sampled_from(
+            ["INDUCTOR_KNOBS_MIN_SMS", "INDUCTOR_KNOBS_CUDAGRAPHS", "INDUCTOR_KNOBS_GEMM_BACKENDS", "INDUCTOR_KNOBS_NOPE"]
+        ),
         st.sampled_from(["abc", "-3", "maybe", "ATEN,BOGUS", "{", "2000"]),
         min_size=1,
         max_size=2,

@@ -13,6 +13,7 @@ Facts (torch 2.4.0 / 2.5.0 wheels, ``torch/`` relative):
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from types import ModuleType
@@ -140,7 +141,7 @@ class TorchPatches:
         2.4–2.5 declare no types: the default's type (None when the default is None: unchecked).
         """
         default = cfg._config[key]  # type: ignore[attr-defined]
-        return None if default is None else _as_types(type(default))
+        return None if default is None else _as_types(type(default))  # type: ignore[arg-type,no-any-return]
 
     def value_allowed(self, value: object, allowed: tuple[Any, ...]) -> bool:
         """Whether ``value`` fits ``allowed`` (bools are not ints; ints are floats)."""
@@ -229,6 +230,7 @@ class TorchPatches:
         return found, cutlass_dir
 
 
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - declared types are few and fixed per torch
 def _as_types(declared: Any) -> tuple[Any, ...] | None:
     """Flatten a declared type (``str | None``, ``Optional[int]``, ``Literal["a", "b"]``) into types
     and literal values; None when it is something that cannot be checked (``Any``, a callable)."""
