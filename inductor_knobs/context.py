@@ -48,7 +48,25 @@ class _Frame:
 
 
 _FRAMES: ScopedSlot[tuple[_Frame, ...]] = ScopedSlot("inductor_knobs.frames", ())
-_LOCK = threading.RLock()
+_GLOBAL_LOCK = threading.RLock()
+
+
+class _NoLock:
+    """Per-thread stacks (torch 2.12+) need no lock: nothing else can see them."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
+
+
+def _lock(thread_local: bool) -> Any:
+    """The process-global stack (torch < 2.12) is guarded; a thread's own stack is not."""
+    return _NO_LOCK if thread_local else _GLOBAL_LOCK
 
 
 def _owner() -> tuple[int, int | None]:
@@ -97,7 +115,7 @@ class UndoContext:
 
     def __enter__(self) -> Any:
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
-        with _LOCK:
+        with _lock(thread_local):
             me = _owner()
             others = [f.owner for f in _FRAMES.get(thread_local) if f.owner != me]
             if not thread_local and others:
@@ -124,7 +142,7 @@ class UndoContext:
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
-            with _LOCK:
+            with _lock(thread_local):
                 _unwind(frame, thread_local)
         except KnobsError:
             raise
@@ -251,7 +269,7 @@ def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
     thread_local = torch_compat.installed(strict=False).config_is_thread_local if thread_local is None else thread_local
     for _ in range(8):
         try:
-            with _LOCK:
+            with _lock(thread_local):
                 if frame is not None:
                     _unwind(frame, thread_local)
                 else:  # the frame was already popped: only re-apply blocks left suspended

@@ -154,26 +154,24 @@ class GateChange:
 
     def apply(self) -> None:
         importlib.import_module(GATE_MODULE)
-        with GATE_PATCH.lock:
-            _STATE.patches = self.patches
-            GATE_PATCH.acquire(self)
-            _clear_cache()
-            if self.process_wide:
-                if self._prior_default is _NOT_SET:
-                    self._prior_default = _STATE.process_default
-                _STATE.process_default = self.override
-            elif self._token is None:
-                self._token = _STATE.scoped.set(self.override, self.patches.config_is_thread_local)
+        _STATE.patches = self.patches
+        GATE_PATCH.acquire(self)
+        _clear_cache()
+        if self.process_wide:
+            if self._prior_default is _NOT_SET:
+                self._prior_default = _STATE.process_default
+            _STATE.process_default = self.override
+        elif self._token is None:
+            self._token = _STATE.scoped.set(self.override, self.patches.config_is_thread_local)
 
     def revert(self) -> None:
         """Idempotent: a revert interrupted part-way can run again."""
-        with GATE_PATCH.lock:
-            try:
-                if self.process_wide:
-                    if self._prior_default is not _NOT_SET:
-                        _STATE.process_default = self._prior_default  # type: ignore[assignment]
-                else:
-                    _STATE.scoped.reset(self._token)
-                _clear_cache()
-            finally:
-                GATE_PATCH.release(self)
+        try:
+            if self.process_wide:
+                if self._prior_default is not _NOT_SET:
+                    _STATE.process_default = self._prior_default  # type: ignore[assignment]
+            else:
+                _STATE.scoped.reset(self._token)
+            _clear_cache()
+        finally:
+            GATE_PATCH.release(self)

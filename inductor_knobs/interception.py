@@ -505,16 +505,14 @@ class InterceptionUse(Use):
         self.patches = patches
 
     def apply(self) -> None:
-        with INTERCEPTION.lock:
-            _PATCHES[id(self)] = self.patches
-            super().apply()
+        _PATCHES[id(self)] = self.patches
+        super().apply()
 
     def revert(self) -> None:
-        with INTERCEPTION.lock:
-            try:
-                super().revert()
-            finally:
-                _PATCHES.pop(id(self), None)
+        try:
+            super().revert()
+        finally:
+            _PATCHES.pop(id(self), None)
 
 
 def unwrap_not_applied(exc: BaseException | None) -> KnobNotApplied | None:
