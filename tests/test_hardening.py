@@ -345,8 +345,8 @@ def test_fuzz_tally():
         ({"config": {"max_autotune_gemm_backends": "BOGUS"}}, "non-empty subset of"),
         ({"config": {"trace.debug_dir": 123}}, "a directory path"),
         ({"trace": "/proc/nope/dir"}, "is not writable"),
-        ({"config": {"epilogue-fusion": "yes"}}, "epilogue_fusion='yes'.*allowed bool"),
-        ({"config": {"compile_threads": "four"}}, "allowed int"),
+        ({"config": {"epilogue-fusion": "yes"}}, "epilogue_fusion='yes'.*allowed a bool"),
+        ({"config": {"compile_threads": "four"}}, "allowed an int or None"),
     ],
 )
 def test_one_validator_for_named_knobs_and_config(before, kwargs, match):

@@ -158,7 +158,16 @@ class TorchPatches:
         return False
 
     def describe_types(self, allowed: tuple[Any, ...]) -> str:
-        return " or ".join(getattr(a, "__name__", repr(a)) for a in allowed)
+        """``a bool``, ``a str or None``, ``an int``, ``'strict' or 'strict_pointwise'`` for an error message."""
+        words = []
+        for option in allowed:
+            if option is type(None):
+                words.append("None")
+            elif isinstance(option, type):
+                words.append(("an " if option.__name__[0] in "aeiou" else "a ") + option.__name__)
+            else:
+                words.append(repr(option))
+        return " or ".join(words)
 
     def implied_by(self, cfg: ModuleType, key: str) -> str | None:
         """The active config implication that forces ``key`` (``numerics='strict'``), if any (2.15+)."""
