@@ -53,6 +53,7 @@ from ._patching import SharedPatch, Use, wrap_attribute
 from ._scope import ScopedSlot
 from .errors import KnobNotApplied, KnobNotAppliedWarning
 from .patches.torch_2_4 import TorchPatches
+from .records import current_compile_id
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
 INDUCTOR_CONFIG = "torch._inductor.config"
@@ -403,7 +404,7 @@ def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         if problem is None:
             verdicts = [gate.verdict(d, snapshot.override) for d in _cuda_devices(args, kwargs)]
     graph = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
-    return CompileAttestation(_compile_id(), graph, tuple(settings), tuple(verdicts), problem)
+    return CompileAttestation(current_compile_id(), graph, tuple(settings), tuple(verdicts), problem)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -475,16 +476,6 @@ def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     inputs = args[1] if len(args) > 1 else kwargs.get("example_inputs", ())
     devices = {t.device for t in inputs or () if isinstance(t, torch.Tensor) and t.device.type == "cuda"}
     return sorted(devices, key=str)
-
-
-def _compile_id() -> str | None:
-    try:
-        from torch._guards import CompileContext
-
-        compile_id = CompileContext.current_compile_id()
-    except (ImportError, AttributeError):
-        return None
-    return None if compile_id is None else str(compile_id)
 
 
 def _steps() -> list[Any]:

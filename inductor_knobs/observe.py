@@ -35,7 +35,7 @@ from typing import Any, Protocol, TypeVar
 from . import torch_compat
 from ._patching import SharedPatch, Step, Undo, wrap_attribute
 from .errors import DriftWarning
-from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, finite_or_none
+from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, current_compile_id, finite_or_none
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"
 CONVERT_FRAME = "torch._dynamo.convert_frame"
@@ -296,7 +296,7 @@ def _compile_started(*args: Any) -> None:
     compile_id = getattr(args[0], "compile_id", None) if args else None
     reasons, code, inputs = recompile or ([], None, {})
     event = CompileEvent(
-        compile_id=str(compile_id) if compile_id is not None else _current_compile_id(),
+        compile_id=str(compile_id) if compile_id is not None else current_compile_id(),
         recompile=recompile is not None,
         reasons=reasons,
         trigger=trigger,
@@ -339,7 +339,7 @@ def _record(
         benchmark_seconds=seconds[0],
         precompile_seconds=seconds[1],
         from_cache=not fresh,
-        compile_id=_current_compile_id(),
+        compile_id=current_compile_id(),
     )
 
 
@@ -397,13 +397,3 @@ def _hints(sizes: list[Any]) -> list[list[int]] | None:
         return [[int(h) for h in hints(s)] if s is not None else [] for s in sizes]
     except Exception:  # noqa: BLE001 - outside a graph, or a size without a hint
         return None
-
-
-def _current_compile_id() -> str | None:
-    try:
-        from torch._guards import CompileContext
-
-        compile_id = CompileContext.current_compile_id()
-    except (ImportError, AttributeError):
-        return None
-    return None if compile_id is None else str(compile_id)

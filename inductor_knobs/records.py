@@ -154,3 +154,17 @@ def write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) ->
             out.write(json.dumps(row, default=str) + "\n")
             count += 1
     return count
+
+
+def current_compile_id() -> str | None:
+    """Dynamo's id of the compile running on this thread (``"0/1"``), or None outside one.
+
+    Relies on ``torch._guards.CompileContext.current_compile_id()`` (torch 2.4-2.15).
+    """
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+    except (ImportError, AttributeError):
+        return None
+    return None if compile_id is None else str(compile_id)
