@@ -49,10 +49,19 @@ class ScopedSlot(Generic[T]):
     def get(self, thread_local: bool | None = None) -> T:
         return self._pick(thread_local).get()  # type: ignore[no-any-return]
 
-    def set(self, value: T, thread_local: bool | None = None) -> Any:
+    def capture(self, thread_local: bool | None = None) -> Any:
+        """A token for :meth:`reset`: the scope and the value it holds now.  Changes nothing, so a record
+        can keep the token *before* it changes the slot (an interrupt in between leaves a working undo)."""
         scope = self._pick(thread_local)
-        token = (scope, scope.get())
-        scope.set(value)
+        return (scope, scope.get())
+
+    def put(self, token: Any, value: T) -> None:
+        """Set ``value`` in the scope of ``token`` (from :meth:`capture`)."""
+        token[0].set(value)
+
+    def set(self, value: T, thread_local: bool | None = None) -> Any:
+        token = self.capture(thread_local)
+        self.put(token, value)
         return token
 
     def reset(self, token: Any) -> None:

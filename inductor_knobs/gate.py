@@ -162,7 +162,8 @@ class GateChange:
                 self._prior_default = _STATE.process_default
             _STATE.process_default = self.override
         elif self._token is None:
-            self._token = _STATE.scoped.set(self.override, self.patches.config_is_thread_local)
+            self._token = _STATE.scoped.capture(self.patches.config_is_thread_local)  # the undo first
+            _STATE.scoped.put(self._token, self.override)
 
     def revert(self) -> None:
         """Idempotent: a revert interrupted part-way can run again."""

@@ -224,8 +224,8 @@ class AskChange:
                 self._prior = dict(_PROCESS)
                 _PROCESS.update(_merge(_PROCESS, self.values))
         else:
-            current = _SCOPED.get(self.patches.config_is_thread_local)
-            self._token = _SCOPED.set(_merge(current, self.values), self.patches.config_is_thread_local)
+            self._token = _SCOPED.capture(self.patches.config_is_thread_local)  # the undo first
+            _SCOPED.put(self._token, _merge(self._token[1], self.values))
 
     def revert(self) -> None:
         if self.process_wide:
