@@ -303,7 +303,18 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     if not asked and override is None and not listeners:
         return wrapped(*args, **kwargs)
     bound = inspect.signature(wrapped).bind(*args, **kwargs)
-    config_patches = dict(bound.arguments.get("config_patches") or {})
+    given = bound.arguments.get("config_patches")
+    if given is not None and not isinstance(given, Mapping):
+        import torch
+
+        from .errors import InvalidKnobValue
+
+        keys = ", ".join(sorted(a.label for a in asked.values())) or "the is_big_gpu override"
+        raise InvalidKnobValue(
+            f"compile_fx(config_patches={given!r}) is not a dict of Inductor config keys, so the knobs ({keys}) "
+            f"cannot be given precedence over it on torch {torch.__version__}; nothing was compiled"
+        )
+    config_patches = dict(given or {})
     overrode = _apply_precedence(patches, asked, config_patches)
     snapshot = _Snapshot(patches, asked, override, overrode, listeners)
     inner = bound.arguments.get("inner_compile")

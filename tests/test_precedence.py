@@ -289,3 +289,17 @@ def test_doctor_states_the_precedence():
         warnings.simplefilter("ignore")
         text = doctor.render(report)
     assert "precedence" in text
+
+
+def test_a_mode_that_is_not_a_dict_is_refused_before_anything_compiles(monkeypatch, patches):
+    calls = []
+
+    def fake_compile_fx(model_, example_inputs_=(), inner_compile=None, config_patches=None):
+        calls.append(config_patches)
+
+    monkeypatch.setattr(compile_fx_module, "compile_fx", fake_compile_fx)
+    raw = patches.read_override(cfg, "coordinate_descent_tuning")
+    with pytest.raises(ik.errors.InvalidKnobValue, match=r"not a dict.*coordinate_descent_tuning.*torch"):
+        with ik.knobs(coordinate_descent_tuning=False):
+            compile_fx_module.compile_fx("gm", config_patches="/path/to/an/aot/package")
+    assert calls == [] and patches.read_override(cfg, "coordinate_descent_tuning") is raw
