@@ -305,7 +305,11 @@ texts = st.one_of(
     st.text(max_size=8),
 )
 bad_values = st.one_of(
-    st.integers(-5, 5000), st.floats(allow_nan=True), st.text(max_size=6), st.none(), st.lists(st.integers(), max_size=2)
+    st.integers(-5, 5000),
+    st.floats(allow_nan=True, allow_subnormal=False),
+    st.text(max_size=6),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
 )
 TRIED = {"env": 0, "api": 0, "leaks": 0}
 
