@@ -21,6 +21,7 @@ from typing import Protocol
 
 from .errors import ExternalChangeWarning, KnobNotApplied, RevertError
 from .patches.torch_2_4 import TorchPatches
+from .why_not_applied import diagnose
 
 
 class Change(Protocol):
@@ -64,8 +65,6 @@ class ConfigChange:
             self.patches.write_override(self.cfg, self.key, self.value)
         found = self.patches.read_value(self.cfg, self.key)
         if found != self.value:
-            from .interception import diagnose
-
             cause = diagnose(self.patches, self.cfg, self.key)
             self._restore()
             raise KnobNotApplied(

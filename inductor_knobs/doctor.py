@@ -173,7 +173,7 @@ PRECEDENCE = "emulation > knob > options > mode > process default"
 
 def _precedence(version: str) -> dict[str, Any]:
     """What decides an Inductor config value at compile time, and what beats a knob here."""
-    from .interception import foreign_setattr
+    from .why_not_applied import foreign_setattr
 
     patches = torch_compat.select(version, strict=False)
     cfg = importlib.import_module("torch._inductor.config")

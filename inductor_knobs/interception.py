@@ -51,9 +51,11 @@ from typing import Any
 from . import gate
 from ._patching import SharedPatch, Use, wrap_attribute
 from ._scope import ScopedSlot
+from ._undo import ConfigChange, apply_all, revert_all
 from .errors import KnobNotApplied, KnobNotAppliedWarning
 from .patches.torch_2_4 import TorchPatches
 from .records import current_compile_id
+from .why_not_applied import diagnose
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
 INDUCTOR_CONFIG = "torch._inductor.config"
@@ -367,8 +369,6 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
     """``inner`` (Inductor's ``compile_fx_inner``) with the snapshot re-applied if needed, attested."""
 
     def attested_inner_compile(*args: Any, **kwargs: Any) -> Any:
-        from ._undo import apply_all, revert_all
-
         reapply = _reapply_changes(snapshot)
         applied = apply_all(reapply) if reapply else []
         try:
@@ -384,8 +384,6 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
 
 def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
     """Changes that bring back what the snapshot asked, when this thread no longer has it (lazy backward)."""
-    from ._undo import ConfigChange
-
     now = effective_asked(snapshot.patches)
     changes: list[Any] = []
     if now != snapshot.asked:
@@ -446,30 +444,6 @@ def _deliver(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
 
 def _slot(snapshot: _Snapshot, label: str) -> tuple[str, str]:
     return next(slot for slot, a in snapshot.asked.items() if a.label == label)
-
-
-def diagnose(patches: TorchPatches, cfg: Any, key: str) -> str:
-    """Why ``cfg.key`` does not hold the value set, as ``"<kind>: <details>"``."""
-    forcing = patches.forcing_env_var(cfg, key)
-    if forcing:
-        return f"env-forced: the environment variable {forcing} forces it (torch's env_name_force beats every override)"
-    implied = patches.implied_by(cfg, key)
-    if implied:
-        return f"implication: {implied} implies it (torch 2.15 config implications beat every override)"
-    foreign = foreign_setattr(cfg)
-    if foreign:
-        return f"foreign __setattr__: {foreign}"
-    return "changed: code outside inductor_knobs changed it inside the compile"
-
-
-def foreign_setattr(cfg: Any) -> str | None:
-    """A description of a replaced ``__setattr__`` on ``cfg``'s class (Unsloth does this), or None."""
-    setter = getattr(type(cfg), "__setattr__", None)
-    code = getattr(setter, "__code__", None)
-    if code is None or code.co_filename.replace("\\", "/").endswith("torch/utils/_config_module.py"):
-        return None
-    where = f"{code.co_filename}:{code.co_firstlineno}"
-    return f"{getattr(cfg, '__name__', cfg)}.__setattr__ is {getattr(setter, '__qualname__', setter)} from {where}, not torch's"
 
 
 def _gate_problem() -> str | None:
