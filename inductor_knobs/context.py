@@ -138,7 +138,7 @@ class UndoContext:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:  # every line of the unwinding is inside: an interrupt anywhere is finished below, then re-raised
             frame: _Frame | None = None
-            thread_local = torch_compat.installed(strict=False).config_is_thread_local
+            thread_local = _thread_local()
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
@@ -165,7 +165,7 @@ class UndoContext:
     @property
     def active(self) -> bool:
         """Whether this context is entered in the current thread/task."""
-        return self._top_frame(torch_compat.installed(strict=False).config_is_thread_local) is not None
+        return self._top_frame(_thread_local()) is not None
 
     def start(self) -> Any:
         """Apply now (like ``__enter__``); pair with :meth:`stop` in the same thread/task."""
@@ -178,7 +178,7 @@ class UndoContext:
             KnobsError: nothing of this context is active here (never started, already stopped,
                 or started in another thread/task, whose knobs stay until it stops them).
         """
-        thread_local = torch_compat.installed(strict=False).config_is_thread_local
+        thread_local = _thread_local()
         if self._top_frame(thread_local) is None:
             raise KnobsError(
                 f"{self!r}.stop() in {_describe(_owner())}, but this context has no start() active here: it was "
@@ -266,7 +266,7 @@ class UndoContext:
 
 def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
     """Finish unwinding ``frame`` after an interrupt: retried until it completes (each step is idempotent)."""
-    thread_local = torch_compat.installed(strict=False).config_is_thread_local if thread_local is None else thread_local
+    thread_local = _thread_local() if thread_local is None else thread_local
     for _ in range(8):
         try:
             with _lock(thread_local):

@@ -330,9 +330,8 @@ def _properties_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwar
 
 
 def _remember_getter(original: Any, _wrapper: Any) -> None:
-    import torch
-
-    if _VIEW.original_getter is None or getattr(original, "__module__", "") == torch.cuda.__name__:
+    # The first getter the patch module lists is torch.cuda.get_device_properties (the others are bound to it).
+    if _VIEW.original_getter is None:
         _VIEW.original_getter = original
 
 

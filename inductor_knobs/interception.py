@@ -53,6 +53,7 @@ from ._patching import SharedPatch, Use, wrap_attribute
 from ._scope import ScopedSlot
 from ._undo import ConfigChange, apply_all, revert_all
 from .errors import KnobNotApplied, KnobNotAppliedWarning
+from .knobs import config_key
 from .patches.torch_2_4 import TorchPatches
 from .records import current_compile_id
 from .why_not_applied import diagnose
@@ -341,15 +342,16 @@ def _apply_precedence(
     for (module, key), want in asked.items():
         if module != INDUCTOR_CONFIG:
             continue
-        spelled = next((k for k in config_patches if k.replace("-", "_") == key), key)
-        if spelled in config_patches:
+        spelled = next((k for k in config_patches if config_key(k) == key), None)
+        if spelled is not None:
             theirs = config_patches.pop(spelled)
             if theirs != want.value:
                 overrode[key] = theirs
                 _warn_overriding(want, f"torch.compile's mode/options asked {key}={theirs!r}")
             config_patches[key] = want.value
-        elif patches.read_value(cfg, key) != want.value:
-            current = patches.read_value(cfg, key)
+            continue
+        current = patches.read_value(cfg, key)
+        if current != want.value:
             _warn_overriding(want, f"{key}={current!r} was set")
             config_patches[key] = want.value
     return overrode
