@@ -10,6 +10,7 @@ entered.
 """
 
 import importlib
+import os
 import sys
 import types
 
@@ -57,6 +58,32 @@ _PUBLIC = {
 }
 
 __all__ = sorted(_PUBLIC)
+
+
+def _patches_from_checkout() -> None:
+    """Serve ``inductor_knobs.patches`` from the top-level ``patches/`` folder of a source checkout.
+
+    Installs (wheel and editable) map that folder to ``inductor_knobs.patches`` themselves (setuptools'
+    ``package-dir``).  A checkout on ``sys.path`` ahead of them (``python -m inductor_knobs`` in the
+    repository, which puts the current directory first) has no ``inductor_knobs/patches``, so its
+    spec is made here the way the editable finder makes it.
+    """
+    here = os.path.dirname(__file__)
+    init = os.path.join(os.path.dirname(here), "patches", "__init__.py")
+    name = f"{__name__}.patches"
+    if name in sys.modules or os.path.isdir(os.path.join(here, "patches")) or not os.path.isfile(init):
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[os.path.dirname(init)])
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+_patches_from_checkout()
 
 
 def __getattr__(name: str) -> object:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from . import patches as _patches_pkg
 from ._drift import fingerprint
 from .errors import DriftWarning, PatchTargetChanged, UnsupportedTorchVersion
 from .patches.torch_2_4 import TorchPatches
@@ -27,9 +26,10 @@ from .patches.torch_2_4 import TorchPatches
 @functools.cache
 def all_patch_modules() -> tuple[TorchPatches, ...]:
     """Every ``PATCHES`` object under :mod:`inductor_knobs.patches`, oldest range first."""
+    package = importlib.import_module(f"{__package__}.patches")
     found = []
-    for info in pkgutil.iter_modules(_patches_pkg.__path__):
-        module = importlib.import_module(f"{_patches_pkg.__name__}.{info.name}")
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
         found.append(module.PATCHES)
     return tuple(sorted(found, key=lambda p: _lowest(p.torch_range)))
 

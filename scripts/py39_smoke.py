@@ -25,6 +25,8 @@ for info in pkgutil.walk_packages(ik.__path__, "inductor_knobs."):
             NEEDS_TORCH.add(info.name)
             continue
         raise
+# The patch modules come from the top-level patches/ folder through the installed package.
+assert {"inductor_knobs.patches.torch_2_4", "inductor_knobs.patches.torch_2_15"} <= set(sys.modules) | NEEDS_TORCH, NEEDS_TORCH
 k = ik.Knobs(min_sms=40, coordinate_descent_tuning=False, config={"epilogue-fusion": False})
 assert k.to_dict()["config"] == {"epilogue_fusion": False}, k
 env = {"INDUCTOR_KNOBS_MIN_SMS": "40", "INDUCTOR_KNOBS_CUDAGRAPHS": "0", "INDUCTOR_KNOBS_GEMM_BACKENDS": ""}

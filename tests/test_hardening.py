@@ -187,7 +187,7 @@ def _inject(at: int, lines: list[tuple[str, int]]):
 PACKAGE_FILES = tuple(
     f"inductor_knobs/{name}.py"
     for name in ("context", "_undo", "_patching", "_scope", "gate", "interception", "plan", "knobs", "torch_compat", "_drift")
-) + tuple(f"inductor_knobs/patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15))
+) + tuple(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15))
 
 
 def _injection_points(fn) -> list[int]:
