@@ -122,7 +122,7 @@ class Use:
 def resolve(path: str) -> tuple[Any, str]:
     """``"pkg.mod:Class.attr"`` -> (the object owning ``attr``, ``"attr"``); imports ``pkg.mod``."""
     module_name, _, dotted = path.partition(":")
-    owner: Any = importlib.import_module(module_name)
+    owner: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
     *parents, name = dotted.split(".")
     for parent in parents:
         owner = getattr(owner, parent)
@@ -143,12 +143,21 @@ def wrap_attribute(
     docstring); with ``sweep`` module globals of the same name are rebound both ways.
     """
 
+    # The wrapper made for the last original found, reused while that original is the one found:
+    # blocks install and remove the patch at every enter and exit, and making a wrapper is most of
+    # an install's cost.  A different original (torch reloaded, someone else's patch) gets a new one.
+    made: list[Any] = []  # [raw, function, wrapped, replacement]
+
     def step(push: Callable[[Undo], None]) -> None:
         owner, name = resolve(path)
         raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-        function = raw.__func__ if isinstance(raw, staticmethod) else raw
-        wrapped = wrapt.FunctionWrapper(function, wrapper)
-        replacement: Any = staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped
+        if made and made[0] is raw:
+            _, function, wrapped, replacement = made
+        else:
+            function = raw.__func__ if isinstance(raw, staticmethod) else raw
+            wrapped = wrapt.FunctionWrapper(function, wrapper)
+            replacement = staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped
+            made[:] = [raw, function, wrapped, replacement]
 
         def undo() -> None:
             try:

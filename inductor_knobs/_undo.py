@@ -27,7 +27,8 @@ from .why_not_applied import diagnose
 class Change(Protocol):
     """One reversible change.  ``apply`` raises if it could not be made (and leaves nothing)."""
 
-    description: str
+    @property
+    def description(self) -> str: ...
 
     def apply(self) -> None: ...
 
@@ -50,9 +51,12 @@ class ConfigChange:
         self.cfg, self.key = patches.resolve_alias(cfg, key)
         self.value = value
         self.process_wide = process_wide
-        self.description = f"{self.cfg.__name__}.{self.key}={value!r}"
         self._prior: object = _NOTHING
         self._restored = False
+
+    @property
+    def description(self) -> str:  # built when read (messages only), not at every plan
+        return f"{self.cfg.__name__}.{self.key}={self.value!r}"
 
     def apply(self) -> None:
         # Written through torch's raw patcher, not setattr: a foreign __setattr__ on the config

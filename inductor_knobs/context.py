@@ -365,8 +365,31 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
         raise InvalidKnobValue(
             f"knobs({spec!r}) is invalid on torch {torch_version()}: allowed an ik.Knobs or keyword arguments{hint}"
         )
-    extra = Knobs.from_kwargs(**kwargs)
+    extra = _knobs_from_kwargs(kwargs)
     return KnobsContext(spec.merged(extra) if spec is not None else extra)
+
+
+#: (torch version, sorted keyword items) -> the validated Knobs: a block written in a loop
+#: (``with ik.knobs(...)``) validates its keywords once.  Knobs are immutable, so sharing is safe.
+_KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
+
+
+def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
+    from .knobs import torch_version
+
+    if isinstance(kwargs.get("trace"), str):  # a directory: probed on the file system every time
+        return Knobs.from_kwargs(**kwargs)
+    key = (torch_version(), tuple(sorted(kwargs.items())))
+    try:
+        found = _KNOBS_BY_KWARGS.get(key)
+    except TypeError:  # an unhashable value (a config dict): not cached
+        return Knobs.from_kwargs(**kwargs)
+    if found is None:
+        found = Knobs.from_kwargs(**kwargs)
+        if len(_KNOBS_BY_KWARGS) >= 256:
+            _KNOBS_BY_KWARGS.clear()
+        _KNOBS_BY_KWARGS[key] = found
+    return found
 
 
 def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwargs: Any) -> KnobsContext:

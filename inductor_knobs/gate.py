@@ -13,9 +13,11 @@ at call time:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,15 +68,19 @@ class _GateState:
         self.scoped: ScopedSlot[Override | None] = ScopedSlot("inductor_knobs.gate", None)
 
     def on_install(self, original: Any, wrapper: Any) -> None:
-        self.original, self.wrapper, self.signature = original, wrapper, inspect.signature(original)
+        if original is not self.original or self.signature is None:  # the signature is costly: once per original
+            self.signature = inspect.signature(original)
+        self.original, self.wrapper = original, wrapper
 
 
 _STATE = _GateState()
 
 
-def _steps() -> list[Any]:
-    return [wrap_attribute(f"{GATE_MODULE}:{GATE_NAME}", _gate, sweep=True, on_install=_STATE.on_install)]
-
+# One step object for the process: it keeps the wrapper it made, so installing again (every block)
+# reuses it while torch's original is the same object.
+@functools.cache
+def _steps() -> tuple[Any, ...]:
+    return (wrap_attribute(f"{GATE_MODULE}:{GATE_NAME}", _gate, sweep=True, on_install=_STATE.on_install),)
 
 GATE_PATCH = SharedPatch(f"{GATE_MODULE}.{GATE_NAME} wrapper", _steps)
 
@@ -153,7 +159,8 @@ class GateChange:
         self._prior_default: object = _NOT_SET
 
     def apply(self) -> None:
-        importlib.import_module(GATE_MODULE)
+        if GATE_MODULE not in sys.modules:
+            importlib.import_module(GATE_MODULE)
         _STATE.patches = self.patches
         GATE_PATCH.acquire(self)
         _clear_cache()

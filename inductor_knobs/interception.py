@@ -39,6 +39,7 @@ config_patches=None, ...)`` recursing through the module global ``compile_fx`` w
 from __future__ import annotations
 
 import contextvars
+import functools
 import importlib
 import inspect
 import threading
@@ -217,9 +218,12 @@ class AskChange:
         self.patches = patches
         self.values = {(a.module, a.key): a for a in values}
         self.process_wide = process_wide
-        self.description = f"ask {', '.join(a.label for a in values)}"
         self._token: Any = None
         self._prior: dict[tuple[str, str], Asked] | None = None
+
+    @property
+    def description(self) -> str:
+        return f"ask {', '.join(a.label for a in self.values.values())}"
 
     def apply(self) -> None:
         if self.process_wide:
@@ -465,12 +469,13 @@ def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     return sorted(devices, key=str)
 
 
-def _steps() -> list[Any]:
-    # No sweep of other modules: torch reaches compile_fx through the module attribute at call time
-    # (torch.compile's _TorchCompileInductorWrapper, the "inductor" Dynamo backend, compile_fx's own
-    # recursion), and a sweep of sys.modules would cost every block a millisecond.
-    return [wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept)]
-
+# No sweep of other modules: torch reaches compile_fx through the module attribute at call time
+# (torch.compile's _TorchCompileInductorWrapper, the "inductor" Dynamo backend, compile_fx's own
+# recursion), and a sweep of sys.modules would cost every block a millisecond.  One step object for
+# the process: it keeps the wrapper it made, so installing again (every block) reuses it.
+@functools.cache
+def _steps() -> tuple[Any, ...]:
+    return (wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept),)
 
 INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _steps)
 
