@@ -110,7 +110,10 @@ class Use:
 
     def __init__(self, patch: SharedPatch) -> None:
         self.patch = patch
-        self.description = f"use {patch.name}"
+
+    @property
+    def description(self) -> str:
+        return f"use {self.patch.name}"
 
     def apply(self) -> None:
         self.patch.acquire(self)

@@ -67,7 +67,7 @@ class ConfigChange:
         else:
             self._prior = self.patches.read_override(self.cfg, self.key)
             self.patches.write_override(self.cfg, self.key, self.value)
-        found = self.patches.read_value(self.cfg, self.key)
+        found = self._read()
         if found != self.value:
             cause = diagnose(self.patches, self.cfg, self.key)
             self._restore()
@@ -79,7 +79,7 @@ class ConfigChange:
     def revert(self) -> None:
         if self._prior is _NOTHING:  # apply stopped before it changed anything
             return
-        found = self.patches.read_value(self.cfg, self.key)
+        found = self._read()
         if found != self.value and not self._restored:
             warnings.warn(
                 f"{self.cfg.__name__}.{self.key} was changed to {found!r} inside the knobs block "
@@ -88,6 +88,17 @@ class ConfigChange:
                 stacklevel=4,
             )
         self._restore()
+
+    def _read(self) -> object:
+        """The value Inductor reads now (implications and aliases included).
+
+        A block's own override is in place whenever this runs (just written, or about to be
+        rewritten by the revert), so a plain read cannot pin a copy of a mutable default, which is
+        what :meth:`TorchPatches.read_value` guards against (and costs two more reads).
+        """
+        if self.process_wide:
+            return self.patches.read_value(self.cfg, self.key)
+        return getattr(self.cfg, self.key)
 
     def _restore(self) -> None:
         self._restored = True

@@ -207,43 +207,6 @@ def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
     return _merge(_PROCESS, _SCOPED.get(patches.config_is_thread_local))
 
 
-class AskChange:
-    """Undo record: add ``values`` to what the interception enforces and attests.
-
-    ``process_wide`` adds them to the process layer (env activation) instead of the
-    calling thread's scope.  Revert is idempotent.
-    """
-
-    def __init__(self, patches: TorchPatches, values: list[Asked], *, process_wide: bool = False) -> None:
-        self.patches = patches
-        self.values = {(a.module, a.key): a for a in values}
-        self.process_wide = process_wide
-        self._token: Any = None
-        self._prior: dict[tuple[str, str], Asked] | None = None
-
-    @property
-    def description(self) -> str:
-        return f"ask {', '.join(a.label for a in self.values.values())}"
-
-    def apply(self) -> None:
-        if self.process_wide:
-            with _PROCESS_LOCK:
-                self._prior = dict(_PROCESS)
-                _PROCESS.update(_merge(_PROCESS, self.values))
-        else:
-            self._token = _SCOPED.capture(self.patches.config_is_thread_local)  # the undo first
-            _SCOPED.put(self._token, _merge(self._token[1], self.values))
-
-    def revert(self) -> None:
-        if self.process_wide:
-            if self._prior is not None:
-                with _PROCESS_LOCK:
-                    _PROCESS.clear()
-                    _PROCESS.update(self._prior)
-        else:
-            _SCOPED.reset(self._token)
-
-
 # -- listeners ---------------------------------------------------------------------------------
 
 _LISTENERS: contextvars.ContextVar[tuple[Callable[[CompileAttestation], None], ...]] = contextvars.ContextVar(
@@ -477,6 +440,7 @@ def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 def _steps() -> tuple[Any, ...]:
     return (wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept),)
 
+
 INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _steps)
 
 
@@ -496,6 +460,47 @@ class InterceptionUse(Use):
             super().revert()
         finally:
             _PATCHES.pop(id(self), None)
+
+
+class AskChange(InterceptionUse):
+    """Undo record: add ``values`` to what the interception enforces and attests, holding the interception.
+
+    ``process_wide`` adds them to the process layer (env activation) instead of the
+    calling thread's scope.  Revert is idempotent.
+    """
+
+    def __init__(self, patches: TorchPatches, values: list[Asked], *, process_wide: bool = False) -> None:
+        super().__init__(patches)
+        self.values = {(a.module, a.key): a for a in values}
+        self.process_wide = process_wide
+        self._token: Any = None
+        self._prior: dict[tuple[str, str], Asked] | None = None
+
+    @property
+    def description(self) -> str:
+        return f"ask {', '.join(a.label for a in self.values.values())}"
+
+    def apply(self) -> None:
+        super().apply()  # the interception is in place before anything is asked of it
+        if self.process_wide:
+            with _PROCESS_LOCK:
+                self._prior = dict(_PROCESS)
+                _PROCESS.update(_merge(_PROCESS, self.values))
+        else:
+            self._token = _SCOPED.capture(self.patches.config_is_thread_local)  # the undo first
+            _SCOPED.put(self._token, _merge(self._token[1], self.values))
+
+    def revert(self) -> None:
+        try:
+            if self.process_wide:
+                if self._prior is not None:
+                    with _PROCESS_LOCK:
+                        _PROCESS.clear()
+                        _PROCESS.update(self._prior)
+            else:
+                _SCOPED.reset(self._token)
+        finally:
+            super().revert()
 
 
 def unwrap_not_applied(exc: BaseException | None) -> KnobNotApplied | None:
