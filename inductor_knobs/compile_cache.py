@@ -23,6 +23,8 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 from . import torch_compat
+from ._safe_paths import unsafe_directories
+from ._safe_paths import who as _who
 from .errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
 from .knobs import Knobs
 
@@ -231,10 +233,6 @@ def _knobs_of(knobs: Any) -> Knobs:
     raise InvalidKnobValue(f"knobs={knobs!r} is invalid: allowed an ik.Knobs, an ik.compile result or None")
 
 
-#: Longest chain of symbolic links followed while checking a path (Linux's MAXSYMLINKS).
-_MAX_SYMLINKS = 40
-
-
 def _open_checked(path: str, allow_unsafe: bool) -> int:
     """Open ``path`` for reading once and return the descriptor, after the ownership checks.
 
@@ -304,15 +302,8 @@ def _open_checked(path: str, allow_unsafe: bool) -> int:
 def _unsafe_directories(directory: str, uid: int, path: str) -> list[str]:
     """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
 
-    Each directory from ``/`` down must be owned by root or ``uid`` and not writable by group or
-    others unless sticky (then only an entry's owner can remove or rename it, and every entry on
-    the walk is checked to belong to root or ``uid``).  Symbolic links among the components are
-    resolved here, component by component as the kernel does, rather than with ``realpath`` and a
-    check of the result (OpenSSH's way): that way the link itself must be owned by root or
-    ``uid`` (in a sticky directory its owner can replace it with a link elsewhere), the directory
-    holding it is checked like any other, and so is every directory its target passes through,
-    including ones a ``..`` in the target leaves again.  After that, no one but root and ``uid``
-    can change where the walk leads, so the later ``open`` reaches the directory checked here.
+    The rule and the walk are :func:`inductor_knobs._safe_paths.unsafe_directories` (shared with
+    :mod:`inductor_knobs.cutlass_pip`); this adds the ``load_compile_cache(path)`` label and error class.
 
     Args:
         directory (str): an absolute path.
@@ -323,65 +314,10 @@ def _unsafe_directories(directory: str, uid: int, path: str) -> list[str]:
         list[str]: one sentence per problem, naming the directory or link.
 
     Raises:
-        CompileCacheRefused: a directory on the way does not exist or is not a directory.
+        CompileCacheRefused: a directory on the way does not exist or is not a directory, or the
+            walk meets more than 40 symbolic links.
     """
-    problems: list[str] = []
-    pending = [part for part in reversed(directory.split(os.sep)) if part]  # a stack: next component last
-    resolved = os.sep
-    _check_directory(resolved, os.lstat(resolved), uid, problems)
-    links = 0
-    while pending:
-        part = pending.pop()
-        if part == ".":
-            continue
-        if part == "..":
-            resolved = os.path.dirname(resolved)  # ``resolved`` holds no links, so its textual parent is real
-            continue
-        candidate = os.path.join(resolved, part)
-        try:
-            st = os.lstat(candidate)
-        except FileNotFoundError as err:
-            raise CompileCacheRefused(f"load_compile_cache({path!r}): no such directory {candidate}") from err
-        if stat.S_ISLNK(st.st_mode):
-            if st.st_uid not in (uid, 0):
-                problems.append(
-                    f"the path goes through the symbolic link {candidate}, owned by {_who(st.st_uid)} "
-                    f"(allowed: root or you, {_who(uid)}), who can point it elsewhere"
-                )
-            links += 1
-            if links > _MAX_SYMLINKS:
-                raise CompileCacheRefused(f"load_compile_cache({path!r}): more than {_MAX_SYMLINKS} symbolic links")
-            target = os.readlink(candidate)
-            if os.path.isabs(target):
-                resolved = os.sep
-            pending.extend(p for p in reversed(target.split(os.sep)) if p)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            raise CompileCacheRefused(f"load_compile_cache({path!r}): {candidate} is not a directory")
-        resolved = candidate
-        _check_directory(resolved, st, uid, problems)
-    return problems
-
-
-def _check_directory(directory: str, st: os.stat_result, uid: int, problems: list[str]) -> None:
-    if st.st_uid not in (uid, 0):
-        problems.append(f"the directory {directory} is owned by {_who(st.st_uid)} (allowed: root or you, {_who(uid)})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-        mode = stat.S_IMODE(st.st_mode)
-        problems.append(
-            f"the directory {directory} is writable by group or others without the sticky bit (mode {mode:o}; "
-            "allowed: chmod go-w, or +t as on /tmp)"
-        )
-
-
-def _who(uid: int) -> str:
-    """``uid 65534 (nobody)``: the number always, the name where the password database has one."""
-    try:
-        import pwd
-
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
+    return unsafe_directories(directory, uid, label=f"load_compile_cache({path!r})", error=CompileCacheRefused)
 
 
 def _refuse(path: str, problems: list[str]) -> NoReturn:

@@ -46,6 +46,7 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     threshold = report["patch_module"].get("torch_min_sms", 68)
     report["gpus"] = _gpus(threshold, min_sms)
     report["gemm_backends"] = _backends(torch.__version__, bool(report["gpus"]))
+    report["sm_gate"] = _sm_gate(torch.__version__, report["gpus"])
     report["env"] = _env()
     report["modes"] = _modes()
     report["precedence"] = _precedence(torch.__version__)
@@ -80,6 +81,8 @@ def _patch_module(version: str) -> dict[str, Any]:
         "gate_fingerprint": drift.fingerprint,
         "config_is_thread_local": patches.config_is_thread_local,
         "torch_min_sms": patches.torch_min_sms,
+        "config_patch_restores_unset": patches.config_patch_restores_unset,
+        "green_context_api": patches.green_context_api,
     }
 
 
@@ -111,6 +114,8 @@ def _backends(version: str, has_gpu: bool) -> dict[str, str]:
     patches = torch_compat.select(version, strict=False)
     release = torch_compat.release_of(version)
     names = sorted(patches.gemm_backends(release))
+    from .cutlass_pip import describe as describe_cutlass  # CUTLASS: a checkout, nvidia-cutlass, or how to get it
+
     cutlass_found, cutlass_dir = patches.cutlass_available(importlib.import_module("torch._inductor.config"), release)
     rocm = bool(torch.version.hip)
     reasons = {
@@ -118,21 +123,76 @@ def _backends(version: str, has_gpu: bool) -> dict[str, str]:
         "TRITON": ("usable" if _version_of("triton") and has_gpu else "needs triton and a GPU")
         + " (templates also need the SM gate open: see gpus)",
         "CPP": "usable on CPU" if shutil.which(os.environ.get("CXX", "g++")) else "needs a C++ compiler",
-        "CUTLASS": (
-            f"usable: CUTLASS found at {cutlass_dir}"
-            if cutlass_found and has_gpu and not rocm
-            else f"not usable: needs an NVIDIA GPU and a CUTLASS checkout at {patches.cutlass_dir_key(release)} "
-            f"(now {cutlass_dir!r})"
-        ),
+        "CUTLASS": describe_cutlass(cutlass_found, cutlass_dir, patches.cutlass_dir_key(release), has_gpu and not rocm),
         "CK": "usable" if rocm and has_gpu else "not usable: ROCm only",
         "CKTILE": "usable" if rocm and has_gpu else "not usable: ROCm only",
         "CUTEDSL": "usable"
         if importlib.util.find_spec("cutlass") and has_gpu
         else "not usable: needs nvidia-cutlass-dsl and an NVIDIA GPU",
-        "NVGEMM": "usable" if has_gpu and not rocm else "not usable: needs an NVIDIA GPU",
+        "NVGEMM": _nvgemm_reason(patches.nvgemm_modules(release), has_gpu and not rocm),
         "FLYDSL": "usable" if rocm and has_gpu else "not usable: ROCm only",
     }
     return {name: reasons.get(name, "known to this torch") for name in names}
+
+
+def _importable(module: str) -> bool:
+    """``importlib.util.find_spec(module)`` as torch's ``ensure_*_available`` asks it, never raising."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except Exception:  # noqa: BLE001 - a broken optional package is "not importable" here
+        return False
+
+
+def _nvgemm_reason(modules: tuple[str, ...], nvidia: bool) -> str:
+    missing = [m for m in modules if not _importable(m)]
+    if not nvidia:
+        return "not usable: needs an NVIDIA GPU"
+    if missing:
+        return f"not usable: needs the module(s) {', '.join(missing)}"
+    return "usable (never asks the SM gate)"
+
+
+def _sm_gate(version: str, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which GEMM backends the SM gate (``is_big_gpu``) governs here, and whether NVGEMM avoids it.
+
+    Per-release facts come from the patch module (``gate_checked_backends``, ``gate_checked_last``,
+    ``nvgemm_modules``, read from ``torch/_inductor/utils.py``'s ``use_*_template`` checks).  NVGEMM
+    is a no-patch alternative when an NVIDIA GPU is below torch's threshold, this torch has the
+    backend and its modules import; its templates exist only where ``cutlass.operators`` (2.14+) or
+    ``cutlass_api`` (2.11-2.13) has kernels for the GPU's architecture.
+    """
+    import torch
+
+    patches = torch_compat.select(version, strict=False)
+    release = torch_compat.release_of(version)
+    known = patches.gemm_backends(release)
+    gated = known & patches.gate_checked_backends(release)
+    modules = patches.nvgemm_modules(release)
+    missing = [m for m in modules if not _importable(m)]
+    small = [g for g in gpus if not g["gate_at_torch_threshold"]]
+    alternative = hint = None
+    if "NVGEMM" in known and small and not torch.version.hip:
+        names = ", ".join(f"GPU {g['index']} ({g['sms']} SMs)" for g in small)
+        if missing:
+            dists = [patches.module_distributions.get(m, m) for m in missing]
+            hint = (
+                f"NVGEMM never asks the SM gate, but torch {version} needs the module(s) {', '.join(missing)} "
+                f"for it (pip install {' '.join(dict.fromkeys(dists))}); not importable here"
+            )
+        else:
+            alternative = (
+                f"{names}: max_autotune_gemm_backends='ATEN,NVGEMM' (with max_autotune) autotunes NVGEMM templates "
+                "without patching the gate, where its kernels support the GPU's architecture"
+            )
+    return {
+        "gated": sorted(gated),
+        "not_gated": sorted(known - gated),
+        "checked_last": patches.gate_checked_last,
+        "nvgemm_modules": list(modules),
+        "nvgemm_missing": missing,
+        "nvgemm_alternative": alternative,
+        "nvgemm_hint": hint,
+    }
 
 
 def _env() -> dict[str, Any]:
@@ -205,6 +265,13 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"patch module: {pm['name']} ({pm['torch_range']}), is_big_gpu {pm['gate_fingerprint']}: {drift}")
         scope = "per thread" if pm["config_is_thread_local"] else "process-global"
         lines.append(f"Inductor config overrides on this torch: {scope}")
+        restores = "restores a key it found unset" if pm["config_patch_restores_unset"] else "pins the value it read"
+        lines.append(f"torch._inductor.config.patch on exit: {restores}")
+        api = {"create": "GreenContext.create(num_sms=, device_id=)", "constructor": "GreenContext(num_sms=, device_id=)"}
+        green = api.get(pm["green_context_api"]) or (
+            "GreenContext(num_sms=, device_id=) and .sm_count" if pm["green_context_api"] else "none (emulate_gpu refuses)"
+        )
+        lines.append(f"small-GPU emulation makes its green context with: {green}")
     else:
         lines.append(f"patch module: none ({pm['error']})")
     lines.append("")
@@ -220,6 +287,17 @@ def render(report: dict[str, Any]) -> str:
         lines.append(line)
     lines += ["", "GEMM backends (max_autotune_gemm_backends):"]
     lines += [f"  {name:8} {why}" for name, why in report["gemm_backends"].items()]
+    gate = report["sm_gate"]
+    lines.append(f"  SM gate (is_big_gpu) governs: {', '.join(gate['gated'])}; never asked by: {', '.join(gate['not_gated'])}")
+    lines.append(
+        "  torch asks the gate last: only under max-autotune with a gated backend selected"
+        if gate["checked_last"]
+        else "  torch asks the gate first, at every GPU GEMM lowering (max-autotune or not)"
+    )
+    if gate["nvgemm_alternative"]:
+        lines.append(f"  no-patch alternative: {gate['nvgemm_alternative']}")
+    if gate["nvgemm_hint"]:
+        lines.append(f"  {gate['nvgemm_hint']}")
     env = report["env"]
     lines += ["", "INDUCTOR_KNOBS_* variables:"]
     if not env["variables"]:

@@ -3,12 +3,14 @@
 Two things make an honest emulator, and each is one undo record:
 
 - **Confinement** (:class:`GreenStreamChange`).  Work launched from the entering thread goes to
-  the stream of a CUDA green context of ``sms`` SMs (``torch.cuda.GreenContext.create(...).Stream()``,
-  made current with ``torch.cuda.set_stream``).  eager ATen/cuBLAS kernels, Inductor's Triton
-  kernels and Inductor's autotune benchmarks all launch on the current stream, so all run on the
-  partition (measured on an H200, torch 2.11: a 4096³ bf16 GEMM autotuned at 16 SMs benchmarks
-  1.26 ms against 0.19 ms on 132).  ``GreenContext.set_context()`` is not used: after it, Inductor's
-  compiled kernels escaped the partition (issue 5's measurement).
+  the stream of a CUDA green context of ``sms`` SMs (``GreenContext.create(num_sms=,
+  device_id=).Stream()`` on torch 2.11-2.13, ``GreenContext(num_sms=, device_id=).Stream()`` on
+  2.14-2.15: the patch modules' ``make_green_stream``), made current with ``torch.cuda.set_stream``.
+  eager ATen/cuBLAS kernels, Inductor's Triton kernels and Inductor's autotune benchmarks all
+  launch on the current stream, so all run on the partition (measured on an H200, torch 2.11: a
+  4096³ bf16 GEMM autotuned at 16 SMs benchmarks 1.26 ms against 0.19 ms on 132).
+  ``GreenContext.set_context()`` is not used: after it, Inductor's compiled kernels escaped the
+  partition (issue 5's measurement).
 - **What Inductor sees** (:class:`SmViewChange`).  The CUDA device-property getters return the
   emulated SM count (and, optionally, shared memory per block), and the caches that hold an SM
   count read earlier are emptied on enter and on exit.  The patch modules list the getters and
@@ -27,7 +29,6 @@ current stream is: enter ``emulate_gpu`` in every thread that launches work.
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -38,15 +39,20 @@ import wrapt
 from . import torch_compat
 from ._patching import SharedPatch, resolve, wrap_attribute
 from ._undo import Change, ConfigChange
-from .errors import EmulationConflict, EmulationUnavailable, EmulationWarning, InvalidKnobValue, NotSupportedOnThisTorch
+from .errors import (
+    EmulationConflict,
+    EmulationUnavailable,
+    EmulationWarning,
+    InvalidKnobValue,
+    KnobsError,
+    NotSupportedOnThisTorch,
+)
 from .gpu_presets import GpuPreset, find_preset
 from .interception import EMULATION, INDUCTOR_CONFIG, AskChange, Asked, InterceptionUse
 from .patches.torch_2_4 import TorchPatches
 
 if TYPE_CHECKING:
     import torch
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -167,51 +173,44 @@ def spec_from_text(text: str, *, shared_memory_per_block: int | None = None, sou
 
 _GREEN_LOCK = threading.Lock()
 #: (device, sms) -> (green context, its stream, granted SMs).  Kept for the process's life: the
-#: caching allocator keeps blocks tied to these streams, and torch 2.11 has no destroy.
+#: caching allocator keeps blocks tied to these streams, torch 2.11-2.13 have no destroy, and from
+#: 2.14 ``GreenContext.__del__`` destroys the context and its streams while the stream object (a
+#: ``torch.cuda.ExternalStream``) holds no reference to it.
 _GREEN: dict[tuple[int, int], tuple[Any, Any, int | None]] = {}
 
 
 def _check_green_context_support(patches: TorchPatches, torch_version: str) -> None:
+    """Refuse a torch without a green-context API its patch module knows, then one without CUDA.
+
+    The API per release is the patch module's (``green_context_api``: ``GreenContext.create``
+    on 2.11-2.13, the ``GreenContext(num_sms=, device_id=)`` constructor on 2.14-2.15).
+
+    Raises:
+        NotSupportedOnThisTorch: no ``GreenContext``, none with ``Stream()`` (< 2.11), or one whose
+            API this torch's patch module does not recognise; the message names the release.
+        EmulationUnavailable: no CUDA GPU.
+    """
     import torch
 
-    green = getattr(torch.cuda, "GreenContext", None)
-    if green is None or not hasattr(green, "Stream"):
-        raise NotSupportedOnThisTorch(
-            f"emulate_gpu needs torch.cuda.GreenContext with Stream() (torch >= {patches.green_stream_since}); torch "
-            f"{torch_version} has {'no GreenContext' if green is None else 'GreenContext without Stream()'}. "
-            "GreenContext.set_context() alone does not confine Inductor's compiled kernels, so no emulator is offered here"
-        )
+    refusal = patches.green_context_refusal(torch_version)
+    if refusal is not None:
+        raise NotSupportedOnThisTorch(refusal)
     if not torch.cuda.is_available():
         raise EmulationUnavailable(
             f"emulate_gpu needs a CUDA GPU; torch {torch_version} sees none (torch.cuda.is_available() is False)"
         )
 
 
-def _granted_sms(green: Any, device_index: int, sms: int) -> int | None:
-    """SMs the driver gave: torch 2.15's ``sm_count``, else the driver's split answer via cuda-python."""
-    count = getattr(green, "sm_count", None)
-    if isinstance(count, int):
-        return count
-    try:
-        from cuda.bindings import driver
-    except ImportError:
-        return None
-    try:
-        driver.cuInit(0)
-        _, cu_device = driver.cuDeviceGet(device_index)
-        _, resource = driver.cuDeviceGetDevResource(cu_device, driver.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM)
-        # The same request torch's GreenContext makes (no flags), so the same rounding.
-        answer = driver.cuDevSmResourceSplitByCount(1, resource, 0, sms)  # (status, groups, count, ...)
-        return int(answer[1][0].sm.smCount) if answer[2] else None
-    except Exception:  # the driver's answer is information only
-        log.debug("could not ask the driver how many SMs it granted", exc_info=True)
-        return None
-
-
 def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
     """The (cached) stream of a green context of ``sms`` SMs on ``device_index``, and the SMs granted.
 
+    The context is made the way this torch's patch module says (``TorchPatches.make_green_stream``:
+    ``GreenContext.create(num_sms=, device_id=)`` on 2.11-2.13, ``GreenContext(num_sms=, device_id=)``
+    on 2.14-2.15, ``torch/cuda/green_contexts.py``); the granted SMs come from ``GreenContext.sm_count``
+    on 2.15, else from the driver through cuda-python (None if neither answers).
+
     Raises:
+        NotSupportedOnThisTorch: this torch has no green-context API its patch module knows.
         EmulationUnavailable: the driver refused the green context (its message is included).
     """
     import torch
@@ -219,15 +218,16 @@ def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
     key = (device_index, sms)
     with _GREEN_LOCK:
         if key not in _GREEN:
+            patches = torch_compat.installed(strict=False)
             try:
-                green: Any = torch.cuda.GreenContext.create(num_sms=sms, device_id=device_index)
-                stream = green.Stream()
+                _GREEN[key] = patches.make_green_stream(device_index, sms)
+            except KnobsError:
+                raise
             except Exception as exc:
                 raise EmulationUnavailable(
                     f"emulate_gpu(sms={sms}): the CUDA driver refused a green context on cuda:{device_index} "
                     f"(torch {torch.__version__}, CUDA {torch.version.cuda}): {exc}"
                 ) from exc
-            _GREEN[key] = (green, stream, _granted_sms(green, device_index, sms))
         _, stream, granted = _GREEN[key]
     return stream, granted
 
@@ -409,7 +409,8 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
         The changes in apply order (config, SM view, stream) and the :class:`Emulation` they make.
 
     Raises:
-        NotSupportedOnThisTorch: torch without ``GreenContext.Stream()`` (< 2.11).
+        NotSupportedOnThisTorch: torch without ``GreenContext.Stream()`` (< 2.11), or with a green-context
+            API its patch module does not recognise.
         EmulationUnavailable: no CUDA GPU, or the driver refused the green context.
         InvalidKnobValue: ``sms`` or ``shared_memory_per_block`` above the real GPU's.
         EmulationConflict: another emulation with other values is active.

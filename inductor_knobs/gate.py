@@ -82,6 +82,7 @@ _STATE = _GateState()
 def _steps() -> tuple[Any, ...]:
     return (wrap_attribute(f"{GATE_MODULE}:{GATE_NAME}", _gate, sweep=True, on_install=_STATE.on_install),)
 
+
 GATE_PATCH = SharedPatch(f"{GATE_MODULE}.{GATE_NAME} wrapper", _steps)
 
 

@@ -7,8 +7,10 @@ types, GEMM backends, CUTLASS, drift of ``is_big_gpu``) runs before the first ch
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -16,7 +18,7 @@ from . import torch_compat
 from ._undo import Change, ConfigChange
 from .errors import InvalidKnobValue, NoFallbackWarning, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
-from .interception import AskChange, Asked, InterceptionUse
+from .interception import AskChange, Asked
 from .knobs import Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
 
@@ -54,6 +56,28 @@ def config_values(knobs: Knobs) -> dict[str, Any]:
     return values
 
 
+@dataclass(frozen=True)
+class _Validated:
+    """What :func:`plan` derives from one ``Knobs`` on one torch: all that can be checked without changing anything.
+
+    It depends only on the knobs, the torch version and (for ``min_sms``) the identity of the gate
+    function, so it is cached under exactly those (see :func:`_cache_key`).  Records are built fresh
+    from it at every plan (they hold the state of one application).
+    """
+
+    values: dict[str, Any]
+    asked: tuple[Asked, ...]
+    override: Override | None
+    salt_tag: str | None
+    warn_no_fallback: bool
+
+
+#: (id of the Knobs, arguments, patch module, torch version, id of the gate) -> (knobs, gate, validated).
+#: The Knobs and gate objects are kept in the value so their ids cannot be reused while cached.
+_VALIDATED: dict[tuple[Any, ...], tuple[Knobs, object, _Validated]] = {}
+_VALIDATED_MAX = 256
+
+
 def plan(
     knobs: Knobs,
     *,
@@ -71,49 +95,101 @@ def plan(
         sources: per config key, a more precise source (``mode:max-autotune``, ``options``).
 
     Returns:
-        The compile interception, config changes, cache-salting changes, the gate change, and
-        the record of what was asked (which the interception enforces and attests in every
-        compile, :mod:`inductor_knobs.interception`).
+        The config changes, cache-salting changes, the gate change, and the record of what was
+        asked, which holds the compile interception that enforces and attests it in every
+        compile (:mod:`inductor_knobs.interception`).
 
     Raises:
         UnsupportedTorchVersion: torch outside the supported range (strict mode).
         PatchTargetChanged: ``is_big_gpu`` is not what the patch module expects (strict mode).
         UnknownKnob: a config key the installed Inductor does not have.
         InvalidKnobValue: a value of the wrong type, or CUTLASS requested but not found.
+
+    The validation is cached per (``knobs`` object, torch version, gate function identity); a
+    request that involves the file system (CUTLASS) is validated every time.
     """
     import torch
 
+    version = torch.__version__
     patches = torch_compat.installed(strict=knobs.strict)
-    cfg = importlib.import_module(INDUCTOR_CONFIG)
-    values = config_values(knobs)
-    for key, value in values.items():
-        _check_key(patches, cfg, key, value, torch.__version__)
-    if knobs.gemm_backends is not None:
-        _check_backends(patches, cfg, knobs.gemm_backends, values, torch.__version__)
-    policy = knobs.on_mismatch or "raise"
-    sources = sources or {}
-    asked = [Asked(INDUCTOR_CONFIG, key, value, sources.get(key, source), on_mismatch=policy) for key, value in values.items()]
-    changes: list[Change] = [InterceptionUse(patches)]
-    changes += [ConfigChange(patches, cfg, key, value, process_wide=process_wide) for key, value in values.items()]
-    if knobs.min_sms is not None:
-        _check_gate(patches, knobs.strict, torch.__version__)
-        override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
-        for module_name, key, value in patches.cache_salt(f"inductor_knobs-gate-{_gate_digest(override)}"):
-            changes.append(ConfigChange(patches, importlib.import_module(module_name), key, value, process_wide=process_wide))
-            asked.append(Asked(module_name, key, value, source, on_mismatch=policy))
-        changes.append(GateChange(patches, override, process_wide=process_wide))
+    gate_fn = _gate_function() if knobs.min_sms is not None else None
+    key = _cache_key(knobs, process_wide, source, sources, patches, version, gate_fn)
+    cached = _VALIDATED.get(key) if key is not None else None
+    if cached is not None and cached[0] is knobs and cached[1] is gate_fn:
+        checked = cached[2]
+    else:
+        checked = _validate(knobs, patches, source, sources or {}, version, gate_fn)
+        if key is not None:
+            if len(_VALIDATED) >= _VALIDATED_MAX:
+                _VALIDATED.clear()
+            _VALIDATED[key] = (knobs, gate_fn, checked)
+    if checked.warn_no_fallback:
+        warnings.warn(
+            f"gemm_backends={knobs.gemm_backends!r} leaves out ATEN: a GEMM for which no template fits "
+            "(for example when the SM gate stays closed) has no fallback and compilation can fail "
+            "with NoValidChoicesError",
+            NoFallbackWarning,
+            stacklevel=3,
+        )
+    cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
+    asked = list(checked.asked)
+    # The interception is held by the AskChange at the end (nothing compiles in between).
+    changes: list[Change] = [ConfigChange(patches, cfg, k, v, process_wide=process_wide) for k, v in checked.values.items()]
+    if checked.override is not None and checked.salt_tag is not None:
+        # The salt is read fresh: it extends whatever cache_key_tag holds now.
+        for module_name, salt_key, value in patches.cache_salt(checked.salt_tag):
+            module = sys.modules.get(module_name) or importlib.import_module(module_name)
+            changes.append(ConfigChange(patches, module, salt_key, value, process_wide=process_wide))
+            asked.append(Asked(module_name, salt_key, value, source, on_mismatch=knobs.on_mismatch or "raise"))
+        changes.append(GateChange(patches, checked.override, process_wide=process_wide))
     changes.append(AskChange(patches, asked, process_wide=process_wide))
     return changes
 
 
+def _gate_function() -> object:
+    """The gate function the drift check is about: torch's original, also while our wrapper is installed."""
+    utils = sys.modules.get(GATE_MODULE) or importlib.import_module(GATE_MODULE)
+    return original_gate() or getattr(utils, GATE_NAME, None)
+
+
+def _cache_key(
+    knobs: Knobs,
+    process_wide: bool,
+    source: str,
+    sources: Mapping[str, str] | None,
+    patches: TorchPatches,
+    version: str,
+    gate_fn: object,
+) -> tuple[Any, ...] | None:
+    if knobs.gemm_backends is not None and "CUTLASS" in knobs.gemm_backends.split(","):
+        return None  # CUTLASS is looked up on disk: never cached
+    frozen_sources = tuple(sorted(sources.items())) if sources else ()
+    return (id(knobs), process_wide, source, frozen_sources, id(patches), version, id(gate_fn))
+
+
+def _validate(
+    knobs: Knobs, patches: TorchPatches, source: str, sources: Mapping[str, str], version: str, gate_fn: object
+) -> _Validated:
+    """Every check of :func:`plan` that reads torch but changes nothing; raises as :func:`plan` documents."""
+    cfg = importlib.import_module(INDUCTOR_CONFIG)
+    values = config_values(knobs)
+    for key, value in values.items():
+        _check_key(patches, cfg, key, value, version)
+    warn_no_fallback = False
+    if knobs.gemm_backends is not None:
+        warn_no_fallback = _check_backends(patches, cfg, knobs.gemm_backends, values, version)
+    policy = knobs.on_mismatch or "raise"
+    asked = tuple(Asked(INDUCTOR_CONFIG, k, v, sources.get(k, source), on_mismatch=policy) for k, v in values.items())
+    override = salt_tag = None
+    if knobs.min_sms is not None:
+        torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)
+        override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
+        salt_tag = f"inductor_knobs-gate-{_gate_digest(override)}"
+    return _Validated(values, asked, override, salt_tag, warn_no_fallback)
+
+
 def _gate_digest(override: Override) -> str:
     return Knobs(min_sms=override.min_sms, gate_rocm_xpu=override.gate_rocm_xpu or None).digest()[:8]
-
-
-def _check_gate(patches: TorchPatches, strict: bool, version: str) -> None:
-    utils = importlib.import_module(GATE_MODULE)
-    gate = original_gate() or getattr(utils, GATE_NAME, None)
-    torch_compat.enforce(torch_compat.check_gate(patches, gate), strict=strict, torch_version=version)
 
 
 def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, version: str) -> None:
@@ -130,24 +206,78 @@ def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, 
     )
 
 
-def _check_backends(patches: TorchPatches, cfg: ModuleType, backends: str, values: dict[str, Any], version: str) -> None:
+def _check_backends(patches: TorchPatches, cfg: ModuleType, backends: str, values: dict[str, Any], version: str) -> bool:
+    """Check the backends (CUTLASS must be found); return whether ATEN, the fallback, is left out.
+
+    When CUTLASS is asked for and the configured directory holds no checkout, the CUTLASS directory
+    key and a directory generated from ``nvidia-cutlass`` are added to ``values`` (see
+    :func:`_cutlass_from_pip`), so the plan sets it like any other key.
+    """
     names = backends.split(",")
     if "CUTLASS" in names:
         release = torch_compat.release_of(version)
         key = patches.cutlass_dir_key(release)
         found, where = patches.cutlass_available(cfg, release, str(values[key]) if key in values else None)
         if not found:
-            raise InvalidKnobValue(
-                f"gemm_backends={backends!r} asks for CUTLASS, but torch {version} finds no CUTLASS "
-                f"at {key}={where!r} (it needs {where}/python/cutlass_library). Fix: git clone "
-                f"https://github.com/NVIDIA/cutlass and pass config={{{key!r}: '/path/to/cutlass'}} "
-                "(or export TORCHINDUCTOR_CUTLASS_DIR before importing torch), or drop CUTLASS"
-            )
-    if "ATEN" not in names:
-        warnings.warn(
-            f"gemm_backends={backends!r} leaves out ATEN: a GEMM for which no template fits "
-            "(for example when the SM gate stays closed) has no fallback and compilation can fail "
-            "with NoValidChoicesError",
-            NoFallbackWarning,
-            stacklevel=4,
+            # Added to ``values``: _validate builds both the ConfigChange (an undo record, reverted
+            # exactly on exit) and the Asked record (enforced and attested inside every compile) from it.
+            values[key] = _cutlass_from_pip(patches, cfg, backends, key, where, key in values, version)
+    return "ATEN" not in names  # no fallback: plan() warns at every plan
+
+
+def _cutlass_from_pip(
+    patches: TorchPatches, cfg: ModuleType, backends: str, key: str, where: str, explicit: bool, version: str
+) -> str:
+    """The CUTLASS directory generated from an installed ``nvidia-cutlass``, for a plan that found no checkout.
+
+    Changes nothing in torch (it may make the generated directory in the user's cache,
+    :func:`inductor_knobs.cutlass_pip.resolve`), so the check stays before the first change.
+
+    Args:
+        patches: the installed torch's patch module.
+        cfg: ``torch._inductor.config``.
+        backends: the ``gemm_backends`` knob's value, for messages.
+        key: the config key torch reads the CUTLASS directory from (``cuda.cutlass_dir`` before 2.11,
+            ``cutlass.cutlass_dir`` from 2.11: ``TorchPatches.cutlass_dir_key``).
+        where: the directory torch would read now, which holds no checkout.
+        explicit: the knobs' own ``config`` names ``where``; it is then never replaced.
+        version: ``torch.__version__``, for messages.
+
+    Returns:
+        str: the generated directory, the value for ``key``.
+
+    Raises:
+        InvalidKnobValue: ``explicit``, or CUTLASS cannot come from ``nvidia-cutlass`` (not installed,
+            incomplete, shadowed, or an unsafe cache: :class:`~inductor_knobs.cutlass_pip.PipCutlassUnavailable`
+            is the cause); the message says how to install it or point ``key`` at a checkout.
+    """
+    from . import cutlass_pip
+
+    needs = f"it needs {where}/python/cutlass_library"
+    checkout = (
+        f"git clone https://github.com/NVIDIA/cutlass and pass config={{{key!r}: '/path/to/cutlass'}} "
+        "(or export TORCHINDUCTOR_CUTLASS_DIR=/path/to/cutlass before importing torch)"
+    )
+    if explicit:
+        raise InvalidKnobValue(
+            f"gemm_backends={backends!r} with config={{{key!r}: {where!r}}}: torch {version} finds no CUTLASS checkout "
+            f"there ({needs}). The knobs name that directory, so it is not replaced by one made from "
+            f"{cutlass_pip.DISTRIBUTION}. Fix: point {key} at a CUTLASS checkout ({checkout}), or leave {key} out and "
+            f"{cutlass_pip.INSTALL_HINT}, or drop CUTLASS"
         )
+    try:
+        found = cutlass_pip.resolve()
+    except cutlass_pip.PipCutlassUnavailable as err:
+        # Not installed: say how to install it.  Installed but unusable: ``err`` says how to fix that.
+        fix = (
+            f"Fix: {cutlass_pip.INSTALL_HINT} (inductor_knobs then points {key} at a directory of links to it), or"
+            if err.missing
+            else "Fix that, or"
+        )
+        raise InvalidKnobValue(
+            f"gemm_backends={backends!r} asks for CUTLASS, but torch {version} finds no CUTLASS checkout at "
+            f"{key}={where!r} ({needs}), and CUTLASS cannot come from {cutlass_pip.DISTRIBUTION}: {err}. "
+            f"{fix} {checkout}, or drop CUTLASS"
+        ) from err
+    _check_key(patches, cfg, key, found.directory, version)
+    return found.directory

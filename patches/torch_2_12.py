@@ -1,15 +1,18 @@
-"""torch 2.12–2.14: Inductor config overrides are per thread.
+"""torch 2.12–2.13: Inductor config overrides are per thread.
 
-Facts (torch 2.12.0–2.15.0 wheels):
+Facts (torch 2.12.0 and 2.13.0 wheels):
 - ``utils/_config_module.py:334`` (2.12): ``_ConfigEntry.user_override`` is a ``ContextVar``;
   "User overrides are thread-local" (:53).  A value patched on one thread is invisible in a new
   ``threading.Thread``, so the gate override is per thread (per context) too.
-- ``_inductor/utils.py:1696`` (2.12) … ``:2121`` (2.15): ``is_big_gpu(index_or_device: int |
-  torch.device = 0)``; 2.14 turns the ROCm ``assert`` into ``raise AssertionError``.
-- ``max_autotune_gemm_backends`` comment lists CUTEDSL and NVGEMM (2.12), FLYDSL (2.15).
-- ``torch/cuda/green_contexts.py``: ``GreenContext.create`` takes keywords only (2.12); 2.15 rewrites
-  the class in Python over cuda-python with an ``sm_count`` property (:760), which emulation reads
-  for the SMs the driver granted.
+- ``_inductor/utils.py:1697`` (2.12) / ``:1933`` (2.13): ``is_big_gpu(index_or_device: int |
+  torch.device = 0)``.
+- ``max_autotune_gemm_backends`` comment lists CUTEDSL and NVGEMM (2.12 ``config.py:605``); NVGEMM
+  needs the modules ``cutlass`` and ``cutlass_api`` (``ensure_nv_universal_gemm_available``,
+  2.13 ``utils.py:2315``) and never asks the gate (``use_nv_universal_gemm_template``, :2468).
+  ``use_triton_template``/``use_cutlass_template`` ask ``_use_template_for_gpu`` (the gate) first.
+- ``torch/cuda/green_contexts.py``: ``GreenContext.create(*, num_sms=None, workqueue_scope=None,
+  workqueue_concurrency_limit=None, device_id=None)`` takes keywords only; still the C++-backed shim
+  with ``Stream()``, as in 2.11.
 """
 
 from __future__ import annotations
@@ -22,27 +25,21 @@ from packaging.specifiers import SpecifierSet
 from .torch_2_8 import Torch28
 
 _BACKENDS = frozenset({"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "CKTILE", "CPP"})
+_GATED = frozenset({"TRITON", "CUTLASS", "CUTEDSL"})
 
 
 class Torch212(Torch28):
-    """Facts and operations for torch 2.12-2.14 (see the module docstring)."""
+    """Facts and operations for torch 2.12-2.13 (see the module docstring)."""
 
     name: ClassVar[str] = "torch_2_12"
-    torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.15")
+    torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.14")
     config_is_thread_local: ClassVar[bool] = True
-    gate_fingerprints: ClassVar[frozenset[str]] = frozenset(
-        {
-            "d29598369aaebd20",  # 2.12.0-2.13.0
-            "e9e500a1f4feee94",  # 2.14.0 (and 2.15.0)
-        }
-    )
-    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
-        "2.12": _BACKENDS,
-        "2.13": _BACKENDS,
-        "2.14": _BACKENDS,
-    }
-    cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {r: "cutlass.cutlass_dir" for r in ("2.12", "2.13", "2.14")}
-    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13", "2.14")}
+    gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"d29598369aaebd20"})  # 2.12.0-2.13.0
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.12": _BACKENDS, "2.13": _BACKENDS}
+    cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {r: "cutlass.cutlass_dir" for r in ("2.12", "2.13")}
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13")}
+    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {r: _GATED for r in ("2.12", "2.13")}
+    nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {r: ("cutlass", "cutlass_api") for r in ("2.12", "2.13")}
 
     def read_override(self, cfg: ModuleType, key: str) -> object:
         return cfg._config[key].user_override.get()  # type: ignore[attr-defined]

@@ -76,8 +76,41 @@ class TorchPatches:
     #: The first release whose ``torch.cuda.GreenContext`` has ``Stream()`` (``torch/cuda/green_contexts.py:45``
     #: in 2.11; 2.10 has ``create`` only).  Emulation needs it and feature-checks it at run time.
     green_stream_since: ClassVar[str] = "2.11"
+    #: How this range makes the green context small-GPU emulation runs on: None (torch 2.4-2.10 have
+    #: no ``GreenContext`` with ``Stream()``), ``"create"`` (2.11-2.13: ``GreenContext.create(num_sms=,
+    #: device_id=)``, C++-backed), ``"constructor"`` (2.14: ``GreenContext(num_sms=, device_id=)``, Python
+    #: over ``cuda.bindings``; ``create`` is "kept for compatibility"), ``"constructor+sm_count"`` (2.15:
+    #: the same constructor, and ``.sm_count`` says how many SMs the driver granted).
+    green_context_api: ClassVar[str | None] = None
     #: The dict in which compile workers cache every device's properties.
     device_properties_dict_cache: ClassVar[str] = "torch._dynamo.device_interface:caching_worker_device_properties"
+
+    # -- which GEMM backends the SM gate governs (``inductor-knobs doctor``) --
+    #: Backends whose template check calls ``is_big_gpu`` (through ``_use_template_for_cuda`` in
+    #: 2.4-2.6, ``_use_template_for_gpu`` from 2.7), per minor release: ``use_triton_template`` and
+    #: ``use_cutlass_template`` in every release (``_inductor/utils.py``).  ATEN, CPP, CK and CKTILE
+    #: (``use_ck_template``: its own ROCm arch rule) never ask the gate.
+    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
+        "2.4": frozenset({"TRITON", "CUTLASS"}),
+        "2.5": frozenset({"TRITON", "CUTLASS"}),
+    }
+    #: Whether ``use_triton_template``/``use_cutlass_template`` call the gate last (2.15), so its
+    #: "Not enough SMs" warning and cached verdict appear only under max-autotune with TRITON or
+    #: CUTLASS selected.  Before 2.15 the gate is asked first, at every GEMM lowering.
+    gate_checked_last: ClassVar[bool] = False
+    #: Modules ``use_nv_universal_gemm_template`` needs for the NVGEMM backend (``ensure_cute_available``
+    #: and ``ensure_nv_universal_gemm_available``), per minor release; empty: no NVGEMM backend.
+    #: NVGEMM never calls ``is_big_gpu``.
+    nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.4": (), "2.5": ()}
+    #: PyPI distributions that provide the modules above (where torch's source names one).
+    module_distributions: ClassVar[dict[str, str]] = {
+        "cutlass": "nvidia-cutlass-dsl",
+        "cutlass.operators": "nvidia-cutlass-operators",  # torch 2.15 kernel/vendored_templates/cutedsl/dense_gemm_efc.py:40
+    }
+    #: ``torch._inductor.config.patch(...)`` restores a key it found unset to "unset" on exit (2.15:
+    #: ``_ImplicationConfigPatch``); before 2.15 its exit writes back the value it read, which pins
+    #: it as a user override.
+    config_patch_restores_unset: ClassVar[bool] = False
 
     # -- the SM gate ------------------------------------------------------------------
 
@@ -214,11 +247,86 @@ class TorchPatches:
         """
         return [("torch._inductor.config", "fx_graph_cache", False)]
 
+    # -- green contexts (small-GPU emulation) -------------------------------------------------
+
+    def green_context_problem(self) -> str | None:
+        """Why emulation cannot make a confining green context on this torch, or None when it can.
+
+        Reads ``torch.cuda.GreenContext``: it must exist, have ``Stream()`` (2.11+; 2.10 has
+        ``create`` and ``set_context`` only, ``torch/cuda/green_contexts.py``) and have the shape
+        :attr:`green_context_api` names (:meth:`_green_api_problem`).  Returns a phrase that
+        completes "torch X has …".
+        """
+        import torch
+
+        green = getattr(torch.cuda, "GreenContext", None)
+        if green is None:
+            return "no GreenContext"
+        if not callable(getattr(green, "Stream", None)):
+            return "GreenContext without Stream()"
+        if self.green_context_api is None:
+            return f"a GreenContext whose API patches.{self.name} does not know"
+        return self._green_api_problem(green)
+
+    def _green_api_problem(self, green: Any) -> str | None:
+        """Whether ``green`` (the ``GreenContext`` class) has this range's API; None when it does."""
+        return f"a GreenContext whose API patches.{self.name} does not know"
+
+    def green_context_refusal(self, torch_version: str) -> str | None:
+        """The ``NotSupportedOnThisTorch`` message for :meth:`green_context_problem`, or None."""
+        problem = self.green_context_problem()
+        if problem is None:
+            return None
+        return (
+            f"emulate_gpu needs torch.cuda.GreenContext with Stream() (torch >= {self.green_stream_since}); torch "
+            f"{torch_version} has {problem}. GreenContext.set_context() alone does not confine Inductor's compiled "
+            "kernels, so no emulator is offered here"
+        )
+
+    def make_green_stream(self, device_index: int, sms: int) -> tuple[Any, Any, int | None]:
+        """Create a green context of ``sms`` SMs on ``device_index`` and one stream of it.
+
+        Returns:
+            ``(context, stream, granted SMs or None)``.  The caller must keep ``context`` alive as
+            long as ``stream`` may be used: from 2.14 ``GreenContext.__del__`` destroys the context
+            and its streams, and the stream (a ``torch.cuda.ExternalStream``) holds no reference to it.
+
+        Raises:
+            NotSupportedOnThisTorch: this torch has no green-context API this range knows.
+            Exception: whatever torch or the driver raises when it refuses the context.
+        """
+        import torch
+
+        refusal = self.green_context_refusal(torch.__version__)
+        if refusal is not None:
+            from inductor_knobs.errors import NotSupportedOnThisTorch
+
+            raise NotSupportedOnThisTorch(refusal)
+        context = self._new_green_context(torch.cuda.GreenContext, device_index, sms)
+        stream = context.Stream()
+        return context, stream, self.granted_sms(context, device_index, sms)
+
+    def _new_green_context(self, green: Any, device_index: int, sms: int) -> Any:
+        """Create the green context; overridden by the ranges that have an API (2.11+)."""
+        raise NotImplementedError(f"patches.{self.name} has no green-context API")  # refused above
+
+    def granted_sms(self, context: Any, device_index: int, sms: int) -> int | None:
+        """SMs the driver granted ``context`` (it rounds requests up to its SM groups), or None if unknown."""
+        return None
+
     # -- facts by release ----------------------------------------------------------------
 
     def gemm_backends(self, release: str) -> frozenset[str]:
         """GEMM backend names torch ``release`` (``"2.13"``) accepts; the newest known if unlisted."""
         return _by_release(self.gemm_backends_by_release, release)
+
+    def gate_checked_backends(self, release: str) -> frozenset[str]:
+        """GEMM backends whose templates torch ``release`` offers only when ``is_big_gpu`` says yes."""
+        return _by_release(self.gate_checked_backends_by_release, release)
+
+    def nvgemm_modules(self, release: str) -> tuple[str, ...]:
+        """Modules NVGEMM needs in ``release`` (empty: that release has no NVGEMM backend)."""
+        return tuple(_by_release(self.nvgemm_modules_by_release, release))
 
     def cutlass_dir_key(self, release: str) -> str:
         """The config key Inductor reads the CUTLASS directory from in ``release``."""

@@ -42,6 +42,8 @@ class Torch26(TorchPatches):
         "2.6": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
     }
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.6": "cuda.cutlass_dir"}
+    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.6": frozenset({"TRITON", "CUTLASS"})}
+    nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.6": ()}
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.6": 4}  # select_algorithm.py:1912
 
     def gate_device(self, index: Any) -> torch.device:

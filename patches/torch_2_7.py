@@ -33,6 +33,8 @@ class Torch27(Torch26):
         "2.7": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
     }
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.7": "cuda.cutlass_dir"}
+    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.7": frozenset({"TRITON", "CUTLASS"})}
+    nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.7": ()}
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.7": 4}  # select_algorithm.py:2348
     recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reasons"  # guards.py:2953
     has_cache_artifacts: ClassVar[bool] = True  # compiler/__init__.py:438

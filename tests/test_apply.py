@@ -184,6 +184,15 @@ def test_revert_on_exception_and_keyboard_interrupt(patches, cfg, fake_gpu):
         assert snapshot(patches, cfg) == before and inductor_utils.is_big_gpu is gate
 
 
+@pytest.fixture
+def no_pip_cutlass(monkeypatch):
+    """These tests are about a CUTLASS that cannot be found: hide an installed nvidia-cutlass
+    (the ``[cutlass]`` extra), which inductor_knobs would otherwise use."""
+    from inductor_knobs import cutlass_pip
+
+    monkeypatch.setattr(cutlass_pip, "find_distribution", lambda: None)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [
@@ -193,6 +202,7 @@ def test_revert_on_exception_and_keyboard_interrupt(patches, cfg, fake_gpu):
         ({"gemm_backends": "ATEN,CUTLASS", "config": {}}, InvalidKnobValue, "CUTLASS"),
     ],
 )
+@pytest.mark.usefixtures("no_pip_cutlass")
 def test_bad_input_leaves_nothing_applied(patches, cfg, kwargs, exc, match):
     before, gate = snapshot(patches, cfg), inductor_utils.is_big_gpu
     with pytest.raises(exc, match=match), ik.knobs(min_sms=40, cudagraphs=True, **kwargs):
@@ -200,6 +210,7 @@ def test_bad_input_leaves_nothing_applied(patches, cfg, kwargs, exc, match):
     assert snapshot(patches, cfg) == before and inductor_utils.is_big_gpu is gate
 
 
+@pytest.mark.usefixtures("no_pip_cutlass")
 def test_cutlass_error_says_how_to_fix(patches):
     import torch
 

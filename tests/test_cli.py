@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from inductor_knobs import doctor
 from inductor_knobs.cli import main
 
 
@@ -20,3 +23,63 @@ def test_doctor_json(capsys, monkeypatch):
     assert report["patch_module"]["drift_ok"] is True
     assert "INDUCTOR_KNOBS_MIN_SMS" in report["env"]["error"]
     assert set(report["modes"]) >= {"default", "max-autotune"}
+
+
+def test_doctor_json_says_which_backends_the_sm_gate_governs(capsys):
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    gate = report["sm_gate"]
+    assert {"TRITON", "CUTLASS"} <= set(gate["gated"])
+    assert {"ATEN", "CPP"} <= set(gate["not_gated"])
+    assert not set(gate["gated"]) & set(gate["not_gated"])
+    assert set(gate["gated"]) | set(gate["not_gated"]) == set(report["gemm_backends"])
+    assert isinstance(gate["checked_last"], bool)
+    assert report["patch_module"]["config_patch_restores_unset"] in (True, False)
+
+
+SMALL_NVIDIA = [{"index": 0, "name": "Fake L4", "sms": 58, "capability": "8.9", "gate_at_torch_threshold": False}]
+BIG_NVIDIA = [{"index": 0, "name": "Fake H200", "sms": 132, "capability": "9.0", "gate_at_torch_threshold": True}]
+
+
+@pytest.mark.parametrize(
+    ("version", "gated", "checked_last", "modules"),
+    [
+        ("2.10.0", {"TRITON", "CUTLASS", "CUTEDSL"}, False, []),
+        ("2.11.0", {"TRITON", "CUTLASS", "CUTEDSL"}, False, ["cutlass", "cutlass_api"]),
+        ("2.13.0", {"TRITON", "CUTLASS", "CUTEDSL"}, False, ["cutlass", "cutlass_api"]),
+        ("2.14.1", {"TRITON", "CUTLASS", "CUTEDSL"}, False, ["cutlass", "cutlass.operators"]),
+        ("2.15.0", {"TRITON", "CUTLASS", "CUTEDSL", "FLYDSL"}, True, ["cutlass", "cutlass.operators"]),
+    ],
+)
+def test_sm_gate_facts_per_release(monkeypatch, version, gated, checked_last, modules):
+    monkeypatch.setattr(doctor, "_importable", lambda module: True)
+    gate = doctor._sm_gate(version, SMALL_NVIDIA)
+    assert set(gate["gated"]) == gated and gate["checked_last"] is checked_last
+    assert gate["nvgemm_modules"] == modules
+    if modules:  # NVGEMM is known: on a small NVIDIA GPU with its modules it is the no-patch route
+        assert "NVGEMM" in gate["not_gated"]
+        assert "GPU 0 (58 SMs)" in gate["nvgemm_alternative"] and "ATEN,NVGEMM" in gate["nvgemm_alternative"]
+    else:
+        assert gate["nvgemm_alternative"] is None and "NVGEMM" not in gate["not_gated"]
+
+
+def test_nvgemm_is_no_alternative_on_a_big_gpu_or_without_its_modules(monkeypatch):
+    monkeypatch.setattr(doctor, "_importable", lambda module: True)
+    assert doctor._sm_gate("2.15.0", BIG_NVIDIA)["nvgemm_alternative"] is None
+    assert doctor._sm_gate("2.15.0", [])["nvgemm_alternative"] is None
+    monkeypatch.setattr(doctor, "_importable", lambda module: module != "cutlass.operators")
+    gate = doctor._sm_gate("2.15.0", SMALL_NVIDIA)
+    assert gate["nvgemm_alternative"] is None and gate["nvgemm_missing"] == ["cutlass.operators"]
+    assert "pip install nvidia-cutlass-operators" in gate["nvgemm_hint"] and "torch 2.15.0" in gate["nvgemm_hint"]
+
+
+def test_doctor_text_renders_the_gate_and_the_alternative(monkeypatch):
+    monkeypatch.setattr(doctor, "_importable", lambda module: True)
+    report = doctor.collect()
+    report["sm_gate"] = doctor._sm_gate("2.15.0", SMALL_NVIDIA)
+    report["patch_module"]["config_patch_restores_unset"] = True
+    text = doctor.render(report)
+    assert "SM gate (is_big_gpu) governs: CUTEDSL, CUTLASS, FLYDSL, TRITON" in text
+    assert "torch asks the gate last" in text and "no-patch alternative: GPU 0 (58 SMs)" in text
+    assert "torch._inductor.config.patch on exit: restores a key it found unset" in text
+    assert "small-GPU emulation makes its green context with: " in text

@@ -9,7 +9,7 @@ import sys
 import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -686,6 +686,279 @@ def test_driver_refusal_is_unavailable(fake_cuda, monkeypatch):
     assert emulate._GREEN == {}
     assert fake_cuda.set_streams == []
     assert_unchanged(before)
+
+
+# -- the green-context API per torch era (fakes with the real 2.14.1 / 2.15.0 signatures) -----------
+#
+# Signatures copied from the wheels' torch/cuda/green_contexts.py.  The fake driver grants SMs in
+# groups of 8 (as an H200 does), so 46 -> 48.  Calls that emulation must not make (create(), "kept
+# for compatibility" from 2.14; the deprecated set_context/pop_context) fail the test.
+
+
+def _granted(sms: int) -> int:
+    return -(-sms // 8) * 8
+
+
+class Fake214GreenContext:
+    """torch 2.14.1 ``GreenContext`` (``cuda/green_contexts.py:81``): Python, constructor, no ``sm_count``."""
+
+    made: ClassVar[list[Fake214GreenContext]] = []
+    #: a driver error to raise instead of making the context (None: succeed)
+    refuse: str | None = None
+
+    def __init__(
+        self,
+        *,
+        num_sms: int | None = None,
+        workqueue_scope: str | None = None,
+        workqueue_concurrency_limit: int | None = None,
+        device_id: int | None = None,
+    ) -> None:
+        if self.refuse:
+            raise RuntimeError(self.refuse)
+        if num_sms is None and workqueue_scope is None:
+            raise RuntimeError("At least one of num_sms or workqueue_scope must be specified")
+        if num_sms is not None and (num_sms <= 0 or num_sms > PHYSICAL_SMS):
+            raise RuntimeError(f"Invalid number of SMs requested for green context: {num_sms} (device has {PHYSICAL_SMS} SMs)")
+        self._device_id = torch.cuda.current_device() if device_id is None else device_id
+        self._granted = _granted(num_sms) if num_sms is not None else PHYSICAL_SMS
+        self.kwargs = {"num_sms": num_sms, "device_id": device_id}
+        self.streams: list[FakeStream] = []
+        type(self).made.append(self)
+
+    @staticmethod
+    def create(
+        *,
+        num_sms: int | None = None,
+        workqueue_scope: str | None = None,
+        workqueue_concurrency_limit: int | None = None,
+        device_id: int | None = None,
+    ) -> Fake214GreenContext:  # pragma: no cover - "Kept for compatibility": emulation must not call it
+        raise AssertionError("GreenContext.create() is kept for compatibility only from torch 2.14")
+
+    @staticmethod
+    def max_workqueue_concurrency(device_id: int | None = None) -> int:  # pragma: no cover
+        return 0
+
+    def set_context(self) -> None:  # pragma: no cover - @deprecated in 2.14
+        raise AssertionError("set_context is deprecated (FutureWarning) and does not confine compiled kernels")
+
+    def pop_context(self) -> None:  # pragma: no cover - @deprecated in 2.14
+        raise AssertionError("pop_context is deprecated")
+
+    def Stream(self) -> FakeStream:
+        stream = FakeStream(f"green-{self.kwargs['num_sms']}-{len(self.streams)}")
+        self.streams.append(stream)
+        return stream
+
+
+class FakeSMPartition:
+    """torch 2.15.0 ``SMPartition`` (``cuda/green_contexts.py:271``)."""
+
+    def __init__(self, _resource: Any, _device_id: int, _owner: Any = None) -> None:
+        self._resource = _resource
+        self._device_id = _device_id
+        self._owner = _owner
+
+    @classmethod
+    def from_device(cls, device_id: int | None = None) -> FakeSMPartition:  # pragma: no cover - not used
+        raise AssertionError("emulation asks GreenContext(num_sms=...), which rounds; SMPartition.split does not")
+
+    @property
+    def device_id(self) -> int:
+        return self._device_id
+
+    @property
+    def sm_count(self) -> int:
+        return int(self._resource)
+
+    def split(self, *, num_sms: Any = 0, coscheduled_sm_count: Any = 0, preferred_coscheduled_sm_count: Any = 0,
+              backfill: Any = False, locality_domain_ids: Any = None) -> Any:  # pragma: no cover  # fmt: skip
+        raise AssertionError("not used by emulation")
+
+
+class Fake215GreenContext(Fake214GreenContext):
+    """torch 2.15.0 ``GreenContext`` (``cuda/green_contexts.py:502``): ``sm_partition=``, ``sm_count``, ``split``."""
+
+    made: ClassVar[list[Fake214GreenContext]] = []
+
+    def __init__(  # type: ignore[override]
+        self,
+        *,
+        num_sms: int | None = None,
+        sm_partition: FakeSMPartition | None = None,
+        workqueue_scope: str | None = None,
+        workqueue_concurrency_limit: int | None = None,
+        device_id: int | None = None,
+    ) -> None:
+        if num_sms is not None and sm_partition is not None:
+            raise ValueError("num_sms and sm_partition are mutually exclusive")
+        super().__init__(num_sms=num_sms, workqueue_scope=workqueue_scope, device_id=device_id)
+        self._sm_count: int | None = None
+
+    @staticmethod
+    def split(**kwargs: Any) -> tuple[Fake215GreenContext, ...]:  # pragma: no cover - not used
+        raise AssertionError("not used by emulation")
+
+    @property
+    def device_id(self) -> int:
+        return self._device_id
+
+    @property
+    def sm_partition(self) -> FakeSMPartition:
+        return FakeSMPartition(self._granted, self._device_id, self)
+
+    @property
+    def sm_count(self) -> int:
+        if self._sm_count is None:
+            self._sm_count = self.sm_partition.sm_count
+        return self._sm_count
+
+    @staticmethod
+    def create(  # type: ignore[override]
+        *,
+        num_sms: int | None = None,
+        sm_partition: FakeSMPartition | None = None,
+        workqueue_scope: str | None = None,
+        workqueue_concurrency_limit: int | None = None,
+        device_id: int | None = None,
+    ) -> Fake215GreenContext:  # pragma: no cover - "Kept for compatibility"
+        raise AssertionError("GreenContext.create() is kept for compatibility only")
+
+
+ERAS = {
+    "2.14": ("inductor_knobs.patches.torch_2_14", Fake214GreenContext),
+    "2.15": ("inductor_knobs.patches.torch_2_15", Fake215GreenContext),
+}
+
+
+@pytest.fixture(params=sorted(ERAS))
+def green_era(request, fake_cuda, monkeypatch):
+    """The fake GPU, this torch's patch module swapped for the 2.14 or 2.15 one, and that era's
+    ``GreenContext``; the real ``green_stream`` (not the fixture's fake)."""
+    module_name, green_class = ERAS[request.param]
+    era = importlib.import_module(module_name).PATCHES
+    monkeypatch.setattr(torch_compat, "installed", lambda strict=True: era)
+    monkeypatch.setattr(torch.cuda, "GreenContext", green_class, raising=False)
+    monkeypatch.setattr(green_class, "made", [])
+    monkeypatch.setattr(emulate, "_GREEN", {})
+    monkeypatch.setattr(emulate, "green_stream", REAL_GREEN_STREAM)
+    # 2.14 cannot say what it granted: emulation asks the driver (cuda-python), faked here
+    driver_calls: list[tuple[int, int]] = []
+
+    def driver_split_sms(device_index: int, sms: int) -> int:
+        driver_calls.append((device_index, sms))
+        return _granted(sms)
+
+    monkeypatch.setattr(importlib.import_module("inductor_knobs.patches.torch_2_8"), "driver_split_sms", driver_split_sms)
+    return types.SimpleNamespace(release=request.param, patches=era, green=green_class, driver_calls=driver_calls)
+
+
+def test_each_era_confines_to_its_green_stream_and_reverts_exactly(green_era, fake_cuda):
+    before = torch_state()
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no FutureWarning from deprecated calls, no rounding warning at 40
+        with ik.emulate_gpu(sms=40) as emu:
+            (context,) = green_era.green.made
+            assert context.kwargs == {"num_sms": 40, "device_id": 0}  # the constructor, never create()
+            assert emu.stream is context.streams[0] and len(context.streams) == 1
+            assert fake_cuda.current is emu.stream  # work launched here goes to the green context's stream
+            assert emu.stream.waited_on == [fake_cuda.default_stream]
+            assert sms_seen() == all_equal(40)
+            assert inductor_utils.is_big_gpu(0) is False
+            assert emu.granted_sms == 40
+            assert emulate._GREEN[(0, 40)][0] is context  # kept alive: 2.14+ __del__ destroys its streams
+    assert fake_cuda.set_streams == [emu.stream, fake_cuda.default_stream]
+    assert fake_cuda.current is fake_cuda.default_stream
+    assert fake_cuda.default_stream.waited_on == [emu.stream]
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert_unchanged(before)
+    # the granted count: 2.15 reads GreenContext.sm_count, 2.14 asks the driver
+    assert green_era.driver_calls == ([(0, 40)] if green_era.release == "2.14" else [])
+
+
+def test_each_era_reports_the_driver_rounding(green_era, fake_cuda):
+    with pytest.warns(EmulationWarning, match=r"kernels run on 48 SMs while Inductor sees 46"):
+        with ik.emulate_gpu("RTX3070") as emu:
+            assert (emu.sms, emu.granted_sms) == (46, 48)
+            assert torch.cuda.get_device_properties(0).multi_processor_count == 46
+    with pytest.warns(EmulationWarning), ik.emulate_gpu("RTX3070") as again:  # cached: no second context
+        assert again.stream is emu.stream
+    assert len(green_era.green.made) == 1
+
+
+def test_each_era_reports_a_driver_refusal(green_era, fake_cuda, monkeypatch):
+    monkeypatch.setattr(green_era.green, "refuse", "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION")
+    before = torch_state()
+    with pytest.raises(EmulationUnavailable, match=r"refused a green context on cuda:0.*INVALID_RESOURCE") as info:
+        with ik.emulate_gpu(sms=40):
+            pytest.fail("entered")  # pragma: no cover
+    assert torch.__version__ in str(info.value)
+    assert emulate._GREEN == {} and fake_cuda.set_streams == []
+    assert_unchanged(before)
+
+
+def test_an_unknown_green_context_api_is_not_supported_and_names_the_release(green_era, fake_cuda, monkeypatch):
+    class CppShim:  # the 2.11-2.13 API: create() and Stream() on a C++ class, no keyword constructor
+        def __init__(self, *args: Any, **kwargs: Any) -> None:  # pragma: no cover
+            raise AssertionError
+
+        @staticmethod
+        def create(*, num_sms=None, workqueue_scope=None, workqueue_concurrency_limit=None, device_id=None):  # pragma: no cover
+            raise AssertionError
+
+        def Stream(self):  # pragma: no cover
+            raise AssertionError
+
+    monkeypatch.setattr(torch.cuda, "GreenContext", CppShim)
+    before = torch_state()
+    with pytest.raises(NotSupportedOnThisTorch, match=r"GreenContext\(num_sms=, device_id=\) constructor") as info:
+        with ik.emulate_gpu(sms=40):
+            pytest.fail("entered")  # pragma: no cover
+    assert torch.__version__ in str(info.value)
+    assert_unchanged(before)
+    with pytest.raises(NotSupportedOnThisTorch, match=torch.__version__.replace("+", r"\+")):
+        green_era.patches.make_green_stream(0, 40)  # the patch module refuses on its own too
+
+
+def test_create_era_refuses_a_constructor_only_green_context(fake_cuda, monkeypatch):
+    """Torch 2.11-2.13's patch module knows ``create(num_sms=, device_id=)`` only."""
+
+    class NoCreate:
+        def __init__(self, *, num_sms=None, device_id=None) -> None:  # pragma: no cover
+            raise AssertionError
+
+        def Stream(self):  # pragma: no cover
+            raise AssertionError
+
+    era = importlib.import_module("inductor_knobs.patches.torch_2_12").PATCHES
+    monkeypatch.setattr(torch_compat, "installed", lambda strict=True: era)
+    monkeypatch.setattr(torch.cuda, "GreenContext", NoCreate, raising=False)
+    with pytest.raises(NotSupportedOnThisTorch, match=r"without create\(num_sms=, device_id=\)"):
+        with ik.emulate_gpu(sms=40):
+            pytest.fail("entered")  # pragma: no cover
+
+
+@pytest.mark.parametrize("module", ["torch_2_4", "torch_2_6", "torch_2_7"])
+def test_eras_without_a_green_context_api_refuse(module, fake_cuda, monkeypatch):
+    era = importlib.import_module(f"inductor_knobs.patches.{module}").PATCHES
+    monkeypatch.setattr(torch.cuda, "GreenContext", Fake215GreenContext, raising=False)
+    assert era.green_context_api is None
+    with pytest.raises(NotSupportedOnThisTorch, match=rf"patches\.{module} does not know"):
+        era.make_green_stream(0, 40)
+
+
+def test_green_stream_without_cuda_bindings_reports_no_granted_count(fake_cuda, monkeypatch):
+    """torch 2.14 has no ``sm_count``; without cuda-python the granted count is unknown (None), not a guess."""
+    era = importlib.import_module("inductor_knobs.patches.torch_2_14").PATCHES
+    monkeypatch.setattr(torch_compat, "installed", lambda strict=True: era)
+    monkeypatch.setattr(torch.cuda, "GreenContext", Fake214GreenContext, raising=False)
+    monkeypatch.setattr(Fake214GreenContext, "made", [])
+    monkeypatch.setattr(emulate, "_GREEN", {})
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # import fails like a missing package
+    stream, granted = REAL_GREEN_STREAM(0, 40)
+    assert granted is None and stream is Fake214GreenContext.made[0].streams[0]
 
 
 # -- 5. CUDA graphs off at every compile (through the compile interception) ------------------------

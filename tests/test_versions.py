@@ -30,6 +30,8 @@ from inductor_knobs.errors import DriftWarning, PatchTargetChanged, UnsupportedT
         ("2.11.0a0+git70d99e9", "torch_2_8"),
         ("2.12.0", "torch_2_12"),
         ("2.13.0+cpu", "torch_2_12"),
+        ("2.14.0", "torch_2_14"),
+        ("2.14.1+cu130", "torch_2_14"),
         ("2.15.0", "torch_2_15"),
         ("2.15.0rc3", "torch_2_15"),
     ],
@@ -69,13 +71,20 @@ def test_every_module_declares_facts_for_its_whole_range():
         releases = [f"2.{m}" for m in range(4, 16) if mod.torch_range.contains(Version(f"2.{m}"))]
         assert sorted(mod.gemm_backends_by_release) == sorted(releases), mod.name
         assert sorted(mod.cutlass_dir_key_by_release) == sorted(releases), mod.name
+        assert sorted(mod.feedback_saver_arity_by_release) == sorted(releases), mod.name
+        assert sorted(mod.gate_checked_backends_by_release) == sorted(releases), mod.name
+        assert sorted(mod.nvgemm_modules_by_release) == sorted(releases), mod.name
+        for release in releases:
+            # every gated backend is one the release knows; NVGEMM exists exactly where it has modules
+            assert mod.gate_checked_backends(release) <= mod.gemm_backends(release), (mod.name, release)
+            assert ("NVGEMM" in mod.gemm_backends(release)) == bool(mod.nvgemm_modules(release)), (mod.name, release)
         assert mod.gate_fingerprints and inspect.getdoc(sys.modules[type(mod).__module__])
 
 
 def test_patch_modules_import_as_package_submodules():
     import importlib
 
-    for name in ("torch_2_4", "torch_2_6", "torch_2_7", "torch_2_8", "torch_2_12", "torch_2_15"):
+    for name in ("torch_2_4", "torch_2_6", "torch_2_7", "torch_2_8", "torch_2_12", "torch_2_14", "torch_2_15"):
         module = importlib.import_module(f"inductor_knobs.patches.{name}")
         assert module.PATCHES.name == name
 
@@ -124,3 +133,63 @@ def test_unknown_gate_is_patched_with_a_warning_in_lenient_mode(monkeypatch):
 def test_live_fingerprint_matches_a_table_entry():
     assert fingerprint(inductor_utils.is_big_gpu) in torch_compat.installed().gate_fingerprints
     assert torch.__version__  # the table above was made from the same release family
+
+
+# -- per-release facts, each read from that release's wheel (see the patch modules' docstrings) ------
+
+_CK = {"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}
+_NEW = {"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "CKTILE", "CPP"}
+
+
+@pytest.mark.parametrize(
+    ("release", "backends", "gated", "nvgemm_modules"),
+    [
+        ("2.4", {"ATEN", "TRITON", "CUTLASS", "CPP"}, {"TRITON", "CUTLASS"}, ()),
+        ("2.5", _CK, {"TRITON", "CUTLASS"}, ()),
+        ("2.6", _CK, {"TRITON", "CUTLASS"}, ()),
+        ("2.7", _CK, {"TRITON", "CUTLASS"}, ()),
+        ("2.8", _CK | {"CKTILE"}, {"TRITON", "CUTLASS"}, ()),
+        ("2.9", _CK | {"CKTILE"}, {"TRITON", "CUTLASS"}, ()),
+        ("2.10", _CK | {"CKTILE", "CUTEDSL"}, {"TRITON", "CUTLASS", "CUTEDSL"}, ()),
+        ("2.11", _NEW, {"TRITON", "CUTLASS", "CUTEDSL"}, ("cutlass", "cutlass_api")),
+        ("2.12", _NEW, {"TRITON", "CUTLASS", "CUTEDSL"}, ("cutlass", "cutlass_api")),
+        ("2.13", _NEW, {"TRITON", "CUTLASS", "CUTEDSL"}, ("cutlass", "cutlass_api")),
+        ("2.14", _NEW, {"TRITON", "CUTLASS", "CUTEDSL"}, ("cutlass", "cutlass.operators")),
+        ("2.15", _NEW | {"FLYDSL"}, {"TRITON", "CUTLASS", "CUTEDSL", "FLYDSL"}, ("cutlass", "cutlass.operators")),
+    ],
+)
+def test_gemm_backend_facts_per_release(release, backends, gated, nvgemm_modules):
+    mod = torch_compat.select(f"{release}.0")
+    assert mod.gemm_backends(release) == backends
+    assert mod.gate_checked_backends(release) == gated
+    assert mod.nvgemm_modules(release) == nvgemm_modules
+
+
+@pytest.mark.parametrize(
+    ("version", "fingerprint", "api", "checked_last", "restores_unset"),
+    [
+        ("2.4.0", "0c2a1ad415c3f2a6", None, False, False),
+        ("2.6.0", "866ddf0080c36d59", None, False, False),
+        ("2.7.0", "005b0eeebdc4037d", None, False, False),
+        ("2.11.0", "005b0eeebdc4037d", "create", False, False),
+        ("2.12.0", "d29598369aaebd20", "create", False, False),
+        ("2.13.0", "d29598369aaebd20", "create", False, False),
+        ("2.14.1", "e9e500a1f4feee94", "constructor", False, False),
+        ("2.15.0", "e9e500a1f4feee94", "constructor+sm_count", True, True),
+    ],
+)
+def test_era_facts(version, fingerprint, api, checked_last, restores_unset):
+    mod = torch_compat.select(version)
+    assert fingerprint in mod.gate_fingerprints
+    assert mod.green_context_api == api
+    assert mod.gate_checked_last is checked_last
+    assert mod.config_patch_restores_unset is restores_unset
+
+
+def test_each_fingerprint_belongs_to_one_module():
+    seen: dict[str, str] = {}
+    for mod in torch_compat.all_patch_modules():
+        for fp in mod.gate_fingerprints:
+            if fp in seen:  # only modules whose releases share the gate's source may share one
+                assert fp in {"005b0eeebdc4037d", "e9e500a1f4feee94"}, (fp, seen[fp], mod.name)
+            seen[fp] = mod.name

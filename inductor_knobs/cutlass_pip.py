@@ -1,0 +1,479 @@
+"""CUTLASS for Inductor from the ``nvidia-cutlass`` wheel, for users without a CUTLASS checkout.
+
+Inductor's CUTLASS backend reads one directory, the config key ``cuda.cutlass_dir`` (torch
+2.4–2.10) or ``cutlass.cutlass_dir`` (2.11+, :meth:`TorchPatches.cutlass_dir_key`), and expects a
+CUTLASS *checkout* there.  What torch reads under it (torch 2.13 and 2.15, identical):
+
+- ``torch/_inductor/codegen/cutlass/utils.py:try_import_cutlass`` requires ``<dir>/python`` to be
+  a directory, links ``<dir>/python/{cutlass_library,cutlass_cppgen,pycute}`` into
+  ``<inductor cache>/torch_cutlass``, appends that to ``sys.path`` and imports ``cutlass_cppgen``,
+  ``cutlass_library.{generator,library,manifest}`` and ``pycute`` (torch 2.4's
+  ``codegen/cuda/cutlass_utils.py`` only linked and imported ``python/cutlass_library``);
+- ``torch/_inductor/codegen/cuda/compile_utils.py:_cutlass_paths`` adds ``<dir>/include``,
+  ``<dir>/tools/library/include``, ``<dir>/tools/library/src`` and ``<dir>/tools/util/include``
+  to nvcc's include path.
+
+The ``nvidia-cutlass`` wheel (4.2.0.0) installs the same pieces in another layout: the top-level
+packages ``cutlass_library``, ``cutlass_cppgen`` and ``pycute``, and the C++ sources under
+``cutlass_library/source/{include,tools}``.  :func:`resolve` builds a directory of symbolic links
+that has the checkout's layout (see :func:`layout`) in the user's cache,
+``$XDG_CACHE_HOME/inductor_knobs/cutlass/<version>-<digest>`` (``~/.cache`` without
+``XDG_CACHE_HOME``), and :func:`inductor_knobs.plan.plan` points the config key at it as one more
+undo record.
+
+The directory is handed to torch, which compiles and loads whatever it points at, so it is made
+and reused only where no one else can change it: every directory on the way to the cache root
+belongs to root or the current user and is not writable by others unless sticky (the rule
+:mod:`inductor_knobs.compile_cache` applies, :mod:`inductor_knobs._safe_paths`); the root itself
+belongs to the current user and is not writable by group or others; the directory is made under a
+temporary name and renamed into place in one step; a directory found there is opened without
+following a symbolic link and must hold exactly the expected links with exactly the expected
+targets (``readlink``) before it is used again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import importlib.util
+import os
+import re
+import secrets
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from typing import NoReturn
+
+from ._safe_paths import unsafe_directories, who
+from .errors import KnobsError
+
+#: The distribution that ships CUTLASS's Python packages and C++ headers.
+DISTRIBUTION = "nvidia-cutlass"
+#: What to tell a user who has neither a checkout nor the distribution.
+INSTALL_HINT = "pip install 'inductor-knobs[cutlass]'"
+#: The top-level packages torch imports (``try_import_cutlass``), each linked under ``python/``.
+PACKAGES = ("cutlass_library", "cutlass_cppgen", "pycute")
+#: Directories of the wheel's ``cutlass_library/source`` that torch passes to nvcc (``_cutlass_paths``).
+SOURCE_DIRS = ("include/cutlass", "include/cute", "tools/library/include", "tools/library/src", "tools/util/include")
+#: Bumped whenever :func:`layout` changes, so a directory of an older layout is never reused.
+LAYOUT_VERSION = 1
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class PipCutlassUnavailable(KnobsError, RuntimeError):
+    """CUTLASS cannot come from ``nvidia-cutlass``: not installed, incomplete, shadowed, or its cache is unsafe.
+
+    Attributes:
+        missing (bool): True when the distribution is simply not installed (the fix is to install it).
+    """
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class Installed:
+    """An installed ``nvidia-cutlass``.
+
+    Attributes:
+        version (str): the distribution's version (``"4.2.0.0"``).
+        site (str): the real path of the directory holding its top-level packages (a ``site-packages``).
+    """
+
+    version: str
+    site: str
+
+
+@dataclass(frozen=True)
+class PipCutlass:
+    """The generated CUTLASS directory for an installed ``nvidia-cutlass``.
+
+    Attributes:
+        version (str): the distribution's version.
+        site (str): where its packages are (real path).
+        directory (str): the generated directory, an absolute path without symbolic links; the
+            value the CUTLASS config key is set to.
+        links (Mapping[str, str]): each link inside ``directory`` (relative, ``/``-separated) -> its
+            exact target.
+        ready (bool): ``directory`` exists and passed the checks (False only from
+            ``resolve(create=False)`` when it has not been made yet).
+    """
+
+    version: str
+    site: str
+    directory: str
+    links: Mapping[str, str]
+    ready: bool
+
+
+def find_distribution() -> Installed | None:
+    """The ``nvidia-cutlass`` visible on ``sys.path``, through ``importlib.metadata`` (imports nothing of it).
+
+    Returns:
+        Installed | None: its version and site directory, or None when it is not installed.
+    """
+    dist: metadata.Distribution | None
+    try:
+        dist = metadata.distribution(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        # Defensive: installers spell the dist-info directory differently (nvidia_cutlass, NVIDIA_Cutlass)
+        # and importlib.metadata's name matching has changed across Pythons; compare PEP 503 names.
+        dist = next((d for d in metadata.distributions() if _normalize(d.metadata["Name"] or "") == DISTRIBUTION), None)
+    if dist is None:
+        return None
+    site = os.path.dirname(str(dist.locate_file(PACKAGES[0])))
+    return Installed(version=str(dist.version), site=os.path.realpath(site))
+
+
+def layout(site: str) -> dict[str, str]:
+    """The links of a generated directory: checkout path -> where the wheel has it.
+
+    Args:
+        site (str): the real path holding the wheel's top-level packages.
+
+    Returns:
+        dict[str, str]: ``include`` and ``tools`` -> ``<site>/cutlass_library/source/{include,tools}``
+        (what ``compile_utils._cutlass_paths`` puts on nvcc's include path), and
+        ``python/<package>`` -> ``<site>/<package>`` for each of :data:`PACKAGES` (what
+        ``try_import_cutlass`` links and imports).
+    """
+    source = os.path.join(site, "cutlass_library", "source")
+    links = {name: os.path.join(source, name) for name in ("include", "tools")}
+    links.update({f"python/{package}": os.path.join(site, package) for package in PACKAGES})
+    return links
+
+
+def cache_root() -> str:
+    """``$XDG_CACHE_HOME/inductor_knobs/cutlass``, or ``~/.cache/inductor_knobs/cutlass`` when unset or relative.
+
+    Raises:
+        PipCutlassUnavailable: no home directory to put it in.
+    """
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG spec: a relative value is invalid and is ignored
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            raise PipCutlassUnavailable("there is no home directory for the CUTLASS cache (set HOME or XDG_CACHE_HOME)")
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "inductor_knobs", "cutlass")
+
+
+def entry_name(installed: Installed) -> str:
+    """``<version>-<16 hex digits>``: the generated directory's name for ``installed``.
+
+    The digest covers the site path and :data:`LAYOUT_VERSION`, so two environments never share a
+    directory and a new layout never reuses an old one.
+    """
+    digest = hashlib.sha256(f"{LAYOUT_VERSION}\0{installed.site}".encode()).hexdigest()[:16]
+    return f"{re.sub(r'[^0-9A-Za-z._+-]', '_', installed.version)}-{digest}"
+
+
+def resolve(*, create: bool = True) -> PipCutlass:
+    """Find ``nvidia-cutlass`` and return the checkout-shaped directory of links to it, making it if needed.
+
+    Relies on what torch 2.4–2.15 read under the CUTLASS directory (module docstring:
+    ``try_import_cutlass`` and ``_cutlass_paths``).  Changes nothing in torch; makes at most the
+    cache root (mode 0700) and one directory under it.
+
+    Args:
+        create (bool): make the cache root and the directory when missing.  False (``doctor``)
+            only checks what exists and returns ``ready=False`` for a directory not made yet.
+
+    Returns:
+        PipCutlass: the distribution, the directory and its links.
+
+    Raises:
+        PipCutlassUnavailable: ``nvidia-cutlass`` is not installed (``missing=True``); it lacks a
+            package or source directory torch needs; another ``cutlass_library``,
+            ``cutlass_cppgen`` or ``pycute`` shadows its own on ``sys.path``; the cache root, a
+            directory above it or the generated directory is owned by someone else or writable by
+            others; the generated directory is a symbolic link, or holds other entries, links or
+            targets than :func:`layout` gives; the file system refused an operation; no POSIX
+            ownership (Windows).
+    """
+    if not hasattr(os, "geteuid"):
+        raise PipCutlassUnavailable("CUTLASS from nvidia-cutlass needs POSIX file ownership (Linux); it is not supported here")
+    installed = find_distribution()
+    if installed is None:
+        raise PipCutlassUnavailable(f"{DISTRIBUTION} is not installed in this environment", missing=True)
+    _check_installed(installed)
+    links = layout(installed.site)
+    name = entry_name(installed)
+    uid = os.geteuid()  # the identity torch will compile and import as
+    root = cache_root()
+    try:
+        opened = _open_root(root, uid, create)
+        if opened is None:  # create=False and no cache root yet
+            return PipCutlass(installed.version, installed.site, os.path.join(root, name), links, ready=False)
+        real_root, root_fd = opened
+        try:
+            directory = os.path.join(real_root, name)
+            if not _exists(name, root_fd):
+                if not create:
+                    return PipCutlass(installed.version, installed.site, directory, links, ready=False)
+                _create(root_fd, name, links)
+            problems = _verify(root_fd, name, directory, links, uid)
+        finally:
+            os.close(root_fd)
+    except OSError as err:
+        raise PipCutlassUnavailable(f"cannot make or check the CUTLASS cache under {root}: {err}") from err
+    if problems:
+        raise PipCutlassUnavailable(
+            f"the generated CUTLASS directory {directory} cannot be trusted: {'; '.join(problems)}. inductor_knobs "
+            f"makes it with only the links {sorted(links)}; remove it (rm -r {directory}) and it is made again"
+        )
+    return PipCutlass(installed.version, installed.site, directory, links, ready=True)
+
+
+def describe(checkout_found: bool, cutlass_dir: str, key: str, gpu_ok: bool) -> str:
+    """``doctor``'s line for the CUTLASS backend: where CUTLASS comes from, or how to get it.
+
+    Makes nothing (``resolve(create=False)``) and never raises for a missing piece.
+
+    Args:
+        checkout_found (bool): torch finds a checkout at the configured directory
+            (:meth:`TorchPatches.cutlass_available`).
+        cutlass_dir (str): the configured directory.
+        key (str): the config key holding it on this torch (``cutlass.cutlass_dir``).
+        gpu_ok (bool): an NVIDIA GPU is visible (CUTLASS kernels run nowhere else).
+
+    Returns:
+        str: ``usable: …``, ``not usable here: needs an NVIDIA GPU (…)`` or ``not usable: … Fix: …``.
+    """
+    if checkout_found:
+        where = f"CUTLASS checkout at {cutlass_dir} ({key})"
+        return f"usable: {where}" if gpu_ok else f"not usable here: needs an NVIDIA GPU ({where})"
+    try:
+        found = resolve(create=False)
+    except PipCutlassUnavailable as err:
+        gpu = "" if gpu_ok else "; it also needs an NVIDIA GPU"
+        return (
+            f"not usable: no CUTLASS checkout at {key} (now {cutlass_dir!r}) and {err}. Fix: {INSTALL_HINT}, or point "
+            f"{key} (or TORCHINDUCTOR_CUTLASS_DIR) at a CUTLASS checkout{gpu}"
+        )
+    made = "" if found.ready else " (made on first use)"
+    where = (
+        f"from {DISTRIBUTION} {found.version} at generated dir {found.directory}{made}; knobs asking for CUTLASS set {key} to it"
+    )
+    return f"usable: {where}" if gpu_ok else f"not usable here: needs an NVIDIA GPU (CUTLASS would come {where})"
+
+
+# -- checks of the installed distribution ------------------------------------------------------------
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _check_installed(installed: Installed) -> None:
+    """Raise unless the wheel has every package and source directory torch reads, and they are the ones imported."""
+    where = f"{DISTRIBUTION} {installed.version} at {installed.site}"
+    source = os.path.join(installed.site, "cutlass_library", "source")
+    lacking = [p for p in PACKAGES if not os.path.isfile(os.path.join(installed.site, p, "__init__.py"))]
+    lacking += [f"cutlass_library/source/{d}" for d in SOURCE_DIRS if not os.path.isdir(os.path.join(source, d))]
+    if lacking:
+        raise PipCutlassUnavailable(
+            f"{where} lacks {', '.join(lacking)}, which torch reads (cutlass_cppgen needs {DISTRIBUTION} 4.2 or newer); "
+            f"reinstall it: pip install --force-reinstall '{DISTRIBUTION}>=4.2'"
+        )
+    for package in PACKAGES:
+        # try_import_cutlass appends its link directory to the END of sys.path, so an earlier package
+        # of the same name wins the import: its generator would then meet these headers.
+        try:
+            spec = importlib.util.find_spec(package)  # a top-level name: finds, imports nothing
+        except (ImportError, ValueError):
+            spec = None
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        expected = os.path.join(installed.site, package)
+        if locations and os.path.realpath(locations[0]) != expected:
+            raise PipCutlassUnavailable(
+                f"{package} imports from {locations[0]}, not from {where}: torch would mix that package with "
+                f"{DISTRIBUTION}'s headers. Remove the other {package} from sys.path (PYTHONPATH), or point the CUTLASS "
+                "directory at the checkout it comes from"
+            )
+
+
+# -- the cache root and the generated directory ------------------------------------------------------
+
+
+def _open_root(root: str, uid: int, create: bool) -> tuple[str, int] | None:
+    """Make (if ``create``) and check the cache root; return its real path and a descriptor on it.
+
+    Returns None when ``create`` is False and the root does not exist.  The descriptor is opened
+    without following a link at the last component, so it is on the directory that was checked.
+    """
+    if create:
+        _make_private_dirs(root)
+    elif not os.path.lexists(root):
+        return None
+    problems = unsafe_directories(root, uid, label=f"the CUTLASS cache {root}", error=PipCutlassUnavailable)
+    if problems:
+        _refuse_root(root, problems)
+    # After the walk only root and uid can change where ``root`` leads, so its real path is stable.
+    real_root = os.path.realpath(root)
+    fd = os.open(real_root, _DIR_FLAGS)
+    try:
+        st = os.fstat(fd)
+        problems = _private_problems(st, real_root, uid)
+        if problems:
+            _refuse_root(root, problems)
+    except BaseException:
+        os.close(fd)
+        raise
+    return real_root, fd
+
+
+def _make_private_dirs(path: str) -> None:
+    """``mkdir -p`` with mode 0700 for every directory made (``os.makedirs`` gives the parents the umask's mode)."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        # Another process may make it first; the checks that follow judge whatever is there.
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+
+
+def _private_problems(st: os.stat_result, path: str, uid: int) -> list[str]:
+    """Why a directory or link we own is not private: another owner, or writable by group or others."""
+    problems = []
+    if st.st_uid != uid:
+        problems.append(f"{path} is owned by {who(st.st_uid)}, not by you, {who(uid)}")
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+    return problems
+
+
+def _refuse_root(root: str, problems: list[str]) -> NoReturn:
+    raise PipCutlassUnavailable(
+        f"the CUTLASS cache {root} is not private: {'; '.join(problems)}; torch would compile and import whatever "
+        f"the links there point at. Fix: chown the cache to yourself and chmod 700 it (chmod go-w the directories above "
+        "it), or set XDG_CACHE_HOME to a private directory"
+    )
+
+
+def _exists(name: str, root_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=root_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _create(root_fd: int, name: str, links: Mapping[str, str]) -> None:
+    """Make ``name`` under the root: links in a temporary directory, then one ``rename`` into place.
+
+    Losing a race to another process making the same directory is fine: its directory is then the
+    one verified.  Anything else at the name (a symbolic link, a file) makes ``rename`` fail, and
+    the verification that follows refuses it.
+    """
+    tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    os.mkdir(tmp, 0o700, dir_fd=root_fd)
+    renamed = False
+    try:
+        tmp_fd = os.open(tmp, _DIR_FLAGS, dir_fd=root_fd)
+        try:
+            for sub in sorted({rel.split("/")[0] for rel in links if "/" in rel}):
+                os.mkdir(sub, 0o700, dir_fd=tmp_fd)
+            for rel, target in links.items():
+                os.symlink(target, rel, dir_fd=tmp_fd)
+        finally:
+            os.close(tmp_fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+            renamed = True
+        except OSError as err:
+            # ENOTEMPTY/EEXIST: another process renamed its directory first; ENOTDIR: a link or file is there.
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
+    finally:
+        if not renamed:
+            _remove_tmp(root_fd, tmp, links)
+
+
+def _remove_tmp(root_fd: int, tmp: str, links: Mapping[str, str]) -> None:
+    """Remove a temporary directory of :func:`_create` (only the entries it makes; best effort)."""
+    with contextlib.suppress(OSError):
+        tmp_fd = os.open(tmp, _DIR_FLAGS, dir_fd=root_fd)
+        try:
+            for rel in links:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(rel, dir_fd=tmp_fd)
+            for sub in {rel.split("/")[0] for rel in links if "/" in rel}:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(sub, dir_fd=tmp_fd)
+        finally:
+            os.close(tmp_fd)
+        os.rmdir(tmp, dir_fd=root_fd)
+
+
+def _verify(root_fd: int, name: str, directory: str, links: Mapping[str, str], uid: int) -> list[str]:
+    """Problems with the directory ``name`` under the root; ``[]`` when it is exactly what :func:`_create` makes.
+
+    It must be a real directory (opened with ``O_NOFOLLOW``) owned by ``uid`` and not writable by
+    others, holding exactly the expected entries; each subdirectory likewise; each link owned by
+    ``uid`` with ``readlink`` equal to its target, character for character.
+    """
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR):
+            raise
+        st = os.lstat(name, dir_fd=root_fd)
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(name, dir_fd=root_fd)
+            return [f"{directory} is a symbolic link (to {target!r}, owned by {who(st.st_uid)}), not a directory"]
+        return [f"{directory} is not a directory (mode {st.st_mode:o})"]
+    try:
+        problems = _private_problems(os.fstat(fd), directory, uid)
+        tops = {rel.split("/")[0] for rel in links}
+        _check_entries(fd, directory, tops, problems)
+        usable_subs = set()
+        for sub in sorted({rel.split("/")[0] for rel in links if "/" in rel}):
+            if sub not in os.listdir(fd):
+                continue  # _check_entries named it
+            st = os.lstat(sub, dir_fd=fd)
+            if not stat.S_ISDIR(st.st_mode):
+                problems.append(f"{directory}/{sub} is not a directory (mode {st.st_mode:o})")
+                continue
+            problems += _private_problems(st, f"{directory}/{sub}", uid)
+            sub_fd = os.open(sub, _DIR_FLAGS, dir_fd=fd)
+            try:
+                expected = {rel.split("/", 1)[1] for rel in links if rel.startswith(f"{sub}/")}
+                _check_entries(sub_fd, f"{directory}/{sub}", expected, problems)
+            finally:
+                os.close(sub_fd)
+            usable_subs.add(sub)
+        for rel, target in links.items():
+            if "/" in rel and rel.split("/")[0] not in usable_subs:
+                continue
+            try:
+                st = os.lstat(rel, dir_fd=fd)
+            except FileNotFoundError:
+                continue  # _check_entries named it
+            if not stat.S_ISLNK(st.st_mode):
+                problems.append(f"{directory}/{rel} is not a symbolic link (mode {st.st_mode:o})")
+                continue
+            problems += _private_problems(st, f"{directory}/{rel}", uid)
+            found = os.readlink(rel, dir_fd=fd)
+            if found != target:
+                problems.append(f"{directory}/{rel} points to {found!r}, not {target!r}")
+    finally:
+        os.close(fd)
+    return problems
+
+
+def _check_entries(fd: int, path: str, expected: set[str], problems: list[str]) -> None:
+    found = set(os.listdir(fd))
+    if found - expected:
+        problems.append(f"{path} holds unexpected entries {sorted(found - expected)}")
+    if expected - found:
+        problems.append(f"{path} lacks {sorted(expected - found)}")
