@@ -115,13 +115,20 @@ def try_import_cutlass_fn() -> Any:
 @contextlib.contextmanager
 def fresh_state() -> Any:
     """A fresh Inductor cache (torch's fresh_cache / fresh_inductor_cache) and Dynamo state."""
-    from torch._inductor import utils
+    from torch._inductor import codecache, utils
 
     fresh = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
     torch._dynamo.reset()
     with fresh():
         yield
     torch._dynamo.reset()
+    # torch 2.11's fresh_cache leaves the CUDA/CUTLASS code caches' in-memory maps pointing into the
+    # cache directory it just deleted; the next phase's precompile then fails with FileNotFoundError
+    # on a .cu file (seen on the H200).  Clear them between phases.
+    for name in ("CUDACodeCache", "CUTLASSCodeCache"):
+        clear = getattr(getattr(codecache, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
 
 
 def median_ms(fn: Any) -> float:
