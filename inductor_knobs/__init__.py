@@ -71,7 +71,10 @@ def _patches_from_checkout() -> None:
     here = os.path.dirname(__file__)
     init = os.path.join(os.path.dirname(here), "patches", "__init__.py")
     name = f"{__name__}.patches"
-    if name in sys.modules or os.path.isdir(os.path.join(here, "patches")) or not os.path.isfile(init):
+    # The test is for the package's __init__.py, not the folder: after a pull that moved the modules to
+    # patches/, a leftover inductor_knobs/patches/__pycache__ (git keeps ignored files) would otherwise
+    # make an empty namespace package of it (seen on the H200 machine's checkout).
+    if name in sys.modules or os.path.isfile(os.path.join(here, "patches", "__init__.py")) or not os.path.isfile(init):
         return
     import importlib.util
 

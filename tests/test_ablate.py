@@ -113,16 +113,23 @@ def test_unreadable_toml():
 
 def test_default_plan_on_cpu():
     plan = plan_for("--device", "cpu")
-    assert [a.name for a in plan.arms] == ["default", "max-autotune", "max-autotune-no-cudagraphs", "force_gemm_autotune"]
+    assert [a.name for a in plan.arms] == ["default", "max-autotune-no-cudagraphs", "force_gemm_autotune"]
     assert plan.arms[-1].knobs == {"preset": "force_gemm_autotune", "min_sms": "1"}
-    assert plan.baseline == "default" and plan.workload == "reference_mlp" and plan.repeats == 3
+    assert plan.baseline == "default" and plan.workload == "gemm_mlp" and plan.repeats == 3 and plan.main_job
 
 
 def test_jobs_interleave_and_shards_partition_them():
-    plan = plan_for("--device", "cpu", "--arm", "eager", "--arm", "b:max_autotune=1", "--repeats", "2")
-    assert [(j["arm"]["name"], j["repeat"]) for j in plan.jobs()] == [("eager", 0), ("b", 0), ("eager", 1), ("b", 1)]
-    shards = [Plan(**{**plan.__dict__, "shard": (i, 3)}).jobs() for i in range(3)]
-    assert sorted(j["index"] for s in shards for j in s) == [0, 1, 2, 3]
+    plan = plan_for("--device", "cpu", "--arm", "eager", "--arm", "b:max_autotune=1", "--repeats", "3")
+    assert [(j["arm"]["name"], j["repeat"]) for j in plan.jobs()] == [
+        ("eager", 0),
+        ("b", 0),
+        ("eager", 1),
+        ("b", 1),
+        ("eager", 2),
+        ("b", 2),
+    ]
+    shards = [Plan(**{**plan.__dict__, "shard": (i, 4)}).jobs() for i in range(4)]
+    assert sorted(j["index"] for s in shards for j in s) == [0, 1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize(
@@ -135,7 +142,8 @@ def test_jobs_interleave_and_shards_partition_them():
         (["--shard", "3/2"], InvalidKnobValue, "0 <= i < n"),
         (["--arm", "a:cudagraphs=1", "--baseline", "b"], InvalidKnobValue, "not an arm"),
         (["--arm", "a:max_autotune=1", "--arm", "a:max_autotune=0"], InvalidKnobValue, "repeated: a"),
-        (["--repeats", "0"], InvalidKnobValue, ">= 1"),
+        (["--repeats", "0"], InvalidKnobValue, ">= 3"),
+        (["--repeats", "2"], InvalidKnobValue, "too few processes per arm.*--smoke"),
     ],
 )
 def test_bad_command_lines_fail_before_any_arm_runs(argv, error, match):
@@ -151,7 +159,7 @@ def test_user_workload_protocol():
 # -- end to end (real processes) -------------------------------------------------------------
 
 
-GRAPH_BREAK = "ablate --device cpu --workload ablation_workload:graph_break --quick".split()
+GRAPH_BREAK = "ablate --device cpu --workload ablation_workload:graph_break --smoke".split()
 
 
 def test_end_to_end_with_a_crashing_arm(tmp_path, capsys):
@@ -163,19 +171,25 @@ def test_end_to_end_with_a_crashing_arm(tmp_path, capsys):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["ok"] for r in results["runs"]] == [True, False, True]
     assert results["runs"][0]["samples_ms"] and results["environment"]["doctor"]["versions"]
-    assert (tmp_path / "results.csv").read_text().startswith("arm,median_ms")
+    assert isinstance(results["wall_seconds"], float) and results["schema"] == report.SCHEMA
+    assert all(r["kernel_ms"] is None for r in results["runs"] if r["ok"])  # CPU: no GPU kernel time, no crash
+    assert {"load_before", "load_after", "start_s", "end_s", "cpu_seconds"} <= set(results["runs"][0])
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert {"arm", "median_ms", "speedup_low", "speedup_high", "verdict", "kernel_ms"} <= set(header)
     assert (tmp_path / "results.png").stat().st_size > 0
     assert cli.main([*GRAPH_BREAK, "--arm", "whole:fullgraph=true", "--strict"]) == 1
 
 
-def test_default_ablation_quick(tmp_path, capsys):
-    """What CI runs: the embedded default, reduced (one process per arm, small shapes)."""
-    assert cli.main(["ablate", "--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0
+def test_default_ablation_smoke(tmp_path, capsys):
+    """What CI runs: the main job, reduced (--smoke: one process per arm, small shapes, no intervals)."""
+    assert cli.main(["ablate", "--smoke", "--device", "cpu", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    for arm in ("default", "max-autotune", "max-autotune-no-cudagraphs", "force_gemm_autotune"):
+    for arm in ("default", "max-autotune-no-cudagraphs", "force_gemm_autotune"):
         assert f"| {arm} |" in out
+    assert "smoke run: no confidence intervals" in out and "the SM gate is a CUDA matter" in out
     results = json.loads((tmp_path / "results.json").read_text())
     assert all(r["ok"] for r in results["runs"]) and not any(r["mismatch"] for r in results["summary"])
+    assert all(r["gemm_calls"] for r in results["runs"])  # read from each arm's generated code
 
 
 # -- the report (synthetic data) ---------------------------------------------------------------
@@ -211,13 +225,23 @@ def fake_results(base_ms, other_ms, other_kernel="triton_mm_1"):
     }
 
 
-def test_summary_speedup_overlap_and_flags():
-    rows = report.summarize(fake_results([2.0, 2.1, 2.2, 2.3], [1.0, 1.1, 1.2, 1.3]))
+def three_processes(results, spread=0.02):
+    """``results`` with every successful run repeated as three processes (samples scaled 1 ± spread)."""
+    runs = []
+    for r in results["runs"]:
+        for i, scale in enumerate((1 - spread, 1.0, 1 + spread) if r["ok"] else (1.0,)):
+            runs.append({**r, "repeat": i, "samples_ms": [s * scale for s in r.get("samples_ms", [])]})
+    return {**results, "repeats": 3, "runs": runs}
+
+
+def test_summary_speedup_intervals_and_flags():
+    rows = report.summarize(three_processes(fake_results([2.0, 2.1, 2.2, 2.3], [1.0, 1.1, 1.2, 1.3])))
     a, b, c = rows
     assert a["speedup"] == 1.0 and b["speedup"] == pytest.approx(2.15 / 1.15)
-    assert not b["overlaps_baseline"] and b["mismatch"] and c["error"] == "RuntimeError: boom"
-    text = report.markdown(fake_results([2.0, 2.1, 2.2, 2.3], [2.05, 2.1, 2.2, 2.25]))
-    assert "~" in text and "MISMATCH" in text and "c repeat 0 failed: RuntimeError: boom" in text
+    assert b["verdict"] == "faster" and b["speedup_low"] <= b["speedup"] <= b["speedup_high"]
+    assert b["mismatch"] and c["error"] == "RuntimeError: boom" and b["processes"] == 3
+    text = report.markdown(three_processes(fake_results([2.0, 2.1, 2.2, 2.3], [2.05, 2.1, 2.2, 2.25])))
+    assert "no detectable difference" in text and "MISMATCH" in text and "c repeat 0 failed: RuntimeError: boom" in text
 
 
 def test_compare_and_merge():
@@ -314,7 +338,7 @@ def test_interrupt_kills_workers_cleans_up_and_keeps_finished_runs(tmp_path, sig
     pids.mkdir()
     tmp.mkdir()
     argv = [sys.executable, "-m", "inductor_knobs", "ablate", "--device", "cpu", "--workload", "ablation_workload:sleepy"]
-    argv += ["--quick", "--repeats", "1", "--arm", "eager", "--arm", "default", "--out", str(out)]
+    argv += ["--smoke", "--arm", "eager", "--arm", "default", "--out", str(out)]
     env = child_env(TMPDIR=str(tmp), IK_TEST_PID_DIR=str(pids), IK_TEST_SLEEP="120")
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: list[int] = []
@@ -473,8 +497,6 @@ def test_cli_user_workload_from_the_current_directory(tmp_path):
     env = child_env()
     env.pop("PYTHONPATH", None)
     argv = [sys.executable, str(bin_dir / "launch.py"), "ablate", "--device", "cpu", "--workload", "ik_cwd_models:factory"]
-    out = subprocess.run(
-        [*argv, "--arm", "eager", "--quick", "--repeats", "1"], cwd=proj, env=env, capture_output=True, text=True, timeout=300
-    )
+    out = subprocess.run([*argv, "--arm", "eager", "--smoke"], cwd=proj, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "| eager |" in out.stdout

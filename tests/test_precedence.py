@@ -257,7 +257,7 @@ def test_ablation_arm_compiles_what_it_asks_and_shows_the_override(tmp_path):
     expected = ["coordinate_descent_tuning=False overrides mode max-autotune-no-cudagraphs's True"]
     assert arm.conflicts() == (expected if mode_sets_it else [])
     out = tmp_path / "ablation"
-    cmd = [sys.executable, "-m", "inductor_knobs", "ablate", "--workload", "small_mlp", "--quick", "--repeats", "1"]
+    cmd = [sys.executable, "-m", "inductor_knobs", "ablate", "--workload", "small_mlp", "--smoke"]
     cmd += ["--device", "cpu", "--arm", "cdt_off:mode=max-autotune-no-cudagraphs,coordinate_descent_tuning=false"]
     cmd += ["--out", str(out), "--strict"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}

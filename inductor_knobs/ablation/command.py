@@ -1,44 +1,98 @@
 """``inductor-knobs ablate``: arguments, validation before any arm runs, and output.
 
-Every check (workload, arms, GPUs, ``--out``, ``--plot``'s matplotlib, the files of ``--compare`` and
-``--merge``) happens before the first worker starts.  SIGINT and SIGTERM stop the workers, keep the
-finished runs (``results.json`` with ``"partial": true``) and exit 130 / 143 with one line.
+Every check (workload and its extra, arms, ``--repeats``, GPUs, ``--out``, ``--plot``'s matplotlib,
+the files of ``--compare`` and ``--merge``) happens before the first worker starts.  SIGINT and
+SIGTERM stop the workers, keep the finished runs (``results.json`` with ``"partial": true``) and
+exit 130 / 143 with one line.
+
+**The main job** (no ``--arm``, ``--grid`` or ``--config``): the GEMM-bound ``gemm_mlp`` with arms
+``default``, ``max-autotune-no-cudagraphs`` and ``force_gemm_autotune`` (the gate lowered to this
+GPU's SMs).  On a GPU at or above torch's 68-SM gate, where SM emulation is available (torch >= 2.11),
+the same three arms run a second time in the same invocation under an emulated T4 (40 SMs, below
+the gate; arms ``…@T4``), a second table section with its own baseline, so the gate's effect shows:
+there ``max-autotune-no-cudagraphs`` leaves GEMMs to ATen and ``force_gemm_autotune`` autotunes them.
+On CPU the report explains that the gate is a CUDA matter and what the CPU run shows instead.
+
+**Processes per arm** (``--repeats``; the process is the unit of the confidence intervals, see
+:mod:`.stats`): 5 by default (nominal 95 % coverage in simulation); 3 with ``--quick`` and for the
+main job, whose budget is 5 minutes on one H200 (6 arms × 3 processes × ~12 s of start-up,
+compilation and samples each) and 3 minutes on a 2-core CPU (3 arms × 3 processes); fewer than 3 is
+an error unless ``--smoke`` (1 process per arm, quick inputs, no intervals: does every arm compile,
+run and match eager?).
+
+**Several GPUs, several machines.**  ``--gpus 0,1`` runs one worker per GPU at a time; the records
+and results.json are the same as with one GPU, and ``wall_seconds`` (the whole run) makes the two
+comparable.  Across nodes, give each node one shard and merge (the merged file concatenates the
+shards' processes; each process is one replicate wherever it ran)::
+
+    srun -N4 bash -c 'inductor-knobs ablate --config a.toml --shard $SLURM_NODEID/4 --out shard-$SLURM_NODEID'
+    torchrun --nnodes 4 --nproc-per-node 1 ... : each rank runs
+        inductor-knobs ablate --config a.toml --shard $RANK/$WORLD_SIZE --out shard-$RANK
+    inductor-knobs ablate --merge shard-*/results.json --out merged --plot
+
+(torchrun only launches: the shards do not talk to each other, so ``--nproc-per-node 1`` per node
+and ``--gpus`` inside each shard.)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import json
 import os
+import socket
 import sys
+import time
 from typing import Any
 
 from ..emulate import EmulationSpec, spec_from_text
 from ..errors import InvalidKnobValue
-from . import report, runner, spec, workloads
+from ..gpu_presets import PRESETS
+from . import report, runner, spec, stats, workloads
 from .runner import Interrupted, Plan, execute
 
-DEFAULT_WORKLOAD = "reference_mlp"
+DEFAULT_WORKLOAD = "gemm_mlp"
+
+#: Processes per arm: the default, with --quick and for the main job, with --smoke (see the docstring).
+DEFAULT_PROCESSES, QUICK_PROCESSES, MAIN_JOB_PROCESSES, SMOKE_PROCESSES = 5, 3, 3, 1
+
+#: The small GPU the main job emulates on a big one.
+MAIN_JOB_EMULATION = "T4"
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "ablate",
         help="compare Inductor settings: isolated arms, interleaved repeats, statistics",
-        description="With no arguments: the reference MLP on the best device, arms default, max-autotune, "
-        "max-autotune-no-cudagraphs and force_gemm_autotune.",
+        description="With no arguments (the main job): the GEMM-bound gemm_mlp on the best device, arms default, "
+        "max-autotune-no-cudagraphs and force_gemm_autotune; on a GPU with >= 68 SMs also the same arms on an "
+        "emulated T4 (40 SMs), so the SM gate's effect shows.  Each arm x repeat is a fresh process; speedups get "
+        "95% bootstrap intervals over processes.",
     )
     p.add_argument(
-        "--workload", help=f"built-in ({', '.join(workloads.BUILTIN)}) or pkg.module:factory (default {DEFAULT_WORKLOAD})"
+        "--workload",
+        help=f"built-in ({', '.join(workloads.BUILTIN)}), a real model with random weights (hf:bert-base, "
+        f"hf:tinyllama-2layer, timm:<model>), or pkg.module:factory (default {DEFAULT_WORKLOAD})",
     )
     p.add_argument("--arm", action="append", default=[], help="NAME:knob=value,... (repeatable); 'eager' for the eager baseline")
     p.add_argument("--grid", action="append", default=[], help="knob=v1,v2 or knob=v1|v2 (repeatable; cartesian product)")
     p.add_argument("--config", help="a TOML file of arms (see examples/ablation.toml)")
     p.add_argument("--baseline", help="the arm speedups are relative to (default: the first)")
-    p.add_argument("--repeats", type=int, help="processes per arm, interleaved (default 3; 1 with --quick)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        help=f"processes per arm, interleaved; the unit of the confidence intervals (default {DEFAULT_PROCESSES}; "
+        f"{QUICK_PROCESSES} with --quick and for the main job; at least {stats.MIN_PROCESSES} unless --smoke)",
+    )
     p.add_argument("--iters", type=int, help="latency samples per process (default 20; 5 with --quick)")
-    p.add_argument("--quick", action="store_true", help="small inputs, few samples (CI)")
+    p.add_argument("--quick", action="store_true", help="small inputs, few samples")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"a smoke test: quick inputs, {SMOKE_PROCESSES} process per arm, no confidence intervals (CI: does every "
+        "arm compile, run and match eager?)",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if available")
     p.add_argument(
         "--gpus",
@@ -73,6 +127,30 @@ def _positive(name: str, value: int | None, default: int) -> int:
         return default
     if value < 1:
         raise InvalidKnobValue(f"--{name}={value} is invalid: allowed an int >= 1")
+    return value
+
+
+def processes(value: int | None, source: str, *, quick: bool, smoke: bool, main_job: bool) -> int:
+    """Processes per arm: ``value`` checked, or the default (see the module docstring).
+
+    Args:
+        value: what ``--repeats`` or the TOML's ``repeats`` says, or None.
+        source: how to name it in an error (``--repeats=2``, ``repeats = 2 in --config 'a.toml'``).
+
+    Raises:
+        InvalidKnobValue: fewer than :data:`.stats.MIN_PROCESSES` without ``smoke`` (too few for an
+            interval), or fewer than 1.
+    """
+    if value is None:
+        return SMOKE_PROCESSES if smoke else QUICK_PROCESSES if quick or main_job else DEFAULT_PROCESSES
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidKnobValue(f"{source} is invalid: allowed an int >= {1 if smoke else stats.MIN_PROCESSES}")
+    if value < stats.MIN_PROCESSES and not smoke:
+        raise InvalidKnobValue(
+            f"{source} is too few processes per arm for a confidence interval: allowed an int >= {stats.MIN_PROCESSES} "
+            f"(the bootstrap resamples processes; {DEFAULT_PROCESSES} for nominal 95% coverage), or add --smoke for a "
+            "run without intervals"
+        )
     return value
 
 
@@ -164,8 +242,50 @@ def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec 
     return emulation
 
 
+def _emulated_section(sms: int | None) -> tuple[str | None, str | None]:
+    """Whether the main job adds an emulated-T4 section on a GPU of ``sms`` SMs.
+
+    Returns:
+        ``(preset, None)`` to add it, or ``(None, why not)``.
+    """
+    import torch
+
+    from .. import torch_compat
+
+    if sms is None:
+        return None, None
+    threshold = torch_compat.installed(strict=False).torch_min_sms
+    if sms < threshold:
+        return None, (
+            f"this GPU has {sms} SMs, below torch's {threshold}-SM gate, so the gate is closed here already and the "
+            "table shows its effect directly"
+        )
+    green = getattr(torch.cuda, "GreenContext", None)
+    if green is None or not hasattr(green, "Stream"):
+        return None, (
+            f"SM emulation needs torch >= 2.11 (torch.cuda.GreenContext with Stream()); torch {torch.__version__} has none"
+        )
+    return MAIN_JOB_EMULATION, None
+
+
+def _main_job_arms(plan_sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm], dict[str, str], str | None]:
+    """The main job's arms, their sections, and why there is no emulated section (or None)."""
+    if emulate is not None:  # --emulate-sms: one section, every arm emulated
+        return spec.default_arms(emulate.sms), {}, None
+    arms = spec.default_arms(plan_sms)
+    preset, skipped = _emulated_section(plan_sms)
+    sections: dict[str, str] = {}
+    if preset is not None:
+        small = PRESETS[preset]
+        extra = spec.default_arms(small.sms, emulate=preset, suffix=f"@{preset}")
+        label = f"emulated {preset} ({small.sms} SMs, below the gate)"
+        sections = {a.name: label for a in extra}
+        arms += extra
+    return arms, sections, skipped
+
+
 def build_plan(args: argparse.Namespace) -> Plan:
-    """Everything validated: workload, arms, baseline, device, GPUs, shard.  Nothing runs here.
+    """Everything validated: workload, arms, baseline, processes, device, GPUs, shard.  Nothing runs here.
 
     Returns:
         The plan to execute.
@@ -178,6 +298,14 @@ def build_plan(args: argparse.Namespace) -> Plan:
     toml: dict[str, Any] = spec.load_toml(args.config) if args.config else {}
     workload = args.workload or toml.get("workload") or DEFAULT_WORKLOAD
     workloads.resolve(workload)
+    smoke = bool(getattr(args, "smoke", False))
+    quick = bool(args.quick or toml.get("quick", False) or smoke)
+    main_job = not (args.arm or args.grid or args.config)
+    if args.repeats is not None:
+        count = processes(args.repeats, f"--repeats={args.repeats}", quick=quick, smoke=smoke, main_job=main_job)
+    else:
+        value = toml.get("repeats")
+        count = processes(value, f"repeats = {value!r} in --config {args.config!r}", quick=quick, smoke=smoke, main_job=main_job)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise InvalidKnobValue(f"--device cuda: torch {torch.__version__} sees no CUDA GPU")
@@ -195,14 +323,21 @@ def build_plan(args: argparse.Namespace) -> Plan:
         runner.physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     emulate = _emulation(args.emulate_sms, device, gpus)
     arms = list(toml.get("arms", [])) + [spec.parse_arm(a) for a in args.arm] + spec.parse_grid(args.grid)
-    if not (args.arm or args.grid or args.config):
-        sms = torch.cuda.get_device_properties(gpus[0]).multi_processor_count if gpus else None
-        arms = spec.default_arms(emulate.sms if emulate else sms)
+    sections: dict[str, str] = {}
+    skipped = None
+    if main_job:
+        sms = min(torch.cuda.get_device_properties(g).multi_processor_count for g in gpus) if gpus and device == "cuda" else None
+        arms, sections, skipped = _main_job_arms(sms, emulate)
     spec.check_names(arms)
     baseline = args.baseline or toml.get("baseline") or arms[0].name
     if baseline not in [a.name for a in arms]:
         raise InvalidKnobValue(f"--baseline={baseline!r} is not an arm; arms: {', '.join(a.name for a in arms)}")
-    quick = bool(args.quick or toml.get("quick", False))
+    baselines = {}
+    for arm in arms:  # an emulated section's arms compare with that section's version of the baseline
+        if arm.name in sections:
+            suffix = "@" + str(arm.emulate)
+            own = baseline + suffix if baseline + suffix in sections else "default" + suffix
+            baselines[arm.name] = own
     return Plan(
         workload=workload,
         arms=arms,
@@ -210,13 +345,50 @@ def build_plan(args: argparse.Namespace) -> Plan:
         device=device,
         gpus=gpus,
         quick=quick,
-        repeats=_positive("repeats", args.repeats if args.repeats is not None else toml.get("repeats"), 1 if quick else 3),
+        repeats=count,
         iters=_positive("iters", args.iters, 5 if quick else 20),
         warmup=1 if quick else 3,
         timeout=_timeout(args.timeout),
         shard=_shard(args.shard),
         emulate=args.emulate_sms.strip() if emulate else None,
+        smoke=smoke,
+        sections=sections,
+        baselines=baselines,
+        profile_iters=2 if quick else 5,
+        main_job=main_job,
+        emulation_skipped=skipped,
     )
+
+
+def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
+    """results.json before the runs: the plan, the environment, the machine (schema :data:`.report.SCHEMA`)."""
+    arms = []
+    for arm in plan.arms:
+        entry = {**arm.to_dict(), "overrides_mode": conflicts[arm.name]}
+        if arm.name in plan.sections:
+            entry.update(section=plan.sections[arm.name], baseline=plan.baselines.get(arm.name, plan.baseline))
+        arms.append(entry)
+    return {
+        "schema": report.SCHEMA,
+        "workload": plan.workload,
+        "device": plan.device,
+        "repeats": plan.repeats,
+        "iters": plan.iters,
+        "quick": plan.quick,
+        "smoke": plan.smoke,
+        "main_job": plan.main_job,
+        "emulation_skipped": plan.emulation_skipped,
+        "baseline": plan.baseline,
+        "arms": arms,
+        "shard": list(plan.shard),
+        "gpus": list(plan.gpus) if plan.device == "cuda" else [],
+        "emulate_sms": plan.emulate,
+        "environment": environment(plan),
+        "machine": {"host": socket.gethostname(), "cpu_count": os.cpu_count()},
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "runs": [],
+        "partial": False,
+    }
 
 
 def environment(plan: Plan) -> dict[str, Any]:
@@ -268,27 +440,24 @@ def _run(args: argparse.Namespace) -> int:
         for name, items in conflicts.items():
             for item in items:  # shown before anything runs
                 print(f"arm {name}: {item} (the knob wins: knob > options > mode > default)", file=sys.stderr)
-        results = {
-            "workload": plan.workload,
-            "device": plan.device,
-            "repeats": plan.repeats,
-            "iters": plan.iters,
-            "quick": plan.quick,
-            "baseline": plan.baseline,
-            "arms": [{**a.to_dict(), "overrides_mode": conflicts[a.name]} for a in plan.arms],
-            "shard": list(plan.shard),
-            "emulate_sms": plan.emulate,
-            "environment": environment(plan),
-            "runs": [],
-            "partial": False,
-        }
+        results = _results(plan, conflicts)
         _clear_out(args.out, args.overwrite)
+        print(
+            f"ablate: {len(plan.arms)} arms x {plan.repeats} process(es) on {results['environment']['device_name']}"
+            + (f", shard {plan.shard[0]}/{plan.shard[1]}" if plan.shard[1] > 1 else ""),
+            file=sys.stderr,
+        )
+        start = time.perf_counter()
         try:
             results["runs"] = execute(plan)
         except Interrupted as stop:
             with runner.signals_ignored():  # a second Ctrl-C must not lose the finished runs
+                results["wall_seconds"] = time.perf_counter() - start
                 return _interrupted(args, results, stop)
+        results["wall_seconds"] = time.perf_counter() - start
     print(report.markdown(results))
+    for warning in report.load_warnings(results):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.out:
         for path in report.write(results, args.out, plot=args.plot):
             print(f"wrote {path}", file=sys.stderr)

@@ -1,8 +1,15 @@
 """Turn raw ablation records into statistics, a Markdown table, results.json/.csv and a plot.
 
-Latency per arm pools the steady-state samples of all its repeats: median, IQR (25th–75th
-percentile) and n.  Speedup is the baseline's median over the arm's.  Where the two IQRs overlap
-the table says so (``~``): the difference is within the spread of the samples.
+Per arm (:func:`summarize`): each successful process is one latency, the median of its samples;
+the arm's latency is the median of those per-process medians, with a 95 % bootstrap interval over
+processes; its speedup is ``baseline latency / arm latency`` with a 95 % bootstrap interval over
+both arms' processes (:mod:`.stats`).  The verdict is ``faster`` or ``slower`` when that interval
+excludes 1.00x and ``no detectable difference`` when it contains it.  Arms belong to sections (this
+GPU, an emulated smaller one); each section has its own baseline and table.
+
+results.json keeps everything raw (every run's samples, load readings, attestations) plus the
+``summary`` rows; ``schema`` is :data:`SCHEMA` (files without the key are schema 1, from before
+per-process statistics, and still load for ``--compare`` and ``--merge``).
 """
 
 from __future__ import annotations
@@ -11,7 +18,10 @@ import csv
 import json
 import os
 import statistics
+from collections.abc import Mapping
 from typing import Any
+
+from . import explain, load, stats
 
 #: Every file :func:`write` may write into ``--out`` (what ``--overwrite`` removes first).
 OUTPUT_FILES = ("results.json", "results.csv", "results.md", "results.png")
@@ -19,57 +29,183 @@ OUTPUT_FILES = ("results.json", "results.csv", "results.md", "results.png")
 #: The keys :func:`summarize`, :func:`markdown`, :func:`compare` and :func:`merge` read.
 REQUIRED_KEYS = ("workload", "baseline", "repeats", "arms", "runs")
 
+#: results.json format: 2 adds per-process statistics, sections, load readings, kernel time and
+#: the total wall time.  A newer file than this module reads is refused.
+SCHEMA = 2
 
-def _quantiles(samples: list[float]) -> tuple[float, float, float]:
-    if len(samples) == 1:
-        return samples[0], samples[0], samples[0]
-    q1, q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    return q1, q2, q3
+#: Processes per arm below which the table says its intervals are indicative (see :mod:`.stats`).
+NOMINAL_PROCESSES = 5
+
+CSV_COLUMNS = [
+    "section",
+    "arm",
+    "baseline",
+    "median_ms",
+    "median_low_ms",
+    "median_high_ms",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "verdict",
+    "processes",
+    "n",
+    "kernel_ms",
+    "compile_seconds",
+    "autotune_seconds",
+    "peak_memory_mib",
+    "max_abs_diff",
+    "mismatch",
+    "not_applied",
+    "gemm_kernels",
+    "runs",
+    "failed",
+    "error",
+]
 
 
-def summarize(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per arm, in arm order: latency stats, compile/autotune seconds, memory, kernels, errors."""
-    baseline = results["baseline"]
+def section_of(results: Mapping[str, Any]) -> dict[str, str]:
+    """Arm name -> its section label ("" for the main section)."""
+    return {a["name"]: a.get("section") or "" for a in results["arms"]}
+
+
+def _baseline_of(results: Mapping[str, Any], arm: Mapping[str, Any]) -> str:
+    return str(arm.get("baseline") or results["baseline"])
+
+
+def _row(arm: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    good = [r for r in runs if r.get("ok")]
+    row: dict[str, Any] = {"arm": arm["name"], "section": arm.get("section") or "", "runs": len(runs)}
+    row["failed"] = len(runs) - len(good)
+    if not good:
+        row["error"] = runs[0]["error"] if runs else "not run"
+        return row
+    medians = stats.process_medians(good)
+    interval = stats.median_interval(medians)
+    kernel = [float(r["kernel_ms"]) for r in good if isinstance(r.get("kernel_ms"), (int, float))]
+    calls = [r.get("gemm_calls") or {} for r in good]
+    row.update(
+        process_medians_ms=medians,
+        median_ms=float(statistics.median(medians)),
+        median_low_ms=interval.low if interval else None,
+        median_high_ms=interval.high if interval else None,
+        processes=len(medians),
+        n=sum(len(r["samples_ms"]) for r in good),
+        kernel_ms=float(statistics.median(kernel)) if kernel else None,
+        compile_seconds=statistics.median(r["compile_seconds"] for r in good),
+        autotune_seconds=statistics.median(r["autotune_seconds"] for r in good),
+        peak_memory_mib=max(r["peak_memory_bytes"] for r in good) / 2**20,
+        max_abs_diff=max(r["max_abs_diff"] for r in good),
+        mismatch=any(r["mismatch"] for r in good),
+        not_applied=sorted({n for r in good for n in r.get("not_applied", [])}),
+        kernels=good[0].get("kernels", {}),
+        gemm_calls=calls[0],
+        # Processes of one arm may autotune to different kernels: that is worth seeing.
+        gemm_varies=any(c != calls[0] for c in calls),
+    )
+    return row
+
+
+def summarize(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm, in arm order.
+
+    Returns:
+        Rows with ``arm``, ``section``, ``baseline``, ``runs``, ``failed`` and, where a run
+        succeeded, ``median_ms`` (median of per-process medians) and its interval
+        (``median_low_ms``, ``median_high_ms``), ``processes``, ``n`` (samples), ``speedup``,
+        ``speedup_low``, ``speedup_high``, ``verdict``, ``kernel_ms`` (GPU kernel time per
+        iteration, None off CUDA), compile/autotune seconds, peak MiB, ``max_abs_diff``,
+        ``mismatch``, ``not_applied``, ``kernels`` (autotune winners) and ``gemm_calls``;
+        otherwise ``error``.  Intervals are None below :data:`.stats.MIN_PROCESSES` processes.
+    """
     rows = []
     for arm in results["arms"]:
-        runs = [r for r in results["runs"] if r["arm"] == arm["name"]]
-        good = [r for r in runs if r.get("ok")]
-        row: dict[str, Any] = {"arm": arm["name"], "runs": len(runs), "failed": len(runs) - len(good)}
-        if good:
-            samples = [s for r in good for s in r["samples_ms"]]
-            q1, median, q3 = _quantiles(samples)
-            row.update(
-                median_ms=median,
-                q1_ms=q1,
-                q3_ms=q3,
-                n=len(samples),
-                compile_seconds=statistics.median(r["compile_seconds"] for r in good),
-                autotune_seconds=statistics.median(r["autotune_seconds"] for r in good),
-                peak_memory_mib=max(r["peak_memory_bytes"] for r in good) / 2**20,
-                max_abs_diff=max(r["max_abs_diff"] for r in good),
-                mismatch=any(r["mismatch"] for r in good),
-                not_applied=sorted({n for r in good for n in r.get("not_applied", [])}),
-                kernels=good[0]["kernels"],
-            )
-        else:
-            row["error"] = runs[0]["error"] if runs else "not run"
+        row = _row(arm, [r for r in results["runs"] if r["arm"] == arm["name"]])
+        row["baseline"] = _baseline_of(results, arm)
         rows.append(row)
-    base = next((r for r in rows if r["arm"] == baseline and "median_ms" in r), None)
+    by_name = {r["arm"]: r for r in rows}
     for row in rows:
-        if base is not None and "median_ms" in row:
-            row["speedup"] = base["median_ms"] / row["median_ms"]
-            row["overlaps_baseline"] = row["arm"] != baseline and row["q1_ms"] <= base["q3_ms"] and base["q1_ms"] <= row["q3_ms"]
+        base = by_name.get(row["baseline"])
+        if base is None or "median_ms" not in base or "median_ms" not in row:
+            continue
+        row["speedup"] = base["median_ms"] / row["median_ms"]
+        if row["arm"] == row["baseline"]:
+            row["verdict"] = "baseline"
+            continue
+        interval = stats.ratio_interval(base["process_medians_ms"], row["process_medians_ms"])
+        if interval is None:
+            row["verdict"] = "n/a (smoke run)" if results.get("smoke") else f"n/a (< {stats.MIN_PROCESSES} processes)"
+        else:
+            row.update(speedup_low=interval.low, speedup_high=interval.high, verdict=interval.verdict())
     return rows
 
 
-def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
-    """The results table, with the baseline, the environment line and failures' error tails."""
-    rows = rows if rows is not None else summarize(results)
+def _sections(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    order: list[str] = []
+    for r in rows:
+        if r["section"] not in order:
+            order.append(r["section"])
+    return [(s, [r for r in rows if r["section"] == s]) for s in order]
+
+
+def _interval(value: float, low: float | None, high: float | None, fmt: str, unit: str = "") -> str:
+    text = f"{value:{fmt}}{unit}"
+    return text + (f" [{low:{fmt}}–{high:{fmt}}]" if low is not None and high is not None else "")
+
+
+def _gemm_cell(row: Mapping[str, Any]) -> str:
+    cell = explain.gemm_summary(row.get("gemm_calls") or {})
+    if row.get("gemm_varies"):
+        cell += " (varies between processes)"
+    if row.get("kernels"):
+        cell += "; autotuned: " + "; ".join(f"{k}: {v}" for k, v in row["kernels"].items())
+    return cell[:160]
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| arm | latency ms [95% CI] | speedup [95% CI] | verdict | processes | GPU kernel ms | compile s | autotune s "
+        "| peak MiB | max abs diff | GEMM kernels |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if not r["runs"]:  # an interrupted ablation, or a shard without this arm
+            lines.append(f"| {r['arm']} | not run | | | | | | | | | |")
+            continue
+        if "median_ms" not in r:
+            lines.append(f"| {r['arm']} | FAILED ({r['failed']}/{r['runs']}): {r['error'][:80]} | | | | | | | | | |")
+            continue
+        latency = _interval(r["median_ms"], r.get("median_low_ms"), r.get("median_high_ms"), ".4f")
+        speed = _interval(r["speedup"], r.get("speedup_low"), r.get("speedup_high"), ".2f", "x") if "speedup" in r else "n/a"
+        diff = f"{r['max_abs_diff']:.2e}" + (" **MISMATCH**" if r["mismatch"] else "")
+        if r.get("not_applied"):
+            diff += " **NOT APPLIED**"
+        kernel = f"{r['kernel_ms']:.4f}" if r.get("kernel_ms") is not None else "-"
+        failed = f" ({r['failed']} failed)" if r["failed"] else ""
+        lines.append(
+            f"| {r['arm']}{failed} | {latency} | {speed} | {r.get('verdict', 'n/a')} | {r['processes']} | {kernel} | "
+            f"{r['compile_seconds']:.2f} | {r['autotune_seconds']:.2f} | {r['peak_memory_mib']:.0f} | {diff} | {_gemm_cell(r)} |"
+        )
+    return lines
+
+
+def _head(results: Mapping[str, Any]) -> str:
     env = results.get("environment", {})
+    smoke = bool(results.get("smoke"))
     head = (
         f"workload `{results['workload']}` on {env.get('device_name', results.get('device'))}, torch {env.get('torch')}, "
-        f"{results['repeats']} process(es) per arm, interleaved; baseline `{results['baseline']}`"
+        f"{results['repeats']} process(es) per arm, {results.get('iters', '?')} samples each, interleaved; "
+        + ("**smoke run: no confidence intervals**" if smoke else "95% percentile-bootstrap intervals over processes")
     )
+    if results.get("emulate_sms"):
+        head += f"; every arm under emulated {results['emulate_sms']} (SM emulation)"
+    if isinstance(results.get("wall_seconds"), (int, float)):
+        gpus = results.get("gpus") or []
+        head += f"; whole run {results['wall_seconds']:.0f} s" + (f" on {len(gpus)} GPU(s)" if gpus else "")
+    if not smoke and 0 < int(results.get("repeats") or 0) < NOMINAL_PROCESSES:
+        head += (
+            f". With {results['repeats']} processes per arm the intervals are indicative (about 90% coverage, close to "
+            f"the processes' range); --repeats {NOMINAL_PROCESSES} or more for 95%"
+        )
     if results.get("partial"):
         planned = results.get("planned_runs")
         head += (
@@ -77,31 +213,43 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
             + (f" of {planned}" if planned else "")
             + " runs; the table shows the runs that finished."
         )
-    lines = [
-        head,
-        "",
-        "| arm | median ms | IQR ms | n | speedup | compile s | autotune s | peak MiB | max abs diff | kernels chosen |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if not r["runs"]:  # an interrupted ablation, or a shard without this arm
-            lines.append(f"| {r['arm']} | not run | | | | | | | | |")
-            continue
-        if "median_ms" not in r:
-            lines.append(f"| {r['arm']} | FAILED ({r['failed']}/{r['runs']}): {r['error'][:80]} | | | | | | | | |")
-            continue
-        speed = f"{r['speedup']:.2f}x" + (" ~" if r.get("overlaps_baseline") else "") if "speedup" in r else "n/a"
-        diff = f"{r['max_abs_diff']:.2e}" + (" **MISMATCH**" if r["mismatch"] else "")
-        if r.get("not_applied"):
-            diff += " **NOT APPLIED**"
-        kernels = "; ".join(f"{k}: {v}" for k, v in r["kernels"].items())[:120] or "-"
-        failed = f" ({r['failed']} failed)" if r["failed"] else ""
+    return head
+
+
+def _main_section(results: Mapping[str, Any]) -> str:
+    name = (results.get("environment") or {}).get("device_name")
+    return f"this GPU ({name})" if name and results.get("device") == "cuda" else "this machine"
+
+
+def load_warnings(results: Mapping[str, Any]) -> list[str]:
+    """The load rule's warnings for ``results`` (see :mod:`.load`)."""
+    cores = (results.get("machine") or {}).get("cpu_count")
+    return load.load_warnings(results["runs"], cores, section_of(results), results.get("device"))
+
+
+def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
+    """The report: notes, one table per section (its baseline named), legend, warnings, failures."""
+    rows = rows if rows is not None else summarize(results)
+    lines = [_head(results)]
+    for note in explain.notes(results, rows):
+        lines += ["", note]
+    sections = _sections(rows)
+    for section, section_rows in sections:
+        lines.append("")
+        if len(sections) > 1 or section:
+            lines += [f"**{section or _main_section(results)}**", ""]
+        base = section_rows[0]["baseline"] if section_rows else results["baseline"]
+        lines.append(f"baseline `{base}`; speedup = baseline latency / arm latency (> 1: faster)")
+        lines.append("")
+        lines += _table(section_rows)
+    if any(r.get("verdict") in ("faster", "slower", stats.NO_DIFFERENCE) for r in rows):
         lines.append(
-            f"| {r['arm']}{failed} | {r['median_ms']:.4f} | {r['q1_ms']:.4f}–{r['q3_ms']:.4f} | {r['n']} | {speed} | "
-            f"{r['compile_seconds']:.2f} | {r['autotune_seconds']:.2f} | {r['peak_memory_mib']:.0f} | {diff} | {kernels} |"
+            f"\nverdict: `faster` / `slower` when the 95% interval of the speedup excludes 1.00x; `{stats.NO_DIFFERENCE}` "
+            "when it contains 1.00x. Latency is the median over processes of each process's median; the process is "
+            "the unit of the intervals."
         )
-    if any(r.get("overlaps_baseline") for r in rows):
-        lines.append("\n`~`: the arm's IQR overlaps the baseline's; the difference is within the spread of the samples.")
+    for warning in load_warnings(results):
+        lines.append(f"\n**LOAD WARNING**: {warning}.")
     for r in rows:
         for item in r.get("not_applied", []):
             lines.append(f"\n**NOT APPLIED** in arm {r['arm']}: {item}; this arm did not measure what it asked for.")
@@ -112,9 +260,13 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
     return "\n".join(lines)
 
 
+def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {**row, "gemm_kernels": explain.gemm_summary(row.get("gemm_calls") or {}) if "median_ms" in row else ""}
+
+
 def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
     """Write results.json (everything, raw samples included), results.csv (one row per arm),
-    results.md (the table) and, with ``plot``, results.png.
+    results.md (the report) and, with ``plot``, results.png.
 
     Returns:
         The paths written.
@@ -126,84 +278,45 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
     rows = summarize(results)
     written = [os.path.join(out, "results.json"), os.path.join(out, "results.csv"), os.path.join(out, "results.md")]
     with open(written[0], "w", encoding="utf-8") as dst:
-        json.dump({**results, "summary": rows}, dst, indent=2, default=str)
-    columns = [
-        "arm",
-        "median_ms",
-        "q1_ms",
-        "q3_ms",
-        "n",
-        "speedup",
-        "compile_seconds",
-        "autotune_seconds",
-        "peak_memory_mib",
-        "max_abs_diff",
-        "mismatch",
-        "not_applied",
-        "runs",
-        "failed",
-        "error",
-    ]
+        json.dump({"schema": SCHEMA, **results, "summary": rows}, dst, indent=2, default=str)
     with open(written[1], "w", newline="", encoding="utf-8") as dst:
-        writer = csv.DictWriter(dst, fieldnames=columns, extrasaction="ignore")
+        writer = csv.DictWriter(dst, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(_csv_row(r) for r in rows)
     with open(written[2], "w", encoding="utf-8") as dst:
         dst.write(markdown(results, rows) + "\n")
     if plot:
-        written.append(_plot(rows, os.path.join(out, "results.png"), results["workload"]))
+        from .plot import plot as draw
+
+        written.append(draw(rows, os.path.join(out, "results.png"), str(results["workload"])))
     return written
 
 
-def _plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        from ..errors import NotSupportedOnThisTorch
-
-        raise NotSupportedOnThisTorch("--plot needs matplotlib: pip install 'inductor-knobs[plot]'") from err
-    ok = [r for r in rows if "median_ms" in r]
-    fig, (lat, scatter) = plt.subplots(1, 2, figsize=(12, 4.5))
-    lat.bar(
-        [r["arm"] for r in ok],
-        [r["median_ms"] for r in ok],
-        yerr=[[r["median_ms"] - r["q1_ms"] for r in ok], [r["q3_ms"] - r["median_ms"] for r in ok]],
-        capsize=4,
-    )
-    lat.set_ylabel("latency, ms (median, IQR)")
-    lat.tick_params(axis="x", rotation=30)
-    for r in ok:
-        scatter.scatter(r["compile_seconds"], r.get("speedup", 1.0))
-        scatter.annotate(r["arm"], (r["compile_seconds"], r.get("speedup", 1.0)), fontsize=8)
-    scatter.set_xlabel("compile seconds (cold, median)")
-    scatter.set_ylabel("speedup vs baseline")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What changed between two results.json files: per arm, latency ratio, compile time, kernels."""
+    """What changed between two results.json files, per arm: latency ratio new/old with a 95 %
+    bootstrap interval over both files' processes, compile time, GEMM kernels."""
     before = {r["arm"]: r for r in summarize(old)}
     lines = [
-        "| arm | old median ms | new median ms | new/old | old compile s | new compile s | kernels changed |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | old median ms | new median ms | new/old | 95% CI | verdict | old compile s | new compile s | kernels changed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summarize(new):
         prev = before.get(row["arm"])
         if prev is None or "median_ms" not in prev or "median_ms" not in row:
             old_ms = "-" if prev is None else prev.get("median_ms", "failed")
-            lines.append(f"| {row['arm']} | {old_ms} | {row.get('median_ms', 'failed')} | | | | |")
+            lines.append(f"| {row['arm']} | {old_ms} | {row.get('median_ms', 'failed')} | | | | | | |")
             continue
+        # new/old latency: the old file plays the baseline's part with the ratio inverted.
+        interval = stats.ratio_interval(row["process_medians_ms"], prev["process_medians_ms"])
+        ci = f"{interval.low:.3f}–{interval.high:.3f}" if interval else "n/a"
+        verdict = "n/a" if interval is None else ("no detectable change" if interval.contains(1.0) else "changed")
         changed = sorted(k for k in set(prev["kernels"]) | set(row["kernels"]) if prev["kernels"].get(k) != row["kernels"].get(k))
+        if prev.get("gemm_calls") != row.get("gemm_calls"):
+            old_calls, new_calls = (explain.gemm_summary(r.get("gemm_calls") or {}) for r in (prev, row))
+            changed.append(f"GEMM calls {old_calls} -> {new_calls}")
         lines.append(
             f"| {row['arm']} | {prev['median_ms']:.4f} | {row['median_ms']:.4f} | {row['median_ms'] / prev['median_ms']:.3f} | "
-            f"{prev['compile_seconds']:.2f} | {row['compile_seconds']:.2f} | {', '.join(changed) or 'none'} |"
+            f"{ci} | {verdict} | {prev['compile_seconds']:.2f} | {row['compile_seconds']:.2f} | {', '.join(changed) or 'none'} |"
         )
     return "\n".join(lines)
 
@@ -216,7 +329,7 @@ def check(data: Any, source: str) -> dict[str, Any]:
         source: what to name in the error, e.g. ``--compare 'old/results.json'``.
 
     Raises:
-        InvalidKnobValue: not an object, or a required key missing.
+        InvalidKnobValue: not an object, a required key missing, or a newer schema than :data:`SCHEMA`.
     """
     from ..errors import InvalidKnobValue
 
@@ -229,16 +342,21 @@ def check(data: Any, source: str) -> dict[str, Any]:
             + (f"missing {', '.join(missing)}" if missing else "'runs' and 'arms' must be lists")
             + f"; allowed: what `inductor-knobs ablate --out` writes ({', '.join(REQUIRED_KEYS)}, ...)"
         )
+    schema = data.get("schema", 1)
+    if not isinstance(schema, int) or schema > SCHEMA:
+        raise InvalidKnobValue(
+            f"{source} has results schema {schema!r}: allowed 1..{SCHEMA}; it was written by a newer inductor-knobs"
+        )
     return data
 
 
 def _settings(arm: dict[str, Any]) -> dict[str, Any]:
-    return {k: arm.get(k) or None for k in ("knobs", "compile_args", "eager")}
+    return {k: arm.get(k) or None for k in ("knobs", "compile_args", "eager", "emulate")}
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What makes two results not comparable: quick, repeats, iterations, workload, device, torch,
-    SM emulation, an interrupted run, or an arm of the same name with other settings.
+    """What makes two results not comparable: quick, smoke, repeats, iterations, workload, device,
+    torch, SM emulation, an interrupted run, or an arm of the same name with other settings.
 
     Returns:
         One sentence per difference (empty: comparable).
@@ -251,6 +369,7 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     checks = [
         ("workload", old.get("workload"), new.get("workload")),
         ("quick", bool(old.get("quick")), bool(new.get("quick"))),
+        ("smoke", bool(old.get("smoke")), bool(new.get("smoke"))),
         ("repeats", old.get("repeats"), new.get("repeats")),
         ("iters", old.get("iters"), new.get("iters")),
         ("device", old.get("device"), new.get("device")),
@@ -273,6 +392,9 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge shard results.json files of one ablation (same workload and arms) into one.
 
+    The processes of all shards are concatenated: each is one more replicate of its arm, whichever
+    machine ran it.  Each shard's total wall time is kept in ``shard_wall_seconds``.
+
     Raises:
         InvalidKnobValue: the parts come from different ablations.
     """
@@ -286,6 +408,9 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     merged = {**first, "runs": runs, "shard": None, "merged_from": len(parts), "partial": False}
     merged.pop("planned_runs", None)  # a shard's count, not the merge's
     merged.pop("interrupted", None)
+    merged.pop("summary", None)  # recomputed from the merged runs
+    merged["shard_wall_seconds"] = [p.get("wall_seconds") for p in parts]
+    merged.pop("wall_seconds", None)  # one shard's, not the merge's
     for part in parts:  # a shard that was interrupted leaves the merge partial
         if part.get("partial"):
             merged.update(partial=True, interrupted=part.get("interrupted"))

@@ -5,7 +5,12 @@ Each job (arm × repeat) is one ``inductor_knobs.ablation.worker`` process with 
 ``CUDA_VISIBLE_DEVICES`` set to one GPU (the parent's logical GPU ``i`` mapped through the
 parent's own ``CUDA_VISIBLE_DEVICES``).  With several GPUs, one thread per GPU takes the next
 job in the interleaved order, so every GPU runs one process at a time.  A job that crashes or
-runs past ``timeout`` seconds becomes an error record; the others still run.
+runs past ``timeout`` seconds becomes an error record; the others still run.  Around every job the
+runner reads the machine's load (:mod:`.load`), and every record says when it ran (``start_s``,
+``end_s``: seconds since :func:`execute` started), so that the report can tell a load that changed.
+
+The records do not depend on the number of GPUs: one GPU or several (``--gpus 0,1``) give the same
+fields, so the command's total ``wall_seconds`` of the two can be compared directly.
 
 Every worker runs in its own session (process group), so that a timeout or an interruption can
 kill it together with anything it started (Inductor's compile workers), and so that a Ctrl-C in
@@ -34,6 +39,7 @@ from typing import Any
 
 from ..errors import InvalidKnobValue
 from ..knobs import EMULATE_SMS_VAR, ENV_PREFIX
+from . import load
 from .spec import Arm
 
 #: The signals that stop an ablation cleanly (the exit status is 128 + the signal number).
@@ -56,7 +62,14 @@ class Plan:
         iters: latency samples per process; warmup: iterations before sampling.
         timeout: seconds per job.
         shard: ``(i, n)``: run only jobs ``j`` with ``j % n == i``.
-        emulate: ``INDUCTOR_KNOBS_EMULATE_SMS`` for every job (an SM count or preset), or None.
+        emulate: ``INDUCTOR_KNOBS_EMULATE_SMS`` for every job whose arm sets none (an SM count or
+            preset), or None.
+        smoke: a smoke test: fewer than 3 processes per arm allowed, no intervals.
+        sections: arm name -> the table section it belongs to ("" or absent: the main one).
+        baselines: arm name -> the arm its speedup is relative to (absent: ``baseline``).
+        profile_iters: iterations profiled for GPU kernel time (CUDA only).
+        main_job: the arms are the main job's (no --arm, --grid or --config).
+        emulation_skipped: why the main job has no emulated small-GPU section, or None.
     """
 
     workload: str
@@ -71,6 +84,12 @@ class Plan:
     shard: tuple[int, int] = (0, 1)
     baseline: str | None = None
     emulate: str | None = None
+    smoke: bool = False
+    sections: dict[str, str] = field(default_factory=dict)
+    baselines: dict[str, str] = field(default_factory=dict)
+    profile_iters: int = 5
+    main_job: bool = False
+    emulation_skipped: str | None = None
 
     def jobs(self) -> list[dict[str, Any]]:
         """Interleaved jobs (repeat 0 of every arm, then repeat 1, …), this shard's only."""
@@ -85,7 +104,8 @@ class Plan:
                 "iters": self.iters,
                 "warmup": self.warmup,
                 "seed": 0,
-                "emulate": self.emulate,
+                "emulate": arm.emulate or self.emulate,
+                "profile_iters": self.profile_iters,
             }
             for r in range(self.repeats)
             for a, arm in enumerate(self.arms)
@@ -321,8 +341,22 @@ def _reap(proc: subprocess.Popen[str]) -> tuple[str, str]:
         return "", ""
 
 
+def _readings(gpu: int | None, when: str) -> dict[str, Any]:
+    out: dict[str, Any] = {f"load_{when}": load.cpu_load()}
+    if gpu is not None:
+        busy = load.gpu_utilization(gpu)
+        if busy is not None:
+            out[f"gpu_utilization_{when}"] = busy
+    return out
+
+
 def run_job(
-    job: dict[str, Any], arm: Arm, gpu: int | None, timeout: float, workers: _Workers | None = None
+    job: dict[str, Any],
+    arm: Arm,
+    gpu: int | None,
+    timeout: float,
+    workers: _Workers | None = None,
+    origin: float | None = None,
 ) -> dict[str, Any] | None:
     """Run one job in a fresh process, in its own session, with a private cache directory.
 
@@ -332,10 +366,11 @@ def run_job(
         gpu: this process's GPU index for it, or None on CPU.
         timeout: seconds before the worker and everything it started are killed.
         workers: the registry that :func:`execute` stops on an interruption (None: a private one).
+        origin: the ``time.perf_counter()`` that ``start_s`` and ``end_s`` count from (None: now).
 
     Returns:
-        The record (a crash or timeout is an error record), or None if ``workers`` was stopped
-        before or while it ran.
+        The record (a crash or timeout is an error record) with the load readings around it, or
+        None if ``workers`` was stopped before or while it ran.
 
     Raises:
         InvalidKnobValue: ``gpu`` is not among this process's ``CUDA_VISIBLE_DEVICES``.
@@ -343,7 +378,9 @@ def run_job(
     workers = workers if workers is not None else _Workers()
     device = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu is not None else None
     argv = [sys.executable, "-m", "inductor_knobs.ablation.worker", json.dumps(job)]
+    before = _readings(gpu, "before")
     start = time.perf_counter()
+    origin = start if origin is None else origin
     started = workers.start(argv, lambda cache: worker_env(arm, gpu, cache, job.get("emulate")))
     if started is None:
         return None
@@ -359,6 +396,7 @@ def run_job(
         if proc.poll() is None:  # an exception on the way: leave nothing running
             _reap(proc)
         killed = workers.done(proc, cache)
+    end = time.perf_counter()
     if killed:
         return None
     lines = stdout.strip().splitlines()
@@ -374,7 +412,11 @@ def run_job(
         "index": job["index"],
         "gpu": gpu,
         "cuda_visible_devices": device,
-        "wall_seconds": time.perf_counter() - start,
+        "wall_seconds": end - start,
+        "start_s": start - origin,
+        "end_s": end - origin,
+        **before,
+        **_readings(gpu, "after"),
     }
 
 
@@ -386,7 +428,7 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
         progress: show a progress bar on stderr.
 
     Returns:
-        One record per job, by job index.
+        One record per job, by job index, each with ``shard`` (this shard's index).
 
     Raises:
         Interrupted: SIGINT or SIGTERM arrived (under :func:`signals_raise`; a ``KeyboardInterrupt``
@@ -404,6 +446,7 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
     lock = threading.Lock()
     workers = _Workers()
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
+    origin = time.perf_counter()
 
     def worker(gpu: int | None) -> None:
         while not workers.stopped:
@@ -412,13 +455,14 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
             except queue.Empty:
                 return
             try:
-                record = run_job(job, arms[job["arm"]["name"]], gpu, plan.timeout, workers)
+                record = run_job(job, arms[job["arm"]["name"]], gpu, plan.timeout, workers, origin)
             except Exception as err:  # noqa: BLE001 - e.g. no space for the cache directory: a failed run, not a lost one
                 tail = traceback.format_exc()[-3000:]
                 record = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": tail}
                 record.update(arm=job["arm"]["name"], repeat=job["repeat"], index=job["index"], gpu=gpu)
             if record is None:  # stopped: the interruption handler reports what finished
                 return
+            record["shard"] = plan.shard[0]
             with lock:
                 results.append(record)
                 bar.set_postfix_str(f"{record['arm']} #{record['repeat']} {'ok' if record['ok'] else 'FAILED'}")

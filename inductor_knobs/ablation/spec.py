@@ -50,19 +50,27 @@ class Arm:
         knobs: knob name -> value as text (what ``INDUCTOR_KNOBS_<KNOB>`` would hold).
         compile_args: ``mode``, ``dynamic``, ``fullgraph`` for ``torch.compile``.
         eager: run the model uncompiled.
+        emulate: run this arm under ``INDUCTOR_KNOBS_EMULATE_SMS`` (an SM count or GPU preset),
+            whatever ``--emulate-sms`` says; None: as the ablation runs.
     """
 
     name: str
     knobs: dict[str, str] = field(default_factory=dict)
     compile_args: dict[str, Any] = field(default_factory=dict)
     eager: bool = False
+    emulate: str | None = None
 
     def env(self) -> dict[str, str]:
         """The ``INDUCTOR_KNOBS_*`` variables that apply this arm's knobs in its process."""
         return {ENV_PREFIX + k.upper(): v for k, v in self.knobs.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "knobs": self.knobs, "compile_args": self.compile_args, "eager": self.eager}
+        """The arm as results.json and the worker's job hold it (``emulate`` only when set, so that
+        files of arms without it keep their earlier form)."""
+        out = {"name": self.name, "knobs": self.knobs, "compile_args": self.compile_args, "eager": self.eager}
+        if self.emulate:
+            out["emulate"] = self.emulate
+        return out
 
     def conflicts(self) -> list[str]:
         """Keys where this arm's knobs override its ``mode`` (the knob wins: knob > options > mode).
@@ -86,17 +94,27 @@ class Arm:
         ]
 
 
-def default_arms(sms: int | None) -> list[Arm]:
-    """``default``, ``max-autotune``, ``max-autotune-no-cudagraphs`` and ``force_gemm_autotune``.
+def default_arms(sms: int | None, emulate: str | None = None, suffix: str = "") -> list[Arm]:
+    """The main job's arms: ``default``, ``max-autotune-no-cudagraphs`` (autotunes GEMMs only where
+    torch's SM gate is open) and ``force_gemm_autotune`` (the gate lowered to this GPU's SMs, so
+    it autotunes GEMMs everywhere).
+
+    CUDA graphs stay out of the main job: they change launch overhead, not which GEMM kernel runs,
+    and the question it answers is the gate's (``--arm ma:mode=max-autotune`` adds them).
 
     Args:
-        sms: the GPU's SM count, so that ``force_gemm_autotune`` opens the gate on it (None: CPU).
+        sms: the (emulated) GPU's SM count, the ``min_sms`` that opens the gate on it (None: CPU).
+        emulate: SM emulation for these arms (``"T4"``), or None.
+        suffix: appended to every name (``"@T4"``), so that two sections' arms stay distinct.
     """
     return [
-        Arm("default"),
-        Arm("max-autotune", compile_args={"mode": "max-autotune"}),
-        Arm("max-autotune-no-cudagraphs", compile_args={"mode": "max-autotune-no-cudagraphs"}),
-        Arm("force_gemm_autotune", knobs={"preset": "force_gemm_autotune", "min_sms": str(min(sms or 1, 1024))}),
+        Arm("default" + suffix, emulate=emulate),
+        Arm("max-autotune-no-cudagraphs" + suffix, compile_args={"mode": "max-autotune-no-cudagraphs"}, emulate=emulate),
+        Arm(
+            "force_gemm_autotune" + suffix,
+            knobs={"preset": "force_gemm_autotune", "min_sms": str(min(sms or 1, 1024))},
+            emulate=emulate,
+        ),
     ]
 
 

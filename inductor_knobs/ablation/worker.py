@@ -9,11 +9,20 @@ workload, runs it eagerly for reference outputs, compiles it (timing the first i
 plus autotune) while recording what every graph compiled with (the compile interception's
 attestations, kept in the result), warms up, samples steady-state latency, and prints one JSON object on its last
 stdout line.
+
+After the samples it adds, on CUDA, the GPU kernel time per iteration (``torch.profiler``) and the
+SM clock; on every device, the GEMM implementations the compiled code calls (read from its private
+Inductor cache, :mod:`.kernels`) and the CPU seconds of its process tree (for the load rule of
+:mod:`.load`).  A failure of one of these extras is recorded as ``*_error``, never a failed run.
+
+Start-up is kept short: an eager arm never imports Dynamo or Inductor (its reference pass and its
+samples need neither), and a compiled arm imports them only when it compiles.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -25,28 +34,34 @@ TOLERANCES = {"torch.float32": (1e-3, 1e-3), "torch.bfloat16": (4e-2, 4e-2), "to
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
+    """Measure one arm once (see the module docstring); returns the result record."""
     import torch
 
     import inductor_knobs as ik
 
-    from ..observe import can_record_autotune
     from .workloads import build
 
     device = job["device"]
     ik.activate_from_env()
     torch.manual_seed(job.get("seed", 0))
     work = build(job["workload"], device, job.get("quick", False))
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    on_gpu = device.startswith("cuda")
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    compiled = not job["arm"].get("eager")
+    dynamic_ok = job["arm"].get("compile_args", {}).get("dynamic") is not False
 
     def iteration(fn: Any, keep: bool = False) -> list[Any]:
-        # CUDA graph trees reuse output memory from one replay to the next: mark each iteration
-        # a new step, and clone what is kept for the comparison with eager.
-        torch.compiler.cudagraph_mark_step_begin()
+        if compiled:
+            # CUDA graph trees reuse output memory from one replay to the next: mark each iteration
+            # a new step, and clone what is kept for the comparison with eager.  (Only compiled
+            # arms: this imports Inductor, which an eager arm never needs.)
+            torch.compiler.cudagraph_mark_step_begin()
         outs = []
         for args in work.inputs:
-            for index, dim in work.dynamic_dims:
-                if index < len(args) and job["arm"].get("compile_args", {}).get("dynamic") is not False:
-                    torch._dynamo.mark_dynamic(args[index], dim)
+            if compiled and dynamic_ok:
+                for index, dim in work.dynamic_dims:
+                    if index < len(args):
+                        torch._dynamo.mark_dynamic(args[index], dim)
             out = fn(*args)
             outs.append(out.clone() if keep and isinstance(out, torch.Tensor) else out)
         return outs
@@ -58,7 +73,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         kernels: dict[str, str] = {}
         compiles = 0
         attestations: list[dict[str, Any]] = []
-        if not job["arm"].get("eager"):
+        if compiled:
+            from ..observe import can_record_autotune
+
             fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
             recorder = ik.record_autotune() if can_record_autotune() else ik.record_compiles()
             sync()
@@ -78,6 +95,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         for _ in range(job.get("warmup", 3)):
             iteration(fn)
         samples = _samples(lambda: iteration(fn), device, job.get("iters", 20))
+        extras = _extras(lambda: iteration(fn), on_gpu, compiled, int(job.get("profile_iters", 5)))
     dtype = str(reference[0].dtype) if reference and isinstance(reference[0], torch.Tensor) else "torch.float32"
     rtol, atol = TOLERANCES.get(dtype, (1e-3, 1e-3))
     return {
@@ -86,7 +104,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "autotune_seconds": autotune_s,
         "compiles": compiles,
         "samples_ms": samples,
-        "peak_memory_bytes": torch.cuda.max_memory_allocated() if device.startswith("cuda") else _max_rss(),
+        "peak_memory_bytes": torch.cuda.max_memory_allocated() if on_gpu else _max_rss(),
         "kernels": kernels,
         "max_abs_diff": diff,
         "tolerance": atol + rtol * scale,
@@ -102,7 +120,29 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             }
             | {a["gate_problem"] for a in attestations if a["gate_problem"]}
         ),
+        **extras,
     }
+
+
+def _extras(call: Any, on_gpu: bool, compiled: bool, profile_iters: int) -> dict[str, Any]:
+    """GPU kernel time, SM clock and GEMM calls; each failure is recorded, never raised."""
+    from . import kernels
+
+    out: dict[str, Any] = {"kernel_ms": None, "gemm_calls": {}}
+    if on_gpu:
+        import torch
+
+        try:
+            out["kernel_ms"] = kernels.gpu_kernel_ms(call, max(1, profile_iters))
+        except Exception as err:  # noqa: BLE001 - a profiler failure must not lose the latency samples
+            out["kernel_ms_error"] = f"{type(err).__name__}: {err}"
+        try:
+            out["gpu_clock_mhz"] = int(torch.cuda.clock_rate())
+        except Exception:  # noqa: BLE001 - no pynvml / NVML: the clock is optional
+            pass
+    if compiled:
+        out["gemm_calls"] = kernels.gemm_calls(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    return out
 
 
 def _max_abs_diff(outs: list[Any], reference: list[Any]) -> tuple[float, float]:
@@ -140,12 +180,25 @@ def _max_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped descendants.  Inductor's compile workers (and
+    the compilers they start) are shut down first, so that their CPU time is counted too."""
+    if "torch._inductor.async_compile" in sys.modules:
+        try:
+            sys.modules["torch._inductor.async_compile"].shutdown_compile_workers()
+        except Exception:  # noqa: BLE001 - an older torch without it: their time is left out
+            pass
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def main() -> None:
     job = json.loads(sys.argv[1])
     try:
         result = run(job)
     except BaseException as err:  # noqa: BLE001 - an arm's crash is data for the report
         result = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
+    result["cpu_seconds"] = _cpu_seconds()
     sys.stdout.flush()
     print("\n" + json.dumps(result))
 

@@ -9,12 +9,20 @@ an iteration calls the model once per tuple).  Inputs must be created on ``devic
 
 Built-ins (bf16 on CUDA, fp32 on CPU, as the issue asks):
 
+- ``gemm_mlp`` (the default): four ``Linear(K -> N, bias=False)`` layers, K = N = 4096 on
+  M = 4096 tokens on CUDA (2048 with ``--quick``), 512 on 256 tokens on CPU (256 on 128 quick).
+  GEMM-bound on purpose: no activations, so the time measured is GEMM time, the four GEMMs share
+  one shape (one autotune per arm), and on CPU no C++ pointwise kernel has to be compiled.
 - ``reference_mlp``: ``Linear(3420 -> 1280, bias=False)`` at seq_len 560, 1024, 2048, the first
   dimension marked dynamic (``shared/reference/mm-autotune-per-shape.txt``).
 - ``transformer_block``: pre-norm attention (``scaled_dot_product_attention``) + GELU MLP.
 - ``conv_net``: three conv/BN/ReLU stages, pooling and a linear head.
 - ``small_mlp``: ``SimpleMLP(1024, 1024, 1024)`` on a 256x1024 batch
   (``shared/reference/autotuning-in-pytorch-and-triton.txt``).
+
+Real models, random weights, no downloads (:mod:`.models`): ``hf:bert-base``,
+``hf:tinyllama-2layer`` (``pip install 'inductor-knobs[hf]'``) and ``timm:<any timm model>``
+such as ``timm:resnet50`` or ``timm:vit_small_patch16_224`` (``pip install 'inductor-knobs[timm]'``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from typing import Any
 
 from ..errors import UnknownKnob
 from ..knobs import _unknown_message
+from . import models
 
 
 @dataclass
@@ -50,6 +59,24 @@ def _dtype(device: str) -> Any:
     import torch
 
     return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def gemm_mlp(device: str, quick: bool) -> Workload:
+    import torch
+
+    dtype = _dtype(device)
+    if device.startswith("cuda"):
+        tokens, width = (2048, 2048) if quick else (4096, 4096)
+    else:
+        tokens, width = (128, 256) if quick else (256, 512)
+    layers = [torch.nn.Linear(width, width, bias=False) for _ in range(4)]
+    model = torch.nn.Sequential(*layers).to(device=device, dtype=dtype).eval()
+    # Scaled so that activations stay near unit size through the four layers (bf16 keeps its
+    # relative precision, and the comparison with eager has a meaningful scale).
+    with torch.no_grad():
+        for layer in layers:
+            layer.weight.mul_(width**-0.5 / layer.weight.std())
+    return Workload(model, [(torch.randn(tokens, width, device=device, dtype=dtype),)])
 
 
 def reference_mlp(device: str, quick: bool) -> Workload:
@@ -122,6 +149,7 @@ def small_mlp(device: str, quick: bool) -> Workload:
 
 
 BUILTIN: dict[str, Callable[[str, bool], Workload]] = {
+    "gemm_mlp": gemm_mlp,
     "reference_mlp": reference_mlp,
     "transformer_block": transformer_block,
     "conv_net": conv_net,
@@ -147,13 +175,18 @@ def _cwd_on_path() -> Iterator[None]:
 
 
 def resolve(name: str) -> Callable[[str, bool], Any]:
-    """The factory for a built-in name or ``pkg.module:factory`` (importable from the current directory).
+    """The factory for a built-in name, a real model (``hf:…``, ``timm:…``, see :mod:`.models`) or
+    ``pkg.module:factory`` (importable from the current directory).
 
     Raises:
-        UnknownKnob: not a built-in and not an importable ``module:attribute`` naming a callable.
+        UnknownKnob: not a built-in, not a known model and not an importable ``module:attribute``
+            naming a callable.
+        InvalidKnobValue: a real model whose extra (transformers, timm) is not installed.
     """
     if name in BUILTIN:
         return BUILTIN[name]
+    if models.is_model(name):
+        return models.check(name)
     module_name, sep, attr = name.partition(":")
     if not sep or not module_name or not attr:
         raise UnknownKnob(_unknown_message("workload (a built-in, or pkg.module:factory)", name, BUILTIN))

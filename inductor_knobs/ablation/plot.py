@@ -1,0 +1,113 @@
+"""results.png: one row per arm, four panels that read across a row.
+
+1. Speedup with its 95 % interval (a forest plot; the vertical line at 1.00x is "no difference").
+2. Latency: bars from zero to the median over processes, whiskers the 95 % interval.
+3. Cold compile seconds, the autotune part of them darker.
+4. Compile seconds against speedup, each point numbered like its row.
+
+The first three panels share one row per arm (horizontal bars); the arm names, numbered and with
+their section in brackets, sit once on the left y axis, and the figure grows with the number of
+arms, so labels never overlap however many arms there are.  The speedup axis turns logarithmic when
+the ratios span more than 4x (then 2x faster and 2x slower sit at the same distance from 1.00x).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Inches of figure height per arm (and the least height).
+ROW_INCHES, MIN_INCHES = 0.42, 3.2
+
+
+def _label(index: int, row: dict[str, Any]) -> str:
+    section = f" [{row['section']}]" if row.get("section") else ""
+    return f"{index} {row['arm']}{section}"
+
+
+def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
+    """Draw ``rows`` (from :func:`.report.summarize`) into ``path``.
+
+    Args:
+        rows: summary rows; rows without a measurement (failed, not run) are left out.
+        path: the PNG to write.
+        title: the figure's title (the workload).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        NotSupportedOnThisTorch: matplotlib is not installed (the command checks this first).
+    """
+    try:
+        import matplotlib
+        import matplotlib.ticker
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        from ..errors import NotSupportedOnThisTorch
+
+        raise NotSupportedOnThisTorch("--plot needs matplotlib: pip install 'inductor-knobs[plot]'") from err
+    ok = [r for r in rows if "median_ms" in r]
+    labels = [_label(i + 1, r) for i, r in enumerate(ok)]
+    ys = list(range(len(ok)))[::-1]  # the first arm on top
+    height = max(MIN_INCHES, ROW_INCHES * len(ok) + 1.6)
+    fig = plt.figure(figsize=(18, height))
+    grid = fig.add_gridspec(1, 4, width_ratios=[1.2, 1, 1, 1.1])
+    forest = fig.add_subplot(grid[0])
+    # The first three panels share the rows: one arm per row, named once, on the left.
+    latency = fig.add_subplot(grid[1], sharey=forest)
+    compile_ax = fig.add_subplot(grid[2], sharey=forest)
+    scatter = fig.add_subplot(grid[3])
+
+    speeds = []
+    for y, r in zip(ys, ok):
+        speed = r.get("speedup", 1.0)
+        low, high = r.get("speedup_low"), r.get("speedup_high")
+        errors = [[speed - low], [high - speed]] if low is not None and high is not None else None
+        colour = {"faster": "tab:green", "slower": "tab:red"}.get(r.get("verdict", ""), "tab:gray")
+        forest.errorbar(speed, y, xerr=errors, fmt="o", color=colour, capsize=3)
+        speeds += [v for v in (speed, low, high) if v]
+    forest.axvline(1.0, color="black", linewidth=0.8)
+    if speeds and max(speeds) / min(speeds) > 4:
+        # Wide ratios on a log axis: 2x faster and 2x slower sit at the same distance from 1.00x.
+        forest.set_xscale("log")
+        forest.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        forest.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    forest.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.3g}x"))
+    forest.set_yticks(ys, labels)
+    forest.set_xlabel("speedup vs baseline, 95% CI (> 1: faster)")
+    forest.set_title("speedup (green faster, red slower, grey: no detectable difference)", fontsize=9)
+
+    medians = [r["median_ms"] for r in ok]
+    low_err = [r["median_ms"] - r["median_low_ms"] if r.get("median_low_ms") is not None else 0.0 for r in ok]
+    high_err = [r["median_high_ms"] - r["median_ms"] if r.get("median_high_ms") is not None else 0.0 for r in ok]
+    latency.barh(ys, medians, xerr=[low_err, high_err], capsize=3, color="tab:blue")
+    latency.set_xlim(left=0)
+    latency.set_xlabel("latency ms (median, 95% CI)")
+    latency.tick_params(axis="y", labelleft=False)
+
+    compile_s = [r["compile_seconds"] for r in ok]
+    autotune_s = [min(r["autotune_seconds"], r["compile_seconds"]) for r in ok]
+    compile_ax.barh(ys, compile_s, color="tab:orange", label="compile")
+    compile_ax.barh(ys, autotune_s, color="tab:brown", label="of which autotune")
+    compile_ax.set_xlim(left=0)
+    compile_ax.set_xlabel("cold compile s (median)")
+    compile_ax.tick_params(axis="y", labelleft=False)
+    compile_ax.legend(fontsize=8, loc="lower right")
+    for ax in (forest, latency, compile_ax):
+        ax.grid(axis="y", linestyle=":", linewidth=0.5)
+
+    for i, r in enumerate(ok):
+        scatter.scatter(r["compile_seconds"], r.get("speedup", 1.0), color="tab:purple")
+        scatter.annotate(str(i + 1), (r["compile_seconds"], r.get("speedup", 1.0)), xytext=(4, 3), textcoords="offset points")
+    scatter.axhline(1.0, color="black", linewidth=0.8)
+    scatter.set_xlabel("cold compile s")
+    scatter.set_ylabel("speedup vs baseline")
+    scatter.set_title("compile time vs speedup (numbers: rows)", fontsize=9)
+
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

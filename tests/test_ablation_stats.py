@@ -1,0 +1,472 @@
+"""Ablation statistics and the checks around them: per-process bootstrap intervals, the load rule,
+too few processes, real-model workloads and their extras, the main job's plan and its CPU note.
+
+Everything here runs in-process on synthetic data (no worker starts), except the real-model builds,
+which are skipped where transformers or timm is not installed."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from inductor_knobs import cli
+from inductor_knobs.ablation import command, explain, kernels, load, models, report, stats, workloads
+from inductor_knobs.errors import InvalidKnobValue, UnknownKnob
+
+TESTS = Path(__file__).parent
+
+
+def plan_for(*argv: str) -> command.Plan:
+    parser = cli.argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers(dest="command"))
+    return command.build_plan(parser.parse_args(["ablate", *argv]))
+
+
+def run(arm: str, repeat: int, samples: list[float], **extra) -> dict:
+    record = {
+        "ok": True,
+        "arm": arm,
+        "repeat": repeat,
+        "index": repeat,
+        "samples_ms": samples,
+        "compile_seconds": 2.0,
+        "autotune_seconds": 0.5,
+        "peak_memory_bytes": 2**20,
+        "max_abs_diff": 0.0,
+        "mismatch": False,
+        "kernels": {},
+        "gemm_calls": {"aten.mm": 4},
+        "kernel_ms": None,
+    }
+    return {**record, **extra}
+
+
+def results_of(per_arm: dict[str, list[list[float]]], **extra) -> dict:
+    """results.json-like data: arm -> one list of samples per process."""
+    runs = [run(arm, i, samples) for arm, processes in per_arm.items() for i, samples in enumerate(processes)]
+    arms = [{"name": name, "knobs": {}, "compile_args": {}, "eager": False} for name in per_arm]
+    repeats = max(len(p) for p in per_arm.values())
+    base = {"workload": "w", "device": "cpu", "repeats": repeats, "iters": 5, "baseline": next(iter(per_arm))}
+    return {**base, "arms": arms, "runs": runs, **extra}
+
+
+# -- the bootstrap ----------------------------------------------------------------------------------
+
+
+def test_identical_distributions_contain_one():
+    values = [1.00, 1.02, 0.98, 1.01, 0.99]
+    interval = stats.ratio_interval(values, list(reversed(values)))
+    assert interval is not None and interval.contains(1.0)
+    assert interval.estimate == pytest.approx(1.0) and interval.verdict() == stats.NO_DIFFERENCE
+
+
+def test_a_two_fold_effect_with_small_spread_excludes_one_and_contains_two():
+    baseline = [2.00, 2.02, 1.98, 2.01, 1.99]
+    arm = [1.00, 1.01, 0.99, 1.005, 0.995]
+    interval = stats.ratio_interval(baseline, arm)
+    assert interval is not None and not interval.contains(1.0) and interval.contains(2.0)
+    assert interval.verdict() == "faster"
+    slower = stats.ratio_interval(arm, baseline)
+    assert slower is not None and slower.verdict() == "slower" and slower.contains(0.5)
+
+
+def test_the_process_not_the_sample_is_the_unit():
+    """Three processes each, far apart, with thousands of nearly identical samples inside each: the
+    interval must stay as wide as three processes allow, whatever the sample count."""
+    per_process = {"a": [1.0, 2.0, 3.0], "b": [1.1, 2.1, 3.1]}
+
+    def summary(samples_per_process: int) -> dict:
+        data = {
+            arm: [[m * (1 + 1e-6 * k) for k in range(samples_per_process)] for m in medians]
+            for arm, medians in per_process.items()
+        }
+        return {row["arm"]: row for row in report.summarize(results_of(data))}
+
+    few, many = summary(5), summary(2000)
+    assert many["b"]["verdict"] == stats.NO_DIFFERENCE and many["b"]["n"] == 6000
+    assert many["b"]["processes"] == 3
+    interval = (many["b"]["speedup_low"], many["b"]["speedup_high"])
+    assert interval == pytest.approx((few["b"]["speedup_low"], few["b"]["speedup_high"]))
+    assert many["b"]["speedup_high"] / many["b"]["speedup_low"] > 2  # as wide as the processes' spread
+
+
+def test_fewer_than_three_processes_give_no_interval():
+    assert stats.ratio_interval([1.0, 1.1], [1.0, 1.1, 1.2]) is None
+    assert stats.median_interval([1.0, 1.1]) is None
+    rows = report.summarize(results_of({"a": [[1.0], [1.1]], "b": [[2.0], [2.1]]}))
+    assert rows[1]["verdict"].startswith("n/a") and "speedup_low" not in rows[1]
+
+
+def test_intervals_are_reproducible_and_reject_bad_latencies():
+    a, b = [1.0, 1.3, 0.9, 1.1], [0.7, 0.8, 0.75, 0.9]
+    assert stats.ratio_interval(a, b) == stats.ratio_interval(a, b)
+    with pytest.raises(ValueError, match="positive finite"):
+        stats.ratio_interval([1.0, 0.0, 1.0], b)
+    with pytest.raises(ValueError, match="positive finite"):
+        stats.median_interval([1.0, math.nan, 1.0])
+
+
+def test_table_says_no_detectable_difference_and_names_the_verdicts():
+    data = results_of({"a": [[2.0, 2.1], [2.2, 2.3], [1.9, 2.0]], "b": [[2.05], [2.2], [1.95]], "c": [[1.0], [1.02], [0.98]]})
+    rows = {r["arm"]: r for r in report.summarize(data)}
+    assert rows["a"]["verdict"] == "baseline"
+    assert rows["b"]["verdict"] == stats.NO_DIFFERENCE and rows["c"]["verdict"] == "faster"
+    text = report.markdown(data)
+    assert "| b |" in text and stats.NO_DIFFERENCE in text and "excludes 1.00x" in text
+    assert "indicative" in text  # 3 processes per arm
+
+
+def test_merge_concatenates_processes():
+    data = results_of({"a": [[1.0], [1.1], [0.9]], "b": [[0.5], [0.55], [0.45]]})
+    for i, r in enumerate(data["runs"]):
+        r["index"] = i
+    part0 = {**data, "runs": data["runs"][::2], "wall_seconds": 10.0}
+    part1 = {**data, "runs": data["runs"][1::2], "wall_seconds": 12.0}
+    merged = report.merge([part0, part1])
+    rows = {r["arm"]: r for r in report.summarize(merged)}
+    assert rows["a"]["processes"] == 3 and rows["b"]["processes"] == 3
+    assert merged["shard_wall_seconds"] == [10.0, 12.0] and "wall_seconds" not in merged
+
+
+def test_results_json_has_a_schema_and_newer_ones_are_refused(tmp_path):
+    data = results_of({"a": [[1.0], [1.1], [0.9]]})
+    report.write(data, str(tmp_path))
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["schema"] == report.SCHEMA and written["summary"][0]["processes"] == 3
+    assert report.check(written, "x") is written
+    with pytest.raises(InvalidKnobValue, match="schema 99"):
+        report.check({**written, "schema": 99}, "--compare 'x'")
+
+
+# -- the load rule -------------------------------------------------------------------------------------
+
+
+def synthetic_runs(competing, own_rate=1.0, seconds=15.0, count=9):
+    """Back-to-back runs whose load readings follow Linux's damped average exactly: the ablation's
+    own ``own_rate`` runnable tasks while a run lasts, plus ``competing(t)`` from elsewhere."""
+    step, level, t = 0.05, 0.0, 0.0
+    runs = []
+    for i in range(count):
+        record = {"arm": "abc"[i % 3], "repeat": i // 3, "start_s": t, "load_before": level}
+        end = t + seconds
+        while t < end - 1e-9:
+            level += (own_rate + competing(t) - level) * (1 - math.exp(-step / load.LOAD_TAU_S))
+            t += step
+        record.update(end_s=t, load_after=level, cpu_seconds=own_rate * seconds)
+        runs.append(record)
+    return runs
+
+
+def test_the_ablations_own_load_is_not_a_change():
+    """The raw load average climbs from 0 towards 1 because of the ablation itself: no warning."""
+    runs = synthetic_runs(lambda t: 0.0)
+    assert runs[-1]["load_after"] - runs[0]["load_before"] > 0.8
+    assert load.load_warnings(runs, cpu_count=2, section_of={}) == []
+    assert all(value == pytest.approx(0.0, abs=0.05) for _, value in load.competing_windows(runs))
+
+
+def test_a_steady_competing_load_is_not_a_change_but_a_busy_cpu():
+    runs = synthetic_runs(lambda t: 1.5)
+    assert load.load_warnings(runs, cpu_count=2, section_of={}, device="cuda") == []
+    (warning,) = load.load_warnings(runs, cpu_count=2, section_of={}, device="cpu")
+    assert "the machine was busy" in warning and "1.5 of 2 CPUs" in warning
+
+
+def test_a_competing_load_that_starts_midway_is_a_change():
+    runs = synthetic_runs(lambda t: 2.0 if t > 60 else 0.0)
+    (warning,) = load.load_warnings(runs, cpu_count=2, section_of={})
+    assert "machine load changed" in warning and "2.0" in warning
+    data = results_of({"a": [[1.0]] * 3})
+    data["runs"] = [{**run("a", r["repeat"], [1.0]), **r, "arm": "a"} for r in runs]
+    text = report.markdown(data)
+    assert "**LOAD WARNING**" in text
+
+
+def test_the_load_threshold_scales_with_the_machine():
+    runs = synthetic_runs(lambda t: 2.0 if t > 60 else 0.0)
+    assert load.threshold(2) == 1.0 and load.threshold(64) == 16.0
+    assert load.load_warnings(runs, cpu_count=64, section_of={}) == []
+
+
+def test_gpu_sharing_and_clock_changes_are_warned():
+    runs = [
+        {"arm": "a", "repeat": 0, "gpu": 0, "gpu_utilization_before": 0, "gpu_clock_mhz": 1980},
+        {"arm": "b", "repeat": 0, "gpu": 0, "gpu_utilization_before": 90, "gpu_clock_mhz": 1500},
+        {"arm": "a@T4", "repeat": 0, "gpu": 0, "gpu_clock_mhz": 1200},
+    ]
+    out = load.load_warnings(runs, cpu_count=16, section_of={"a": "", "b": "", "a@T4": "T4"})
+    assert any("90% busy before run b #0" in w for w in out)
+    assert sum("SM clock changed" in w for w in out) == 1  # the T4 section's single clock is no change
+
+
+def test_old_results_without_readings_warn_nothing():
+    assert load.load_warnings([{"arm": "a", "repeat": 0, "ok": True}], cpu_count=2, section_of={}) == []
+
+
+# -- the command line: processes, extras, models ---------------------------------------------------------
+
+
+@pytest.fixture
+def no_arm_runs(monkeypatch):
+    def execute(plan, progress=True):  # pragma: no cover - the point is that it is not reached
+        raise AssertionError("an arm ran")
+
+    monkeypatch.setattr(command, "execute", execute)
+
+
+@pytest.mark.parametrize("value", ["1", "2"])
+def test_too_few_processes_is_an_error_before_any_arm_runs(value, capsys, no_arm_runs):
+    with pytest.raises(InvalidKnobValue, match=rf"--repeats={value} is too few processes per arm.*>= 3.*--smoke"):
+        plan_for("--device", "cpu", "--arm", "eager", "--repeats", value)
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--repeats", value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--repeats" in err
+
+
+def test_too_few_processes_in_a_config_names_the_file(tmp_path):
+    path = tmp_path / "a.toml"
+    path.write_text('repeats = 2\n[[arm]]\nname = "eager"\n')
+    with pytest.raises(InvalidKnobValue, match=r"repeats = 2 in --config .*a\.toml.*>= 3"):
+        plan_for("--device", "cpu", "--config", str(path))
+
+
+def test_process_defaults_and_smoke():
+    assert plan_for("--device", "cpu", "--arm", "eager").repeats == command.DEFAULT_PROCESSES == 5
+    assert plan_for("--device", "cpu", "--arm", "eager", "--quick").repeats == 3
+    assert plan_for("--device", "cpu").repeats == 3  # the main job
+    smoke = plan_for("--device", "cpu", "--arm", "eager", "--smoke")
+    assert smoke.repeats == 1 and smoke.quick and smoke.smoke
+    assert plan_for("--device", "cpu", "--arm", "eager", "--smoke", "--repeats", "2").repeats == 2
+
+
+@pytest.mark.parametrize(
+    ("workload", "extra"), [("hf:bert-base", "hf"), ("hf:tinyllama-2layer", "hf"), ("timm:resnet50", "timm")]
+)
+def test_a_missing_extra_is_named_before_any_arm_runs(monkeypatch, capsys, no_arm_runs, workload, extra):
+    monkeypatch.setitem(sys.modules, models.EXTRAS[extra][0], None)  # how Python marks "not importable"
+    with pytest.raises(InvalidKnobValue, match=rf"needs {models.EXTRAS[extra][0]}.*pip install 'inductor-knobs\[{extra}\]'"):
+        plan_for("--device", "cpu", "--workload", workload)
+    assert cli.main(["ablate", "--device", "cpu", "--workload", workload]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"inductor-knobs[{extra}]" in err
+
+
+def test_unknown_hf_model_suggests_close_names():
+    with pytest.raises(UnknownKnob, match=r"unknown Hugging Face model 'bert-bas'; did you mean 'bert-base'\?"):
+        workloads.resolve("hf:bert-bas")
+
+
+def test_unknown_timm_model_suggests_close_names(monkeypatch):
+    fake = types.ModuleType("timm")
+    names = ["resnet18", "resnet50", "vit_small_patch16_224"]
+    fake.is_model = lambda name: name in names  # type: ignore[attr-defined]
+    fake.list_models = lambda: names  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "timm", fake)
+    with pytest.raises(UnknownKnob, match=r"unknown timm model 'resnet5'; did you mean 'resnet50'"):
+        workloads.resolve("timm:resnet5")
+    assert callable(workloads.resolve("timm:vit_small_patch16_224"))
+
+
+@pytest.mark.parametrize("name", ["hf:bert-base", "hf:tinyllama-2layer"])
+def test_hf_models_build_from_configs(name):
+    pytest.importorskip("transformers")
+    work = workloads.build(name, "cpu", True)
+    with torch.no_grad():
+        out = work.model(*work.inputs[0])
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.dim() == 3
+
+
+def test_timm_models_build_without_downloads():
+    pytest.importorskip("timm")
+    work = workloads.build("timm:resnet18", "cpu", True)
+    with torch.no_grad():
+        out = work.model(*work.inputs[0])
+    assert out.shape[0] == 1 and not work.model.training
+
+
+def test_gemm_mlp_is_gemm_bound_and_small_on_cpu():
+    work = workloads.build("gemm_mlp", "cpu", True)
+    assert [type(m).__name__ for m in work.model] == ["Linear"] * 4
+    with torch.no_grad():
+        assert work.model(*work.inputs[0]).std().item() == pytest.approx(1.0, rel=0.3)
+
+
+# -- the main job ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def big_gpu(monkeypatch):
+    """A fake 132-SM GPU with green contexts, for planning only (nothing runs on it)."""
+
+    def fake(sms: int, green: bool = True):
+        props = types.SimpleNamespace(multi_processor_count=sms, name="Fake GPU")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+        if green:
+            monkeypatch.setattr(torch.cuda, "GreenContext", type("GreenContext", (), {"Stream": None}), raising=False)
+        else:
+            monkeypatch.delattr(torch.cuda, "GreenContext", raising=False)
+
+    return fake
+
+
+def test_main_job_on_a_big_gpu_adds_an_emulated_t4_section(big_gpu):
+    big_gpu(132)
+    plan = plan_for()
+    names = [a.name for a in plan.arms]
+    assert names == [
+        "default",
+        "max-autotune-no-cudagraphs",
+        "force_gemm_autotune",
+        "default@T4",
+        "max-autotune-no-cudagraphs@T4",
+        "force_gemm_autotune@T4",
+    ]
+    assert plan.workload == "gemm_mlp" and plan.repeats == 3 and plan.main_job
+    assert plan.arms[2].knobs["min_sms"] == "132" and plan.arms[5].knobs["min_sms"] == "40"
+    assert {j["emulate"] for j in plan.jobs() if j["arm"]["name"].endswith("@T4")} == {"T4"}
+    assert {j["emulate"] for j in plan.jobs() if not j["arm"]["name"].endswith("@T4")} == {None}
+    assert plan.baselines["force_gemm_autotune@T4"] == "default@T4" and "default" not in plan.baselines
+
+
+@pytest.mark.parametrize(("sms", "green", "why"), [(40, True, "below torch's 68-SM gate"), (132, False, "torch >= 2.11")])
+def test_main_job_without_an_emulated_section_says_why(big_gpu, sms, green, why):
+    big_gpu(sms, green)
+    plan = plan_for()
+    assert len(plan.arms) == 3 and why in (plan.emulation_skipped or "")
+
+
+def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatch, capsys):
+    def execute(plan, progress=True):
+        return [
+            run(job["arm"]["name"], job["repeat"], [1.0 + 0.01 * job["repeat"]], index=job["index"], shard=0)
+            for job in plan.jobs()
+        ]
+
+    monkeypatch.setattr(command, "execute", execute)
+    assert cli.main(["ablate", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    note = out.index("the SM gate is a CUDA matter")
+    assert note < out.index("| arm |") and "aten.mm×4" in out[note : out.index("| arm |")]
+    md = (tmp_path / "results.md").read_text()
+    assert "the SM gate is a CUDA matter" in md
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["main_job"] and isinstance(written["wall_seconds"], float) and written["gpus"] == []
+
+
+def test_cpu_note_only_where_the_gate_is_involved():
+    plain = results_of({"a": [[1.0]] * 3})
+    assert explain.notes(plain, report.summarize(plain)) == []
+    gated = {**plain, "arms": [{"name": "a", "knobs": {"min_sms": "40"}}]}
+    assert "CUDA matter" in explain.notes(gated, report.summarize(gated))[0]
+
+
+# -- kernels and plots ------------------------------------------------------------------------------------------
+
+
+WRAPPER = """
+from torch._inductor.select_algorithm import extern_kernels
+async_compile = AsyncCompile()
+triton_tem_fused_mm_0 = async_compile.triton('triton_tem_fused_mm_0', '''
+@triton.jit
+def triton_tem_fused_mm_0(arg_A, arg_B, out_ptr0):
+    acc += tl.dot(a, b)
+''')
+cpp_fused_mm_1 = async_compile.cpp_pybinding(['float*'], r'''
+void kernel() { const int64_t Mc_blocks = 4; cpp_fused_mm_1_micro_gemm<false>(); }
+''')
+triton_poi_fused_relu_2 = async_compile.triton('triton_poi_fused_relu_2', '''x''')
+async_compile.wait(globals())
+del async_compile
+
+def call(args):
+    triton_tem_fused_mm_0.run(buf0, buf1, buf2, grid=grid(1))
+    cpp_fused_mm_1(buf3)
+    triton_poi_fused_relu_2.run(buf2)
+    extern_kernels.mm(buf2, buf3, out=buf4)
+    extern_kernels.addmm(b, buf4, w, alpha=1, beta=1, out=buf5)
+    buf6 = torch.ops.mkldnn._linear_pointwise.default(buf5, w, None, 'none', [], '')
+"""
+
+
+def test_gemm_calls_are_read_from_the_wrapper(tmp_path):
+    counts = kernels.count_gemm_calls(WRAPPER)
+    assert dict(counts) == {
+        "triton template": 1,
+        "cpp gemm template": 1,
+        "aten.mm": 1,
+        "aten.addmm": 1,
+        "mkldnn._linear_pointwise": 1,
+    }
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "cwrapper.py").write_text(WRAPPER)
+    (tmp_path / "ab" / "kernel.py").write_text("def call(args):\n    extern_kernels.mm(a, b)\n")  # not a wrapper
+    assert kernels.gemm_calls(str(tmp_path))["aten.mm"] == 1
+    assert kernels.gemm_calls(None) == {} and kernels.gemm_calls(str(tmp_path / "missing")) == {}
+
+
+def test_plot_with_many_arms(tmp_path):
+    pytest.importorskip("matplotlib")
+    from inductor_knobs.ablation import plot
+
+    per_arm = {f"arm-{i:02d}-with-a-long-name": [[1.0 + 0.05 * i + 0.01 * k] for k in range(3)] for i in range(14)}
+    rows = report.summarize(results_of(per_arm))
+    path = plot.plot(rows, str(tmp_path / "r.png"), "many arms")
+    import matplotlib.image
+
+    height = matplotlib.image.imread(path).shape[0]
+    assert height > 14 * plot.ROW_INCHES * 100  # the figure grew with the arms
+
+
+class FakeProfile:
+    """Stands in for ``torch.profiler.profile``: two CUDA kernels of 300 and 100 us per iteration,
+    one user annotation over them, and a CPU op (neither may count)."""
+
+    iterations = 0
+
+    def __init__(self, activities):
+        assert activities == [torch.profiler.ProfilerActivity.CUDA]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def events(self):
+        from torch.autograd import DeviceType
+
+        def event(device, us, annotation=False):
+            return types.SimpleNamespace(device_type=device, self_device_time_total=us, is_user_annotation=annotation)
+
+        kernels = [event(DeviceType.CUDA, 300.0), event(DeviceType.CUDA, 100.0)] * FakeProfile.iterations
+        return [*kernels, event(DeviceType.CUDA, 10_000.0, annotation=True), event(DeviceType.CPU, 50.0)]
+
+
+def test_gpu_kernel_time_sums_device_kernels_per_iteration(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+
+    def call():
+        FakeProfile.iterations += 1
+
+    FakeProfile.iterations = 0
+    assert kernels.gpu_kernel_ms(call, 4) == pytest.approx(0.4)  # (300 + 100) us per iteration
+    FakeProfile.iterations = 0  # no kernels recorded at all
+    with pytest.raises(RuntimeError, match="no CUDA kernels"):
+        kernels.gpu_kernel_ms(lambda: None, 1)
+
+
+def test_a_failing_profiler_never_fails_the_run():
+    from inductor_knobs.ablation import worker
+
+    extras = worker._extras(lambda: None, on_gpu=not torch.cuda.is_available(), compiled=False, profile_iters=2)
+    if not torch.cuda.is_available():  # torch.cuda.synchronize raises here: recorded, not raised
+        assert extras["kernel_ms"] is None and extras["kernel_ms_error"]
