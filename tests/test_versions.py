@@ -115,6 +115,23 @@ def test_unknown_gate_is_refused_in_strict_mode_and_nothing_is_patched(monkeypat
     assert cfg.max_autotune_gemm == before
 
 
+def test_cached_validation_rechecks_a_gate_replaced_between_blocks(monkeypatch, cfg):
+    """The plan's validation is cached per gate identity: the same knobs, entered again after
+    someone replaced ``is_big_gpu``, are checked again (the cache must never skip the drift check)."""
+    same = ik.force_gemm_autotune(min_sms=40)
+    with same:  # validated and cached with torch's own gate
+        pass
+
+    def is_big_gpu(index_or_device=0):  # a hand patch arriving between two blocks
+        return True
+
+    monkeypatch.setattr(inductor_utils, "is_big_gpu", is_big_gpu)
+    before = cfg.max_autotune_gemm
+    with pytest.raises(PatchTargetChanged, match="fingerprint"), same:
+        pass
+    assert inductor_utils.is_big_gpu is is_big_gpu and cfg.max_autotune_gemm == before
+
+
 def test_unknown_gate_is_patched_with_a_warning_in_lenient_mode(monkeypatch):
     import functools
 
