@@ -340,7 +340,16 @@ def test_interrupt_kills_workers_cleans_up_and_keeps_finished_runs(tmp_path, sig
     argv = [sys.executable, "-m", "inductor_knobs", "ablate", "--device", "cpu", "--workload", "ablation_workload:sleepy"]
     argv += ["--smoke", "--arm", "eager", "--arm", "default", "--out", str(out)]
     env = child_env(TMPDIR=str(tmp), IK_TEST_PID_DIR=str(pids), IK_TEST_SLEEP="120")
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell starts background jobs with SIGINT ignored, and the CLI rightly keeps an ignored signal
+    # ignored; a terminal's foreground job has the default disposition, which is what this test is about.
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL),
+    )
     seen: list[int] = []
     try:
         deadline = time.monotonic() + 300
@@ -500,3 +509,15 @@ def test_cli_user_workload_from_the_current_directory(tmp_path):
     out = subprocess.run([*argv, "--arm", "eager", "--smoke"], cwd=proj, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "| eager |" in out.stdout
+
+
+def test_a_signal_ignored_on_entry_stays_ignored():
+    # A shell starts background jobs with SIGINT ignored so that Ctrl-C reaches only the foreground job.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with runner.signals_raise():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
