@@ -44,4 +44,25 @@ def sleepy(device, quick):
     return model, [(torch.randn(4, device=device),)]
 
 
+def helper_process(device, quick):
+    """For the worker-exit test: start a process in the worker's session, as Inductor's compile
+    workers are, that burns about half a second of CPU and then sleeps; its pid goes to
+    ``$IK_TEST_PID_DIR/helper.pid`` once the CPU is spent."""
+    import subprocess
+    import sys
+
+    pid_file = os.path.join(os.environ["IK_TEST_PID_DIR"], "helper.pid")
+    code = (
+        "import os, sys, time\n"
+        "start = time.process_time()\n"
+        "while time.process_time() - start < 0.5: pass\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "time.sleep(600)\n"
+    )
+    subprocess.Popen([sys.executable, "-c", code, pid_file])
+    while not os.path.exists(pid_file) or not open(pid_file).read():
+        time.sleep(0.05)
+    return (lambda x: x + 1), [(torch.randn(4, device=device),)]
+
+
 NOT_CALLABLE = 3

@@ -521,3 +521,29 @@ def test_a_signal_ignored_on_entry_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_worker_exit_kills_its_session_and_counts_its_cpu(tmp_path):
+    # Inductor's compile workers live in the worker's session; the worker counts their CPU time and
+    # kills them instead of waiting seconds for their orderly shutdown.
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    argv = [sys.executable, "-m", "inductor_knobs", "ablate", "--device", "cpu", "--workload", "ablation_workload:helper_process"]
+    argv += ["--smoke", "--arm", "eager", "--out", str(tmp_path / "out")]
+    done = subprocess.run(argv, env=child_env(IK_TEST_PID_DIR=str(pids)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    helper = int((pids / "helper.pid").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(helper)
+    (run,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert run["ok"] and run["cpu_seconds"] >= 0.5 and run["phase_seconds"]["shutdown"] < 5
+
+
+def test_worker_outside_its_own_session_touches_no_other_process():
+    from inductor_knobs.ablation import worker
+
+    if os.getsid(0) == os.getpid():  # pragma: no cover - pytest run as a session leader
+        pytest.skip("this process leads its session")
+    assert worker._session_processes() is None

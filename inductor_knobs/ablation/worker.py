@@ -24,9 +24,11 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 #: (rtol, atol) per dtype for "outputs match eager"; GEMM algorithms differ in summation order.
@@ -34,7 +36,23 @@ TOLERANCES = {"torch.float32": (1e-3, 1e-3), "torch.bfloat16": (4e-2, 4e-2), "to
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Measure one arm once (see the module docstring); returns the result record."""
+    """Measure one arm once (see the module docstring); returns the result record.
+
+    ``phase_seconds`` in the record splits the worker's wall time: ``import`` (torch, inductor_knobs,
+    env activation), ``build`` (workload and eager reference), ``compile`` (first compiled
+    iteration), ``measure`` (warm-up and samples), ``extras`` (profiler, GEMM calls), and, added by
+    :func:`main`, ``shutdown`` (counting the CPU time of the process tree).  The parent's
+    ``wall_seconds`` minus their sum is interpreter start-up and exit.
+    """
+    phases: dict[str, float] = {}
+    mark = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        phases[name] = now - mark
+        mark = now
+
     import torch
 
     import inductor_knobs as ik
@@ -44,6 +62,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     device = job["device"]
     ik.activate_from_env()
     torch.manual_seed(job.get("seed", 0))
+    phase("import")
     work = build(job["workload"], device, job.get("quick", False))
     on_gpu = device.startswith("cuda")
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
@@ -68,6 +87,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     with torch.no_grad():
         reference = iteration(work.model)
+        phase("build")
         fn = work.model
         compile_s = autotune_s = 0.0
         kernels: dict[str, str] = {}
@@ -92,10 +112,13 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         else:
             outs = reference
         diff, scale = _max_abs_diff(outs, reference)
+        phase("compile")
         for _ in range(job.get("warmup", 3)):
             iteration(fn)
         samples = _samples(lambda: iteration(fn), device, job.get("iters", 20))
+        phase("measure")
         extras = _extras(lambda: iteration(fn), on_gpu, compiled, int(job.get("profile_iters", 5)))
+        phase("extras")
     dtype = str(reference[0].dtype) if reference and isinstance(reference[0], torch.Tensor) else "torch.float32"
     rtol, atol = TOLERANCES.get(dtype, (1e-3, 1e-3))
     return {
@@ -109,6 +132,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "max_abs_diff": diff,
         "tolerance": atol + rtol * scale,
         "mismatch": diff > atol + rtol * scale,
+        "phase_seconds": phases,
         "dtype": dtype,
         "attestations": attestations,
         "not_applied": sorted(
@@ -180,27 +204,81 @@ def _max_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def _cpu_seconds() -> float:
-    """CPU seconds of this process and its reaped descendants.  Inductor's compile workers (and
-    the compilers they start) are shut down first, so that their CPU time is counted too."""
-    if "torch._inductor.async_compile" in sys.modules:
+def _session_processes() -> list[int] | None:
+    """The other live processes of this worker's session (Inductor's compile workers and what they
+    started), from ``/proc``; None unless this process leads its session (the runner starts every
+    worker with ``start_new_session``) and ``/proc`` can be read."""
+    me = os.getpid()
+    if os.getsid(0) != me:  # run by hand from a shell: its session is the shell's, never touch it
+        return None
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    found = []
+    for name in names:
+        if name.isdigit() and int(name) != me:
+            fields = _stat_fields(int(name))
+            if fields is not None and len(fields) > 3 and fields[3] == str(me):  # stat field 6: the session id
+                found.append(int(name))
+    return found
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (field 3 on), or None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu_seconds(others: list[int] | None) -> float:
+    """CPU seconds of this process, its reaped descendants and ``others`` (live processes of its
+    session: utime + stime + cutime + cstime).  Without ``others`` (no ``/proc``, or not a session
+    leader) Inductor's compile workers are shut down first so that their time is reaped and
+    counted; that takes seconds."""
+    if others is None and "torch._inductor.async_compile" in sys.modules:
         try:
             sys.modules["torch._inductor.async_compile"].shutdown_compile_workers()
         except Exception:  # noqa: BLE001 - an older torch without it: their time is left out
             pass
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in others or ():
+        fields = _stat_fields(pid)
+        if fields is not None:
+            total += sum(int(f) for f in fields[11:15]) / ticks
+    return total
 
 
 def main() -> None:
+    """Run the job given as JSON in ``argv[1]``, print its record as the last stdout line, and exit.
+
+    As the leader of its own session (how the runner starts it), the worker then kills the rest of
+    its session (Inductor's compile workers) and exits at once, skipping their orderly shutdown
+    and the interpreter's teardown: on an H200 machine the orderly way took 1-8 s of a 20 s run.
+    """
     job = json.loads(sys.argv[1])
     try:
         result = run(job)
     except BaseException as err:  # noqa: BLE001 - an arm's crash is data for the report
         result = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
-    result["cpu_seconds"] = _cpu_seconds()
+    start = time.perf_counter()
+    others = _session_processes()
+    result["cpu_seconds"] = _cpu_seconds(others)
+    if "phase_seconds" in result:
+        result["phase_seconds"]["shutdown"] = time.perf_counter() - start
     sys.stdout.flush()
-    print("\n" + json.dumps(result))
+    print("\n" + json.dumps(result), flush=True)
+    if others is not None:
+        sys.stderr.flush()
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # exited meanwhile
+        os._exit(0)
 
 
 if __name__ == "__main__":
