@@ -60,30 +60,38 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def _patches_from_checkout() -> None:
-    """Serve ``inductor_knobs.patches`` from the top-level ``patches/`` folder of a source checkout.
+class _CheckoutPatches:
+    """Serves ``inductor_knobs.patches`` from the top-level ``patches/`` folder of a source checkout.
 
     Installs (wheel and editable) map that folder to ``inductor_knobs.patches`` themselves (setuptools'
     ``package-dir``).  A checkout on ``sys.path`` ahead of them (``python -m inductor_knobs`` in the
-    repository, which puts the current directory first) has no ``inductor_knobs/patches``, so its
-    spec is made here the way the editable finder makes it.
+    repository, which puts the current directory first) has no ``inductor_knobs/patches``, so this
+    finder (a ``sys.meta_path`` entry) makes its spec the way the editable finder does, when it is
+    first imported: a process that never needs the patch modules never loads them.
     """
+
+    def __init__(self, init: str) -> None:
+        self.init = init
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name != f"{__name__}.patches":
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_file_location(name, self.init, submodule_search_locations=[os.path.dirname(self.init)])
+
+
+def _patches_from_checkout() -> None:
+    """Install :class:`_CheckoutPatches` when this package is a source checkout's."""
     here = os.path.dirname(__file__)
     init = os.path.join(os.path.dirname(here), "patches", "__init__.py")
-    name = f"{__name__}.patches"
     # The test is for the package's __init__.py, not the folder: after a pull that moved the modules to
     # patches/, a leftover inductor_knobs/patches/__pycache__ (git keeps ignored files) would otherwise
     # make an empty namespace package of it (seen on the H200 machine's checkout).
-    if name in sys.modules or os.path.isfile(os.path.join(here, "patches", "__init__.py")) or not os.path.isfile(init):
+    if os.path.isfile(os.path.join(here, "patches", "__init__.py")) or not os.path.isfile(init):
         return
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[os.path.dirname(init)])
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    if not any(isinstance(finder, _CheckoutPatches) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _CheckoutPatches(init))  # type: ignore[arg-type]  # duck-typed finder: no typing import at start-up
 
 
 _patches_from_checkout()

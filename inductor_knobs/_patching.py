@@ -124,12 +124,21 @@ class Use:
 
 def resolve(path: str) -> tuple[Any, str]:
     """``"pkg.mod:Class.attr"`` -> (the object owning ``attr``, ``"attr"``); imports ``pkg.mod``."""
+    module_name, parents, name = _parse(path)
+    return _owner(module_name, parents), name
+
+
+def _parse(path: str) -> tuple[str, list[str], str]:
     module_name, _, dotted = path.partition(":")
-    owner: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
     *parents, name = dotted.split(".")
+    return module_name, parents, name
+
+
+def _owner(module_name: str, parents: list[str]) -> Any:
+    owner: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
     for parent in parents:
         owner = getattr(owner, parent)
-    return owner, name
+    return owner
 
 
 def wrap_attribute(
@@ -151,8 +160,10 @@ def wrap_attribute(
     # an install's cost.  A different original (torch reloaded, someone else's patch) gets a new one.
     made: list[Any] = []  # [raw, function, wrapped, replacement]
 
+    module_name, parents, name = _parse(path)  # once: the step runs at every first holder
+
     def step(push: Callable[[Undo], None]) -> None:
-        owner, name = resolve(path)
+        owner = _owner(module_name, parents)
         raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         if made and made[0] is raw:
             _, function, wrapped, replacement = made
@@ -237,7 +248,7 @@ def _sweep(name: str, find: object, replace: object) -> None:
     Undo sweeps for the replacement again, so modules imported while the patch was active (which
     bound the replacement) are put back too.
     """
-    binders = _BINDERS.setdefault(name, _Binders(name))
+    binders = _BINDERS.get(name) or _BINDERS.setdefault(name, _Binders(name))
     for namespace in binders.namespaces(find, replace):
         if namespace.get(name) is find:
             namespace[name] = replace

@@ -15,7 +15,7 @@ torch back exactly, and a revert that was itself interrupted can simply run agai
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Protocol
 
@@ -35,61 +35,98 @@ class Change(Protocol):
     def revert(self) -> None: ...
 
 
-_NOTHING = object()
-
-
 class ConfigChange:
-    """Set one key of a torch ``ConfigModule`` and put back its stored override on revert.
+    """Set keys of torch ``ConfigModule`` s and put back their stored overrides on revert.
+
+    Args:
+        patches: the installed torch's patch module.
+        settings: ``(config module, key, value)`` triples.  Aliases (2.7+) are followed to the
+            module that stores the value; the keys of one module are written with one call of
+            torch's raw patcher (a block's keys cost one write, not one each).
+        process_wide: set process defaults (env activation) instead of overrides.
 
     Revert restores the raw stored state (including "unset"), not the value read before,
     so a key that was at its default is at its default again afterwards (torch's own
-    ``config.patch`` pins it instead).
+    ``config.patch`` pins it instead).  Apply reads every value back and raises
+    :class:`~inductor_knobs.errors.KnobNotApplied` (restoring everything) if one did not take;
+    revert warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` for every key that
+    code outside inductor_knobs changed meanwhile.
     """
 
-    def __init__(self, patches: TorchPatches, cfg: ModuleType, key: str, value: object, *, process_wide: bool = False) -> None:
+    def __init__(
+        self, patches: TorchPatches, settings: Sequence[tuple[ModuleType, str, object]], *, process_wide: bool = False
+    ) -> None:
         self.patches = patches
-        self.cfg, self.key = patches.resolve_alias(cfg, key)
-        self.value = value
+        groups: dict[int, tuple[ModuleType, dict[str, object]]] = {}
+        for cfg, key, value in settings:
+            module, real = patches.resolve_alias(cfg, key)
+            groups.setdefault(id(module), (module, {}))[1][real] = value
+        self.groups = tuple(groups.values())
         self.process_wide = process_wide
-        self._prior: object = _NOTHING
+        self._priors: list[tuple[ModuleType, dict[str, object]]] = []
+        #: torch's own revert of each module's write, once it returned (an interrupt inside the write
+        #: leaves none: the captured priors are written back instead).
+        self._undos: dict[int, Callable[[], None]] = {}
         self._restored = False
 
     @property
     def description(self) -> str:  # built when read (messages only), not at every plan
-        return f"{self.cfg.__name__}.{self.key}={self.value!r}"
+        return ", ".join(f"{cfg.__name__}.{key}={value!r}" for cfg, values in self.groups for key, value in values.items())
 
     def apply(self) -> None:
         # Written through torch's raw patcher, not setattr: a foreign __setattr__ on the config
         # module (Unsloth's rewrites the process default) would make the revert inexact.
-        if self.process_wide:
-            self._prior = self.patches.process_default_state(self.cfg, self.key)
-            self.patches.set_process_default(self.cfg, self.key, self.value)
-        else:
-            self._prior = self.patches.read_override(self.cfg, self.key)
-            self.patches.write_override(self.cfg, self.key, self.value)
-        found = self._read()
-        if found != self.value:
-            cause = diagnose(self.patches, self.cfg, self.key)
-            self._restore()
-            raise KnobNotApplied(
-                f"{self.description} did not take: it reads back {found!r}, because {cause}. "
-                "Remove that cause or leave this knob out."
-            )
+        patches = self.patches
+        for cfg, values in self.groups:
+            if self.process_wide:
+                prior = {key: patches.process_default_state(cfg, key) for key in values}
+            else:
+                prior = {key: patches.read_override(cfg, key) for key in values}
+            self._priors.append((cfg, prior))  # before the write: revert puts back only what was captured
+            if self.process_wide:
+                for key, value in values.items():
+                    patches.set_process_default(cfg, key, value)
+            else:
+                undo = patches.write_overrides(cfg, values)
+                self._undos[id(cfg)] = undo
+            for key, value in values.items():
+                found = self._read(cfg, key)
+                if found != value:
+                    cause = diagnose(patches, cfg, key)
+                    self._restore()
+                    raise KnobNotApplied(
+                        f"{cfg.__name__}.{key}={value!r} did not take: it reads back {found!r}, because {cause}. "
+                        "Remove that cause or leave this knob out."
+                    )
 
     def revert(self) -> None:
-        if self._prior is _NOTHING:  # apply stopped before it changed anything
-            return
-        found = self._read()
-        if found != self.value and not self._restored:
-            warnings.warn(
-                f"{self.cfg.__name__}.{self.key} was changed to {found!r} inside the knobs block "
-                f"(the block set {self.value!r}); restoring the value from before the block",
-                ExternalChangeWarning,
-                stacklevel=4,
-            )
+        """Idempotent: a revert interrupted part-way can run again."""
+        if not self._restored:
+            for (cfg, values), (_, prior) in zip(self.groups, self._priors):
+                for key in prior:
+                    if self._changed(cfg, key, values[key]):
+                        warnings.warn(
+                            f"{cfg.__name__}.{key} was changed to {self._read(cfg, key)!r} inside the knobs block "
+                            f"(the block set {values[key]!r}); restoring the value from before the block",
+                            ExternalChangeWarning,
+                            stacklevel=4,
+                        )
         self._restore()
 
-    def _read(self) -> object:
+    def _changed(self, cfg: ModuleType, key: str, value: object) -> bool:
+        """Whether something else set ``key`` since :meth:`apply` read ``value`` back.
+
+        Every write to an override (``setattr``, ``config.patch``, torch's raw patcher) replaces the
+        stored override, so comparing that is exact for overrides and costs one dictionary read
+        where ``getattr`` on a ``ConfigModule`` runs its whole lookup.  The process layer (env
+        activation) compares the value Inductor reads.
+        """
+        if self.process_wide:
+            return self._read(cfg, key) != value
+        stored = self.patches.read_override(cfg, key)
+        return stored is not value and stored != value
+
+    def _read(self, cfg: ModuleType, key: str) -> object:
         """The value Inductor reads now (implications and aliases included).
 
         A block's own override is in place whenever this runs (just written, or about to be
@@ -97,15 +134,21 @@ class ConfigChange:
         what :meth:`TorchPatches.read_value` guards against (and costs two more reads).
         """
         if self.process_wide:
-            return self.patches.read_value(self.cfg, self.key)
-        return getattr(self.cfg, self.key)
+            return self.patches.read_value(cfg, key)
+        return getattr(cfg, key)
 
     def _restore(self) -> None:
         self._restored = True
-        if self.process_wide:
-            self.patches.restore_process_default(self.cfg, self.key, self._prior)
-        else:
-            self.patches.write_override(self.cfg, self.key, self._prior)
+        for cfg, prior in reversed(self._priors):
+            if self.process_wide:
+                for key, state in prior.items():
+                    self.patches.restore_process_default(cfg, key, state)
+            else:
+                undo = self._undos.pop(id(cfg), None)
+                if undo is not None:
+                    self.patches.revert_overrides(cfg, undo)
+                else:
+                    self.patches.write_overrides(cfg, prior)
 
 
 def apply_all(changes: Sequence[Change], applied: list[Change] | None = None) -> list[Change]:

@@ -22,7 +22,6 @@ import inspect
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from . import torch_compat
@@ -37,14 +36,18 @@ from .plan import plan
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass(eq=False)
 class _Frame:
-    """One active block: its context, the records it applied, who entered it."""
+    """One active block: its context, the records it applied, who entered it (torch < 2.12 only:
+    per-thread stacks need no owner), and whether it is reverted to unwind a block below it, to be
+    applied again."""
 
-    context: UndoContext
-    owner: tuple[int, int | None]
-    applied: list[Change] = field(default_factory=list)
-    suspended: bool = False  # reverted to unwind a block below it; to be applied again
+    __slots__ = ("applied", "context", "owner", "suspended")
+
+    def __init__(self, context: UndoContext, owner: tuple[int, int | None] | None) -> None:
+        self.context = context
+        self.owner = owner
+        self.applied: list[Change] = []
+        self.suspended = False
 
 
 _FRAMES: ScopedSlot[tuple[_Frame, ...]] = ScopedSlot("inductor_knobs.frames", ())
@@ -116,19 +119,22 @@ class UndoContext:
     def __enter__(self) -> Any:
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
         with _lock(thread_local):
-            me = _owner()
-            others = [f.owner for f in _FRAMES.get(thread_local) if f.owner != me]
-            if not thread_local and others:
-                raise ConcurrentKnobsError(
-                    f"knobs entered on {_describe(me)} while {_describe(others[0])} holds knobs; on this torch "
-                    f"({_torch_version()}) Inductor config is process-global, so knobs from two threads or asyncio "
-                    "tasks would undo each other. Enter knobs in one thread/task at a time (or use torch >= 2.12, "
-                    "where config is per thread and task)"
-                )
+            stack = _FRAMES.get(thread_local)
+            me = None
+            if not thread_local:  # one stack for the process: it must belong to one thread/task
+                me = owner = _owner()
+                others = [f.owner for f in stack if f.owner is not None and f.owner != owner]
+                if others:
+                    raise ConcurrentKnobsError(
+                        f"knobs entered on {_describe(owner)} while {_describe(others[0])} holds knobs; on this torch "
+                        f"({_torch_version()}) Inductor config is process-global, so knobs from two threads or asyncio "
+                        "tasks would undo each other. Enter knobs in one thread/task at a time (or use torch >= 2.12, "
+                        "where config is per thread and task)"
+                    )
             changes, value = self._plan()
             frame = _Frame(self, me)
             try:  # from the push on, any interrupt (even at the return) unwinds everything
-                _FRAMES.set((*_FRAMES.get(thread_local), frame), thread_local)
+                _FRAMES.set((*stack, frame), thread_local)
                 apply_all(changes, frame.applied)
                 return value
             except BaseException:
@@ -285,7 +291,10 @@ def _unwind(frame: _Frame, thread_local: bool) -> None:
     Idempotent: run again after an interrupt, it carries on where it stopped.
     """
     stack = _FRAMES.get(thread_local)
-    if frame in stack:
+    if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
+        revert_all(frame.applied)
+        _FRAMES.set(stack[:-1], thread_local)
+    elif frame in stack:
         index = stack.index(frame)
         for above in reversed(stack[index + 1 :]):
             above.suspended = True

@@ -48,7 +48,7 @@ from .errors import (
     NotSupportedOnThisTorch,
 )
 from .gpu_presets import GpuPreset, find_preset
-from .interception import EMULATION, INDUCTOR_CONFIG, AskChange, Asked, InterceptionUse
+from .interception import EMULATION, INDUCTOR_CONFIG, AskChange, Asked, InterceptionUse, by_slot
 from .patches.torch_2_4 import TorchPatches
 
 if TYPE_CHECKING:
@@ -453,18 +453,18 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
     changes: list[Change] = [InterceptionUse(patches)]
     asked = [Asked(INDUCTOR_CONFIG, "triton.cudagraphs", False, source, EMULATION, overriding_warning=EmulationWarning)]
     for module, key, value in patches.cache_salt(salt):
-        changes.append(ConfigChange(patches, importlib.import_module(module), key, value, process_wide=process_wide))
+        changes.append(ConfigChange(patches, [(importlib.import_module(module), key, value)], process_wide=process_wide))
         # Salts compose (a block inside appends its own), so the innermost value is the one to
         # attest: knob rank, not emulation's.
         asked.append(Asked(module, key, value, source))
     # Benchmarks in a subprocess would run on the whole GPU; cached timings come from other SM counts.
     for key in ("autotune_in_subproc", "autotune_local_cache"):
-        changes.append(ConfigChange(patches, cfg, key, False, process_wide=process_wide))
+        changes.append(ConfigChange(patches, [(cfg, key, False)], process_wide=process_wide))
         asked.append(Asked(INDUCTOR_CONFIG, key, False, source, EMULATION))
     # CUDA graphs are off at every compile (replays escape the partition): the interception
     # enforces the asked value over modes, options and knobs, with an EmulationWarning.
     changes += [
-        AskChange(patches, asked, process_wide=process_wide),
+        AskChange(patches, by_slot(asked), process_wide=process_wide),
         SmViewChange(patches, spec),
         GreenStreamChange(index, stream, spec.label()),
     ]

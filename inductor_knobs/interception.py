@@ -44,7 +44,7 @@ import importlib
 import inspect
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -359,9 +359,9 @@ def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
         for (module, key), asked in snapshot.asked.items():
             cfg = importlib.import_module(module)
             if snapshot.patches.read_value(cfg, key) != asked.value:
-                changes.append(ConfigChange(snapshot.patches, cfg, key, asked.value))
+                changes.append(ConfigChange(snapshot.patches, [(cfg, key, asked.value)]))
         if changes:
-            changes.insert(0, AskChange(snapshot.patches, list(snapshot.asked.values())))
+            changes.insert(0, AskChange(snapshot.patches, snapshot.asked))
     if snapshot.override is not None and gate.current_override() != snapshot.override:
         changes.append(gate.GateChange(snapshot.patches, snapshot.override))
     return changes
@@ -462,6 +462,11 @@ class InterceptionUse(Use):
             _PATCHES.pop(id(self), None)
 
 
+def by_slot(asked: Iterable[Asked]) -> dict[tuple[str, str], Asked]:
+    """``asked`` keyed by (module, key), as :class:`AskChange` takes it (a later one wins)."""
+    return {(a.module, a.key): a for a in asked}
+
+
 class AskChange(InterceptionUse):
     """Undo record: add ``values`` to what the interception enforces and attests, holding the interception.
 
@@ -469,9 +474,9 @@ class AskChange(InterceptionUse):
     calling thread's scope.  Revert is idempotent.
     """
 
-    def __init__(self, patches: TorchPatches, values: list[Asked], *, process_wide: bool = False) -> None:
+    def __init__(self, patches: TorchPatches, values: Mapping[tuple[str, str], Asked], *, process_wide: bool = False) -> None:
         super().__init__(patches)
-        self.values = {(a.module, a.key): a for a in values}
+        self.values = values  # by (module, key); never changed, so a cached plan's mapping can be shared
         self.process_wide = process_wide
         self._token: Any = None
         self._prior: dict[tuple[str, str], Asked] | None = None

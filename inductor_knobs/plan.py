@@ -18,7 +18,7 @@ from . import torch_compat
 from ._undo import Change, ConfigChange
 from .errors import InvalidKnobValue, NoFallbackWarning, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
-from .interception import AskChange, Asked
+from .interception import AskChange, Asked, by_slot
 from .knobs import Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
 
@@ -66,7 +66,7 @@ class _Validated:
     """
 
     values: dict[str, Any]
-    asked: tuple[Asked, ...]
+    asked: dict[tuple[str, str], Asked]
     override: Override | None
     salt_tag: str | None
     warn_no_fallback: bool
@@ -132,18 +132,21 @@ def plan(
             stacklevel=3,
         )
     cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
-    asked = list(checked.asked)
-    # The interception is held by the AskChange at the end (nothing compiles in between).
-    changes: list[Change] = [ConfigChange(patches, cfg, k, v, process_wide=process_wide) for k, v in checked.values.items()]
+    asked = checked.asked
+    settings = [(cfg, key, value) for key, value in checked.values.items()]
+    gate: list[Change] = []
     if checked.override is not None and checked.salt_tag is not None:
         # The salt is read fresh: it extends whatever cache_key_tag holds now.
         for module_name, salt_key, value in patches.cache_salt(checked.salt_tag):
             module = sys.modules.get(module_name) or importlib.import_module(module_name)
-            changes.append(ConfigChange(patches, module, salt_key, value, process_wide=process_wide))
-            asked.append(Asked(module_name, salt_key, value, source, on_mismatch=knobs.on_mismatch or "raise"))
-        changes.append(GateChange(patches, checked.override, process_wide=process_wide))
-    changes.append(AskChange(patches, asked, process_wide=process_wide))
-    return changes
+            settings.append((module, salt_key, value))
+            salted = Asked(module_name, salt_key, value, source, on_mismatch=knobs.on_mismatch or "raise")
+            asked = {**asked, (module_name, salt_key): salted}
+        gate.append(GateChange(patches, checked.override, process_wide=process_wide))
+    # One record writes every config key; the interception is held by the AskChange at the end
+    # (nothing compiles in between).
+    changes: list[Change] = [ConfigChange(patches, settings, process_wide=process_wide)] if settings else []
+    return [*changes, *gate, AskChange(patches, asked, process_wide=process_wide)]
 
 
 def _gate_function() -> object:
@@ -179,7 +182,7 @@ def _validate(
     if knobs.gemm_backends is not None:
         warn_no_fallback = _check_backends(patches, cfg, knobs.gemm_backends, values, version)
     policy = knobs.on_mismatch or "raise"
-    asked = tuple(Asked(INDUCTOR_CONFIG, k, v, sources.get(k, source), on_mismatch=policy) for k, v in values.items())
+    asked = by_slot(Asked(INDUCTOR_CONFIG, k, v, sources.get(k, source), on_mismatch=policy) for k, v in values.items())
     override = salt_tag = None
     if knobs.min_sms is not None:
         torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +24,10 @@ from packaging.specifiers import SpecifierSet
 
 if TYPE_CHECKING:
     import torch
+
+
+#: (id of a config module, keys, ids of the values) -> (module, values, torch's closure patcher for them).
+_PATCHERS: dict[tuple[Any, ...], tuple[ModuleType, tuple[object, ...], Any]] = {}
 
 
 class TorchPatches:
@@ -145,15 +150,44 @@ class TorchPatches:
         return cfg._config[key]  # type: ignore[attr-defined]
 
     def write_override(self, cfg: ModuleType, key: str, raw: object) -> None:
-        """Put back state from :meth:`read_override`, through torch's own raw patcher.
+        """Put back state from :meth:`read_override` (one key; see :meth:`write_overrides`)."""
+        self.write_overrides(cfg, {key: raw})
 
-        ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw
-        stored value (including "unset"), unlike ``config.patch`` whose exit writes the
-        value it read and so pins it as a user override.
+    def write_overrides(self, cfg: ModuleType, raw: Mapping[str, object]) -> Callable[[], None]:
+        """Write states from :meth:`read_override` (or values), all keys in one call of torch's own raw patcher.
+
+        ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw stored value
+        (including "unset"), unlike ``config.patch`` whose exit writes the value it read and so
+        pins it as a user override.  The patcher it returns writes the same values every time it
+        is called, so one is kept per (module, keys, value objects): a block entered in a loop
+        builds it once.
+
+        Returns:
+            torch's revert for this write (the patcher's return value): pass it to
+            :meth:`revert_overrides` to put back exactly the stored states this write replaced.
         """
-        cfg._make_closure_patcher(**{key: raw})()  # type: ignore[attr-defined]
+        # The module and value objects are kept with the patcher, so while it is cached their ids
+        # cannot belong to other objects: an equal key means the very same objects.
+        key = (id(cfg), tuple(raw), tuple(map(id, raw.values())))
+        found = _PATCHERS.get(key)
+        if found is None:
+            if len(_PATCHERS) >= 512:
+                _PATCHERS.clear()
+            found = _PATCHERS[key] = (cfg, tuple(raw.values()), cfg._make_closure_patcher(**raw))  # type: ignore[attr-defined]
+        undo: Callable[[], None] = found[2]()
+        self._hash_changed(cfg)
+        return undo
+
+    def revert_overrides(self, cfg: ModuleType, undo: Callable[[], None]) -> None:
+        """Run torch's revert returned by :meth:`write_overrides` (cheaper than a second write)."""
+        undo()
+        self._hash_changed(cfg)
+
+    def _hash_changed(self, cfg: ModuleType) -> None:
+        # torch's raw patcher leaves get_hash()'s cache flag alone in 2.4-2.12 (from 2.13 it sets
+        # _hash_dirty_var itself and the config has no _is_dirty).
         if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]
-            cfg._is_dirty = True  # type: ignore[attr-defined]  # get_hash() cache, 2.4-2.12
+            cfg._is_dirty = True  # type: ignore[attr-defined]
 
     def read_value(self, cfg: ModuleType, key: str) -> object:
         """``getattr(cfg, key)`` without side effects.

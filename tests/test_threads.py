@@ -30,7 +30,7 @@ def test_other_threads_see_torchs_config_and_gate_on_per_thread_torch(patches, c
 def test_threads_hold_knobs_independently_on_per_thread_torch(patches, cfg):
     if not patches.config_is_thread_local:
         pytest.skip("config is process-global before torch 2.12")
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(2, timeout=60)  # a failure in one thread fails the test instead of hanging it
 
     def worker(value):
         with ik.knobs(max_autotune=value):
