@@ -3,9 +3,8 @@
 Sources:
 - SM counts: NVIDIA's product specifications and architecture whitepapers (Turing: T4;
   Ampere GA102/GA104/GA106: RTX 3060/3070/3080, A10; Ada AD104/AD107: L4, RTX 4060/4070;
-  Blackwell GB205: RTX 5070; DGX Spark: GB10; Jetson AGX Orin module data sheet), as collected
-  in ``shared/reference/peers-and-user-asks.md`` §4 (T4 40, L4 58, RTX 3060 28, 3070 46,
-  4060 24, 4070 46, 5070 48, GB10 48, Jetson Orin 16).
+  Blackwell GB205: RTX 5070; DGX Spark: GB10; Jetson AGX Orin module data sheet): T4 40,
+  L4 58, RTX 3060 28, 3070 46, 4060 24, 4070 46, 5070 48, GB10 48, Jetson Orin 16.
 - Shared memory per block: the opt-in maximum per thread block of the GPU's compute
   capability, from the CUDA C++ Programming Guide table "Technical Specifications per
   Compute Capability": 7.5 → 64 KB; 8.6, 8.9, 12.x → 99 KB; 8.7 → 163 KB.  That is the value

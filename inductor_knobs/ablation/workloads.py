@@ -14,11 +14,11 @@ Built-ins (bf16 on CUDA, fp32 on CPU, as the issue asks):
   GEMM-bound on purpose: no activations, so the time measured is GEMM time, the four GEMMs share
   one shape (one autotune per arm), and on CPU no C++ pointwise kernel has to be compiled.
 - ``reference_mlp``: ``Linear(3420 -> 1280, bias=False)`` at seq_len 560, 1024, 2048, the first
-  dimension marked dynamic (``shared/reference/mm-autotune-per-shape.txt``).
+  dimension marked dynamic: one GEMM autotuned at three token counts.
 - ``transformer_block``: pre-norm attention (``scaled_dot_product_attention``) + GELU MLP.
 - ``conv_net``: three conv/BN/ReLU stages, pooling and a linear head.
-- ``small_mlp``: ``SimpleMLP(1024, 1024, 1024)`` on a 256x1024 batch
-  (``shared/reference/autotuning-in-pytorch-and-triton.txt``).
+- ``small_mlp``: ``SimpleMLP(1024, 1024, 1024)`` on a 256x1024 batch, the two-layer MLP of the
+  usual GEMM-autotuning tutorials.
 
 Real models, random weights, no downloads (:mod:`.models`): ``hf:bert-base``,
 ``hf:tinyllama-2layer`` (``pip install 'inductor-knobs[hf]'``) and ``timm:<any timm model>``
