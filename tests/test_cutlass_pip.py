@@ -9,7 +9,6 @@ when it is installed (in this environment, or with ``pip install --target DIR`` 
 
 from __future__ import annotations
 
-import contextvars
 import errno
 import json
 import os
@@ -24,7 +23,7 @@ import torch
 from conftest import inside_compile
 
 import inductor_knobs as ik
-from inductor_knobs import cutlass_pip, doctor
+from inductor_knobs import cutlass_pip, doctor, torch_compat
 from inductor_knobs._safe_paths import unsafe_directories
 from inductor_knobs._undo import ConfigChange
 from inductor_knobs.errors import InvalidKnobValue
@@ -46,13 +45,12 @@ def key(patches):
 def raw_state(cfg, key):
     """torch's own stored state of ``key``: the entry's default, its raw user override, the value read.
 
-    The override is a ContextVar from 2.12 (per-thread config), a plain attribute before.
+    The override is a ContextVar from 2.12 (per-thread config), a plain attribute from 2.6, and the
+    stored value itself before (2.4-2.5 keep no separate default): the patch module reads it.
     """
     entry = cfg._config[key]
-    override = entry.user_override
-    if isinstance(override, contextvars.ContextVar):
-        override = override.get()
-    return entry.default, override, getattr(cfg, key)
+    override = torch_compat.installed(strict=False).read_override(cfg, key)
+    return getattr(entry, "default", None), override, getattr(cfg, key)
 
 
 def make_wheel(site: Path, version: str = VERSION, packages=cutlass_pip.PACKAGES) -> Path:
