@@ -14,7 +14,8 @@
 #   models  for each of MODELS: arms `gated` (mode=max-autotune-no-cudagraphs) and `forced` (the same
 #           mode plus preset force_gemm_autotune, i.e. min_sms lowered to 1), once on the full GPU
 #           (both arms autotune there: an A/A control, expect "no detectable difference") and once
-#           at EMULATE_SMS (40: below the 68-SM gate, where only `forced` autotunes GEMMs).
+#           at each SM count of EMULATE_SMS (default 40; the README's table wants EMULATE_SMS="24 40 58":
+#           all below the 68-SM gate, where only `forced` autotunes GEMMs).
 #           --quick inputs, MODEL_PROCS processes per arm, spread over MODEL_GPUS.  The table at the
 #           end has the speedups of forced over gated with 95% intervals and the compile times.
 #   twogpu  a small ablation with --gpus 0 and with --gpus 0,1; prints both wall times.
@@ -83,7 +84,8 @@ part_models() {
     mkdir -p "$OUT/models"
     for model in $MODELS; do
         slug=$(echo "$model" | tr ':/' '__')
-        for section in full "$EMULATE_SMS"; do
+        # shellcheck disable=SC2086 # EMULATE_SMS is a list of SM counts
+        for section in full $EMULATE_SMS; do
             local extra=()
             [ "$section" != full ] && extra=(--emulate-sms "$section")
             # shellcheck disable=SC2046 # gpus prints nothing or two words
