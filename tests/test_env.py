@@ -184,8 +184,9 @@ def test_fuzzed_bad_env_in_real_processes_leaves_torch_untouched(env):
     """Real interpreters with the .pth: a bad variable never breaks an import, applies nothing, fails one compile."""
     probe = """
 import torch, torch._inductor.compile_fx, torch._inductor.config as cfg, torch._inductor.utils as u, wrapt
-raw = {k: repr(cfg._config[k].user_override.get() if hasattr(cfg._config[k], "user_override") else cfg._config[k])
-       for k in ("triton.cudagraphs", "max_autotune_gemm_backends")}
+from inductor_knobs import torch_compat
+patches = torch_compat.installed(strict=False)  # where this torch stores overrides
+raw = {k: repr(patches.read_override(cfg, k)) for k in ("triton.cudagraphs", "max_autotune_gemm_backends")}
 try:
     torch.compile(lambda x: x * 2)(torch.ones(2))
     print("compiled")
