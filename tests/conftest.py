@@ -91,3 +91,27 @@ def inside_compile(monkeypatch, read):
 
     monkeypatch.setattr(GraphLowering, "__init__", spy)
     return calls
+
+
+def release_held_locks() -> list[str]:
+    """inductor_knobs' locks this thread still holds after an injected interrupt, released so the suite
+    goes on (another thread would block on them forever: a hang seen in test_threads after test_stateful).
+
+    sys.settrace raises at the line event CPython emits for a ``with lock:`` statement just before it
+    calls the lock's ``__exit__``; no Python code can run a handler there.
+    """
+    from inductor_knobs import context, emulate, gate, interception, observe
+
+    locks = {
+        "context": context._GLOBAL_LOCK,
+        "gate": gate.GATE_PATCH.lock,
+        "interception": interception.INTERCEPTION.lock,
+        "sm view": emulate.SM_VIEW_PATCH.lock,
+        "observers": observe.OBSERVER_HOOKS.lock,
+    }
+    held = []
+    for name, lock in locks.items():
+        while lock._is_owned():
+            held.append(name)
+            lock.release()
+    return held

@@ -16,6 +16,7 @@ import torch
 import torch._inductor.compile_fx as compile_fx_module
 import torch._inductor.config as cfg
 import torch._inductor.utils as inductor_utils
+from conftest import release_held_locks
 
 import inductor_knobs as ik
 from inductor_knobs import context, gate, interception
@@ -204,32 +205,6 @@ def _injection_points(fn) -> list[int]:
     return sorted(first.values())
 
 
-def _locks():
-    from inductor_knobs import emulate, observe
-
-    return {
-        "context": context._GLOBAL_LOCK,
-        "gate": gate.GATE_PATCH.lock,
-        "interception": interception.INTERCEPTION.lock,
-        "sm view": emulate.SM_VIEW_PATCH.lock,
-        "observers": observe.OBSERVER_HOOKS.lock,
-    }
-
-
-def _release_held_locks() -> list[str]:
-    """Locks this thread still holds after an injected interrupt (then released, so the suite goes on).
-
-    sys.settrace raises at the line event CPython emits for a ``with lock:`` statement just before it
-    calls the lock's ``__exit__``; no Python code can run a handler there.
-    """
-    held = []
-    for name, lock in _locks().items():
-        while lock._is_owned():
-            held.append(name)
-            lock.release()
-    return held
-
-
 LOCK_LEAKS: list[str] = []
 
 
@@ -241,7 +216,7 @@ def _run_injected(fn, at: int) -> None:
         pass
     finally:
         sys.settrace(None)
-        LOCK_LEAKS.extend(_release_held_locks())
+        LOCK_LEAKS.extend(release_held_locks())
 
 
 def test_an_interrupt_at_any_line_of_enter_or_exit_leaves_torch_exact(patches, before):
@@ -285,10 +260,12 @@ def test_an_interrupt_at_any_line_of_enter_or_exit_leaves_torch_exact(patches, b
     assert unguarded <= 1
     # A lock left held can only come from the line event CPython emits right before a ``with lock:``
     # calls ``__exit__``, where no handler can run; torch's state is exact all the same (checked above).
-    # Seen: 0-1 on torch 2.13 (the interception's lock), 3 on 2.4 (the gate's and the interception's).
-    # Torch's state is exact all the same; the lock stays held by the interrupted thread (re-entrant
-    # for it), which is the limit of the sys.settrace model for a ``with lock:`` in Python.
-    assert len(LOCK_LEAKS) <= 3
+    # Seen: 0-1 on torch 2.13 (the interception's lock), 3 on 2.4 (the gate's and the interception's),
+    # 4 on 2.6 (the process-global stack's lock too). Torch's state is exact all the same; the lock stays
+    # held by the interrupted thread (re-entrant for it, but it blocks every other thread: a test that
+    # injects interrupts must release them, see conftest.release_held_locks), which is the limit of the
+    # sys.settrace model for a ``with lock:`` in Python.
+    assert set(LOCK_LEAKS) <= {"context", "gate", "interception"} and len(LOCK_LEAKS) <= 4
 
 
 # -- bad input gets nothing applied -------------------------------------------------------------------

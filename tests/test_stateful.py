@@ -11,6 +11,7 @@ import sys
 import torch
 import torch._inductor.utils as inductor_utils
 import wrapt
+from conftest import release_held_locks
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -151,6 +152,7 @@ class NestedKnobs(RuleBasedStateMachine):
             pass
         finally:
             sys.settrace(None)
+            release_held_locks()  # a lock left held at a with-statement's exit line would block other threads
         # Whether the interrupt lands before or after the block is entered depends on how many lines run,
         # and that changes with inductor_knobs' caches between Hypothesis' replays. So the block is never
         # kept on the stack: the rules a step enables must not depend on state outside the machine.
