@@ -1,67 +1,84 @@
 #!/usr/bin/env bash
-# GPU measurements for `inductor-knobs ablate` (issue 13): the main job, real models gated vs forced
-# at an emulated 40-SM GPU and on the full GPU, and one GPU against two.  Everything goes under $OUT.
+# GPU measurements for `inductor-knobs ablate`: the main job on one GPU and on two, real models gated
+# vs forced at emulated SM counts and on the full GPU.  Everything goes under $OUT.
 #
 #   OUT=/path/to/results PYTHONPATH=/path/to/inductor-knobs bash bench/ablate_gpu.sh
 #
-# Needs: a CUDA machine (two GPUs for the "twogpu" part), torch >= 2.11 for SM emulation, and for
-# "models" transformers and timm.  No network: models are built from configs with random weights.
+# Needs: a CUDA machine, torch >= 2.11 for SM emulation, and for "models" transformers and timm.
+# No network: models are built from configs with random weights.
 #
 # Parts (PARTS, default all three; each one runs even if another failed):
-#   main    `inductor-knobs ablate` with no arguments on one GPU (MAIN_GPUS=0), timed: the main job
-#           (gemm_mlp; default / max-autotune-no-cudagraphs / force_gemm_autotune; plus the same arms
-#           on an emulated T4 on a >= 68-SM GPU).  Budget: <= 5 min on one H200.
-#   models  for each of MODELS: arms `gated` (mode=max-autotune-no-cudagraphs) and `forced` (the same
-#           mode plus preset force_gemm_autotune, i.e. min_sms lowered to 1), once on the full GPU
-#           (both arms autotune there: an A/A control, expect "no detectable difference") and once
-#           at each SM count of EMULATE_SMS (default 40; the README's table wants EMULATE_SMS="24 40 58":
-#           all below the 68-SM gate, where only `forced` autotunes GEMMs).
-#           --quick inputs, MODEL_PROCS processes per arm, spread over MODEL_GPUS.  The table at the
-#           end has the speedups of forced over gated with 95% intervals and the compile times.
-#   twogpu  a small ablation with --gpus 0 and with --gpus 0,1; prints both wall times.
+#   main    `inductor-knobs ablate` with no arguments on one GPU, timed: the main job (gemm_mlp;
+#           default / max-autotune-no-cudagraphs / force_gemm_autotune; plus the same arms on an
+#           emulated T4 on a >= 68-SM GPU).  Budget: <= 5 min on one H200.
+#   twogpu  the same main job with --gpus on two GPUs: the wall time against `main`'s, same format.
+#   models  for each of MODELS and each section of SECTIONS ("full" or an emulated SM count): arms
+#           `gated` (mode=max-autotune-no-cudagraphs) and `forced` (the same mode plus preset
+#           force_gemm_autotune, i.e. min_sms lowered to 1), --quick inputs, MODEL_PROCS processes per
+#           arm.  On the full GPU both arms autotune (an A/A control: expect "no detectable
+#           difference"); below the 68-SM gate only `forced` autotunes GEMMs.  The queue is taken
+#           section by section in SECTIONS' order, so the first sections finish first.
 #
-# Budget (wall clock on a 2 x H200 node, about what one H200 session allows): main ~4 min, models
-# ~6 min (2 models x 2 sections x 2 arms x 3 processes, ~30 s each under max-autotune, on 2 GPUs),
-# twogpu ~2 min.  Add hf:tinyllama-2layer and timm:resnet50 with MODELS=... when time allows
-# (about +3 min each).  Every invocation is capped by PART_LIMIT_S; a capped ablation stops its
-# workers and still writes the runs that finished (results.json with "partial": true).
+# Layout: every GPU is a lane with its share of the CPUs (taskset, nproc / GPUs each, so Inductor's
+# compile workers of one lane do not slow another's).  With 3 or more GPUs the parts run at once:
+# `main` on GPU 0, `twogpu` on GPUs 1,2 (concurrently, so their wall times compare), the other GPUs
+# take model sections from the start, and GPUs 0-2 join them when their part ends.  With fewer GPUs
+# the parts run one after another.  Nothing starts after DEADLINE_S (from the script's start), every
+# ablate is capped at what is left of it, and a capped ablation stops its workers and still writes
+# the runs that finished (results.json with "partial": true).
 set -uo pipefail
 
 OUT=${OUT:?set OUT to the directory for the results}
 PYTHON=${PYTHON:-python}
-PARTS=${PARTS:-"main models twogpu"}
-MAIN_GPUS=${MAIN_GPUS-0}
-MODELS=${MODELS:-"hf:bert-base timm:vit_small_patch16_224"}
+PARTS=${PARTS:-"main twogpu models"}
+MODELS=${MODELS:-"hf:bert-base timm:vit_small_patch16_224 hf:tinyllama-2layer timm:resnet50"}
+SECTIONS=${SECTIONS:-"40 full 24 58"}
 MODEL_PROCS=${MODEL_PROCS:-3}
-EMULATE_SMS=${EMULATE_SMS:-40}
-TWO_GPU_PROCS=${TWO_GPU_PROCS:-4}
-PART_LIMIT_S=${PART_LIMIT_S:-600}
+DEADLINE_S=${DEADLINE_S:-1500}
+MIN_SECTION_S=${MIN_SECTION_S:-120}   # a model section is not started with less time left than this
 WORKER_TIMEOUT_S=${WORKER_TIMEOUT_S:-300}
-# Appended to every ablate (e.g. EXTRA_ARGS="--device cpu --smoke" MAIN_GPUS= MODEL_GPUS= for a
-# dry run of this script without a GPU; the emulated parts then fail and the others go on).
+# Appended to every ablate (e.g. EXTRA_ARGS="--device cpu --smoke" for a dry run of this script
+# without a GPU; the emulated sections then fail and the others go on).
 read -r -a EXTRA <<<"${EXTRA_ARGS:-}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # never reach for the network
 
-mkdir -p "$OUT"
+mkdir -p "$OUT/models"
 status_file="$OUT/status.txt"
+queue="$OUT/models/queue.txt"
 : >"$status_file"
+start=$(date +%s)
+end=$((start + DEADLINE_S))
 gpu_count=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-MODEL_GPUS=${MODEL_GPUS-$([ "$gpu_count" -ge 2 ] && echo 0,1 || echo 0)}
+lanes=$((gpu_count > 0 ? gpu_count : 1))
+cpus=$(nproc)
 PLOT=()
 "$PYTHON" -c 'import matplotlib' 2>/dev/null && PLOT=(--plot)
 
-gpus() {  # gpus LIST: the --gpus option, or nothing for an empty list
-    [ -n "$1" ] && echo "--gpus $1"
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+left() { echo $((end - $(date +%s))); }
+
+cpus_of() {  # cpus_of GPUS: the CPU list of these lanes ("1,2" -> "16-47" on 64 CPUs and 4 GPUs)
+    local share=$((cpus / lanes)) list="" g
+    [ "$share" -ge 1 ] || { echo "0-$((cpus - 1))"; return; }
+    for g in ${1//,/ }; do list+="${list:+,}$((g * share))-$((g * share + share - 1))"; done
+    echo "$list"
 }
 
-ablate() {  # ablate LABEL ARGS...: one capped invocation, its output in $OUT/LABEL.log
-    local label=$1
-    shift
-    echo "== $label: inductor-knobs ablate $*"
-    timeout -s TERM -k 60 "$PART_LIMIT_S" "$PYTHON" -m inductor_knobs ablate --timeout "$WORKER_TIMEOUT_S" "$@" \
-        ${EXTRA[@]+"${EXTRA[@]}"} >"$OUT/$label.log" 2>&1
+ablate() {  # ablate LABEL GPUS ARGS...: one capped invocation on those lanes, its output in $OUT/LABEL.log
+    local label=$1 gpus=$2 limit
+    shift 2
+    limit=$(left)
+    if [ "$limit" -le 0 ]; then
+        echo "$label: not started, deadline passed" | tee -a "$status_file"
+        return 1
+    fi
+    local where=()
+    [ "$gpu_count" -gt 0 ] && where=(--gpus "$gpus")
+    echo "== $label ($(date -u +%T), GPUs $gpus, CPUs $(cpus_of "$gpus"), cap ${limit}s): inductor-knobs ablate $*"
+    taskset -c "$(cpus_of "$gpus")" timeout -s TERM -k 60 "$limit" "$PYTHON" -m inductor_knobs ablate \
+        --timeout "$WORKER_TIMEOUT_S" "${where[@]}" "$@" ${EXTRA[@]+"${EXTRA[@]}"} >"$OUT/$label.log" 2>&1
     local rc=$?
-    echo "$label exit $rc" | tee -a "$status_file"
+    echo "$label: exit $rc at $(($(date +%s) - start)) s" | tee -a "$status_file"
     tail -n 25 "$OUT/$label.log"
     return $rc
 }
@@ -70,36 +87,46 @@ wall() {  # wall RESULTS_JSON: the run's wall_seconds
     "$PYTHON" -c 'import json, sys; print(round(json.load(open(sys.argv[1])).get("wall_seconds", float("nan")), 1))' "$1" 2>/dev/null || echo "?"
 }
 
-part_main() {
-    # `time` for the budget claim; results.json keeps wall_seconds too.
-    # shellcheck disable=SC2046 # gpus prints nothing or two words
-    { time ablate main $(gpus "$MAIN_GPUS") --out "$OUT/main" --overwrite ${PLOT[@]+"${PLOT[@]}"}; } 2>"$OUT/main.time"
+part_main() {  # part_main GPU
+    { time ablate main "$1" --out "$OUT/main" --overwrite ${PLOT[@]+"${PLOT[@]}"}; } 2>"$OUT/main.time"
     local rc=$?
     cat "$OUT/main.time"
     return $rc
 }
 
-part_models() {
-    local rc=0 model slug
-    mkdir -p "$OUT/models"
-    for model in $MODELS; do
+part_twogpu() {  # part_twogpu GPU,GPU
+    { time ablate twogpu "$1" --out "$OUT/twogpu" --overwrite ${PLOT[@]+"${PLOT[@]}"}; } 2>"$OUT/twogpu.time"
+    local rc=$?
+    echo "main job wall seconds: 1 GPU $(wall "$OUT/main/results.json"), 2 GPUs ($1) $(wall "$OUT/twogpu/results.json")" \
+        | tee "$OUT/twogpu.wall.txt"
+    return $rc
+}
+
+# shellcheck disable=SC2016 # the quoted script expands its own "$1"
+next_section() {  # prints and removes the queue's first line ("MODEL SECTION"), or nothing
+    flock "$queue.lock" sh -c 'head -n 1 "$1"; sed -i 1d "$1"' _ "$queue"
+}
+
+lane() {  # lane GPU: model sections from the queue until it is empty or the deadline is near
+    local item model section slug extra
+    while [ "$(left)" -ge "$MIN_SECTION_S" ] && item=$(next_section) && [ -n "$item" ]; do
+        read -r model section <<<"$item"
         slug=$(echo "$model" | tr ':/' '__')
-        # shellcheck disable=SC2086 # EMULATE_SMS is a list of SM counts
-        for section in full $EMULATE_SMS; do
-            local extra=()
-            [ "$section" != full ] && extra=(--emulate-sms "$section")
-            # shellcheck disable=SC2046 # gpus prints nothing or two words
-            ablate "models-$slug-$section" --workload "$model" --quick --repeats "$MODEL_PROCS" $(gpus "$MODEL_GPUS") \
-                --arm "gated:mode=max-autotune-no-cudagraphs" \
-                --arm "forced:mode=max-autotune-no-cudagraphs,preset=force_gemm_autotune" \
-                --baseline gated ${extra[@]+"${extra[@]}"} --out "$OUT/models/$slug-$section" --overwrite \
-                ${PLOT[@]+"${PLOT[@]}"} || rc=1
-        done
+        extra=()
+        [ "$section" != full ] && extra=(--emulate-sms "$section")
+        ablate "models-$slug-$section" "$1" --workload "$model" --quick --repeats "$MODEL_PROCS" \
+            --arm "gated:mode=max-autotune-no-cudagraphs" \
+            --arm "forced:mode=max-autotune-no-cudagraphs,preset=force_gemm_autotune" \
+            --baseline gated ${extra[@]+"${extra[@]}"} --out "$OUT/models/$slug-$section" --overwrite \
+            ${PLOT[@]+"${PLOT[@]}"}
     done
-    "$PYTHON" - "$OUT/models" >"$OUT/models/table.md" <<'PY' || rc=1
+}
+
+model_table() {
+    "$PYTHON" - "$OUT/models" <<'PY'
 import json, pathlib, sys
 
-print("| model | GPU | gated ms | forced ms | forced speedup [95% CI] | verdict | compile s gated / forced | GEMM kernels gated / forced |")
+print("| model | GPU | gated ms | forced ms | forced speedup [95% CI] | verdict | GPU kernel ms gated / forced | compile s gated / forced |")
 print("|---|---|---|---|---|---|---|---|")
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json")):
     data = json.loads(path.read_text())
@@ -110,44 +137,40 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json")):
         print(f"| {data['workload']} | {where} | {gated.get('error', '-')} | {forced.get('error', '-')} | | | | |")
         continue
     ci = f" [{forced['speedup_low']:.2f}–{forced['speedup_high']:.2f}]" if forced.get("speedup_low") is not None else ""
-    calls = lambda r: ", ".join(f"{k}×{v}" for k, v in sorted((r.get("gemm_calls") or {}).items())) or "-"
+    kernel = lambda r: f"{r['kernel_ms']:.3f}" if r.get("kernel_ms") is not None else "-"
     print(
         f"| {data['workload']} | {where} | {gated['median_ms']:.3f} | {forced['median_ms']:.3f} | {forced['speedup']:.2f}x{ci} | "
-        f"{forced.get('verdict', 'n/a')} | {gated['compile_seconds']:.0f} / {forced['compile_seconds']:.0f} | {calls(gated)} / {calls(forced)} |"
+        f"{forced.get('verdict', 'n/a')} | {kernel(gated)} / {kernel(forced)} | {gated['compile_seconds']:.0f} / {forced['compile_seconds']:.0f} |"
         + (" PARTIAL" if data.get("partial") else "")
     )
 PY
-    cat "$OUT/models/table.md"
-    return $rc
-}
-
-part_twogpu() {
-    if [ "$gpu_count" -lt 2 ]; then
-        echo "twogpu: skipped, $gpu_count GPU(s) visible" | tee -a "$status_file"
-        return 0
-    fi
-    local rc=0 args=(--workload gemm_mlp --quick --repeats "$TWO_GPU_PROCS" --arm default --arm "ma:mode=max-autotune-no-cudagraphs")
-    ablate twogpu-1 "${args[@]}" --gpus 0 --out "$OUT/twogpu/1gpu" --overwrite || rc=1
-    ablate twogpu-2 "${args[@]}" --gpus 0,1 --out "$OUT/twogpu/2gpu" --overwrite || rc=1
-    echo "wall seconds: 1 GPU $(wall "$OUT/twogpu/1gpu/results.json"), 2 GPUs $(wall "$OUT/twogpu/2gpu/results.json")" \
-        | tee "$OUT/twogpu/wall.txt"
-    return $rc
 }
 
 {
     nvidia-smi || true
     "$PYTHON" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' || true
+    echo "CPUs $cpus, GPUs $gpu_count"
     "$PYTHON" -m inductor_knobs doctor || true
 } >"$OUT/environment.txt" 2>&1
 
-start=$(date +%s)
-for part in $PARTS; do
-    if declare -F "part_$part" >/dev/null; then
-        part_start=$(date +%s)
-        "part_$part"
-        echo "part $part: exit $? after $(($(date +%s) - part_start)) s" | tee -a "$status_file"
-    else
-        echo "unknown part '$part': allowed main, models, twogpu" | tee -a "$status_file"
-    fi
-done
+: >"$queue"
+if want models; then
+    for section in $SECTIONS; do
+        for model in $MODELS; do echo "$model $section" >>"$queue"; done
+    done
+fi
+
+if [ "$gpu_count" -ge 3 ]; then
+    { want main && part_main 0; lane 0; } &
+    { want twogpu && part_twogpu 1,2; lane 1 & lane 2; wait; } &
+    for ((g = 3; g < gpu_count; g++)); do lane "$g" & done
+else
+    want main && part_main 0
+    want twogpu && [ "$gpu_count" -ge 2 ] && part_twogpu 0,1
+    for ((g = 0; g < lanes; g++)); do lane "$g" & done
+fi
+wait
+echo "not run (deadline): $(tr '\n' ';' <"$queue")" | tee -a "$status_file"
+model_table >"$OUT/models/table.md"
+cat "$OUT/models/table.md"
 echo "all parts: $(($(date +%s) - start)) s" | tee -a "$status_file"
