@@ -122,26 +122,37 @@ lane() {  # lane GPU: model sections from the queue until it is empty or the dea
     done
 }
 
-model_table() {
-    "$PYTHON" - "$OUT/models" <<'PY'
+model_table() {  # model_table DIR: the README's table from DIR/*/results.json
+    "$PYTHON" - "$1" <<'PY'
 import json, pathlib, sys
 
-print("| model | GPU | gated ms | forced ms | forced speedup [95% CI] | verdict | GPU kernel ms gated / forced | compile s gated / forced |")
+from inductor_knobs.ablation import report
+
+
+def ratio(row, key):
+    if key not in row:
+        return "-"
+    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+    return f"{row[key]:.2f}x" + (f" [{low:.2f}–{high:.2f}]" if low is not None else "")
+
+
+print("| model | GPU | processes | latency ms gated / forced | latency speedup [95% CI] | GPU kernel ms gated / forced | kernel speedup [95% CI] | compile s gated / forced |")
 print("|---|---|---|---|---|---|---|---|")
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json")):
     data = json.loads(path.read_text())
-    rows = {r["arm"]: r for r in data["summary"]}
+    rows = {r["arm"]: r for r in report.summarize(data)}  # today's statistics, also for older files
     gated, forced = rows.get("gated", {}), rows.get("forced", {})
     where = f"emulated {data['emulate_sms']} SMs" if data.get("emulate_sms") else "full GPU"
+    procs = f"{gated.get('processes', 0)} / {forced.get('processes', 0)}" + (" (partial)" if data.get("partial") else "")
     if "median_ms" not in gated or "median_ms" not in forced:
-        print(f"| {data['workload']} | {where} | {gated.get('error', '-')} | {forced.get('error', '-')} | | | | |")
+        print(f"| {data['workload']} | {where} | {procs} | not run to the end | | | | |")
         continue
-    ci = f" [{forced['speedup_low']:.2f}–{forced['speedup_high']:.2f}]" if forced.get("speedup_low") is not None else ""
     kernel = lambda r: f"{r['kernel_ms']:.3f}" if r.get("kernel_ms") is not None else "-"
     print(
-        f"| {data['workload']} | {where} | {gated['median_ms']:.3f} | {forced['median_ms']:.3f} | {forced['speedup']:.2f}x{ci} | "
-        f"{forced.get('verdict', 'n/a')} | {kernel(gated)} / {kernel(forced)} | {gated['compile_seconds']:.0f} / {forced['compile_seconds']:.0f} |"
-        + (" PARTIAL" if data.get("partial") else "")
+        f"| {data['workload']} | {where} | {procs} | {gated['median_ms']:.2f} / {forced['median_ms']:.2f} | "
+        f"{ratio(forced, 'speedup')} {forced.get('verdict', '')} | {kernel(gated)} / {kernel(forced)} | "
+        f"{ratio(forced, 'kernel_speedup')} {forced.get('kernel_verdict', '')} | "
+        f"{gated['compile_seconds']:.0f} / {forced['compile_seconds']:.0f} |"
     )
 PY
 }
@@ -171,6 +182,6 @@ else
 fi
 wait
 echo "not run (deadline): $(tr '\n' ';' <"$queue")" | tee -a "$status_file"
-model_table >"$OUT/models/table.md"
+model_table "$OUT/models" >"$OUT/models/table.md"
 cat "$OUT/models/table.md"
 echo "all parts: $(($(date +%s) - start)) s" | tee -a "$status_file"

@@ -122,6 +122,22 @@ def test_table_says_no_detectable_difference_and_names_the_verdicts():
     assert "indicative" in text  # 3 processes per arm
 
 
+def test_kernel_time_gets_its_own_speedup_and_interval_over_processes():
+    """Launch-bound latency (no difference) beside kernel times that differ 2x: the GEMM choice
+    shows in the kernel speedup, with the same bootstrap over processes."""
+    data = results_of({"a": [[3.0], [3.1], [2.9]], "b": [[3.05], [2.95], [3.0]]})
+    for r, kernel in zip(data["runs"], [1.0, 1.02, 0.98, 0.5, 0.51, 0.49]):
+        r["kernel_ms"] = kernel
+    rows = {r["arm"]: r for r in report.summarize(data)}
+    assert rows["b"]["verdict"] == stats.NO_DIFFERENCE
+    assert rows["b"]["kernel_speedup"] == pytest.approx(2.0) and rows["b"]["kernel_verdict"] == "faster"
+    assert rows["b"]["kernel_speedup_low"] > 1.0 and "kernel_speedup" not in rows["a"]
+    assert "0.5000; 2.00x [" in report.markdown(data)
+    data["runs"][-1]["kernel_ms"] = None  # 2 processes with a kernel time: an estimate, no interval
+    row = report.summarize(data)[1]
+    assert "kernel_speedup" in row and "kernel_verdict" not in row
+
+
 def test_merge_concatenates_processes():
     data = results_of({"a": [[1.0], [1.1], [0.9]], "b": [[0.5], [0.55], [0.45]]})
     for i, r in enumerate(data["runs"]):
@@ -203,6 +219,27 @@ def test_gpu_sharing_and_clock_changes_are_warned():
     out = load.load_warnings(runs, cpu_count=16, section_of={"a": "", "b": "", "a@T4": "T4"})
     assert any("90% busy before run b #0" in w for w in out)
     assert sum("SM clock changed" in w for w in out) == 1  # the T4 section's single clock is no change
+
+
+def test_the_gpu_reading_before_a_run_waits_out_our_own_previous_worker(monkeypatch):
+    """NVML's utilisation covers its last sample period: read at once after our own worker on that
+    GPU exited, it would flag that worker's kernels as another process's."""
+    from inductor_knobs.ablation import runner
+
+    now, slept = [100.0], []
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(runner.time, "sleep", slept.append)
+    monkeypatch.setattr(runner.load, "gpu_utilization", lambda index: 0)
+    monkeypatch.setattr(runner, "_GPU_RELEASED", {})
+    runner._readings(5, "before")  # nothing of ours ran on GPU 5 yet
+    runner._readings(5, "after")  # our worker there exits at t = 100 s
+    now[0] = 100.25
+    assert runner._readings(5, "before")["gpu_utilization_before"] == 0
+    runner._readings(6, "before")  # another GPU
+    assert slept == [0.0, pytest.approx(load.NVML_SAMPLE_PERIOD_S - 0.25), 0.0]
+    monkeypatch.setattr(runner.load, "gpu_utilization", lambda index: None)  # no NVML: no reading, no wait
+    runner._readings(7, "after")
+    assert 7 not in runner._GPU_RELEASED
 
 
 def test_old_results_without_readings_warn_nothing():

@@ -30,7 +30,8 @@ The rule (:func:`load_warnings`):
    On CPU, where the arms themselves run on those CPUs, a steady competing load above half that
    limit is also worth a warning (a busy machine), though the intervals show its noise.
 2. **GPU sharing.**  A run whose GPU showed at least 25 % utilisation just before it started (when
-   the ablation ran nothing on that GPU) shared the GPU with another process.
+   the ablation ran nothing on that GPU, for at least one NVML sample period) shared the GPU with
+   another process.
 3. **GPU clock.**  Within one table section (the same GPU or emulated GPU), SM clocks read right
    after the samples that differ by more than 10 % of the highest mean throttling or a changed
    power cap between runs.
@@ -51,6 +52,12 @@ LOAD_TAU_S = 60.0
 
 #: Shortest window the competing load is estimated over (see :func:`competing_windows`).
 MIN_WINDOW_S = 15.0
+
+#: NVML's utilisation sample period is 1/6 s to 1 s depending on the GPU (``torch.cuda.utilization``).
+#: The runner reads a GPU's utilisation before a run at least this long after its own previous worker
+#: there exited: sooner, on an H200 whose workers exit at once, 7 of 18 runs of the main job were
+#: flagged 39-59 % busy by the previous worker's last kernels.
+NVML_SAMPLE_PERIOD_S = 1.0
 
 #: Rule 2: utilisation (percent) before a run that means another process used the GPU.
 GPU_BUSY_PERCENT = 25

@@ -50,6 +50,10 @@ CSV_COLUMNS = [
     "processes",
     "n",
     "kernel_ms",
+    "kernel_speedup",
+    "kernel_speedup_low",
+    "kernel_speedup_high",
+    "kernel_verdict",
     "compile_seconds",
     "autotune_seconds",
     "peak_memory_mib",
@@ -91,6 +95,7 @@ def _row(arm: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
         processes=len(medians),
         n=sum(len(r["samples_ms"]) for r in good),
         kernel_ms=float(statistics.median(kernel)) if kernel else None,
+        kernel_process_ms=kernel,
         compile_seconds=statistics.median(r["compile_seconds"] for r in good),
         autotune_seconds=statistics.median(r["autotune_seconds"] for r in good),
         peak_memory_mib=max(r["peak_memory_bytes"] for r in good) / 2**20,
@@ -113,7 +118,10 @@ def summarize(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         succeeded, ``median_ms`` (median of per-process medians) and its interval
         (``median_low_ms``, ``median_high_ms``), ``processes``, ``n`` (samples), ``speedup``,
         ``speedup_low``, ``speedup_high``, ``verdict``, ``kernel_ms`` (GPU kernel time per
-        iteration, None off CUDA), compile/autotune seconds, peak MiB, ``max_abs_diff``,
+        iteration, None off CUDA) and, where both arms have it, ``kernel_speedup`` with
+        ``kernel_speedup_low``, ``kernel_speedup_high`` and ``kernel_verdict`` (the same statistics
+        over the processes' kernel times: the GEMM choice without launch overhead),
+        compile/autotune seconds, peak MiB, ``max_abs_diff``,
         ``mismatch``, ``not_applied``, ``kernels`` (autotune winners) and ``gemm_calls``;
         otherwise ``error``.  Intervals are None below :data:`.stats.MIN_PROCESSES` processes.
     """
@@ -131,6 +139,11 @@ def summarize(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         if row["arm"] == row["baseline"]:
             row["verdict"] = "baseline"
             continue
+        if base.get("kernel_ms") and row.get("kernel_ms"):
+            row["kernel_speedup"] = base["kernel_ms"] / row["kernel_ms"]
+            kernel = stats.ratio_interval(base["kernel_process_ms"], row["kernel_process_ms"])
+            if kernel is not None:
+                row.update(kernel_speedup_low=kernel.low, kernel_speedup_high=kernel.high, kernel_verdict=kernel.verdict())
         interval = stats.ratio_interval(base["process_medians_ms"], row["process_medians_ms"])
         if interval is None:
             row["verdict"] = "n/a (smoke run)" if results.get("smoke") else f"n/a (< {stats.MIN_PROCESSES} processes)"
@@ -163,8 +176,8 @@ def _gemm_cell(row: Mapping[str, Any]) -> str:
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| arm | latency ms [95% CI] | speedup [95% CI] | verdict | processes | GPU kernel ms | compile s | autotune s "
-        "| peak MiB | max abs diff | GEMM kernels |",
+        "| arm | latency ms [95% CI] | speedup [95% CI] | verdict | processes | GPU kernel ms; speedup [95% CI] "
+        "| compile s | autotune s | peak MiB | max abs diff | GEMM kernels |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -180,6 +193,9 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
         if r.get("not_applied"):
             diff += " **NOT APPLIED**"
         kernel = f"{r['kernel_ms']:.4f}" if r.get("kernel_ms") is not None else "-"
+        if "kernel_speedup" in r:
+            kernel += "; " + _interval(r["kernel_speedup"], r.get("kernel_speedup_low"), r.get("kernel_speedup_high"), ".2f", "x")
+            kernel += f" {r['kernel_verdict']}" if "kernel_verdict" in r else ""
         failed = f" ({r['failed']} failed)" if r["failed"] else ""
         lines.append(
             f"| {r['arm']}{failed} | {latency} | {speed} | {r.get('verdict', 'n/a')} | {r['processes']} | {kernel} | "

@@ -341,12 +341,24 @@ def _reap(proc: subprocess.Popen[str]) -> tuple[str, str]:
         return "", ""
 
 
+#: GPU index -> when (``time.perf_counter()``) this ablation's last worker on it exited, where its
+#: utilisation could be read (see :func:`_readings`).
+_GPU_RELEASED: dict[int, float] = {}
+
+
 def _readings(gpu: int | None, when: str) -> dict[str, Any]:
     out: dict[str, Any] = {f"load_{when}": load.cpu_load()}
     if gpu is not None:
+        if when == "before":
+            # NVML's utilisation covers its last sample period: read sooner after our own previous
+            # worker exited, it counts that worker's last kernels as another process's.
+            settle = _GPU_RELEASED.get(gpu, float("-inf")) + load.NVML_SAMPLE_PERIOD_S - time.perf_counter()
+            time.sleep(max(0.0, settle))
         busy = load.gpu_utilization(gpu)
         if busy is not None:
             out[f"gpu_utilization_{when}"] = busy
+            if when == "after":
+                _GPU_RELEASED[gpu] = time.perf_counter()
     return out
 
 
