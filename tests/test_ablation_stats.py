@@ -133,6 +133,8 @@ def test_kernel_time_gets_its_own_speedup_and_interval_over_processes():
     assert rows["b"]["kernel_speedup"] == pytest.approx(2.0) and rows["b"]["kernel_verdict"] == "faster"
     assert rows["b"]["kernel_speedup_low"] > 1.0 and "kernel_speedup" not in rows["a"]
     assert "0.5000; 2.00x [" in report.markdown(data)
+    assert report._interval(0.9966, 0.92, 0.9995, ".2f", "x") == "0.997x [0.920–1.000]"  # excludes 1.00x: it shows
+    assert report._interval(0.98, 0.92, 1.004, ".2f", "x") == "0.98x [0.92–1.00]"
     data["runs"][-1]["kernel_ms"] = None  # 2 processes with a kernel time: an estimate, no interval
     row = report.summarize(data)[1]
     assert "kernel_speedup" in row and "kernel_verdict" not in row

@@ -161,6 +161,10 @@ def _sections(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]
 
 
 def _interval(value: float, low: float | None, high: float | None, fmt: str, unit: str = "") -> str:
+    if unit == "x" and low is not None and high is not None and (high < 1 or low > 1):
+        # An interval that excludes 1.00x must not print as "[0.92–1.00]" beside "slower": one more digit.
+        if f"{1:{fmt}}" in (f"{low:{fmt}}", f"{high:{fmt}}"):
+            fmt = ".3f"
     text = f"{value:{fmt}}{unit}"
     return text + (f" [{low:{fmt}}–{high:{fmt}}]" if low is not None and high is not None else "")
 
