@@ -120,6 +120,9 @@ def test_table_says_no_detectable_difference_and_names_the_verdicts():
     text = report.markdown(data)
     assert "| b |" in text and stats.NO_DIFFERENCE in text and "excludes 1.00x" in text
     assert "indicative" in text  # 3 processes per arm
+    smoke = report.markdown({**data, "smoke": True})  # --smoke --repeats 3: the intervals are there, and said so
+    assert "no confidence intervals" not in smoke and "smoke run (quick inputs)" in smoke and "excludes 1.00x" in smoke
+    assert "no confidence intervals" in report.markdown({**results_of({"a": [[1.0]], "b": [[0.5]]}), "smoke": True})
 
 
 def test_kernel_time_gets_its_own_speedup_and_interval_over_processes():

@@ -210,18 +210,21 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 
 def _head(results: Mapping[str, Any]) -> str:
     env = results.get("environment", {})
-    smoke = bool(results.get("smoke"))
+    # --smoke with --repeats >= 3 still has enough processes for intervals (summarize computes them).
+    repeats = int(results.get("repeats") or 0)
+    no_intervals = bool(results.get("smoke")) and repeats < stats.MIN_PROCESSES
     head = (
         f"workload `{results['workload']}` on {env.get('device_name', results.get('device'))}, torch {env.get('torch')}, "
         f"{results['repeats']} process(es) per arm, {results.get('iters', '?')} samples each, interleaved; "
-        + ("**smoke run: no confidence intervals**" if smoke else "95% percentile-bootstrap intervals over processes")
+        + ("**smoke run: no confidence intervals**" if no_intervals else "95% percentile-bootstrap intervals over processes")
+        + ("; smoke run (quick inputs)" if results.get("smoke") and not no_intervals else "")
     )
     if results.get("emulate_sms"):
         head += f"; every arm under emulated {results['emulate_sms']} (SM emulation)"
     if isinstance(results.get("wall_seconds"), (int, float)):
         gpus = results.get("gpus") or []
         head += f"; whole run {results['wall_seconds']:.0f} s" + (f" on {len(gpus)} GPU(s)" if gpus else "")
-    if not smoke and 0 < int(results.get("repeats") or 0) < NOMINAL_PROCESSES:
+    if not no_intervals and 0 < repeats < NOMINAL_PROCESSES:
         head += (
             f". With {results['repeats']} processes per arm the intervals are indicative (about 90% coverage, close to "
             f"the processes' range); --repeats {NOMINAL_PROCESSES} or more for 95%"
