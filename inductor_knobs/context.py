@@ -64,12 +64,8 @@ class _NoLock:
         return None
 
 
+#: The process-global stack (torch < 2.12) is guarded by _GLOBAL_LOCK; a thread's own stack is not.
 _NO_LOCK = _NoLock()
-
-
-def _lock(thread_local: bool) -> Any:
-    """The process-global stack (torch < 2.12) is guarded; a thread's own stack is not."""
-    return _NO_LOCK if thread_local else _GLOBAL_LOCK
 
 
 def _owner() -> tuple[int, int | None]:
@@ -118,7 +114,7 @@ class UndoContext:
 
     def __enter__(self) -> Any:
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
-        with _lock(thread_local):
+        with _NO_LOCK if thread_local else _GLOBAL_LOCK:
             stack = _FRAMES.get(thread_local)
             me = None
             if not thread_local:  # one stack for the process: it must belong to one thread/task
@@ -148,7 +144,7 @@ class UndoContext:
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
-            with _lock(thread_local):
+            with _NO_LOCK if thread_local else _GLOBAL_LOCK:
                 _unwind(frame, thread_local)
         except KnobsError:
             raise
@@ -157,6 +153,8 @@ class UndoContext:
             found = locals().get("frame")
             _finish(found if found is not None else self._top_frame(_thread_local()), None)
             raise
+        if exc is None:
+            return
         # torch wraps what a backend raises (BackendCompilerFailed); hand the user ours.
         not_applied = unwrap_not_applied(exc)
         if not_applied is not None and not_applied is not exc:
@@ -275,7 +273,7 @@ def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
     thread_local = _thread_local() if thread_local is None else thread_local
     for _ in range(8):
         try:
-            with _lock(thread_local):
+            with _NO_LOCK if thread_local else _GLOBAL_LOCK:
                 if frame is not None:
                     _unwind(frame, thread_local)
                 else:  # the frame was already popped: only re-apply blocks left suspended

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from . import torch_compat
-from ._undo import Change, ConfigChange
+from ._undo import Change, ConfigChange, Groups, config_groups
 from .errors import InvalidKnobValue, NoFallbackWarning, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange, Asked, by_slot
@@ -70,6 +70,11 @@ class _Validated:
     override: Override | None
     salt_tag: str | None
     warn_no_fallback: bool
+    cfg: ModuleType  # the config module ``groups`` holds (a reloaded one is validated again)
+    groups: Groups  # ``values`` grouped for ConfigChange (aliases followed)
+    #: cache_salt's triples -> (groups with the salt, asked with the salt): the salt is read at every
+    #: plan, but the same salt is prepared once.
+    salted: dict[tuple[tuple[str, str, object], ...], tuple[Groups, dict[tuple[str, str], Asked]]]
 
 
 #: (id of the Knobs, arguments, patch module, torch version, id of the gate) -> (knobs, gate, validated).
@@ -113,12 +118,13 @@ def plan(
     version = torch.__version__
     patches = torch_compat.installed(strict=knobs.strict)
     gate_fn = _gate_function() if knobs.min_sms is not None else None
+    cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
     key = _cache_key(knobs, process_wide, source, sources, patches, version, gate_fn)
     cached = _VALIDATED.get(key) if key is not None else None
-    if cached is not None and cached[0] is knobs and cached[1] is gate_fn:
+    if cached is not None and cached[0] is knobs and cached[1] is gate_fn and cached[2].cfg is cfg:
         checked = cached[2]
     else:
-        checked = _validate(knobs, patches, source, sources or {}, version, gate_fn)
+        checked = _validate(knobs, patches, cfg, source, sources or {}, version, gate_fn)
         if key is not None:
             if len(_VALIDATED) >= _VALIDATED_MAX:
                 _VALIDATED.clear()
@@ -131,22 +137,36 @@ def plan(
             NoFallbackWarning,
             stacklevel=3,
         )
-    cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
-    asked = checked.asked
-    settings = [(cfg, key, value) for key, value in checked.values.items()]
+    groups, asked = checked.groups, checked.asked
     gate: list[Change] = []
     if checked.override is not None and checked.salt_tag is not None:
         # The salt is read fresh: it extends whatever cache_key_tag holds now.
-        for module_name, salt_key, value in patches.cache_salt(checked.salt_tag):
-            module = sys.modules.get(module_name) or importlib.import_module(module_name)
-            settings.append((module, salt_key, value))
-            salted = Asked(module_name, salt_key, value, source, on_mismatch=knobs.on_mismatch or "raise")
-            asked = {**asked, (module_name, salt_key): salted}
+        salt = tuple(patches.cache_salt(checked.salt_tag))
+        prepared = checked.salted.get(salt)
+        if prepared is None:
+            prepared = _salted(patches, checked, salt, source, knobs.on_mismatch or "raise")
+        groups, asked = prepared
         gate.append(GateChange(patches, checked.override, process_wide=process_wide))
     # One record writes every config key; the interception is held by the AskChange at the end
     # (nothing compiles in between).
-    changes: list[Change] = [ConfigChange(patches, settings, process_wide=process_wide)] if settings else []
+    changes: list[Change] = [ConfigChange(patches, process_wide=process_wide, groups=groups)] if groups else []
     return [*changes, *gate, AskChange(patches, asked, process_wide=process_wide)]
+
+
+def _salted(
+    patches: TorchPatches, checked: _Validated, salt: tuple[tuple[str, str, object], ...], source: str, policy: str
+) -> tuple[Groups, dict[tuple[str, str], Asked]]:
+    """``checked``'s groups and asked values with the cache salt added; kept in ``checked.salted``."""
+    settings = [(checked.cfg, key, value) for key, value in checked.values.items()]
+    asked = dict(checked.asked)
+    for module_name, salt_key, value in salt:
+        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+        settings.append((module, salt_key, value))
+        asked[(module_name, salt_key)] = Asked(module_name, salt_key, value, source, on_mismatch=policy)
+    if len(checked.salted) >= 16:  # a user's cache_key_tag that keeps changing
+        checked.salted.clear()
+    prepared = checked.salted[salt] = (config_groups(patches, settings), asked)
+    return prepared
 
 
 def _gate_function() -> object:
@@ -171,10 +191,15 @@ def _cache_key(
 
 
 def _validate(
-    knobs: Knobs, patches: TorchPatches, source: str, sources: Mapping[str, str], version: str, gate_fn: object
+    knobs: Knobs,
+    patches: TorchPatches,
+    cfg: ModuleType,
+    source: str,
+    sources: Mapping[str, str],
+    version: str,
+    gate_fn: object,
 ) -> _Validated:
     """Every check of :func:`plan` that reads torch but changes nothing; raises as :func:`plan` documents."""
-    cfg = importlib.import_module(INDUCTOR_CONFIG)
     values = config_values(knobs)
     for key, value in values.items():
         _check_key(patches, cfg, key, value, version)
@@ -188,7 +213,8 @@ def _validate(
         torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)
         override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
         salt_tag = f"inductor_knobs-gate-{_gate_digest(override)}"
-    return _Validated(values, asked, override, salt_tag, warn_no_fallback)
+    groups = config_groups(patches, [(cfg, key, value) for key, value in values.items()])
+    return _Validated(values, asked, override, salt_tag, warn_no_fallback, cfg, groups, {})
 
 
 def _gate_digest(override: Override) -> str:
