@@ -122,6 +122,8 @@ class ConfigChange:
         """Idempotent: a revert interrupted part-way can run again."""
         if not self._restored:
             for (cfg, values), (_, prior) in zip(self.groups, self._priors):
+                if not self.process_wide and id(cfg) not in self._undos:
+                    continue  # an interrupt before its write returned: nothing of this block's to check
                 for key in prior:
                     if self._changed(cfg, key, values[key]):
                         warnings.warn(

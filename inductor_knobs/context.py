@@ -30,7 +30,7 @@ from ._undo import Change, apply_all, revert_all
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import ConcurrentKnobsError, KnobsError
 from .interception import unwrap_not_applied
-from .knobs import Knobs
+from .knobs import Knobs, torch_version
 from .plan import plan
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -366,7 +366,6 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
     """
     if spec is not None and not isinstance(spec, Knobs):
         from .errors import InvalidKnobValue
-        from .knobs import torch_version
 
         hint = f"; did you mean knobs(min_sms={spec!r})?" if isinstance(spec, int) and not isinstance(spec, bool) else ""
         raise InvalidKnobValue(
@@ -382,8 +381,6 @@ _KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
 
 
 def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
-    from .knobs import torch_version
-
     if isinstance(kwargs.get("trace"), str):  # a directory: probed on the file system every time
         return Knobs.from_kwargs(**kwargs)
     key = (torch_version(), tuple(sorted(kwargs.items())))

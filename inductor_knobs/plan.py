@@ -61,7 +61,7 @@ class _Validated:
     """What :func:`plan` derives from one ``Knobs`` on one torch: all that can be checked without changing anything.
 
     It depends only on the knobs, the torch version and (for ``min_sms``) the identity of the gate
-    function, so it is cached under exactly those (see :func:`_cache_key`).  Records are built fresh
+    function, so it is cached under exactly those (the key in :func:`plan`).  Records are built fresh
     from it at every plan (they hold the state of one application).
     """
 
@@ -119,13 +119,13 @@ def plan(
     patches = torch_compat.installed(strict=knobs.strict)
     gate_fn = _gate_function() if knobs.min_sms is not None else None
     cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
-    key = _cache_key(knobs, process_wide, source, sources, patches, version, gate_fn)
-    cached = _VALIDATED.get(key) if key is not None else None
+    key = (id(knobs), process_wide, source, tuple(sorted(sources.items())) if sources else (), id(patches), version, id(gate_fn))
+    cached = _VALIDATED.get(key)
     if cached is not None and cached[0] is knobs and cached[1] is gate_fn and cached[2].cfg is cfg:
         checked = cached[2]
     else:
         checked = _validate(knobs, patches, cfg, source, sources or {}, version, gate_fn)
-        if key is not None:
+        if not _on_disk(knobs):  # so a request that is never stored is never found either
             if len(_VALIDATED) >= _VALIDATED_MAX:
                 _VALIDATED.clear()
             _VALIDATED[key] = (knobs, gate_fn, checked)
@@ -175,19 +175,9 @@ def _gate_function() -> object:
     return original_gate() or getattr(utils, GATE_NAME, None)
 
 
-def _cache_key(
-    knobs: Knobs,
-    process_wide: bool,
-    source: str,
-    sources: Mapping[str, str] | None,
-    patches: TorchPatches,
-    version: str,
-    gate_fn: object,
-) -> tuple[Any, ...] | None:
-    if knobs.gemm_backends is not None and "CUTLASS" in knobs.gemm_backends.split(","):
-        return None  # CUTLASS is looked up on disk: never cached
-    frozen_sources = tuple(sorted(sources.items())) if sources else ()
-    return (id(knobs), process_wide, source, frozen_sources, id(patches), version, id(gate_fn))
+def _on_disk(knobs: Knobs) -> bool:
+    """Whether validating ``knobs`` looks at the file system (CUTLASS): such a plan is never cached."""
+    return knobs.gemm_backends is not None and "CUTLASS" in knobs.gemm_backends.split(",")
 
 
 def _validate(
