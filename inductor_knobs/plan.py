@@ -72,9 +72,9 @@ class _Validated:
     warn_no_fallback: bool
     cfg: ModuleType  # the config module ``groups`` holds (a reloaded one is validated again)
     groups: Groups  # ``values`` grouped for ConfigChange (aliases followed)
-    #: cache_salt's triples -> (groups with the salt, asked with the salt): the salt is read at every
-    #: plan, but the same salt is prepared once.
-    salted: dict[tuple[tuple[str, str, object], ...], tuple[Groups, dict[tuple[str, str], Asked]]]
+    #: (cache_salt's triples, ids of their modules) -> (groups with the salt, asked with the salt): the
+    #: salt is read at every plan, but the same salt in the same modules is prepared once.
+    salted: dict[tuple[Any, ...], tuple[Groups, dict[tuple[str, str], Asked]]]
 
 
 #: (id of the Knobs, arguments, patch module, torch version, id of the gate) -> (knobs, gate, validated).
@@ -141,11 +141,7 @@ def plan(
     gate: list[Change] = []
     if checked.override is not None and checked.salt_tag is not None:
         # The salt is read fresh: it extends whatever cache_key_tag holds now.
-        salt = tuple(patches.cache_salt(checked.salt_tag))
-        prepared = checked.salted.get(salt)
-        if prepared is None:
-            prepared = _salted(patches, checked, salt, source, knobs.on_mismatch or "raise")
-        groups, asked = prepared
+        groups, asked = _salted(patches, checked, patches.cache_salt(checked.salt_tag), source, knobs.on_mismatch or "raise")
         gate.append(GateChange(patches, checked.override, process_wide=process_wide))
     # One record writes every config key; the interception is held by the AskChange at the end
     # (nothing compiles in between).
@@ -154,18 +150,21 @@ def plan(
 
 
 def _salted(
-    patches: TorchPatches, checked: _Validated, salt: tuple[tuple[str, str, object], ...], source: str, policy: str
+    patches: TorchPatches, checked: _Validated, salt: list[tuple[str, str, object]], source: str, policy: str
 ) -> tuple[Groups, dict[tuple[str, str], Asked]]:
-    """``checked``'s groups and asked values with the cache salt added; kept in ``checked.salted``."""
-    settings = [(checked.cfg, key, value) for key, value in checked.values.items()]
-    asked = dict(checked.asked)
-    for module_name, salt_key, value in salt:
-        module = sys.modules.get(module_name) or importlib.import_module(module_name)
-        settings.append((module, salt_key, value))
-        asked[(module_name, salt_key)] = Asked(module_name, salt_key, value, source, on_mismatch=policy)
-    if len(checked.salted) >= 16:  # a user's cache_key_tag that keeps changing
-        checked.salted.clear()
-    prepared = checked.salted[salt] = (config_groups(patches, settings), asked)
+    """``checked``'s groups and asked values with the cache salt added, prepared once per salt and modules."""
+    modules = [sys.modules.get(name) or importlib.import_module(name) for name, _, _ in salt]
+    key = (*salt, *map(id, modules))  # the groups keep the modules: their ids are not reused while cached
+    prepared = checked.salted.get(key)
+    if prepared is None:
+        settings = [(checked.cfg, k, value) for k, value in checked.values.items()]
+        asked = dict(checked.asked)
+        for module, (module_name, salt_key, value) in zip(modules, salt):
+            settings.append((module, salt_key, value))
+            asked[(module_name, salt_key)] = Asked(module_name, salt_key, value, source, on_mismatch=policy)
+        if len(checked.salted) >= 16:  # a user's cache_key_tag that keeps changing
+            checked.salted.clear()
+        prepared = checked.salted[key] = (config_groups(patches, settings), asked)
     return prepared
 
 
