@@ -155,25 +155,19 @@ def wrap_attribute(
     docstring); with ``sweep`` module globals of the same name are rebound both ways.
     """
 
-    # The wrapper made for the last original found, reused while that original is the one found:
-    # blocks install and remove the patch at every enter and exit, and making a wrapper is most of
-    # an install's cost.  A different original (torch reloaded, someone else's patch) gets a new one.
-    made: list[Any] = []  # [raw, function, wrapped, replacement]
+    # The wrapper (and its undo) made for the last original found, reused while that original is the
+    # one found: blocks install and remove the patch at every enter and exit, so an install is one
+    # setattr.  A different original (torch reloaded, someone else's patch) gets a new one.
+    made: list[Any] = []  # [owner, raw, function, wrapped, replacement, undo]
 
     module_name, parents, name = _parse(path)  # once: the step runs at every first holder
 
-    def step(push: Callable[[Undo], None]) -> None:
-        owner = _owner(module_name, parents)
-        raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-        if made and made[0] is raw:
-            _, function, wrapped, replacement = made
-        else:
-            function = raw.__func__ if isinstance(raw, staticmethod) else raw
-            wrapped = wrapt.FunctionWrapper(function, wrapper)
-            replacement = staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped
-            made[:] = [raw, function, wrapped, replacement]
+    def make(owner: Any, raw: Any) -> list[Any]:
+        function = raw.__func__ if isinstance(raw, staticmethod) else raw
+        wrapped = wrapt.FunctionWrapper(function, wrapper)
+        replacement = staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped
 
-        def undo() -> None:
+        def undo() -> None:  # acts on what it finds: idempotent, and safe to reuse for every install
             try:
                 current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
                 if current is replacement:
@@ -189,6 +183,14 @@ def wrap_attribute(
                 if sweep:
                     _sweep(name, wrapped, function)
 
+        return [owner, raw, function, wrapped, replacement, undo]
+
+    def step(push: Callable[[Undo], None]) -> None:
+        owner = _owner(module_name, parents)
+        raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        if not made or made[0] is not owner or made[1] is not raw:
+            made[:] = make(owner, raw)
+        _, _, function, wrapped, replacement, undo = made
         push(undo)  # before the change: an interrupt below still leaves a working undo
         setattr(owner, name, replacement)
         if sweep:

@@ -35,15 +35,31 @@ class Change(Protocol):
     def revert(self) -> None: ...
 
 
+#: Config keys grouped by the module that stores them: ``((module, {key: value}), ...)``.
+Groups = tuple[tuple[ModuleType, dict[str, object]], ...]
+
+
+def config_groups(patches: TorchPatches, settings: Sequence[tuple[ModuleType, str, object]]) -> Groups:
+    """``(config module, key, value)`` triples grouped by the module that stores each key.
+
+    Aliases (2.7+) are followed to the module that stores the value; the keys of one module are
+    written with one call of torch's raw patcher (a block's keys cost one write, not one each).
+    """
+    groups: dict[int, tuple[ModuleType, dict[str, object]]] = {}
+    for cfg, key, value in settings:
+        module, real = patches.resolve_alias(cfg, key)
+        groups.setdefault(id(module), (module, {}))[1][real] = value
+    return tuple(groups.values())
+
+
 class ConfigChange:
     """Set keys of torch ``ConfigModule`` s and put back their stored overrides on revert.
 
     Args:
         patches: the installed torch's patch module.
-        settings: ``(config module, key, value)`` triples.  Aliases (2.7+) are followed to the
-            module that stores the value; the keys of one module are written with one call of
-            torch's raw patcher (a block's keys cost one write, not one each).
+        settings: ``(config module, key, value)`` triples, grouped by :func:`config_groups`.
         process_wide: set process defaults (env activation) instead of overrides.
+        groups: the settings already grouped (instead of ``settings``).
 
     Revert restores the raw stored state (including "unset"), not the value read before,
     so a key that was at its default is at its default again afterwards (torch's own
@@ -54,14 +70,16 @@ class ConfigChange:
     """
 
     def __init__(
-        self, patches: TorchPatches, settings: Sequence[tuple[ModuleType, str, object]], *, process_wide: bool = False
+        self,
+        patches: TorchPatches,
+        settings: Sequence[tuple[ModuleType, str, object]] = (),
+        *,
+        process_wide: bool = False,
+        groups: Groups | None = None,
     ) -> None:
         self.patches = patches
-        groups: dict[int, tuple[ModuleType, dict[str, object]]] = {}
-        for cfg, key, value in settings:
-            module, real = patches.resolve_alias(cfg, key)
-            groups.setdefault(id(module), (module, {}))[1][real] = value
-        self.groups = tuple(groups.values())
+        #: ``groups``: ``settings`` already passed through :func:`config_groups` (a cached plan's; never changed).
+        self.groups = config_groups(patches, settings) if groups is None else groups
         self.process_wide = process_wide
         self._priors: list[tuple[ModuleType, dict[str, object]]] = []
         #: torch's own revert of each module's write, once it returned (an interrupt inside the write
@@ -77,20 +95,21 @@ class ConfigChange:
         # Written through torch's raw patcher, not setattr: a foreign __setattr__ on the config
         # module (Unsloth's rewrites the process default) would make the revert inexact.
         patches = self.patches
+        process_wide = self.process_wide
         for cfg, values in self.groups:
-            if self.process_wide:
+            if process_wide:
                 prior = {key: patches.process_default_state(cfg, key) for key in values}
             else:
                 prior = {key: patches.read_override(cfg, key) for key in values}
             self._priors.append((cfg, prior))  # before the write: revert puts back only what was captured
-            if self.process_wide:
+            if process_wide:
                 for key, value in values.items():
                     patches.set_process_default(cfg, key, value)
             else:
-                undo = patches.write_overrides(cfg, values)
-                self._undos[id(cfg)] = undo
+                self._undos[id(cfg)] = patches.write_overrides(cfg, values)
             for key, value in values.items():
-                found = self._read(cfg, key)
+                # What Inductor reads now (see _read); inlined, as every block reads each key back.
+                found = patches.read_value(cfg, key) if process_wide else getattr(cfg, key)
                 if found != value:
                     cause = diagnose(patches, cfg, key)
                     self._restore()
@@ -103,6 +122,8 @@ class ConfigChange:
         """Idempotent: a revert interrupted part-way can run again."""
         if not self._restored:
             for (cfg, values), (_, prior) in zip(self.groups, self._priors):
+                if not self.process_wide and id(cfg) not in self._undos:
+                    continue  # an interrupt before its write returned: nothing of this block's to check
                 for key in prior:
                     if self._changed(cfg, key, values[key]):
                         warnings.warn(

@@ -30,7 +30,7 @@ from ._undo import Change, apply_all, revert_all
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import ConcurrentKnobsError, KnobsError
 from .interception import unwrap_not_applied
-from .knobs import Knobs
+from .knobs import Knobs, torch_version
 from .plan import plan
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,12 +64,8 @@ class _NoLock:
         return None
 
 
+#: The process-global stack (torch < 2.12) is guarded by _GLOBAL_LOCK; a thread's own stack is not.
 _NO_LOCK = _NoLock()
-
-
-def _lock(thread_local: bool) -> Any:
-    """The process-global stack (torch < 2.12) is guarded; a thread's own stack is not."""
-    return _NO_LOCK if thread_local else _GLOBAL_LOCK
 
 
 def _owner() -> tuple[int, int | None]:
@@ -118,7 +114,7 @@ class UndoContext:
 
     def __enter__(self) -> Any:
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
-        with _lock(thread_local):
+        with _NO_LOCK if thread_local else _GLOBAL_LOCK:
             stack = _FRAMES.get(thread_local)
             me = None
             if not thread_local:  # one stack for the process: it must belong to one thread/task
@@ -148,7 +144,7 @@ class UndoContext:
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
-            with _lock(thread_local):
+            with _NO_LOCK if thread_local else _GLOBAL_LOCK:
                 _unwind(frame, thread_local)
         except KnobsError:
             raise
@@ -157,6 +153,8 @@ class UndoContext:
             found = locals().get("frame")
             _finish(found if found is not None else self._top_frame(_thread_local()), None)
             raise
+        if exc is None:
+            return
         # torch wraps what a backend raises (BackendCompilerFailed); hand the user ours.
         not_applied = unwrap_not_applied(exc)
         if not_applied is not None and not_applied is not exc:
@@ -275,7 +273,7 @@ def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
     thread_local = _thread_local() if thread_local is None else thread_local
     for _ in range(8):
         try:
-            with _lock(thread_local):
+            with _NO_LOCK if thread_local else _GLOBAL_LOCK:
                 if frame is not None:
                     _unwind(frame, thread_local)
                 else:  # the frame was already popped: only re-apply blocks left suspended
@@ -368,7 +366,6 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
     """
     if spec is not None and not isinstance(spec, Knobs):
         from .errors import InvalidKnobValue
-        from .knobs import torch_version
 
         hint = f"; did you mean knobs(min_sms={spec!r})?" if isinstance(spec, int) and not isinstance(spec, bool) else ""
         raise InvalidKnobValue(
@@ -384,8 +381,6 @@ _KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
 
 
 def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
-    from .knobs import torch_version
-
     if isinstance(kwargs.get("trace"), str):  # a directory: probed on the file system every time
         return Knobs.from_kwargs(**kwargs)
     key = (torch_version(), tuple(sorted(kwargs.items())))

@@ -155,9 +155,12 @@ class GateChange:
         self.patches = patches
         self.override = override
         self.process_wide = process_wide
-        self.description = f"{GATE_MODULE}.{GATE_NAME}: open at >= {override.min_sms} SMs"
         self._token: Any = None
         self._prior_default: object = _NOT_SET
+
+    @property
+    def description(self) -> str:  # built when read (messages only), not at every plan
+        return f"{GATE_MODULE}.{GATE_NAME}: open at >= {self.override.min_sms} SMs"
 
     def apply(self) -> None:
         if GATE_MODULE not in sys.modules:

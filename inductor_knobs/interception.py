@@ -448,16 +448,16 @@ class InterceptionUse(Use):
     """Undo record: hold the interception (installs it for the first holder) with this torch's patch module."""
 
     def __init__(self, patches: TorchPatches) -> None:
-        super().__init__(INTERCEPTION)
+        self.patch = INTERCEPTION
         self.patches = patches
 
     def apply(self) -> None:
         _PATCHES[id(self)] = self.patches
-        super().apply()
+        INTERCEPTION.acquire(self)
 
     def revert(self) -> None:
         try:
-            super().revert()
+            INTERCEPTION.release(self)
         finally:
             _PATCHES.pop(id(self), None)
 
@@ -493,7 +493,8 @@ class AskChange(InterceptionUse):
                 _PROCESS.update(_merge(_PROCESS, self.values))
         else:
             self._token = _SCOPED.capture(self.patches.config_is_thread_local)  # the undo first
-            _SCOPED.put(self._token, _merge(self._token[1], self.values))
+            below = self._token[1]
+            _SCOPED.put(self._token, _merge(below, self.values) if below else self.values)  # values is never changed
 
     def revert(self) -> None:
         try:

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from . import torch_compat
-from ._undo import Change, ConfigChange
+from ._undo import Change, ConfigChange, Groups, config_groups
 from .errors import InvalidKnobValue, NoFallbackWarning, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange, Asked, by_slot
@@ -61,7 +61,7 @@ class _Validated:
     """What :func:`plan` derives from one ``Knobs`` on one torch: all that can be checked without changing anything.
 
     It depends only on the knobs, the torch version and (for ``min_sms``) the identity of the gate
-    function, so it is cached under exactly those (see :func:`_cache_key`).  Records are built fresh
+    function, so it is cached under exactly those (the key in :func:`plan`).  Records are built fresh
     from it at every plan (they hold the state of one application).
     """
 
@@ -70,6 +70,11 @@ class _Validated:
     override: Override | None
     salt_tag: str | None
     warn_no_fallback: bool
+    cfg: ModuleType  # the config module ``groups`` holds (a reloaded one is validated again)
+    groups: Groups  # ``values`` grouped for ConfigChange (aliases followed)
+    #: (cache_salt's triples, ids of their modules) -> (groups with the salt, asked with the salt): the
+    #: salt is read at every plan, but the same salt in the same modules is prepared once.
+    salted: dict[tuple[Any, ...], tuple[Groups, dict[tuple[str, str], Asked]]]
 
 
 #: (id of the Knobs, arguments, patch module, torch version, id of the gate) -> (knobs, gate, validated).
@@ -113,13 +118,14 @@ def plan(
     version = torch.__version__
     patches = torch_compat.installed(strict=knobs.strict)
     gate_fn = _gate_function() if knobs.min_sms is not None else None
-    key = _cache_key(knobs, process_wide, source, sources, patches, version, gate_fn)
-    cached = _VALIDATED.get(key) if key is not None else None
-    if cached is not None and cached[0] is knobs and cached[1] is gate_fn:
+    cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
+    key = (id(knobs), process_wide, source, tuple(sorted(sources.items())) if sources else (), id(patches), version, id(gate_fn))
+    cached = _VALIDATED.get(key)
+    if cached is not None and cached[0] is knobs and cached[1] is gate_fn and cached[2].cfg is cfg:
         checked = cached[2]
     else:
-        checked = _validate(knobs, patches, source, sources or {}, version, gate_fn)
-        if key is not None:
+        checked = _validate(knobs, patches, cfg, source, sources or {}, version, gate_fn)
+        if not _on_disk(knobs):  # so a request that is never stored is never found either
             if len(_VALIDATED) >= _VALIDATED_MAX:
                 _VALIDATED.clear()
             _VALIDATED[key] = (knobs, gate_fn, checked)
@@ -131,22 +137,35 @@ def plan(
             NoFallbackWarning,
             stacklevel=3,
         )
-    cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
-    asked = checked.asked
-    settings = [(cfg, key, value) for key, value in checked.values.items()]
+    groups, asked = checked.groups, checked.asked
     gate: list[Change] = []
     if checked.override is not None and checked.salt_tag is not None:
         # The salt is read fresh: it extends whatever cache_key_tag holds now.
-        for module_name, salt_key, value in patches.cache_salt(checked.salt_tag):
-            module = sys.modules.get(module_name) or importlib.import_module(module_name)
-            settings.append((module, salt_key, value))
-            salted = Asked(module_name, salt_key, value, source, on_mismatch=knobs.on_mismatch or "raise")
-            asked = {**asked, (module_name, salt_key): salted}
+        groups, asked = _salted(patches, checked, patches.cache_salt(checked.salt_tag), source, knobs.on_mismatch or "raise")
         gate.append(GateChange(patches, checked.override, process_wide=process_wide))
     # One record writes every config key; the interception is held by the AskChange at the end
     # (nothing compiles in between).
-    changes: list[Change] = [ConfigChange(patches, settings, process_wide=process_wide)] if settings else []
+    changes: list[Change] = [ConfigChange(patches, process_wide=process_wide, groups=groups)] if groups else []
     return [*changes, *gate, AskChange(patches, asked, process_wide=process_wide)]
+
+
+def _salted(
+    patches: TorchPatches, checked: _Validated, salt: list[tuple[str, str, object]], source: str, policy: str
+) -> tuple[Groups, dict[tuple[str, str], Asked]]:
+    """``checked``'s groups and asked values with the cache salt added, prepared once per salt and modules."""
+    modules = [sys.modules.get(name) or importlib.import_module(name) for name, _, _ in salt]
+    key = (*salt, *map(id, modules))  # the groups keep the modules: their ids are not reused while cached
+    prepared = checked.salted.get(key)
+    if prepared is None:
+        settings = [(checked.cfg, k, value) for k, value in checked.values.items()]
+        asked = dict(checked.asked)
+        for module, (module_name, salt_key, value) in zip(modules, salt):
+            settings.append((module, salt_key, value))
+            asked[(module_name, salt_key)] = Asked(module_name, salt_key, value, source, on_mismatch=policy)
+        if len(checked.salted) >= 16:  # a user's cache_key_tag that keeps changing
+            checked.salted.clear()
+        prepared = checked.salted[key] = (config_groups(patches, settings), asked)
+    return prepared
 
 
 def _gate_function() -> object:
@@ -155,26 +174,21 @@ def _gate_function() -> object:
     return original_gate() or getattr(utils, GATE_NAME, None)
 
 
-def _cache_key(
-    knobs: Knobs,
-    process_wide: bool,
-    source: str,
-    sources: Mapping[str, str] | None,
-    patches: TorchPatches,
-    version: str,
-    gate_fn: object,
-) -> tuple[Any, ...] | None:
-    if knobs.gemm_backends is not None and "CUTLASS" in knobs.gemm_backends.split(","):
-        return None  # CUTLASS is looked up on disk: never cached
-    frozen_sources = tuple(sorted(sources.items())) if sources else ()
-    return (id(knobs), process_wide, source, frozen_sources, id(patches), version, id(gate_fn))
+def _on_disk(knobs: Knobs) -> bool:
+    """Whether validating ``knobs`` looks at the file system (CUTLASS): such a plan is never cached."""
+    return knobs.gemm_backends is not None and "CUTLASS" in knobs.gemm_backends.split(",")
 
 
 def _validate(
-    knobs: Knobs, patches: TorchPatches, source: str, sources: Mapping[str, str], version: str, gate_fn: object
+    knobs: Knobs,
+    patches: TorchPatches,
+    cfg: ModuleType,
+    source: str,
+    sources: Mapping[str, str],
+    version: str,
+    gate_fn: object,
 ) -> _Validated:
     """Every check of :func:`plan` that reads torch but changes nothing; raises as :func:`plan` documents."""
-    cfg = importlib.import_module(INDUCTOR_CONFIG)
     values = config_values(knobs)
     for key, value in values.items():
         _check_key(patches, cfg, key, value, version)
@@ -188,7 +202,8 @@ def _validate(
         torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)
         override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
         salt_tag = f"inductor_knobs-gate-{_gate_digest(override)}"
-    return _Validated(values, asked, override, salt_tag, warn_no_fallback)
+    groups = config_groups(patches, [(cfg, key, value) for key, value in values.items()])
+    return _Validated(values, asked, override, salt_tag, warn_no_fallback, cfg, groups, {})
 
 
 def _gate_digest(override: Override) -> str:

@@ -106,7 +106,8 @@ def installed(*, strict: bool = True) -> TorchPatches:
     """The patch module for the torch that is importable here (imports torch)."""
     import torch
 
-    return select(torch.__version__, strict=strict)
+    module, outside = _select(torch.__version__)  # asked at every enter and exit: select() only when it warns or raises
+    return select(torch.__version__, strict=strict) if outside else module
 
 
 @dataclass(frozen=True)
