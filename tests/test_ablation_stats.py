@@ -123,6 +123,10 @@ def test_table_says_no_detectable_difference_and_names_the_verdicts():
     smoke = report.markdown({**data, "smoke": True})  # --smoke --repeats 3: the intervals are there, and said so
     assert "no confidence intervals" not in smoke and "smoke run (quick inputs)" in smoke and "excludes 1.00x" in smoke
     assert "no confidence intervals" in report.markdown({**results_of({"a": [[1.0]], "b": [[0.5]]}), "smoke": True})
+    for r in data["runs"]:  # a GPU shared before every run: the verdicts point to the warning
+        r.update(gpu=0, gpu_utilization_before=90)
+    loaded = report.markdown(data)
+    assert "| faster (see LOAD WARNING) |" in loaded and f"| {stats.NO_DIFFERENCE} |" in loaded and "**LOAD WARNING**" in loaded
 
 
 def test_kernel_time_gets_its_own_speedup_and_interval_over_processes():

@@ -178,7 +178,8 @@ def _gemm_cell(row: Mapping[str, Any]) -> str:
     return cell[:160]
 
 
-def _table(rows: list[dict[str, Any]]) -> list[str]:
+def _table(rows: list[dict[str, Any]], loaded: bool = False) -> list[str]:
+    """``loaded``: a load warning stands below, so a latency verdict of faster/slower points to it."""
     lines = [
         "| arm | latency ms [95% CI] | speedup [95% CI] | verdict | processes | GPU kernel ms; speedup [95% CI] "
         "| compile s | autotune s | peak MiB | max abs diff | GEMM kernels |",
@@ -202,10 +203,16 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             kernel += f" {r['kernel_verdict']}" if "kernel_verdict" in r else ""
         failed = f" ({r['failed']} failed)" if r["failed"] else ""
         lines.append(
-            f"| {r['arm']}{failed} | {latency} | {speed} | {r.get('verdict', 'n/a')} | {r['processes']} | {kernel} | "
+            f"| {r['arm']}{failed} | {latency} | {speed} | {_verdict(r, loaded)} | {r['processes']} | {kernel} | "
             f"{r['compile_seconds']:.2f} | {r['autotune_seconds']:.2f} | {r['peak_memory_mib']:.0f} | {diff} | {_gemm_cell(r)} |"
         )
     return lines
+
+
+def _verdict(row: Mapping[str, Any], loaded: bool) -> str:
+    verdict = str(row.get("verdict", "n/a"))
+    # A changing or busy machine can make an interval exclude 1.00x by itself: say so in the cell.
+    return verdict + " (see LOAD WARNING)" if loaded and verdict in ("faster", "slower") else verdict
 
 
 def _head(results: Mapping[str, Any]) -> str:
@@ -253,6 +260,7 @@ def load_warnings(results: Mapping[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
     """The report: notes, one table per section (its baseline named), legend, warnings, failures."""
     rows = rows if rows is not None else summarize(results)
+    warnings = load_warnings(results)
     lines = [_head(results)]
     for note in explain.notes(results, rows):
         lines += ["", note]
@@ -264,14 +272,14 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
         base = section_rows[0]["baseline"] if section_rows else results["baseline"]
         lines.append(f"baseline `{base}`; speedup = baseline latency / arm latency (> 1: faster)")
         lines.append("")
-        lines += _table(section_rows)
+        lines += _table(section_rows, loaded=bool(warnings))
     if any(r.get("verdict") in ("faster", "slower", stats.NO_DIFFERENCE) for r in rows):
         lines.append(
             f"\nverdict: `faster` / `slower` when the 95% interval of the speedup excludes 1.00x; `{stats.NO_DIFFERENCE}` "
             "when it contains 1.00x. Latency is the median over processes of each process's median; the process is "
             "the unit of the intervals."
         )
-    for warning in load_warnings(results):
+    for warning in warnings:
         lines.append(f"\n**LOAD WARNING**: {warning}.")
     for r in rows:
         for item in r.get("not_applied", []):
