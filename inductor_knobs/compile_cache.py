@@ -171,6 +171,11 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     # The sha256 only proves the payload is the one the header was written with, not that torch
     # can read it: load_cache_artifacts logs a warning and returns None when deserializing fails
     # (torch/compiler/_cache.py, CacheArtifactManager.deserialize), which used to pass silently.
+    # torch 2.7: torch/compiler/_cache.py imported before Dynamo cycles back into itself
+    # (remote_cache -> torch._dynamo -> pgo -> torch.compiler._cache) and raises ImportError, as in
+    # a serving process that loads before its first compile.  Importing Dynamo first breaks the cycle.
+    import torch._dynamo
+
     info = torch.compiler.load_cache_artifacts(payload)
     loaded = _artifact_counts(info)
     if info is None or not sum(loaded.values()):
