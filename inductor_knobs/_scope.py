@@ -47,14 +47,12 @@ class ScopedSlot(Generic[T]):
         return self._var if thread_local else self._global
 
     def get(self, thread_local: bool | None = None) -> T:
-        if thread_local is None:
-            return self._pick(None).get()  # type: ignore[no-any-return]
-        return (self._var if thread_local else self._global).get()  # type: ignore[no-any-return]  # one call less: read at every enter
+        return self._pick(thread_local).get()  # type: ignore[no-any-return]
 
     def capture(self, thread_local: bool | None = None) -> Any:
         """A token for :meth:`reset`: the scope and the value it holds now.  Changes nothing, so a record
         can keep the token *before* it changes the slot (an interrupt in between leaves a working undo)."""
-        scope = self._pick(None) if thread_local is None else self._var if thread_local else self._global
+        scope = self._pick(thread_local)
         return (scope, scope.get())
 
     def put(self, token: Any, value: T) -> None:

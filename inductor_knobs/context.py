@@ -64,8 +64,9 @@ class _NoLock:
         return None
 
 
-#: The process-global stack (torch < 2.12) is guarded by _GLOBAL_LOCK; a thread's own stack is not.
-_NO_LOCK = _NoLock()
+#: The lock of a stack, indexed by ``thread_local``: the process-global stack (torch < 2.12) is
+#: guarded, a thread's own stack is not.  A tuple index, not a helper call: read at every enter and exit.
+_LOCKS = (_GLOBAL_LOCK, _NoLock())
 
 
 def _owner() -> tuple[int, int | None]:
@@ -114,7 +115,7 @@ class UndoContext:
 
     def __enter__(self) -> Any:
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
-        with _NO_LOCK if thread_local else _GLOBAL_LOCK:
+        with _LOCKS[thread_local]:
             stack = _FRAMES.get(thread_local)
             me = None
             if not thread_local:  # one stack for the process: it must belong to one thread/task
@@ -144,7 +145,7 @@ class UndoContext:
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
-            with _NO_LOCK if thread_local else _GLOBAL_LOCK:
+            with _LOCKS[thread_local]:
                 _unwind(frame, thread_local)
         except KnobsError:
             raise
@@ -273,7 +274,7 @@ def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
     thread_local = _thread_local() if thread_local is None else thread_local
     for _ in range(8):
         try:
-            with _NO_LOCK if thread_local else _GLOBAL_LOCK:
+            with _LOCKS[thread_local]:
                 if frame is not None:
                     _unwind(frame, thread_local)
                 else:  # the frame was already popped: only re-apply blocks left suspended

@@ -448,16 +448,16 @@ class InterceptionUse(Use):
     """Undo record: hold the interception (installs it for the first holder) with this torch's patch module."""
 
     def __init__(self, patches: TorchPatches) -> None:
-        self.patch = INTERCEPTION
+        super().__init__(INTERCEPTION)
         self.patches = patches
 
     def apply(self) -> None:
         _PATCHES[id(self)] = self.patches
-        INTERCEPTION.acquire(self)
+        super().apply()
 
     def revert(self) -> None:
         try:
-            INTERCEPTION.release(self)
+            super().revert()
         finally:
             _PATCHES.pop(id(self), None)
 
