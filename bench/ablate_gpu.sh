@@ -122,23 +122,28 @@ lane() {  # lane GPU: model sections from the queue until it is empty or the dea
     done
 }
 
-model_table() {  # model_table DIR: the README's table from DIR/*/results.json
-    "$PYTHON" - "$1" <<'PY'
+model_table() {  # model_table DIR...: the README's table from DIR/*/results.json (rows sorted by model, GPU)
+    "$PYTHON" - "$@" <<'PY'
 import json, pathlib, sys
 
 from inductor_knobs.ablation import report
 
 
-def ratio(row, key):
+def ratio(row, key):  # the report's own formatting: an interval that excludes 1.00x never prints as [1.00–...]
     if key not in row:
         return "-"
-    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
-    return f"{row[key]:.2f}x" + (f" [{low:.2f}–{high:.2f}]" if low is not None else "")
+    return report._interval(row[key], row.get(f"{key}_low"), row.get(f"{key}_high"), ".2f", "x")
+
+
+def order(path):
+    data = json.loads(path.read_text())
+    sms = str(data.get("emulate_sms") or "")
+    return data["workload"], int(sms) if sms.isdigit() else 10**6  # the full GPU after the emulated sections
 
 
 print("| model | GPU | processes | latency ms gated / forced | latency speedup [95% CI] | GPU kernel ms gated / forced | kernel speedup [95% CI] | compile s gated / forced |")
 print("|---|---|---|---|---|---|---|---|")
-for path in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json")):
+for path in sorted((p for d in sys.argv[1:] for p in pathlib.Path(d).glob("*/results.json")), key=order):
     data = json.loads(path.read_text())
     rows = {r["arm"]: r for r in report.summarize(data)}  # today's statistics, also for older files
     gated, forced = rows.get("gated", {}), rows.get("forced", {})
