@@ -186,7 +186,7 @@ def wrap_attribute(
         return [owner, raw, function, wrapped, replacement, undo]
 
     def step(push: Callable[[Undo], None]) -> None:
-        owner = _owner(module_name, parents)
+        owner = (not parents and sys.modules.get(module_name)) or _owner(module_name, parents)
         raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         if not made or made[0] is not owner or made[1] is not raw:
             made[:] = make(owner, raw)
@@ -218,27 +218,34 @@ class _Binders:
         self.scanned = 0  # len(sys.modules) at the last scan
         self.last_key: str | None = None  # the newest module name at the last scan
 
-    def namespaces(self, *candidates: object) -> list[dict[str, Any]]:
+    def rebind(self, find: object, replace: object) -> None:
+        """Rebind every module global ``self.name`` that is ``find`` to ``replace``."""
         modules = sys.modules
-        newest = next(reversed(modules), None)
-        if self.scanned != len(modules) or newest != self.last_key:
-            try:
-                fresh = []
-                for key in reversed(modules):  # newest first, back to the last module scanned
-                    if key == self.last_key:
-                        break
-                    fresh.append(key)
-                else:  # the last module scanned is gone: scan everything again
-                    self.found.clear()
-            except RuntimeError:  # another thread imported meanwhile: scan everything again
+        if self.scanned != len(modules) or next(reversed(modules), None) != self.last_key:
+            self._scan(modules, find, replace)
+        name = self.name
+        for namespace in self.found.values():
+            if namespace.get(name) is find:
+                namespace[name] = replace
+
+    def _scan(self, modules: dict[str, Any], *candidates: object) -> None:
+        """Add the namespaces imported since the last scan that bind one of ``candidates``."""
+        try:
+            fresh = []
+            for key in reversed(modules):  # newest first, back to the last module scanned
+                if key == self.last_key:
+                    break
+                fresh.append(key)
+            else:  # the last module scanned is gone: scan everything again
                 self.found.clear()
-                fresh = list(modules)
-            for key in fresh:
-                namespace = getattr(modules.get(key), "__dict__", None)
-                if isinstance(namespace, dict) and any(namespace.get(self.name) is c for c in candidates):
-                    self.found[id(namespace)] = namespace
-            self.scanned, self.last_key = len(modules), next(reversed(modules), None)
-        return list(self.found.values())
+        except RuntimeError:  # another thread imported meanwhile: scan everything again
+            self.found.clear()
+            fresh = list(modules)
+        for key in fresh:
+            namespace = getattr(modules.get(key), "__dict__", None)
+            if isinstance(namespace, dict) and any(namespace.get(self.name) is c for c in candidates):
+                self.found[id(namespace)] = namespace
+        self.scanned, self.last_key = len(modules), next(reversed(modules), None)
 
 
 _BINDERS: dict[str, _Binders] = {}
@@ -251,6 +258,4 @@ def _sweep(name: str, find: object, replace: object) -> None:
     bound the replacement) are put back too.
     """
     binders = _BINDERS.get(name) or _BINDERS.setdefault(name, _Binders(name))
-    for namespace in binders.namespaces(find, replace):
-        if namespace.get(name) is find:
-            namespace[name] = replace
+    binders.rebind(find, replace)

@@ -97,10 +97,10 @@ class ConfigChange:
         patches = self.patches
         process_wide = self.process_wide
         for cfg, values in self.groups:
-            if process_wide:
-                prior = {key: patches.process_default_state(cfg, key) for key in values}
-            else:
-                prior = {key: patches.read_override(cfg, key) for key in values}
+            read = patches.process_default_state if process_wide else patches.read_override
+            prior = {}
+            for key in values:
+                prior[key] = read(cfg, key)
             self._priors.append((cfg, prior))  # before the write: revert puts back only what was captured
             if process_wide:
                 for key, value in values.items():
@@ -109,7 +109,7 @@ class ConfigChange:
                 self._undos[id(cfg)] = patches.write_overrides(cfg, values)
             for key, value in values.items():
                 # What Inductor reads now (see _read); inlined, as every block reads each key back.
-                found = patches.read_value(cfg, key) if process_wide else getattr(cfg, key)
+                found = patches.read_value(cfg, key) if process_wide else patches.read_config(cfg, key)
                 if found != value:
                     cause = diagnose(patches, cfg, key)
                     self._restore()
@@ -121,11 +121,22 @@ class ConfigChange:
     def revert(self) -> None:
         """Idempotent: a revert interrupted part-way can run again."""
         if not self._restored:
+            process_wide, read_override = self.process_wide, self.patches.read_override
             for (cfg, values), (_, prior) in zip(self.groups, self._priors):
-                if not self.process_wide and id(cfg) not in self._undos:
+                if not process_wide and id(cfg) not in self._undos:
                     continue  # an interrupt before its write returned: nothing of this block's to check
                 for key in prior:
-                    if self._changed(cfg, key, values[key]):
+                    value = values[key]
+                    # Whether something else set the key since apply read ``value`` back.  Every write to an
+                    # override (setattr, config.patch, torch's raw patcher) replaces the stored override, so
+                    # comparing that is exact and costs one dictionary read where getattr on a ConfigModule
+                    # runs its whole lookup; the process layer (env activation) compares what Inductor reads.
+                    if process_wide:
+                        changed = self._read(cfg, key) != value
+                    else:
+                        stored = read_override(cfg, key)
+                        changed = stored is not value and stored != value
+                    if changed:
                         warnings.warn(
                             f"{cfg.__name__}.{key} was changed to {self._read(cfg, key)!r} inside the knobs block "
                             f"(the block set {values[key]!r}); restoring the value from before the block",
@@ -133,19 +144,6 @@ class ConfigChange:
                             stacklevel=4,
                         )
         self._restore()
-
-    def _changed(self, cfg: ModuleType, key: str, value: object) -> bool:
-        """Whether something else set ``key`` since :meth:`apply` read ``value`` back.
-
-        Every write to an override (``setattr``, ``config.patch``, torch's raw patcher) replaces the
-        stored override, so comparing that is exact for overrides and costs one dictionary read
-        where ``getattr`` on a ``ConfigModule`` runs its whole lookup.  The process layer (env
-        activation) compares the value Inductor reads.
-        """
-        if self.process_wide:
-            return self._read(cfg, key) != value
-        stored = self.patches.read_override(cfg, key)
-        return stored is not value and stored != value
 
     def _read(self, cfg: ModuleType, key: str) -> object:
         """The value Inductor reads now (implications and aliases included).
@@ -156,7 +154,7 @@ class ConfigChange:
         """
         if self.process_wide:
             return self.patches.read_value(cfg, key)
-        return getattr(cfg, key)
+        return self.patches.read_config(cfg, key)
 
     def _restore(self) -> None:
         self._restored = True

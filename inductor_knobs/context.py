@@ -88,7 +88,7 @@ def _describe(owner: tuple[int, int | None]) -> str:
 
 
 def _thread_local() -> bool:
-    return torch_compat.installed(strict=False).config_is_thread_local
+    return torch_compat.installed(strict=False).config_is_thread_local  # bool: indexes _LOCKS
 
 
 def _torch_version() -> str:

@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 _PATCHERS: dict[tuple[Any, ...], tuple[ModuleType, tuple[object, ...], Any]] = {}
 
 
+@functools.cache
+def _type_names(kind: type) -> frozenset[str]:
+    """Every attribute name ``kind`` and its bases define (see :meth:`TorchPatches.read_config`)."""
+    return frozenset(name for klass in kind.__mro__ for name in vars(klass))
+
+
 class TorchPatches:
     """What the knobs need to know about one range of torch releases.
 
@@ -145,6 +151,23 @@ class TorchPatches:
 
     # -- config storage -----------------------------------------------------------------
 
+    def read_config(self, cfg: ModuleType, key: str) -> object:
+        """``getattr(cfg, key)``: the value Inductor reads (overrides, forcing env vars, aliases and all).
+
+        A config key is not an attribute of the module object: ``ConfigModule.__getattr__``
+        (``utils/_config_module.py``) answers it, which Python calls only after the generic lookup
+        failed and built its ``AttributeError``.  So that method is called directly (half the cost,
+        read at every enter), unless the generic lookup could find something (a name in the module's
+        ``__dict__`` or on its type, or a module-level ``__getattr__``) or the type has no
+        ``__getattr__``: then plain ``getattr`` runs.  The type's names are cached per type.
+        """
+        found = cfg.__dict__
+        kind: type = type(cfg)
+        names = _type_names(kind)
+        if key in found or key in names or "__getattr__" in found or "__getattr__" not in names:
+            return getattr(cfg, key)
+        return kind.__getattr__(cfg, key)  # type: ignore[attr-defined,no-any-return]
+
     def read_override(self, cfg: ModuleType, key: str) -> object:
         """Return the stored state of ``cfg.key`` that :meth:`write_override` can put back exactly."""
         return cfg._config[key]  # type: ignore[attr-defined]
@@ -175,18 +198,16 @@ class TorchPatches:
                 _PATCHERS.clear()
             found = _PATCHERS[key] = (cfg, tuple(raw.values()), cfg._make_closure_patcher(**raw))  # type: ignore[attr-defined]
         undo: Callable[[], None] = found[2]()
-        self._hash_changed(cfg)
+        # torch's raw patcher leaves get_hash()'s cache flag alone in 2.4-2.12 (from 2.13 it sets
+        # _hash_dirty_var itself and the config has no _is_dirty).  Inline: run at every enter and exit.
+        if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]
+            cfg._is_dirty = True  # type: ignore[attr-defined]
         return undo
 
     def revert_overrides(self, cfg: ModuleType, undo: Callable[[], None]) -> None:
         """Run torch's revert returned by :meth:`write_overrides` (cheaper than a second write)."""
         undo()
-        self._hash_changed(cfg)
-
-    def _hash_changed(self, cfg: ModuleType) -> None:
-        # torch's raw patcher leaves get_hash()'s cache flag alone in 2.4-2.12 (from 2.13 it sets
-        # _hash_dirty_var itself and the config has no _is_dirty).
-        if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]
+        if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]  # as in write_overrides
             cfg._is_dirty = True  # type: ignore[attr-defined]
 
     def read_value(self, cfg: ModuleType, key: str) -> object:
@@ -197,7 +218,7 @@ class TorchPatches:
         so a read never turns "unset" into a pinned value.
         """
         before = self.read_override(cfg, key)
-        value = getattr(cfg, key)
+        value = self.read_config(cfg, key)
         if self.read_override(cfg, key) is not before:
             self.write_override(cfg, key, before)
         return value

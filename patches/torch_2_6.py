@@ -14,7 +14,9 @@ Facts (torch 2.6.0 wheel):
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +26,8 @@ from .torch_2_4 import TorchPatches
 
 if TYPE_CHECKING:
     import torch
+
+_COMPILER_CONFIG = "torch.compiler.config"
 
 
 class Torch26(TorchPatches):
@@ -88,10 +92,9 @@ class Torch26(TorchPatches):
 
     def cache_salt(self, tag: str) -> list[tuple[str, str, object]]:
         """Append ``tag`` to ``torch.compiler.config.cache_key_tag`` (kept if the user set one)."""
-        import torch.compiler.config as compiler_config
-
-        prior = str(compiler_config.cache_key_tag)
-        return [("torch.compiler.config", "cache_key_tag", f"{prior}+{tag}" if prior else tag)]
+        compiler_config = sys.modules.get(_COMPILER_CONFIG) or importlib.import_module(_COMPILER_CONFIG)  # read at every enter
+        prior = str(self.read_config(compiler_config, "cache_key_tag"))
+        return [(_COMPILER_CONFIG, "cache_key_tag", f"{prior}+{tag}" if prior else tag)]
 
 
 PATCHES = Torch26()
