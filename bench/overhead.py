@@ -5,9 +5,12 @@
 - **enter + exit** (in one process that has compiled, so thousands of modules are loaded):
   ``ik.knobs(coordinate_descent_tuning=True)`` against ``torch._inductor.config.patch`` of the same
   key, and ``ik.force_gemm_autotune(min_sms=40)`` against ``config.patch`` of the keys it sets
-  (``max_autotune_gemm``, ``max_autotune_gemm_backends``).  Rounds alternate the variants; each
-  round times a loop of blocks with ``time.perf_counter``; the figure is the median over rounds of
-  the per-block time (the unit of replication is a round).
+  (``max_autotune_gemm``, ``max_autotune_gemm_backends``).  Every variant makes its context
+  object inside the loop, as ``with ik.knobs(...):`` and ``with config.patch(...):`` do (torch's
+  ``patch`` builds a class per call).  Rounds alternate the variants' order; each round times a loop
+  of blocks of each with ``time.perf_counter``; a ratio is the median over rounds of that round's
+  ratio (paired: a machine that speeds up or slows down between rounds moves both sides; the unit of
+  replication is a round), and the µs figures are medians over rounds of the per-block time.
 - **interpreter start** with an ``INDUCTOR_KNOBS_*`` variable set, against a bare ``python -c pass``
   (the installed startup ``.pth`` present in both), and **``import inductor_knobs``** against a
   bare start: CPU seconds (user + system, ``RUSAGE_CHILDREN``) of each child, starts alternated;

@@ -141,7 +141,7 @@ class UndoContext:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:  # every line of the unwinding is inside: an interrupt anywhere is finished below, then re-raised
             frame: _Frame | None = None
-            thread_local = _thread_local()
+            thread_local = torch_compat.installed(strict=False).config_is_thread_local
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
@@ -292,15 +292,20 @@ def _unwind(frame: _Frame, thread_local: bool) -> None:
     stack = _FRAMES.get(thread_local)
     if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
         revert_all(frame.applied)
-        _FRAMES.set(stack[:-1], thread_local)
+        stack = stack[:-1]
+        _FRAMES.set(stack, thread_local)
     elif frame in stack:
         index = stack.index(frame)
         for above in reversed(stack[index + 1 :]):
             above.suspended = True
             revert_all(above.applied)
         revert_all(frame.applied)
-        _FRAMES.set(stack[:index] + stack[index + 1 :], thread_local)
-    _reapply_suspended(thread_local)
+        stack = stack[:index] + stack[index + 1 :]
+        _FRAMES.set(stack, thread_local)
+    for above in stack:  # a loop, not a call, on the usual exit: nothing is suspended there
+        if above.suspended:
+            _reapply_suspended(thread_local)
+            break
 
 
 def _reapply_suspended(thread_local: bool) -> None:
@@ -376,7 +381,7 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
     return KnobsContext(spec.merged(extra) if spec is not None else extra)
 
 
-#: (torch version, sorted keyword items) -> the validated Knobs: a block written in a loop
+#: (torch version, keyword items) -> the validated Knobs: a block written in a loop
 #: (``with ik.knobs(...)``) validates its keywords once.  Knobs are immutable, so sharing is safe.
 _KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
 
@@ -384,7 +389,7 @@ _KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
 def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
     if isinstance(kwargs.get("trace"), str):  # a directory: probed on the file system every time
         return Knobs.from_kwargs(**kwargs)
-    key = (torch_version(), tuple(sorted(kwargs.items())))
+    key = (torch_version(), tuple(kwargs.items()))  # call-site order: each order is cached once
     try:
         found = _KNOBS_BY_KWARGS.get(key)
     except TypeError:  # an unhashable value (a config dict): not cached
@@ -405,7 +410,7 @@ def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwarg
         backends: ``max_autotune_gemm_backends`` (default ``"ATEN,TRITON"``, keeping the ATen fallback).
         **kwargs: further knobs, as for :func:`knobs`; they win over the two above.
     """
-    return knobs(**{"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends, **kwargs})
+    return KnobsContext(_knobs_from_kwargs({"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends, **kwargs}))
 
 
 def emulate_gpu(

@@ -113,10 +113,8 @@ def plan(
     The validation is cached per (``knobs`` object, torch version, gate function identity); a
     request that involves the file system (CUTLASS) is validated every time.
     """
-    import torch
-
-    version = torch.__version__
-    patches = torch_compat.installed(strict=knobs.strict)
+    patches = torch_compat.installed(strict=knobs.strict)  # imports torch
+    version = sys.modules["torch"].__version__
     gate_fn = _gate_function() if knobs.min_sms is not None else None
     cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
     key = (id(knobs), process_wide, source, tuple(sorted(sources.items())) if sources else (), id(patches), version, id(gate_fn))

@@ -12,6 +12,7 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -104,10 +105,13 @@ def _select(torch_version: str) -> tuple[TorchPatches, bool]:
 
 def installed(*, strict: bool = True) -> TorchPatches:
     """The patch module for the torch that is importable here (imports torch)."""
-    import torch
-
-    module, outside = _select(torch.__version__)  # asked at every enter and exit: select() only when it warns or raises
-    return select(torch.__version__, strict=strict) if outside else module
+    torch = sys.modules.get("torch")  # asked several times per enter and exit: no import statement once loaded
+    if torch is None:
+        importlib.import_module("torch")
+        torch = sys.modules["torch"]
+    version = torch.__version__
+    module, outside = _select(version)  # select() only when it warns or raises
+    return select(version, strict=strict) if outside else module
 
 
 @dataclass(frozen=True)
