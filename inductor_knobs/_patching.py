@@ -161,6 +161,7 @@ def wrap_attribute(
     made: list[Any] = []  # [owner, raw, function, wrapped, replacement, undo]
 
     module_name, parents, name = _parse(path)  # once: the step runs at every first holder
+    binders = _binders(name) if sweep else None  # rebinds module globals of that name (see _Binders)
 
     def make(owner: Any, raw: Any) -> list[Any]:
         function = raw.__func__ if isinstance(raw, staticmethod) else raw
@@ -180,8 +181,8 @@ def wrap_attribute(
                         stacklevel=2,
                     )
             finally:
-                if sweep:
-                    _sweep(name, wrapped, function)
+                if binders is not None:
+                    binders.rebind(wrapped, function)
 
         return [owner, raw, function, wrapped, replacement, undo]
 
@@ -193,8 +194,8 @@ def wrap_attribute(
         _, _, function, wrapped, replacement, undo = made
         push(undo)  # before the change: an interrupt below still leaves a working undo
         setattr(owner, name, replacement)
-        if sweep:
-            _sweep(name, function, wrapped)
+        if binders is not None:
+            binders.rebind(function, wrapped)
         if on_install is not None:
             on_install(function, wrapped)
 
@@ -251,11 +252,10 @@ class _Binders:
 _BINDERS: dict[str, _Binders] = {}
 
 
-def _sweep(name: str, find: object, replace: object) -> None:
-    """Rebind every module global ``name`` that is ``find`` to ``replace``.
+def _binders(name: str) -> _Binders:
+    """The one :class:`_Binders` of ``name`` for the process (shared by every patch of that name).
 
-    Undo sweeps for the replacement again, so modules imported while the patch was active (which
+    Undo rebinds for the replacement again, so modules imported while the patch was active (which
     bound the replacement) are put back too.
     """
-    binders = _BINDERS.get(name) or _BINDERS.setdefault(name, _Binders(name))
-    binders.rebind(find, replace)
+    return _BINDERS.get(name) or _BINDERS.setdefault(name, _Binders(name))
