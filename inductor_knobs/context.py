@@ -73,11 +73,10 @@ def _owner() -> tuple[int, int | None]:
     """(thread id, id of the running asyncio task or None): who holds a frame."""
     task = None
     asyncio = sys.modules.get("asyncio")  # no tasks exist unless asyncio was imported
-    if asyncio is not None:
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no running event loop in this thread
-            task = None
+    # Asked at every enter before torch 2.12: current_task() raises (and builds a RuntimeError) when
+    # no loop runs in this thread, so the loop is asked first, which returns None instead.
+    if asyncio is not None and asyncio._get_running_loop() is not None:
+        task = asyncio.current_task()
     return threading.get_ident(), None if task is None else id(task)
 
 
