@@ -46,17 +46,13 @@ class ScopedSlot(Generic[T]):
             thread_local = torch_compat.installed(strict=False).config_is_thread_local
         return self._var if thread_local else self._global
 
-    # get and capture run several times at every enter and exit: the scope is picked inline when the
-    # caller knows it (one call less each time).
-
     def get(self, thread_local: bool | None = None) -> T:
-        scope = self._pick(None) if thread_local is None else self._var if thread_local else self._global
-        return scope.get()  # type: ignore[no-any-return]
+        return self._pick(thread_local).get()  # type: ignore[no-any-return]
 
     def capture(self, thread_local: bool | None = None) -> Any:
         """A token for :meth:`reset`: the scope and the value it holds now.  Changes nothing, so a record
         can keep the token *before* it changes the slot (an interrupt in between leaves a working undo)."""
-        scope = self._pick(None) if thread_local is None else self._var if thread_local else self._global
+        scope = self._pick(thread_local)
         return (scope, scope.get())
 
     def put(self, token: Any, value: T) -> None:

@@ -100,7 +100,7 @@ def is_installed() -> bool:
 
 def original_gate() -> Callable[..., bool] | None:
     """The original ``is_big_gpu`` while the wrapper is installed, else None."""
-    return _STATE.original if GATE_PATCH.users else None  # read by every plan with min_sms
+    return _STATE.original if is_installed() else None
 
 
 def installed_wrapper() -> Any:
@@ -167,7 +167,7 @@ class GateChange:
             importlib.import_module(GATE_MODULE)
         _STATE.patches = self.patches
         GATE_PATCH.acquire(self)
-        _STATE.original.cache_clear()  # type: ignore[union-attr]  # set by the install
+        _clear_cache()
         if self.process_wide:
             if self._prior_default is _NOT_SET:
                 self._prior_default = _STATE.process_default

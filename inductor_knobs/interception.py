@@ -447,18 +447,17 @@ INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _step
 class InterceptionUse(Use):
     """Undo record: hold the interception (installs it for the first holder) with this torch's patch module."""
 
-    patch = INTERCEPTION  # Use's attribute, as a class attribute: no Use.__init__ call at every plan
-
     def __init__(self, patches: TorchPatches) -> None:
+        super().__init__(INTERCEPTION)
         self.patches = patches
 
     def apply(self) -> None:
         _PATCHES[id(self)] = self.patches
-        INTERCEPTION.acquire(self)  # what Use.apply does, without the extra call at every enter
+        super().apply()
 
     def revert(self) -> None:
         try:
-            INTERCEPTION.release(self)
+            super().revert()
         finally:
             _PATCHES.pop(id(self), None)
 

@@ -170,6 +170,18 @@ def test_forced_key_is_refused_at_enter_with_nothing_applied(patches, monkeypatc
     assert not interception.INTERCEPTION.users
 
 
+def test_a_value_shadowing_the_key_on_the_module_is_refused_at_enter(patches, monkeypatch):
+    # A third-party patcher that writes the module's __dict__ directly: plain getattr (and so Inductor)
+    # finds that value before ConfigModule.__getattr__ is ever asked, and the read-back must too.
+    monkeypatch.setitem(vars(cfg), "max_autotune", False)
+    assert cfg.max_autotune is False
+    before = patches.read_override(cfg, "max_autotune")
+    with pytest.raises(ik.KnobNotApplied, match="max_autotune=True did not take"), ik.knobs(max_autotune=True):
+        pass
+    assert patches.read_override(cfg, "max_autotune") is before
+    assert not interception.INTERCEPTION.users
+
+
 def _unsloth_like_setattr(monkeypatch):
     """Replace the config module's ``__setattr__`` as Unsloth does (2026): a plain assignment also
     rewrites the process default, and this one pins ``coordinate_descent_tuning`` to True."""
