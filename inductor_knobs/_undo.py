@@ -37,6 +37,8 @@ class Change(Protocol):
 
 #: Config keys grouped by the module that stores them: ``((module, {key: value}), ...)``.
 Groups = tuple[tuple[ModuleType, dict[str, object]], ...]
+#: Per group, the function that writes it and returns the undo (``TorchPatches.overrides_writer``).
+Writers = tuple[Callable[[], Callable[[], None]], ...]
 
 
 def config_groups(patches: TorchPatches, settings: Sequence[tuple[ModuleType, str, object]]) -> Groups:
@@ -52,6 +54,11 @@ def config_groups(patches: TorchPatches, settings: Sequence[tuple[ModuleType, st
     return tuple(groups.values())
 
 
+def config_writers(patches: TorchPatches, groups: Groups) -> Writers:
+    """The writer of each group (made once per cached plan: a block's write is then one call of torch's patcher)."""
+    return tuple(patches.overrides_writer(cfg, values) for cfg, values in groups)
+
+
 class ConfigChange:
     """Set keys of torch ``ConfigModule`` s and put back their stored overrides on revert.
 
@@ -60,6 +67,7 @@ class ConfigChange:
         settings: ``(config module, key, value)`` triples, grouped by :func:`config_groups`.
         process_wide: set process defaults (env activation) instead of overrides.
         groups: the settings already grouped (instead of ``settings``).
+        writers: ``groups``' writers from :func:`config_writers` (made here if not given).
 
     Revert restores the raw stored state (including "unset"), not the value read before,
     so a key that was at its default is at its default again afterwards (torch's own
@@ -76,10 +84,14 @@ class ConfigChange:
         *,
         process_wide: bool = False,
         groups: Groups | None = None,
+        writers: Writers | None = None,
     ) -> None:
         self.patches = patches
         #: ``groups``: ``settings`` already passed through :func:`config_groups` (a cached plan's; never changed).
         self.groups = config_groups(patches, settings) if groups is None else groups
+        if writers is None and not process_wide:  # the process layer writes defaults, not overrides
+            writers = config_writers(patches, self.groups)
+        self.writers = writers or ()
         self.process_wide = process_wide
         self._priors: list[tuple[ModuleType, dict[str, object]]] = []
         #: torch's own revert of each module's write, once it returned (an interrupt inside the write
@@ -96,7 +108,8 @@ class ConfigChange:
         # module (Unsloth's rewrites the process default) would make the revert inexact.
         patches = self.patches
         process_wide = self.process_wide
-        for cfg, values in self.groups:
+        writers = self.writers
+        for index, (cfg, values) in enumerate(self.groups):
             read = patches.process_default_state if process_wide else patches.read_override
             prior = {}
             for key in values:
@@ -106,7 +119,7 @@ class ConfigChange:
                 for key, value in values.items():
                     patches.set_process_default(cfg, key, value)
             else:
-                self._undos[id(cfg)] = patches.write_overrides(cfg, values)
+                self._undos[id(cfg)] = writers[index]()
             for key, value in values.items():
                 # What Inductor reads now (see _read); inlined, as every block reads each key back.
                 found = patches.read_value(cfg, key) if process_wide else patches.read_config(cfg, key)
@@ -165,7 +178,7 @@ class ConfigChange:
             else:
                 undo = self._undos.pop(id(cfg), None)
                 if undo is not None:
-                    self.patches.revert_overrides(cfg, undo)
+                    undo()
                 else:
                     self.patches.write_overrides(cfg, prior)
 

@@ -54,19 +54,16 @@ _FRAMES: ScopedSlot[tuple[_Frame, ...]] = ScopedSlot("inductor_knobs.frames", ()
 _GLOBAL_LOCK = threading.RLock()
 
 
-class _NoLock:
-    """Per-thread stacks (torch 2.12+) need no lock: nothing else can see them."""
+class _ThreadLock(threading.local):
+    """Each thread's own lock, for its own stack (torch 2.12+): nothing else can see that stack, so it
+    is never contended; it is a C lock rather than a no-op context manager written in Python because
+    it is entered at every enter and exit."""
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
 
 
-#: The lock of a stack, indexed by ``thread_local``: the process-global stack (torch < 2.12) is
-#: guarded, a thread's own stack is not.  A tuple index, not a helper call: read at every enter and exit.
-_LOCKS = (_GLOBAL_LOCK, _NoLock())
+_THREAD = _ThreadLock()
 
 
 def _owner() -> tuple[int, int | None]:
@@ -114,8 +111,9 @@ class UndoContext:
 
     def __enter__(self) -> Any:
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
-        with _LOCKS[thread_local]:
-            stack = _FRAMES.get(thread_local)
+        with _THREAD.lock if thread_local else _GLOBAL_LOCK:
+            frames = _FRAMES.scopes[thread_local]
+            stack = frames.get()
             me = None
             if not thread_local:  # one stack for the process: it must belong to one thread/task
                 me = owner = _owner()
@@ -130,7 +128,7 @@ class UndoContext:
             changes, value = self._plan()
             frame = _Frame(self, me)
             try:  # from the push on, any interrupt (even at the return) unwinds everything
-                _FRAMES.set((*stack, frame), thread_local)
+                frames.set((*stack, frame))
                 apply_all(changes, frame.applied)
                 return value
             except BaseException:
@@ -144,7 +142,7 @@ class UndoContext:
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
-            with _LOCKS[thread_local]:
+            with _THREAD.lock if thread_local else _GLOBAL_LOCK:
                 _unwind(frame, thread_local)
         except KnobsError:
             raise
@@ -161,7 +159,7 @@ class UndoContext:
             raise not_applied.with_traceback(None) from exc
 
     def _top_frame(self, thread_local: bool) -> _Frame | None:
-        for frame in reversed(_FRAMES.get(thread_local)):
+        for frame in reversed(_FRAMES.scopes[thread_local].get()):
             if frame.context is self:
                 return frame
         return None
@@ -273,7 +271,7 @@ def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
     thread_local = _thread_local() if thread_local is None else thread_local
     for _ in range(8):
         try:
-            with _LOCKS[thread_local]:
+            with _THREAD.lock if thread_local else _GLOBAL_LOCK:
                 if frame is not None:
                     _unwind(frame, thread_local)
                 else:  # the frame was already popped: only re-apply blocks left suspended
@@ -288,11 +286,12 @@ def _unwind(frame: _Frame, thread_local: bool) -> None:
 
     Idempotent: run again after an interrupt, it carries on where it stopped.
     """
-    stack = _FRAMES.get(thread_local)
+    frames = _FRAMES.scopes[thread_local]
+    stack = frames.get()
     if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
         revert_all(frame.applied)
         stack = stack[:-1]
-        _FRAMES.set(stack, thread_local)
+        frames.set(stack)
     elif frame in stack:
         index = stack.index(frame)
         for above in reversed(stack[index + 1 :]):
@@ -300,7 +299,7 @@ def _unwind(frame: _Frame, thread_local: bool) -> None:
             revert_all(above.applied)
         revert_all(frame.applied)
         stack = stack[:index] + stack[index + 1 :]
-        _FRAMES.set(stack, thread_local)
+        frames.set(stack)
     for above in stack:  # a loop, not a call, on the usual exit: nothing is suspended there
         if above.suspended:
             _reapply_suspended(thread_local)
@@ -308,7 +307,7 @@ def _unwind(frame: _Frame, thread_local: bool) -> None:
 
 
 def _reapply_suspended(thread_local: bool) -> None:
-    for above in _FRAMES.get(thread_local):
+    for above in _FRAMES.scopes[thread_local].get():
         if above.suspended:
             changes, _ = above.context._plan()  # fresh records: salts and priors as they are now
             apply_all(changes, above.applied)

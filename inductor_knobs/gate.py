@@ -90,7 +90,7 @@ def current_override() -> Override | None:
     """The override that applies on this thread now, or None (torch's own gate)."""
     if _STATE.patches is None:
         return _STATE.process_default
-    return _STATE.scoped.get(_STATE.patches.config_is_thread_local) or _STATE.process_default
+    return _STATE.scoped.scopes[_STATE.patches.config_is_thread_local].get() or _STATE.process_default
 
 
 def is_installed() -> bool:
@@ -173,8 +173,9 @@ class GateChange:
                 self._prior_default = _STATE.process_default
             _STATE.process_default = self.override
         elif self._token is None:
-            self._token = _STATE.scoped.capture(self.patches.config_is_thread_local)  # the undo first
-            _STATE.scoped.put(self._token, self.override)
+            scope = _STATE.scoped.scopes[self.patches.config_is_thread_local]
+            self._token = (scope, scope.get())  # the undo first
+            scope.set(self.override)
 
     def revert(self) -> None:
         """Idempotent: a revert interrupted part-way can run again."""
@@ -182,8 +183,8 @@ class GateChange:
             if self.process_wide:
                 if self._prior_default is not _NOT_SET:
                     _STATE.process_default = self._prior_default  # type: ignore[assignment]
-            else:
-                _STATE.scoped.reset(self._token)
+            elif self._token is not None:
+                self._token[0].set(self._token[1])
             _clear_cache()
         finally:
             GATE_PATCH.release(self)

@@ -204,7 +204,7 @@ def _merge(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], 
 
 def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
     """What applies on this thread now: the process layer (env), then blocks (inner wins), by rank."""
-    return _merge(_PROCESS, _SCOPED.get(patches.config_is_thread_local))
+    return _merge(_PROCESS, _SCOPED.scopes[patches.config_is_thread_local].get())
 
 
 # -- listeners ---------------------------------------------------------------------------------
@@ -492,9 +492,10 @@ class AskChange(InterceptionUse):
                 self._prior = dict(_PROCESS)
                 _PROCESS.update(_merge(_PROCESS, self.values))
         else:
-            self._token = _SCOPED.capture(self.patches.config_is_thread_local)  # the undo first
-            below = self._token[1]
-            _SCOPED.put(self._token, _merge(below, self.values) if below else self.values)  # values is never changed
+            scope = _SCOPED.scopes[self.patches.config_is_thread_local]
+            below = scope.get()
+            self._token = (scope, below)  # the undo first
+            scope.set(_merge(below, self.values) if below else self.values)  # values is never changed
 
     def revert(self) -> None:
         try:
@@ -503,8 +504,8 @@ class AskChange(InterceptionUse):
                     with _PROCESS_LOCK:
                         _PROCESS.clear()
                         _PROCESS.update(self._prior)
-            else:
-                _SCOPED.reset(self._token)
+            elif self._token is not None:
+                self._token[0].set(self._token[1])
         finally:
             super().revert()
 

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from . import torch_compat
-from ._undo import Change, ConfigChange, Groups, config_groups
+from ._undo import Change, ConfigChange, Groups, Writers, config_groups, config_writers
 from .errors import InvalidKnobValue, NoFallbackWarning, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange, Asked, by_slot
@@ -72,9 +72,10 @@ class _Validated:
     warn_no_fallback: bool
     cfg: ModuleType  # the config module ``groups`` holds (a reloaded one is validated again)
     groups: Groups  # ``values`` grouped for ConfigChange (aliases followed)
-    #: (cache_salt's triples, ids of their modules) -> (groups with the salt, asked with the salt): the
+    writers: Writers  # ``groups``' writers (overrides only)
+    #: (cache_salt's triples, ids of their modules) -> (groups, writers, asked, all with the salt): the
     #: salt is read at every plan, but the same salt in the same modules is prepared once.
-    salted: dict[tuple[Any, ...], tuple[Groups, dict[tuple[str, str], Asked]]]
+    salted: dict[tuple[Any, ...], tuple[Groups, Writers, dict[tuple[str, str], Asked]]]
 
 
 #: (id of the Knobs, arguments, patch module, torch version, id of the gate) -> (knobs, gate, validated).
@@ -135,22 +136,28 @@ def plan(
             NoFallbackWarning,
             stacklevel=3,
         )
-    groups, asked = checked.groups, checked.asked
+    groups, writers, asked = checked.groups, checked.writers, checked.asked
     gate: list[Change] = []
     if checked.override is not None and checked.salt_tag is not None:
         # The salt is read fresh: it extends whatever cache_key_tag holds now.
-        groups, asked = _salted(patches, checked, patches.cache_salt(checked.salt_tag), source, knobs.on_mismatch or "raise")
+        groups, writers, asked = _salted(
+            patches, checked, patches.cache_salt(checked.salt_tag), source, knobs.on_mismatch or "raise"
+        )
         gate.append(GateChange(patches, checked.override, process_wide=process_wide))
     # One record writes every config key; the interception is held by the AskChange at the end
     # (nothing compiles in between).
-    changes: list[Change] = [ConfigChange(patches, process_wide=process_wide, groups=groups)] if groups else []
+    changes: list[Change] = (
+        [ConfigChange(patches, process_wide=process_wide, groups=groups, writers=None if process_wide else writers)]
+        if groups
+        else []
+    )
     return [*changes, *gate, AskChange(patches, asked, process_wide=process_wide)]
 
 
 def _salted(
     patches: TorchPatches, checked: _Validated, salt: list[tuple[str, str, object]], source: str, policy: str
-) -> tuple[Groups, dict[tuple[str, str], Asked]]:
-    """``checked``'s groups and asked values with the cache salt added, prepared once per salt and modules."""
+) -> tuple[Groups, Writers, dict[tuple[str, str], Asked]]:
+    """``checked``'s groups, their writers and asked values with the cache salt added, prepared once per salt and modules."""
     modules = []
     for name, _, _ in salt:  # a loop, not a comprehension: one call less at every enter
         modules.append(sys.modules.get(name) or importlib.import_module(name))
@@ -164,7 +171,8 @@ def _salted(
             asked[(module_name, salt_key)] = Asked(module_name, salt_key, value, source, on_mismatch=policy)
         if len(checked.salted) >= 16:  # a user's cache_key_tag that keeps changing
             checked.salted.clear()
-        prepared = checked.salted[key] = (config_groups(patches, settings), asked)
+        groups = config_groups(patches, settings)
+        prepared = checked.salted[key] = (groups, config_writers(patches, groups), asked)
     return prepared
 
 
@@ -203,7 +211,7 @@ def _validate(
         override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
         salt_tag = f"inductor_knobs-gate-{_gate_digest(override)}"
     groups = config_groups(patches, [(cfg, key, value) for key, value in values.items()])
-    return _Validated(values, asked, override, salt_tag, warn_no_fallback, cfg, groups, {})
+    return _Validated(values, asked, override, salt_tag, warn_no_fallback, cfg, groups, config_writers(patches, groups), {})
 
 
 def _gate_digest(override: Override) -> str:

@@ -26,10 +26,6 @@ if TYPE_CHECKING:
     import torch
 
 
-#: (id of a config module, keys, ids of the values) -> (module, values, torch's closure patcher for them).
-_PATCHERS: dict[tuple[Any, ...], tuple[ModuleType, tuple[object, ...], Any]] = {}
-
-
 @functools.cache
 def _type_names(kind: type) -> frozenset[str]:
     """Every attribute name ``kind`` and its bases define (see :meth:`TorchPatches.read_config`)."""
@@ -177,38 +173,37 @@ class TorchPatches:
         self.write_overrides(cfg, {key: raw})
 
     def write_overrides(self, cfg: ModuleType, raw: Mapping[str, object]) -> Callable[[], None]:
-        """Write states from :meth:`read_override` (or values), all keys in one call of torch's own raw patcher.
+        """Write states from :meth:`read_override` (or values) now; return torch's revert of this write."""
+        return self.overrides_writer(cfg, raw)()
+
+    def overrides_writer(self, cfg: ModuleType, raw: Mapping[str, object]) -> Callable[[], Callable[[], None]]:
+        """A function that writes ``raw`` with one call of torch's own raw patcher and returns its exact undo.
 
         ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw stored value
         (including "unset"), unlike ``config.patch`` whose exit writes the value it read and so
-        pins it as a user override.  The patcher it returns writes the same values every time it
-        is called, so one is kept per (module, keys, value objects): a block entered in a loop
-        builds it once.
+        pins it as a user override.  The patcher writes the same values every time it is called, so
+        a cached plan makes its writers once and a block's write is one call.
 
         Returns:
-            torch's revert for this write (the patcher's return value): pass it to
-            :meth:`revert_overrides` to put back exactly the stored states this write replaced.
+            ``write()``, which writes and returns ``undo()``; ``undo()`` puts back exactly the
+            stored states that write replaced (cheaper than a second write).
         """
-        # The module and value objects are kept with the patcher, so while it is cached their ids
-        # cannot belong to other objects: an equal key means the very same objects.
-        key = (id(cfg), tuple(raw), tuple(map(id, raw.values())))
-        found = _PATCHERS.get(key)
-        if found is None:
-            if len(_PATCHERS) >= 512:
-                _PATCHERS.clear()
-            found = _PATCHERS[key] = (cfg, tuple(raw.values()), cfg._make_closure_patcher(**raw))  # type: ignore[attr-defined]
-        undo: Callable[[], None] = found[2]()
-        # torch's raw patcher leaves get_hash()'s cache flag alone in 2.4-2.12 (from 2.13 it sets
-        # _hash_dirty_var itself and the config has no _is_dirty).  Inline: run at every enter and exit.
-        if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]
-            cfg._is_dirty = True  # type: ignore[attr-defined]
-        return undo
+        patcher: Callable[[], Callable[[], None]] = cfg._make_closure_patcher(**raw)  # type: ignore[attr-defined]
+        if "_is_dirty" not in cfg._bypass_keys:  # type: ignore[attr-defined]
+            return patcher  # 2.13+: the patcher marks get_hash()'s cache dirty itself (_hash_dirty_var)
 
-    def revert_overrides(self, cfg: ModuleType, undo: Callable[[], None]) -> None:
-        """Run torch's revert returned by :meth:`write_overrides` (cheaper than a second write)."""
-        undo()
-        if "_is_dirty" in cfg._bypass_keys:  # type: ignore[attr-defined]  # as in write_overrides
+        def write() -> Callable[[], None]:
+            # 2.4-2.12: torch's raw patcher leaves get_hash()'s cache flag alone, so both ways set it.
+            undo = patcher()
             cfg._is_dirty = True  # type: ignore[attr-defined]
+
+            def revert() -> None:
+                undo()
+                cfg._is_dirty = True  # type: ignore[attr-defined]
+
+            return revert
+
+        return write
 
     def read_value(self, cfg: ModuleType, key: str) -> object:
         """``getattr(cfg, key)`` without side effects.
