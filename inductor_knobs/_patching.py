@@ -76,12 +76,9 @@ class SharedPatch:
         self._steps = steps
         self._undos: list[Undo] = []
         self._holders: set[int] = set()
+        #: How many holders hold the patch now (an attribute, not a property: read at every block).
+        self.users = 0
         self.lock = threading.RLock()
-
-    @property
-    def users(self) -> int:
-        """How many holders hold the patch now."""
-        return len(self._holders)
 
     def acquire(self, holder: object) -> None:
         """Add ``holder``; the first one installs every step (all or nothing)."""
@@ -90,36 +87,22 @@ class SharedPatch:
                 return
             if not self._holders and not self._undos:
                 try:
+                    push = self._undos.append
                     for step in self._steps():
-                        step(self._undos.append)
+                        step(push)
                 except BaseException:
                     run_all(self._undos)
                     raise
             self._holders.add(id(holder))
+            self.users = len(self._holders)
 
     def release(self, holder: object) -> None:
         """Drop ``holder``; when none is left every step is undone (all run, then the first error is raised)."""
         with self.lock:
             self._holders.discard(id(holder))
+            self.users = len(self._holders)
             if not self._holders:
                 run_all(self._undos)
-
-
-class Use:
-    """Undo record: hold a :class:`SharedPatch` for as long as it is applied (idempotent both ways)."""
-
-    def __init__(self, patch: SharedPatch) -> None:
-        self.patch = patch
-
-    @property
-    def description(self) -> str:
-        return f"use {self.patch.name}"
-
-    def apply(self) -> None:
-        self.patch.acquire(self)
-
-    def revert(self) -> None:
-        self.patch.release(self)
 
 
 def resolve(path: str) -> tuple[Any, str]:

@@ -387,7 +387,9 @@ _KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
 def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
     if isinstance(kwargs.get("trace"), str):  # a directory: probed on the file system every time
         return Knobs.from_kwargs(**kwargs)
-    key = (torch_version(), tuple(kwargs.items()))  # call-site order: each order is cached once
+    torch = sys.modules.get("torch")
+    version = torch.__version__ if torch is not None else torch_version()  # no call once torch is imported
+    key = (version, tuple(kwargs.items()))  # call-site order: each order is cached once
     try:
         found = _KNOBS_BY_KWARGS.get(key)
     except TypeError:  # an unhashable value (a config dict): not cached

@@ -100,7 +100,7 @@ def is_installed() -> bool:
 
 def original_gate() -> Callable[..., bool] | None:
     """The original ``is_big_gpu`` while the wrapper is installed, else None."""
-    return _STATE.original if is_installed() else None
+    return _STATE.original if GATE_PATCH.users else None
 
 
 def installed_wrapper() -> Any:
@@ -138,11 +138,6 @@ def _gate(wrapped: Callable[..., bool], instance: object, args: tuple[Any, ...],
     return answer.verdict
 
 
-def _clear_cache() -> None:
-    if _STATE.original is not None:
-        _STATE.original.cache_clear()  # type: ignore[attr-defined]
-
-
 class GateChange:
     """Undo record: make ``min_sms`` the gate for this thread (2.12+) or process (< 2.12).
 
@@ -167,7 +162,7 @@ class GateChange:
             importlib.import_module(GATE_MODULE)
         _STATE.patches = self.patches
         GATE_PATCH.acquire(self)
-        _clear_cache()
+        _STATE.original.cache_clear()  # type: ignore[union-attr]  # set by the acquire (on_install)
         if self.process_wide:
             if self._prior_default is _NOT_SET:
                 self._prior_default = _STATE.process_default
@@ -185,6 +180,7 @@ class GateChange:
                     _STATE.process_default = self._prior_default  # type: ignore[assignment]
             elif self._token is not None:
                 self._token[0].set(self._token[1])
-            _clear_cache()
+            if _STATE.original is not None:
+                _STATE.original.cache_clear()  # type: ignore[attr-defined]
         finally:
             GATE_PATCH.release(self)

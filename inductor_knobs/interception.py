@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import gate
-from ._patching import SharedPatch, Use, wrap_attribute
+from ._patching import SharedPatch, wrap_attribute
 from ._scope import ScopedSlot
 from ._undo import ConfigChange, apply_all, revert_all
 from .errors import KnobNotApplied, KnobNotAppliedWarning
@@ -444,20 +444,27 @@ def _steps() -> tuple[Any, ...]:
 INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _steps)
 
 
-class InterceptionUse(Use):
-    """Undo record: hold the interception (installs it for the first holder) with this torch's patch module."""
+class InterceptionUse:
+    """Undo record: hold the interception (installs it for the first holder) with this torch's patch module.
+
+    Idempotent both ways: :class:`~inductor_knobs._patching.SharedPatch` counts each holder once, so a
+    record whose apply or revert was interrupted and runs again cannot count twice.
+    """
 
     def __init__(self, patches: TorchPatches) -> None:
-        super().__init__(INTERCEPTION)
         self.patches = patches
+
+    @property
+    def description(self) -> str:
+        return f"use {INTERCEPTION.name}"
 
     def apply(self) -> None:
         _PATCHES[id(self)] = self.patches
-        super().apply()
+        INTERCEPTION.acquire(self)
 
     def revert(self) -> None:
         try:
-            super().revert()
+            INTERCEPTION.release(self)
         finally:
             _PATCHES.pop(id(self), None)
 
@@ -475,7 +482,7 @@ class AskChange(InterceptionUse):
     """
 
     def __init__(self, patches: TorchPatches, values: Mapping[tuple[str, str], Asked], *, process_wide: bool = False) -> None:
-        super().__init__(patches)
+        self.patches = patches
         self.values = values  # by (module, key); never changed, so a cached plan's mapping can be shared
         self.process_wide = process_wide
         self._token: Any = None
@@ -486,7 +493,7 @@ class AskChange(InterceptionUse):
         return f"ask {', '.join(a.label for a in self.values.values())}"
 
     def apply(self) -> None:
-        super().apply()  # the interception is in place before anything is asked of it
+        InterceptionUse.apply(self)  # the interception is in place before anything is asked of it
         if self.process_wide:
             with _PROCESS_LOCK:
                 self._prior = dict(_PROCESS)
@@ -507,7 +514,7 @@ class AskChange(InterceptionUse):
             elif self._token is not None:
                 self._token[0].set(self._token[1])
         finally:
-            super().revert()
+            InterceptionUse.revert(self)
 
 
 def unwrap_not_applied(exc: BaseException | None) -> KnobNotApplied | None:
