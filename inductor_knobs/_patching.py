@@ -34,6 +34,9 @@ Undo = Callable[[], None]
 #: One install step: registers its undo through the callback *before* it changes anything, so an
 #: interrupt at any line of the step leaves an undo that puts back whatever part happened.
 Step = Callable[[Callable[[Undo], None]], None]
+#: How many times an undo interrupted by a ``KeyboardInterrupt`` is run again (a tuple to iterate: no
+#: ``range`` object is built for every undo of every block).
+TRIES = (1, 2, 3)
 
 
 def run_all(undos: list[Undo]) -> None:
@@ -44,7 +47,7 @@ def run_all(undos: list[Undo]) -> None:
     """
     first: BaseException | None = None
     while undos:
-        for _ in range(3):  # an interrupt inside an undo: run that (idempotent) undo again
+        for _ in TRIES:  # an interrupt inside an undo: run that (idempotent) undo again
             try:
                 undos[-1]()
                 break

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Protocol
 
+from ._patching import TRIES
 from .errors import ExternalChangeWarning, KnobNotApplied, RevertError
 from .patches.torch_2_4 import TorchPatches
 from .why_not_applied import diagnose
@@ -76,6 +77,8 @@ class ConfigChange:
     revert warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` for every key that
     code outside inductor_knobs changed meanwhile.
     """
+
+    __slots__ = ("_priors", "_restored", "_undos", "groups", "patches", "process_wide", "writers")
 
     def __init__(
         self,
@@ -221,7 +224,7 @@ def revert_all(applied: list[Change]) -> None:
     errors: list[BaseException] = []
     interrupted: BaseException | None = None
     while applied:
-        for _ in range(3):  # an interrupt inside a revert: run that (idempotent) revert again
+        for _ in TRIES:  # an interrupt inside a revert: run that (idempotent) revert again
             try:
                 applied[-1].revert()
                 break

@@ -146,6 +146,8 @@ class GateChange:
     computed under one gate survives into another.
     """
 
+    __slots__ = ("_prior_default", "_token", "override", "patches", "process_wide")
+
     def __init__(self, patches: TorchPatches, override: Override, *, process_wide: bool = False) -> None:
         self.patches = patches
         self.override = override

@@ -451,6 +451,8 @@ class InterceptionUse:
     record whose apply or revert was interrupted and runs again cannot count twice.
     """
 
+    __slots__ = ("patches",)
+
     def __init__(self, patches: TorchPatches) -> None:
         self.patches = patches
 
@@ -480,6 +482,8 @@ class AskChange(InterceptionUse):
     ``process_wide`` adds them to the process layer (env activation) instead of the
     calling thread's scope.  Revert is idempotent.
     """
+
+    __slots__ = ("_prior", "_token", "process_wide", "values")
 
     def __init__(self, patches: TorchPatches, values: Mapping[tuple[str, str], Asked], *, process_wide: bool = False) -> None:
         self.patches = patches
