@@ -68,7 +68,8 @@ class ConfigChange:
         settings: ``(config module, key, value)`` triples, grouped by :func:`config_groups`.
         process_wide: set process defaults (env activation) instead of overrides.
         groups: the settings already grouped (instead of ``settings``).
-        writers: ``groups``' writers from :func:`config_writers` (made here if not given).
+        writers: ``groups``' writers from :func:`config_writers` (made here if not given; unused with
+            ``process_wide``, which sets process defaults).
 
     Revert restores the raw stored state (including "unset"), not the value read before,
     so a key that was at its default is at its default again afterwards (torch's own

@@ -379,21 +379,23 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
     return KnobsContext(spec.merged(extra) if spec is not None else extra)
 
 
-#: (torch version, keyword items) -> the validated Knobs: a block written in a loop
+#: (torch version, keyword items, their types) -> the validated Knobs: a block written in a loop
 #: (``with ik.knobs(...)``) validates its keywords once.  Knobs are immutable, so sharing is safe.
 _KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
+#: Only these values are cached, keyed with their exact types: ``1 == True`` and ``40 == 40.0`` hash
+#: alike, and a wrong type must still be refused after an equal valid value was cached.
+_CACHED_TYPES = frozenset({bool, int, float, str, type(None)})
 
 
 def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
-    if isinstance(kwargs.get("trace"), str):  # a directory: probed on the file system every time
+    types = tuple(map(type, kwargs.values()))
+    if not _CACHED_TYPES.issuperset(types) or isinstance(kwargs.get("trace"), str):
+        # a container (config=...) can hold 1 for True; a trace directory is probed on the file system every time
         return Knobs.from_kwargs(**kwargs)
     torch = sys.modules.get("torch")
     version = torch.__version__ if torch is not None else torch_version()  # no call once torch is imported
-    key = (version, tuple(kwargs.items()))  # call-site order: each order is cached once
-    try:
-        found = _KNOBS_BY_KWARGS.get(key)
-    except TypeError:  # an unhashable value (a config dict): not cached
-        return Knobs.from_kwargs(**kwargs)
+    key = (version, tuple(kwargs.items()), types)  # call-site order: each order is cached once
+    found = _KNOBS_BY_KWARGS.get(key)
     if found is None:
         found = Knobs.from_kwargs(**kwargs)
         if len(_KNOBS_BY_KWARGS) >= 256:

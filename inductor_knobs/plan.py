@@ -136,22 +136,21 @@ def plan(
             NoFallbackWarning,
             stacklevel=3,
         )
-    groups, writers, asked = checked.groups, checked.writers, checked.asked
-    gate: list[Change] = []
-    if checked.override is not None and checked.salt_tag is not None:
-        # The salt is read fresh: it extends whatever cache_key_tag holds now.
-        groups, writers, asked = _salted(
-            patches, checked, patches.cache_salt(checked.salt_tag), source, knobs.on_mismatch or "raise"
-        )
-        gate.append(GateChange(patches, checked.override, process_wide=process_wide))
     # One record writes every config key; the interception is held by the AskChange at the end
     # (nothing compiles in between).
-    changes: list[Change] = (
-        [ConfigChange(patches, process_wide=process_wide, groups=groups, writers=None if process_wide else writers)]
-        if groups
-        else []
-    )
-    return [*changes, *gate, AskChange(patches, asked, process_wide=process_wide)]
+    changes: list[Change] = []
+    if checked.override is None or checked.salt_tag is None:
+        groups, writers, asked = checked.groups, checked.writers, checked.asked
+        if groups:
+            changes.append(ConfigChange(patches, process_wide=process_wide, groups=groups, writers=writers))
+    else:
+        # The salt is read fresh: it extends whatever cache_key_tag holds now.
+        salt = patches.cache_salt(checked.salt_tag)
+        groups, writers, asked = _salted(patches, checked, salt, source, knobs.on_mismatch or "raise")
+        changes.append(ConfigChange(patches, process_wide=process_wide, groups=groups, writers=writers))
+        changes.append(GateChange(patches, checked.override, process_wide=process_wide))
+    changes.append(AskChange(patches, asked, process_wide=process_wide))
+    return changes
 
 
 def _salted(

@@ -132,3 +132,25 @@ def test_bad_env_names_the_variable_and_value(var, value, exc):
 def test_merged_takes_the_other_side():
     merged = Knobs(min_sms=40, config={"a": 1}).merged(Knobs(cudagraphs=False, config={"b": 2}))
     assert merged == Knobs(min_sms=40, cudagraphs=False, config={"a": 1, "b": 2})
+
+
+# A good value of the same knob is built first, so a cache of validated keywords that equates
+# ``1 == True`` or ``40 == 40.0`` (they hash alike) would hand it back instead of refusing.
+@pytest.mark.parametrize(
+    ("good", "bad"),
+    [
+        ({"coordinate_descent_tuning": True}, {"coordinate_descent_tuning": 1}),
+        ({"max_autotune_gemm": False}, {"max_autotune_gemm": 0}),
+        ({"min_sms": 40}, {"min_sms": 40.0}),
+        ({"min_sms": 1}, {"min_sms": True}),
+    ],
+)
+def test_a_bad_value_equal_to_a_good_one_is_still_refused_by_knobs_and_force_gemm_autotune(good, bad):
+    import inductor_knobs as ik
+
+    ik.knobs(**good)
+    with pytest.raises(InvalidKnobValue, match=next(iter(bad))):
+        ik.knobs(**bad)
+    ik.force_gemm_autotune(**good)
+    with pytest.raises(InvalidKnobValue, match=next(iter(bad))):
+        ik.force_gemm_autotune(**bad)
