@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._patching import TRIES
 from .errors import ExternalChangeWarning, KnobNotApplied, RevertError
@@ -97,10 +97,10 @@ class ConfigChange:
             writers = config_writers(patches, self.groups)
         self.writers = writers or ()
         self.process_wide = process_wide
-        self._priors: list[tuple[ModuleType, dict[str, object]]] = []
-        #: torch's own revert of each module's write, once it returned (an interrupt inside the write
-        #: leaves none: the captured priors are written back instead).
-        self._undos: dict[int, Callable[[], None]] = {}
+        #: Per group written so far, ``[module, the states found before the write, torch's revert of the
+        #: write once it returned]`` (an interrupt inside the write leaves no revert: the captured states
+        #: are written back instead).  One list, so an interrupt cannot leave the two out of step.
+        self._priors: list[list[Any]] = []
         self._restored = False
 
     @property
@@ -118,12 +118,13 @@ class ConfigChange:
             prior = {}
             for key in values:
                 prior[key] = read(cfg, key)
-            self._priors.append((cfg, prior))  # before the write: revert puts back only what was captured
+            found_before = [cfg, prior, None]
+            self._priors.append(found_before)  # before the write: revert puts back only what was captured
             if process_wide:
                 for key, value in values.items():
                     patches.set_process_default(cfg, key, value)
             else:
-                self._undos[id(cfg)] = writers[index]()
+                found_before[2] = writers[index]()
             for key, value in values.items():
                 # What Inductor reads now (see _read); inlined, as every block reads each key back.
                 found = patches.read_value(cfg, key) if process_wide else patches.read_config(cfg, key)
@@ -139,8 +140,8 @@ class ConfigChange:
         """Idempotent: a revert interrupted part-way can run again."""
         if not self._restored:
             process_wide, read_override = self.process_wide, self.patches.read_override
-            for (cfg, values), (_, prior) in zip(self.groups, self._priors):
-                if not process_wide and id(cfg) not in self._undos:
+            for (cfg, values), (_, prior, undo) in zip(self.groups, self._priors):
+                if not process_wide and undo is None:
                     continue  # an interrupt before its write returned: nothing of this block's to check
                 for key in prior:
                     value = values[key]
@@ -175,16 +176,16 @@ class ConfigChange:
 
     def _restore(self) -> None:
         self._restored = True
-        for cfg, prior in reversed(self._priors):
+        for found_before in reversed(self._priors):
+            cfg, prior, undo = found_before
             if self.process_wide:
                 for key, state in prior.items():
                     self.patches.restore_process_default(cfg, key, state)
+            elif undo is not None:
+                found_before[2] = None  # used once: run again (after an interrupt), the states are written back
+                undo()
             else:
-                undo = self._undos.pop(id(cfg), None)
-                if undo is not None:
-                    undo()
-                else:
-                    self.patches.write_overrides(cfg, prior)
+                self.patches.write_overrides(cfg, prior)
 
 
 def apply_all(changes: Sequence[Change], applied: list[Change] | None = None) -> list[Change]:
