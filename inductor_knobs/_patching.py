@@ -86,9 +86,8 @@ class SharedPatch:
     def acquire(self, holder: object) -> None:
         """Add ``holder``; the first one installs every step (all or nothing)."""
         with self.lock:
-            if id(holder) in self._holders:
-                return
-            if not self._holders and not self._undos:
+            holders = self._holders
+            if not holders and not self._undos:
                 try:
                     push = self._undos.append
                     for step in self._steps():
@@ -96,15 +95,16 @@ class SharedPatch:
                 except BaseException:
                     run_all(self._undos)
                     raise
-            self._holders.add(id(holder))
-            self.users = len(self._holders)
+            holders.add(id(holder))  # a set: a holder already in it is not counted twice
+            self.users = len(holders)
 
     def release(self, holder: object) -> None:
         """Drop ``holder``; when none is left every step is undone (all run, then the first error is raised)."""
         with self.lock:
-            self._holders.discard(id(holder))
-            self.users = len(self._holders)
-            if not self._holders:
+            holders = self._holders
+            holders.discard(id(holder))
+            self.users = len(holders)
+            if not holders and self._undos:
                 run_all(self._undos)
 
 

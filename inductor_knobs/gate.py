@@ -14,10 +14,8 @@ at call time:
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -160,9 +158,7 @@ class GateChange:
         return f"{GATE_MODULE}.{GATE_NAME}: open at >= {self.override.min_sms} SMs"
 
     def apply(self) -> None:
-        if GATE_MODULE not in sys.modules:
-            importlib.import_module(GATE_MODULE)
-        _STATE.patches = self.patches
+        _STATE.patches = self.patches  # the step imports torch._inductor.utils if needed
         GATE_PATCH.acquire(self)
         _STATE.original.cache_clear()  # type: ignore[union-attr]  # set by the acquire (on_install)
         if self.process_wide:
