@@ -177,8 +177,7 @@ def _salted(
 
 def _gate_function() -> object:
     """The gate function the drift check is about: torch's original, also while our wrapper is installed."""
-    utils = sys.modules.get(GATE_MODULE) or importlib.import_module(GATE_MODULE)
-    return original_gate() or getattr(utils, GATE_NAME, None)
+    return original_gate() or getattr(sys.modules.get(GATE_MODULE) or importlib.import_module(GATE_MODULE), GATE_NAME, None)
 
 
 def _on_disk(knobs: Knobs) -> bool:
