@@ -9,8 +9,9 @@
   object inside the loop, as ``with ik.knobs(...):`` and ``with config.patch(...):`` do (torch's
   ``patch`` builds a class per call).  Rounds alternate the variants' order; each round times a loop
   of blocks of each with ``time.perf_counter``; a ratio is the median over rounds of that round's
-  ratio (paired: a machine that speeds up or slows down between rounds moves both sides; the unit of
-  replication is a round), and the µs figures are medians over rounds of the per-block time.
+  ratio (paired: a machine that speeds up or slows down between rounds moves both sides), with a 95%
+  percentile-bootstrap interval (``scipy.stats.bootstrap`` through the ablation's ``median_interval``;
+  the unit of replication is a round), and the µs figures are medians over rounds of the per-block time.
 - **interpreter start** with an ``INDUCTOR_KNOBS_*`` variable set, against a bare ``python -c pass``
   (the installed startup ``.pth`` present in both), and **``import inductor_knobs``** against a
   bare start: CPU seconds (user + system, ``RUSAGE_CHILDREN``) of each child, starts alternated;
@@ -48,6 +49,7 @@ def enter_exit(rounds: int, count: int) -> dict[str, Any]:
     import torch._inductor.config as cfg
 
     import inductor_knobs as ik
+    from inductor_knobs.ablation.stats import median_interval
 
     torch.compile(lambda x: (x @ x).relu())(torch.randn(16, 16))  # a process that has compiled
     variants: dict[str, Callable[[], Any]] = {
@@ -67,10 +69,15 @@ def enter_exit(rounds: int, count: int) -> dict[str, Any]:
             times[name].append(_blocks(variants[name], count))
     med = {name: statistics.median(values) * 1e6 for name, values in times.items()}
 
-    def paired(variant: str, baseline: str) -> float:
-        # The median over rounds of each round's ratio: a round times both side by side, so a machine
-        # that speeds up or slows down between rounds moves both (the unit of replication is a round).
-        return statistics.median(v / b for v, b in zip(times[variant], times[baseline]))
+    def paired(variant: str, baseline: str) -> dict[str, Any]:
+        # Each round's ratio: a round times both side by side, so a machine that speeds up or slows
+        # down between rounds moves both.  The median over rounds, with a 95% percentile-bootstrap
+        # interval whose unit of replication is a round (the ablation's own statistics).
+        ratios = [v / b for v, b in zip(times[variant], times[baseline])]
+        interval = median_interval(ratios)
+        if interval is None:
+            raise SystemExit(f"--rounds {rounds} is too few for an interval; use at least 5")
+        return {"estimate": interval.estimate, "low": interval.low, "high": interval.high, "per_round": ratios}
 
     return {
         "modules_loaded": len(sys.modules),
@@ -124,6 +131,10 @@ def cli_imports_no_torch() -> dict[str, bool]:
     return out
 
 
+def _with_interval(ratio: dict[str, Any]) -> str:
+    return f"{ratio['estimate']:.2f}x [{ratio['low']:.2f}–{ratio['high']:.2f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results/overhead-cpu")
@@ -145,11 +156,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "overhead.json").write_text(json.dumps(result, indent=2))
     ee, st = result["enter_exit"], result["starts"]
+    config_only, fga = ee["ratio_config_only"], ee["ratio_force_gemm_autotune"]
     rows = [
-        ("enter + exit, config-only knob vs config.patch", ee["ratio_config_only"], 1.2),
-        ("enter + exit, force_gemm_autotune vs config.patch", ee["ratio_force_gemm_autotune"], 1.5),
-        ("interpreter start with INDUCTOR_KNOBS_MIN_SMS=40 vs bare", st["ratio_start_with_variable"], 1.1),
-        ("import inductor_knobs vs bare start", st["ratio_import_package"], 1.5),
+        ("enter + exit, config-only knob vs config.patch", _with_interval(config_only), 1.2),
+        ("enter + exit, force_gemm_autotune vs config.patch", _with_interval(fga), 1.5),
+        ("interpreter start with INDUCTOR_KNOBS_MIN_SMS=40 vs bare", f"{st['ratio_start_with_variable']:.2f}x", 1.1),
+        ("import inductor_knobs vs bare start", f"{st['ratio_import_package']:.2f}x", 1.5),
     ]
     lines = [
         f"torch {result['torch']}, Python {result['python']}, {result['cpus']} CPUs; {ee['modules_loaded']} modules loaded "
@@ -157,7 +169,7 @@ def main() -> None:
         "",
         "| what | ratio | goal |",
         "|---|---|---|",
-        *[f"| {what} | {ratio:.2f}x | {goal}x |" for what, ratio, goal in rows],
+        *[f"| {what} | {ratio} | {goal}x |" for what, ratio, goal in rows],
         "",
         "| variant | median |",
         "|---|---|",
@@ -165,6 +177,9 @@ def main() -> None:
         *[f"| {name} | {value:.1f} ms CPU |" for name, value in st["median_cpu_ms"].items()],
         "",
         f"`inductor-knobs --help` / `--version` import torch: {'no' if all(result['cli_without_torch'].values()) else 'YES'}",
+        "",
+        "Enter/exit ratios: median over rounds of each round's paired ratio [95% percentile-bootstrap interval, "
+        "unit of replication a round]; start-up ratios: ratio of median CPU times over starts.",
     ]
     (out / "overhead.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
