@@ -396,12 +396,14 @@ def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
     version = torch.__version__ if torch is not None else torch_version()  # no call once torch is imported
     key = (version, tuple(kwargs.items()), types)  # call-site order: each order is cached once
     found = _KNOBS_BY_KWARGS.get(key)
-    if found is None:
-        found = Knobs.from_kwargs(**kwargs)
-        if len(_KNOBS_BY_KWARGS) >= 256:
-            _KNOBS_BY_KWARGS.clear()
-        _KNOBS_BY_KWARGS[key] = found
-    return found
+    return found if found is not None else _remember(key, Knobs.from_kwargs(**kwargs))
+
+
+def _remember(key: tuple[Any, ...], knobs: Knobs) -> Knobs:
+    if len(_KNOBS_BY_KWARGS) >= 256:
+        _KNOBS_BY_KWARGS.clear()
+    _KNOBS_BY_KWARGS[key] = knobs
+    return knobs
 
 
 def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwargs: Any) -> KnobsContext:
@@ -412,7 +414,18 @@ def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwarg
         backends: ``max_autotune_gemm_backends`` (default ``"ATEN,TRITON"``, keeping the ATen fallback).
         **kwargs: further knobs, as for :func:`knobs`; they win over the two above.
     """
-    return KnobsContext(_knobs_from_kwargs({"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends, **kwargs}))
+    torch = sys.modules.get("torch")
+    if kwargs or torch is None or type(min_sms) is not int or type(backends) is not str:
+        return KnobsContext(_knobs_from_kwargs({**_forced(min_sms, backends), **kwargs}))
+    # The common form, written in a loop: a small key instead of the general one (the exact types
+    # are checked above, so 40.0 or True for min_sms never reaches this cache).
+    key = (torch.__version__, "force_gemm_autotune", min_sms, backends)
+    found = _KNOBS_BY_KWARGS.get(key)
+    return KnobsContext(found if found is not None else _remember(key, _knobs_from_kwargs(_forced(min_sms, backends))))
+
+
+def _forced(min_sms: object, backends: object) -> dict[str, Any]:
+    return {"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends}
 
 
 def emulate_gpu(
