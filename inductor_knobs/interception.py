@@ -247,8 +247,8 @@ class _Depth(threading.local):
 
 
 _DEPTH = _Depth()
-#: The patch module of each holder of the interception (all the same torch).
-_PATCHES: dict[int, TorchPatches] = {}
+#: The patch module the interception's holders were made with (all of the same torch: the latest is kept).
+_HOLDERS_PATCHES: list[TorchPatches | None] = [None]
 
 
 _PENDING: list[BaseException] = []  # a bad INDUCTOR_KNOBS_* from the startup hook, raised once
@@ -264,9 +264,11 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     """``compile_fx`` with the precedence rule applied and ``inner_compile`` attesting."""
     if _PENDING and not _DEPTH.value:
         raise _PENDING.pop()
-    if _DEPTH.value or not _PATCHES:  # torch's own recursion under config.patch(config_patches)
+    patches = _HOLDERS_PATCHES[0]
+    # torch's own recursion under config.patch(config_patches), or no holder left (a foreign patch
+    # that replaced compile_fx meanwhile keeps our wrapper inside it: inert)
+    if _DEPTH.value or not INTERCEPTION.users or patches is None:
         return wrapped(*args, **kwargs)
-    patches = next(iter(_PATCHES.values()))
     asked = effective_asked(patches)
     override = gate.current_override()
     listeners = _LISTENERS.get()
@@ -461,14 +463,11 @@ class InterceptionUse:
         return f"use {INTERCEPTION.name}"
 
     def apply(self) -> None:
-        _PATCHES[id(self)] = self.patches
+        _HOLDERS_PATCHES[0] = self.patches
         INTERCEPTION.acquire(self)
 
     def revert(self) -> None:
-        try:
-            INTERCEPTION.release(self)
-        finally:
-            _PATCHES.pop(id(self), None)
+        INTERCEPTION.release(self)
 
 
 def by_slot(asked: Iterable[Asked]) -> dict[tuple[str, str], Asked]:
