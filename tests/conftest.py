@@ -28,7 +28,11 @@ def fake_gpu(monkeypatch):
     """Make torch read a CUDA device with N SMs, through the same APIs is_big_gpu reads."""
 
     def install(sms: int, major: int = 9):
-        props = types.SimpleNamespace(multi_processor_count=sms, major=major, minor=0, name=f"Fake{sms}", type="cuda")
+        # shared_memory_per_block_optin: what emulation reads of the real GPU (an H100's 227 KiB), which it
+        # reaches on a host with CUDA and green contexts
+        props = types.SimpleNamespace(
+            multi_processor_count=sms, major=major, minor=0, name=f"Fake{sms}", type="cuda", shared_memory_per_block_optin=232448
+        )
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: props)
         try:
             from torch._inductor.runtime.hints import DeviceProperties
