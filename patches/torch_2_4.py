@@ -192,14 +192,18 @@ class TorchPatches:
         if "_is_dirty" not in cfg._bypass_keys:  # type: ignore[attr-defined]
             return patcher  # 2.13+: the patcher marks get_hash()'s cache dirty itself (_hash_dirty_var)
 
+        # 2.4-2.12: torch's raw patcher leaves get_hash()'s cache flag alone, so both ways set it, in the
+        # module's own namespace, where ConfigModule.__setattr__ puts its bypass keys (without running
+        # that Python method, or a foreign one, at every enter and exit).
+        namespace = cfg.__dict__
+
         def write() -> Callable[[], None]:
-            # 2.4-2.12: torch's raw patcher leaves get_hash()'s cache flag alone, so both ways set it.
             undo = patcher()
-            cfg._is_dirty = True  # type: ignore[attr-defined]
+            namespace["_is_dirty"] = True
 
             def revert() -> None:
                 undo()
-                cfg._is_dirty = True  # type: ignore[attr-defined]
+                namespace["_is_dirty"] = True
 
             return revert
 
