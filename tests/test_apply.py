@@ -333,3 +333,13 @@ def test_no_warnings_on_a_clean_apply(fake_gpu):
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         with ik.force_gemm_autotune(min_sms=40):
             pass
+
+
+def test_the_config_hash_that_caches_key_on_sees_the_block_and_its_exit(patches, cfg):
+    """``get_hash()`` is what Inductor's FX graph cache keys on; torch caches it until a write marks it
+    dirty (torch marks it itself from 2.13; before, the raw write that reverts exactly does not)."""
+    before = cfg.get_hash()
+    with ik.knobs(coordinate_descent_tuning=not cfg.coordinate_descent_tuning):
+        inside = cfg.get_hash()
+    assert inside != before
+    assert cfg.get_hash() == before
