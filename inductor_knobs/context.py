@@ -117,7 +117,9 @@ class UndoContext:
             me = None
             if not thread_local:  # one stack for the process: it must belong to one thread/task
                 me = owner = _owner()
-                others = [f.owner for f in stack if f.owner is not None and f.owner != owner]
+                others = None
+                if stack:  # an outermost block, the usual case, has nothing to conflict with
+                    others = [f.owner for f in stack if f.owner is not None and f.owner != owner]
                 if others:
                     raise ConcurrentKnobsError(
                         f"knobs entered on {_describe(owner)} while {_describe(others[0])} holds knobs; on this torch "
