@@ -43,12 +43,15 @@ def main() -> None:
     from inductor_knobs import gate, interception, torch_compat
 
     torch.compile(lambda x: (x @ x).relu())(torch.randn(16, 16))  # a process that has compiled
-    patches_class = type(torch_compat.installed())
-    real_salt, real_apply, real_revert = patches_class.cache_salt, gate.GateChange.apply, gate.GateChange.revert
+    patches = torch_compat.installed()
+    real_apply, real_revert = gate.GateChange.apply, gate.GateChange.revert
     holder = object()
 
-    def no_salt(on: bool) -> None:
-        patches_class.cache_salt = (lambda self, tag: []) if on else real_salt  # type: ignore[method-assign]
+    def no_salt(on: bool) -> None:  # on the patch module object, so its class is left as it was
+        if on:
+            patches.cache_salt = lambda tag: []  # type: ignore[method-assign]
+        else:
+            del patches.cache_salt
 
     def no_gate_record(on: bool) -> None:
         gate.GateChange.apply = (lambda self: None) if on else real_apply  # type: ignore[method-assign]

@@ -140,7 +140,7 @@ class UndoContext:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:  # every line of the unwinding is inside: an interrupt anywhere is finished below, then re-raised
             frame: _Frame | None = None
-            thread_local = torch_compat.installed(strict=False).config_is_thread_local
+            thread_local = _thread_local()
             frame = self._top_frame(thread_local)
             if frame is None:
                 raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")

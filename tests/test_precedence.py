@@ -315,3 +315,21 @@ def test_a_mode_that_is_not_a_dict_is_refused_before_anything_compiles(monkeypat
         with ik.knobs(coordinate_descent_tuning=False):
             compile_fx_module.compile_fx("gm", config_patches="/path/to/an/aot/package")
     assert calls == [] and patches.read_override(cfg, "coordinate_descent_tuning") is raw
+
+
+def test_a_foreign_compile_fx_patch_made_inside_a_block_leaves_ours_inert_after_it(monkeypatch, fresh_inductor):
+    """A third-party patch of ``compile_fx`` made inside a block wraps our interception; the exit leaves
+    that patch in place (with a warning), and our wrapper inside it passes later compiles through: a
+    block that ended enforces nothing, as read inside Inductor's compile."""
+    real = compile_fx_module.compile_fx
+    wanted = not cfg.coordinate_descent_tuning
+    seen = inside_compile(monkeypatch, lambda: cfg.coordinate_descent_tuning)
+    try:
+        with pytest.warns(ik.errors.ExternalChangeWarning, match="compile_fx"), ik.knobs(coordinate_descent_tuning=wanted):
+            ours = compile_fx_module.compile_fx
+            compile_fx_module.compile_fx = lambda *args, **kwargs: ours(*args, **kwargs)
+        assert compile_fx_module.compile_fx is not real and not interception.INTERCEPTION.users
+        torch.compile(_f)(torch.randn(8, 8))
+        assert seen == [not wanted]
+    finally:
+        compile_fx_module.compile_fx = real
