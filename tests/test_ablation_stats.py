@@ -296,11 +296,27 @@ def test_process_defaults_and_smoke():
 )
 def test_a_missing_extra_is_named_before_any_arm_runs(monkeypatch, capsys, no_arm_runs, workload, extra):
     monkeypatch.setitem(sys.modules, models.EXTRAS[extra][0], None)  # how Python marks "not importable"
-    with pytest.raises(InvalidKnobValue, match=rf"needs {models.EXTRAS[extra][0]}.*pip install 'inductor-knobs\[{extra}\]'"):
+    module, _, requirement = models.EXTRAS[extra]
+    with pytest.raises(InvalidKnobValue, match=rf"needs {module}.*pip install '{requirement}'.*'inductor-knobs\[{extra}\]'"):
         plan_for("--device", "cpu", "--workload", workload)
     assert cli.main(["ablate", "--device", "cpu", "--workload", workload]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"inductor-knobs[{extra}]" in err
+    assert err.count("\n") == 1 and f"pip install '{requirement}'" in err
+
+
+def test_install_hints_match_the_extras_in_pyproject():
+    text = (TESTS.parent / "pyproject.toml").read_text()
+    for _, extra, requirement in models.EXTRAS.values():
+        assert f'{extra} = ["{requirement}"]' in text
+
+
+def test_models_do_not_import_workloads():
+    """Issue 23's import circle: workloads imports models, never the other way round."""
+    import ast
+
+    tree = ast.parse(Path(models.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "workloads" not in imported and not any((m or "").endswith(".workloads") for m in imported)
 
 
 def test_unknown_hf_model_suggests_close_names():
@@ -363,30 +379,74 @@ def big_gpu(monkeypatch):
     return fake
 
 
-def test_main_job_on_a_big_gpu_adds_an_emulated_t4_section(big_gpu):
+@pytest.fixture
+def transformers_present(monkeypatch):
+    """The main job on a GPU resolves hf:bert-base; planning needs transformers installed, not imported."""
+    if not models._installed("transformers"):
+        monkeypatch.setitem(sys.modules, "transformers", types.ModuleType("transformers"))
+
+
+def test_main_job_on_a_big_gpu_emulates_t4_and_l4_and_keeps_an_aa_control(big_gpu, transformers_present, monkeypatch):
     big_gpu(132)
+    monkeypatch.setattr(command.os, "cpu_count", lambda: 16)
     plan = plan_for()
     names = [a.name for a in plan.arms]
-    assert names == [
-        "default",
-        "max-autotune-no-cudagraphs",
-        "force_gemm_autotune",
-        "default@T4",
-        "max-autotune-no-cudagraphs@T4",
-        "force_gemm_autotune@T4",
-    ]
-    assert plan.workload == "gemm_mlp" and plan.repeats == 3 and plan.main_job
-    assert plan.arms[2].knobs["min_sms"] == "132" and plan.arms[5].knobs["min_sms"] == "40"
-    assert {j["emulate"] for j in plan.jobs() if j["arm"]["name"].endswith("@T4")} == {"T4"}
-    assert {j["emulate"] for j in plan.jobs() if not j["arm"]["name"].endswith("@T4")} == {None}
-    assert plan.baselines["force_gemm_autotune@T4"] == "default@T4" and "default" not in plan.baselines
+    assert names == ["gated@T4", "force_gemm_autotune@T4", "gated@L4", "force_gemm_autotune@L4", "gated", "force_gemm_autotune"]
+    assert plan.workload == "hf:bert-base" and plan.repeats == 3 and plan.main_job
+    assert plan.quick and plan.iters == 20 and plan.warmup == 3 and plan.profile_iters == 5  # small inputs, full samples
+    assert plan.parallel == 4  # 16 CPUs / 4
+    knobs = {a.name: a.knobs for a in plan.arms}
+    assert knobs["gated@T4"] == knobs["gated"] == {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON"}
+    assert [knobs[f"force_gemm_autotune{s}"]["min_sms"] for s in ("@T4", "@L4", "")] == ["40", "58", "132"]
+    emulate = {j["arm"]["name"]: j["emulate"] for j in plan.jobs()}
+    assert emulate["gated@T4"] == "T4" and emulate["force_gemm_autotune@L4"] == "L4" and emulate["gated"] is None
+    assert plan.baselines == {n: ("gated" + n[n.index("@") :] if "@" in n else "gated") for n in names}
+    assert "A/A control" in plan.sections["force_gemm_autotune"] and "below the gate" in plan.sections["gated@L4"]
+    # --baseline in the main job names the arm whose counterpart each section compares with
+    flipped = plan_for("--baseline", "force_gemm_autotune")
+    assert flipped.baselines["gated@T4"] == "force_gemm_autotune@T4" and flipped.baselines["gated"] == "force_gemm_autotune"
 
 
-@pytest.mark.parametrize(("sms", "green", "why"), [(40, True, "below torch's 68-SM gate"), (132, False, "torch >= 2.11")])
-def test_main_job_without_an_emulated_section_says_why(big_gpu, sms, green, why):
+def test_main_job_with_another_workload_uses_its_own_sizes(big_gpu):
+    big_gpu(132)
+    plan = plan_for("--workload", "gemm_mlp")
+    assert plan.workload == "gemm_mlp" and not plan.quick and len(plan.arms) == 6
+
+
+@pytest.mark.parametrize(
+    ("sms", "green", "why", "arms"),
+    [
+        (40, True, "below torch's 68-SM gate", ["gated", "force_gemm_autotune"]),
+        (132, False, "torch >= 2.11", ["gated", "force_gemm_autotune"]),
+    ],
+)
+def test_main_job_without_emulated_sections_says_why(big_gpu, transformers_present, sms, green, why, arms):
     big_gpu(sms, green)
     plan = plan_for()
-    assert len(plan.arms) == 3 and why in (plan.emulation_skipped or "")
+    assert [a.name for a in plan.arms] == arms and why in (plan.emulation_skipped or "") and not plan.sections
+    assert plan.arms[1].knobs["min_sms"] == str(sms)
+
+
+def test_main_job_on_a_gpu_without_transformers_stops_before_anything_runs(big_gpu, monkeypatch, capsys, tmp_path):
+    big_gpu(132)
+    monkeypatch.setitem(sys.modules, "transformers", None)
+
+    def execute(plan, progress=True):  # pragma: no cover - the point is that it is not reached
+        raise AssertionError("an arm ran")
+
+    monkeypatch.setattr(command, "execute", execute)
+    out = tmp_path / "ablation-results"
+    assert cli.main(["ablate", "--out", str(out), "--overwrite", "--plot"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'transformers>=4.40'" in err and "hf:bert-base" in err
+    assert not out.exists()  # nothing half-written
+
+
+@pytest.mark.parametrize(("value", "match"), [("0", ">= 1"), ("2", "needs --device cuda")])
+def test_parallel_is_checked_before_anything_runs(value, match):
+    with pytest.raises(InvalidKnobValue, match=match):
+        plan_for("--device", "cpu", "--arm", "eager", "--parallel", value)
+    assert plan_for("--device", "cpu").parallel == 1
 
 
 def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatch, capsys):
@@ -399,10 +459,11 @@ def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatc
     monkeypatch.setattr(command, "execute", execute)
     assert cli.main(["ablate", "--device", "cpu", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    note = out.index("the SM gate is a CUDA matter")
+    note = out.index("This is a CPU run: it tests no SM gate.")
     assert note < out.index("| arm |") and "aten.mm×4" in out[note : out.index("| arm |")]
+    assert "runs no gate arm" in out and "What it cannot show" in out and "| force_gemm_autotune |" not in out
     md = (tmp_path / "results.md").read_text()
-    assert "the SM gate is a CUDA matter" in md
+    assert "it tests no SM gate" in md
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["main_job"] and isinstance(written["wall_seconds"], float) and written["gpus"] == []
 
@@ -411,7 +472,7 @@ def test_cpu_note_only_where_the_gate_is_involved():
     plain = results_of({"a": [[1.0]] * 3})
     assert explain.notes(plain, report.summarize(plain)) == []
     gated = {**plain, "arms": [{"name": "a", "knobs": {"min_sms": "40"}}]}
-    assert "CUDA matter" in explain.notes(gated, report.summarize(gated))[0]
+    assert "only move that gate" in explain.notes(gated, report.summarize(gated))[0]
 
 
 # -- kernels and plots ------------------------------------------------------------------------------------------
@@ -516,3 +577,36 @@ def test_a_failing_profiler_never_fails_the_run():
     extras = worker._extras(lambda: None, on_gpu=not torch.cuda.is_available(), compiled=False, profile_iters=2)
     if not torch.cuda.is_available():  # torch.cuda.synchronize raises here: recorded, not raised
         assert extras["kernel_ms"] is None and extras["kernel_ms_error"]
+
+
+# -- compile time, where the time went, the GPU note ---------------------------------------------------------
+
+
+def test_compile_time_is_the_cold_processes_and_the_time_table_sums_the_runs():
+    data = results_of({"gated": [[2.0], [2.1], [2.2]], "forced": [[1.0], [1.1], [1.2]]}, parallel=4, wall_seconds=50.0)
+    for r in data["runs"]:
+        cold = r["repeat"] == 0
+        r.update(
+            kernel_cache="cold" if cold else "shared",
+            compile_seconds=60.0 if cold else 20.0,
+            wall_seconds=80.0 if cold else 30.0,
+            phase_seconds={"import": 9.0, "build": 1.0, "compile": 60.0 if cold else 20.0, "wait": 2.0, "measure": 0.1},
+        )
+    rows = {r["arm"]: r for r in report.summarize(data)}
+    assert rows["forced"]["compile_seconds"] == 60.0 and rows["forced"]["compile_processes"] == 1
+    text = report.markdown(data)
+    assert "4 processes per GPU started and compiled at once" in text and "**Where the time went**" in text
+    assert "| all runs (sum) | 6 |" in text and "in 50 s of wall time (5.6 processes busy on average" in text
+    old = results_of({"a": [[1.0]] * 3})  # files from before phases were recorded: no table, and all runs are cold
+    assert report.time_table(old) == [] and report.summarize(old)[0]["compile_processes"] == 3
+
+
+def test_gpu_note_says_how_to_read_the_sections_and_the_control():
+    arms = [
+        {"name": "gated@T4", "emulate": "T4", "section": "emulated T4 (40 SMs, below the gate)"},
+        {"name": "force_gemm_autotune@T4", "emulate": "T4", "section": "emulated T4 (40 SMs, below the gate)"},
+        {"name": "gated", "section": "this GPU (132 SMs, above the gate): A/A control"},
+    ]
+    note = explain.gpu_note({"workload": "hf:bert-base", "arms": arms})
+    assert "Does forcing the SM gate help `hf:bert-base`" in note and "A/A control" in note and "kernel time" in note
+    assert "torch >= 2.11" in explain.gpu_note({"arms": [], "emulation_skipped": "SM emulation needs torch >= 2.11"})

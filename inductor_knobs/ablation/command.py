@@ -1,24 +1,32 @@
 """``inductor-knobs ablate``: arguments, validation before any arm runs, and output.
 
 Every check (workload and its extra, arms, ``--repeats``, GPUs, ``--out``, ``--plot``'s matplotlib,
-the files of ``--compare`` and ``--merge``) happens before the first worker starts.  SIGINT and
+the files of ``--compare`` and ``--merge``) happens before the first worker starts, and nothing is
+written into ``--out`` until the runs are done.  SIGINT and
 SIGTERM stop the workers, keep the finished runs (``results.json`` with ``"partial": true``) and
 exit 130 / 143 with one line.
 
-**The main job** (no ``--arm``, ``--grid`` or ``--config``): the GEMM-bound ``gemm_mlp`` with arms
-``default``, ``max-autotune-no-cudagraphs`` and ``force_gemm_autotune`` (the gate lowered to this
-GPU's SMs).  On a GPU at or above torch's 68-SM gate, where SM emulation is available (torch >= 2.11),
-the same three arms run a second time in the same invocation under an emulated T4 (40 SMs, below
-the gate; arms ``…@T4``), a second table section with its own baseline, so the gate's effect shows:
-there ``max-autotune-no-cudagraphs`` leaves GEMMs to ATen and ``force_gemm_autotune`` autotunes them.
-On CPU the report explains that the gate is a CUDA matter and what the CPU run shows instead.
+**The main job** (no ``--arm``, ``--grid`` or ``--config``) asks "does forcing the SM gate help a real
+model on a small GPU, and what does it cost to compile?".  On a GPU: a randomly initialised
+BERT-base (``hf:bert-base``, 2×64 tokens, bf16), arms ``gated`` (GEMM autotuning asked for, torch's
+68-SM gate as it is) and ``force_gemm_autotune`` (the gate lowered to the GPU's SMs), one table
+section per GPU class: on a GPU at or above the gate with SM emulation (torch >= 2.11) an emulated
+T4 (40 SMs) and an emulated L4 (58 SMs), both below the gate, plus this GPU itself, where the gate is
+open for both arms (an A/A control: the two compile with the same effective settings).  On a GPU
+below the gate, one section (this GPU); without emulation, only this GPU, and the report says why.
+On CPU, where there is no SM gate, the GEMM-bound ``gemm_mlp`` under ``default`` and
+``max-autotune-no-cudagraphs``, and the report says plainly that the CPU run tests no gate.
 
 **Processes per arm** (``--repeats``; the process is the unit of the confidence intervals, see
 :mod:`.stats`): 5 by default (nominal 95 % coverage in simulation); 3 with ``--quick`` and for the
-main job, whose budget is 5 minutes on one H200 (6 arms × 3 processes × ~12 s of start-up,
-compilation and samples each) and 3 minutes on a 2-core CPU (3 arms × 3 processes); fewer than 3 is
-an error unless ``--smoke`` (1 process per arm, quick inputs, no intervals: does every arm compile,
-run and match eager?).
+main job, whose budget is 5 minutes on one H100 or H200 (6 arms × 3 processes) and 2 minutes on a
+2-core CPU (2 arms × 3 processes); fewer than 3 is an error unless ``--smoke`` (1 process per arm,
+quick inputs, no intervals: does every arm compile, run and match eager?).
+
+**Processes at once** (``--parallel``, GPUs only): that many workers per GPU start, import, build and
+compile at the same time and take turns for warm-up, samples and profiling (a lock per GPU, see
+:mod:`.runner`), so measurements never overlap.  1 by default; the main job on a GPU uses
+:func:`main_job_parallel` (4 on a 16-CPU host).
 
 **Several GPUs, several machines.**  ``--gpus 0,1`` runs one worker per GPU at a time; the records
 and results.json are the same as with one GPU, and ``wall_seconds`` (the whole run) makes the two
@@ -54,26 +62,35 @@ from .runner import Interrupted, Plan, execute
 
 DEFAULT_WORKLOAD = "gemm_mlp"
 
+#: The main job's model on a GPU (its inputs at the ``--quick`` size, 2×64 tokens: the size the
+#: README's real-model table measured).
+MAIN_JOB_GPU_WORKLOAD = "hf:bert-base"
+
 #: Processes per arm: the default, with --quick and for the main job, with --smoke (see the docstring).
 DEFAULT_PROCESSES, QUICK_PROCESSES, MAIN_JOB_PROCESSES, SMOKE_PROCESSES = 5, 3, 3, 1
 
-#: The small GPU the main job emulates on a big one.
-MAIN_JOB_EMULATION = "T4"
+#: The small GPUs the main job emulates on a big one, in table order.
+MAIN_JOB_EMULATION = ("T4", "L4")
+
+#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.
+CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 4, 4
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "ablate",
         help="compare Inductor settings: isolated arms, interleaved repeats, statistics",
-        description="With no arguments (the main job): the GEMM-bound gemm_mlp on the best device, arms default, "
-        "max-autotune-no-cudagraphs and force_gemm_autotune; on a GPU with >= 68 SMs also the same arms on an "
-        "emulated T4 (40 SMs), so the SM gate's effect shows.  Each arm x repeat is a fresh process; speedups get "
-        "95% bootstrap intervals over processes.",
+        description="With no arguments (the main job): on a GPU, a randomly initialised BERT-base under arms gated "
+        "(GEMM autotuning, torch's 68-SM gate as it is) and force_gemm_autotune, on an emulated T4 (40 SMs) and L4 "
+        "(58 SMs) below the gate and on this GPU (an A/A control); on CPU, which has no SM gate, gemm_mlp under default "
+        "and max-autotune-no-cudagraphs.  Each arm x repeat is a fresh process; speedups get 95%% bootstrap intervals "
+        "over processes.",
     )
     p.add_argument(
         "--workload",
         help=f"built-in ({', '.join(workloads.BUILTIN)}), a real model with random weights (hf:bert-base, "
-        f"hf:tinyllama-2layer, timm:<model>), or pkg.module:factory (default {DEFAULT_WORKLOAD})",
+        f"hf:tinyllama-2layer, timm:<model>), or pkg.module:factory (default {DEFAULT_WORKLOAD}; the main job on a GPU: "
+        f"{MAIN_JOB_GPU_WORKLOAD})",
     )
     p.add_argument("--arm", action="append", default=[], help="NAME:knob=value,... (repeatable); 'eager' for the eager baseline")
     p.add_argument("--grid", action="append", default=[], help="knob=v1,v2 or knob=v1|v2 (repeatable; cartesian product)")
@@ -103,6 +120,13 @@ def add_parser(sub: Any) -> None:
         "--emulate-sms",
         metavar="N|PRESET",
         help="run every arm under ik.emulate_gpu: an SM count or a GPU preset such as T4 (CUDA, torch >= 2.11)",
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        help="worker processes per GPU at once: they import and compile in parallel and take turns for the "
+        "measurement (a lock per GPU), so measurements never overlap (default 1; the main job on a GPU: "
+        f"min({MAX_MAIN_JOB_PARALLEL}, CPUs / {CPUS_PER_PARALLEL_WORKER}))",
     )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per arm process (default 900)")
     p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
@@ -177,7 +201,8 @@ def _check_plot(plot: bool) -> None:
     every arm ran, when results.png is written)."""
     if plot and importlib.util.find_spec("matplotlib") is None:
         raise InvalidKnobValue(
-            "--plot needs matplotlib, which is not installed: pip install 'inductor-knobs[plot]' (or leave out --plot)"
+            "--plot needs matplotlib, which is not installed: pip install 'matplotlib>=3.5' (the [plot] extra: "
+            "pip install 'inductor-knobs[plot]'); or leave out --plot"
         )
 
 
@@ -242,46 +267,64 @@ def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec 
     return emulation
 
 
-def _emulated_section(sms: int | None) -> tuple[str | None, str | None]:
-    """Whether the main job adds an emulated-T4 section on a GPU of ``sms`` SMs.
+def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
+    """Which emulated small GPUs the main job adds on a GPU of ``sms`` SMs.
 
     Returns:
-        ``(preset, None)`` to add it, or ``(None, why not)``.
+        ``(presets, None)``, or ``((), why not)``.
     """
     import torch
 
     from .. import torch_compat
 
-    if sms is None:
-        return None, None
     threshold = torch_compat.installed(strict=False).torch_min_sms
     if sms < threshold:
-        return None, (
-            f"this GPU has {sms} SMs, below torch's {threshold}-SM gate, so the gate is closed here already and the "
-            "table shows its effect directly"
+        return (), (
+            f"this GPU has {sms} SMs, below torch's {threshold}-SM gate, so the gate is closed here already and its "
+            "section shows the effect directly; there is no full-GPU A/A control"
         )
     green = getattr(torch.cuda, "GreenContext", None)
     if green is None or not hasattr(green, "Stream"):
-        return None, (
-            f"SM emulation needs torch >= 2.11 (torch.cuda.GreenContext with Stream()); torch {torch.__version__} has none"
+        return (), (
+            f"SM emulation needs torch >= 2.11 (torch.cuda.GreenContext with Stream()); torch {torch.__version__} has none, "
+            "so only the A/A control on this GPU runs"
         )
     return MAIN_JOB_EMULATION, None
 
 
-def _main_job_arms(plan_sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm], dict[str, str], str | None]:
-    """The main job's arms, their sections, and why there is no emulated section (or None)."""
+def _main_job_arms(
+    sms: int | None, emulate: EmulationSpec | None
+) -> tuple[list[spec.Arm], dict[str, str], dict[str, str], str | None]:
+    """The main job's arms, their sections, each arm's baseline, and why a section is missing (or None)."""
+    if sms is None:  # CPU: no gate to test
+        return spec.cpu_arms(), {}, {}, None
     if emulate is not None:  # --emulate-sms: one section, every arm emulated
-        return spec.default_arms(emulate.sms), {}, None
-    arms = spec.default_arms(plan_sms)
-    preset, skipped = _emulated_section(plan_sms)
+        return spec.gate_arms(emulate.sms), {}, {}, None
+    presets, skipped = _emulated_sections(sms)
+    arms: list[spec.Arm] = []
     sections: dict[str, str] = {}
-    if preset is not None:
+    baselines: dict[str, str] = {}
+    for preset in presets:
         small = PRESETS[preset]
-        extra = spec.default_arms(small.sms, emulate=preset, suffix=f"@{preset}")
-        label = f"emulated {preset} ({small.sms} SMs, below the gate)"
-        sections = {a.name: label for a in extra}
-        arms += extra
-    return arms, sections, skipped
+        section = spec.gate_arms(small.sms, emulate=preset, suffix=f"@{preset}")
+        for arm in section:
+            sections[arm.name] = f"emulated {preset} ({small.sms} SMs, below the gate)"
+            baselines[arm.name] = section[0].name
+        arms += section
+    full = spec.gate_arms(sms)
+    if presets:  # the control has its own section after the emulated ones
+        for arm in full:
+            sections[arm.name] = f"this GPU ({sms} SMs, above the gate): A/A control"
+            baselines[arm.name] = full[0].name
+    return arms + full, sections, baselines, skipped
+
+
+def main_job_parallel(device: str, gpus: list[int]) -> int:
+    """The main job's ``--parallel`` default: 1 on CPU, else min(4, CPUs per GPU / 4)."""
+    if device != "cuda":
+        return 1
+    per_gpu = (os.cpu_count() or 1) // max(1, len(gpus))
+    return max(1, min(MAX_MAIN_JOB_PARALLEL, per_gpu // CPUS_PER_PARALLEL_WORKER))
 
 
 def build_plan(args: argparse.Namespace) -> Plan:
@@ -296,17 +339,22 @@ def build_plan(args: argparse.Namespace) -> Plan:
     import torch
 
     toml: dict[str, Any] = spec.load_toml(args.config) if args.config else {}
-    workload = args.workload or toml.get("workload") or DEFAULT_WORKLOAD
-    workloads.resolve(workload)
-    smoke = bool(getattr(args, "smoke", False))
-    quick = bool(args.quick or toml.get("quick", False) or smoke)
     main_job = not (args.arm or args.grid or args.config)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    default = MAIN_JOB_GPU_WORKLOAD if main_job and device == "cuda" else DEFAULT_WORKLOAD
+    workload = args.workload or toml.get("workload") or default
+    workloads.resolve(workload)  # a missing extra (transformers, timm) is an error here, before anything runs
+    smoke = bool(getattr(args, "smoke", False))
+    # The main job's model runs at its --quick size on a GPU (the size the README's table measured),
+    # with the full number of samples.
+    model_size = main_job and device == "cuda" and not args.workload and not toml.get("workload")
+    quick = bool(args.quick or toml.get("quick", False) or smoke or model_size)
+    fewer_samples = bool(args.quick or toml.get("quick", False) or smoke)
     if args.repeats is not None:
         count = processes(args.repeats, f"--repeats={args.repeats}", quick=quick, smoke=smoke, main_job=main_job)
     else:
         value = toml.get("repeats")
         count = processes(value, f"repeats = {value!r} in --config {args.config!r}", quick=quick, smoke=smoke, main_job=main_job)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise InvalidKnobValue(f"--device cuda: torch {torch.__version__} sees no CUDA GPU")
     visible = torch.cuda.device_count() if device == "cuda" else 0
@@ -324,20 +372,19 @@ def build_plan(args: argparse.Namespace) -> Plan:
     emulate = _emulation(args.emulate_sms, device, gpus)
     arms = list(toml.get("arms", [])) + [spec.parse_arm(a) for a in args.arm] + spec.parse_grid(args.grid)
     sections: dict[str, str] = {}
+    baselines: dict[str, str] = {}
     skipped = None
     if main_job:
         sms = min(torch.cuda.get_device_properties(g).multi_processor_count for g in gpus) if gpus and device == "cuda" else None
-        arms, sections, skipped = _main_job_arms(sms, emulate)
+        arms, sections, baselines, skipped = _main_job_arms(sms, emulate)
     spec.check_names(arms)
     baseline = args.baseline or toml.get("baseline") or arms[0].name
     if baseline not in [a.name for a in arms]:
         raise InvalidKnobValue(f"--baseline={baseline!r} is not an arm; arms: {', '.join(a.name for a in arms)}")
-    baselines = {}
-    for arm in arms:  # an emulated section's arms compare with that section's version of the baseline
-        if arm.name in sections:
-            suffix = "@" + str(arm.emulate)
-            own = baseline + suffix if baseline + suffix in sections else "default" + suffix
-            baselines[arm.name] = own
+    if args.baseline and baselines:  # --baseline NAME in the main job: NAME's counterpart in every section
+        base = args.baseline.split("@")[0]
+        baselines = {a.name: (base + a.name[len(a.name.split("@")[0]) :]) for a in arms if a.name in baselines}
+    parallel = _parallel(getattr(args, "parallel", None), device, gpus, main_job)
     return Plan(
         workload=workload,
         arms=arms,
@@ -346,18 +393,38 @@ def build_plan(args: argparse.Namespace) -> Plan:
         gpus=gpus,
         quick=quick,
         repeats=count,
-        iters=_positive("iters", args.iters, 5 if quick else 20),
-        warmup=1 if quick else 3,
+        iters=_positive("iters", args.iters, 5 if fewer_samples else 20),
+        warmup=1 if fewer_samples else 3,
         timeout=_timeout(args.timeout),
         shard=_shard(args.shard),
         emulate=args.emulate_sms.strip() if emulate else None,
         smoke=smoke,
         sections=sections,
         baselines=baselines,
-        profile_iters=2 if quick else 5,
+        profile_iters=2 if fewer_samples else 5,
         main_job=main_job,
         emulation_skipped=skipped,
+        parallel=parallel,
     )
+
+
+def _parallel(value: int | None, device: str, gpus: list[int], main_job: bool) -> int:
+    """``--parallel`` checked, or its default (see the module docstring).
+
+    Raises:
+        InvalidKnobValue: below 1, or above 1 on CPU (the measured arms would share the CPUs with
+            compiling ones).
+    """
+    if value is None:
+        return main_job_parallel(device, gpus) if main_job else 1
+    if value < 1:
+        raise InvalidKnobValue(f"--parallel={value} is invalid: allowed an int >= 1")
+    if value > 1 and device != "cuda":
+        raise InvalidKnobValue(
+            f"--parallel={value} needs --device cuda: on CPU the measured arm would share the CPUs with the compiling "
+            "ones; allowed 1"
+        )
+    return value
 
 
 def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
@@ -378,6 +445,7 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
         "smoke": plan.smoke,
         "main_job": plan.main_job,
         "emulation_skipped": plan.emulation_skipped,
+        "parallel": plan.parallel,
         "baseline": plan.baseline,
         "arms": arms,
         "shard": list(plan.shard),
@@ -429,6 +497,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"warning: {line}", file=sys.stderr)
         print(report.compare(old, new))
         return 0
+    entered = time.perf_counter()
     _check_plot(args.plot)
     _check_out(args.out, args.overwrite)
     if args.merge:
@@ -443,11 +512,14 @@ def _run(args: argparse.Namespace) -> int:
         results = _results(plan, conflicts)
         _clear_out(args.out, args.overwrite)
         print(
-            f"ablate: {len(plan.arms)} arms x {plan.repeats} process(es) on {results['environment']['device_name']}"
+            f"ablate: workload {plan.workload}, {len(plan.arms)} arms x {plan.repeats} process(es) on "
+            f"{results['environment']['device_name']}"
+            + (f", {plan.parallel} at once per GPU" if plan.parallel > 1 else "")
             + (f", shard {plan.shard[0]}/{plan.shard[1]}" if plan.shard[1] > 1 else ""),
             file=sys.stderr,
         )
         start = time.perf_counter()
+        results["setup_seconds"] = start - entered
         try:
             results["runs"] = execute(plan)
         except Interrupted as stop:
@@ -459,8 +531,13 @@ def _run(args: argparse.Namespace) -> int:
     for warning in report.load_warnings(results):
         print(f"warning: {warning}", file=sys.stderr)
     if args.out:
+        writing = time.perf_counter()
         for path in report.write(results, args.out, plot=args.plot):
             print(f"wrote {path}", file=sys.stderr)
+        print(
+            f"(writing the results{' and the plot' if args.plot else ''} took {time.perf_counter() - writing:.1f} s)",
+            file=sys.stderr,
+        )
     failed = [r for r in results["runs"] if not r.get("ok") or r.get("not_applied")]
     crashed = [r for r in results["runs"] if not r.get("ok")]
     return 1 if results["runs"] and (len(crashed) == len(results["runs"]) or (args.strict and failed)) else 0

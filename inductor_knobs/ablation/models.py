@@ -1,9 +1,14 @@
 """Real models as workloads, built from configurations with random weights (nothing is downloaded).
 
-``--workload hf:<name>`` (needs ``pip install 'inductor-knobs[hf]'``, i.e. transformers) and
-``--workload timm:<model>`` (needs ``pip install 'inductor-knobs[timm]'``).  Inference only: eval
-mode, no autograd (the worker runs under ``torch.no_grad``), bf16 on CUDA and fp32 on CPU.  Every
-worker seeds torch before building, so every process of every arm gets the same weights.
+``--workload hf:<name>`` (needs ``pip install 'transformers>=4.40'``, the ``[hf]`` extra) and
+``--workload timm:<model>`` (needs ``pip install 'timm>=0.9'``, the ``[timm]`` extra).  Inference
+only: eval mode, no autograd (the worker runs under ``torch.no_grad``), bf16 on CUDA and fp32 on
+CPU.  Every worker seeds torch before building, so every process of every arm gets the same
+weights; the model is created on its device (random initialisation on a GPU takes a fraction of
+the seconds it takes on the CPU).
+
+Factories return a plain ``(model, [args tuple])`` pair (the workload protocol of
+:mod:`.workloads`), so this module never imports :mod:`.workloads`, which imports it.
 
 Hugging Face models (:data:`HF_MODELS`), each a ``*Model`` without a task head whose forward returns
 ``last_hidden_state``:
@@ -33,8 +38,14 @@ from typing import Any
 
 from ..errors import InvalidKnobValue, UnknownKnob
 
-#: Prefix -> (module to import, extra that installs it).
-EXTRAS = {"hf": ("transformers", "hf"), "timm": ("timm", "timm")}
+#: Prefix -> (module to import, extra that installs it, the requirement the extra holds in pyproject.toml).
+EXTRAS = {"hf": ("transformers", "hf", "transformers>=4.40"), "timm": ("timm", "timm", "timm>=0.9")}
+
+
+def install_hint(prefix: str) -> str:
+    """The exact command that installs what ``prefix`` (``hf``, ``timm``) needs."""
+    _, extra, requirement = EXTRAS[prefix]
+    return f"pip install '{requirement}' (the [{extra}] extra: pip install 'inductor-knobs[{extra}]')"
 
 
 def _dtype(device: str) -> Any:
@@ -64,14 +75,15 @@ def _last_hidden(model: Any) -> Any:
     return LastHidden(model)
 
 
-def _token_workload(model: Any, vocab: int, batch: int, seq: int, device: str) -> Any:
+def _token_workload(make: Callable[[], Any], vocab: int, batch: int, seq: int, device: str) -> Any:
+    """``make()`` (a transformers ``*Model``) built on ``device``, with ``batch`` x ``seq`` token ids."""
     import torch
 
-    from .workloads import Workload
-
-    model = _last_hidden(model).to(device=device, dtype=_dtype(device)).eval()
+    with torch.device(device):
+        model = make()
+    model = _last_hidden(model).to(dtype=_dtype(device)).eval()
     ids = torch.randint(0, vocab, (batch, seq), device=device)
-    return Workload(model, [(ids,)])
+    return model, [(ids,)]
 
 
 def bert_base(device: str, quick: bool) -> Any:
@@ -81,7 +93,7 @@ def bert_base(device: str, quick: bool) -> Any:
     batch = _batch(device, quick, cuda=(8, 2), cpu=(2, 1))
     seq = 64 if quick else 128
     seq = 32 if quick and not device.startswith("cuda") else seq
-    return _token_workload(BertModel(config, add_pooling_layer=False), config.vocab_size, batch, seq, device)
+    return _token_workload(lambda: BertModel(config, add_pooling_layer=False), config.vocab_size, batch, seq, device)
 
 
 def tinyllama_2layer(device: str, quick: bool) -> Any:
@@ -99,7 +111,7 @@ def tinyllama_2layer(device: str, quick: bool) -> Any:
     )
     on_gpu = device.startswith("cuda")
     seq = (256 if quick else 512) if on_gpu else (32 if quick else 128)
-    return _token_workload(LlamaModel(config), config.vocab_size, 1, seq, device)
+    return _token_workload(lambda: LlamaModel(config), config.vocab_size, 1, seq, device)
 
 
 #: ``hf:<name>`` -> (description, factory(device, quick)).
@@ -116,13 +128,13 @@ def timm_model(name: str) -> Callable[[str, bool], Any]:
         import timm
         import torch
 
-        from .workloads import Workload
-
-        model = timm.create_model(name, pretrained=False).to(device=device, dtype=_dtype(device)).eval()
+        with torch.device(device):
+            model = timm.create_model(name, pretrained=False)
+        model = model.to(dtype=_dtype(device)).eval()
         size = tuple(getattr(model, "pretrained_cfg", {}).get("input_size", (3, 224, 224)))
         batch = _batch(device, quick, cuda=(16, 4), cpu=(2, 1))
         images = torch.randn(batch, *size, device=device, dtype=_dtype(device))
-        return Workload(model, [(images,)])
+        return model, [(images,)]
 
     return factory
 
@@ -140,10 +152,9 @@ def _installed(module: str) -> bool:
 
 def _need(prefix: str, workload: str, load: bool) -> Any:
     """Raise unless the extra behind ``prefix`` is installed; with ``load``, import and return it."""
-    module, extra = EXTRAS[prefix]
+    module = EXTRAS[prefix][0]
     message = (
-        f"--workload {workload!r} needs {module}, which is not installed: pip install 'inductor-knobs[{extra}]' "
-        "(or choose a built-in workload)"
+        f"--workload {workload!r} needs {module}, which is not installed: {install_hint(prefix)}; or choose a built-in workload"
     )
     if not _installed(module):
         raise InvalidKnobValue(message)

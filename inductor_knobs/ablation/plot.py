@@ -1,6 +1,11 @@
 """results.png: one row per arm, four panels that read across a row.
 
-1. Speedup with its 95 % interval (a forest plot; the vertical line at 1.00x is "no difference").
+1. The answer at a glance: each arm's speedup over its section's baseline with its 95 % interval
+   (a forest plot; the vertical line at 1.00x is "no difference"): GPU kernel time (squares) and
+   end-to-end latency (circles), coloured by verdict, and beside each arm what it costs to compile
+   (``compile 17 -> 61 s``: the baseline's cold compile, then the arm's).  For the main job on a GPU
+   the rows are "force_gemm_autotune on an emulated T4 / L4 / this GPU", so the panel answers "does
+   forcing the gate help this model on this GPU class, and what does it cost to compile".
 2. Latency: bars from zero to the median over processes, whiskers the 95 % interval.
 3. Cold compile seconds, the autotune part of them darker.
 4. Compile seconds against speedup, each point numbered like its row.
@@ -60,14 +65,34 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
     compile_ax = fig.add_subplot(grid[2], sharey=forest)
     scatter = fig.add_subplot(grid[3])
 
-    speeds = []
+    speeds: list[float] = []
+    colours = {"faster": "tab:green", "slower": "tab:red"}
+    compile_of = {r["arm"]: r.get("compile_seconds") for r in ok}
     for y, r in zip(ys, ok):
-        speed = r.get("speedup", 1.0)
-        low, high = r.get("speedup_low"), r.get("speedup_high")
-        errors = [[speed - low], [high - speed]] if low is not None and high is not None else None
-        colour = {"faster": "tab:green", "slower": "tab:red"}.get(r.get("verdict", ""), "tab:gray")
-        forest.errorbar(speed, y, xerr=errors, fmt="o", color=colour, capsize=3)
-        speeds += [v for v in (speed, low, high) if v]
+        marks = [("speedup", "verdict", "o", 0.12, "latency")]
+        if "kernel_speedup" in r:
+            marks.insert(0, ("kernel_speedup", "kernel_verdict", "s", -0.12, "GPU kernel time"))
+        for key, verdict, marker, shift, _ in marks:
+            speed = r.get(key, 1.0)
+            low, high = r.get(f"{key}_low"), r.get(f"{key}_high")
+            errors = [[speed - low], [high - speed]] if low is not None and high is not None else None
+            colour = colours.get(r.get(verdict, ""), "tab:gray")
+            face = colour if marker == "s" else "white"
+            forest.errorbar(speed, y + shift, xerr=errors, fmt=marker, color=colour, mfc=face, capsize=3)
+            speeds += [v for v in (speed, low, high) if v]
+        base = compile_of.get(r.get("baseline", ""))
+        if r.get("baseline") != r["arm"] and base is not None and r.get("compile_seconds") is not None:
+            forest.annotate(
+                f"compile {base:.0f} -> {r['compile_seconds']:.0f} s",
+                xy=(1.0, y),
+                xycoords=("axes fraction", "data"),
+                xytext=(-3, 0),
+                textcoords="offset points",
+                ha="right",
+                va="center",
+                fontsize=8,
+                color="tab:brown",
+            )
     forest.axvline(1.0, color="black", linewidth=0.8)
     if speeds and max(speeds) / min(speeds) > 4:
         # Wide ratios on a log axis: 2x faster and 2x slower sit at the same distance from 1.00x.
@@ -76,8 +101,12 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
         forest.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     forest.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.3g}x"))
     forest.set_yticks(ys, labels)
-    forest.set_xlabel("speedup vs baseline, 95% CI (> 1: faster)")
-    forest.set_title("speedup (green faster, red slower, grey: no detectable difference)", fontsize=9)
+    forest.set_xlabel("speedup vs the section's baseline, 95% CI (> 1: faster)")
+    forest.set_title(
+        "speedup: \u25a0 GPU kernel time, \u25cb latency (green faster, red slower, grey: no detectable difference);\n"
+        "compile: baseline -> arm, cold",
+        fontsize=9,
+    )
 
     medians = [r["median_ms"] for r in ok]
     low_err = [r["median_ms"] - r["median_low_ms"] if r.get("median_low_ms") is not None else 0.0 for r in ok]

@@ -85,6 +85,9 @@ def _row(arm: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
         return row
     medians = stats.process_medians(good)
     interval = stats.median_interval(medians)
+    # Compile time is the cold one: runs that reused the ablation's shared Triton binaries (repeat >= 1
+    # on a GPU, see runner) compile faster than a user's first compile would.
+    cold = [r for r in good if r.get("kernel_cache") != "shared"] or good
     kernel = [float(r["kernel_ms"]) for r in good if isinstance(r.get("kernel_ms"), (int, float))]
     calls = [r.get("gemm_calls") or {} for r in good]
     row.update(
@@ -96,8 +99,9 @@ def _row(arm: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
         n=sum(len(r["samples_ms"]) for r in good),
         kernel_ms=float(statistics.median(kernel)) if kernel else None,
         kernel_process_ms=kernel,
-        compile_seconds=statistics.median(r["compile_seconds"] for r in good),
-        autotune_seconds=statistics.median(r["autotune_seconds"] for r in good),
+        compile_seconds=statistics.median(r["compile_seconds"] for r in cold),
+        autotune_seconds=statistics.median(r["autotune_seconds"] for r in cold),
+        compile_processes=len(cold),
         peak_memory_mib=max(r["peak_memory_bytes"] for r in good) / 2**20,
         max_abs_diff=max(r["max_abs_diff"] for r in good),
         mismatch=any(r["mismatch"] for r in good),
@@ -228,6 +232,12 @@ def _head(results: Mapping[str, Any]) -> str:
     )
     if results.get("emulate_sms"):
         head += f"; every arm under emulated {results['emulate_sms']} (SM emulation)"
+    if int(results.get("parallel") or 1) > 1:
+        head += (
+            f"; {results['parallel']} processes per GPU started and compiled at once, measurements one at a time; "
+            "compile s is the cold compile of each arm's first process (later processes reused the run's Triton "
+            "binaries), timed while other processes compiled beside it"
+        )
     if isinstance(results.get("wall_seconds"), (int, float)):
         gpus = results.get("gpus") or []
         head += f"; whole run {results['wall_seconds']:.0f} s" + (f" on {len(gpus)} GPU(s)" if gpus else "")
@@ -288,7 +298,73 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
         if not run.get("ok"):
             tail = run.get("traceback", "").strip().splitlines()[-3:]
             lines.append(f"\n{run['arm']} repeat {run['repeat']} failed: {run['error']}" + "".join(f"\n    {t}" for t in tail))
+    lines += time_table(results)
     return "\n".join(lines)
+
+
+#: The worker's phases in the time table (``phase_seconds``, see :mod:`.worker`), and their headers.
+PHASES = (
+    ("import", "import"),
+    ("build", "build + eager"),
+    ("compile", "compile"),
+    ("autotune", "of which autotune"),
+    ("wait", "wait for GPU"),
+    ("measure", "measure"),
+    ("extras", "profile"),
+    ("shutdown", "shutdown"),
+)
+
+
+def _phases(run: Mapping[str, Any]) -> dict[str, float]:
+    """One run's seconds per :data:`PHASES` entry, plus ``start/exit`` (the interpreter's start and
+    exit: the run's wall time less its phases) and ``wall``."""
+    phases = {k: float(v) for k, v in (run.get("phase_seconds") or {}).items() if isinstance(v, (int, float))}
+    out = {key: phases.get(key, 0.0) for key, _ in PHASES if key != "autotune"}
+    out["autotune"] = float(run.get("autotune_seconds") or 0.0)
+    wall = float(run.get("wall_seconds") or 0.0)
+    out["start/exit"] = max(0.0, wall - sum(phases.values()))
+    out["wall"] = wall
+    return out
+
+
+def time_table(results: Mapping[str, Any]) -> list[str]:
+    """Where the time went: per arm the median seconds of each phase over its runs, and the sums over
+    all runs; empty when no run recorded its phases (older files)."""
+    runs = [r for r in results["runs"] if r.get("phase_seconds")]
+    if not runs:
+        return []
+    keys = ["start/exit", *(k for k, _ in PHASES), "wall"]
+    names = {"start/exit": "start/exit", "wall": "run wall", **dict(PHASES)}
+    lines = [
+        "",
+        "**Where the time went** (seconds; per arm the median over its processes, cold and warm alike; last row: the "
+        "sum over all runs)",
+        "",
+        "| arm | runs | " + " | ".join(names[k] for k in keys) + " |",
+        "|---|---|" + "---|" * len(keys),
+    ]
+    for arm in results["arms"]:
+        mine = [_phases(r) for r in runs if r["arm"] == arm["name"]]
+        if mine:
+            cells = " | ".join(f"{statistics.median(p[k] for p in mine):.1f}" for k in keys)
+            lines.append(f"| {arm['name']} | {len(mine)} | {cells} |")
+    every = [_phases(r) for r in runs]
+    lines.append("| all runs (sum) | " + f"{len(every)} | " + " | ".join(f"{sum(p[k] for p in every):.0f}" for k in keys) + " |")
+    wall = results.get("wall_seconds")
+    if isinstance(wall, (int, float)) and wall > 0:
+        total = sum(p["wall"] for p in every)
+        parallel = int(results.get("parallel") or 1)
+        lines.append(
+            f"\nThe runs took {total:.0f} s of process time in {wall:.0f} s of wall time "
+            f"({total / wall:.1f} processes busy on average; up to {parallel} per GPU at once)"
+            + (
+                f"; before the first run the command spent {results['setup_seconds']:.1f} s (imports, checks, plan)"
+                if isinstance(results.get("setup_seconds"), (int, float))
+                else ""
+            )
+            + "."
+        )
+    return lines
 
 
 def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -319,7 +395,8 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
     if plot:
         from .plot import plot as draw
 
-        written.append(draw(rows, os.path.join(out, "results.png"), str(results["workload"])))
+        where = (results.get("environment") or {}).get("device_name") or results.get("device")
+        written.append(draw(rows, os.path.join(out, "results.png"), f"{results['workload']} on {where}"))
     return written
 
 

@@ -12,6 +12,23 @@ runner reads the machine's load (:mod:`.load`), and every record says when it ra
 The records do not depend on the number of GPUs: one GPU or several (``--gpus 0,1``) give the same
 fields, so the command's total ``wall_seconds`` of the two can be compared directly.
 
+**Processes at once** (``Plan.parallel``, CUDA only): each GPU gets that many job threads, so that
+many workers start, import, build and compile on it at once.  Their measurements never overlap:
+every worker takes the GPU's lock file (``measure_lock`` in its job, :func:`fcntl.flock`) for its
+warm-up, samples and profiling, and records how long it waited.  What does overlap is one worker's
+measurement with another's compilation and autotuning (CPU work, and short GPU benchmark bursts);
+the full-GPU A/A control of the main job shows what that costs.  With several at once, each worker
+gets ``CPUs / (GPUs × parallel)`` Inductor compile threads, and the GPU utilisation is not read
+around runs (the ablation's own workers share the GPU).
+
+**What is shared: Triton kernel binaries, nothing that decides** (CUDA only).  Triton's cache holds
+compiled binaries keyed by the kernel's source, compile options and target; reusing one replays no
+choice (every process still traces, lowers, autotunes and picks its own kernels).  So repeat 0 of
+every arm compiles with empty caches (``"kernel_cache": "cold"``: its compile time is the cold one
+the report shows), and when it exits its Triton binaries move into the ablation's shared kernel
+directory, which every later repeat uses as its ``TRITON_CACHE_DIR`` (``"shared"``).  Inductor's own
+cache (compiled graphs, autotune results) stays private to every process.
+
 Every worker runs in its own session (process group), so that a timeout or an interruption can
 kill it together with anything it started (Inductor's compile workers), and so that a Ctrl-C in
 the terminal reaches only the parent, which then stops the workers itself: on SIGINT or SIGTERM
@@ -70,6 +87,7 @@ class Plan:
         profile_iters: iterations profiled for GPU kernel time (CUDA only).
         main_job: the arms are the main job's (no --arm, --grid or --config).
         emulation_skipped: why the main job has no emulated small-GPU section, or None.
+        parallel: workers per GPU at once (see the module docstring); 1 on CPU.
     """
 
     workload: str
@@ -90,6 +108,7 @@ class Plan:
     profile_iters: int = 5
     main_job: bool = False
     emulation_skipped: str | None = None
+    parallel: int = 1
 
     def jobs(self) -> list[dict[str, Any]]:
         """Interleaved jobs (repeat 0 of every arm, then repeat 1, …), this shard's only."""
@@ -221,7 +240,14 @@ def physical_gpu(index: int, visible: str | None) -> str:
     return entries[index]
 
 
-def worker_env(arm: Arm, gpu: int | None, cache: str, emulate: str | None) -> dict[str, str]:
+def worker_env(
+    arm: Arm,
+    gpu: int | None,
+    cache: str,
+    emulate: str | None,
+    kernels: str | None = None,
+    compile_threads: int | None = None,
+) -> dict[str, str]:
     """The environment of one worker process.
 
     Args:
@@ -229,6 +255,8 @@ def worker_env(arm: Arm, gpu: int | None, cache: str, emulate: str | None) -> di
         gpu: this process's GPU index, mapped with :func:`physical_gpu` (None: CPU, unchanged).
         cache: the job's private directory for Inductor's and Triton's caches.
         emulate: ``INDUCTOR_KNOBS_EMULATE_SMS`` for the worker, or None.
+        kernels: the ablation's shared Triton kernel directory for this job, or None (private).
+        compile_threads: ``TORCHINDUCTOR_COMPILE_THREADS`` unless this process sets it, or None.
 
     Returns:
         A copy of ``os.environ`` with the changes.
@@ -238,7 +266,11 @@ def worker_env(arm: Arm, gpu: int | None, cache: str, emulate: str | None) -> di
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env.update({ENV_PREFIX + "ON_MISMATCH": "warn", **arm.env()})
-    env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": os.path.join(cache, "triton")})
+    env.update(
+        {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": kernels or os.path.join(cache, "triton")}
+    )
+    if compile_threads is not None:
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
     # A user workload (``mymodels:factory``) is named relative to the current directory, as the
     # parent resolved it (workloads.resolve); the worker must find the same module.
     cwd = os.getcwd()
@@ -267,12 +299,43 @@ class _Workers:
     killed by it) or sees the switch and does not start, so no worker outlives an interruption.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, share_kernels: bool = False) -> None:
         self.lock = threading.Lock()
         self.stopped = False
         self.procs: dict[int, subprocess.Popen[str]] = {}
         self.killed: set[int] = set()
         self.dirs: set[str] = set()
+        # The ablation's own directory (made when first needed): the shared Triton kernels and the
+        # GPUs' measurement locks.
+        self.run_dir: str | None = None
+        self.kernels = os.path.join(self._own_dir(), "kernels") if share_kernels else None
+        if self.kernels:
+            os.makedirs(self.kernels)
+
+    def _own_dir(self) -> str:
+        with self.lock:
+            if self.run_dir is None:
+                self.run_dir = tempfile.mkdtemp(prefix="ik-ablate-run-")
+            return self.run_dir
+
+    def measure_lock(self, gpu: int | None) -> str:
+        """The lock file that the workers on ``gpu`` take for their measurement."""
+        return os.path.join(self._own_dir(), f"gpu{gpu}.lock")
+
+    def keep_kernels(self, cache: str) -> None:
+        """Move the Triton binaries a finished cold worker built in ``cache`` into the shared directory.
+
+        Each entry is one kernel's directory; ``os.rename`` moves it whole (same file system) or not at
+        all, so a reader never sees part of one.  An entry that is there already stays as it is.
+        """
+        source = os.path.join(cache, "triton")
+        if not self.kernels or not os.path.isdir(source):
+            return
+        for name in os.listdir(source):
+            target = os.path.join(self.kernels, name)
+            if not os.path.exists(target):
+                with contextlib.suppress(OSError):  # another worker put the same kernel there meanwhile
+                    os.rename(os.path.join(source, name), target)
 
     def start(self, argv: list[str], env_for: Any) -> tuple[subprocess.Popen[str], str] | None:
         """Make a cache directory and start ``argv`` in a new session with ``env_for(directory)``.
@@ -301,8 +364,9 @@ class _Workers:
             self.procs[proc.pid] = proc
             return proc, cache
 
-    def done(self, proc: subprocess.Popen[str], cache: str) -> bool:
-        """Forget a finished process and remove its directory.
+    def done(self, proc: subprocess.Popen[str], cache: str, keep_kernels: bool = False) -> bool:
+        """Forget a finished process and remove its directory (with ``keep_kernels``, after moving its
+        Triton binaries into the shared directory).
 
         Returns:
             True if :meth:`stop` killed it (its output is not a result).
@@ -310,6 +374,8 @@ class _Workers:
         with self.lock:
             self.procs.pop(proc.pid, None)
             killed = proc.pid in self.killed
+        if keep_kernels and not killed:
+            self.keep_kernels(cache)
         shutil.rmtree(cache, ignore_errors=True)
         with self.lock:
             self.dirs.discard(cache)
@@ -324,11 +390,15 @@ class _Workers:
                 _kill_group(proc)
 
     def remove_dirs(self) -> None:
-        """Remove the cache directories of workers whose thread did not get to it."""
+        """Remove the cache directories of workers whose thread did not get to it, and the
+        ablation's own directory."""
         with self.lock:
             dirs, self.dirs = set(self.dirs), set()
+            own, self.run_dir = self.run_dir, None
         for cache in dirs:
             shutil.rmtree(cache, ignore_errors=True)
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
 
 
 def _reap(proc: subprocess.Popen[str]) -> tuple[str, str]:
@@ -369,6 +439,8 @@ def run_job(
     timeout: float,
     workers: _Workers | None = None,
     origin: float | None = None,
+    parallel: int = 1,
+    compile_threads: int | None = None,
 ) -> dict[str, Any] | None:
     """Run one job in a fresh process, in its own session, with a private cache directory.
 
@@ -379,6 +451,9 @@ def run_job(
         timeout: seconds before the worker and everything it started are killed.
         workers: the registry that :func:`execute` stops on an interruption (None: a private one).
         origin: the ``time.perf_counter()`` that ``start_s`` and ``end_s`` count from (None: now).
+        parallel: workers on this GPU at once; above 1 the worker measures under the GPU's lock and
+            the GPU's utilisation is not read.
+        compile_threads: Inductor compile threads for the worker, or None (Inductor's default).
 
     Returns:
         The record (a crash or timeout is an error record) with the load readings around it, or
@@ -389,11 +464,17 @@ def run_job(
     """
     workers = workers if workers is not None else _Workers()
     device = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu is not None else None
+    shared = workers.kernels if int(job["repeat"]) > 0 else None
+    if parallel > 1:
+        job = {**job, "measure_lock": workers.measure_lock(gpu)}
     argv = [sys.executable, "-m", "inductor_knobs.ablation.worker", json.dumps(job)]
-    before = _readings(gpu, "before")
+    watched = gpu if parallel == 1 else None  # with several at once the GPU is busy with our own workers
+    before = _readings(watched, "before")
     start = time.perf_counter()
     origin = start if origin is None else origin
-    started = workers.start(argv, lambda cache: worker_env(arm, gpu, cache, job.get("emulate")))
+    started = workers.start(
+        argv, lambda cache: worker_env(arm, gpu, cache, job.get("emulate"), kernels=shared, compile_threads=compile_threads)
+    )
     if started is None:
         return None
     proc, cache = started
@@ -407,7 +488,7 @@ def run_job(
     finally:
         if proc.poll() is None:  # an exception on the way: leave nothing running
             _reap(proc)
-        killed = workers.done(proc, cache)
+        killed = workers.done(proc, cache, keep_kernels=workers.kernels is not None and shared is None)
     end = time.perf_counter()
     if killed:
         return None
@@ -427,8 +508,9 @@ def run_job(
         "wall_seconds": end - start,
         "start_s": start - origin,
         "end_s": end - origin,
+        "kernel_cache": "shared" if shared else "cold",
         **before,
-        **_readings(gpu, "after"),
+        **_readings(watched, "after"),
     }
 
 
@@ -456,9 +538,13 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
         pending.put(job)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
-    workers = _Workers()
+    workers = _Workers(share_kernels=plan.device == "cuda")
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
     origin = time.perf_counter()
+    on_gpu = plan.device == "cuda" and bool(plan.gpus)
+    parallel = max(1, plan.parallel) if on_gpu else 1
+    slots: list[int | None] = [g for g in plan.gpus for _ in range(parallel)] if on_gpu else [None]
+    threads_each = max(1, (os.cpu_count() or 1) // len(slots)) if parallel > 1 else None
 
     def worker(gpu: int | None) -> None:
         while not workers.stopped:
@@ -467,7 +553,7 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
             except queue.Empty:
                 return
             try:
-                record = run_job(job, arms[job["arm"]["name"]], gpu, plan.timeout, workers, origin)
+                record = run_job(job, arms[job["arm"]["name"]], gpu, plan.timeout, workers, origin, parallel, threads_each)
             except Exception as err:  # noqa: BLE001 - e.g. no space for the cache directory: a failed run, not a lost one
                 tail = traceback.format_exc()[-3000:]
                 record = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": tail}
@@ -480,7 +566,6 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
                 bar.set_postfix_str(f"{record['arm']} #{record['repeat']} {'ok' if record['ok'] else 'FAILED'}")
                 bar.update()
 
-    slots: list[int | None] = list(plan.gpus) if plan.device == "cuda" and plan.gpus else [None]
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
     try:
         for t in threads:
@@ -503,4 +588,6 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
         with lock:
             done = sorted(results, key=lambda r: r["index"])
         raise Interrupted(signum, done, len(jobs)) from None
+    finally:
+        workers.remove_dirs()
     return sorted(results, key=lambda r: r["index"])

@@ -94,28 +94,39 @@ class Arm:
         ]
 
 
-def default_arms(sms: int | None, emulate: str | None = None, suffix: str = "") -> list[Arm]:
-    """The main job's arms: ``default``, ``max-autotune-no-cudagraphs`` (autotunes GEMMs only where
-    torch's SM gate is open) and ``force_gemm_autotune`` (the gate lowered to this GPU's SMs, so
-    it autotunes GEMMs everywhere).
+#: The knobs of the main job's ``gated`` arm: GEMM autotuning asked for (ATen and Triton candidates)
+#: with torch's SM gate as it is; ``force_gemm_autotune`` is the same plus ``min_sms``.
+GATED_KNOBS = {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON"}
 
-    CUDA graphs stay out of the main job: they change launch overhead, not which GEMM kernel runs,
-    and the question it answers is the gate's (``--arm ma:mode=max-autotune`` adds them).
+
+def gate_arms(sms: int, emulate: str | None = None, suffix: str = "") -> list[Arm]:
+    """The main job's arms on a GPU: ``gated`` (GEMM autotuning asked for, torch's SM gate as it is:
+    below the gate GEMMs stay with ATen) and ``force_gemm_autotune`` (the same knobs, the gate lowered
+    to this GPU's SM count, so Triton GEMM templates are autotuned too).  Above the gate the two compile
+    with the same effective settings: an A/A control.
+
+    CUDA graphs and ``max-autotune``'s pointwise tuning stay out: they do not change which GEMM kernel
+    runs, and the question the main job answers is the gate's (``--arm ma:mode=max-autotune`` adds them).
 
     Args:
-        sms: the (emulated) GPU's SM count, the ``min_sms`` that opens the gate on it (None: CPU).
+        sms: the (emulated) GPU's SM count, the ``min_sms`` that opens the gate on it.
         emulate: SM emulation for these arms (``"T4"``), or None.
         suffix: appended to every name (``"@T4"``), so that two sections' arms stay distinct.
     """
     return [
-        Arm("default" + suffix, emulate=emulate),
-        Arm("max-autotune-no-cudagraphs" + suffix, compile_args={"mode": "max-autotune-no-cudagraphs"}, emulate=emulate),
+        Arm("gated" + suffix, knobs=dict(GATED_KNOBS), emulate=emulate),
         Arm(
             "force_gemm_autotune" + suffix,
-            knobs={"preset": "force_gemm_autotune", "min_sms": str(min(sms or 1, 1024))},
+            knobs={"preset": "force_gemm_autotune", "min_sms": str(min(max(sms, 1), 1024))},
             emulate=emulate,
         ),
     ]
+
+
+def cpu_arms() -> list[Arm]:
+    """The main job's arms on CPU, where there is no SM gate to test: ``default`` and
+    ``max-autotune-no-cudagraphs`` (compile cost, and whether the GEMM kernels change)."""
+    return [Arm("default"), Arm("max-autotune-no-cudagraphs", compile_args={"mode": "max-autotune-no-cudagraphs"})]
 
 
 def _text(value: Any) -> str:

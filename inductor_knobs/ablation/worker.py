@@ -15,12 +15,17 @@ SM clock; on every device, the GEMM implementations the compiled code calls (rea
 Inductor cache, :mod:`.kernels`) and the CPU seconds of its process tree (for the load rule of
 :mod:`.load`).  A failure of one of these extras is recorded as ``*_error``, never a failed run.
 
+With ``measure_lock`` in the job (the runner's ``--parallel``), the warm-up, samples and profiling
+happen while holding that file's lock (``fcntl.flock``), so no two workers on one GPU measure at
+once; the wait is the ``wait`` phase.
+
 Start-up is kept short: an eager arm never imports Dynamo or Inductor (its reference pass and its
 samples need neither), and a compiled arm imports them only when it compiles.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -28,6 +33,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +46,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     ``phase_seconds`` in the record splits the worker's wall time: ``import`` (torch, inductor_knobs,
     env activation), ``build`` (workload and eager reference), ``compile`` (first compiled
-    iteration), ``measure`` (warm-up and samples), ``extras`` (profiler, GEMM calls), and, added by
+    iteration), ``wait`` (for the GPU's measurement lock, with ``--parallel``), ``measure`` (warm-up
+    and samples), ``extras`` (profiler, GEMM calls), and, added by
     :func:`main`, ``shutdown`` (counting the CPU time of the process tree).  The parent's
     ``wall_seconds`` minus their sum is interpreter start-up and exit.
     """
@@ -113,12 +120,14 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             outs = reference
         diff, scale = _max_abs_diff(outs, reference)
         phase("compile")
-        for _ in range(job.get("warmup", 3)):
-            iteration(fn)
-        samples = _samples(lambda: iteration(fn), device, job.get("iters", 20))
-        phase("measure")
-        extras = _extras(lambda: iteration(fn), on_gpu, compiled, int(job.get("profile_iters", 5)))
-        phase("extras")
+        with _turn(job.get("measure_lock")):
+            phase("wait")
+            for _ in range(job.get("warmup", 3)):
+                iteration(fn)
+            samples = _samples(lambda: iteration(fn), device, job.get("iters", 20))
+            phase("measure")
+            extras = _extras(lambda: iteration(fn), on_gpu, compiled, int(job.get("profile_iters", 5)))
+            phase("extras")
     dtype = str(reference[0].dtype) if reference and isinstance(reference[0], torch.Tensor) else "torch.float32"
     rtol, atol = TOLERANCES.get(dtype, (1e-3, 1e-3))
     return {
@@ -146,6 +155,23 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         ),
         **extras,
     }
+
+
+@contextlib.contextmanager
+def _turn(path: str | None) -> Iterator[None]:
+    """Hold the exclusive lock on ``path`` (None: no lock) for the block; the lock goes with the
+    process, so a worker that dies never leaves the GPU locked."""
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _extras(call: Any, on_gpu: bool, compiled: bool, profile_iters: int) -> dict[str, Any]:

@@ -21,8 +21,9 @@ Built-ins (bf16 on CUDA, fp32 on CPU, as the issue asks):
   usual GEMM-autotuning tutorials.
 
 Real models, random weights, no downloads (:mod:`.models`): ``hf:bert-base``,
-``hf:tinyllama-2layer`` (``pip install 'inductor-knobs[hf]'``) and ``timm:<any timm model>``
-such as ``timm:resnet50`` or ``timm:vit_small_patch16_224`` (``pip install 'inductor-knobs[timm]'``).
+``hf:tinyllama-2layer`` (``pip install 'transformers>=4.40'``) and ``timm:<any timm model>``
+such as ``timm:resnet50`` or ``timm:vit_small_patch16_224`` (``pip install 'timm>=0.9'``).  Their
+factories return plain ``(model, inputs)`` pairs, so :mod:`.models` never imports this module.
 """
 
 from __future__ import annotations
