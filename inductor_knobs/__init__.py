@@ -40,8 +40,14 @@ _PUBLIC = {
     "NotSupportedOnThisTorch": "errors",
     "PRESETS": "knobs",
     "PatchTargetChanged": "errors",
+    "RuntimeEvent": "records",
+    "Stall": "stalls",
+    "StallDuringServing": "errors",
+    "StallReport": "stalls",
+    "StallWarning": "errors",
     "UnsupportedTorchVersion": "errors",
     "activate_from_env": "env",
+    "bucket_for": "buckets",
     "active_env_knobs": "env",
     "compile": "compile_backend",
     "deactivate_env": "env",
@@ -51,9 +57,12 @@ _PUBLIC = {
     "knobs_report": "compile_backend",
     "load_compile_cache": "compile_cache",
     "no_autotune": "serving",
+    "no_stalls": "stalls",
+    "pad_to_bucket": "buckets",
     "record_autotune": "recorder",
     "record_compiles": "recorder",
     "save_compile_cache": "compile_cache",
+    "suggest_buckets": "buckets",
     "warmup": "serving",
 }
 
@@ -130,6 +139,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
+    from .buckets import bucket_for as bucket_for
+    from .buckets import pad_to_bucket as pad_to_bucket
+    from .buckets import suggest_buckets as suggest_buckets
     from .compile_backend import KnobsBackend as KnobsBackend
     from .compile_backend import compile as compile
     from .compile_backend import knobs_report as knobs_report
@@ -153,6 +165,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import KnobsError as KnobsError
     from .errors import NotSupportedOnThisTorch as NotSupportedOnThisTorch
     from .errors import PatchTargetChanged as PatchTargetChanged
+    from .errors import StallDuringServing as StallDuringServing
+    from .errors import StallWarning as StallWarning
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
     from .interception import CompileAttestation as CompileAttestation
     from .knobs import PRESETS as PRESETS
@@ -161,5 +175,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .recorder import record_compiles as record_compiles
     from .records import AutotuneRecord as AutotuneRecord
     from .records import CompileEvent as CompileEvent
+    from .records import RuntimeEvent as RuntimeEvent
     from .serving import no_autotune as no_autotune
     from .serving import warmup as warmup
+    from .stalls import Stall as Stall
+    from .stalls import StallReport as StallReport
+    from .stalls import no_stalls as no_stalls

@@ -89,12 +89,29 @@ class AutotuneDuringServing(KnobsError, RuntimeError):
         self.event = event
 
 
+class StallDuringServing(KnobsError, RuntimeError):
+    """A call inside ``ik.no_stalls(on="raise")`` took longer than its threshold.
+
+    Attributes:
+        stall: the :class:`~inductor_knobs.stalls.Stall`: the call's seconds, its baseline and the
+            causes torch's hooks and the profiler named.
+    """
+
+    def __init__(self, message: str, stall: object) -> None:
+        super().__init__(message)
+        self.stall = stall
+
+
 class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
 
 
 class KnobNotAppliedWarning(KnobsWarning):
     """``on_mismatch="warn"``: a knob did not take effect in a compile (see :class:`KnobNotApplied`)."""
+
+
+class StallWarning(KnobsWarning):
+    """``ik.no_stalls(on="warn")``: a call took longer than its threshold (the message names the causes)."""
 
 
 class EmulationWarning(KnobsWarning):

@@ -15,8 +15,15 @@ least one observer does, anywhere in the process, and are removed when the last 
   when it really benchmarked or logs at DEBUG;
 - a wrapt wrapper of the recompile-reason function ``_dynamo/convert_frame.py`` imported by name
   (``patches.recompile_reasons_name``), which returns Dynamo's guard-failure reasons;
-- a Dynamo compile-start callback (``torch._dynamo.callback_handler``, 2.4+).  ``torch._dynamo.reset()``
-  clears every callback, so entering an observer registers it again when it went missing.
+- a Dynamo compile-start and compile-end callback (``torch._dynamo.callback_handler``, 2.4+), which
+  also time each compile.  ``torch._dynamo.reset()`` clears every callback, so entering an observer
+  registers them again when they went missing;
+- timing wrappers (wrapt) of the first-call costs Inductor pays at run time, each delivered as a
+  :class:`~inductor_knobs.records.RuntimeEvent`: ``CachingAutotuner.benchmark_all_configs`` (runtime
+  benchmark of Triton configs), ``CachingAutotuner.coordinate_descent_tuning``,
+  ``CachingAutotuner.precompile`` (Triton compile) and ``CUDAGraphTreeManager.record_function`` (a
+  CUDA graph recording); the patch module lists them (``runtime_cost_hooks``).  They cost nothing on
+  the steady-state path: torch calls them only when it pays that cost.
 
 Whether timings came from a cache is read from torch's own counter
 ``counters["inductor"]["select_algorithm_autotune"]``, which torch bumps only when it benchmarks.
@@ -27,15 +34,16 @@ from __future__ import annotations
 import contextvars
 import importlib
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
 from . import torch_compat
-from ._patching import SharedPatch, Step, Undo, wrap_attribute
+from ._patching import SharedPatch, Step, Undo, resolve, wrap_attribute
 from .errors import DriftWarning
-from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, current_compile_id, finite_or_none
+from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, RuntimeEvent, current_compile_id, finite_or_none
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"
 CONVERT_FRAME = "torch._dynamo.convert_frame"
@@ -48,6 +56,8 @@ class Observer(Protocol):
 
     def on_compile(self, event: CompileEvent) -> None: ...
 
+    def on_runtime(self, event: RuntimeEvent) -> None: ...
+
 
 _OBSERVERS: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("inductor_knobs.observers", default=())
 
@@ -57,6 +67,7 @@ class _ThreadState(threading.local):
 
     timing: tuple[str, float, float] | None = None  # log_results(name, elapse, precompile_elapse)
     reasons: tuple[list[str], str | None, dict[str, str]] | None = None  # the recompile about to start
+    compiling: list[tuple[float, CompileEvent | None]] | None = None  # started compiles (start time, event)
 
 
 _THREAD = _ThreadState()
@@ -80,7 +91,70 @@ def _hook_steps() -> list[Step]:
     if _HOOKS.arity:
         steps += [_add_feedback_saver, _wrap_log_results]
     steps += [_wrap_recompile_reasons(patches.recompile_reasons_name), _add_compile_callback]
+    steps += [_wrap_timed(path, kind) for kind, path in patches.runtime_cost_hooks]
     return steps
+
+
+def _wrap_timed(path: str, kind: str) -> Step:
+    """A step that wraps ``path`` (``module:Class.method``) to deliver a timed :class:`RuntimeEvent` of ``kind``."""
+
+    def timed(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not _OBSERVERS.get():
+            return wrapped(*args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _deliver_runtime(RuntimeEvent(kind, time.perf_counter() - started, _what(instance, args), started))
+
+    def step(push: Callable[[Undo], None]) -> None:
+        try:
+            owner, name = resolve(path)
+            found = getattr(owner, name, None)
+        except (ImportError, AttributeError):
+            found = None
+        if not callable(found):
+            warnings.warn(
+                f"{path.replace(':', '.')} does not exist on this torch; {kind} costs will show as a slow op or "
+                "'unattributed' (inductor-knobs doctor lists the hooks)",
+                DriftWarning,
+                stacklevel=4,
+            )
+            return
+        wrap_attribute(path, timed)(push)
+
+    return step
+
+
+def _what(instance: object, args: tuple[Any, ...]) -> str:
+    """The kernel a CachingAutotuner hook ran for, or the CUDA graph tree's compile id."""
+    fn = getattr(instance, "fn", None)
+    name = getattr(fn, "__name__", None) or getattr(instance, "inductor_meta", {}).get("kernel_name")
+    if name:
+        return str(name)
+    compile_id = getattr(instance, "compile_id", None)
+    return f"compile {compile_id}" if compile_id is not None else type(instance).__name__
+
+
+def runtime_hook_status() -> list[tuple[str, str, bool]]:
+    """``(cause kind, dotted path, exists on this torch)`` for every timing hook the patch module lists (``doctor``)."""
+    patches = torch_compat.installed(strict=False)
+    status = []
+    for kind, path in patches.runtime_cost_hooks:
+        try:
+            owner, name = resolve(path)
+            exists = callable(getattr(owner, name, None))
+        except (ImportError, AttributeError):
+            exists = False
+        status.append((kind, path.replace(":", "."), exists))
+    return status
+
+
+def _deliver_runtime(event: RuntimeEvent) -> None:
+    for observer in _OBSERVERS.get():
+        deliver = getattr(observer, "on_runtime", None)
+        if deliver is not None:
+            deliver(event)
 
 
 def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
@@ -120,7 +194,7 @@ def _wrap_recompile_reasons(name: str) -> Step:
 def _add_compile_callback(push: Callable[[Undo], None]) -> None:
     def undo() -> None:
         _drop_compile_callback()
-        _THREAD.timing = _THREAD.reasons = None
+        _THREAD.timing = _THREAD.reasons = _THREAD.compiling = None
 
     push(undo)
     _register_compile_callback()
@@ -132,12 +206,15 @@ def _register_compile_callback() -> None:
     handler = torch._dynamo.callback_handler
     if not any(cb is _compile_started for cb in handler.start_callbacks):
         handler.register_start_callback(_compile_started)
+    if not any(cb is _compile_ended for cb in handler.end_callbacks):
+        handler.register_end_callback(_compile_ended)
 
 
 def _drop_compile_callback() -> None:
     import torch._dynamo
 
     _remove(torch._dynamo.callback_handler.start_callbacks, _compile_started)
+    _remove(torch._dynamo.callback_handler.end_callbacks, _compile_ended)
 
 
 def _remove(items: list[Any], item: object) -> None:
@@ -211,6 +288,9 @@ class ObservedBlock:
         pass
 
     def on_compile(self, event: CompileEvent) -> None:
+        pass
+
+    def on_runtime(self, event: RuntimeEvent) -> None:
         pass
 
     def __enter__(self: _Block) -> _Block:
@@ -290,7 +370,10 @@ def _describe_frame(frame: Any) -> tuple[str | None, dict[str, str]]:
 def _compile_started(*args: Any) -> None:
     recompile, _THREAD.reasons = _THREAD.reasons, None
     observers = _OBSERVERS.get()
+    if _THREAD.compiling is None:
+        _THREAD.compiling = []
     if not observers:
+        _THREAD.compiling.append((time.perf_counter(), None))  # its end callback pops it
         return
     trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "DYNAMO").lower() if args else "dynamo"
     compile_id = getattr(args[0], "compile_id", None) if args else None
@@ -303,8 +386,19 @@ def _compile_started(*args: Any) -> None:
         code=code,
         inputs=inputs,
     )
+    _THREAD.compiling.append((time.perf_counter(), event))
     for observer in observers:
         observer.on_compile(event)
+
+
+def _compile_ended(*args: Any) -> None:
+    """Deliver how long the compile that just ended took (CUDA graph recordings are timed by their own hook)."""
+    if not _THREAD.compiling:
+        return
+    started, event = _THREAD.compiling.pop()
+    if event is None or event.trigger == "cudagraph_recording" or not _OBSERVERS.get():
+        return
+    _deliver_runtime(RuntimeEvent("dynamo_compile", time.perf_counter() - started, event.describe(), started))
 
 
 # -- reading torch objects ------------------------------------------------------------------

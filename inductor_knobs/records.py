@@ -113,6 +113,46 @@ class CompileEvent:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class RuntimeEvent:
+    """A first-call cost torch paid inside a call: what it was, how long, and where.
+
+    Attributes:
+        kind: one of :data:`CAUSES` (``dynamo_compile``, ``gemm_autotune``, ``runtime_benchmark``,
+            ``coordinate_descent``, ``triton_compile``, ``cudagraph_recording``, ``cudnn_sdpa_plan``,
+            ``cublas_first_call``, ``tunableop``, ``cudnn_conv``, ``aten_first_call``).
+        seconds: wall seconds it took (host side).
+        detail: what torch said about it: the op and shapes, the kernel, Dynamo's recompile reason.
+        started: ``time.perf_counter()`` when it started, or None when only its length is known
+            (profiled ops), so nested events are not counted twice.
+    """
+
+    kind: str
+    seconds: float
+    detail: str = ""
+    started: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: Every cause a stall can be attributed to, with what it is (the guard's report and ``doctor`` use these words).
+CAUSES = {
+    "dynamo_compile": "Dynamo (re)compile and Inductor compile of the graph",
+    "gemm_autotune": "Inductor GEMM autotune (select_algorithm benchmarking)",
+    "runtime_benchmark": "Inductor runtime benchmark of Triton configs (CachingAutotuner.benchmark_all_configs)",
+    "coordinate_descent": "Inductor coordinate-descent tuning (CachingAutotuner.coordinate_descent_tuning)",
+    "triton_compile": "Triton kernel compile (CachingAutotuner.precompile)",
+    "cudagraph_recording": "CUDA graph recording of a new shape (CUDAGraphTreeManager.record_function)",
+    "cudnn_sdpa_plan": "cuDNN SDPA execution-plan build (one per exact input shape)",
+    "cublas_first_call": "cuBLAS/cuBLASLt first call at a new GEMM shape (heuristics, handles, workspace)",
+    "tunableop": "TunableOp GEMM tuning (torch.cuda.tunable)",
+    "cudnn_conv": "cuDNN convolution algorithm search at a new shape",
+    "aten_first_call": "an ATen op slow at a new shape (named in the detail)",
+    "unattributed": "no hook or profiled op accounts for the time",
+}
+
+
 def finite_or_none(value: float) -> float | None:
     """torch marks failed choices with ``inf``; JSON has no ``inf``, so they become None."""
     return float(value) if math.isfinite(value) else None

@@ -11,17 +11,19 @@ traffic.
 from __future__ import annotations
 
 import logging
-import time
+import statistics
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .buckets import suggest_buckets
 from .errors import AutotuneDuringServing, InvalidKnobValue
 from .knobs import torch_version
 from .observe import ObservedBlock
 from .recorder import Collector
-from .records import AutotuneRecord, CompileEvent, format_table
+from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
+from .stalls import no_stalls
 
 log = logging.getLogger("inductor_knobs.serving")
 
@@ -47,6 +49,10 @@ class WarmupStep:
         last_call_seconds: wall seconds of the last of ``calls_per_input`` calls.
         autotune: the autotune records the input caused (torch 2.5+).
         compiles: the Dynamo compilations it caused, with recompile reasons.
+        causes: the first call's first-call costs, timed (:class:`~inductor_knobs.records.RuntimeEvent`:
+            compiles, autotuning, Triton compiles, CUDA graph recordings, profiled per-shape ATen costs
+            such as a cuDNN SDPA plan build).
+        shape: the item passed to ``factory`` (``shapes=``), or None for ``inputs=``.
     """
 
     index: int
@@ -55,13 +61,59 @@ class WarmupStep:
     last_call_seconds: float
     autotune: list[AutotuneRecord] = field(default_factory=list)
     compiles: list[CompileEvent] = field(default_factory=list)
+    causes: list[RuntimeEvent] = field(default_factory=list)
+    shape: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "shape": self.shape if isinstance(self.shape, (int, float, str, type(None))) else repr(self.shape),
+            "inputs": self.inputs,
+            "first_call_seconds": self.first_call_seconds,
+            "last_call_seconds": self.last_call_seconds,
+            "autotune": [r.to_dict() for r in self.autotune],
+            "compiles": [e.to_dict() for e in self.compiles],
+            "causes": [c.to_dict() for c in self.causes],
+        }
+
+
+@dataclass(frozen=True)
+class ColdCause:
+    """A first-call cost that warmup did not cover: a probe at an unseen shape paid it.
+
+    Attributes:
+        kind: the cause (``cudnn_sdpa_plan``, ``dynamo_compile``, …; see ``records.CAUSES``).
+        probes: ``(shape, first-call ms, ratio to the steady state)`` of each probe that paid it.
+        cold_shapes: how many shapes in the warmed range are still cold (int shapes only), else None.
+        text: one sentence for people.
+    """
+
+    kind: str
+    probes: list[tuple[Any, float, float]]
+    cold_shapes: int | None
+    text: str
 
 
 @dataclass(frozen=True)
 class WarmupReport:
-    """All warm-up steps, in input order."""
+    """All warm-up steps in input order, the probes at unseen shapes, and what is still cold.
+
+    Attributes:
+        steps: one per warm-up input.
+        probes: one per probe shape, measured after warm-up (first call at an unseen shape).
+        steady_state_ms: the median over inputs of the last call's ms (pass it to
+            ``ik.no_stalls(baseline_ms=...)``), or None with ``calls_per_input=1``.
+        cold: the per-shape costs the probes paid.
+        fixes: the standard fixes for them, the recommended one first.
+        recommended_buckets: the bucket sizes of the first fix, when it is padding to buckets.
+    """
 
     steps: list[WarmupStep]
+    probes: list[WarmupStep] = field(default_factory=list)
+    steady_state_ms: float | None = None
+    cold: list[ColdCause] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+    recommended_buckets: tuple[int, ...] | None = None
 
     @property
     def records(self) -> list[AutotuneRecord]:
@@ -72,33 +124,56 @@ class WarmupReport:
         return [e for s in self.steps for e in s.compiles]
 
     def table(self) -> str:
-        """One line per input (seconds, compiles, autotuned ops), then the compile reasons and autotune tables."""
+        """One line per input and probe (seconds, compiles, autotuned ops, first-call costs), then what is cold and the fixes."""
         lines = [f"{'#':>3}  {'inputs':<40} {'first call s':>12} {'warm call s':>11} {'compiles':>8} {'autotuned':>9}"]
-        for s in self.steps:
-            fresh = sum(not r.from_cache for r in s.autotune)
-            lines.append(
-                f"{s.index:>3}  {', '.join(s.inputs)[:40]:<40} {s.first_call_seconds:>12.4f} {s.last_call_seconds:>11.4f} "
-                f"{len(s.compiles):>8} {fresh:>9}"
-            )
-            lines += [f"       {e.describe()}" for e in s.compiles]
+        for label, steps in (("", self.steps), ("probe ", self.probes)):
+            for s in steps:
+                fresh = sum(not r.from_cache for r in s.autotune)
+                lines.append(
+                    f"{s.index:>3}  {(label + ', '.join(s.inputs))[:40]:<40} {s.first_call_seconds:>12.4f} "
+                    f"{s.last_call_seconds:>11.4f} {len(s.compiles):>8} {fresh:>9}"
+                )
+                lines += [f"       {e.describe()}" for e in s.compiles]
+                costs = [c for c in s.causes if c.kind != "dynamo_compile"]  # compiles are listed above
+                lines += [f"       {1000 * c.seconds:9.2f} ms {c.kind}: {c.detail}" for c in costs]
+        if self.steady_state_ms is not None:
+            lines.append(f"steady state: {self.steady_state_ms:.3f} ms per call (median of the warm calls)")
+        lines += [f"COLD: {c.text}" for c in self.cold]
+        if self.probes and not self.cold:
+            lines.append("no per-shape cost at the probes: shapes between the warmed ones cost what warm ones do")
+        lines += [f"fix{' (recommended)' if i == 0 else ''}: {fix}" for i, fix in enumerate(self.fixes)]
         if self.records:
             lines += ["", format_table(self.records, top=3)]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "steps": [
-                {
-                    "index": s.index,
-                    "inputs": s.inputs,
-                    "first_call_seconds": s.first_call_seconds,
-                    "last_call_seconds": s.last_call_seconds,
-                    "autotune": [r.to_dict() for r in s.autotune],
-                    "compiles": [e.to_dict() for e in s.compiles],
-                }
-                for s in self.steps
-            ]
+            "steps": [s.to_dict() for s in self.steps],
+            "probes": [s.to_dict() for s in self.probes],
+            "steady_state_ms": self.steady_state_ms,
+            "cold": [vars(c) for c in self.cold],
+            "fixes": self.fixes,
+            "recommended_buckets": list(self.recommended_buckets) if self.recommended_buckets else None,
         }
+
+
+#: A probe whose first call costs more than this multiple of the steady state paid a per-shape cost.
+COLD_RATIO = 2.0
+#: What each per-shape cost is, for the report (``records.CAUSES`` says what the hook is).
+PER_SHAPE = {
+    "cudnn_sdpa_plan": "cuDNN SDPA builds an execution plan per exact sequence length",
+    "dynamo_compile": "Dynamo recompiles for shapes outside its guards",
+    "gemm_autotune": "Inductor autotunes GEMMs for shapes it has not benchmarked",
+    "cudagraph_recording": "CUDA graph trees record one graph per shape",
+    "cublas_first_call": "cuBLAS/cuBLASLt pays a first call per GEMM shape",
+    "tunableop": "TunableOp tunes each new GEMM shape",
+    "cudnn_conv": "cuDNN searches convolution algorithms per shape",
+    "runtime_benchmark": "Inductor benchmarks Triton configs at a kernel's first run",
+    "coordinate_descent": "Inductor's coordinate descent tunes at a kernel's first run",
+    "triton_compile": "Triton compiles a kernel for a new specialisation",
+    "aten_first_call": "an ATen op is slow at its first call per shape",
+    "unattributed": "a first call at a new shape is slow for a reason no hook names",
+}
 
 
 def warmup(
@@ -108,8 +183,9 @@ def warmup(
     shapes: Iterable[Any] | None = None,
     factory: Callable[[Any], Any] | None = None,
     calls_per_input: int = 2,
+    probes: Iterable[Any] | str | None = "auto",
 ) -> WarmupReport:
-    """Run a compiled callable over representative inputs so that serving traffic compiles and autotunes nothing.
+    """Run a compiled callable over representative inputs so that traffic pays no first-call cost; say what is still cold.
 
     Args:
         fn: the compiled callable (``torch.compile``/``ik.compile`` result).
@@ -120,16 +196,23 @@ def warmup(
             Inputs are made one at a time, so only one lives at once.
         factory: see ``shapes``.
         calls_per_input: calls per input (default 2: CUDA graph trees record on the second call,
-            so ``mode="reduce-overhead"`` is warm too).
+            so ``mode="reduce-overhead"`` is warm too; the last call is the steady state).
+        probes: shapes *not* warmed, passed to ``factory`` after warm-up to measure what a first call
+            at an unseen shape costs.  ``"auto"`` (default): with int ``shapes``, the midpoints of the
+            three largest gaps between warmed shapes; otherwise none.  None or ``[]``: no probes.
 
     Returns:
         A :class:`WarmupReport`: per input, the first and last call's seconds, the autotune
-        records and the Dynamo (re)compilations with their reasons.  Autotune records need
-        torch 2.5+; on 2.4 only compilations are reported.
+        records, the Dynamo (re)compilations with their reasons and the first call's timed causes
+        (see :class:`~inductor_knobs.stalls.no_stalls`); per probe the same; the steady state;
+        the per-shape costs still cold and the fixes (pad to buckets with
+        :func:`~inductor_knobs.buckets.pad_to_bucket`, warm the whole range, or, for cuDNN SDPA
+        plans, an SDPA backend without per-shape plans via ``ik.knobs(sdpa_backends=...)``).
+        Autotune records need torch 2.5+; on 2.4 only compilations are reported.
 
     Raises:
-        InvalidKnobValue: neither or both of ``inputs`` and ``shapes``/``factory``, or
-            ``calls_per_input`` < 1.
+        InvalidKnobValue: neither or both of ``inputs`` and ``shapes``/``factory``, ``calls_per_input``
+            < 1, or probes without ``factory``.
         Anything ``fn`` raises.
     """
     if (inputs is None) == (shapes is None) or (shapes is not None and factory is None):
@@ -139,14 +222,33 @@ def warmup(
         )
     if isinstance(calls_per_input, bool) or not isinstance(calls_per_input, int) or calls_per_input < 1:
         raise InvalidKnobValue(f"warmup calls_per_input={calls_per_input!r} is invalid: allowed an int >= 1")
-    items: Iterable[Any] = inputs if inputs is not None else (factory(s) for s in shapes)  # type: ignore[misc,union-attr]
-    steps = []
-    for index, item in enumerate(items):
-        args, kwargs = _as_call(item)
-        with Collector(need_autotune=False) as seen:  # on torch 2.4 a warmup still reports compilations
-            seconds = [_timed_call(fn, args, kwargs) for _ in range(calls_per_input)]
-        steps.append(WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles))
-    return WarmupReport(steps)
+    shape_list = list(shapes) if shapes is not None else None
+    probe_list = _probe_shapes(probes, shape_list)
+    if probe_list and factory is None:
+        raise InvalidKnobValue(f"warmup probes={probes!r} needs shapes=... with factory=... on torch {torch_version()}")
+    guard = no_stalls(on="record", profile="new-shapes", min_calls=10**9)
+    guard.quiet_after = float("inf")  # warm-up diagnoses every new shape
+    items: Iterable[tuple[Any, Any]] = (
+        ((None, item) for item in inputs) if inputs is not None else ((s, factory(s)) for s in shape_list or ())  # type: ignore[misc]
+    )
+    steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
+    warm = [s.last_call_seconds for s in steps] if calls_per_input > 1 else []
+    steady = 1000 * statistics.median(warm) if warm else None
+    probed = [_warm(guard, fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
+    cold, fixes, buckets = _cold(steps, probed, steady)
+    return WarmupReport(steps, probed, steady, cold, fixes, buckets)
+
+
+def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:
+    args, kwargs = _as_call(item)
+    with Collector(need_autotune=False) as seen:  # on torch 2.4 a warmup still reports compilations
+        first = guard.call(fn, *args, **kwargs)
+        del first
+        causes = list(guard.last_causes)
+        for _ in range(calls - 1):
+            guard.call(fn, *args, **kwargs)
+    seconds = guard.seconds[-calls:]
+    return WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles, causes, shape)
 
 
 def _as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -157,22 +259,79 @@ def _as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (item,), {}
 
 
-def _timed_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
-    import torch
-
-    on_cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in (*args, *kwargs.values()))
-    start = time.perf_counter()
-    fn(*args, **kwargs)
-    if on_cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     import torch
 
     values = [*args, *kwargs.values()]
     return [f"{v.dtype}{list(v.shape)}" for v in values if isinstance(v, torch.Tensor)]
+
+
+def _probe_shapes(probes: Iterable[Any] | str | None, shapes: list[Any] | None) -> list[Any]:
+    if probes is None:
+        return []
+    if isinstance(probes, str):
+        if probes != "auto":
+            raise InvalidKnobValue(
+                f"warmup probes={probes!r} is invalid on torch {torch_version()}: allowed 'auto', None or shapes"
+            )
+        ints = sorted({s for s in shapes or () if isinstance(s, int) and not isinstance(s, bool)})
+        if len(ints) < 2 or len(ints) != len(shapes or ()):
+            return []
+        gaps = sorted(zip(ints, ints[1:]), key=lambda g: -(g[1] - g[0]))[:3]
+        return sorted({(a + b) // 2 + 1 for a, b in gaps if b - a > 1})
+    return list(probes)
+
+
+def _cold(
+    steps: list[WarmupStep], probes: list[WarmupStep], steady_ms: float | None
+) -> tuple[list[ColdCause], list[str], tuple[int, ...] | None]:
+    """What the probes paid, per cause, and the standard fixes for it."""
+    if not probes or not steady_ms:
+        return [], [], None
+    paid: dict[str, list[tuple[Any, float, float]]] = {}
+    for probe in probes:
+        ratio = 1000 * probe.first_call_seconds / steady_ms
+        if ratio < COLD_RATIO:
+            continue
+        kinds = [c.kind for c in sorted(probe.causes, key=lambda c: -c.seconds)] or ["unattributed"]
+        for kind in dict.fromkeys(kinds):
+            paid.setdefault(kind, []).append((probe.shape, round(1000 * probe.first_call_seconds, 3), round(ratio, 1)))
+    warmed = [s.shape for s in steps if isinstance(s.shape, int) and not isinstance(s.shape, bool)]
+    low_high = (min(warmed), max(warmed)) if warmed and len(warmed) == len(steps) else None
+    cold_count = None if low_high is None else low_high[1] - low_high[0] + 1 - len(set(warmed))
+    cold = []
+    for kind, seen in paid.items():
+        where = f"{cold_count:,} shapes in [{low_high[0]}, {low_high[1]}] are cold" if low_high else "unseen shapes are cold"  # type: ignore[index]
+        at = ", ".join(f"{shape}: {ms:.1f} ms = {ratio:.1f}x" for shape, ms, ratio in seen)
+        cold.append(
+            ColdCause(
+                kind, seen, cold_count, f"{PER_SHAPE.get(kind, kind)}: {where} (probes at unseen shapes: {at} the steady state)"
+            )
+        )
+    if not cold:
+        return [], [], None
+    fixes: list[str] = []
+    buckets = None
+    if low_high is not None:
+        buckets = suggest_buckets(*low_high)
+        step = buckets[1] - buckets[0] if len(buckets) > 1 else 0
+        fixes.append(
+            f"pad each request to a bucket (ik.pad_to_bucket(x, buckets, dim=...)) with buckets={list(buckets)} and warm "
+            f"those {len(buckets)} shapes: every request then meets a warm shape, with fewer than {step} padded positions"
+        )
+        fixes.append(f"warm every shape in [{low_high[0]}, {low_high[1]}] ({cold_count:,} more calls of ik.warmup)")
+    else:
+        fixes.append("pad each request to a few bucket sizes (ik.pad_to_bucket) and warm those sizes")
+    kinds = [c.kind for c in cold]
+    if "cudnn_sdpa_plan" in kinds:
+        fixes.append(
+            "an SDPA backend without per-shape plans: compile and warm under "
+            "ik.knobs(sdpa_backends='FLASH_ATTENTION,EFFICIENT_ATTENTION,MATH') (torch.compiler.reset() first); "
+            "its steady state can be slower than cuDNN's: measure it"
+        )
+    if "dynamo_compile" in kinds:
+        fixes.append("mark the varying dimension dynamic (torch._dynamo.mark_dynamic or torch.compile(dynamic=True))")
+    return cold, fixes, buckets
 
 
 # -- the guard --------------------------------------------------------------------------------

@@ -66,6 +66,34 @@ class TorchPatches:
     #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
     has_cache_artifacts: ClassVar[bool] = False
 
+    # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
+    #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only
+    #: when it pays that cost.  The same names in every release 2.4-2.15
+    #: (``_inductor/runtime/triton_heuristics.py``, ``_inductor/cudagraph_trees.py``).
+    runtime_cost_hooks: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("runtime_benchmark", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.benchmark_all_configs"),
+        ("coordinate_descent", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.coordinate_descent_tuning"),
+        ("triton_compile", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.precompile"),
+        ("cudagraph_recording", "torch._inductor.cudagraph_trees:CUDAGraphTreeManager.record_function"),
+    )
+    #: Profiler op names (``torch.profiler`` CPU events) -> the per-shape first-call cost they stand for.
+    #: cuDNN attention appears as the op the compiled graph calls (``_scaled_dot_product_cudnn_attention``)
+    #: and, from 2.9, as the inner ``_cudnn_attention_forward`` that builds the plan (seen on 2.11, H100).
+    per_shape_ops: ClassVar[dict[str, str]] = {
+        "aten::_scaled_dot_product_cudnn_attention": "cudnn_sdpa_plan",
+        "aten::_scaled_dot_product_cudnn_attention_backward": "cudnn_sdpa_plan",
+        "aten::_cudnn_attention_forward": "cudnn_sdpa_plan",
+        "aten::_cudnn_attention_backward": "cudnn_sdpa_plan",
+        "aten::mm": "cublas_first_call",
+        "aten::addmm": "cublas_first_call",
+        "aten::bmm": "cublas_first_call",
+        "aten::baddbmm": "cublas_first_call",
+        "aten::_scaled_mm": "cublas_first_call",
+        "aten::_addmm_activation": "cublas_first_call",
+        "aten::cudnn_convolution": "cudnn_conv",
+        "aten::_convolution": "cudnn_conv",
+    }
+
     # -- where Inductor reads the SM count (small-GPU emulation wraps and clears these) --
     #: ``module:attribute`` getters of CUDA device properties.  ``torch.cuda.get_device_properties``
     #: serves ``is_big_gpu`` (2.4–2.5), ``get_max_num_sms`` (→ ``NUM_SMS`` of persistent/TMA

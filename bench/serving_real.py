@@ -1,0 +1,283 @@
+"""Serving real models at random sequence lengths: what each request costs, and why the slow ones are slow.
+
+    python bench/serving_real.py --out results/serving-real      # needs a CUDA GPU and transformers
+
+Models (random weights from configs, no downloads), bf16, inference (``torch.no_grad``),
+``mode="max-autotune-no-cudagraphs"``, ``dynamic=True``:
+
+- ``llama``: HF ``LlamaForCausalLM``, hidden 1024, intermediate 2816, 2 layers, 8 heads, 4 KV heads,
+  ``use_cache=False`` (the case of issue 21);
+- ``bert``: HF ``BertModel`` with BERT-base's config (12 layers, hidden 768).
+
+Arms, each in its own process (the cuDNN SDPA plan cache is per process), all serving the same 200
+random lengths in [128, 2048] (seeded) through ``ik.no_stalls(on="record")``, which times every
+request and names each stall's causes:
+
+1. ``plain``: ``torch.compile``, no warmup;
+2. ``warmup-guard``: ``ik.compile``, ``ik.warmup`` over 128, 512, 1024, 2048 (its probes at unseen
+   lengths measure what is still cold), then traffic with the warmup's steady state as baseline;
+3. ``warmup-fix``: the same warmup, then the fix its report recommends (padding to its
+   ``recommended_buckets``, which are warmed), then traffic.
+
+Arms of one model share an Inductor cache directory, the first arm filling it (compile time is not
+what this measures; the per-process costs after the compile are).  The ``warmup-fix`` process also
+measures the guard's overhead per call at a warm shape, side by side: rounds that alternate the
+plain call (``f(x); torch.cuda.synchronize()``) and the guarded call (inside ``with guard:``), the
+per-round ratio of medians, its median over rounds with a 95% percentile-bootstrap interval
+(``scipy.stats.bootstrap``; the round is the unit).
+
+Writes ``serving_real.json`` and ``serving_real.md`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODELS = ("llama", "bert")
+ARMS = ("plain", "warmup-guard", "warmup-fix")
+WARM_LENGTHS = (128, 512, 1024, 2048)
+LOW, HIGH = 128, 2048
+DEVICE = "cuda"  # --device cpu: a smoke run of the whole flow on a machine without a GPU (fp32, tiny models)
+
+
+def build(model: str):
+    import torch
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    tiny = DEVICE == "cpu"
+    if model == "llama":
+        config = LlamaConfig(
+            hidden_size=64 if tiny else 1024,
+            intermediate_size=176 if tiny else 2816,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            vocab_size=32000,
+            use_cache=False,
+        )
+        net = LlamaForCausalLM(config)
+    else:
+        size = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128} if tiny else {}
+        net = BertModel(BertConfig(max_position_embeddings=HIGH, **size), add_pooling_layer=False)  # 512 by default
+    return net.to(DEVICE, torch.float32 if tiny else torch.bfloat16).eval()
+
+
+def make_inputs(model: str, length: int, buckets: tuple[int, ...] | None, seed: int) -> dict:
+    """Token ids (and, padded, an attention mask hiding the padding) for one request of ``length`` tokens."""
+    import torch
+
+    import inductor_knobs as ik
+
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 30000, (1, length), generator=generator).to(DEVICE)
+    if buckets is None:
+        return {"input_ids": ids}
+    mask = torch.ones_like(ids)
+    # Right-padding: exact for the causal Llama; BERT needs the mask to hide the padded positions.
+    inputs = {"input_ids": ik.pad_to_bucket(ids, buckets, dim=1), "attention_mask": ik.pad_to_bucket(mask, buckets, dim=1)}
+    if model == "llama":
+        inputs.pop("attention_mask")
+    return inputs
+
+
+def run_arm(model: str, arm: str, requests: int) -> dict:
+    import torch
+
+    import inductor_knobs as ik
+
+    net = build(model)
+    lengths = random.Random(21).choices(range(LOW, HIGH + 1), k=requests)
+    started = time.perf_counter()
+    report = None
+    buckets = None
+    with torch.no_grad():
+        if arm == "plain":
+            compiled = torch.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
+            baseline = None
+        else:
+            compiled = ik.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
+            report = ik.warmup(compiled, shapes=list(WARM_LENGTHS), factory=lambda n: make_inputs(model, n, None, n))
+            baseline = report.steady_state_ms
+            if arm == "warmup-fix" and report.recommended_buckets:
+                buckets = report.recommended_buckets
+                padded = lambda n: make_inputs(model, n, buckets, n)  # noqa: E731
+                fixed = ik.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
+                baseline = fixed.steady_state_ms
+        setup_seconds = time.perf_counter() - started
+        guard = ik.no_stalls(compiled, on="record", baseline_ms=baseline)
+        with guard:
+            for i, n in enumerate(lengths):
+                guard(**make_inputs(model, n, buckets, 1000 + i))
+        out = {
+            "model": model,
+            "arm": arm,
+            "setup_seconds": setup_seconds,
+            "lengths": lengths,
+            "buckets": list(buckets) if buckets else None,
+            "baseline_ms": baseline,
+            "guard": guard.report().to_dict(),
+            "guard_table": guard.report().table(),
+            "warmup": report.to_dict() if report is not None else None,
+            "warmup_table": report.table() if report is not None else None,
+        }
+        if arm == "warmup-fix":
+            out["overhead"] = overhead(compiled, make_inputs(model, WARM_LENGTHS[1], buckets, 7))
+    return out
+
+
+def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
+    """Guarded vs plain calls at a warm shape, interleaved rounds; the round is the unit of replication."""
+    import torch
+    from scipy import stats
+
+    import inductor_knobs as ik
+
+    def plain() -> float:
+        start = time.perf_counter()
+        compiled(**inputs)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    guard = ik.no_stalls(compiled, on="record")
+    with guard:
+
+        def guarded() -> float:
+            start = time.perf_counter()
+            guard(**inputs)
+            return time.perf_counter() - start
+
+        for _ in range(calls):  # the guard has seen the shape: no profiling from here on
+            guarded()
+            plain()
+        ratios, plain_ms, guarded_ms = [], [], []
+        for r in range(rounds):
+            order = (plain, guarded) if r % 2 == 0 else (guarded, plain)
+            samples: dict = {plain: [], guarded: []}
+            for _ in range(calls):
+                for fn in order:
+                    samples[fn].append(fn())
+            p, g = statistics.median(samples[plain]), statistics.median(samples[guarded])
+            ratios.append(g / p)
+            plain_ms.append(1000 * p)
+            guarded_ms.append(1000 * g)
+    ci = stats.bootstrap((ratios,), statistics.median, confidence_level=0.95, method="percentile", random_state=0)
+    return {
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "plain_ms_median": statistics.median(plain_ms),
+        "guarded_ms_median": statistics.median(guarded_ms),
+        "ratio_median": statistics.median(ratios),
+        "ratio_ci95": [float(ci.confidence_interval.low), float(ci.confidence_interval.high)],
+        "overhead_us_median": 1000 * statistics.median(g - p for g, p in zip(guarded_ms, plain_ms)),
+    }
+
+
+def environment() -> dict:
+    import torch
+    import transformers
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        driver = None
+    return {
+        "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU (smoke run)",
+        "sms": torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else None,
+        "driver": driver,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "transformers": transformers.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+    }
+
+
+def markdown(results: list[dict], env: dict) -> str:
+    lines = [
+        f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, triton {env['triton']}, "
+        f"transformers {env['transformers']}, cuDNN {env['cudnn']}",
+        "",
+        "| model | arm | p50 ms | p99 ms | max ms | p99/p50 | max/p50 | stalls | unattributed | causes (stalls, total ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        g = r["guard"]
+        causes = ", ".join(f"{k} ({v['stalls']}, {1000 * v['seconds']:.0f})" for k, v in g["by_cause"].items()) or "-"
+        lines.append(
+            f"| {r['model']} | {r['arm']} | {g['p50_ms']:.2f} | {g['p99_ms']:.2f} | {g['max_ms']:.2f} | "
+            f"{g['p99_ms'] / g['p50_ms']:.2f} | {g['max_ms'] / g['p50_ms']:.2f} | {len(g['stalls'])} | "
+            f"{g['unattributed']} | {causes} |"
+        )
+    for r in results:
+        o = r.get("overhead")
+        if o:
+            lines.append(
+                f"\nGuard overhead ({r['model']}, warm shape, {o['rounds']} interleaved rounds of {o['calls_per_round']}): "
+                f"plain {o['plain_ms_median']:.3f} ms, guarded {o['guarded_ms_median']:.3f} ms, ratio {o['ratio_median']:.4f} "
+                f"[{o['ratio_ci95'][0]:.4f}-{o['ratio_ci95'][1]:.4f}], {o['overhead_us_median']:.1f} us per call"
+            )
+    for r in results:
+        if r.get("warmup_table"):
+            lines += ["", f"### {r['model']} / {r['arm']}: ik.warmup report", "```", r["warmup_table"], "```"]
+        lines += ["", f"### {r['model']} / {r['arm']}: guard", "```", r["guard_table"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--one", nargs=2, metavar=("MODEL", "ARM"), help=argparse.SUPPRESS)  # a worker process
+    args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.one:
+        result = run_arm(args.one[0], args.one[1], args.requests)
+        (out / f"{args.one[0]}-{args.one[1]}.json").write_text(json.dumps(result, indent=1, default=str))
+        return 0
+    env = environment()
+    results = []
+    for model in args.models:
+        cache = tempfile.mkdtemp(prefix=f"serving-real-{model}-")
+        for arm in args.arms:
+            started = time.perf_counter()
+            worker_env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONUNBUFFERED": "1"}
+            cmd = [sys.executable, __file__, "--out", str(out), "--requests", str(args.requests), "--device", DEVICE]
+            cmd += ["--one", model, arm]
+            done = subprocess.run(cmd, env=worker_env, check=False)
+            print(f"{model} {arm}: exit {done.returncode}, {time.perf_counter() - started:.0f} s", flush=True)
+            path = out / f"{model}-{arm}.json"
+            if done.returncode == 0 and path.exists():
+                results.append(json.loads(path.read_text()))
+    (out / "serving_real.json").write_text(json.dumps({"environment": env, "arms": results}, indent=1, default=str))
+    text = markdown(results, env)
+    (out / "serving_real.md").write_text(text)
+    print(text.split("\n### ")[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,536 @@
+"""``ik.no_stalls``: time every call of a served callable, and name what made a slow call slow.
+
+A serving promise is about what a request costs, so the guard times each call (synchronising CUDA
+at its end, as a response would) and judges it against a threshold: ``threshold_ms`` if given,
+else ``factor`` x a baseline (``baseline_ms``, e.g. ``ik.warmup``'s steady state, or the running
+median of calls at shapes already seen).  A call over it is a :class:`Stall`, and its causes come
+from torch's own signals:
+
+- hooks that cost nothing on the steady-state path (:mod:`inductor_knobs.observe`): Dynamo
+  (re)compiles with Dynamo's reason, Inductor GEMM autotuning (feedback savers), Inductor's runtime
+  benchmark of Triton configs and coordinate descent, Triton compiles, CUDA graph recordings;
+- for what no hook sees (a cuDNN SDPA plan built per exact shape, cuBLAS/cuBLASLt first calls,
+  TunableOp tuning, cuDNN convolution search), ``torch.profiler`` in a sampled mode: a call at a
+  shape not seen before is profiled (CPU activity only) until 8 such calls in a row were fast, and
+  again after any stall it could not explain.  A profiled call costs a few ms more (2.4-3.7 ms on a
+  1 ms Llama request, H100, torch 2.11), so the steady state is never profiled.
+
+What none of them accounts for is reported as ``unattributed`` with its time, never dropped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import torch_compat
+from .errors import InvalidKnobValue, KnobsError, StallDuringServing, StallWarning
+from .knobs import torch_version
+from .observe import ObservedBlock
+from .records import CAUSES, AutotuneRecord, CompileEvent, RuntimeEvent
+
+REACTIONS = ("raise", "warn", "record")
+PROFILE_MODES = ("new-shapes", "all", "off")
+#: Profiled new-shape calls in a row that must be fast before new shapes stop being profiled.
+QUIET_AFTER = 8
+#: A profiled op below this many seconds of self CPU time is not named as a cause.
+MIN_OP_SECONDS = 2e-4
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One call over the guard's threshold, and what it paid for.
+
+    Attributes:
+        index: the call's number in the guard (0-based).
+        seconds: wall seconds of the call (CUDA synchronised at its end).
+        baseline_seconds: the steady state it was judged against, or None when none was known yet.
+        threshold_seconds: the threshold, or None (then the call was judged by its causes alone).
+        inputs: the call's tensor arguments as ``"torch.bfloat16[1, 901]"``.
+        new_shape: the call's input shapes had not been seen by this guard before.
+        profiled: the call ran under ``torch.profiler``.
+        causes: what torch's hooks and the profiler named, largest first; an ``unattributed`` entry
+            holds the time nothing accounts for (when that is over half of the excess).
+    """
+
+    index: int
+    seconds: float
+    baseline_seconds: float | None
+    threshold_seconds: float | None
+    inputs: list[str]
+    new_shape: bool
+    profiled: bool
+    causes: list[RuntimeEvent] = field(default_factory=list)
+
+    @property
+    def attributed(self) -> bool:
+        """Whether named causes account for the stall (no ``unattributed`` entry)."""
+        return bool(self.causes) and all(c.kind != "unattributed" for c in self.causes)
+
+    @property
+    def primary(self) -> str:
+        """The kind of the largest cause."""
+        return self.causes[0].kind if self.causes else "unattributed"
+
+    def describe(self) -> str:
+        """One paragraph: the call, its time against the baseline, and each cause with its time."""
+        base = f" (steady state {1000 * self.baseline_seconds:.2f} ms)" if self.baseline_seconds else ""
+        shape = ", a new shape" if self.new_shape else ""
+        lines = [f"call {self.index} [{', '.join(self.inputs) or 'no tensors'}{shape}] took {1000 * self.seconds:.2f} ms{base}"]
+        for cause in self.causes:
+            detail = f": {cause.detail}" if cause.detail else ""
+            lines.append(f"  {1000 * cause.seconds:9.2f} ms  {cause.kind} ({CAUSES.get(cause.kind, cause.kind)}){detail}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "seconds": self.seconds,
+            "baseline_seconds": self.baseline_seconds,
+            "threshold_seconds": self.threshold_seconds,
+            "inputs": self.inputs,
+            "new_shape": self.new_shape,
+            "profiled": self.profiled,
+            "attributed": self.attributed,
+            "causes": [c.to_dict() for c in self.causes],
+        }
+
+
+@dataclass(frozen=True)
+class StallReport:
+    """Every call's seconds and every stall of one guard.
+
+    Attributes:
+        seconds: wall seconds of each call, in call order.
+        stalls: the calls over the threshold, with their causes.
+    """
+
+    seconds: list[float]
+    stalls: list[Stall]
+
+    def percentile_ms(self, q: float) -> float | None:
+        """The ``q``-th percentile (0-100) of call times in ms (linear interpolation, ``statistics.quantiles``)."""
+        if not self.seconds:
+            return None
+        if len(self.seconds) == 1:
+            return 1000 * self.seconds[0]
+        cuts = statistics.quantiles(self.seconds, n=1000, method="inclusive")
+        return 1000 * ([min(self.seconds), *cuts, max(self.seconds)][round(q * 10)])
+
+    @property
+    def unattributed(self) -> list[Stall]:
+        return [s for s in self.stalls if not s.attributed]
+
+    def by_cause(self) -> dict[str, tuple[int, float]]:
+        """Per cause kind: (stalls it appears in, its seconds over all stalls), largest first."""
+        found: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])  # type: ignore[arg-type,return-value]
+        for stall in self.stalls:
+            for kind in dict.fromkeys(c.kind for c in stall.causes):
+                found[kind][0] += 1
+            for cause in stall.causes:
+                found[cause.kind][1] += cause.seconds
+        return {k: (int(v[0]), v[1]) for k, v in sorted(found.items(), key=lambda kv: -kv[1][1])}
+
+    def table(self) -> str:
+        """Calls, p50/p99/max, then one line per cause: stalls, total ms, what it is."""
+        p50, p99 = self.percentile_ms(50), self.percentile_ms(99)
+        top = 1000 * max(self.seconds) if self.seconds else None
+        lines = [
+            f"{len(self.seconds)} calls: p50 {_ms(p50)}, p99 {_ms(p99)}, max {_ms(top)}; "
+            f"{len(self.stalls)} stalls, {len(self.unattributed)} unattributed",
+        ]
+        if self.stalls:
+            lines.append(f"{'cause':<22} {'stalls':>6} {'total ms':>10}  what")
+            for kind, (count, seconds) in self.by_cause().items():
+                lines.append(f"{kind:<22} {count:>6} {1000 * seconds:>10.1f}  {CAUSES.get(kind, kind)}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "calls": len(self.seconds),
+            "p50_ms": self.percentile_ms(50),
+            "p99_ms": self.percentile_ms(99),
+            "max_ms": 1000 * max(self.seconds) if self.seconds else None,
+            "stalls": [s.to_dict() for s in self.stalls],
+            "unattributed": len(self.unattributed),
+            "by_cause": {k: {"stalls": c, "seconds": s} for k, (c, s) in self.by_cause().items()},
+        }
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+class no_stalls(ObservedBlock):
+    """Time every call of a served callable; report, warn or raise on a call over the threshold, naming its causes.
+
+    Use it as the callable (``served = ik.no_stalls(model)``, then ``served(x)``), around a block of
+    calls (``with ik.no_stalls(model) as served:``; the hooks are installed once for the block instead
+    of at every call), or wrap another callable with :meth:`wrap`.
+
+    Args:
+        fn: the compiled callable to serve (``torch.compile``/``ik.compile`` result, or any callable).
+        on: ``"raise"`` (default): :class:`~inductor_knobs.errors.StallDuringServing` after the call
+            (its result is lost); ``"warn"``: a :class:`~inductor_knobs.errors.StallWarning`;
+            ``"record"``: only :attr:`stalls`.
+        threshold_ms: a call over this many milliseconds is a stall (float > 0).  Default: ``factor``
+            x the baseline.
+        factor: the threshold as a multiple of the baseline (float > 1; default 3.0).
+        baseline_ms: the steady-state call time in ms (e.g. ``ik.warmup(...).steady_state_ms``).
+            Default: the running median of the last ``window`` calls that were not stalls, at shapes
+            already seen (all calls while fewer than ``min_calls`` such calls exist).
+        min_calls: calls needed before a running median is used (int >= 1; default 5).  Until a
+            threshold is known, a call is a stall when a hook or a profiled per-shape op names a cost.
+        min_excess_ms: a call is a stall only if it also exceeds the baseline by this many ms (float
+            >= 0; default 1.0), so timer noise on a sub-millisecond call is not a stall.
+        synchronize: ``torch.cuda.synchronize()`` at the end of each call, so the time is what a
+            response sees (default True; only when CUDA is initialised).
+        profile: ``"new-shapes"`` (default, the sampled mode above), ``"all"`` (every call; a few ms
+            each) or ``"off"`` (hooks only: per-shape ATen costs are then ``unattributed``).
+        window: calls in the running median (int >= 1; default 101).
+
+    Attributes:
+        stalls: every :class:`Stall`, in call order.
+        seconds: every call's wall seconds.
+
+    Raises:
+        InvalidKnobValue: at construction, for a bad argument (the message names it, what is allowed
+            and the torch version).
+        StallDuringServing: ``on="raise"`` and a call stalled.
+
+    Relies on the hooks of :mod:`inductor_knobs.observe` (torch 2.4-2.15; GEMM autotune records
+    need 2.5+), ``torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True)``
+    and the patch module's ``per_shape_ops`` (profiler op names per release).  Observes the thread
+    (and tasks) that calls it.
+    """
+
+    need_autotune = False
+
+    def __init__(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        on: str = "raise",
+        threshold_ms: float | None = None,
+        factor: float = 3.0,
+        baseline_ms: float | None = None,
+        min_calls: int = 5,
+        min_excess_ms: float = 1.0,
+        synchronize: bool = True,
+        profile: str = "new-shapes",
+        window: int = 101,
+    ) -> None:
+        _check_choice("on", on, REACTIONS)
+        _check_choice("profile", profile, PROFILE_MODES)
+        checks = (("threshold_ms", threshold_ms, 0.0), ("baseline_ms", baseline_ms, 0.0), ("factor", factor, 1.0))
+        for name, value, low in checks:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low):
+                raise _invalid(name, value, f"a number > {low:g}" + (" or None" if name != "factor" else ""))
+        if isinstance(min_excess_ms, bool) or not isinstance(min_excess_ms, (int, float)) or not min_excess_ms >= 0:
+            raise _invalid("min_excess_ms", min_excess_ms, "a number >= 0")
+        for name, value in (("min_calls", min_calls), ("window", window)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise _invalid(name, value, "an int >= 1")
+        if not isinstance(synchronize, bool):
+            raise _invalid("synchronize", synchronize, "True or False")
+        if fn is not None and not callable(fn):
+            raise _invalid("fn", fn, "a callable (the compiled model or function to serve)")
+        self.fn = fn
+        self.on = on
+        self.threshold_s = None if threshold_ms is None else threshold_ms / 1000
+        self.factor = float(factor)
+        self.baseline_s = None if baseline_ms is None else baseline_ms / 1000
+        self.min_calls = min_calls
+        self.min_excess_s = min_excess_ms / 1000
+        self.synchronize = synchronize
+        self.profile = profile
+        self.seconds: list[float] = []
+        self.stalls: list[Stall] = []
+        self.last_causes: list[RuntimeEvent] = []  # the latest call's causes, stall or not (``ik.warmup``)
+        self._seen: set[tuple[Any, ...]] = set()
+        self._steady = _RunningMedian(window)  # calls at seen shapes that were not stalls
+        self._any = _RunningMedian(window)  # every call that was not a stall
+        self._quiet = 0  # profiled new-shape calls in a row that were fast
+        self.quiet_after: float = QUIET_AFTER  # ``ik.warmup`` sets infinity: it diagnoses every new shape
+        self._profile_next = False  # an unexplained stall: profile the next call whatever its shape
+        self._events: list[RuntimeEvent] | None = None  # the running call's hook events
+        self._profiler: Any = None
+
+    # -- serving --------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn(*args, **kwargs)`` under the guard.
+
+        Raises:
+            KnobsError: the guard was created without ``fn`` (use :meth:`wrap`).
+            StallDuringServing: see ``on``.
+        """
+        if self.fn is None:
+            raise KnobsError("no_stalls() was created without a callable: pass it (no_stalls(model)) or use guard.wrap(fn)")
+        return self.call(self.fn, *args, **kwargs)
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with every call timed and judged by this guard (its stalls land in this guard)."""
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            return self.call(fn, *args, **kwargs)
+
+        return guarded
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn`` under the guard (what ``__call__`` and :meth:`wrap` do)."""
+        if self._block is not None:
+            return self._timed(fn, args, kwargs)
+        with self:  # not inside ``with guard``: the hooks are installed for this call only
+            return self._timed(fn, args, kwargs)
+
+    def report(self) -> StallReport:
+        """Every call's seconds and every stall so far."""
+        return StallReport(list(self.seconds), list(self.stalls))
+
+    # -- the observer protocol: what torch reports during the running call ------------------------
+
+    def on_runtime(self, event: RuntimeEvent) -> None:
+        if self._events is not None:
+            self._events.append(event)
+
+    def on_autotune(self, record: AutotuneRecord) -> None:
+        if self._events is not None and not record.from_cache:
+            seconds = (record.benchmark_seconds or 0.0) + (record.precompile_seconds or 0.0)
+            detail = f"{record.signature}: {len(record.choices)} choices, winner {record.winner}"
+            self._events.append(RuntimeEvent("gemm_autotune", seconds, detail, None))
+
+    def on_compile(self, event: CompileEvent) -> None:
+        # A compile under the profiler would record every op of tracing and autotuning (millions, and
+        # seconds to collect): stop it; the compile is timed by its own hook.
+        if self._profiler is not None and event.trigger != "cudagraph_recording":
+            self._stop_profiler()
+
+    # -- one call ---------------------------------------------------------------------------------
+
+    def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        signature = _signature(args, kwargs)
+        new = signature not in self._seen
+        profiled = self._wants_profile(new) and self._start_profiler()
+        events: list[RuntimeEvent] = []
+        self._events = events
+        started = time.perf_counter()
+        try:
+            out = fn(*args, **kwargs)
+            if self.synchronize:
+                _synchronize()
+        finally:
+            seconds = time.perf_counter() - started
+            self._events = None
+            profile = self._stop_profiler()
+        self._seen.add(signature)
+        self._judge(seconds, events, profile, new, profiled, signature)
+        return out
+
+    def _wants_profile(self, new: bool) -> bool:
+        if self.profile == "off":
+            return False
+        if self.profile == "all" or self._profile_next:
+            return True
+        return new and self._quiet < self.quiet_after
+
+    def _start_profiler(self) -> bool:
+        import torch
+
+        if torch.autograd._profiler_enabled():  # the user's own profiler: leave it alone
+            return False
+        from torch.profiler import ProfilerActivity, profile
+
+        self._profile_next = False
+        profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        try:
+            profiler.__enter__()
+        except Exception as err:  # noqa: BLE001 - no profiler here: hooks still name what they see
+            warnings.warn(
+                f"no_stalls could not start torch.profiler ({err!r}); per-shape ATen costs will be unattributed",
+                StallWarning,
+                stacklevel=5,
+            )
+            self.profile = "off"
+            return False
+        self._profiler = profiler
+        return True
+
+    def _stop_profiler(self) -> Any:
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+        return profiler
+
+    def _judge(
+        self, seconds: float, events: list[RuntimeEvent], profile: Any, new: bool, profiled: bool, signature: tuple[Any, ...]
+    ) -> None:
+        index = len(self.seconds)
+        self.seconds.append(seconds)
+        baseline = self._baseline()
+        threshold = self.threshold_s if self.threshold_s is not None else None if baseline is None else self.factor * baseline
+        causes = sorted(events, key=lambda e: -e.seconds)
+        if profile is not None and (threshold is None or seconds > threshold) and _on_cuda(signature):
+            # Parsed only when it may matter (about 10 ms for a Llama call): a fast call's profile is dropped.
+            # CUDA only: there an op's self CPU time is host work (a plan build, a heuristic query); on the
+            # CPU it is the op's computation, not a first-call cost.
+            causes += self._profiled_causes(profile, seconds)
+        self.last_causes = causes
+        if threshold is not None:
+            stalled = seconds > threshold and seconds - (baseline or 0.0) >= self.min_excess_s
+        else:  # no steady state known yet: a hook's event, or profiled per-shape costs that dominate the call
+            stalled = any(c.started is not None for c in causes) or sum(c.seconds for c in causes) >= 0.5 * seconds
+        if not stalled:
+            self._any.add(seconds)
+            if not new:
+                self._steady.add(seconds)
+            elif profiled:
+                self._quiet += 1
+            return
+        self._quiet = 0
+        excess = seconds - (baseline or 0.0)
+        explained = min(
+            seconds, _covered(c for c in causes if c.started is not None) + sum(c.seconds for c in causes if c.started is None)
+        )
+        missing = excess - explained
+        if not causes or missing > 0.5 * excess:
+            causes.append(RuntimeEvent("unattributed", max(missing, 0.0), "no hook or profiled op accounts for this time", None))
+            self._profile_next = self.profile != "off"  # the next call is profiled, whatever its shape
+        causes.sort(key=lambda e: -e.seconds)
+        stall = Stall(index, seconds, baseline, threshold, _describe(signature), new, profiled, causes)
+        self.stalls.append(stall)
+        self._react(stall)
+
+    def _baseline(self) -> float | None:
+        if self.baseline_s is not None:
+            return self.baseline_s
+        for median in (self._steady, self._any):
+            if len(median) >= self.min_calls:
+                return median.value()
+        return None
+
+    def _profiled_causes(self, profile: Any, seconds: float) -> list[RuntimeEvent]:
+        """Per-shape ATen costs in a profiled call: the ops the patch module names, and the top op if it dominates."""
+        ops = torch_compat.installed(strict=False).per_shape_ops
+        totals: dict[str, list[Any]] = {}
+        for event in profile.events():
+            name = event.name
+            entry = totals.setdefault(name, [0.0, None])
+            entry[0] += event.self_cpu_time_total / 1e6
+            if entry[1] is None and getattr(event, "input_shapes", None):
+                entry[1] = event.input_shapes
+        found = []
+        for name, (self_seconds, shapes) in totals.items():
+            kind = ops.get(name)
+            if kind is None and self_seconds >= 0.5 * seconds and name.startswith("aten::"):
+                kind = "aten_first_call"
+            if kind is None or self_seconds < MIN_OP_SECONDS:
+                continue
+            if kind == "cublas_first_call" and _tunableop_tuning():
+                kind = "tunableop"
+            shapes_text = f" {shapes}" if shapes else ""
+            found.append(RuntimeEvent(kind, self_seconds, f"{name}{shapes_text} (profiled, self CPU time)", None))
+        return found
+
+    def _react(self, stall: Stall) -> None:
+        if self.on == "record":
+            return
+        message = f"stall during serving (inside ik.no_stalls): {stall.describe()}"
+        if self.on == "warn":
+            warnings.warn(message, StallWarning, stacklevel=5)
+            return
+        raise StallDuringServing(message, stall)
+
+
+class _RunningMedian:
+    """The median of the last ``size`` values (a sorted list beside a deque: O(size) per add)."""
+
+    def __init__(self, size: int) -> None:
+        self._order: collections.deque[float] = collections.deque()
+        self._sorted: list[float] = []
+        self._size = size
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def add(self, value: float) -> None:
+        if len(self._order) == self._size:
+            self._sorted.pop(bisect.bisect_left(self._sorted, self._order.popleft()))
+        self._order.append(value)
+        bisect.insort(self._sorted, value)
+
+    def value(self) -> float:
+        values = self._sorted
+        middle = len(values) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def _covered(events: Iterable[RuntimeEvent]) -> float:
+    """Seconds covered by the union of the events' intervals (nested hooks are counted once)."""
+    spans = sorted((e.started, e.started + e.seconds) for e in events if e.started is not None)
+    total, end = 0.0, float("-inf")
+    for start, stop in spans:
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
+def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The call's tensor shapes and dtypes (its "shape" for per-shape costs); other arguments by type."""
+    torch = sys.modules.get("torch")
+    tensor = torch.Tensor if torch is not None else ()
+
+    def part(value: Any) -> Any:
+        return (value.dtype, tuple(value.shape), value.device.type) if isinstance(value, tensor) else type(value)
+
+    return (*map(part, args), *((name, part(value)) for name, value in kwargs.items()))
+
+
+def _tensors(signature: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
+    """``(keyword or "", (dtype, shape, device type))`` for each tensor of a :func:`_signature`."""
+    out = []
+    for part in signature:
+        name, part = (f"{part[0]}=", part[1]) if isinstance(part, tuple) and isinstance(part[0], str) else ("", part)
+        if isinstance(part, tuple):
+            out.append((name, part))
+    return out
+
+
+def _on_cuda(signature: tuple[Any, ...]) -> bool:
+    return any(part[2] == "cuda" for _, part in _tensors(signature))
+
+
+def _describe(signature: tuple[Any, ...]) -> list[str]:
+    """``["torch.int64[1, 901]", "attention_mask=torch.int64[1, 901]"]`` for the tensors of a signature."""
+    return [f"{name}{part[0]}{list(part[1])}" for name, part in _tensors(signature)]
+
+
+def _synchronize() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _tunableop_tuning() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch.cuda.tunable.is_enabled() and torch.cuda.tunable.tuning_is_enabled())  # type: ignore[union-attr]
+    except (AttributeError, RuntimeError):  # a build without TunableOp (CPU)
+        return False
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise _invalid(name, value, ", ".join(allowed))
+
+
+def _invalid(name: str, value: object, allowed: str) -> InvalidKnobValue:
+    return InvalidKnobValue(f"no_stalls({name}={value!r}) is invalid on torch {torch_version()}: allowed {allowed}")
