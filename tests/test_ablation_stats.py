@@ -230,6 +230,21 @@ def test_gpu_sharing_and_clock_changes_are_warned():
     assert sum("SM clock changed" in w for w in out) == 1  # the T4 section's single clock is no change
 
 
+def test_with_several_workers_at_once_only_the_clock_rule_applies():
+    changed = synthetic_runs(lambda t: 2.0 if t > 60 else 0.0)
+    assert load.load_warnings(changed, cpu_count=2, section_of={}, parallel=4) == []
+    runs = [
+        {"arm": "a", "repeat": 0, "gpu": 0, "gpu_utilization_before": 90, "gpu_clock_mhz": 1980},
+        {"arm": "b", "repeat": 0, "gpu": 0, "gpu_utilization_before": 90, "gpu_clock_mhz": 1500},
+    ]
+    (warning,) = load.load_warnings(runs, cpu_count=16, section_of={}, parallel=4)
+    assert "SM clock changed" in warning
+    data = results_of({"a": [[1.0]] * 3}, parallel=4)
+    data["runs"] = [{**run("a", r["repeat"], [1.0]), **r, "arm": "a"} for r in changed]
+    text = report.markdown(data)
+    assert "**LOAD WARNING**" not in text and "the load rule checks only SM clocks here" in text
+
+
 def test_the_gpu_reading_before_a_run_waits_out_our_own_previous_worker(monkeypatch):
     """NVML's utilisation covers its last sample period: read at once after our own worker on that
     GPU exited, it would flag that worker's kernels as another process's."""

@@ -37,6 +37,15 @@ The rule (:func:`load_warnings`):
    power cap between runs.
 
 Old results.json files without these readings produce no warning.
+
+**With several workers per GPU at once** (``--parallel``, the main job on a GPU) rules 1 and 2 are
+not applied, and the report says so.  Rule 2 has no moment when the ablation leaves the GPU idle.
+Rule 1's own share counts CPU seconds, but the load average also counts tasks waiting for a CPU or
+for the disk: four workers importing torch at once from a cold page cache, then compiling, raised
+the 1-minute load of an H100 host with nothing else running 7.8 above their CPU seconds (16 CPUs,
+the main job's first 40 s), so the rule would have flagged the ablation itself.  Rule 3 still
+applies; GPU kernel time does not depend on the CPU load, and the main job's A/A control shows the
+noise that latency picked up.
 """
 
 from __future__ import annotations
@@ -154,7 +163,11 @@ def competing_windows(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, floa
 
 
 def load_warnings(
-    runs: Sequence[Mapping[str, Any]], cpu_count: int | None, section_of: Mapping[str, str], device: str | None = None
+    runs: Sequence[Mapping[str, Any]],
+    cpu_count: int | None,
+    section_of: Mapping[str, str],
+    device: str | None = None,
+    parallel: int = 1,
 ) -> list[str]:
     """The load warnings of an ablation (see the module docstring for the rules).
 
@@ -163,13 +176,14 @@ def load_warnings(
         cpu_count: logical CPUs of the machine that ran them (None: unknown, taken as 1).
         section_of: arm name -> its table section, for the clock rule.
         device: ``cpu`` adds the busy-machine rule (the measured arms themselves run on the CPUs).
+        parallel: workers per GPU at once; above 1 only rule 3 applies.
 
     Returns:
         One sentence per warning (empty: nothing to warn about).
     """
     out = []
     by_shard: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-    for run in runs:
+    for run in runs if parallel <= 1 else ():
         by_shard[run.get("shard")].append(run)
     limit = threshold(cpu_count)
     for shard, group in by_shard.items():
@@ -190,7 +204,7 @@ def load_warnings(
                 f"the machine was busy: other processes kept {mean:.1f} of {cpu_count or '?'} CPUs busy on average while "
                 "the arms ran on those CPUs; latencies are noisy (see the intervals) and may be far from a quiet machine's"
             )
-    for run in runs:
+    for run in runs if parallel <= 1 else ():
         busy = run.get("gpu_utilization_before")
         if isinstance(busy, (int, float)) and busy >= GPU_BUSY_PERCENT:
             out.append(

@@ -2,13 +2,15 @@
 
 1. The answer at a glance: each arm's speedup over its section's baseline with its 95 % interval
    (a forest plot; the vertical line at 1.00x is "no difference"): GPU kernel time (squares) and
-   end-to-end latency (circles), coloured by verdict, and beside each arm what it costs to compile
-   (``compile 17 -> 61 s``: the baseline's cold compile, then the arm's).  For the main job on a GPU
-   the rows are "force_gemm_autotune on an emulated T4 / L4 / this GPU", so the panel answers "does
-   forcing the gate help this model on this GPU class, and what does it cost to compile".
+   end-to-end latency (circles), coloured by verdict, and under each arm's name what it costs to
+   compile (``compile 21 s -> 76 s (cold)``: its baseline's cold compile, then its own).  For the
+   main job on a GPU the rows are "force_gemm_autotune on an emulated T4 / L4 / this GPU", so the
+   panel answers "does forcing the gate help this model on this GPU class, and what does it cost to
+   compile".
 2. Latency: bars from zero to the median over processes, whiskers the 95 % interval.
 3. Cold compile seconds, the autotune part of them darker.
-4. Compile seconds against speedup, each point numbered like its row.
+4. Cold compile seconds against speedup (GPU kernel time where measured), each point numbered
+   like its row.
 
 The first three panels share one row per arm (horizontal bars); the arm names, numbered and with
 their section in brackets, sit once on the left y axis, and the figure grows with the number of
@@ -24,9 +26,14 @@ from typing import Any
 ROW_INCHES, MIN_INCHES = 0.42, 3.2
 
 
-def _label(index: int, row: dict[str, Any]) -> str:
+def _label(index: int, row: dict[str, Any], compile_of: dict[str, Any]) -> str:
+    """``1 arm [section]``, and below it the cold compile seconds of its baseline and of the arm."""
     section = f" [{row['section']}]" if row.get("section") else ""
-    return f"{index} {row['arm']}{section}"
+    base = compile_of.get(row.get("baseline", ""))
+    cost = ""
+    if row.get("baseline") != row["arm"] and base is not None and row.get("compile_seconds") is not None:
+        cost = f"\ncompile {base:.0f} s -> {row['compile_seconds']:.0f} s (cold)"
+    return f"{index} {row['arm']}{section}{cost}"
 
 
 def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
@@ -54,7 +61,8 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
 
         raise NotSupportedOnThisTorch("--plot needs matplotlib: pip install 'inductor-knobs[plot]'") from err
     ok = [r for r in rows if "median_ms" in r]
-    labels = [_label(i + 1, r) for i, r in enumerate(ok)]
+    compile_of = {r["arm"]: r.get("compile_seconds") for r in ok}
+    labels = [_label(i + 1, r, compile_of) for i, r in enumerate(ok)]
     ys = list(range(len(ok)))[::-1]  # the first arm on top
     height = max(MIN_INCHES, ROW_INCHES * len(ok) + 1.6)
     fig = plt.figure(figsize=(18, height))
@@ -67,7 +75,6 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
 
     speeds: list[float] = []
     colours = {"faster": "tab:green", "slower": "tab:red"}
-    compile_of = {r["arm"]: r.get("compile_seconds") for r in ok}
     for y, r in zip(ys, ok):
         marks = [("speedup", "verdict", "o", 0.12, "latency")]
         if "kernel_speedup" in r:
@@ -80,19 +87,6 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
             face = colour if marker == "s" else "white"
             forest.errorbar(speed, y + shift, xerr=errors, fmt=marker, color=colour, mfc=face, capsize=3)
             speeds += [v for v in (speed, low, high) if v]
-        base = compile_of.get(r.get("baseline", ""))
-        if r.get("baseline") != r["arm"] and base is not None and r.get("compile_seconds") is not None:
-            forest.annotate(
-                f"compile {base:.0f} -> {r['compile_seconds']:.0f} s",
-                xy=(1.0, y),
-                xycoords=("axes fraction", "data"),
-                xytext=(-3, 0),
-                textcoords="offset points",
-                ha="right",
-                va="center",
-                fontsize=8,
-                color="tab:brown",
-            )
     forest.axvline(1.0, color="black", linewidth=0.8)
     if speeds and max(speeds) / min(speeds) > 4:
         # Wide ratios on a log axis: 2x faster and 2x slower sit at the same distance from 1.00x.
@@ -103,8 +97,8 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
     forest.set_yticks(ys, labels)
     forest.set_xlabel("speedup vs the section's baseline, 95% CI (> 1: faster)")
     forest.set_title(
-        "speedup: \u25a0 GPU kernel time, \u25cb latency (green faster, red slower, grey: no detectable difference);\n"
-        "compile: baseline -> arm, cold",
+        "does the arm beat its section's baseline, and at what compile cost (left)?\n"
+        "\u25a0 GPU kernel time, \u25cb latency; green faster, red slower, grey: no detectable difference",
         fontsize=9,
     )
 
@@ -127,12 +121,14 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
     for ax in (forest, latency, compile_ax):
         ax.grid(axis="y", linestyle=":", linewidth=0.5)
 
+    kernel = any("kernel_speedup" in r for r in ok)
     for i, r in enumerate(ok):
-        scatter.scatter(r["compile_seconds"], r.get("speedup", 1.0), color="tab:purple")
-        scatter.annotate(str(i + 1), (r["compile_seconds"], r.get("speedup", 1.0)), xytext=(4, 3), textcoords="offset points")
+        speed = r.get("kernel_speedup", r.get("speedup", 1.0)) if kernel else r.get("speedup", 1.0)
+        scatter.scatter(r["compile_seconds"], speed, color="tab:purple")
+        scatter.annotate(str(i + 1), (r["compile_seconds"], speed), xytext=(4, 3), textcoords="offset points")
     scatter.axhline(1.0, color="black", linewidth=0.8)
     scatter.set_xlabel("cold compile s")
-    scatter.set_ylabel("speedup vs baseline")
+    scatter.set_ylabel("GPU kernel time speedup vs baseline" if kernel else "speedup vs baseline")
     scatter.set_title("compile time vs speedup (numbers: rows)", fontsize=9)
 
     fig.suptitle(title)

@@ -236,7 +236,8 @@ def _head(results: Mapping[str, Any]) -> str:
         head += (
             f"; {results['parallel']} processes per GPU started and compiled at once, measurements one at a time; "
             "compile s is the cold compile of each arm's first process (later processes reused the run's Triton "
-            "binaries), timed while other processes compiled beside it"
+            "binaries), timed while other processes compiled beside it; the load rule checks only SM clocks here "
+            "(--parallel 1 for the full check)"
         )
     if isinstance(results.get("wall_seconds"), (int, float)):
         gpus = results.get("gpus") or []
@@ -264,7 +265,8 @@ def _main_section(results: Mapping[str, Any]) -> str:
 def load_warnings(results: Mapping[str, Any]) -> list[str]:
     """The load rule's warnings for ``results`` (see :mod:`.load`)."""
     cores = (results.get("machine") or {}).get("cpu_count")
-    return load.load_warnings(results["runs"], cores, section_of(results), results.get("device"))
+    parallel = int(results.get("parallel") or 1)
+    return load.load_warnings(results["runs"], cores, section_of(results), results.get("device"), parallel)
 
 
 def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
