@@ -9,6 +9,8 @@ block asked for) uses :class:`ScopedSlot`, which picks the same scope from the p
 from __future__ import annotations
 
 import contextvars
+import sys
+import threading
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -47,3 +49,21 @@ class ScopedSlot(Generic[T]):
 
             thread_local = torch_compat.installed(strict=False).config_is_thread_local
         return self.scopes[thread_local].get()  # type: ignore[no-any-return]
+
+
+def current_owner() -> tuple[int, int | None]:
+    """(thread id, id of the running asyncio task or None): who holds process-global state."""
+    task = None
+    asyncio = sys.modules.get("asyncio")  # no tasks exist unless asyncio was imported
+    # Asked at every enter before torch 2.12: current_task() raises (and builds a RuntimeError) when
+    # no loop runs in this thread, so the loop is asked first, which returns None instead.
+    if asyncio is not None and asyncio._get_running_loop() is not None:
+        task = asyncio.current_task()
+    return threading.get_ident(), None if task is None else id(task)
+
+
+def describe_owner(owner: tuple[int, int | None]) -> str:
+    """``thread MainThread, asyncio task 0x7f…`` for messages."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    task = f", asyncio task {owner[1]:#x}" if owner[1] is not None else ""
+    return f"thread {names.get(owner[0], owner[0])}{task}"

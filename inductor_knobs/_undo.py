@@ -14,15 +14,20 @@ torch back exactly, and a revert that was itself interrupted can simply run agai
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Protocol
 
 from ._patching import TRIES
-from .errors import ExternalChangeWarning, KnobNotApplied, RevertError
+from ._scope import current_owner, describe_owner
+from .errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied, RevertError
 from .patches.torch_2_4 import TorchPatches
+from .torch_settings import SETTINGS
 from .why_not_applied import diagnose
+
+_NOT_READ = object()  # a SettingChange that has not read the state it replaces (nothing to restore)
 
 
 class Change(Protocol):
@@ -186,6 +191,76 @@ class ConfigChange:
                 undo()
             else:
                 self.patches.write_overrides(cfg, prior)
+
+
+#: Setting key -> the owners of the blocks that hold it now (one process-wide value: see torch_settings).
+_SETTING_HOLDERS: dict[str, list[tuple[int, int | None]]] = {}
+_SETTING_LOCK = threading.Lock()
+
+
+class SettingChange:
+    """Set a process-global torch setting (:mod:`inductor_knobs.torch_settings`) and put back the exact state it found.
+
+    Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
+    another thread or asyncio task holds the same setting: torch has one value per process.  Apply
+    reads the value back and raises :class:`~inductor_knobs.errors.KnobNotApplied` (restoring) if it
+    did not take; revert warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` when code
+    outside inductor_knobs changed it inside the block, and restores it anyway.  Revert is idempotent.
+    """
+
+    __slots__ = ("_owner", "_prior", "key", "patches", "setting", "value")
+
+    def __init__(self, patches: TorchPatches, key: str, value: object) -> None:
+        self.patches = patches
+        self.key = key
+        self.value = value
+        self.setting = SETTINGS[key]
+        self._prior: Any = _NOT_READ
+        self._owner: tuple[int, int | None] | None = None
+
+    @property
+    def description(self) -> str:
+        return f"{self.key}={self.value!r} ({self.setting.what})"
+
+    def apply(self) -> None:
+        owner = current_owner()
+        with _SETTING_LOCK:
+            others = [o for o in _SETTING_HOLDERS.get(self.key, ()) if o != owner]
+            if others:
+                raise ConcurrentKnobsError(
+                    f"{self.key}={self.value!r} entered on {describe_owner(owner)} while {describe_owner(others[0])} holds "
+                    f"{self.key}: torch keeps it once per process ({self.setting.what}), so two threads or asyncio tasks "
+                    "would undo each other. Set it in one thread/task at a time"
+                )
+            _SETTING_HOLDERS.setdefault(self.key, []).append(owner)
+            self._owner = owner  # after the push: revert releases only what was taken
+        self._prior = self.setting.state(self.patches)
+        self.setting.set(self.patches, self.value)
+        found = self.setting.value(self.patches)
+        if found != self.value:
+            self.revert()
+            raise KnobNotApplied(f"{self.key}={self.value!r} did not take: it reads back {found!r} ({self.setting.what})")
+
+    def revert(self) -> None:
+        try:
+            if self._prior is not _NOT_READ:
+                prior, self._prior = self._prior, _NOT_READ
+                found = self.setting.value(self.patches)
+                if found != self.value:
+                    warnings.warn(
+                        f"{self.key} was changed to {found!r} inside the knobs block (the block set {self.value!r}); "
+                        "restoring the value from before the block",
+                        ExternalChangeWarning,
+                        stacklevel=4,
+                    )
+                self.setting.restore(self.patches, prior)
+        finally:
+            owner, self._owner = self._owner, None
+            if owner is not None:
+                with _SETTING_LOCK:
+                    holders = _SETTING_HOLDERS.get(self.key, [])
+                    if owner in holders:
+                        holders.remove(owner)
 
 
 def apply_all(changes: Sequence[Change], applied: list[Change] | None = None) -> list[Change]:

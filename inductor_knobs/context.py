@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from . import torch_compat
-from ._scope import ScopedSlot
+from ._scope import ScopedSlot, current_owner, describe_owner
 from ._undo import Change, apply_all, revert_all
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import ConcurrentKnobsError, KnobsError
@@ -66,23 +66,6 @@ class _ThreadLock(threading.local):
 _THREAD = _ThreadLock()
 
 
-def _owner() -> tuple[int, int | None]:
-    """(thread id, id of the running asyncio task or None): who holds a frame."""
-    task = None
-    asyncio = sys.modules.get("asyncio")  # no tasks exist unless asyncio was imported
-    # Asked at every enter before torch 2.12: current_task() raises (and builds a RuntimeError) when
-    # no loop runs in this thread, so the loop is asked first, which returns None instead.
-    if asyncio is not None and asyncio._get_running_loop() is not None:
-        task = asyncio.current_task()
-    return threading.get_ident(), None if task is None else id(task)
-
-
-def _describe(owner: tuple[int, int | None]) -> str:
-    names = {t.ident: t.name for t in threading.enumerate()}
-    task = f", asyncio task {owner[1]:#x}" if owner[1] is not None else ""
-    return f"thread {names.get(owner[0], owner[0])}{task}"
-
-
 def _thread_local() -> bool:
     return torch_compat.installed(strict=False).config_is_thread_local
 
@@ -116,13 +99,13 @@ class UndoContext:
             stack = frames.get()
             me = None
             if not thread_local:  # one stack for the process: it must belong to one thread/task
-                me = owner = _owner()
+                me = owner = current_owner()
                 others = None
                 if stack:  # an outermost block, the usual case, has nothing to conflict with
                     others = [f.owner for f in stack if f.owner is not None and f.owner != owner]
                 if others:
                     raise ConcurrentKnobsError(
-                        f"knobs entered on {_describe(owner)} while {_describe(others[0])} holds knobs; on this torch "
+                        f"knobs entered on {describe_owner(owner)} while {describe_owner(others[0])} holds knobs; on this torch "
                         f"({_torch_version()}) Inductor config is process-global, so knobs from two threads or asyncio "
                         "tasks would undo each other. Enter knobs in one thread/task at a time (or use torch >= 2.12, "
                         "where config is per thread and task)"
@@ -185,7 +168,7 @@ class UndoContext:
         thread_local = _thread_local()
         if self._top_frame(thread_local) is None:
             raise KnobsError(
-                f"{self!r}.stop() in {_describe(_owner())}, but this context has no start() active here: it was "
+                f"{self!r}.stop() in {describe_owner(current_owner())}, but this context has no start() active here: it was "
                 "never started, already stopped, or started in another thread or asyncio task (stop it there)"
             )
         self.__exit__(None, None, None)

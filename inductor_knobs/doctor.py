@@ -50,7 +50,40 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     report["env"] = _env()
     report["modes"] = _modes()
     report["precedence"] = _precedence(torch.__version__)
+    report["serving"] = _serving()
     return report
+
+
+def _serving() -> dict[str, Any]:
+    """What ``ik.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it exists."""
+    from . import torch_compat
+    from .observe import can_record_autotune, runtime_hook_status
+    from .records import CAUSES
+
+    patches = torch_compat.installed(strict=False)
+    hooks = [{"cause": kind, "hook": path, "available": ok} for kind, path, ok in runtime_hook_status()]
+    hooks.insert(0, {"cause": "dynamo_compile", "hook": "torch._dynamo.callback_handler start/end callbacks", "available": True})
+    hooks.insert(
+        1,
+        {
+            "cause": "gemm_autotune",
+            "hook": "torch._inductor.select_algorithm.add_feedback_saver",
+            "available": can_record_autotune(),
+        },
+    )
+    by_profiler = sorted(set(patches.per_shape_ops.values()) | {"tunableop", "aten_first_call"})
+    try:
+        enabled, order = patches.read_sdpa()
+        sdpa: dict[str, Any] = {"enabled": list(enabled), "priority_order": list(order) if order else None}
+    except Exception as err:  # noqa: BLE001 - doctor reports, it does not fail
+        sdpa = {"error": repr(err)}
+    tunable = patches.tunableop_problem()
+    return {
+        "hooks": hooks,
+        "profiled": [{"cause": kind, "what": CAUSES[kind]} for kind in by_profiler],
+        "sdpa": sdpa,
+        "tunableop": tunable or ("enabled" if patches.read_tunableop() else "disabled"),
+    }
 
 
 def _version_of(name: str) -> str | None:
@@ -314,6 +347,18 @@ def render(report: dict[str, Any]) -> str:
     lines += [f"  beats any knob here: {item}" for item in beats] or [
         "  nothing here beats a knob (no forcing env var, implication or foreign __setattr__)"
     ]
+    serving = report["serving"]
+    lines += ["", "serving guard (ik.no_stalls) names these first-call costs on this torch:"]
+    for hook in serving["hooks"]:
+        state = "hook present" if hook["available"] else "MISSING on this torch: shows as a slow op or 'unattributed'"
+        lines.append(f"  {hook['cause']:20} {hook['hook']}: {state}")
+    lines += [f"  {p['cause']:20} torch.profiler, on calls at new shapes (sampled): {p['what']}" for p in serving["profiled"]]
+    sdpa = serving["sdpa"]
+    if "error" in sdpa:
+        lines.append(f"  SDPA backends: could not be read ({sdpa['error']})")
+    else:
+        lines.append(f"  SDPA backends enabled, in priority order: {', '.join(sdpa['enabled'])} (knob: sdpa_backends)")
+    lines.append(f"  TunableOp: {serving['tunableop']} (knob: tunableop)")
     lines += ["", "torch.compile modes expand to (torch._inductor.list_mode_options):"]
     lines += [f"  {mode:28} {opts}" for mode, opts in report["modes"].items()]
     return "\n".join(lines)

@@ -52,11 +52,12 @@ from typing import Any
 from . import gate
 from ._patching import SharedPatch, wrap_attribute
 from ._scope import ScopedSlot
-from ._undo import ConfigChange, apply_all, revert_all
+from ._undo import ConfigChange, SettingChange, apply_all, revert_all
 from .errors import KnobNotApplied, KnobNotAppliedWarning
 from .knobs import config_key
 from .patches.torch_2_4 import TorchPatches
 from .records import current_compile_id
+from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting
 from .why_not_applied import diagnose
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
@@ -92,7 +93,7 @@ class Asked:
 
     @property
     def label(self) -> str:
-        return self.key if self.module == INDUCTOR_CONFIG else f"{self.module}.{self.key}"
+        return self.key if self.module in (INDUCTOR_CONFIG, SETTINGS_MODULE) else f"{self.module}.{self.key}"
 
 
 @dataclass(frozen=True)
@@ -359,6 +360,10 @@ def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
     changes: list[Any] = []
     if now != snapshot.asked:
         for (module, key), asked in snapshot.asked.items():
+            if module == SETTINGS_MODULE:
+                if read_setting(snapshot.patches, key) != asked.value:
+                    changes.append(SettingChange(snapshot.patches, key, asked.value))
+                continue
             cfg = importlib.import_module(module)
             if snapshot.patches.read_value(cfg, key) != asked.value:
                 changes.append(ConfigChange(snapshot.patches, [(cfg, key, asked.value)]))
@@ -373,9 +378,13 @@ def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     patches = snapshot.patches
     settings = []
     for (module, key), asked in sorted(snapshot.asked.items()):
-        cfg = importlib.import_module(module)
-        seen = patches.read_value(cfg, key)
-        cause = None if _same(seen, asked.value) else diagnose(patches, cfg, key)
+        if module == SETTINGS_MODULE:  # a process-global torch setting (SDPA backends, TunableOp)
+            seen = read_setting(patches, key)
+            cause = None if _same(seen, asked.value) else f"other code set it after the knobs did ({SETTINGS[key].what})"
+        else:
+            cfg = importlib.import_module(module)
+            seen = patches.read_value(cfg, key)
+            cause = None if _same(seen, asked.value) else diagnose(patches, cfg, key)
         settings.append(AttestedSetting(asked.label, asked.value, seen, asked.source, snapshot.overrode.get(key), cause))
     verdicts: list[gate.Verdict] = []
     problem = None

@@ -31,6 +31,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 SEARCH_SPACES = ("DEFAULT", "EXHAUSTIVE")
+#: ``torch.nn.attention.SDPBackend`` names a knob may list (the installed torch may lack some: checked when applied).
+SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH", "OVERRIDEABLE")
 MAX_SMS = 1024
 
 
@@ -86,6 +88,21 @@ def _known_backends() -> frozenset[str]:
     if version == "not installed":
         return frozenset()
     return select(version, strict=False).gemm_backends(release_of(version))
+
+
+def _check_sdpa_backends(label: str, value: object) -> str:
+    """SDPA backend names in priority order (``SDPBackend`` members or their names, any case), comma-joined."""
+    if isinstance(value, str):
+        items: list[object] = list(value.split(","))
+    elif isinstance(value, Iterable):
+        items = list(value)
+    else:
+        items = [value]
+    names = [str(getattr(i, "name", i)).strip().upper() for i in items]
+    names = list(dict.fromkeys(n for n in names if n))
+    if not names or any(n not in SDPA_BACKENDS for n in names):
+        raise _fail(label, value, f"a non-empty list of {', '.join(SDPA_BACKENDS)} (in priority order)")
+    return ",".join(names)
 
 
 def _check_search_space(label: str, value: object) -> str:
@@ -168,6 +185,8 @@ _CHECKS = {
     "coordinate_descent_tuning": _check_bool,
     "cudagraphs": _check_bool,
     "trace": _check_trace,
+    "sdpa_backends": _check_sdpa_backends,
+    "tunableop": _check_bool,
     "config": _check_config,
     "on_mismatch": _check_on_mismatch,
     "strict": _check_bool,
@@ -192,6 +211,14 @@ class Knobs:
         coordinate_descent_tuning: ``coordinate_descent_tuning``.
         cudagraphs: ``triton.cudagraphs``.
         trace: ``trace.enabled``; a path also sets ``trace.debug_dir``.
+        sdpa_backends: the scaled-dot-product-attention backends torch may use, in priority order
+            (``"FLASH_ATTENTION,EFFICIENT_ATTENTION,MATH"``; names of ``torch.nn.attention.SDPBackend``):
+            exactly these are enabled and tried in this order, as ``sdpa_kernel(..., set_priority=True)``
+            does (the order from torch 2.6, where torch has a priority order).  Leaving out
+            ``CUDNN_ATTENTION`` avoids cuDNN's execution plan per exact input shape.  Process-wide, like
+            torch's own setting (see :mod:`inductor_knobs.torch_settings`).
+        tunableop: ``torch.cuda.tunable.enable`` (TunableOp tunes each new GEMM shape on first use).
+            Process-wide; CUDA/ROCm builds only.
         config: any other Inductor config, ``{"dotted.key": value}``, type-checked against
             the installed config when applied.
         on_mismatch: what happens when a knob did not take effect inside a compile (a forcing
@@ -214,6 +241,8 @@ class Knobs:
     coordinate_descent_tuning: bool | None = None
     cudagraphs: bool | None = None
     trace: bool | str | None = None
+    sdpa_backends: str | None = None
+    tunableop: bool | None = None
     config: tuple[tuple[str, Any], ...] | Mapping[str, Any] = field(default=())
     on_mismatch: str | None = None
     strict: bool = True
@@ -336,7 +365,7 @@ def _parse_env(var: str, name: str, raw: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as err:
             raise _fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
-    if name in ("gemm_backends", "gemm_search_space", "on_mismatch"):
+    if name in ("gemm_backends", "gemm_search_space", "on_mismatch", "sdpa_backends"):
         return text
     lowered = text.lower()
     if lowered in _TRUE:

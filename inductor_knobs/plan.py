@@ -15,12 +15,13 @@ from types import ModuleType
 from typing import Any
 
 from . import torch_compat
-from ._undo import Change, ConfigChange, Groups, Writers, config_groups, config_writers
-from .errors import InvalidKnobValue, NoFallbackWarning, UnknownKnob
+from ._undo import Change, ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
+from .errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange, Asked, by_slot
 from .knobs import Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
+from .torch_settings import SETTINGS, SETTINGS_MODULE
 
 INDUCTOR_CONFIG = "torch._inductor.config"
 
@@ -66,6 +67,7 @@ class _Validated:
     """
 
     values: dict[str, Any]
+    settings: tuple[tuple[str, Any], ...]  # process-global torch settings (torch_settings), in knob order
     asked: dict[tuple[str, str], Asked]
     override: Override | None
     salt_tag: str | None
@@ -149,6 +151,8 @@ def plan(
         groups, writers, asked = _salted(patches, checked, salt, source, knobs.on_mismatch or "raise")
         changes.append(ConfigChange(patches, process_wide=process_wide, groups=groups, writers=writers))
         changes.append(GateChange(patches, checked.override, process_wide=process_wide))
+    for name, value in checked.settings:
+        changes.append(SettingChange(patches, name, value))
     changes.append(AskChange(patches, asked, process_wide=process_wide))
     return changes
 
@@ -202,14 +206,33 @@ def _validate(
     if knobs.gemm_backends is not None:
         warn_no_fallback = _check_backends(patches, cfg, knobs.gemm_backends, values, version)
     policy = knobs.on_mismatch or "raise"
-    asked = by_slot(Asked(INDUCTOR_CONFIG, k, v, sources.get(k, source), on_mismatch=policy) for k, v in values.items())
+    settings = tuple((key, getattr(knobs, key)) for key in SETTINGS if getattr(knobs, key) is not None)
+    for key, value in settings:
+        _check_setting(patches, key, value, version)
+    asked = by_slot(
+        [
+            *(Asked(INDUCTOR_CONFIG, k, v, sources.get(k, source), on_mismatch=policy) for k, v in values.items()),
+            *(Asked(SETTINGS_MODULE, k, v, source, on_mismatch=policy) for k, v in settings),
+        ]
+    )
     override = salt_tag = None
     if knobs.min_sms is not None:
         torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)
         override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
         salt_tag = f"inductor_knobs-gate-{_gate_digest(override)}"
     groups = config_groups(patches, [(cfg, key, value) for key, value in values.items()])
-    return _Validated(values, asked, override, salt_tag, warn_no_fallback, cfg, groups, config_writers(patches, groups), {})
+    writers = config_writers(patches, groups)
+    return _Validated(values, settings, asked, override, salt_tag, warn_no_fallback, cfg, groups, writers, {})
+
+
+def _check_setting(patches: TorchPatches, key: str, value: object, version: str) -> None:
+    """Whether this torch can set the process-global setting ``key`` to ``value`` (see torch_settings)."""
+    problem = SETTINGS[key].problem(patches, value)
+    if problem is None:
+        return
+    if key == "tunableop":
+        raise NotSupportedOnThisTorch(f"tunableop={value!r} cannot be set on torch {version}: {problem}")
+    raise InvalidKnobValue(f"{key}={value!r} is invalid on torch {version}: {problem}")
 
 
 def _gate_digest(override: Override) -> str:

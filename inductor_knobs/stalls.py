@@ -400,7 +400,8 @@ class no_stalls(ObservedBlock):
             seconds, _covered(c for c in causes if c.started is not None) + sum(c.seconds for c in causes if c.started is None)
         )
         missing = excess - explained
-        if not causes or missing > 0.5 * excess:
+        # Without a baseline the steady part of the call is unknown: named causes are then the answer.
+        if not causes or (baseline is not None and missing > 0.5 * excess):
             causes.append(RuntimeEvent("unattributed", max(missing, 0.0), "no hook or profiled op accounts for this time", None))
             self._profile_next = self.profile != "off"  # the next call is profiled, whatever its shape
         causes.sort(key=lambda e: -e.seconds)

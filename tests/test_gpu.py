@@ -194,3 +194,37 @@ def test_cudagraphs_knob_beats_the_max_autotune_mode(monkeypatch):
     print(f"cudagraph recordings: cudagraphs=False knob {off}, knob unset {on}")
     assert off == 0 and on > 0
     assert attested and all(a.value("triton.cudagraphs") is False for a in attested)
+
+
+def _attention_inputs(length: int) -> torch.Tensor:
+    q = torch.randn(1, 8, length, 128, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.mark_dynamic(q, 2)
+    return q
+
+
+def _attention(q):
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+@requires_cuda
+def test_cudnn_attention_plans_per_length_are_named_and_the_sdpa_knob_removes_them(fresh_inductor):
+    """cuDNN SDPA builds a plan per exact length: after warmup the guard names it; without cuDNN there is none."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        try:
+            _attention(_attention_inputs(64))
+        except RuntimeError as err:
+            pytest.skip(f"cuDNN attention is not available here: {err}")
+    results = {}
+    for label, backends in (("cudnn", "CUDNN_ATTENTION"), ("flash", "FLASH_ATTENTION,EFFICIENT_ATTENTION,MATH")):
+        torch._dynamo.reset()
+        with ik.knobs(sdpa_backends=backends):
+            compiled = torch.compile(_attention, dynamic=True)
+            report = ik.warmup(compiled, shapes=[128, 1024], factory=_attention_inputs, probes=None)
+            guard = ik.no_stalls(compiled, on="record", baseline_ms=report.steady_state_ms, profile="all")
+            for length in (301, 302, 303):
+                guard(_attention_inputs(length))
+        results[label] = [c.kind for s in guard.stalls for c in s.causes]
+    assert "cudnn_sdpa_plan" in results["cudnn"]
+    assert "cudnn_sdpa_plan" not in results["flash"]

@@ -1,0 +1,83 @@
+"""Process-global torch settings outside Inductor's config that knobs set: SDPA backends and TunableOp.
+
+Both are first-call costs at serving time that are fixed by a setting: cuDNN attention builds an
+execution plan per exact input shape (an SDPA backend order without it has none), and TunableOp
+tunes each new GEMM shape while it is enabled.  torch keeps both in ``at::globalContext()``, one
+value per process (``torch.backends.cuda.enable_*_sdp``, ``torch._C._set_sdp_priority_order``,
+``torch.cuda.tunable.enable``), also on 2.12+ where Inductor config is per thread.  So a block that
+sets one holds it for the process: a second thread or asyncio task that sets the same one while a
+block holds it gets :class:`~inductor_knobs.errors.ConcurrentKnobsError`, as blocks of two threads do
+on torch < 2.12.
+
+A setting is applied as an undo record (:class:`inductor_knobs._undo.SettingChange`) and attested
+inside every compile like a config key (its :class:`~inductor_knobs.interception.Asked` has module
+:data:`SETTINGS_MODULE`).  The patch module reads and writes them (``read_sdpa``/``write_sdpa``,
+``read_tunableop``/``write_tunableop``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .patches.torch_2_4 import TorchPatches
+
+#: ``Asked.module`` of these settings: they live in torch's global context, not in a config module.
+SETTINGS_MODULE = "torch"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How to read, set and restore one process-global setting through the patch module.
+
+    Attributes:
+        key: the knob's name (``sdpa_backends``, ``tunableop``).
+        state: the exact state to put back later.
+        restore: puts a ``state`` back.
+        set: sets the knob's value.
+        value: the value now, comparable with the knob's (what attestation reads).
+        problem: why the knob's value cannot be set on this torch, or None.
+        what: the torch API, for messages.
+    """
+
+    key: str
+    state: Callable[[TorchPatches], Any]
+    restore: Callable[[TorchPatches, Any], None]
+    set: Callable[[TorchPatches, Any], None]
+    value: Callable[[TorchPatches], Any]
+    problem: Callable[[TorchPatches, Any], str | None]
+    what: str
+
+
+def _sdpa_problem(patches: TorchPatches, value: str) -> str | None:
+    here = patches.sdpa_backends_here()
+    missing = [name for name in value.split(",") if name not in here]
+    return f"{', '.join(missing)} not in this torch's SDPA backends ({', '.join(here)})" if missing else None
+
+
+SETTINGS = {
+    "sdpa_backends": Setting(
+        key="sdpa_backends",
+        state=lambda patches: patches.read_sdpa(),
+        restore=lambda patches, state: patches.write_sdpa(*state),
+        set=lambda patches, value: patches.write_sdpa(tuple(value.split(",")), None),
+        value=lambda patches: ",".join(patches.read_sdpa()[0]),
+        problem=_sdpa_problem,
+        what="torch.backends.cuda.enable_*_sdp / torch._C._set_sdp_priority_order (what torch.nn.attention.sdpa_kernel sets)",
+    ),
+    "tunableop": Setting(
+        key="tunableop",
+        state=lambda patches: patches.read_tunableop(),
+        restore=lambda patches, state: patches.write_tunableop(state),
+        set=lambda patches, value: patches.write_tunableop(value),
+        value=lambda patches: patches.read_tunableop(),
+        problem=lambda patches, value: patches.tunableop_problem(),
+        what="torch.cuda.tunable.enable",
+    ),
+}
+
+
+def read_setting(patches: TorchPatches, key: str) -> Any:
+    """The value of setting ``key`` now, as the knob spells it."""
+    return SETTINGS[key].value(patches)

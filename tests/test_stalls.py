@@ -1,0 +1,249 @@
+"""ik.no_stalls on CPU: every cause it names, from torch's own hooks (real, or fakes at the hooked path)."""
+
+from __future__ import annotations
+
+import time
+import types
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+
+import inductor_knobs as ik
+from inductor_knobs import observe, stalls, torch_compat
+from inductor_knobs.records import RuntimeEvent
+
+
+class FakeAutotuner:
+    """Stands in for Inductor's CachingAutotuner / CUDAGraphTreeManager at the paths the hooks wrap."""
+
+    fn = types.SimpleNamespace(__name__="triton_poi_fused_add_0")
+
+    def benchmark_all_configs(self, *args):
+        return {"config": 0.1}
+
+    def coordinate_descent_tuning(self, *args):
+        return "best"
+
+    def precompile(self, *args):
+        return None
+
+    def record_function(self, *args):
+        return "graph"
+
+
+HOOKS = {
+    "runtime_benchmark": "benchmark_all_configs",
+    "coordinate_descent": "coordinate_descent_tuning",
+    "triton_compile": "precompile",
+    "cudagraph_recording": "record_function",
+}
+
+
+@pytest.fixture
+def fake_hooks(monkeypatch):
+    """Point the patch module's runtime hooks at FakeAutotuner (installed when the first observer enters)."""
+    patches = type(torch_compat.installed())
+    hooks = tuple((kind, f"{__name__}:FakeAutotuner.{method}") for kind, method in HOOKS.items())
+    monkeypatch.setattr(patches, "runtime_cost_hooks", hooks)
+    assert not observe.hooks_installed()
+    yield
+    assert not observe.hooks_installed()
+
+
+@pytest.mark.parametrize("kind", sorted(HOOKS))
+def test_each_runtime_hook_is_a_named_cause(fake_hooks, kind):
+    fake = FakeAutotuner()
+    original = FakeAutotuner.__dict__[HOOKS[kind]]
+    guard = ik.no_stalls(lambda: getattr(fake, HOOKS[kind])(), on="record", min_calls=10**6)
+    guard()
+    # No threshold is known yet, so a call is a stall when a hook names a cost: deterministic, no clock.
+    (stall,) = guard.stalls
+    assert [c.kind for c in stall.causes] == [kind]
+    assert stall.attributed and stall.causes[0].started is not None
+    if kind != "cudagraph_recording":
+        assert stall.causes[0].detail == "triton_poi_fused_add_0"
+    # The hook is gone after the call: the class holds its own function again, by identity.
+    assert FakeAutotuner.__dict__[HOOKS[kind]] is original
+
+
+def test_a_missing_hook_warns_and_doctor_lists_it(monkeypatch):
+    patches = type(torch_compat.installed())
+    monkeypatch.setattr(patches, "runtime_cost_hooks", (("runtime_benchmark", f"{__name__}:FakeAutotuner.gone"),))
+    with pytest.warns(ik.errors.DriftWarning, match="FakeAutotuner.gone does not exist"):
+        ik.no_stalls(lambda: None, on="record")()
+    assert observe.runtime_hook_status() == [("runtime_benchmark", f"{__name__}.FakeAutotuner.gone", False)]
+    from inductor_knobs import doctor
+
+    report = doctor.collect()
+    gone = {"cause": "runtime_benchmark", "hook": f"{__name__}.FakeAutotuner.gone", "available": False}
+    assert gone in report["serving"]["hooks"]
+    assert "MISSING on this torch" in doctor.render(report)
+
+
+def test_a_recompile_is_a_stall_named_with_dynamos_reason(fresh_inductor):
+    compiled = torch.compile(lambda x: (x @ x.T).relu())
+    guard = ik.no_stalls(compiled, on="record", profile="off")
+    with guard:
+        for n in (8, 8, 8, 8, 8, 8, 16):
+            guard(torch.randn(n, 4))
+    first, recompile = guard.stalls
+    assert first.index == 0 and first.primary == "dynamo_compile" and first.new_shape
+    assert recompile.index == 6 and recompile.primary == "dynamo_compile"
+    assert "expected 8, actual 16" in recompile.causes[0].detail
+    assert recompile.inputs == ["torch.float32[16, 4]"]
+    assert recompile.baseline_seconds is not None  # the median of the five calls at the seen shape
+
+
+def test_the_profiler_stops_when_dynamo_starts_compiling(fresh_inductor, monkeypatch):
+    """A profiled call that compiles must not record the compile (millions of events): it stops at the compile's start."""
+    stopped_while_compiling = []
+    real_stop = stalls.no_stalls._stop_profiler
+
+    def spy(self):
+        if self._profiler is not None:
+            stopped_while_compiling.append(bool(observe._THREAD.compiling))
+        return real_stop(self)
+
+    monkeypatch.setattr(stalls.no_stalls, "_stop_profiler", spy)
+    guard = ik.no_stalls(torch.compile(lambda x: x.sin() + 1), on="record", profile="all")
+    guard(torch.randn(5))
+    assert stopped_while_compiling == [True]
+    assert not torch.autograd._profiler_enabled()
+    assert guard.stalls[0].profiled and guard.stalls[0].primary == "dynamo_compile"
+
+
+def _profile(*ops):
+    events = [types.SimpleNamespace(name=n, self_cpu_time_total=us, input_shapes=shapes) for n, us, shapes in ops]
+    return types.SimpleNamespace(events=lambda: events)
+
+
+CUDA_CALL = ((torch.int64, (1, 901), "cuda"),)
+
+
+def test_profiled_per_shape_ops_are_named_on_cuda_calls():
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    profile = _profile(
+        ("aten::_cudnn_attention_forward", 44_000, [[1, 8, 901, 128]]),
+        ("aten::mm", 5_000, [[901, 1024], [1024, 1024]]),
+        ("aten::add", 50, []),
+    )
+    guard._judge(0.060, [], profile, True, True, CUDA_CALL)
+    (stall,) = guard.stalls
+    assert [c.kind for c in stall.causes] == ["cudnn_sdpa_plan", "cublas_first_call"]
+    assert stall.attributed and stall.inputs == ["torch.int64[1, 901]"]
+    assert "[[1, 8, 901, 128]]" in stall.causes[0].detail
+    assert ik.no_stalls is stalls.no_stalls
+
+
+def test_profiled_ops_of_a_cpu_call_are_not_first_call_costs():
+    """On the CPU an op's self time is its computation: nothing is attributed to it, the time stays unattributed."""
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard._judge(0.060, [], _profile(("aten::mm", 55_000, [])), True, True, ((torch.float32, (4, 4), "cpu"),))
+    assert [c.kind for c in guard.stalls[0].causes] == ["unattributed"]
+
+
+def test_unattributed_time_is_reported_and_the_next_call_is_profiled():
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard._judge(0.050, [], None, False, False, CUDA_CALL)
+    (stall,) = guard.stalls
+    assert not stall.attributed and stall.primary == "unattributed"
+    assert stall.causes[0].seconds == pytest.approx(0.049)
+    assert guard._wants_profile(new=False)
+    assert guard.report().to_dict()["unattributed"] == 1
+
+
+def test_nested_hook_events_are_counted_once():
+    outer = RuntimeEvent("dynamo_compile", 0.040, "", started=100.0)
+    inner = RuntimeEvent("triton_compile", 0.030, "", started=100.005)
+    assert stalls._covered([outer, inner]) == pytest.approx(0.040)
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard._judge(0.045, [inner, outer], None, True, False, CUDA_CALL)
+    assert guard.stalls[0].attributed  # 40 of the 44 ms over the baseline
+
+
+def test_after_eight_fast_new_shapes_new_shapes_are_not_profiled():
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=10.0)
+    for _ in range(stalls.QUIET_AFTER):
+        assert guard._wants_profile(new=True)
+        guard._judge(0.005, [], None, True, True, CUDA_CALL)
+    assert not guard._wants_profile(new=True)
+    guard._judge(0.5, [], None, True, False, CUDA_CALL)  # an unexplained stall: profile again
+    assert guard._wants_profile(new=True)
+
+
+def test_reactions():
+    event = RuntimeEvent("runtime_benchmark", 0.2, "triton_red_fused_0", started=1.0)
+    raising = ik.no_stalls(lambda: None, baseline_ms=1.0)
+    with pytest.raises(ik.StallDuringServing, match="runtime_benchmark") as caught:
+        raising._judge(0.25, [event], None, True, False, CUDA_CALL)
+    assert caught.value.stall.primary == "runtime_benchmark"
+    warning = ik.no_stalls(lambda: None, on="warn", baseline_ms=1.0)
+    with pytest.warns(ik.StallWarning, match=r"took 250.00 ms \(steady state 1.00 ms\)"):
+        warning._judge(0.25, [event], None, True, False, CUDA_CALL)
+    quiet = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet._judge(0.25, [event], None, True, False, CUDA_CALL)
+    assert len(quiet.stalls) == 1
+
+
+def test_a_fast_call_and_timer_noise_are_not_stalls():
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=0.05)
+    guard._judge(0.0005, [], None, False, False, CUDA_CALL)  # 10x a 50 us baseline, but only 0.45 ms over it
+    assert guard.stalls == []
+
+
+def test_the_report():
+    guard = ik.no_stalls(lambda x: x, on="record", synchronize=False)
+    for _ in range(3):
+        guard(torch.ones(2))
+    report = guard.report()
+    assert len(report.seconds) == 3 and report.stalls == []
+    assert report.percentile_ms(50) is not None and "3 calls: p50" in report.table()
+    assert report.to_dict()["calls"] == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"on": "log"}, r"no_stalls\(on='log'\) is invalid on torch .*: allowed raise, warn, record"),
+        ({"threshold_ms": -1}, r"threshold_ms=-1\) is invalid on torch .*: allowed a number > 0"),
+        ({"threshold_ms": True}, r"threshold_ms=True"),
+        ({"factor": 1}, r"factor=1\) is invalid"),
+        ({"baseline_ms": 0}, r"baseline_ms=0\)"),
+        ({"min_calls": 0}, r"min_calls=0\) is invalid .*an int >= 1"),
+        ({"min_excess_ms": -0.5}, r"min_excess_ms=-0.5\)"),
+        ({"profile": "sometimes"}, r"profile='sometimes'\) is invalid .*new-shapes, all, off"),
+        ({"synchronize": 1}, r"synchronize=1\)"),
+        ({"fn": 3}, r"fn=3\) is invalid .*a callable"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ik.errors.InvalidKnobValue, match=match):
+        ik.no_stalls(**kwargs)
+    assert not observe.hooks_installed()
+
+
+def test_a_guard_without_a_callable_says_how_to_use_it():
+    guard = ik.no_stalls(on="record")
+    with pytest.raises(ik.KnobsError, match="wrap"):
+        guard(1)
+    assert guard.wrap(lambda x: x + 1)(1) == 2 and len(guard.seconds) == 1
+
+
+def test_the_guard_is_timed_by_hooks_that_cost_nothing_when_idle(fake_hooks):
+    """Outside a guard the hooked methods are torch's own objects; inside, a wrapper passes calls through."""
+    original = FakeAutotuner.__dict__["precompile"]
+    with ik.no_stalls(on="record") as guard:
+        assert FakeAutotuner.__dict__["precompile"] is not original
+        assert FakeAutotuner().precompile() is None  # no guarded call running: passes through
+        assert guard.stalls == []
+    assert FakeAutotuner.__dict__["precompile"] is original
+
+
+def test_time_of_a_call_includes_what_it_waits_for():
+    guard = ik.no_stalls(lambda: time.sleep(0.002), on="record", synchronize=False)
+    guard()
+    assert guard.seconds[0] > 0
