@@ -394,13 +394,6 @@ def big_gpu(monkeypatch):
     return fake
 
 
-@pytest.fixture
-def transformers_present(monkeypatch):
-    """The main job on a GPU resolves hf:bert-base; planning needs transformers installed, not imported."""
-    if not models._installed("transformers"):
-        monkeypatch.setitem(sys.modules, "transformers", types.ModuleType("transformers"))
-
-
 def test_main_job_on_a_big_gpu_emulates_t4_and_l4_and_keeps_an_aa_control(big_gpu, transformers_present, monkeypatch):
     big_gpu(132)
     monkeypatch.setattr(command.os, "cpu_count", lambda: 16)

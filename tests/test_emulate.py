@@ -1185,7 +1185,7 @@ def test_ablate_bad_sm_count(no_arm_runs, value):
         plan_for("--emulate-sms", value, "--device", "cpu")
 
 
-def test_ablate_plan_on_the_fake_gpu(no_arm_runs, fake_cuda):
+def test_ablate_plan_on_the_fake_gpu(no_arm_runs, fake_cuda, transformers_present):
     plan = plan_for("--emulate-sms", "T4", "--device", "cuda")
     assert plan.emulate == "T4" and plan.device == "cuda" and plan.gpus == [0]
     assert plan.arms[-1].knobs == {"preset": "force_gemm_autotune", "min_sms": "40"}
