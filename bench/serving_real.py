@@ -21,10 +21,11 @@ request and names each stall's causes:
 
 Arms of one model share an Inductor cache directory, the first arm filling it (compile time is not
 what this measures; the per-process costs after the compile are).  The ``warmup-fix`` process also
-measures the guard's overhead per call at a warm shape, side by side: rounds that alternate the
-plain call (``f(x); torch.cuda.synchronize()``) and the guarded call (inside ``with guard:``), the
-per-round ratio of medians, its median over rounds with a 95% percentile-bootstrap interval
-(``scipy.stats.bootstrap``; the round is the unit).
+measures the guard's overhead per call at a warm shape, side by side: rounds of plain calls
+(``f(x); torch.cuda.synchronize()``, no guard active) and guarded calls (inside ``with guard:``) in
+alternating order, the per-round ratio of medians, its median over rounds with a 95%
+percentile-bootstrap interval (``scipy.stats.bootstrap``; the round is the unit), and a cProfile of
+both.
 
 Writes ``serving_real.json`` and ``serving_real.md`` under ``--out``.
 """
@@ -32,8 +33,12 @@ Writes ``serving_real.json`` and ``serving_real.md`` under ``--out``.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
+import io
 import json
 import os
+import pstats
 import random
 import statistics
 import subprocess
@@ -100,6 +105,7 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
     started = time.perf_counter()
     report = None
     buckets = None
+    gc_frozen = False
     with torch.no_grad():
         if arm == "plain":
             compiled = torch.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
@@ -107,14 +113,19 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
         else:
             compiled = ik.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
             report = ik.warmup(compiled, shapes=list(WARM_LENGTHS), factory=lambda n: make_inputs(model, n, None, n))
-            baseline = report.steady_state_ms
+            warmed = report
             if arm == "warmup-fix" and report.recommended_buckets:
                 buckets = report.recommended_buckets
                 padded = lambda n: make_inputs(model, n, buckets, n)  # noqa: E731
-                fixed = ik.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
-                baseline = fixed.steady_state_ms
+                warmed = ik.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
+            if arm == "warmup-fix" and any("gc.freeze()" in fix for fix in report.fixes + warmed.fixes):
+                gc_frozen = True
+                gc.collect()
+                gc.freeze()
+            baseline = warmed.steady_state_ms
         setup_seconds = time.perf_counter() - started
-        guard = ik.no_stalls(compiled, on="record", baseline_ms=baseline)
+        # Seeded with the warm-up's shapes and steady state: the sampled profiler skips warmed shapes.
+        guard = ik.no_stalls(compiled, on="record", warmup=warmed) if arm != "plain" else ik.no_stalls(compiled, on="record")
         with guard:
             for i, n in enumerate(lengths):
                 guard(**make_inputs(model, n, buckets, 1000 + i))
@@ -124,6 +135,7 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
             "setup_seconds": setup_seconds,
             "lengths": lengths,
             "buckets": list(buckets) if buckets else None,
+            "gc_frozen": gc_frozen,
             "baseline_ms": baseline,
             "guard": guard.report().to_dict(),
             "guard_table": guard.report().table(),
@@ -136,7 +148,11 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
 
 
 def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
-    """Guarded vs plain calls at a warm shape, interleaved rounds; the round is the unit of replication."""
+    """Guarded vs plain calls at a warm shape, interleaved rounds; the round is the unit of replication.
+
+    A round is ``calls`` plain calls with no guard active (what a user without ik.no_stalls runs) and
+    ``calls`` guarded calls inside ``with guard:`` (its hooks installed), in alternating order.
+    """
     import torch
 
     import inductor_knobs as ik
@@ -149,27 +165,34 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
         return time.perf_counter() - start
 
     guard = ik.no_stalls(compiled, on="record")
-    with guard:
 
-        def guarded() -> float:
-            start = time.perf_counter()
-            guard(**inputs)
-            return time.perf_counter() - start
+    def guarded() -> float:
+        start = time.perf_counter()
+        guard(**inputs)
+        return time.perf_counter() - start
 
-        for _ in range(calls):  # the guard has seen the shape: no profiling from here on
-            guarded()
-            plain()
-        ratios, plain_ms, guarded_ms = [], [], []
-        for r in range(rounds):
-            order = (plain, guarded) if r % 2 == 0 else (guarded, plain)
-            samples: dict = {plain: [], guarded: []}
-            for _ in range(calls):
-                for fn in order:
-                    samples[fn].append(fn())
-            p, g = statistics.median(samples[plain]), statistics.median(samples[guarded])
-            ratios.append(g / p)
-            plain_ms.append(1000 * p)
-            guarded_ms.append(1000 * g)
+    def sample(fn) -> list[float]:
+        if fn is plain:
+            return [plain() for _ in range(calls)]
+        with guard:
+            return [guarded() for _ in range(calls)]
+
+    sample(guarded)  # the guard has seen the shape: no profiling from here on
+    ratios, plain_ms, guarded_ms = [], [], []
+    for r in range(rounds):
+        order = (plain, guarded) if r % 2 == 0 else (guarded, plain)
+        samples = {fn: sample(fn) for fn in order}
+        p, g = statistics.median(samples[plain]), statistics.median(samples[guarded])
+        ratios.append(g / p)
+        plain_ms.append(1000 * p)
+        guarded_ms.append(1000 * g)
+    profiles = {}
+    for name, fn in (("plain", plain), ("guarded", guarded)):
+        profiler = cProfile.Profile()
+        profiler.runcall(lambda fn=fn: [sample(fn) for _ in range(10)])
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
+        profiles[name] = text.getvalue()
     try:
         from scipy import stats
     except ImportError:  # the interval needs scipy; the medians do not, so a run without it keeps them
@@ -185,6 +208,7 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
         "ratio_median": statistics.median(ratios),
         "ratio_ci95": interval,
         "overhead_us_median": 1000 * statistics.median(g - p for g, p in zip(guarded_ms, plain_ms)),
+        "cprofile_10_rounds": profiles,  # where the time of 10 rounds went, plain and guarded (tottime order)
     }
 
 

@@ -22,8 +22,9 @@ least one observer does, anywhere in the process, and are removed when the last 
   :class:`~inductor_knobs.records.RuntimeEvent`: ``CachingAutotuner.benchmark_all_configs`` (runtime
   benchmark of Triton configs), ``CachingAutotuner.coordinate_descent_tuning``,
   ``CachingAutotuner.precompile`` (Triton compile) and ``CUDAGraphTreeManager.record_function`` (a
-  CUDA graph recording); the patch module lists them (``runtime_cost_hooks``).  They cost nothing on
-  the steady-state path: torch calls them only when it pays that cost.
+  CUDA graph recording); the patch module lists them (``runtime_hooks``).  They cost nothing on
+  the steady-state path: torch calls them only when it pays that cost (for the descent from 2.9 on;
+  before, ``run`` calls it on every launch of a template kernel, and an event under 0.1 ms is dropped).
 
 Whether timings came from a cache is read from torch's own counter
 ``counters["inductor"]["select_algorithm_autotune"]``, which torch bumps only when it benchmarks.
@@ -32,6 +33,7 @@ Whether timings came from a cache is read from torch's own counter
 from __future__ import annotations
 
 import contextvars
+import gc
 import importlib
 import threading
 import time
@@ -46,6 +48,8 @@ from .errors import DriftWarning
 from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, RuntimeEvent, current_compile_id, finite_or_none
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"
+#: A timed hook event shorter than this (seconds) is not a first-call cost: it is not delivered.
+MIN_EVENT_SECONDS = 1e-4
 CONVERT_FRAME = "torch._dynamo.convert_frame"
 
 
@@ -91,8 +95,38 @@ def _hook_steps() -> list[Step]:
     if _HOOKS.arity:
         steps += [_add_feedback_saver, _wrap_log_results]
     steps += [_wrap_recompile_reasons(patches.recompile_reasons_name), _add_compile_callback]
-    steps += [_wrap_timed(path, kind) for kind, path in patches.runtime_cost_hooks]
+    steps += [_wrap_timed(path, kind) for kind, path in patches.runtime_hooks(torch_compat.release_of(torch.__version__))]
+    steps.append(_add_gc_callback)
     return steps
+
+
+def _add_gc_callback(push: Callable[[Undo], None]) -> None:
+    """Time Python's garbage collections (``gc.callbacks``, Python 3.3+) as ``python_gc`` events.
+
+    A collection pauses every thread (it holds the GIL), so it lands on the call running in the
+    thread that triggered it.  A full (generation 2) collection walks every tracked object: in a
+    process that holds a model, its compiled graphs and transformers, tens of milliseconds.
+    """
+    push(lambda: _remove(gc.callbacks, _gc_callback))
+    gc.callbacks.append(_gc_callback)
+
+
+#: A collection shorter than this (seconds) is not named: young generations take microseconds.
+MIN_GC_SECONDS = 1e-3
+_GC_STARTED: list[float] = []  # the running collection's start (collections do not nest)
+
+
+def _gc_callback(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _GC_STARTED[:] = [time.perf_counter()]
+        return
+    if not _GC_STARTED:
+        return
+    started = _GC_STARTED.pop()
+    seconds = time.perf_counter() - started
+    if seconds >= MIN_GC_SECONDS and _OBSERVERS.get():
+        detail = f"generation {info.get('generation')} collection, {info.get('collected')} objects freed"
+        _deliver_runtime(RuntimeEvent("python_gc", seconds, detail, started))
 
 
 def _wrap_timed(path: str, kind: str) -> Step:
@@ -105,7 +139,9 @@ def _wrap_timed(path: str, kind: str) -> Step:
         try:
             return wrapped(*args, **kwargs)
         finally:
-            _deliver_runtime(RuntimeEvent(kind, time.perf_counter() - started, _what(instance, args), started))
+            seconds = time.perf_counter() - started
+            if seconds >= MIN_EVENT_SECONDS:  # torch < 2.9 calls the descent hook on every template launch
+                _deliver_runtime(RuntimeEvent(kind, seconds, _what(instance, args), started))
 
     def step(push: Callable[[Undo], None]) -> None:
         try:
@@ -138,9 +174,11 @@ def _what(instance: object, args: tuple[Any, ...]) -> str:
 
 def runtime_hook_status() -> list[tuple[str, str, bool]]:
     """``(cause kind, dotted path, exists on this torch)`` for every timing hook the patch module lists (``doctor``)."""
+    import torch
+
     patches = torch_compat.installed(strict=False)
     status = []
-    for kind, path in patches.runtime_cost_hooks:
+    for kind, path in patches.runtime_hooks(torch_compat.release_of(torch.__version__)):
         try:
             owner, name = resolve(path)
             exists = callable(getattr(owner, name, None))

@@ -106,6 +106,8 @@ class WarmupReport:
         cold: the per-shape costs the probes paid.
         fixes: the standard fixes for them, the recommended one first.
         recommended_buckets: the bucket sizes of the first fix, when it is padding to buckets.
+        signatures: the input signatures warm-up called (``ik.no_stalls(warmup=report)`` treats them
+            as seen, so its sampled profiler leaves warmed shapes alone).
     """
 
     steps: list[WarmupStep]
@@ -114,6 +116,7 @@ class WarmupReport:
     cold: list[ColdCause] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
     recommended_buckets: tuple[int, ...] | None = None
+    signatures: frozenset[tuple[Any, ...]] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def records(self) -> list[AutotuneRecord]:
@@ -236,7 +239,12 @@ def warmup(
     steady = 1000 * statistics.median(warm) if warm else None
     probed = [_warm(guard, fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
     cold, fixes, buckets = _cold(steps, probed, steady)
-    return WarmupReport(steps, probed, steady, cold, fixes, buckets)
+    if any(c.kind == "python_gc" for s in steps + probed for c in s.causes):
+        fixes.append(
+            "gc.freeze() once warm-up is done: Python's full collections then skip everything the model, "
+            "its compile and warm-up allocated (a collection paused a warm-up call; see the python_gc lines)"
+        )
+    return WarmupReport(steps, probed, steady, cold, fixes, buckets, frozenset(guard._seen))
 
 
 def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:

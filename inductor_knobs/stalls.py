@@ -195,6 +195,9 @@ class no_stalls(ObservedBlock):
         profile: ``"new-shapes"`` (default, the sampled mode above), ``"all"`` (every call; a few ms
             each) or ``"off"`` (hooks only: per-shape ATen costs are then ``unattributed``).
         window: calls in the running median (int >= 1; default 101).
+        warmup: an ``ik.warmup`` report (:class:`~inductor_knobs.serving.WarmupReport`): its steady
+            state is the baseline (unless ``baseline_ms`` is given) and the shapes it warmed count as
+            seen, so the sampled profiler (a few ms a call) profiles only shapes warm-up never met.
 
     Attributes:
         stalls: every :class:`Stall`, in call order.
@@ -226,6 +229,7 @@ class no_stalls(ObservedBlock):
         synchronize: bool = True,
         profile: str = "new-shapes",
         window: int = 101,
+        warmup: Any = None,
     ) -> None:
         _check_choice("on", on, REACTIONS)
         _check_choice("profile", profile, PROFILE_MODES)
@@ -240,6 +244,10 @@ class no_stalls(ObservedBlock):
                 raise _invalid(name, value, "an int >= 1")
         if not isinstance(synchronize, bool):
             raise _invalid("synchronize", synchronize, "True or False")
+        if warmup is not None and not isinstance(getattr(warmup, "signatures", None), frozenset):
+            raise _invalid("warmup", warmup, "the report ik.warmup(...) returned, or None")
+        if warmup is not None and baseline_ms is None:
+            baseline_ms = warmup.steady_state_ms
         if fn is not None and not callable(fn):
             raise _invalid("fn", fn, "a callable (the compiled model or function to serve)")
         self.fn = fn
@@ -254,7 +262,7 @@ class no_stalls(ObservedBlock):
         self.seconds: list[float] = []
         self.stalls: list[Stall] = []
         self.last_causes: list[RuntimeEvent] = []  # the latest call's causes, stall or not (``ik.warmup``)
-        self._seen: set[tuple[Any, ...]] = set()
+        self._seen: set[tuple[Any, ...]] = set(warmup.signatures) if warmup is not None else set()
         self._steady = _RunningMedian(window)  # calls at seen shapes that were not stalls
         self._any = _RunningMedian(window)  # every call that was not a stall
         self._quiet = 0  # profiled new-shape calls in a row that were fast

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 if TYPE_CHECKING:
     import torch
@@ -69,13 +70,30 @@ class TorchPatches:
     # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
     #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only
     #: when it pays that cost.  The same names in every release 2.4-2.15
-    #: (``_inductor/runtime/triton_heuristics.py``, ``_inductor/cudagraph_trees.py``).
+    #: (``_inductor/runtime/triton_heuristics.py``, ``_inductor/cudagraph_trees.py``), except the
+    #: descent: see :meth:`runtime_hooks`.
     runtime_cost_hooks: ClassVar[tuple[tuple[str, str], ...]] = (
         ("runtime_benchmark", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.benchmark_all_configs"),
         ("coordinate_descent", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.coordinate_descent_tuning"),
         ("triton_compile", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.precompile"),
         ("cudagraph_recording", "torch._inductor.cudagraph_trees:CUDAGraphTreeManager.record_function"),
     )
+    #: The first release whose ``CachingAutotuner.coordinate_descent_tuning`` is only an eligibility
+    #: check around ``_coordinate_descent_tuning``, the descent itself (2.9.1, 2.10.0, 2.11.0, 2.13.0
+    #: wheels; 2.8.0 has no ``_coordinate_descent_tuning``).  ``CachingAutotuner.run`` calls the check
+    #: on every launch of a template kernel, which never gets ``found_by_coordesc``: a hook there
+    #: cost 81 us per call of a 2-layer Llama (H100, torch 2.11), so from 2.9 the hook is on the inner one.
+    coordinate_descent_inner_since: ClassVar[str] = "2.9"
+
+    def runtime_hooks(self, release: str) -> tuple[tuple[str, str], ...]:
+        """:attr:`runtime_cost_hooks` for ``release`` (``"2.11"``): the descent's own method from 2.9."""
+        if Version(release) < Version(self.coordinate_descent_inner_since):
+            return self.runtime_cost_hooks
+        public = ":CachingAutotuner.coordinate_descent_tuning"
+        return tuple(
+            (kind, path.replace(public, ":CachingAutotuner._coordinate_descent_tuning")) for kind, path in self.runtime_cost_hooks
+        )
+
     #: Profiler op names (``torch.profiler`` CPU events) -> the per-shape first-call cost they stand for.
     #: cuDNN attention appears as the op the compiled graph calls (``_scaled_dot_product_cudnn_attention``)
     #: and, from 2.9, as the inner ``_cudnn_attention_forward`` that builds the plan (seen on 2.11, H100).

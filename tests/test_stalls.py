@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 import types
 import warnings
@@ -20,17 +21,25 @@ class FakeAutotuner:
 
     fn = types.SimpleNamespace(__name__="triton_poi_fused_add_0")
 
+    # Each pays a first-call cost of at least 1 ms (time.sleep never returns early), above the
+    # 0.1 ms under which a hook's event is not delivered.
     def benchmark_all_configs(self, *args):
+        time.sleep(0.001)
         return {"config": 0.1}
 
     def coordinate_descent_tuning(self, *args):
+        time.sleep(0.001)
         return "best"
 
     def precompile(self, *args):
-        return None
+        time.sleep(0.001)
 
     def record_function(self, *args):
+        time.sleep(0.001)
         return "graph"
+
+    def eligibility_check(self, *args):  # what torch < 2.9 calls on every launch of a template kernel
+        return "launcher"
 
 
 HOOKS = {
@@ -247,3 +256,80 @@ def test_time_of_a_call_includes_what_it_waits_for():
     guard = ik.no_stalls(lambda: time.sleep(0.002), on="record", synchronize=False)
     guard()
     assert guard.seconds[0] > 0
+
+
+def test_an_instant_hook_call_is_not_a_cause(monkeypatch):
+    """torch < 2.9 calls coordinate_descent_tuning on every template launch; those calls name nothing."""
+    patches = type(torch_compat.installed())
+    monkeypatch.setattr(patches, "runtime_cost_hooks", (("coordinate_descent", f"{__name__}:FakeAutotuner.eligibility_check"),))
+    fake = FakeAutotuner()
+    guard = ik.no_stalls(lambda: fake.eligibility_check(), on="record", min_calls=10**6)
+    guard()
+    assert guard.stalls == [] and guard.last_causes == []
+
+
+def test_the_descent_hook_is_the_descent_itself_on_this_torch():
+    """From 2.9 the public method is a per-launch eligibility check; the hook must sit on the inner one."""
+    release = torch_compat.release_of(torch.__version__)
+    paths = dict(torch_compat.installed().runtime_hooks(release))
+    inner = ":CachingAutotuner._coordinate_descent_tuning" in paths["coordinate_descent"]
+    from packaging.version import Version
+
+    assert inner == (Version(release) >= Version("2.9"))
+    assert all(available for _, _, available in observe.runtime_hook_status()), observe.runtime_hook_status()
+    assert dict(torch_compat.installed().runtime_hooks("2.8"))["coordinate_descent"].endswith(".coordinate_descent_tuning")
+
+
+def _collect_a_full_heap():
+    """A full collection over 200,000 tracked objects: well over the 1 ms under which gc is not named."""
+    keep = [[i] for i in range(200_000)]
+    gc.collect()
+    return len(keep)
+
+
+def test_a_garbage_collection_inside_a_call_is_named_python_gc():
+    guard = ik.no_stalls(_collect_a_full_heap, on="record", min_calls=10**6, profile="off")
+    guard()
+    (stall,) = guard.stalls
+    # gc.collect() is one; allocating the objects may trigger automatic ones too
+    assert {c.kind for c in stall.causes} == {"python_gc"}
+    assert any("generation 2 collection" in c.detail for c in stall.causes)
+    assert _gc_callback_count() == 0  # the callback left gc.callbacks with the call
+
+
+def _gc_callback_count():
+    return sum(getattr(cb, "__name__", "") == "_gc_callback" for cb in gc.callbacks)
+
+
+def test_warmup_report_seeds_the_guard_with_warmed_shapes_and_baseline(monkeypatch):
+    fn = torch.compile(lambda x: x * 2, backend="eager", dynamic=True)
+    report = ik.warmup(fn, shapes=[8, 16], factory=torch.ones, probes=None)
+    profiled = []
+    real_start = stalls.no_stalls._start_profiler
+    monkeypatch.setattr(stalls.no_stalls, "_start_profiler", lambda self: profiled.append(1) or real_start(self))
+    guard = ik.no_stalls(fn, on="record", warmup=report)
+    assert guard.baseline_s == report.steady_state_ms / 1000
+    guard(torch.ones(8))
+    guard(torch.ones(16))
+    assert profiled == []  # warmed shapes are not new: no profiler
+    guard(torch.ones(24))
+    assert profiled == [1]  # a shape warm-up never met is profiled
+
+
+def test_warmup_argument_must_be_a_warmup_report():
+    with pytest.raises(ik.errors.InvalidKnobValue, match=r"no_stalls\(warmup=3\) is invalid on torch .*ik\.warmup"):
+        ik.no_stalls(lambda: None, warmup=3)
+
+
+def test_a_collection_during_warmup_adds_the_gc_freeze_fix():
+    calls = []
+
+    def fn(x):
+        if not calls:
+            _collect_a_full_heap()
+        calls.append(1)
+        return x
+
+    report = ik.warmup(fn, shapes=[8], factory=torch.ones, probes=None)
+    assert any("gc.freeze()" in fix for fix in report.fixes)
+    assert any(c.kind == "python_gc" for c in report.steps[0].causes)
