@@ -171,21 +171,25 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
         guard(**inputs)
         return time.perf_counter() - start
 
+    def hooks_only() -> float:  # a plain call inside the guard's block: what its hooks alone cost
+        return plain()
+
     def sample(fn) -> list[float]:
         if fn is plain:
             return [plain() for _ in range(calls)]
         with guard:
-            return [guarded() for _ in range(calls)]
+            return [fn() for _ in range(calls)]
 
     sample(guarded)  # the guard has seen the shape: no profiling from here on
-    ratios, plain_ms, guarded_ms = [], [], []
+    ratios, plain_ms, guarded_ms, hooks_ms = [], [], [], []
     for r in range(rounds):
-        order = (plain, guarded) if r % 2 == 0 else (guarded, plain)
+        order = (plain, guarded, hooks_only) if r % 2 == 0 else (hooks_only, guarded, plain)
         samples = {fn: sample(fn) for fn in order}
         p, g = statistics.median(samples[plain]), statistics.median(samples[guarded])
         ratios.append(g / p)
         plain_ms.append(1000 * p)
         guarded_ms.append(1000 * g)
+        hooks_ms.append(1000 * statistics.median(samples[hooks_only]))
     profiles = {}
     for name, fn in (("plain", plain), ("guarded", guarded)):
         profiler = cProfile.Profile()
@@ -205,6 +209,7 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
         "calls_per_round": calls,
         "plain_ms_median": statistics.median(plain_ms),
         "guarded_ms_median": statistics.median(guarded_ms),
+        "hooks_only_ms_median": statistics.median(hooks_ms),  # plain calls inside the guard's block
         "ratio_median": statistics.median(ratios),
         "ratio_ci95": interval,
         "overhead_us_median": 1000 * statistics.median(g - p for g, p in zip(guarded_ms, plain_ms)),
@@ -260,7 +265,9 @@ def markdown(results: list[dict], env: dict) -> str:
         if o:
             lines.append(
                 f"\nGuard overhead ({r['model']}, warm shape, {o['rounds']} interleaved rounds of {o['calls_per_round']}): "
-                f"plain {o['plain_ms_median']:.3f} ms, guarded {o['guarded_ms_median']:.3f} ms, ratio {o['ratio_median']:.4f} "
+                f"plain {o['plain_ms_median']:.3f} ms, guarded {o['guarded_ms_median']:.3f} ms "
+                f"(plain inside the guard's block: {o.get('hooks_only_ms_median', float('nan')):.3f} ms), "
+                f"ratio {o['ratio_median']:.4f} "
                 f"[{o['ratio_ci95'][0]:.4f}-{o['ratio_ci95'][1]:.4f}], {o['overhead_us_median']:.1f} us per call"
             )
     for r in results:

@@ -120,7 +120,8 @@ class RuntimeEvent:
     Attributes:
         kind: one of :data:`CAUSES` (``dynamo_compile``, ``gemm_autotune``, ``runtime_benchmark``,
             ``coordinate_descent``, ``triton_compile``, ``cudagraph_recording``, ``cudnn_sdpa_plan``,
-            ``cublas_first_call``, ``tunableop``, ``cudnn_conv``, ``aten_first_call``, ``python_gc``).
+            ``cublas_first_call``, ``tunableop``, ``cudnn_conv``, ``aten_first_call``, ``python_gc``,
+            ``thread_off_cpu``).
         seconds: wall seconds it took (host side).
         detail: what torch said about it: the op and shapes, the kernel, Dynamo's recompile reason.
         started: ``time.perf_counter()`` when it started, or None when only its length is known
@@ -150,6 +151,7 @@ CAUSES = {
     "cudnn_conv": "cuDNN convolution algorithm search at a new shape",
     "aten_first_call": "an ATen op slow at a new shape (named in the detail)",
     "python_gc": "Python's cyclic garbage collector (gc.callbacks): a collection walks the objects the process holds",
+    "thread_off_cpu": "the serving thread was off the CPU (time.thread_time): waiting for the GIL, preempted, a CPU quota",
     "unattributed": "no hook or profiled op accounts for the time",
 }
 

@@ -12,8 +12,12 @@ from torch's own signals:
 - for what no hook sees (a cuDNN SDPA plan built per exact shape, cuBLAS/cuBLASLt first calls,
   TunableOp tuning, cuDNN convolution search), ``torch.profiler`` in a sampled mode: a call at a
   shape not seen before is profiled (CPU activity only) until 8 such calls in a row were fast, and
-  again after any stall it could not explain.  A profiled call costs a few ms more (2.4-3.7 ms on a
-  1 ms Llama request, H100, torch 2.11), so the steady state is never profiled.
+  new shapes again after any stall.  A profiled call costs a few ms more (2.4-3.7 ms on a 1 ms
+  Llama request, H100, torch 2.11), so a shape already seen is never profiled (profiling the call
+  after a stall at a seen shape made that call a stall in turn, H100);
+- the thread's CPU time (``time.thread_time``) beside its wall time: a call whose thread was off the
+  CPU for longer than usual (waiting for the GIL another thread holds, preempted by the OS or a
+  container's CPU quota) names ``thread_off_cpu``.
 
 What none of them accounts for is reported as ``unattributed`` with its time, never dropped.
 """
@@ -265,9 +269,9 @@ class no_stalls(ObservedBlock):
         self._seen: set[tuple[Any, ...]] = set(warmup.signatures) if warmup is not None else set()
         self._steady = _RunningMedian(window)  # calls at seen shapes that were not stalls
         self._any = _RunningMedian(window)  # every call that was not a stall
+        self._off_cpu = _RunningMedian(window)  # off-CPU seconds of the calls that were not stalls
         self._quiet = 0  # profiled new-shape calls in a row that were fast
         self.quiet_after: float = QUIET_AFTER  # ``ik.warmup`` sets infinity: it diagnoses every new shape
-        self._profile_next = False  # an unexplained stall: profile the next call whatever its shape
         self._events: list[RuntimeEvent] | None = None  # the running call's hook events
         self._profiler: Any = None
 
@@ -329,6 +333,7 @@ class no_stalls(ObservedBlock):
         profiled = self._wants_profile(new) and self._start_profiler()
         events: list[RuntimeEvent] = []
         self._events = events
+        on_cpu = time.thread_time()
         started = time.perf_counter()
         try:
             out = fn(*args, **kwargs)
@@ -336,16 +341,17 @@ class no_stalls(ObservedBlock):
                 _synchronize()
         finally:
             seconds = time.perf_counter() - started
+            off_cpu = seconds - (time.thread_time() - on_cpu)
             self._events = None
             profile = self._stop_profiler()
         self._seen.add(signature)
-        self._judge(seconds, events, profile, new, profiled, signature)
+        self._judge(seconds, events, profile, new, profiled, signature, off_cpu)
         return out
 
     def _wants_profile(self, new: bool) -> bool:
         if self.profile == "off":
             return False
-        if self.profile == "all" or self._profile_next:
+        if self.profile == "all":
             return True
         return new and self._quiet < self.quiet_after
 
@@ -356,7 +362,6 @@ class no_stalls(ObservedBlock):
             return False
         from torch.profiler import ProfilerActivity, profile
 
-        self._profile_next = False
         profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
         try:
             profiler.__enter__()
@@ -378,7 +383,14 @@ class no_stalls(ObservedBlock):
         return profiler
 
     def _judge(
-        self, seconds: float, events: list[RuntimeEvent], profile: Any, new: bool, profiled: bool, signature: tuple[Any, ...]
+        self,
+        seconds: float,
+        events: list[RuntimeEvent],
+        profile: Any,
+        new: bool,
+        profiled: bool,
+        signature: tuple[Any, ...],
+        off_cpu: float = 0.0,
     ) -> None:
         index = len(self.seconds)
         self.seconds.append(seconds)
@@ -390,12 +402,20 @@ class no_stalls(ObservedBlock):
             # CUDA only: there an op's self CPU time is host work (a plan build, a heuristic query); on the
             # CPU it is the op's computation, not a first-call cost.
             causes += self._profiled_causes(profile, seconds)
+        if threshold is not None and seconds > threshold and len(self._off_cpu) >= self.min_calls:
+            # Off-CPU time beyond the usual (a CUDA sync that spins keeps the thread on the CPU while
+            # the GPU works, so the usual is small): the thread waited for the GIL or was not scheduled.
+            extra = off_cpu - self._off_cpu.value()
+            if extra >= MIN_OP_SECONDS:
+                detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * (off_cpu - extra):.2f} ms)"
+                causes.append(RuntimeEvent("thread_off_cpu", extra, detail, None))
         self.last_causes = causes
         if threshold is not None:
             stalled = seconds > threshold and seconds - (baseline or 0.0) >= self.min_excess_s
         else:  # no steady state known yet: a hook's event, or profiled per-shape costs that dominate the call
             stalled = any(c.started is not None for c in causes) or sum(c.seconds for c in causes) >= 0.5 * seconds
         if not stalled:
+            self._off_cpu.add(off_cpu)
             self._any.add(seconds)
             if not new:
                 self._steady.add(seconds)
@@ -411,7 +431,6 @@ class no_stalls(ObservedBlock):
         # Without a baseline the steady part of the call is unknown: named causes are then the answer.
         if not causes or (baseline is not None and missing > 0.5 * excess):
             causes.append(RuntimeEvent("unattributed", max(missing, 0.0), "no hook or profiled op accounts for this time", None))
-            self._profile_next = self.profile != "off"  # the next call is profiled, whatever its shape
         causes.sort(key=lambda e: -e.seconds)
         stall = Stall(index, seconds, baseline, threshold, _describe(signature), new, profiled, causes)
         self.stalls.append(stall)
