@@ -83,7 +83,7 @@ class ColdCause:
 
     Attributes:
         kind: the cause (``cudnn_sdpa_plan``, ``dynamo_compile``, …; see ``records.CAUSES``).
-        probes: ``(shape, first-call ms, ratio to the steady state)`` of each probe that paid it.
+        probes: ``(shape, first-call ms, ratio to its own warm call)`` of each probe that paid it.
         cold_shapes: how many shapes in the warmed range are still cold (int shapes only), else None.
         text: one sentence for people.
     """
@@ -108,6 +108,8 @@ class WarmupReport:
         recommended_buckets: the bucket sizes of the first fix, when it is padding to buckets.
         signatures: the input signatures warm-up called (``ik.no_stalls(warmup=report)`` treats them
             as seen, so its sampled profiler leaves warmed shapes alone).
+        shape_seconds: per signature, the median seconds of its warm calls (the guard's per-shape
+            steady state).
     """
 
     steps: list[WarmupStep]
@@ -117,6 +119,7 @@ class WarmupReport:
     fixes: list[str] = field(default_factory=list)
     recommended_buckets: tuple[int, ...] | None = None
     signatures: frozenset[tuple[Any, ...]] = field(default=frozenset(), repr=False, compare=False)
+    shape_seconds: Mapping[tuple[Any, ...], float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def records(self) -> list[AutotuneRecord]:
@@ -244,7 +247,7 @@ def warmup(
             "gc.freeze() once warm-up is done: Python's full collections then skip everything the model, "
             "its compile and warm-up allocated (a collection paused a warm-up call; see the python_gc lines)"
         )
-    return WarmupReport(steps, probed, steady, cold, fixes, buckets, frozenset(guard._seen))
+    return WarmupReport(steps, probed, steady, cold, fixes, buckets, frozenset(guard._seen), guard.shape_seconds())
 
 
 def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:
@@ -298,7 +301,10 @@ def _cold(
         return [], [], None
     paid: dict[str, list[tuple[Any, float, float]]] = {}
     for probe in probes:
-        ratio = 1000 * probe.first_call_seconds / steady_ms
+        # Against the probe's own warm call where there is one: a model whose time grows with the
+        # input (BERT) is slower at a long probe without paying any first-call cost.
+        warm_ms = 1000 * probe.last_call_seconds if probe.last_call_seconds > 0 else steady_ms
+        ratio = 1000 * probe.first_call_seconds / warm_ms
         if ratio < COLD_RATIO:
             continue
         kinds = [c.kind for c in sorted(probe.causes, key=lambda c: -c.seconds)] or ["unattributed"]
@@ -313,7 +319,10 @@ def _cold(
         at = ", ".join(f"{shape}: {ms:.1f} ms = {ratio:.1f}x" for shape, ms, ratio in seen)
         cold.append(
             ColdCause(
-                kind, seen, cold_count, f"{PER_SHAPE.get(kind, kind)}: {where} (probes at unseen shapes: {at} the steady state)"
+                kind,
+                seen,
+                cold_count,
+                f"{PER_SHAPE.get(kind, kind)}: {where} (first calls at unseen shapes: {at} the second call there)",
             )
         )
     if not cold:

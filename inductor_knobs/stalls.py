@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,11 +187,13 @@ class no_stalls(ObservedBlock):
         threshold_ms: a call over this many milliseconds is a stall (float > 0).  Default: ``factor``
             x the baseline.
         factor: the threshold as a multiple of the baseline (float > 1; default 3.0).
-        baseline_ms: the steady-state call time in ms (e.g. ``ik.warmup(...).steady_state_ms``).
-            Default: the running median of the last ``window`` calls that were not stalls, at shapes
-            already seen (all calls while fewer than ``min_calls`` such calls exist).
-        min_calls: calls needed before a running median is used (int >= 1; default 5).  Until a
-            threshold is known, a call is a stall when a hook or a profiled per-shape op names a cost.
+        baseline_ms: one steady-state call time in ms for every shape.  Default: per shape, the
+            running median of its last ``window`` calls that were not stalls; at a shape not seen
+            before, the slowest shape's (a model whose time grows with the input, BERT at 128 vs
+            2048 tokens, is not slow at a long input, only slow for it).
+        min_calls: calls that were not stalls needed before medians are used (int >= 1; default 5;
+            ``warmup=`` provides them).  Until then, a call is a stall when a hook or a profiled
+            per-shape op names a cost.
         min_excess_ms: a call is a stall only if it also exceeds the baseline by this many ms (float
             >= 0; default 1.0), so timer noise on a sub-millisecond call is not a stall.
         synchronize: ``torch.cuda.synchronize()`` at the end of each call, so the time is what a
@@ -199,9 +201,9 @@ class no_stalls(ObservedBlock):
         profile: ``"new-shapes"`` (default, the sampled mode above), ``"all"`` (every call; a few ms
             each) or ``"off"`` (hooks only: per-shape ATen costs are then ``unattributed``).
         window: calls in the running median (int >= 1; default 101).
-        warmup: an ``ik.warmup`` report (:class:`~inductor_knobs.serving.WarmupReport`): its steady
-            state is the baseline (unless ``baseline_ms`` is given) and the shapes it warmed count as
-            seen, so the sampled profiler (a few ms a call) profiles only shapes warm-up never met.
+        warmup: an ``ik.warmup`` report (:class:`~inductor_knobs.serving.WarmupReport`): the shapes
+            it warmed count as seen, with their steady-state times as medians, so the sampled
+            profiler (a few ms a call) profiles only shapes warm-up never met.
 
     Attributes:
         stalls: every :class:`Stall`, in call order.
@@ -248,10 +250,8 @@ class no_stalls(ObservedBlock):
                 raise _invalid(name, value, "an int >= 1")
         if not isinstance(synchronize, bool):
             raise _invalid("synchronize", synchronize, "True or False")
-        if warmup is not None and not isinstance(getattr(warmup, "signatures", None), frozenset):
+        if warmup is not None and not isinstance(getattr(warmup, "shape_seconds", None), Mapping):
             raise _invalid("warmup", warmup, "the report ik.warmup(...) returned, or None")
-        if warmup is not None and baseline_ms is None:
-            baseline_ms = warmup.steady_state_ms
         if fn is not None and not callable(fn):
             raise _invalid("fn", fn, "a callable (the compiled model or function to serve)")
         self.fn = fn
@@ -267,8 +267,14 @@ class no_stalls(ObservedBlock):
         self.stalls: list[Stall] = []
         self.last_causes: list[RuntimeEvent] = []  # the latest call's causes, stall or not (``ik.warmup``)
         self._seen: set[tuple[Any, ...]] = set(warmup.signatures) if warmup is not None else set()
-        self._steady = _RunningMedian(window)  # calls at seen shapes that were not stalls
-        self._any = _RunningMedian(window)  # every call that was not a stall
+        self._window = window
+        self._by_shape: dict[tuple[Any, ...], _RunningMedian] = {}  # per signature: calls that were not stalls
+        self._slowest = 0.0  # the largest per-shape median so far: the reference at a new shape
+        self._steady_calls = 0  # calls that were not stalls (min_calls)
+        for signature, seconds in warmup.shape_seconds.items() if warmup is not None else ():
+            self._add_steady(signature, seconds)
+        if warmup is not None:
+            self._steady_calls = max(self._steady_calls, min_calls)
         self._off_cpu = _RunningMedian(window)  # off-CPU seconds of the calls that were not stalls
         self._quiet = 0  # profiled new-shape calls in a row that were fast
         self.quiet_after: float = QUIET_AFTER  # ``ik.warmup`` sets infinity: it diagnoses every new shape
@@ -394,7 +400,7 @@ class no_stalls(ObservedBlock):
     ) -> None:
         index = len(self.seconds)
         self.seconds.append(seconds)
-        baseline = self._baseline()
+        baseline = self._baseline(signature)
         threshold = self.threshold_s if self.threshold_s is not None else None if baseline is None else self.factor * baseline
         causes = sorted(events, key=lambda e: -e.seconds)
         if profile is not None and (threshold is None or seconds > threshold) and _on_cuda(signature):
@@ -416,10 +422,8 @@ class no_stalls(ObservedBlock):
             stalled = any(c.started is not None for c in causes) or sum(c.seconds for c in causes) >= 0.5 * seconds
         if not stalled:
             self._off_cpu.add(off_cpu)
-            self._any.add(seconds)
-            if not new:
-                self._steady.add(seconds)
-            elif profiled:
+            self._add_steady(signature, seconds)
+            if new and profiled:
                 self._quiet += 1
             return
         self._quiet = 0
@@ -436,13 +440,25 @@ class no_stalls(ObservedBlock):
         self.stalls.append(stall)
         self._react(stall)
 
-    def _baseline(self) -> float | None:
+    def _baseline(self, signature: tuple[Any, ...]) -> float | None:
         if self.baseline_s is not None:
             return self.baseline_s
-        for median in (self._steady, self._any):
-            if len(median) >= self.min_calls:
-                return median.value()
-        return None
+        if self._steady_calls < self.min_calls:
+            return None
+        own = self._by_shape.get(signature)
+        return own.value() if own is not None else self._slowest
+
+    def _add_steady(self, signature: tuple[Any, ...], seconds: float) -> None:
+        median = self._by_shape.get(signature)
+        if median is None:
+            median = self._by_shape[signature] = _RunningMedian(self._window)
+        median.add(seconds)
+        self._steady_calls += 1
+        self._slowest = max(self._slowest, median.value())
+
+    def shape_seconds(self) -> dict[tuple[Any, ...], float]:
+        """Per input signature, the median seconds of its calls that were not stalls (``ik.warmup``)."""
+        return {signature: median.value() for signature, median in self._by_shape.items()}
 
     def _profiled_causes(self, profile: Any, seconds: float) -> list[RuntimeEvent]:
         """Per-shape ATen costs in a profiled call: the ops the patch module names, and the top op if it dominates."""

@@ -302,14 +302,16 @@ def _gc_callback_count():
     return sum(getattr(cb, "__name__", "") == "_gc_callback" for cb in gc.callbacks)
 
 
-def test_warmup_report_seeds_the_guard_with_warmed_shapes_and_baseline(monkeypatch):
+def test_warmup_report_seeds_the_guard_with_warmed_shapes_and_their_times(monkeypatch):
     fn = torch.compile(lambda x: x * 2, backend="eager", dynamic=True)
     report = ik.warmup(fn, shapes=[8, 16], factory=torch.ones, probes=None)
     profiled = []
     real_start = stalls.no_stalls._start_profiler
     monkeypatch.setattr(stalls.no_stalls, "_start_profiler", lambda self: profiled.append(1) or real_start(self))
     guard = ik.no_stalls(fn, on="record", warmup=report)
-    assert guard.baseline_s == report.steady_state_ms / 1000
+    assert set(report.shape_seconds) == set(report.signatures) and len(report.signatures) == 2
+    (sig8,) = [s for s in report.signatures if s[0][1] == (8,)]
+    assert guard._baseline(sig8) == report.shape_seconds[sig8]  # each warmed shape its own steady state
     guard(torch.ones(8))
     guard(torch.ones(16))
     assert profiled == []  # warmed shapes are not new: no profiler
@@ -366,3 +368,17 @@ def test_a_thread_holding_the_gil_is_named_thread_off_cpu():
     spinner.join()
     kinds = {c.kind for c in guard.stalls[-1].causes}
     assert "thread_off_cpu" in kinds, guard.stalls[-1].describe()
+
+
+def test_a_long_input_is_not_a_stall_when_its_shape_is_just_slower():
+    """BERT at 2048 tokens takes 20x its 128-token time: per-shape medians, not one baseline."""
+    guard = ik.no_stalls(lambda: None, on="record", min_calls=4)
+    short, long = (torch.int64, (1, 128), "cuda"), (torch.int64, (1, 2048), "cuda")
+    for _ in range(3):
+        guard._judge(0.002, [], None, False, False, (short,))
+        guard._judge(0.040, [], None, False, False, (long,))
+    guard._judge(0.041, [], None, False, False, (long,))  # its own median is 40 ms
+    guard._judge(0.045, [], None, True, False, ((torch.int64, (1, 1500), "cuda"),))  # new: vs the slowest shape
+    assert guard.stalls == []
+    guard._judge(0.010, [], None, False, False, (short,))  # 5x the 128-token median
+    assert [s.inputs for s in guard.stalls] == [["torch.int64[1, 128]"]]
