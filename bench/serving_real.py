@@ -167,12 +167,14 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
     guard = ik.no_stalls(compiled, on="record")
 
     inner: list[float] = []  # what the guard itself timed (the call and its sync), per guarded call
+    own: list[float] = []  # per guarded call: its wall time less what the guard timed (paired, same call)
 
     def guarded() -> float:
         start = time.perf_counter()
         guard(**inputs)
         outer = time.perf_counter() - start
         inner.append(guard.seconds[-1])
+        own.append(outer - guard.seconds[-1])
         return outer
 
     def hooks_only() -> float:  # a plain call inside the guard's block: what its hooks alone cost
@@ -195,6 +197,7 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
         guarded_ms.append(1000 * g)
         hooks_ms.append(1000 * statistics.median(samples[hooks_only]))
     inner_ms = 1000 * statistics.median(inner[calls:])  # the rounds' calls, before cProfile slows them
+    own_us = 1e6 * statistics.median(own[calls:])
     profiles = {}
     for name, fn in (("plain", plain), ("guarded", guarded)):
         profiler = cProfile.Profile()
@@ -218,6 +221,8 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
         # The guard's own timing of the call: above plain_ms_median, the call itself is slower under
         # the guard; the rest of guarded_ms_median is the guard's Python around it.
         "guarded_inner_ms_median": inner_ms,
+        # The guard's Python around the call (signature, clocks, judging), measured on the same call.
+        "guard_own_us_median": own_us,
         "ratio_median": statistics.median(ratios),
         "ratio_ci95": interval,
         "overhead_us_median": 1000 * statistics.median(g - p for g, p in zip(guarded_ms, plain_ms)),
@@ -277,7 +282,8 @@ def markdown(results: list[dict], env: dict) -> str:
                 f"(plain inside the guard's block: {o.get('hooks_only_ms_median', float('nan')):.3f} ms; "
                 f"the call as the guard timed it: {o.get('guarded_inner_ms_median', float('nan')):.3f} ms), "
                 f"ratio {o['ratio_median']:.4f} "
-                f"[{o['ratio_ci95'][0]:.4f}-{o['ratio_ci95'][1]:.4f}], {o['overhead_us_median']:.1f} us per call"
+                f"[{o['ratio_ci95'][0]:.4f}-{o['ratio_ci95'][1]:.4f}], {o['overhead_us_median']:.1f} us per call; "
+                f"the guard's own Python around each call {o.get('guard_own_us_median', float('nan')):.1f} us (paired)"
             )
     for r in results:
         if r.get("warmup_table"):
