@@ -103,7 +103,7 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
     net = build(model)
     lengths = random.Random(21).choices(range(LOW, HIGH + 1), k=requests)
     started = time.perf_counter()
-    report = None
+    report = warmed = None
     buckets = None
     gc_frozen = False
     with torch.no_grad():
@@ -138,6 +138,8 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
             "gc_frozen": gc_frozen,
             "baseline_ms": baseline,
             "guard": guard.report().to_dict(),
+            "seconds": guard.seconds,  # every request's wall seconds, in order (lengths above)
+            "bucket_warmup": warmed.to_dict() if warmed is not report else None,
             "guard_table": guard.report().table(),
             "warmup": report.to_dict() if report is not None else None,
             "warmup_table": report.table() if report is not None else None,
