@@ -227,11 +227,12 @@ def _validate(
 
 def _check_setting(patches: TorchPatches, key: str, value: object, version: str) -> None:
     """Whether this torch can set the process-global setting ``key`` to ``value`` (see torch_settings)."""
-    problem = SETTINGS[key].problem(patches, value)
+    setting = SETTINGS[key]
+    problem = setting.problem(patches, value)
     if problem is None:
         return
-    if key == "tunableop":
-        raise NotSupportedOnThisTorch(f"tunableop={value!r} cannot be set on torch {version}: {problem}")
+    if setting.missing_feature:
+        raise NotSupportedOnThisTorch(f"{key}={value!r} cannot be set on torch {version}: {problem}")
     raise InvalidKnobValue(f"{key}={value!r} is invalid on torch {version}: {problem}")
 
 

@@ -39,6 +39,8 @@ class Setting:
         value: the value now, comparable with the knob's (what attestation reads).
         problem: why the knob's value cannot be set on this torch, or None.
         what: the torch API, for messages.
+        missing_feature: a problem means this torch build lacks the feature (``NotSupportedOnThisTorch``)
+            rather than that the value is wrong for it (``InvalidKnobValue``).
     """
 
     key: str
@@ -48,6 +50,7 @@ class Setting:
     value: Callable[[TorchPatches], Any]
     problem: Callable[[TorchPatches, Any], str | None]
     what: str
+    missing_feature: bool = False
 
 
 def _sdpa_problem(patches: TorchPatches, value: str) -> str | None:
@@ -74,6 +77,7 @@ SETTINGS = {
         value=lambda patches: patches.read_tunableop(),
         problem=lambda patches, value: patches.tunableop_problem(),
         what="torch.cuda.tunable.enable",
+        missing_feature=True,  # a CPU-only build has no TunableOp, whatever the value
     ),
 }
 

@@ -126,14 +126,18 @@ def test_a_backend_this_torch_lacks_is_refused_at_enter_with_nothing_applied(mon
     assert cfg.coordinate_descent_tuning == before
 
 
-def test_env_activation(monkeypatch):
+def test_env_activation(monkeypatch, fresh_inductor):
     before = sdpa_state()
+    seen = inside_compile(monkeypatch, sdpa_state)
     monkeypatch.setenv("INDUCTOR_KNOBS_SDPA_BACKENDS", "efficient_attention,math")
     activate_from_env()
     try:
         assert sdpa_state()[0] == {"FLASH_ATTENTION": False, "EFFICIENT_ATTENTION": True, "CUDNN_ATTENTION": False, "MATH": True}
+        torch.compile(_attention)(torch.randn(1, 2, 8, 4))  # the path a launch script takes: no block, a compile
     finally:
         deactivate_env()
+    (flags, _), *_ = seen  # read inside Inductor's compile
+    assert flags == {"FLASH_ATTENTION": False, "EFFICIENT_ATTENTION": True, "CUDNN_ATTENTION": False, "MATH": True}
     assert sdpa_state() == before
 
 
