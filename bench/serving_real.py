@@ -21,11 +21,12 @@ request and names each stall's causes:
 
 Arms of one model share an Inductor cache directory, the first arm filling it (compile time is not
 what this measures; the per-process costs after the compile are).  The ``warmup-fix`` process also
-measures the guard's overhead per call at a warm shape, side by side: rounds of plain calls
-(``f(x); torch.cuda.synchronize()``, no guard active) and guarded calls (inside ``with guard:``) in
-alternating order, the per-round ratio of medians, its median over rounds with a 95%
-percentile-bootstrap interval (``scipy.stats.bootstrap``; the round is the unit), and a cProfile of
-both.
+measures the guard's overhead per call at a warm shape, side by side (see :func:`overhead`): 1,000
+cycles of one plain call (``f(x); torch.cuda.synchronize()``), one plain call with the C synchronize
+the guard uses, and one guarded call, in a random order per cycle; the median over cycles of each
+difference, with a 95% percentile-bootstrap interval (``scipy.stats.bootstrap``; the cycle is the
+unit of replication); the installed hooks' cost from rounds outside vs inside the guard's block;
+and a cProfile of plain and guarded calls.
 
 Writes ``serving_real.json`` and ``serving_real.md`` under ``--out``.
 """
@@ -149,15 +150,22 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
     return out
 
 
-def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
-    """Guarded vs plain calls at a warm shape, interleaved rounds; the round is the unit of replication.
+def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls: int = 20) -> dict:
+    """The guard's cost per call at a warm shape, side by side in one process.
 
-    A round is ``calls`` plain calls with no guard active (what a user without ik.no_stalls runs) and
-    ``calls`` guarded calls inside ``with guard:`` (its hooks installed), in alternating order.
+    Per call: ``cycles`` cycles inside ``with guard:``, each one call of every arm in a random order;
+    per arm the median over cycles of (arm - plain) with a 95% percentile-bootstrap interval (the
+    cycle is the unit of replication).  Arms: ``plain`` (``f(x); torch.cuda.synchronize()``, what a
+    user writes), ``plain-c-sync`` (``f(x)`` and the C synchronize the guard calls, which skips
+    ``torch.cuda.synchronize``'s Python) and ``guarded`` (``guard(x)``).  The hooks: ``rounds``
+    alternating rounds of ``calls`` plain calls outside and inside the guard's block (installing the
+    hooks is not per call, so they are compared round by round; the round is the unit).
     """
     import torch
 
     import inductor_knobs as ik
+
+    c_sync = getattr(torch._C, "_cuda_synchronize", None) if DEVICE == "cuda" else None
 
     def plain() -> float:
         start = time.perf_counter()
@@ -166,70 +174,83 @@ def overhead(compiled, inputs: dict, rounds: int = 31, calls: int = 20) -> dict:
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    guard = ik.no_stalls(compiled, on="record")
+    def plain_c_sync() -> float:
+        start = time.perf_counter()
+        compiled(**inputs)
+        if c_sync is not None:
+            c_sync()
+        return time.perf_counter() - start
 
-    inner: list[float] = []  # what the guard itself timed (the call and its sync), per guarded call
+    guard = ik.no_stalls(compiled, on="record")
     own: list[float] = []  # per guarded call: its wall time less what the guard timed (paired, same call)
 
     def guarded() -> float:
         start = time.perf_counter()
         guard(**inputs)
         outer = time.perf_counter() - start
-        inner.append(guard.seconds[-1])
         own.append(outer - guard.seconds[-1])
         return outer
 
-    def hooks_only() -> float:  # a plain call inside the guard's block: what its hooks alone cost
-        return plain()
-
-    def sample(fn) -> list[float]:
-        if fn is plain:
-            return [plain() for _ in range(calls)]
-        with guard:
-            return [fn() for _ in range(calls)]
-
-    sample(guarded)  # the guard has seen the shape: no profiling from here on
-    ratios, plain_ms, guarded_ms, hooks_ms = [], [], [], []
+    arms = {"plain": plain, "plain-c-sync": plain_c_sync, "guarded": guarded}
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    order = random.Random(0)
+    with guard:
+        for _ in range(50):  # the guard learns the shape (and profiles its first call) before the cycles
+            guarded()
+        own.clear()
+        for _ in range(cycles):
+            names = list(arms)
+            order.shuffle(names)
+            for name in names:
+                times[name].append(arms[name]())
+    stalls_during = len(guard.stalls)
+    outside, inside = [], []
     for r in range(rounds):
-        order = (plain, guarded, hooks_only) if r % 2 == 0 else (hooks_only, guarded, plain)
-        samples = {fn: sample(fn) for fn in order}
-        p, g = statistics.median(samples[plain]), statistics.median(samples[guarded])
-        ratios.append(g / p)
-        plain_ms.append(1000 * p)
-        guarded_ms.append(1000 * g)
-        hooks_ms.append(1000 * statistics.median(samples[hooks_only]))
-    inner_ms = 1000 * statistics.median(inner[calls:])  # the rounds' calls, before cProfile slows them
-    own_us = 1e6 * statistics.median(own[calls:])
+        for where in ("outside", "inside") if r % 2 == 0 else ("inside", "outside"):
+            if where == "inside":
+                with guard:
+                    inside.append(statistics.median(plain() for _ in range(calls)))
+            else:
+                outside.append(statistics.median(plain() for _ in range(calls)))
     profiles = {}
     for name, fn in (("plain", plain), ("guarded", guarded)):
         profiler = cProfile.Profile()
-        profiler.runcall(lambda fn=fn: [sample(fn) for _ in range(10)])
+        with guard:
+            profiler.runcall(lambda fn=fn: [fn() for _ in range(200)])
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
         profiles[name] = text.getvalue()
+    out = {
+        "cycles": cycles,
+        "plain_ms_median": 1000 * statistics.median(times["plain"]),
+        "plain_c_sync_ms_median": 1000 * statistics.median(times["plain-c-sync"]),
+        "guarded_ms_median": 1000 * statistics.median(times["guarded"]),
+        # The guard's Python around the call (signature, clocks, bookkeeping), measured on the same call.
+        "guard_own_us_median": 1e6 * statistics.median(own),
+        "stalls_during": stalls_during,
+        "hooks_rounds": rounds,
+        "hooks_calls_per_round": calls,
+        "cprofile_200_calls": profiles,  # where the time went, plain and guarded (tottime order)
+    }
+    for name, reference in (("guarded", "plain"), ("guarded", "plain-c-sync"), ("plain-c-sync", "plain")):
+        diffs = [1e6 * (a - b) for a, b in zip(times[name], times[reference])]
+        key = f"{name}_vs_{reference}".replace("-", "_")
+        out[f"{key}_us_median"] = statistics.median(diffs)
+        out[f"{key}_us_ci95"] = _interval(diffs)
+    hooks = [1e6 * (a - b) for a, b in zip(inside, outside)]
+    out["hooks_us_median"] = statistics.median(hooks)
+    out["hooks_us_ci95"] = _interval(hooks)
+    return out
+
+
+def _interval(values: list[float]) -> list[float]:
+    """95% percentile-bootstrap interval of the median (scipy); NaNs without scipy."""
     try:
         from scipy import stats
     except ImportError:  # the interval needs scipy; the medians do not, so a run without it keeps them
-        interval = [float("nan"), float("nan")]
-    else:
-        ci = stats.bootstrap((ratios,), statistics.median, confidence_level=0.95, method="percentile", random_state=0)
-        interval = [float(ci.confidence_interval.low), float(ci.confidence_interval.high)]
-    return {
-        "rounds": rounds,
-        "calls_per_round": calls,
-        "plain_ms_median": statistics.median(plain_ms),
-        "guarded_ms_median": statistics.median(guarded_ms),
-        "hooks_only_ms_median": statistics.median(hooks_ms),  # plain calls inside the guard's block
-        # The guard's own timing of the call: above plain_ms_median, the call itself is slower under
-        # the guard; the rest of guarded_ms_median is the guard's Python around it.
-        "guarded_inner_ms_median": inner_ms,
-        # The guard's Python around the call (signature, clocks, judging), measured on the same call.
-        "guard_own_us_median": own_us,
-        "ratio_median": statistics.median(ratios),
-        "ratio_ci95": interval,
-        "overhead_us_median": 1000 * statistics.median(g - p for g, p in zip(guarded_ms, plain_ms)),
-        "cprofile_10_rounds": profiles,  # where the time of 10 rounds went, plain and guarded (tottime order)
-    }
+        return [float("nan"), float("nan")]
+    ci = stats.bootstrap((values,), statistics.median, confidence_level=0.95, method="percentile", random_state=0)
+    return [float(ci.confidence_interval.low), float(ci.confidence_interval.high)]
 
 
 def environment() -> dict:
@@ -278,14 +299,18 @@ def markdown(results: list[dict], env: dict) -> str:
     for r in results:
         o = r.get("overhead")
         if o:
+            ci = {k: f"[{o[k][0]:.1f}, {o[k][1]:.1f}]" for k in o if k.endswith("_ci95")}
             lines.append(
-                f"\nGuard overhead ({r['model']}, warm shape, {o['rounds']} interleaved rounds of {o['calls_per_round']}): "
-                f"plain {o['plain_ms_median']:.3f} ms, guarded {o['guarded_ms_median']:.3f} ms "
-                f"(plain inside the guard's block: {o.get('hooks_only_ms_median', float('nan')):.3f} ms; "
-                f"the call as the guard timed it: {o.get('guarded_inner_ms_median', float('nan')):.3f} ms), "
-                f"ratio {o['ratio_median']:.4f} "
-                f"[{o['ratio_ci95'][0]:.4f}-{o['ratio_ci95'][1]:.4f}], {o['overhead_us_median']:.1f} us per call; "
-                f"the guard's own Python around each call {o.get('guard_own_us_median', float('nan')):.1f} us (paired)"
+                f"\nGuard overhead ({r['model']}, warm shape, {o['cycles']} cycles of one call per arm in random order, "
+                f"median of per-cycle differences, 95% bootstrap interval): plain {o['plain_ms_median']:.3f} ms; "
+                f"guarded - plain {o['guarded_vs_plain_us_median']:.1f} us {ci['guarded_vs_plain_us_ci95']} "
+                f"({100 * o['guarded_vs_plain_us_median'] / (1000 * o['plain_ms_median']):.2f}% of the plain call); "
+                f"guarded - plain with the C synchronize {o['guarded_vs_plain_c_sync_us_median']:.1f} us "
+                f"{ci['guarded_vs_plain_c_sync_us_ci95']} (the guard's own cost); the C synchronize - "
+                f"torch.cuda.synchronize() {o['plain_c_sync_vs_plain_us_median']:.1f} us {ci['plain_c_sync_vs_plain_us_ci95']}; "
+                f"the guard's Python around each call {o['guard_own_us_median']:.1f} us (paired); hooks installed "
+                f"(plain calls inside vs outside the block, {o['hooks_rounds']} rounds of {o['hooks_calls_per_round']}) "
+                f"{o['hooks_us_median']:.1f} us {ci['hooks_us_ci95']}; {o['stalls_during']} stalls during the cycles"
             )
     for r in results:
         if r.get("warmup_table"):

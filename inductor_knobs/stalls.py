@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import operator
 import statistics
 import sys
 import time
@@ -44,6 +45,9 @@ REACTIONS = ("raise", "warn", "record")
 PROFILE_MODES = ("new-shapes", "all", "off")
 #: Profiled new-shape calls in a row that must be fast before new shapes stop being profiled.
 QUIET_AFTER = 8
+#: Calls at warm shapes below their limit are added to the running medians in batches of this many
+#: (one Python loop instead of a median update per request: the per-call cost on a real model).
+FOLD_EVERY = 16
 #: A profiled op below this many seconds of self CPU time is not named as a cause.
 MIN_OP_SECONDS = 2e-4
 
@@ -271,15 +275,18 @@ class no_stalls(ObservedBlock):
         self._by_shape: dict[tuple[Any, ...], _RunningMedian] = {}  # per signature: calls that were not stalls
         self._slowest = 0.0  # the largest per-shape median so far: the reference at a new shape
         self._steady_calls = 0  # calls that were not stalls (min_calls)
+        self._off_cpu = _RunningMedian(window)  # off-CPU seconds of the calls that were not stalls
+        self._limits: dict[tuple[Any, ...], float] = {}  # per warm signature: seconds below which a call is fine
+        self._unfolded: list[tuple[tuple[Any, ...], float, float | None]] = []  # fast-path calls not yet in the medians
+        if warmup is not None:
+            self._steady_calls = min_calls  # the report's medians are the steady state from the first call
         for signature, seconds in warmup.shape_seconds.items() if warmup is not None else ():
             self._add_steady(signature, seconds)
-        if warmup is not None:
-            self._steady_calls = max(self._steady_calls, min_calls)
-        self._off_cpu = _RunningMedian(window)  # off-CPU seconds of the calls that were not stalls
         self._quiet = 0  # profiled new-shape calls in a row that were fast
         self.quiet_after: float = QUIET_AFTER  # ``ik.warmup`` sets infinity: it diagnoses every new shape
         self._events: list[RuntimeEvent] | None = None  # the running call's hook events
         self._profiler: Any = None
+        self._sync: Callable[[], None] | None = None  # torch's C synchronize, once CUDA is initialised
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -292,6 +299,8 @@ class no_stalls(ObservedBlock):
         """
         if self.fn is None:
             raise KnobsError("no_stalls() was created without a callable: pass it (no_stalls(model)) or use guard.wrap(fn)")
+        if self._block is not None:  # the serving loop's path: one Python frame fewer than call()
+            return self._timed(self.fn, args, kwargs)
         return self.call(self.fn, *args, **kwargs)
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -335,8 +344,13 @@ class no_stalls(ObservedBlock):
 
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         signature = _signature(args, kwargs)
-        new = signature not in self._seen
-        profiled = self._wants_profile(new) and self._start_profiler()
+        # A warm shape's time below which a call cannot be a stall: such a call is only recorded (its
+        # judging waits for the next fold), so a steady serving loop pays a clock, a thread clock and
+        # a dict lookup.  On a real model each of these costs microseconds (H100 host: the thread
+        # clock is a system call of about 5 us), so the fast path reads the thread clock once.
+        limit = self._limits.get(signature)
+        new = limit is None and signature not in self._seen
+        profiled = (new or self.profile == "all") and self._wants_profile(new) and self._start_profiler()
         events: list[RuntimeEvent] = []
         self._events = events
         on_cpu = time.thread_time()
@@ -344,15 +358,33 @@ class no_stalls(ObservedBlock):
         try:
             out = fn(*args, **kwargs)
             if self.synchronize:
-                _synchronize()
+                sync = self._sync or self._find_sync()
+                if sync is not None:
+                    sync()
         finally:
             seconds = time.perf_counter() - started
-            off_cpu = seconds - (time.thread_time() - on_cpu)
             self._events = None
-            profile = self._stop_profiler()
+            fast = limit is not None and seconds < limit and not events and not profiled
+            # Off-CPU time: read for every call that is judged; of the fast calls the first after each
+            # fold, and all until min_calls are in (the usual off-CPU time is a median: a sample serves).
+            sample = not fast or not self._unfolded or len(self._off_cpu) < self.min_calls
+            on_cpu_end = time.thread_time() if sample else None
+            profile = self._stop_profiler() if profiled else None
+        off_cpu = None if on_cpu_end is None else seconds - (on_cpu_end - on_cpu)
+        if fast:
+            self.seconds.append(seconds)
+            self._unfolded.append((signature, seconds, off_cpu))
+            if len(self._unfolded) >= FOLD_EVERY:
+                self._fold()
+            return out
+        self._fold()
         self._seen.add(signature)
-        self._judge(seconds, events, profile, new, profiled, signature, off_cpu)
+        self._judge(seconds, events, profile, new, profiled, signature, off_cpu or 0.0)
         return out
+
+    def _find_sync(self) -> Callable[[], None] | None:
+        self._sync = _cuda_synchronize()  # kept once found: CUDA stays initialised
+        return self._sync
 
     def _wants_profile(self, new: bool) -> bool:
         if self.profile == "off":
@@ -421,8 +453,7 @@ class no_stalls(ObservedBlock):
         else:  # no steady state known yet: a hook's event, or profiled per-shape costs that dominate the call
             stalled = any(c.started is not None for c in causes) or sum(c.seconds for c in causes) >= 0.5 * seconds
         if not stalled:
-            self._off_cpu.add(off_cpu)
-            self._add_steady(signature, seconds)
+            self._add_steady(signature, seconds, off_cpu)
             if new and profiled:
                 self._quiet += 1
             return
@@ -448,16 +479,29 @@ class no_stalls(ObservedBlock):
         own = self._by_shape.get(signature)
         return own.value() if own is not None else self._slowest
 
-    def _add_steady(self, signature: tuple[Any, ...], seconds: float) -> None:
+    def _add_steady(self, signature: tuple[Any, ...], seconds: float, off_cpu: float | None = None) -> None:
         median = self._by_shape.get(signature)
         if median is None:
             median = self._by_shape[signature] = _RunningMedian(self._window)
         median.add(seconds)
+        if off_cpu is not None:
+            self._off_cpu.add(off_cpu)
         self._steady_calls += 1
         self._slowest = max(self._slowest, median.value())
+        baseline = self._baseline(signature)
+        if baseline is not None:  # not a stall below its threshold or below baseline + min_excess
+            threshold = self.threshold_s if self.threshold_s is not None else self.factor * baseline
+            self._limits[signature] = max(threshold, baseline + self.min_excess_s)
+
+    def _fold(self) -> None:
+        """Add the fast path's calls to the steady state (every :data:`FOLD_EVERY` calls, and before judging)."""
+        unfolded, self._unfolded = self._unfolded, []
+        for signature, seconds, off_cpu in unfolded:
+            self._add_steady(signature, seconds, off_cpu)
 
     def shape_seconds(self) -> dict[tuple[Any, ...], float]:
         """Per input signature, the median seconds of its calls that were not stalls (``ik.warmup``)."""
+        self._fold()
         return {signature: median.value() for signature, median in self._by_shape.items()}
 
     def _profiled_causes(self, profile: Any, seconds: float) -> list[RuntimeEvent]:
@@ -528,18 +572,29 @@ def _covered(events: Iterable[RuntimeEvent]) -> float:
 
 
 def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """The call's tensor shapes and dtypes (its "shape" for per-shape costs); other arguments by type."""
-    torch = sys.modules.get("torch")
-    tensor = torch.Tensor if torch is not None else ()
+    """The call's tensor shapes, dtypes and devices (its "shape" for per-shape costs); other arguments by type.
 
-    def part(value: Any) -> Any:
-        return (value.dtype, tuple(value.shape), value.device.type) if isinstance(value, tensor) else type(value)
+    ``(dtype, shape, device)`` per tensor, ``(name, (dtype, shape, device))`` per keyword tensor.  The
+    common case (every argument has the three attributes, as tensors do) runs in C (``attrgetter``,
+    ``map``, ``zip``): on a real model every Python frame here costs microseconds per request.
+    """
+    try:
+        return (*map(_TENSOR_KEY, args), *zip(kwargs, map(_TENSOR_KEY, kwargs.values())))
+    except AttributeError:  # an argument that is not a tensor: keyed by its type
+        torch = sys.modules.get("torch")
+        tensor = torch.Tensor if torch is not None else ()
 
-    return (*map(part, args), *((name, part(value)) for name, value in kwargs.items()))
+        def part(value: Any) -> Any:
+            return _TENSOR_KEY(value) if isinstance(value, tensor) else type(value)
+
+        return (*map(part, args), *((name, part(value)) for name, value in kwargs.items()))
+
+
+_TENSOR_KEY = operator.attrgetter("dtype", "shape", "device")
 
 
 def _tensors(signature: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
-    """``(keyword or "", (dtype, shape, device type))`` for each tensor of a :func:`_signature`."""
+    """``(keyword or "", (dtype, shape, device))`` for each tensor of a :func:`_signature`."""
     out = []
     for part in signature:
         name, part = (f"{part[0]}=", part[1]) if isinstance(part, tuple) and isinstance(part[0], str) else ("", part)
@@ -549,7 +604,7 @@ def _tensors(signature: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
 
 
 def _on_cuda(signature: tuple[Any, ...]) -> bool:
-    return any(part[2] == "cuda" for _, part in _tensors(signature))
+    return any(getattr(part[2], "type", part[2]) == "cuda" for _, part in _tensors(signature))
 
 
 def _describe(signature: tuple[Any, ...]) -> list[str]:
@@ -557,10 +612,17 @@ def _describe(signature: tuple[Any, ...]) -> list[str]:
     return [f"{name}{part[0]}{list(part[1])}" for name, part in _tensors(signature)]
 
 
-def _synchronize() -> None:
+def _cuda_synchronize() -> Callable[[], None] | None:
+    """What ``torch.cuda.synchronize()`` runs for the current device, once CUDA is initialised.
+
+    ``torch.cuda.synchronize(None)`` is ``_lazy_init()`` and a no-op ``torch.cuda.device(None)`` around
+    ``torch._C._cuda_synchronize()`` (torch/cuda/__init__.py, 2.4-2.15): the C function alone spares a
+    serving loop those Python frames.  None before CUDA is initialised (nothing to wait for).
+    """
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
 
 
 def _tunableop_tuning() -> bool:

@@ -382,3 +382,44 @@ def test_a_long_input_is_not_a_stall_when_its_shape_is_just_slower():
     assert guard.stalls == []
     guard._judge(0.010, [], None, False, False, (short,))  # 5x the 128-token median
     assert [s.inputs for s in guard.stalls] == [["torch.int64[1, 128]"]]
+
+
+def test_a_warm_shape_is_judged_only_when_slow_and_its_median_still_moves(monkeypatch):
+    """The fast path: calls below a warm shape's limit are recorded, not judged; a slow one is a stall."""
+    delay = {"s": 0.002}
+
+    def served(x):
+        time.sleep(delay["s"])
+        return x
+
+    guard = ik.no_stalls(served, on="record", min_excess_ms=0.0, profile="off")
+    x = torch.ones(2, 3)
+    judged = []
+    real_judge = guard._judge
+    monkeypatch.setattr(guard, "_judge", lambda *a, **k: (judged.append(a[0]), real_judge(*a, **k)))
+    with guard:
+        for _ in range(guard.min_calls + 1):
+            guard(x)
+        assert guard._limits, "a warm shape with a steady state has a limit"
+        before = len(judged)
+        for _ in range(2 * stalls.FOLD_EVERY):
+            guard(x)
+        assert len(judged) == before, "fast calls at a warm shape are not judged one by one"
+        assert len(guard.seconds) == guard.min_calls + 1 + 2 * stalls.FOLD_EVERY
+        assert len(guard._by_shape[stalls._signature((x,), {})]) > guard.min_calls, "folded into the median"
+        delay["s"] = 0.05  # 25x the steady state, at the same shape
+        guard(x)
+    assert len(judged) == before + 1 and len(guard.stalls) == 1
+    assert guard.stalls[0].baseline_seconds is not None and guard.stalls[0].seconds > 0.04
+
+
+def test_signature_keys_tensors_by_dtype_shape_and_device_and_others_by_type():
+    x = torch.ones(2, 3, dtype=torch.float16)
+    key = stalls._signature((x, 7), {"mask": x})
+    part = (torch.float16, (2, 3), torch.device("cpu"))
+    assert key == (part, int, ("mask", part))
+    assert stalls._signature((x,), {}) == stalls._signature((torch.zeros(2, 3, dtype=torch.float16),), {})
+    assert stalls._signature((x,), {}) != stalls._signature((x.float(),), {})
+    assert stalls._describe(stalls._signature((x,), {"mask": x})) == ["torch.float16[2, 3]", "mask=torch.float16[2, 3]"]
+    assert not stalls._on_cuda(key)
+    assert stalls._cuda_synchronize() is None or torch.cuda.is_initialized()
