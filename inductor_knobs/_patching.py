@@ -1,11 +1,12 @@
-"""The one patching primitive: install once, count users, restore by identity, BaseException-safe.
+"""Process-wide patches shared by blocks: install once, count users, restore by identity.
 
 Every process-wide patch inductor_knobs makes to torch (the ``is_big_gpu`` gate wrapper, the
 compile interception, the autotune observers' hooks, the emulator's SM view) is a
-:class:`SharedPatch`: a list of install steps that runs when the first user arrives and is
-undone, last step first, when the last user leaves.  Each step returns its own undo, so a step
-that fails (or a ``KeyboardInterrupt`` between two steps) unwinds exactly the steps before it.
-An undo that fails does not stop the others: all run, then the first error is re-raised.
+:class:`SharedPatch`: install steps (:data:`~inductor_knobs._undo.Step`) run by
+:func:`~inductor_knobs._undo.apply_all` when the first user arrives, and undone by
+:func:`~inductor_knobs._undo.revert_all` when the last user leaves: the same undo mechanism as a
+block's own changes, so a step that fails (or a ``KeyboardInterrupt`` between two steps) unwinds
+exactly the steps before it, and an undo that fails does not stop the others.
 
 Attribute steps (:func:`wrap_attribute`) put back the *original object* (by identity) and only
 when the attribute still holds the replacement; if something else replaced it meanwhile, that
@@ -27,38 +28,8 @@ from typing import Any
 
 import wrapt
 
+from ._undo import Step, Undo, apply_all, revert_all
 from .errors import ExternalChangeWarning
-
-#: Undoes one install step; safe to call whether or not the step got as far as changing anything.
-Undo = Callable[[], None]
-#: One install step: registers its undo through the callback *before* it changes anything, so an
-#: interrupt at any line of the step leaves an undo that puts back whatever part happened.
-Step = Callable[[Callable[[Undo], None]], None]
-#: How many times an undo interrupted by a ``KeyboardInterrupt`` is run again (a tuple to iterate: no
-#: ``range`` object is built for every undo of every block).
-TRIES = (1, 2, 3)
-
-
-def run_all(undos: list[Undo]) -> None:
-    """Pop and call every undo, last first; all run even if some raise; then re-raise the first error.
-
-    ``BaseException`` too: a ``KeyboardInterrupt`` in one undo does not skip the rest.  Each undo is
-    popped only after it ran, so an interrupted call can be repeated: undos are idempotent.
-    """
-    first: BaseException | None = None
-    while undos:
-        for _ in TRIES:  # an interrupt inside an undo: run that (idempotent) undo again
-            try:
-                undos[-1]()
-                break
-            except Exception as err:  # noqa: BLE001 - a real failure: report it, go on with the rest
-                first = first or err
-                break
-            except BaseException as err:  # noqa: BLE001 - finish every undo, then re-raise below
-                first = first or err
-        undos.pop()
-    if first is not None:
-        raise first
 
 
 class SharedPatch:
@@ -88,13 +59,7 @@ class SharedPatch:
         with self.lock:
             holders = self._holders
             if not holders and not self._undos:
-                try:
-                    push = self._undos.append
-                    for step in self._steps():
-                        step(push)
-                except BaseException:
-                    run_all(self._undos)
-                    raise
+                apply_all(self._steps(), self._undos)
             holders.add(id(holder))  # a set: a holder already in it is not counted twice
             self.users = len(holders)
 
@@ -105,7 +70,7 @@ class SharedPatch:
             holders.discard(id(holder))
             self.users = len(holders)
             if not holders and self._undos:
-                run_all(self._undos)
+                revert_all(self._undos)
 
 
 def resolve(path: str) -> tuple[Any, str]:

@@ -1,15 +1,23 @@
-"""Changes to torch as undo records: apply all or nothing, revert in exact LIFO order.
+"""The one undo mechanism: every change to torch is a :data:`Step` that registers its :data:`Undo`.
 
-A :class:`Change` knows how to apply itself and how to put back exactly what it found.
-:func:`apply_all` applies a list in order and, if one fails, reverts the ones already
-applied before re-raising; :func:`revert_all` reverts every record even when one fails and
-raises one :class:`~inductor_knobs.errors.RevertError` listing all failures.
+A step is called with ``push``; it pushes the undo *before* it changes anything, then makes the
+change.  :func:`apply_all` runs steps in order onto one undo list and, if one fails (a
+``KeyboardInterrupt`` too), runs the undos pushed so far before re-raising; :func:`revert_all` is
+the one loop that undoes, last first: every undo runs even when one fails, then one
+:class:`~inductor_knobs.errors.RevertError` lists the failures.  A block's config keys, its gate,
+its interception, its cache salt, its settings and an emulation's getters are steps on the block's
+list; the process-wide patches the blocks share (:class:`~inductor_knobs._patching.SharedPatch`:
+the gate wrapper, the compile interception, the observers' hooks, the emulator's getters) keep
+their install steps' undos on a list of their own, with the same two functions.
 
-Interrupt safety (a ``KeyboardInterrupt`` may arrive at any line): a record is put on the
-applied list *before* its ``apply`` runs, and every record's ``revert`` is idempotent and safe
-on a record whose ``apply`` stopped part-way (it captures what it found first, and puts back
-only what it captured).  So whatever line an interrupt hits, reverting the applied list puts
-torch back exactly, and a revert that was itself interrupted can simply run again.
+Interrupt safety (a ``KeyboardInterrupt`` may arrive at any line): an undo is on the list before
+its change starts, and every undo is idempotent and safe on a change that stopped part-way (it
+captures what it found first, and puts back only what it captured).  So whatever line an
+interrupt hits, running the list puts torch back exactly, and a revert that was itself
+interrupted can simply run again.
+
+:class:`Change` is the step of a change that keeps state (what it found): ``apply`` and ``revert``
+methods, and ``__call__(push)`` pushes ``revert`` then applies.
 """
 
 from __future__ import annotations
@@ -18,9 +26,8 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
-from ._patching import TRIES
 from ._scope import current_owner, describe_owner
 from .errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied, RevertError
 from .patches.torch_2_4 import TorchPatches
@@ -30,15 +37,31 @@ from .why_not_applied import diagnose
 _NOT_READ = object()  # a SettingChange that has not read the state it replaces (nothing to restore)
 
 
-class Change(Protocol):
-    """One reversible change.  ``apply`` raises if it could not be made (and leaves nothing)."""
+#: Undoes one step; safe to call whether or not the step got as far as changing anything, and again.
+Undo = Callable[[], None]
+#: One change: registers its undo through the callback *before* it changes anything, so an interrupt
+#: at any line of the step leaves an undo that puts back whatever part happened.
+Step = Callable[[Callable[[Undo], None]], None]
+#: How many times an undo interrupted by a ``KeyboardInterrupt`` is run again (a tuple to iterate: no
+#: ``range`` object is built for every undo of every block).
+TRIES = (1, 2, 3)
 
-    @property
-    def description(self) -> str: ...
 
-    def apply(self) -> None: ...
+class Change:
+    """A step that keeps state: ``apply`` raises if the change could not be made (and leaves nothing);
+    ``revert`` is idempotent.  Calling it with ``push`` pushes ``revert``, then applies."""
 
-    def revert(self) -> None: ...
+    __slots__ = ()
+
+    def __call__(self, push: Callable[[Undo], None]) -> None:
+        push(self.revert)  # first: revert is safe on a change whose apply did not finish
+        self.apply()
+
+    def apply(self) -> None:
+        raise NotImplementedError
+
+    def revert(self) -> None:
+        raise NotImplementedError
 
 
 #: Config keys grouped by the module that stores them: ``((module, {key: value}), ...)``.
@@ -65,7 +88,7 @@ def config_writers(patches: TorchPatches, groups: Groups) -> Writers:
     return tuple(patches.overrides_writer(cfg, values) for cfg, values in groups)
 
 
-class ConfigChange:
+class ConfigChange(Change):
     """Set keys of torch ``ConfigModule`` s and put back their stored overrides on revert.
 
     Args:
@@ -198,7 +221,7 @@ _SETTING_HOLDERS: dict[str, list[tuple[int, int | None]]] = {}
 _SETTING_LOCK = threading.Lock()
 
 
-class SettingChange:
+class SettingChange(Change):
     """Set a process-global torch setting (:mod:`inductor_knobs.torch_settings`) and put back the exact state it found.
 
     Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
@@ -263,54 +286,54 @@ class SettingChange:
                         holders.remove(owner)
 
 
-def apply_all(changes: Sequence[Change], applied: list[Change] | None = None) -> list[Change]:
-    """Apply ``changes`` in order; on any failure (``KeyboardInterrupt`` too) revert what was applied and re-raise.
+def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Undo]:
+    """Run ``steps`` in order onto ``undos``; on any failure (``KeyboardInterrupt`` too) undo them and re-raise.
 
     Args:
-        changes: the records, in apply order.
-        applied: the list to record them in (a block's frame passes its own, so an interrupt
-            between two lines of this function still leaves every touched record on it).
+        steps: the changes, in apply order.
+        undos: the list the steps push onto (a block's frame passes its own, so an interrupt
+            between two lines of this function still leaves every touched change's undo on it).
 
     Returns:
-        ``applied``: the records in application order (pass it to :func:`revert_all`).
+        ``undos``, last to undo at the end (pass it to :func:`revert_all`).
     """
-    applied = [] if applied is None else applied
+    undos = [] if undos is None else undos
     try:
-        for change in changes:
-            applied.append(change)  # first: revert is safe on a record whose apply did not finish
-            change.apply()
+        push = undos.append
+        for step in steps:
+            step(push)
     except BaseException:
         try:
-            revert_all(applied)
+            revert_all(undos)
         except BaseException as err:  # noqa: BLE001 - keep the original error primary
             warnings.warn(f"while unwinding a failed apply: {err}", ExternalChangeWarning, stacklevel=2)
         raise
-    return applied
+    return undos
 
 
-def revert_all(applied: list[Change]) -> None:
-    """Revert and pop ``applied`` last-first; every record is attempted even if one fails (``BaseException`` too).
+def revert_all(undos: list[Undo]) -> None:
+    """Pop and run every undo, last first; all run even if some fail (``BaseException`` too).
 
-    A record is popped only after its revert ran, so an interrupted call can run again and carry on
-    where it stopped (reverts are idempotent).
+    An undo is popped only after it ran, so an interrupted call can run again and carry on where it
+    stopped (undos are idempotent).
 
     Raises:
-        RevertError: one or more records failed to revert (all others were reverted).
-        KeyboardInterrupt, SystemExit: re-raised after every record was attempted.
+        RevertError: one or more undos failed (all others ran).
+        KeyboardInterrupt, SystemExit: re-raised after every undo was attempted.
     """
     errors: list[BaseException] = []
     interrupted: BaseException | None = None
-    while applied:
-        for _ in TRIES:  # an interrupt inside a revert: run that (idempotent) revert again
+    while undos:
+        for _ in TRIES:  # an interrupt inside an undo: run that (idempotent) undo again
             try:
-                applied[-1].revert()
+                undos[-1]()
                 break
             except Exception as err:  # noqa: BLE001 - collected and re-raised below
                 errors.append(err)
                 break
-            except BaseException as err:  # noqa: BLE001 - finish every revert, re-raise below
+            except BaseException as err:  # noqa: BLE001 - finish every undo, re-raise below
                 interrupted = interrupted or err
-        applied.pop()
+        undos.pop()
     if interrupted is not None:
         raise interrupted
     if errors:

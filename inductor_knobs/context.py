@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from . import torch_compat
 from ._scope import ScopedSlot, current_owner, describe_owner
-from ._undo import Change, apply_all, revert_all
+from ._undo import Change, Undo, apply_all, revert_all
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import ConcurrentKnobsError, KnobsError
 from .interception import unwrap_not_applied
@@ -46,7 +46,7 @@ class _Frame:
     def __init__(self, context: UndoContext, owner: tuple[int, int | None] | None) -> None:
         self.context = context
         self.owner = owner
-        self.applied: list[Change] = []
+        self.applied: list[Undo] = []
         self.suspended = False
 
 

@@ -232,7 +232,7 @@ def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
     return stream, granted
 
 
-class GreenStreamChange:
+class GreenStreamChange(Change):
     """Undo record: make the green context's stream current on this thread, ordered by events.
 
     The green stream waits for the work already queued on the prior stream (so inputs made before
@@ -351,7 +351,7 @@ def _clear_sm_caches(patches: TorchPatches) -> None:
     getattr(owner, name).pop("cuda", None)
 
 
-class SmViewChange:
+class SmViewChange(Change):
     """Undo record: Inductor sees ``spec``'s SM count (and shared memory per block) on its device.
 
     The first user wraps the property getters (:data:`SM_VIEW_PATCH`); the last one puts the

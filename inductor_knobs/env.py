@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Mapping
 
-from ._undo import Change, apply_all, revert_all
+from ._undo import Undo, apply_all, revert_all
 from .emulate import EmulationSpec, plan_emulation, spec_from_text
 from .errors import InvalidKnobValue, KnobsError, StaleConfigHashWarning
 from .knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
@@ -24,7 +24,7 @@ DISABLE_VAR = ENV_PREFIX + "DISABLE"
 # Re-entrant: an explicit activate_from_env() before torch._inductor.utils exists imports it
 # while planning, and the startup hook's activation then runs inside the outer one.
 _lock = threading.RLock()
-_active: tuple[tuple[Knobs, EmulationSpec | None], list[Change]] | None = None
+_active: tuple[tuple[Knobs, EmulationSpec | None], list[Undo]] | None = None
 _activating = False
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ._patching import SharedPatch, wrap_attribute
 from ._scope import ScopedSlot
+from ._undo import Change
 from .patches.torch_2_4 import TorchPatches
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def _gate(wrapped: Callable[..., bool], instance: object, args: tuple[Any, ...],
     return answer.verdict
 
 
-class GateChange:
+class GateChange(Change):
     """Undo record: make ``min_sms`` the gate for this thread (2.12+) or process (< 2.12).
 
     ``process_wide`` sets the default every thread sees (env activation).

@@ -52,7 +52,7 @@ from typing import Any
 from . import gate
 from ._patching import SharedPatch, wrap_attribute
 from ._scope import ScopedSlot
-from ._undo import ConfigChange, SettingChange, apply_all, revert_all
+from ._undo import Change, ConfigChange, SettingChange, apply_all, revert_all
 from .errors import KnobNotApplied, KnobNotAppliedWarning
 from .knobs import config_key
 from .patches.torch_2_4 import TorchPatches
@@ -455,7 +455,7 @@ def _steps() -> tuple[Any, ...]:
 INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _steps)
 
 
-class InterceptionUse:
+class InterceptionUse(Change):
     """Undo record: hold the interception (installs it for the first holder) with this torch's patch module.
 
     Idempotent both ways: :class:`~inductor_knobs._patching.SharedPatch` counts each holder once, so a

@@ -43,7 +43,8 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
 from . import torch_compat
-from ._patching import SharedPatch, Step, Undo, resolve, wrap_attribute
+from ._patching import SharedPatch, resolve, wrap_attribute
+from ._undo import Step, Undo
 from .errors import DriftWarning
 from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, RuntimeEvent, current_compile_id, finite_or_none
 
