@@ -2,7 +2,9 @@
 
     python bench/overhead.py [--out bench/results/overhead-cpu] [--rounds 41] [--starts 30]
 
-- **enter + exit** (in one process that has compiled, so thousands of modules are loaded):
+- **enter + exit**, in four process states, each in a child process of its own: a process that has
+  compiled (thousands of modules loaded) or has only imported torch and the package, each with
+  Python's garbage collector on (the default) and off (``gc.disable()``, as some servers run):
   ``ik.knobs(coordinate_descent_tuning=True)`` against ``torch._inductor.config.patch`` of the same
   key, and ``ik.force_gemm_autotune(min_sms=40)`` against ``config.patch`` of the keys it sets
   (``max_autotune_gemm``, ``max_autotune_gemm_backends``).  Every variant makes its context
@@ -44,14 +46,28 @@ def _blocks(make: Callable[[], Any], count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-def enter_exit(rounds: int, count: int) -> dict[str, Any]:
+#: (label, compiled, garbage collector on) of each state enter + exit is measured in.
+STATES = (
+    ("compiled, GC on", True, True),
+    ("compiled, GC off", True, False),
+    ("not compiled, GC on", False, True),
+    ("not compiled, GC off", False, False),
+)
+
+
+def enter_exit(rounds: int, count: int, compiled: bool = True, gc_on: bool = True) -> dict[str, Any]:
+    import gc
+
     import torch
     import torch._inductor.config as cfg
 
     import inductor_knobs as ik
     from inductor_knobs.ablation.stats import median_interval
 
-    torch.compile(lambda x: (x @ x).relu())(torch.randn(16, 16))  # a process that has compiled
+    if compiled:
+        torch.compile(lambda x: (x @ x).relu())(torch.randn(16, 16))  # a process that has compiled
+    if not gc_on:
+        gc.disable()
     variants: dict[str, Callable[[], Any]] = {
         "knobs(coordinate_descent_tuning=True)": lambda: ik.knobs(coordinate_descent_tuning=True),
         "config.patch(coordinate_descent_tuning=True)": lambda: cfg.patch(coordinate_descent_tuning=True),
@@ -141,31 +157,43 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--blocks", type=int, default=100)
     parser.add_argument("--starts", type=int, default=30)
+    parser.add_argument("--state", help=argparse.SUPPRESS)  # a child: "compiled,gc_on" as 0/1, prints JSON
     args = parser.parse_args()
+    if args.state:
+        compiled, gc_on = (flag == "1" for flag in args.state.split(","))
+        print(json.dumps(enter_exit(args.rounds, args.blocks, compiled, gc_on)))
+        return
     import torch
 
+    states = {}
+    for label, compiled, gc_on in STATES:  # one child per state: a fresh process each
+        cmd = [sys.executable, __file__, "--rounds", str(args.rounds), "--blocks", str(args.blocks)]
+        done = subprocess.run([*cmd, "--state", f"{int(compiled)},{int(gc_on)}"], capture_output=True, text=True, check=True)
+        states[label] = json.loads(done.stdout.strip().splitlines()[-1])
     result = {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "cpus": os.cpu_count(),
-        "enter_exit": enter_exit(args.rounds, args.blocks),
+        "enter_exit": states,
         "starts": starts(args.starts),
         "cli_without_torch": cli_imports_no_torch(),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "overhead.json").write_text(json.dumps(result, indent=2))
-    ee, st = result["enter_exit"], result["starts"]
-    config_only, fga = ee["ratio_config_only"], ee["ratio_force_gemm_autotune"]
-    rows = [
-        ("enter + exit, config-only knob vs config.patch", _with_interval(config_only), 1.2),
-        ("enter + exit, force_gemm_autotune vs config.patch", _with_interval(fga), 1.5),
-        ("interpreter start with INDUCTOR_KNOBS_MIN_SMS=40 vs bare", f"{st['ratio_start_with_variable']:.2f}x", 1.1),
-        ("import inductor_knobs vs bare start", f"{st['ratio_import_package']:.2f}x", 1.5),
-    ]
+    st = result["starts"]
+    rows = []
+    for label, ee in states.items():
+        config_only, forced = _with_interval(ee["ratio_config_only"]), _with_interval(ee["ratio_force_gemm_autotune"])
+        rows.append((f"enter + exit, config-only knob vs config.patch ({label})", config_only, 1.2))
+        rows.append((f"enter + exit, force_gemm_autotune vs config.patch ({label})", forced, 1.5))
+    rows.append(("interpreter start with INDUCTOR_KNOBS_MIN_SMS=40 vs bare", f"{st['ratio_start_with_variable']:.2f}x", 1.1))
+    rows.append(("import inductor_knobs vs bare start", f"{st['ratio_import_package']:.2f}x", 1.5))
     lines = [
-        f"torch {result['torch']}, Python {result['python']}, {result['cpus']} CPUs; {ee['modules_loaded']} modules loaded "
-        f"for enter/exit; {args.rounds} interleaved rounds of {args.blocks} blocks, {args.starts} interleaved starts",
+        f"torch {result['torch']}, Python {result['python']}, {result['cpus']} CPUs; {args.rounds} interleaved rounds "
+        f"of {args.blocks} blocks per state (modules loaded: "
+        + ", ".join(f"{label} {ee['modules_loaded']}" for label, ee in states.items())
+        + f"); {args.starts} interleaved starts",
         "",
         "| what | ratio | goal |",
         "|---|---|---|",
@@ -173,7 +201,7 @@ def main() -> None:
         "",
         "| variant | median |",
         "|---|---|",
-        *[f"| {name} | {value:.1f} µs |" for name, value in ee["median_us"].items()],
+        *[f"| {name} ({label}) | {value:.1f} µs |" for label, ee in states.items() for name, value in ee["median_us"].items()],
         *[f"| {name} | {value:.1f} ms CPU |" for name, value in st["median_cpu_ms"].items()],
         "",
         f"`inductor-knobs --help` / `--version` import torch: {'no' if all(result['cli_without_torch'].values()) else 'YES'}",
