@@ -191,19 +191,32 @@ def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls
         own.append(outer - guard.seconds[-1])
         return outer
 
-    arms = {"plain": plain, "plain-c-sync": plain_c_sync, "guarded": guarded}
+    # The same guard once an unexplained stall turned its GPU timing on (CUDA events around each call).
+    timed_guard = ik.no_stalls(compiled, on="record")
+    if DEVICE == "cuda":
+        from inductor_knobs.stalls import _GpuTimer
+
+        timed_guard._gpu = _GpuTimer.create()
+
+    def guarded_gpu_timed() -> float:
+        start = time.perf_counter()
+        timed_guard(**inputs)
+        return time.perf_counter() - start
+
+    arms = {"plain": plain, "plain-c-sync": plain_c_sync, "guarded": guarded, "guarded-gpu-timed": guarded_gpu_timed}
     times: dict[str, list[float]] = {name: [] for name in arms}
     order = random.Random(0)
-    with guard:
-        for _ in range(50):  # the guard learns the shape (and profiles its first call) before the cycles
+    with guard, timed_guard:
+        for _ in range(50):  # the guards learn the shape (and profile its first call) before the cycles
             guarded()
+            guarded_gpu_timed()
         own.clear()
         for _ in range(cycles):
             names = list(arms)
             order.shuffle(names)
             for name in names:
                 times[name].append(arms[name]())
-    stalls_during = len(guard.stalls)
+    stalls_during = len(guard.stalls) + len(timed_guard.stalls)
     outside, inside = [], []
     for r in range(rounds):
         for where in ("outside", "inside") if r % 2 == 0 else ("inside", "outside"):
@@ -232,7 +245,8 @@ def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls
         "hooks_calls_per_round": calls,
         "cprofile_200_calls": profiles,  # where the time went, plain and guarded (tottime order)
     }
-    for name, reference in (("guarded", "plain"), ("guarded", "plain-c-sync"), ("plain-c-sync", "plain")):
+    pairs = (("guarded", "plain"), ("guarded", "plain-c-sync"), ("plain-c-sync", "plain"), ("guarded-gpu-timed", "plain"))
+    for name, reference in pairs:
         diffs = [1e6 * (a - b) for a, b in zip(times[name], times[reference])]
         key = f"{name}_vs_{reference}".replace("-", "_")
         out[f"{key}_us_median"] = statistics.median(diffs)
@@ -306,7 +320,9 @@ def markdown(results: list[dict], env: dict) -> str:
                 f"guarded - plain {o['guarded_vs_plain_us_median']:.1f} us {ci['guarded_vs_plain_us_ci95']} "
                 f"({100 * o['guarded_vs_plain_us_median'] / (1000 * o['plain_ms_median']):.2f}% of the plain call); "
                 f"guarded - plain with the C synchronize {o['guarded_vs_plain_c_sync_us_median']:.1f} us "
-                f"{ci['guarded_vs_plain_c_sync_us_ci95']} (the guard's own cost); the C synchronize - "
+                f"{ci['guarded_vs_plain_c_sync_us_ci95']} (the guard's own cost); with GPU timing on (after an unexplained "
+                f"stall) - plain {o['guarded_gpu_timed_vs_plain_us_median']:.1f} us {ci['guarded_gpu_timed_vs_plain_us_ci95']}; "
+                "the C synchronize - "
                 f"torch.cuda.synchronize() {o['plain_c_sync_vs_plain_us_median']:.1f} us {ci['plain_c_sync_vs_plain_us_ci95']}; "
                 f"the guard's Python around each call {o['guard_own_us_median']:.1f} us (paired); hooks installed "
                 f"(plain calls inside vs outside the block, {o['hooks_rounds']} rounds of {o['hooks_calls_per_round']}) "

@@ -152,6 +152,8 @@ CAUSES = {
     "aten_first_call": "an ATen op slow at a new shape (named in the detail)",
     "python_gc": "Python's cyclic garbage collector (gc.callbacks): a collection walks the objects the process holds",
     "thread_off_cpu": "the serving thread was off the CPU (time.thread_time): waiting for the GIL, preempted, a CPU quota",
+    "gpu_slower": "the GPU itself took longer (CUDA events around the call): clocks ramping up, power or thermal limits, "
+    "another process on the GPU; not a first-call cost of the host",
     "unattributed": "no hook or profiled op accounts for the time",
 }
 

@@ -287,6 +287,8 @@ class no_stalls(ObservedBlock):
         self._events: list[RuntimeEvent] | None = None  # the running call's hook events
         self._profiler: Any = None
         self._sync: Callable[[], None] | None = None  # torch's C synchronize, once CUDA is initialised
+        self._gpu: _GpuTimer | None = None  # CUDA events around each call, from the first unexplained stall on
+        self._gpu_usual = _RunningMedian(window)  # the GPU's seconds of calls that were not stalls
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -353,10 +355,15 @@ class no_stalls(ObservedBlock):
         profiled = (new or self.profile == "all") and self._wants_profile(new) and self._start_profiler()
         events: list[RuntimeEvent] = []
         self._events = events
+        gpu = self._gpu
         on_cpu = time.thread_time()
         started = time.perf_counter()
         try:
+            if gpu is not None:
+                gpu.begin()
             out = fn(*args, **kwargs)
+            if gpu is not None:
+                gpu.end()
             if self.synchronize:
                 sync = self._sync or self._find_sync()
                 if sync is not None:
@@ -371,15 +378,18 @@ class no_stalls(ObservedBlock):
             on_cpu_end = time.thread_time() if sample else None
             profile = self._stop_profiler() if profiled else None
         off_cpu = None if on_cpu_end is None else seconds - (on_cpu_end - on_cpu)
+        gpu_seconds = gpu.seconds() if gpu is not None and on_cpu_end is not None else None
         if fast:
             self.seconds.append(seconds)
+            if gpu_seconds is not None:
+                self._gpu_usual.add(gpu_seconds)
             self._unfolded.append((signature, seconds, off_cpu))
             if len(self._unfolded) >= FOLD_EVERY:
                 self._fold()
             return out
         self._fold()
         self._seen.add(signature)
-        self._judge(seconds, events, profile, new, profiled, signature, off_cpu or 0.0)
+        self._judge(seconds, events, profile, new, profiled, signature, off_cpu or 0.0, gpu_seconds)
         return out
 
     def _find_sync(self) -> Callable[[], None] | None:
@@ -429,6 +439,7 @@ class no_stalls(ObservedBlock):
         profiled: bool,
         signature: tuple[Any, ...],
         off_cpu: float = 0.0,
+        gpu_seconds: float | None = None,
     ) -> None:
         index = len(self.seconds)
         self.seconds.append(seconds)
@@ -447,6 +458,12 @@ class no_stalls(ObservedBlock):
             if extra >= MIN_OP_SECONDS:
                 detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * (off_cpu - extra):.2f} ms)"
                 causes.append(RuntimeEvent("thread_off_cpu", extra, detail, None))
+        if gpu_seconds is not None and threshold is not None and seconds > threshold and len(self._gpu_usual) >= self.min_calls:
+            # The GPU's own time beyond its usual: the device was slower, whatever the host did.
+            extra = gpu_seconds - self._gpu_usual.value()
+            if extra >= MIN_OP_SECONDS:
+                detail = f"the GPU took {1000 * gpu_seconds:.2f} ms for this call (usually {1000 * (gpu_seconds - extra):.2f} ms)"
+                causes.append(RuntimeEvent("gpu_slower", extra, detail, None))
         self.last_causes = causes
         if threshold is not None:
             stalled = seconds > threshold and seconds - (baseline or 0.0) >= self.min_excess_s
@@ -454,6 +471,8 @@ class no_stalls(ObservedBlock):
             stalled = any(c.started is not None for c in causes) or sum(c.seconds for c in causes) >= 0.5 * seconds
         if not stalled:
             self._add_steady(signature, seconds, off_cpu)
+            if gpu_seconds is not None:
+                self._gpu_usual.add(gpu_seconds)
             if new and profiled:
                 self._quiet += 1
             return
@@ -466,6 +485,10 @@ class no_stalls(ObservedBlock):
         # Without a baseline the steady part of the call is unknown: named causes are then the answer.
         if not causes or (baseline is not None and missing > 0.5 * excess):
             causes.append(RuntimeEvent("unattributed", max(missing, 0.0), "no hook or profiled op accounts for this time", None))
+            if self._gpu is None and self.synchronize and _on_cuda(signature):
+                # From now on CUDA events time the GPU's share of each call, so a GPU-side slowdown is
+                # named (a few microseconds a call; off until a stall needs it).
+                self._gpu = _GpuTimer.create()
         causes.sort(key=lambda e: -e.seconds)
         stall = Stall(index, seconds, baseline, threshold, _describe(signature), new, profiled, causes)
         self.stalls.append(stall)
@@ -535,6 +558,48 @@ class no_stalls(ObservedBlock):
             warnings.warn(message, StallWarning, stacklevel=5)
             return
         raise StallDuringServing(message, stall)
+
+
+class _GpuTimer:
+    """Two CUDA events recorded on the current stream around a call; the GPU's seconds between them.
+
+    The stream is looked up with torch's C calls (``_cuda_getDevice``, ``_cuda_getCurrentStream``)
+    and the ``torch.cuda.Stream`` object is made again only when it changes: ``Event.record()``
+    without a stream builds one through ``torch.cuda.current_stream()``'s Python at every call.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+        self._key: Any = None
+        self._stream: Any = None
+
+    @classmethod
+    def create(cls) -> _GpuTimer | None:
+        """A timer, or None where CUDA events cannot be made (no CUDA, a build without events)."""
+        torch = sys.modules.get("torch")
+        try:
+            return cls(torch) if torch is not None and torch.cuda.is_initialized() else None
+        except (AttributeError, RuntimeError):
+            return None
+
+    def _current(self) -> Any:
+        c = self._torch._C
+        key = c._cuda_getCurrentStream(c._cuda_getDevice())
+        if key != self._key:
+            self._key, self._stream = key, self._torch.cuda.current_stream()
+        return self._stream
+
+    def begin(self) -> None:
+        self._start.record(self._current())
+
+    def end(self) -> None:
+        self._end.record(self._current())
+
+    def seconds(self) -> float:
+        """After the end event completed (the guard synchronised)."""
+        return float(self._start.elapsed_time(self._end)) / 1000
 
 
 class _RunningMedian:

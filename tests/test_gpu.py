@@ -228,3 +228,35 @@ def test_cudnn_attention_plans_per_length_are_named_and_the_sdpa_knob_removes_th
         results[label] = [c.kind for s in guard.stalls for c in s.causes]
     assert "cudnn_sdpa_plan" in results["cudnn"]
     assert "cudnn_sdpa_plan" not in results["flash"]
+
+
+@requires_cuda
+def test_gpu_timing_measures_the_calls_gpu_time_and_keeps_warm_calls_on_the_fast_path():
+    """Once an unexplained stall turned it on, CUDA events time each call's GPU share (``gpu_slower``)."""
+    from inductor_knobs import stalls
+
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def served(x):
+        for _ in range(20):
+            x = torch.tanh(x @ x * 1e-3)
+        return x
+
+    guard = ik.no_stalls(served, on="record")
+    with guard:
+        for _ in range(10):
+            guard(x)
+        guard._gpu = stalls._GpuTimer.create()  # as after an unexplained stall on this GPU
+        assert guard._gpu is not None
+        for _ in range(3 * stalls.FOLD_EVERY):
+            guard(x)
+        # Its own measurement of one call: the same CUDA events torch.cuda.Event times with.
+        guard._gpu.begin()
+        served(x)
+        guard._gpu.end()
+        torch.cuda.synchronize()
+        own = guard._gpu.seconds()
+    assert not guard.stalls, [s.describe() for s in guard.stalls]
+    assert len(guard._gpu_usual) >= 3, "sampled warm calls record their GPU time"
+    usual = guard._gpu_usual.value()
+    assert 0 < usual <= 1.5 * max(guard.seconds[-20:]) and 0.5 * usual < own < 2 * usual

@@ -423,3 +423,31 @@ def test_signature_keys_tensors_by_dtype_shape_and_device_and_others_by_type():
     assert stalls._describe(stalls._signature((x,), {"mask": x})) == ["torch.float16[2, 3]", "mask=torch.float16[2, 3]"]
     assert not stalls._on_cuda(key)
     assert stalls._cuda_synchronize() is None or torch.cuda.is_initialized()
+
+
+def test_an_unexplained_cuda_stall_turns_on_gpu_timing_and_a_slower_gpu_is_then_named(monkeypatch):
+    """GPU-side slowdowns (seen on H100 hosts: 3-25 ms calls of a 1.4 ms model whose CUDA-event time was as long)."""
+    made = []
+    monkeypatch.setattr(stalls._GpuTimer, "create", classmethod(lambda cls: made.append(1) or "timer"))
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard._judge(0.050, [], None, False, False, CUDA_CALL)  # nothing measured the GPU yet
+    assert guard.stalls[-1].primary == "unattributed" and made == [1] and guard._gpu == "timer"
+    for _ in range(guard.min_calls):  # the GPU's usual share, from calls that were not stalls
+        guard._judge(0.0011, [], None, False, False, CUDA_CALL, 0.0, 0.001)
+    guard._judge(0.030, [], None, False, False, CUDA_CALL, 0.0, 0.029)
+    kinds = [c.kind for c in guard.stalls[-1].causes]
+    assert kinds == ["gpu_slower"], guard.stalls[-1].describe()
+    assert guard.stalls[-1].causes[0].seconds == pytest.approx(0.028)
+    assert "usually 1.00 ms" in guard.stalls[-1].causes[0].detail
+    # A stall whose GPU time was usual stays a host-side mystery, not a GPU one.
+    guard._judge(0.030, [], None, False, False, CUDA_CALL, 0.0, 0.001)
+    assert [c.kind for c in guard.stalls[-1].causes] == ["unattributed"] and made == [1]
+
+
+def test_cpu_calls_and_unsynchronised_guards_never_time_the_gpu(monkeypatch):
+    monkeypatch.setattr(stalls._GpuTimer, "create", classmethod(lambda cls: pytest.fail("no GPU timer here")))
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard._judge(0.050, [], None, False, False, ((torch.float32, (4, 4), "cpu"),))
+    unsynchronised = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0, synchronize=False)
+    unsynchronised._judge(0.050, [], None, False, False, CUDA_CALL)
+    assert guard._gpu is None and unsynchronised._gpu is None
