@@ -288,7 +288,6 @@ class no_stalls(ObservedBlock):
         self._profiler: Any = None
         self._sync: Callable[[], None] | None = None  # torch's C synchronize, once CUDA is initialised
         self._gpu: _GpuTimer | None = None  # CUDA events around each call, from the first unexplained stall on
-        self._gpu_usual = _RunningMedian(window)  # the GPU's seconds of calls that were not stalls
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -378,17 +377,15 @@ class no_stalls(ObservedBlock):
             on_cpu_end = time.thread_time() if sample else None
             profile = self._stop_profiler() if profiled else None
         off_cpu = None if on_cpu_end is None else seconds - (on_cpu_end - on_cpu)
-        gpu_seconds = gpu.seconds() if gpu is not None and on_cpu_end is not None else None
         if fast:
             self.seconds.append(seconds)
-            if gpu_seconds is not None:
-                self._gpu_usual.add(gpu_seconds)
             self._unfolded.append((signature, seconds, off_cpu))
             if len(self._unfolded) >= FOLD_EVERY:
                 self._fold()
             return out
         self._fold()
         self._seen.add(signature)
+        gpu_seconds = gpu.seconds() if gpu is not None else None
         self._judge(seconds, events, profile, new, profiled, signature, off_cpu or 0.0, gpu_seconds)
         return out
 
@@ -458,11 +455,12 @@ class no_stalls(ObservedBlock):
             if extra >= MIN_OP_SECONDS:
                 detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * (off_cpu - extra):.2f} ms)"
                 causes.append(RuntimeEvent("thread_off_cpu", extra, detail, None))
-        if gpu_seconds is not None and threshold is not None and seconds > threshold and len(self._gpu_usual) >= self.min_calls:
-            # The GPU's own time beyond its usual: the device was slower, whatever the host did.
-            extra = gpu_seconds - self._gpu_usual.value()
+        if gpu_seconds is not None and baseline is not None and threshold is not None and seconds > threshold:
+            # The GPU's own time beyond the whole call's steady time (which bounds the GPU's usual share
+            # from above): at least that much the device itself was slower, whatever the host did.
+            extra = gpu_seconds - baseline
             if extra >= MIN_OP_SECONDS:
-                detail = f"the GPU took {1000 * gpu_seconds:.2f} ms for this call (usually {1000 * (gpu_seconds - extra):.2f} ms)"
+                detail = f"the GPU took {1000 * gpu_seconds:.2f} ms for this call, whose steady time is {1000 * baseline:.2f} ms"
                 causes.append(RuntimeEvent("gpu_slower", extra, detail, None))
         self.last_causes = causes
         if threshold is not None:
@@ -471,8 +469,6 @@ class no_stalls(ObservedBlock):
             stalled = any(c.started is not None for c in causes) or sum(c.seconds for c in causes) >= 0.5 * seconds
         if not stalled:
             self._add_steady(signature, seconds, off_cpu)
-            if gpu_seconds is not None:
-                self._gpu_usual.add(gpu_seconds)
             if new and profiled:
                 self._quiet += 1
             return

@@ -231,7 +231,7 @@ def test_cudnn_attention_plans_per_length_are_named_and_the_sdpa_knob_removes_th
 
 
 @requires_cuda
-def test_gpu_timing_measures_the_calls_gpu_time_and_keeps_warm_calls_on_the_fast_path():
+def test_gpu_timing_measures_the_calls_gpu_time():
     """Once an unexplained stall turned it on, CUDA events time each call's GPU share (``gpu_slower``)."""
     from inductor_knobs import stalls
 
@@ -256,8 +256,33 @@ def test_gpu_timing_measures_the_calls_gpu_time_and_keeps_warm_calls_on_the_fast
         guard._gpu.end()
         torch.cuda.synchronize()
         own = guard._gpu.seconds()
-    # (A sporadic GPU-side stall may happen on a shared host: that is what the timer is for.)
-    assert len(guard._gpu_usual) >= 3, "sampled warm calls record their GPU time"
-    usual = guard._gpu_usual.value()
-    assert 0 < usual <= 1.5 * max(guard.seconds[-20:]), (usual, guard.seconds[-20:])
-    assert 0.5 * usual < own < 2 * usual, (own, usual)
+    # The GPU's share of a call: positive and within the whole call's steady (wall) time.
+    steady = sorted(guard.seconds[-20:])[10]
+    assert 0.2 * steady < own <= 1.2 * steady, (own, steady)
+
+
+@requires_cuda
+def test_a_gpu_busy_with_other_work_is_named_gpu_slower():
+    """Work on another stream competes for the SMs: the guarded call's own GPU time grows, and the stall
+    after the first one (which turns GPU timing on) is named ``gpu_slower``."""
+    x = torch.randn(2048, 2048, device="cuda")
+    big = torch.randn(8192, 8192, device="cuda")
+    side = torch.cuda.Stream()
+
+    def served(x):
+        for _ in range(20):
+            x = torch.tanh(x @ x * 1e-3)
+        return x
+
+    guard = ik.no_stalls(served, on="record")
+    with guard:
+        for _ in range(20):
+            guard(x)
+        for _ in range(2):  # the first stall turns GPU timing on; the second is measured
+            with torch.cuda.stream(side):
+                for _ in range(30):
+                    big @ big
+            guard(x)
+    assert len(guard.stalls) == 2, [s.describe() for s in guard.stalls]
+    assert guard.stalls[0].primary == "unattributed"
+    assert "gpu_slower" in {c.kind for c in guard.stalls[1].causes}, guard.stalls[1].describe()
