@@ -14,7 +14,9 @@ least one observer does, anywhere in the process, and are removed when the last 
   precompile_elapse, ...)`` in every release 2.4–2.15); torch calls it, before the savers, only
   when it really benchmarked or logs at DEBUG;
 - a wrapt wrapper of the recompile-reason function ``_dynamo/convert_frame.py`` imported by name
-  (``patches.recompile_reasons_name``), which returns Dynamo's guard-failure reasons;
+  (``patches.recompile_reasons_name``), which returns Dynamo's guard-failure reasons; on 2.4-2.5,
+  which ask for them after the compile-start callbacks ran (``patches.reasons_after_start_callbacks``),
+  a wrapper of ``convert_frame._compile`` that reads them before it starts instead;
 - a Dynamo compile-start and compile-end callback (``torch._dynamo.callback_handler``, 2.4+), which
   also time each compile.  ``torch._dynamo.reset()`` clears every callback, so entering an observer
   registers them again when they went missing;
@@ -95,7 +97,10 @@ def _hook_steps() -> list[Step]:
     steps: list[Step] = []
     if _HOOKS.arity:
         steps += [_add_feedback_saver, _wrap_log_results]
-    steps += [_wrap_recompile_reasons(patches.recompile_reasons_name), _add_compile_callback]
+    if patches.reasons_after_start_callbacks:  # 2.4-2.5: read them as _compile starts
+        steps += [wrap_attribute(f"{CONVERT_FRAME}:_compile", _compile_wrapper), _add_compile_callback]
+    else:
+        steps += [_wrap_recompile_reasons(patches.recompile_reasons_name), _add_compile_callback]
     steps += [_wrap_timed(path, kind) for kind, path in patches.runtime_hooks(torch_compat.release_of(torch.__version__))]
     steps.append(_add_gc_callback)
     return steps
@@ -386,6 +391,19 @@ def _reasons_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[
         texts = [str(r) for r in reasons or []] or ["Dynamo found no guard-failure reason"]
         _THREAD.reasons = (texts, *_describe_frame(frame))
     return reasons
+
+
+def _compile_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """2.4-2.5: Dynamo's recompile reasons, read before ``_compile`` runs the start callbacks."""
+    try:
+        found = torch_compat.installed().recompile_reasons_of(wrapped, args, kwargs)
+    except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation
+        warnings.warn(f"inductor_knobs could not read Dynamo's recompile reasons: {err!r}", DriftWarning, stacklevel=2)
+        found = None
+    if found is not None:
+        reasons, frame = found
+        _THREAD.reasons = ([str(r) for r in reasons] or ["Dynamo found no guard-failure reason"], *_describe_frame(frame))
+    return wrapped(*args, **kwargs)
 
 
 def _describe_frame(frame: Any) -> tuple[str | None, dict[str, str]]:

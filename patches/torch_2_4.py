@@ -64,6 +64,12 @@ class TorchPatches:
     #: The name ``_dynamo/convert_frame.py`` imports the recompile-reason function under
     #: (``guards.py:2570`` in 2.4; renamed to ``..._reasons`` in 2.7).
     recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reason"
+    #: ``_dynamo/convert_frame.py:_compile`` runs the compile-start callbacks before it asks for the
+    #: recompile reasons (2.5.1 ``:824`` ``run_start_callbacks()``, then ``:828-831``), so the reasons
+    #: function answers after the compile's start event was made; the observer then reads the reasons
+    #: itself when ``_compile`` is called (:meth:`recompile_reasons_of`).  2.6 asks first (``:891``, the
+    #: callbacks are installed in ``compile_inner``, ``:713``/``:986``).
+    reasons_after_start_callbacks: ClassVar[bool] = True
     #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
     has_cache_artifacts: ClassVar[bool] = False
 
@@ -111,6 +117,30 @@ class TorchPatches:
         "aten::cudnn_convolution": "cudnn_conv",
         "aten::_convolution": "cudnn_conv",
     }
+
+    def recompile_reasons_of(
+        self, compile_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[list[str], Any] | None:
+        """For a call of ``convert_frame._compile`` (``compile_fn``): (Dynamo's guard-failure reasons, the frame)
+        when it recompiles, else None (see :attr:`reasons_after_start_callbacks`).
+
+        The reasons ``get_and_maybe_log_recompilation_reason`` returns (2.5.1 ``_dynamo/guards.py:2777-2787``),
+        from ``get_guard_fail_reason_helper`` (``:2675``), which neither logs nor records the failure.
+        """
+        from torch._dynamo.cache_size import is_recompilation
+        from torch._dynamo.guards import get_guard_fail_reason_helper
+
+        bound = inspect.signature(compile_fn).bind(*args, **kwargs).arguments
+        frame, cache_size, entry = bound.get("frame"), bound.get("cache_size"), bound.get("cache_entry")
+        if frame is None or cache_size is None or not is_recompilation(cache_size):
+            return None
+        reasons: list[str] = []
+        while entry is not None:
+            reason = get_guard_fail_reason_helper(entry.check_fn, frame.f_locals, entry.compile_id)
+            if reason:
+                reasons.append(reason)
+            entry = entry.next
+        return reasons, frame
 
     # -- where Inductor reads the SM count (small-GPU emulation wraps and clears these) --
     #: ``module:attribute`` getters of CUDA device properties.  ``torch.cuda.get_device_properties``
