@@ -260,7 +260,7 @@ class SettingChange(Change):
         self._prior = self.setting.state(self.patches)
         self.setting.set(self.patches, self.value)
         found = self.setting.value(self.patches)
-        if found != self.value:
+        if not self.setting.matches(self.patches, found, self.value):
             self.revert()
             raise KnobNotApplied(f"{self.key}={self.value!r} did not take: it reads back {found!r} ({self.setting.what})")
 
@@ -269,7 +269,7 @@ class SettingChange(Change):
             if self._prior is not _NOT_READ:
                 prior, self._prior = self._prior, _NOT_READ
                 found = self.setting.value(self.patches)
-                if found != self.value:
+                if not self.setting.matches(self.patches, found, self.value):
                     warnings.warn(
                         f"{self.key} was changed to {found!r} inside the knobs block (the block set {self.value!r}); "
                         "restoring the value from before the block",

@@ -57,7 +57,7 @@ from .errors import KnobNotApplied, KnobNotAppliedWarning
 from .knobs import config_key
 from .patches.torch_2_4 import TorchPatches
 from .records import current_compile_id
-from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting
+from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
 from .why_not_applied import diagnose
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
@@ -361,7 +361,7 @@ def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
     if now != snapshot.asked:
         for (module, key), asked in snapshot.asked.items():
             if module == SETTINGS_MODULE:
-                if read_setting(snapshot.patches, key) != asked.value:
+                if not setting_matches(snapshot.patches, key, read_setting(snapshot.patches, key), asked.value):
                     changes.append(SettingChange(snapshot.patches, key, asked.value))
                 continue
             cfg = importlib.import_module(module)
@@ -380,7 +380,8 @@ def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     for (module, key), asked in sorted(snapshot.asked.items()):
         if module == SETTINGS_MODULE:  # a process-global torch setting (SDPA backends, TunableOp)
             seen = read_setting(patches, key)
-            cause = None if _same(seen, asked.value) else f"other code set it after the knobs did ({SETTINGS[key].what})"
+            matched = setting_matches(patches, key, seen, asked.value)
+            cause = None if matched else f"other code set it after the knobs did ({SETTINGS[key].what})"
         else:
             cfg = importlib.import_module(module)
             seen = patches.read_value(cfg, key)

@@ -41,6 +41,8 @@ class Setting:
         what: the torch API, for messages.
         missing_feature: a problem means this torch build lacks the feature (``NotSupportedOnThisTorch``)
             rather than that the value is wrong for it (``InvalidKnobValue``).
+        matches: whether a ``value`` read back is the knob's value (equal, unless this torch cannot tell
+            them apart).
     """
 
     key: str
@@ -51,6 +53,9 @@ class Setting:
     problem: Callable[[TorchPatches, Any], str | None]
     what: str
     missing_feature: bool = False
+    matches: Callable[[TorchPatches, Any, Any], bool] = lambda patches, found, asked: (
+        type(found) is type(asked) and found == asked
+    )
 
 
 def _sdpa_problem(patches: TorchPatches, value: str) -> str | None:
@@ -67,6 +72,7 @@ SETTINGS = {
         set=lambda patches, value: patches.write_sdpa(tuple(value.split(",")), None),
         value=lambda patches: ",".join(patches.read_sdpa()[0]),
         problem=_sdpa_problem,
+        matches=lambda patches, found, asked: patches.sdpa_matches(found, asked),
         what="torch.backends.cuda.enable_*_sdp / torch._C._set_sdp_priority_order (what torch.nn.attention.sdpa_kernel sets)",
     ),
     "tunableop": Setting(
@@ -85,3 +91,8 @@ SETTINGS = {
 def read_setting(patches: TorchPatches, key: str) -> Any:
     """The value of setting ``key`` now, as the knob spells it."""
     return SETTINGS[key].value(patches)
+
+
+def setting_matches(patches: TorchPatches, key: str, found: Any, asked: Any) -> bool:
+    """Whether setting ``key`` read back as ``found`` is the knob's value ``asked``."""
+    return SETTINGS[key].matches(patches, found, asked)

@@ -488,6 +488,23 @@ class TorchPatches:
         members: dict[str, Any] = dict(torch.nn.attention.SDPBackend.__members__)
         return {name: int(member) for name, member in members.items()}
 
+    def sdpa_matches(self, found: object, asked: object) -> bool:
+        """Whether the SDPA backends read back (``",".join(read_sdpa()[0])``) are the knob's ``asked``.
+
+        The same names in the same order; on a torch without a priority order (2.4-2.5: no
+        ``torch._C._get_sdp_priority_order``, which 2.6 adds, ``torch/_C/__init__.pyi:1203``) only which
+        backends are enabled exists, and :meth:`read_sdpa` lists them in its own order, so the same names.
+        """
+        import torch
+
+        if type(found) is not type(asked):
+            return False
+        if found == asked:
+            return True
+        if not isinstance(found, str) or not isinstance(asked, str) or hasattr(torch._C, "_get_sdp_priority_order"):
+            return False
+        return sorted(found.split(",")) == sorted(asked.split(","))
+
     def write_sdpa(self, enabled: tuple[str, ...], order: tuple[int, ...] | None) -> None:
         """Enable exactly ``enabled``; set the priority order to ``order``, or (None) to ``enabled`` first, then
         the others as they were, as ``sdpa_kernel(backends, set_priority=True)`` does."""
