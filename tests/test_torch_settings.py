@@ -65,7 +65,9 @@ def test_changed_by_sdpa_kernel_before_the_compile_is_a_knob_not_applied(fresh_i
 
 def test_a_change_inside_the_block_warns_and_is_undone():
     before = sdpa_state()
-    with pytest.warns(ik.errors.ExternalChangeWarning, match="sdpa_backends was changed to 'MATH,FLASH_ATTENTION'"):
+    # Without a priority order (torch < 2.6) the value read back lists the enabled backends in a fixed order.
+    found = "MATH,FLASH_ATTENTION" if before[1] is not None else "FLASH_ATTENTION,MATH"
+    with pytest.warns(ik.errors.ExternalChangeWarning, match=f"sdpa_backends was changed to '{found}'"):
         with ik.knobs(sdpa_backends="MATH"):
             torch.backends.cuda.enable_flash_sdp(True)
     assert sdpa_state() == before
