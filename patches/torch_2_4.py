@@ -136,7 +136,8 @@ class TorchPatches:
             return None
         reasons: list[str] = []
         while entry is not None:
-            reason = get_guard_fail_reason_helper(entry.check_fn, frame.f_locals, entry.compile_id)
+            # The 2.4-2.5 signature (only called there; 2.6+ added arguments, which the type stubs checked here have).
+            reason = get_guard_fail_reason_helper(entry.check_fn, frame.f_locals, entry.compile_id)  # type: ignore[call-arg]
             if reason:
                 reasons.append(reason)
             entry = entry.next
