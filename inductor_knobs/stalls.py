@@ -572,14 +572,19 @@ class _GpuTimer:
     The stream is looked up with torch's C calls (``_cuda_getDevice``, ``_cuda_getCurrentStream``)
     and the ``torch.cuda.Stream`` object is made again only when it changes: ``Event.record()``
     without a stream builds one through ``torch.cuda.current_stream()``'s Python at every call.
+    A call on another device than the events' is not timed (an event records only on its own
+    device), and an event that fails to record turns the timer off: timing never breaks serving.
     """
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
+        self._device = torch.cuda.current_device()
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self._key: Any = None
         self._stream: Any = None
+        self._recorded = 0  # events recorded for the running call (2: it can be timed)
+        self.broken = False
 
     @classmethod
     def create(cls) -> _GpuTimer | None:
@@ -590,22 +595,38 @@ class _GpuTimer:
         except (AttributeError, RuntimeError):
             return None
 
-    def _current(self) -> Any:
-        c = self._torch._C
-        key = c._cuda_getCurrentStream(c._cuda_getDevice())
-        if key != self._key:
-            self._key, self._stream = key, self._torch.cuda.current_stream()
-        return self._stream
+    def _record(self, event: Any) -> None:
+        if self.broken:
+            return
+        try:
+            c = self._torch._C
+            device = c._cuda_getDevice()
+            if device != self._device:
+                return
+            key = c._cuda_getCurrentStream(device)
+            if key != self._key:
+                self._key, self._stream = key, self._torch.cuda.current_stream()
+            event.record(self._stream)
+            self._recorded += 1
+        except (AttributeError, RuntimeError):
+            self.broken = True
 
     def begin(self) -> None:
-        self._start.record(self._current())
+        self._recorded = 0
+        self._record(self._start)
 
     def end(self) -> None:
-        self._end.record(self._current())
+        self._record(self._end)
 
-    def seconds(self) -> float:
-        """After the end event completed (the guard synchronised)."""
-        return float(self._start.elapsed_time(self._end)) / 1000
+    def seconds(self) -> float | None:
+        """After the end event completed (the guard synchronised); None if the call was not timed."""
+        if self._recorded != 2 or self.broken:
+            return None
+        try:
+            return float(self._start.elapsed_time(self._end)) / 1000
+        except RuntimeError:
+            self.broken = True
+            return None
 
 
 class _RunningMedian:

@@ -449,3 +449,45 @@ def test_cpu_calls_and_unsynchronised_guards_never_time_the_gpu(monkeypatch):
     unsynchronised = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0, synchronize=False)
     unsynchronised._judge(0.050, [], None, False, False, CUDA_CALL)
     assert guard._gpu is None and unsynchronised._gpu is None
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing: bool = False, fail: bool = False) -> None:
+        self.recorded_on: list[object] = []
+        self.fail = fail
+
+    def record(self, stream: object) -> None:
+        if self.fail:
+            raise RuntimeError("event device does not match")
+        self.recorded_on.append(stream)
+
+    def elapsed_time(self, other: object) -> float:
+        return 2.5  # ms
+
+
+def _fake_cuda_torch(device: list[int], fail: bool = False) -> types.SimpleNamespace:
+    streams = {0: ("stream", 0), 1: ("stream", 1)}
+    cuda = types.SimpleNamespace(
+        current_device=lambda: device[0],
+        Event=lambda enable_timing: _FakeEvent(enable_timing, fail),
+        current_stream=lambda: f"Stream{device[0]}",
+    )
+    c = types.SimpleNamespace(_cuda_getDevice=lambda: device[0], _cuda_getCurrentStream=lambda d: streams[d])
+    return types.SimpleNamespace(cuda=cuda, _C=c)
+
+
+def test_the_gpu_timer_skips_calls_on_another_device_and_never_raises_into_serving():
+    device = [0]
+    timer = stalls._GpuTimer(_fake_cuda_torch(device))
+    timer.begin()
+    timer.end()
+    assert timer.seconds() == pytest.approx(0.0025)
+    assert timer._start.recorded_on == ["Stream0"], "the stream object is made once per stream"
+    device[0] = 1  # the server switched devices: an event records only on its own device
+    timer.begin()
+    timer.end()
+    assert timer.seconds() is None and not timer.broken
+    broken = stalls._GpuTimer(_fake_cuda_torch([0], fail=True))
+    broken.begin()  # the record fails inside torch: timing turns off, the call goes on
+    broken.end()
+    assert broken.broken and broken.seconds() is None
