@@ -7,8 +7,6 @@ part of the contract off (so it is *not* a correct block) to show what that part
 interleaved run, as the median over rounds of each round's paired ratio to ``config.patch`` of the
 same two keys (the unit of replication is a round, as in ``bench/overhead.py``):
 
-- ``no salt``: ``cache_salt`` returns nothing, so no ``torch.compiler.config.cache_key_tag`` is read,
-  written, read back or reverted;
 - ``no gate record``: the ``is_big_gpu`` record does nothing (no wrapper, cache clears or slot);
 - ``wrappers stay installed``: a permanent holder keeps the ``is_big_gpu`` wrapper and the compile
   interception installed, so blocks do not install and remove them.
@@ -40,18 +38,11 @@ def main() -> None:
     import torch._inductor.config as cfg
 
     import inductor_knobs as ik
-    from inductor_knobs import gate, interception, torch_compat
+    from inductor_knobs import gate, interception
 
     torch.compile(lambda x: (x @ x).relu())(torch.randn(16, 16))  # a process that has compiled
-    patches = torch_compat.installed()
     real_apply, real_revert = gate.GateChange.apply, gate.GateChange.revert
     holder = object()
-
-    def no_salt(on: bool) -> None:  # on the patch module object, so its class is left as it was
-        if on:
-            patches.cache_salt = lambda tag: []  # type: ignore[method-assign]
-        else:
-            del patches.cache_salt
 
     def no_gate_record(on: bool) -> None:
         gate.GateChange.apply = (lambda self: None) if on else real_apply  # type: ignore[method-assign]
@@ -63,7 +54,6 @@ def main() -> None:
 
     variants: dict[str, Callable[[bool], None]] = {
         "full block": lambda on: None,
-        "no salt": no_salt,
         "no gate record": no_gate_record,
         "wrappers stay installed": wrappers_stay_installed,
     }

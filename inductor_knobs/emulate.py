@@ -48,7 +48,7 @@ from .errors import (
     NotSupportedOnThisTorch,
 )
 from .gpu_presets import GpuPreset, find_preset
-from .interception import EMULATION, INDUCTOR_CONFIG, AskChange, Asked, InterceptionUse, by_slot
+from .interception import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, AskChange, Asked, InterceptionUse, by_slot
 from .patches.torch_2_4 import TorchPatches
 
 if TYPE_CHECKING:
@@ -452,11 +452,7 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
     source = f"emulate_gpu({spec.label()})"
     changes: list[Change] = [InterceptionUse(patches)]
     asked = [Asked(INDUCTOR_CONFIG, "triton.cudagraphs", False, source, EMULATION, overriding_warning=EmulationWarning)]
-    for module, key, value in patches.cache_salt(salt):
-        changes.append(ConfigChange(patches, [(importlib.import_module(module), key, value)], process_wide=process_wide))
-        # Salts compose (a block inside appends its own), so the innermost value is the one to
-        # attest: knob rank, not emulation's.
-        asked.append(Asked(module, key, value, source))
+    asked.append(Asked(CACHE_SALT, salt, True, source))  # written at each compile (interception._with_salt)
     # Benchmarks in a subprocess would run on the whole GPU; cached timings come from other SM counts.
     for key in ("autotune_in_subproc", "autotune_local_cache"):
         changes.append(ConfigChange(patches, [(cfg, key, False)], process_wide=process_wide))

@@ -16,7 +16,11 @@ the wrapper applies **the precedence rule: emulation > knob > options > mode > p
 default**.  Every asked Inductor key that the mode/options set differently, or that does not
 hold now, is written into ``config_patches``, so torch's own ``config.patch`` applies the
 knob's value for the forward, the lazily compiled backward and every recompile; the mode's
-other keys still apply.  The wrapper also wraps ``inner_compile`` (Inductor's
+other keys still apply.  It **salts the cache keys** of the compile when a gate override or an
+emulated GPU is active (they are invisible to Inductor's cache keys): ``cache_key_tag`` in
+``torch.compiler.config`` (2.6+; the FX graph cache off on 2.4–2.5) is set around the whole
+compile, so the AOTAutograd and FX graph cache keys carry it, and put back when it returns.
+The wrapper also wraps ``inner_compile`` (Inductor's
 ``compile_fx_inner``, which torch calls once per forward/backward/inference graph); there it
 
 - re-applies what was asked at the start of this compile if it no longer holds (a backward
@@ -62,6 +66,9 @@ from .why_not_applied import diagnose
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
 INDUCTOR_CONFIG = "torch._inductor.config"
+#: The "module" of an asked cache salt: ``Asked(CACHE_SALT, tag, True, source)`` asks that every
+#: compile's cache keys carry ``tag`` (see :func:`_with_salt`); one slot per tag, so salts compose.
+CACHE_SALT = "cache_salt"
 ON_MISMATCH = ("raise", "warn")
 
 #: Precedence ranks of asked values (higher wins; equal ranks: the innermost block wins).
@@ -288,6 +295,7 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
             f"cannot be given precedence over it on torch {torch.__version__}; nothing was compiled"
         )
     config_patches = dict(given or {})
+    asked = _with_salt(patches, asked)
     overrode = _apply_precedence(patches, asked, config_patches)
     snapshot = _Snapshot(patches, asked, override, overrode, listeners)
     inner = bound.arguments.get("inner_compile")
@@ -296,11 +304,37 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     bound.arguments["inner_compile"] = _attesting(inner, snapshot)
     if config_patches:
         bound.arguments["config_patches"] = config_patches
+    # Keys outside Inductor's config (the cache salt in torch.compiler.config) are not config_patches'
+    # to set: they are set around the whole compile, which computes the AOTAutograd and FX graph
+    # cache keys, and put back when it returns.
+    applied: list[Any] = []
     _DEPTH.value += 1
     try:
+        apply_all(_config_changes(snapshot, outside_inductor=True), applied)
         return wrapped(*bound.args, **bound.kwargs)
     finally:
         _DEPTH.value -= 1
+        revert_all(applied)
+
+
+def _with_salt(patches: TorchPatches, asked: dict[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
+    """``asked`` with its :data:`CACHE_SALT` tags replaced by the config values that salt the cache keys.
+
+    Inductor's cache keys (FX graph, AOTAutograd) see its config but not the ``is_big_gpu`` override or
+    an emulated GPU, so a compile under either must not share cache entries with one without.  The
+    salt is written at the compile, not at every block's enter: only a compile reads it, and a block
+    that never compiles (the usual case in a serving loop) then costs a config write less.  It extends
+    the ``cache_key_tag`` that holds when the compile starts (the user's, if any); the tags of nested
+    blocks (an emulation around a gate override) join in the order they were asked.
+    """
+    tags = [key for module, key in asked if module == CACHE_SALT]
+    if not tags:
+        return asked
+    source = "+".join(dict.fromkeys(a.source for (module, _), a in asked.items() if module == CACHE_SALT))
+    salted = {slot: a for slot, a in asked.items() if slot[0] != CACHE_SALT}
+    for module, key, value in patches.cache_salt("+".join(tags)):
+        salted[(module, key)] = Asked(module, key, value, source)
+    return salted
 
 
 def _apply_precedence(
@@ -355,22 +389,35 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
 
 
 def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
-    """Changes that bring back what the snapshot asked, when this thread no longer has it (lazy backward)."""
-    now = effective_asked(snapshot.patches)
-    changes: list[Any] = []
-    if now != snapshot.asked:
-        for (module, key), asked in snapshot.asked.items():
-            if module == SETTINGS_MODULE:
-                if not setting_matches(snapshot.patches, key, read_setting(snapshot.patches, key), asked.value):
-                    changes.append(SettingChange(snapshot.patches, key, asked.value))
-                continue
-            cfg = importlib.import_module(module)
-            if snapshot.patches.read_value(cfg, key) != asked.value:
-                changes.append(ConfigChange(snapshot.patches, [(cfg, key, asked.value)]))
-        if changes:
-            changes.insert(0, AskChange(snapshot.patches, snapshot.asked))
+    """Changes that bring back what the snapshot asked where it no longer holds (a lazily compiled backward).
+
+    A backward compiled after the block exited, or on another thread, gets the block's values back;
+    the cache salt, set only while ``compile_fx`` runs, is set again for every backward.  While the
+    block still asks the same, an Inductor key or setting that does not hold is left for the
+    attestation to name (a forcing variable, a foreign ``__setattr__``), not written over.
+    """
+    same = _with_salt(snapshot.patches, effective_asked(snapshot.patches)) == snapshot.asked
+    changes = _config_changes(snapshot, outside_inductor=same)
+    if changes and not same:
+        changes.insert(0, AskChange(snapshot.patches, snapshot.asked))
     if snapshot.override is not None and gate.current_override() != snapshot.override:
         changes.append(gate.GateChange(snapshot.patches, snapshot.override))
+    return changes
+
+
+def _config_changes(snapshot: _Snapshot, *, outside_inductor: bool) -> list[Any]:
+    """A change for each asked value that does not hold now; with ``outside_inductor``, only for keys
+    outside Inductor's config and the settings (those config_patches cannot set: the cache salt)."""
+    patches = snapshot.patches
+    changes: list[Any] = []
+    for (module, key), asked in snapshot.asked.items():
+        if module == SETTINGS_MODULE:
+            if not outside_inductor and not setting_matches(patches, key, read_setting(patches, key), asked.value):
+                changes.append(SettingChange(patches, key, asked.value))
+        elif not (outside_inductor and module == INDUCTOR_CONFIG):
+            cfg = importlib.import_module(module)
+            if patches.read_value(cfg, key) != asked.value:
+                changes.append(ConfigChange(patches, [(cfg, key, asked.value)]))
     return changes
 
 

@@ -18,7 +18,7 @@ from . import torch_compat
 from ._undo import Change, ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
 from .errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
-from .interception import AskChange, Asked, by_slot
+from .interception import CACHE_SALT, AskChange, Asked, by_slot
 from .knobs import Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
 from .torch_settings import SETTINGS, SETTINGS_MODULE
@@ -70,14 +70,10 @@ class _Validated:
     settings: tuple[tuple[str, Any], ...]  # process-global torch settings (torch_settings), in knob order
     asked: dict[tuple[str, str], Asked]
     override: Override | None
-    salt_tag: str | None
     warn_no_fallback: bool
     cfg: ModuleType  # the config module ``groups`` holds (a reloaded one is validated again)
     groups: Groups  # ``values`` grouped for ConfigChange (aliases followed)
     writers: Writers  # ``groups``' writers (overrides only)
-    #: (cache_salt's triples, ids of their modules) -> (groups, writers, asked, all with the salt): the
-    #: salt is read at every plan, but the same salt in the same modules is prepared once.
-    salted: dict[tuple[Any, ...], tuple[Groups, Writers, dict[tuple[str, str], Asked]]]
 
 
 #: (id of the Knobs, arguments, patch module, torch version, id of the gate) -> (knobs, gate, validated).
@@ -103,9 +99,9 @@ def plan(
         sources: per config key, a more precise source (``mode:max-autotune``, ``options``).
 
     Returns:
-        The config changes, cache-salting changes, the gate change, and the record of what was
-        asked, which holds the compile interception that enforces and attests it in every
-        compile (:mod:`inductor_knobs.interception`).
+        The config change, the gate change, the settings' changes, and the record of what was
+        asked (the cache salt of a gate override included), which holds the compile interception
+        that enforces, salts and attests it in every compile (:mod:`inductor_knobs.interception`).
 
     Raises:
         UnsupportedTorchVersion: torch outside the supported range (strict mode).
@@ -139,44 +135,17 @@ def plan(
             stacklevel=3,
         )
     # One record writes every config key; the interception is held by the AskChange at the end
-    # (nothing compiles in between).
+    # (nothing compiles in between).  The cache salt is an asked value that the interception writes
+    # at each compile (interception._with_salt), not a config write here.
     changes: list[Change] = []
-    if checked.override is None or checked.salt_tag is None:
-        groups, writers, asked = checked.groups, checked.writers, checked.asked
-        if groups:
-            changes.append(ConfigChange(patches, process_wide=process_wide, groups=groups, writers=writers))
-    else:
-        # The salt is read fresh: it extends whatever cache_key_tag holds now.
-        salt = patches.cache_salt(checked.salt_tag)
-        groups, writers, asked = _salted(patches, checked, salt, source, knobs.on_mismatch or "raise")
-        changes.append(ConfigChange(patches, process_wide=process_wide, groups=groups, writers=writers))
+    if checked.groups:
+        changes.append(ConfigChange(patches, process_wide=process_wide, groups=checked.groups, writers=checked.writers))
+    if checked.override is not None:
         changes.append(GateChange(patches, checked.override, process_wide=process_wide))
     for name, value in checked.settings:
         changes.append(SettingChange(patches, name, value))
-    changes.append(AskChange(patches, asked, process_wide=process_wide))
+    changes.append(AskChange(patches, checked.asked, process_wide=process_wide))
     return changes
-
-
-def _salted(
-    patches: TorchPatches, checked: _Validated, salt: list[tuple[str, str, object]], source: str, policy: str
-) -> tuple[Groups, Writers, dict[tuple[str, str], Asked]]:
-    """``checked``'s groups, their writers and asked values with the cache salt added, prepared once per salt and modules."""
-    modules = []
-    for name, _, _ in salt:  # a loop, not a comprehension: one call less at every enter
-        modules.append(sys.modules.get(name) or importlib.import_module(name))
-    key = (*salt, *map(id, modules))  # the groups keep the modules: their ids are not reused while cached
-    prepared = checked.salted.get(key)
-    if prepared is None:
-        settings = [(checked.cfg, k, value) for k, value in checked.values.items()]
-        asked = dict(checked.asked)
-        for module, (module_name, salt_key, value) in zip(modules, salt):
-            settings.append((module, salt_key, value))
-            asked[(module_name, salt_key)] = Asked(module_name, salt_key, value, source, on_mismatch=policy)
-        if len(checked.salted) >= 16:  # a user's cache_key_tag that keeps changing
-            checked.salted.clear()
-        groups = config_groups(patches, settings)
-        prepared = checked.salted[key] = (groups, config_writers(patches, groups), asked)
-    return prepared
 
 
 def _gate_function() -> object:
@@ -215,14 +184,15 @@ def _validate(
             *(Asked(SETTINGS_MODULE, k, v, source, on_mismatch=policy) for k, v in settings),
         ]
     )
-    override = salt_tag = None
+    override = None
     if knobs.min_sms is not None:
         torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)
         override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
-        salt_tag = f"inductor_knobs-gate-{_gate_digest(override)}"
+        salt = f"inductor_knobs-gate-{_gate_digest(override)}"
+        asked[(CACHE_SALT, salt)] = Asked(CACHE_SALT, salt, True, source, on_mismatch=policy)
     groups = config_groups(patches, [(cfg, key, value) for key, value in values.items()])
     writers = config_writers(patches, groups)
-    return _Validated(values, settings, asked, override, salt_tag, warn_no_fallback, cfg, groups, writers, {})
+    return _Validated(values, settings, asked, override, warn_no_fallback, cfg, groups, writers)
 
 
 def _check_setting(patches: TorchPatches, key: str, value: object, version: str) -> None:

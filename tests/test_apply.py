@@ -150,29 +150,68 @@ def test_modules_that_bound_the_gate_by_name_are_handled(fake_gpu):
         sys.modules.pop("imported_inside_block", None)
 
 
-def test_cache_is_salted_while_the_gate_is_overridden(patches, cfg):
+@pytest.fixture
+def cache_keys(monkeypatch, fresh_inductor):
+    """The ``cache_key_tag`` of every FX graph and AOTAutograd cache key torch computes, read as torch reads it.
+
+    ``FxGraphHashDetails.__init__`` (``_inductor/codecache.py``) holds what the FX graph cache key
+    hashes; ``AOTAutogradCacheDetails`` calls it too.  On 2.4-2.5 (no ``cache_key_tag``) the salt is
+    the FX graph cache switched off: no key is computed at all, so nothing is recorded.
+    """
+    from torch._inductor import codecache
+
+    seen: list[str | None] = []
+    original = codecache.FxGraphHashDetails.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append(getattr(self, "cache_key_tag", None))
+
+    monkeypatch.setattr(codecache.FxGraphHashDetails, "__init__", spy)
+    with torch._inductor.config.patch(fx_graph_cache=True):
+        yield seen
+
+
+def _compile_step(scale):
+    """A fresh compiled function (its own code object, so nothing is reused) and inputs that need a backward."""
+    namespace = {}
+    exec(f"def step(x, w):\n    return ((x @ w) * {scale}).relu().sum()", namespace)
+    return torch.compile(namespace["step"], backend="inductor"), torch.randn(8, 8, requires_grad=True), torch.randn(8, 8)
+
+
+def test_every_cache_key_computed_under_a_gate_override_is_salted(patches, cfg, cache_keys):
+    salted_on = patches.cache_salt("x")[0][1] == "cache_key_tag"  # 2.6+; 2.4-2.5 switch the cache off
     before = snapshot(patches, cfg)
+    step, x, w = _compile_step(1)
+    step(x, w).backward()
+    outside = list(cache_keys)
+    assert outside and not any("inductor_knobs" in (tag or "") for tag in outside)  # the spy sees keys
+    cache_keys.clear()
+    step, x, w = _compile_step(2)
     with ik.knobs(min_sms=40):
-        salts = patches.cache_salt("x")
-        for module_name, key, _ in salts:
-            value = getattr(sys.modules[module_name], key)
-            if key == "cache_key_tag":
-                assert value.startswith("inductor_knobs-gate-") or "+inductor_knobs-gate-" in value
-            else:
-                assert value is False
+        loss = step(x, w)
+        assert snapshot(patches, cfg) == before  # the salt is written by the compile, for the compile
+        inner_step, ix, iw = _compile_step(3)
         with ik.knobs(min_sms=41):
-            if salts[0][1] == "cache_key_tag":
-                inner = torch.compiler.config.cache_key_tag
-        if salts[0][1] == "cache_key_tag":
-            assert inner != torch.compiler.config.cache_key_tag
+            inner_step(ix, iw).backward()
+    loss.backward()  # compiled lazily, after the block exited: salted all the same
+    if not salted_on:
+        assert cache_keys == []
+        return
+    assert len(cache_keys) == 2 * len(outside)  # every key of both functions (AOTAutograd, forward, backward)
+    gate_tags = {tag.rsplit("+", 1)[-1] for tag in cache_keys}
+    assert all(tag.startswith("inductor_knobs-gate-") for tag in gate_tags) and len(gate_tags) == 2
     assert snapshot(patches, cfg) == before
 
 
-def test_user_cache_key_tag_is_kept(patches):
+def test_user_cache_key_tag_is_kept(patches, cache_keys):
     if patches.cache_salt("x")[0][1] != "cache_key_tag":
         pytest.skip("torch < 2.6 has no cache_key_tag")
+    step, x, w = _compile_step(4)
     with torch.compiler.config.patch(cache_key_tag="mine"), ik.knobs(min_sms=40):
-        assert torch.compiler.config.cache_key_tag.startswith("mine+inductor_knobs-gate-")
+        step(x, w).backward()
+        assert torch.compiler.config.cache_key_tag == "mine"
+    assert cache_keys and all(tag.startswith("mine+inductor_knobs-gate-") for tag in cache_keys)
 
 
 def test_revert_on_exception_and_keyboard_interrupt(patches, cfg, fake_gpu):

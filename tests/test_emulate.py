@@ -433,7 +433,13 @@ def test_fake_gpu_without_emulation(fake_cuda):
     assert inductor_utils.is_big_gpu(0) is True
 
 
-def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda):
+def salt_of_a_compile() -> str:
+    """The ``cache_key_tag`` a compile through ``compile_fx`` (a :class:`FakeCompileFx` here) computes its cache keys with."""
+    return inductor_compile_fx.compile_fx("gm", inner_compile=lambda gm, inputs: compiler_config.cache_key_tag)
+
+
+def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda, monkeypatch):
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx", FakeCompileFx())
     before = torch_state()
     assert sms_seen() == all_equal(PHYSICAL_SMS)  # fill every cache with the real count first
     assert inductor_utils.is_big_gpu(0) is True
@@ -456,7 +462,7 @@ def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda):
         # config
         assert inductor_config.autotune_in_subproc is False
         assert inductor_config.autotune_local_cache is False
-        assert "emulate-40sm" in compiler_config.cache_key_tag
+        assert "emulate-40sm" in salt_of_a_compile() and "emulate" not in compiler_config.cache_key_tag
         # the getters and compile_fx are wrapped
         assert torch.cuda.get_device_properties is not before["get_device_properties"]
         assert inductor_compile_fx.compile_fx is not before["compile_fx"]
@@ -468,14 +474,15 @@ def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda):
     assert_unchanged(before)
 
 
-def test_emulated_shared_memory(fake_cuda):
+def test_emulated_shared_memory(fake_cuda, monkeypatch):
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx", FakeCompileFx())
     with ik.emulate_gpu(sms=40, shared_memory_per_block=65536) as emu:
         props = torch.cuda.get_device_properties(0)
         assert emu.shared_memory_per_block == 65536
         assert props.shared_memory_per_block_optin == 65536
         assert props.shared_memory_per_block == 49152  # min(real 48 KB, 64 KB)
         assert CudaInterface.get_device_properties(0).shared_memory_per_block_optin == 65536
-        assert "emulate-40sm-65536" in compiler_config.cache_key_tag
+        assert "emulate-40sm-65536" in salt_of_a_compile()
     assert torch.cuda.get_device_properties(0).shared_memory_per_block_optin == PHYSICAL_SMEM
 
 

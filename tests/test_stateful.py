@@ -64,10 +64,6 @@ def effective(stack, base):
         for key, value in config_values(ik.Knobs(**entry["spec"])).items():
             if key in values:
                 values[key] = value
-    if any("min_sms" in entry["spec"] for entry in stack):  # a gate override salts the caches (2.4-2.5: fx_graph_cache=False)
-        for module, key, value in torch_compat.installed().cache_salt("tag"):
-            if module == "torch._inductor.config" and key in values:
-                values[key] = value
     return values
 
 
