@@ -17,17 +17,22 @@ from torch's own signals:
   after a stall at a seen shape made that call a stall in turn, H100);
 - the thread's CPU time (``time.thread_time``) beside its wall time: a call whose thread was off the
   CPU for longer than usual (waiting for the GIL another thread holds, preempted by the OS or a
-  container's CPU quota) names ``thread_off_cpu``;
+  container's CPU quota) names ``thread_off_cpu``.  Read for every call that is judged anyway (new
+  shapes, the first calls), and for calls at warm shapes only from the first stall nothing else
+  explains on (a system call of about 5 us on an H100 host, paid by every request otherwise);
 - CUDA events around each call, from the first CUDA stall nothing else explains on (off until then:
   they cost microseconds per call): a stall whose GPU time exceeds the call's steady wall time names
   ``gpu_slower`` (on H100 hosts, bursts of 3-25 ms calls of a 1.4 ms Llama after the GPU idled were
   GPU time, not host work).
 
+So the first stall of those two kinds at a warm shape is ``unattributed``, and turns on what names
+the next ones.
+
 What none of them accounts for is reported as ``unattributed`` with its time, never dropped.
 
 A call at a warm shape that finishes below its limit (the larger of ``factor`` x its median and its
 median + ``min_excess_ms``) is only recorded: the medians take in such calls :data:`FOLD_EVERY` at
-a time, and their off-CPU time is sampled, because on a real model every Python frame and system
+a time, and their off-CPU time (once the thread clock is on) is sampled, because on a real model every Python frame and system
 call between two requests costs microseconds (a 1 ms Llama call on an H100 host: the signature
 about 10 us, the two thread-clock reads about 10 us, where ``timeit`` gives 0.75 and 0.4 us).
 """
@@ -298,6 +303,7 @@ class no_stalls(ObservedBlock):
         self._profiler: Any = None
         self._sync: Callable[[], None] | None = None  # torch's C synchronize, once CUDA is initialised
         self._gpu: _GpuTimer | None = None  # CUDA events around each call, from the first unexplained stall on
+        self._clock_warm = False  # thread clock on calls at warm shapes, from the first unexplained stall on
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -365,7 +371,7 @@ class no_stalls(ObservedBlock):
         events: list[RuntimeEvent] = []
         self._events = events
         gpu = self._gpu
-        on_cpu = time.thread_time()
+        on_cpu = time.thread_time() if limit is None or self._clock_warm else None
         started = time.perf_counter()
         try:
             if gpu is not None:
@@ -383,10 +389,10 @@ class no_stalls(ObservedBlock):
             fast = limit is not None and seconds < limit and not events and not profiled
             # Off-CPU time: read for every call that is judged; of the fast calls the first after each
             # fold, and all until min_calls are in (the usual off-CPU time is a median: a sample serves).
-            sample = not fast or not self._unfolded or len(self._off_cpu) < self.min_calls
+            sample = on_cpu is not None and (not fast or not self._unfolded or len(self._off_cpu) < self.min_calls)
             on_cpu_end = time.thread_time() if sample else None
             profile = self._stop_profiler() if profiled else None
-        off_cpu = None if on_cpu_end is None else seconds - (on_cpu_end - on_cpu)
+        off_cpu = None if on_cpu_end is None or on_cpu is None else seconds - (on_cpu_end - on_cpu)
         if fast:
             self.seconds.append(seconds)
             self._unfolded.append((signature, seconds, off_cpu))
@@ -396,7 +402,7 @@ class no_stalls(ObservedBlock):
         self._fold()
         self._seen.add(signature)
         gpu_seconds = gpu.seconds() if gpu is not None else None
-        self._judge(seconds, events, profile, new, profiled, signature, off_cpu or 0.0, gpu_seconds)
+        self._judge(seconds, events, profile, new, profiled, signature, off_cpu, gpu_seconds)
         return out
 
     def _find_sync(self) -> Callable[[], None] | None:
@@ -445,7 +451,7 @@ class no_stalls(ObservedBlock):
         new: bool,
         profiled: bool,
         signature: tuple[Any, ...],
-        off_cpu: float = 0.0,
+        off_cpu: float | None = 0.0,
         gpu_seconds: float | None = None,
     ) -> None:
         index = len(self.seconds)
@@ -458,7 +464,7 @@ class no_stalls(ObservedBlock):
             # CUDA only: there an op's self CPU time is host work (a plan build, a heuristic query); on the
             # CPU it is the op's computation, not a first-call cost.
             causes += self._profiled_causes(profile, seconds)
-        if threshold is not None and seconds > threshold and len(self._off_cpu) >= self.min_calls:
+        if off_cpu is not None and threshold is not None and seconds > threshold and len(self._off_cpu) >= self.min_calls:
             # Off-CPU time beyond the usual (a CUDA sync that spins keeps the thread on the CPU while
             # the GPU works, so the usual is small): the thread waited for the GIL or was not scheduled.
             extra = off_cpu - self._off_cpu.value()
@@ -491,9 +497,10 @@ class no_stalls(ObservedBlock):
         # Without a baseline the steady part of the call is unknown: named causes are then the answer.
         if not causes or (baseline is not None and missing > 0.5 * excess):
             causes.append(RuntimeEvent("unattributed", max(missing, 0.0), "no hook or profiled op accounts for this time", None))
+            # From now on the thread clock and CUDA events time every call, so time off the CPU and a
+            # GPU-side slowdown are named (microseconds a call each; off until a stall needs them).
+            self._clock_warm = True
             if self._gpu is None and self.synchronize and _on_cuda(signature):
-                # From now on CUDA events time the GPU's share of each call, so a GPU-side slowdown is
-                # named (a few microseconds a call; off until a stall needs it).
                 self._gpu = _GpuTimer.create()
         causes.sort(key=lambda e: -e.seconds)
         stall = Stall(index, seconds, baseline, threshold, _describe(signature), new, profiled, causes)

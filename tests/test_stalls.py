@@ -359,14 +359,22 @@ def test_a_thread_holding_the_gil_is_named_thread_off_cpu():
                 total += i
         return None
 
+    def stall_under_a_spinner():
+        hold.clear()
+        spinner = threading.Thread(target=spin)
+        spinner.start()
+        guard(True)
+        spinner.join()
+        return {c.kind for c in guard.stalls[-1].causes}
+
     guard = ik.no_stalls(served, on="record", baseline_ms=0.05, min_excess_ms=0.0, profile="off")
     for _ in range(10):
         guard(False)
-    spinner = threading.Thread(target=spin)
-    spinner.start()
-    guard(True)
-    spinner.join()
-    kinds = {c.kind for c in guard.stalls[-1].causes}
+    # At a warm shape the thread clock is off until a stall needs it: the first one is unattributed.
+    assert stall_under_a_spinner() == {"unattributed"}, guard.stalls[-1].describe()
+    for _ in range(10):
+        guard(False)
+    kinds = stall_under_a_spinner()
     assert "thread_off_cpu" in kinds, guard.stalls[-1].describe()
 
 
@@ -491,3 +499,25 @@ def test_the_gpu_timer_skips_calls_on_another_device_and_never_raises_into_servi
     broken.begin()  # the record fails inside torch: timing turns off, the call goes on
     broken.end()
     assert broken.broken and broken.seconds() is None
+
+
+def test_warm_calls_read_the_thread_clock_only_after_an_unexplained_stall(monkeypatch):
+    """A system call per request saved: warm-shape calls skip time.thread_time until a stall needs it."""
+    reads = []
+    real = time.thread_time
+    monkeypatch.setattr(time, "thread_time", lambda: reads.append(1) or real())
+    slow = [False]
+    guard = ik.no_stalls(lambda: time.sleep(0.02) if slow[0] else None, on="record", baseline_ms=0.05, profile="off")
+    guard()  # not warm yet: judged, both readings
+    first = len(reads)
+    for _ in range(40):
+        guard()
+    assert first == 2 and len(reads) == first  # warm and fast: no reading at all
+    slow[0] = True
+    guard()
+    slow[0] = False
+    assert [c.kind for c in guard.stalls[-1].causes] == ["unattributed"]
+    before = len(reads)
+    for _ in range(40):
+        guard()
+    assert len(reads) - before >= 40  # from now on every call reads it at its start
