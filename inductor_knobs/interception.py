@@ -240,7 +240,12 @@ def listening(listener: Callable[[CompileAttestation], None]) -> Iterator[None]:
 
 @dataclass
 class _Snapshot:
-    """What was asked when Inductor started compiling one graph (for its inner compiles)."""
+    """What was asked when Inductor started compiling one graph (for its inner compiles).
+
+    ``asked`` has the cache salt as config values (:func:`_with_salt`); ``requested`` is what this
+    thread asked before that (its salt as tags), to tell whether a later inner compile is still
+    under the same blocks.
+    """
 
     patches: TorchPatches
     asked: dict[tuple[str, str], Asked]
@@ -248,6 +253,7 @@ class _Snapshot:
     overrode: dict[str, Any]
     listeners: tuple[Callable[[CompileAttestation], None], ...]
     signature: inspect.Signature | None = field(default=None)
+    requested: Mapping[tuple[str, str], Asked] | None = field(default=None)
 
 
 class _Depth(threading.local):
@@ -295,9 +301,9 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
             f"cannot be given precedence over it on torch {torch.__version__}; nothing was compiled"
         )
     config_patches = dict(given or {})
-    asked = _with_salt(patches, asked)
+    requested, asked = asked, _with_salt(patches, asked)
     overrode = _apply_precedence(patches, asked, config_patches)
-    snapshot = _Snapshot(patches, asked, override, overrode, listeners)
+    snapshot = _Snapshot(patches, asked, override, overrode, listeners, requested=requested)
     inner = bound.arguments.get("inner_compile")
     if inner is None:
         inner = inspect.signature(wrapped).parameters["inner_compile"].default
@@ -327,13 +333,14 @@ def _with_salt(patches: TorchPatches, asked: dict[tuple[str, str], Asked]) -> di
     the ``cache_key_tag`` that holds when the compile starts (the user's, if any); the tags of nested
     blocks (an emulation around a gate override) join in the order they were asked.
     """
-    tags = [key for module, key in asked if module == CACHE_SALT]
-    if not tags:
+    if not any(module == CACHE_SALT for module, _ in asked):
         return asked
-    source = "+".join(dict.fromkeys(a.source for (module, _), a in asked.items() if module == CACHE_SALT))
+    salts = [a for (module, _), a in asked.items() if module == CACHE_SALT]
+    source = "+".join(dict.fromkeys(a.source for a in salts))
+    policy = "raise" if any(a.on_mismatch == "raise" for a in salts) else "warn"  # the strictest block's
     salted = {slot: a for slot, a in asked.items() if slot[0] != CACHE_SALT}
-    for module, key, value in patches.cache_salt("+".join(tags)):
-        salted[(module, key)] = Asked(module, key, value, source)
+    for module, key, value in patches.cache_salt("+".join(a.key for a in salts)):
+        salted[(module, key)] = Asked(module, key, value, source, on_mismatch=policy)
     return salted
 
 
@@ -396,7 +403,8 @@ def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
     block still asks the same, an Inductor key or setting that does not hold is left for the
     attestation to name (a forcing variable, a foreign ``__setattr__``), not written over.
     """
-    same = _with_salt(snapshot.patches, effective_asked(snapshot.patches)) == snapshot.asked
+    # Compared before the salt is expanded: inside compile_fx, cache_key_tag already holds the salt.
+    same = effective_asked(snapshot.patches) == (snapshot.asked if snapshot.requested is None else snapshot.requested)
     changes = _config_changes(snapshot, outside_inductor=same)
     if changes and not same:
         changes.insert(0, AskChange(snapshot.patches, snapshot.asked))

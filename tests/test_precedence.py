@@ -146,11 +146,12 @@ def test_forcing_env_var_inside_the_compile_raises_knob_not_applied(seen, patche
     assert not gate.is_installed() and not interception.INTERCEPTION.users
 
 
-def test_on_mismatch_warn_reports_and_compiles(seen, monkeypatch):
+@pytest.mark.parametrize("gate_override", [{}, {"min_sms": 40}], ids=["knob", "knob-and-salted-gate"])
+def test_on_mismatch_warn_reports_and_compiles(seen, monkeypatch, gate_override):
     entry = cfg._config["coordinate_descent_tuning"]
     if not hasattr(entry, "env_value_force"):
         pytest.skip(f"torch {torch.__version__} has no env_name_force")
-    with ik.record_compiles() as rec, ik.knobs(coordinate_descent_tuning=False, on_mismatch="warn"):
+    with ik.record_compiles() as rec, ik.knobs(coordinate_descent_tuning=False, on_mismatch="warn", **gate_override):
         monkeypatch.setattr(entry, "env_value_force", True)
         with pytest.warns(ik.KnobNotAppliedWarning, match="env-forced"):
             torch.compile(_f)(torch.randn(8, 8))
