@@ -204,6 +204,29 @@ def test_every_cache_key_computed_under_a_gate_override_is_salted(patches, cfg, 
     assert snapshot(patches, cfg) == before
 
 
+def test_env_activation_salts_every_cache_key_on_every_thread(patches, cache_keys):
+    """INDUCTOR_KNOBS_MIN_SMS: the process layer asks for the salt, and a compile on another thread carries it."""
+    import concurrent.futures
+
+    salted_on = patches.cache_salt("x")[0][1] == "cache_key_tag"
+    user_tag = torch.compiler.config.cache_key_tag if salted_on else None
+    ik.activate_from_env({"INDUCTOR_KNOBS_MIN_SMS": "40"})
+    try:
+        step, x, w = _compile_step(5)
+        step(x, w).backward()
+        other, ox, ow = _compile_step(6)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(lambda: other(ox, ow).backward()).result()
+        if salted_on:
+            assert torch.compiler.config.cache_key_tag == user_tag  # written only around compiles
+    finally:
+        ik.deactivate_env()
+    if not salted_on:
+        assert cache_keys == []
+        return
+    assert len(cache_keys) >= 4 and all(tag.startswith("inductor_knobs-gate-") for tag in cache_keys)
+
+
 def test_user_cache_key_tag_is_kept(patches, cache_keys):
     if patches.cache_salt("x")[0][1] != "cache_key_tag":
         pytest.skip("torch < 2.6 has no cache_key_tag")
