@@ -31,9 +31,9 @@ the next ones.
 What none of them accounts for is reported as ``unattributed`` with its time, never dropped.
 
 A call at a warm shape that finishes below its limit (the larger of ``factor`` x its median and its
-median + ``min_excess_ms``) is only recorded: the medians take in such calls :data:`FOLD_EVERY` at
-a time, and their off-CPU time (once the thread clock is on) is sampled, because on a real model every Python frame and system
-call between two requests costs microseconds (a 1 ms Llama call on an H100 host: the signature
+median + ``min_excess_ms``) is only recorded: the medians take in such calls :data:`FOLD_EVERY` at a
+time, and their off-CPU time (once the thread clock is on) is sampled, because on a real model every
+Python frame and system call between two requests costs microseconds (a 1 ms Llama call on an H100 host: the signature
 about 10 us, the two thread-clock reads about 10 us, where ``timeit`` gives 0.75 and 0.4 us).
 """
 
@@ -362,9 +362,9 @@ class no_stalls(ObservedBlock):
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         signature = _signature(args, kwargs)
         # A warm shape's time below which a call cannot be a stall: such a call is only recorded (its
-        # judging waits for the next fold), so a steady serving loop pays a clock, a thread clock and
-        # a dict lookup.  On a real model each of these costs microseconds (H100 host: the thread
-        # clock is a system call of about 5 us), so the fast path reads the thread clock once.
+        # judging waits for the next fold), so a steady serving loop pays two clock reads and a dict
+        # lookup.  On a real model each of these costs microseconds, and the thread clock is a system
+        # call (about 5 us on an H100 host): warm calls read it only after an unexplained stall.
         limit = self._limits.get(signature)
         new = limit is None and signature not in self._seen
         profiled = (new or self.profile == "all") and self._wants_profile(new) and self._start_profiler()
