@@ -16,17 +16,20 @@ request and names each stall's causes:
 1. ``plain``: ``torch.compile``, no warmup;
 2. ``warmup-guard``: ``ik.compile``, ``ik.warmup`` over 128, 512, 1024, 2048 (its probes at unseen
    lengths measure what is still cold), then traffic with the warmup's steady state as baseline;
-3. ``warmup-fix``: the same warmup, then the fix its report recommends (padding to its
-   ``recommended_buckets``, which are warmed), then traffic.
+3. ``warmup-fix``: the same warmup, then the fixes its reports recommend: padding to its
+   ``recommended_buckets``, which are warmed; where that warm-up finds the steady call host-bound
+   (``host_share`` >= 0.8), one CUDA graph per bucket (``ik.capture_cuda_graphs``), warmed again
+   for its steady state; ``gc.freeze()`` where a collection paused warm-up; then traffic.
 
 Arms of one model share an Inductor cache directory, the first arm filling it (compile time is not
 what this measures; the per-process costs after the compile are).  The ``warmup-fix`` process also
 measures the guard's overhead per call at a warm shape, side by side (see :func:`overhead`): 1,000
-cycles of one plain call (``f(x); torch.cuda.synchronize()``), one plain call with the C synchronize
-the guard uses, and one guarded call, in a random order per cycle; the median over cycles of each
+cycles of one plain call of what is served (``f(x); torch.cuda.synchronize()``), one plain call with
+the C synchronize the guard uses, and one guarded call, in a random order per cycle; the median over cycles of each
 difference, with a 95% percentile-bootstrap interval (``scipy.stats.bootstrap``; the cycle is the
 unit of replication); the installed hooks' cost from rounds outside vs inside the guard's block;
-and a cProfile of plain and guarded calls.
+a cProfile of plain and guarded calls; and the guard's own Python on this host, without a GPU (a
+no-op callable, no synchronize: guarded minus plain per call, median of 7 rounds of 20,000 calls).
 
 Writes ``serving_real.json`` and ``serving_real.md`` under ``--out``.
 """
@@ -107,6 +110,8 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
     report = warmed = None
     buckets = None
     gc_frozen = False
+    graphs = 0  # CUDA graphs captured (one per bucket), 0: the compiled model serves
+    host_share = None  # the bucket warm-up's host share of a steady call
     with torch.no_grad():
         if arm == "plain":
             compiled = torch.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
@@ -119,6 +124,11 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
                 buckets = report.recommended_buckets
                 padded = lambda n: make_inputs(model, n, buckets, n)  # noqa: E731
                 warmed = ik.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
+                host_share = warmed.host_share
+                if any("capture_cuda_graphs" in fix for fix in warmed.fixes):
+                    compiled = ik.capture_cuda_graphs(compiled, shapes=list(buckets), factory=padded)
+                    graphs = len(compiled.shapes)
+                    warmed = ik.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
             if arm == "warmup-fix" and any("gc.freeze()" in fix for fix in report.fixes + warmed.fixes):
                 gc_frozen = True
                 gc.collect()
@@ -137,6 +147,10 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
             "lengths": lengths,
             "buckets": list(buckets) if buckets else None,
             "gc_frozen": gc_frozen,
+            "cuda_graphs": graphs,
+            "host_share_before_graphs": host_share,
+            "replays": getattr(compiled, "replays", None),
+            "misses": getattr(compiled, "misses", None),
             "baseline_ms": baseline,
             "guard": guard.report().to_dict(),
             "seconds": guard.seconds,  # every request's wall seconds, in order (lengths above)
@@ -145,9 +159,29 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
             "warmup": report.to_dict() if report is not None else None,
             "warmup_table": report.table() if report is not None else None,
         }
+        if buckets:
+            out["own_shape_ratio"] = own_shape_ratio(lengths, guard.seconds, buckets)
         if arm == "warmup-fix":
             out["overhead"] = overhead(compiled, make_inputs(model, WARM_LENGTHS[1], buckets, 7))
     return out
+
+
+def own_shape_ratio(lengths: list[int], seconds: list[float], buckets: tuple[int, ...]) -> dict:
+    """p50/p99/max of each request's time over the median time of its bucket in this run.
+
+    A model whose cost grows with the length (BERT at 2048 tokens takes twice its time at 1,100) has
+    a p99/p50 near 2 with no stall at all; this ratio compares each request with its own shape's steady time.
+    """
+    import bisect
+
+    per_bucket: dict[int, list[float]] = {}
+    owner = [buckets[bisect.bisect_left(buckets, n)] for n in lengths]
+    for bucket, value in zip(owner, seconds):
+        per_bucket.setdefault(bucket, []).append(value)
+    medians = {bucket: statistics.median(values) for bucket, values in per_bucket.items()}
+    ratios = sorted(value / medians[bucket] for bucket, value in zip(owner, seconds))
+    cuts = statistics.quantiles(ratios, n=100, method="inclusive")
+    return {"p50": statistics.median(ratios), "p99": cuts[98], "max": ratios[-1]}
 
 
 def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls: int = 20) -> dict:
@@ -167,56 +201,51 @@ def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls
 
     c_sync = getattr(torch._C, "_cuda_synchronize", None) if DEVICE == "cuda" else None
 
+    # Every arm holds the output until its clock stops, as a server that then reads it does: freeing
+    # a model's output (a logits tensor, its ModelOutput) costs microseconds too, and an arm that freed
+    # it before synchronising would hide that cost under the GPU's work while the guard's arm pays it.
     def plain() -> float:
         start = time.perf_counter()
-        compiled(**inputs)
+        out = compiled(**inputs)
         if DEVICE == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        del out
+        return seconds
 
     def plain_c_sync() -> float:
         start = time.perf_counter()
-        compiled(**inputs)
+        out = compiled(**inputs)
         if c_sync is not None:
             c_sync()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        del out
+        return seconds
 
     guard = ik.no_stalls(compiled, on="record")
     own: list[float] = []  # per guarded call: its wall time less what the guard timed (paired, same call)
 
     def guarded() -> float:
         start = time.perf_counter()
-        guard(**inputs)
+        out = guard(**inputs)
         outer = time.perf_counter() - start
+        del out
         own.append(outer - guard.seconds[-1])
         return outer
 
-    # The same guard once an unexplained stall turned its GPU timing on (CUDA events around each call).
-    timed_guard = ik.no_stalls(compiled, on="record")
-    if DEVICE == "cuda":
-        from inductor_knobs.stalls import _GpuTimer
-
-        timed_guard._gpu = _GpuTimer.create()
-
-    def guarded_gpu_timed() -> float:
-        start = time.perf_counter()
-        timed_guard(**inputs)
-        return time.perf_counter() - start
-
-    arms = {"plain": plain, "plain-c-sync": plain_c_sync, "guarded": guarded, "guarded-gpu-timed": guarded_gpu_timed}
+    arms = {"plain": plain, "plain-c-sync": plain_c_sync, "guarded": guarded}
     times: dict[str, list[float]] = {name: [] for name in arms}
     order = random.Random(0)
-    with guard, timed_guard:
-        for _ in range(50):  # the guards learn the shape (and profile its first call) before the cycles
+    with guard:
+        for _ in range(50):  # the guard learns the shape (and profiles its first call) before the cycles
             guarded()
-            guarded_gpu_timed()
         own.clear()
         for _ in range(cycles):
             names = list(arms)
             order.shuffle(names)
             for name in names:
                 times[name].append(arms[name]())
-    stalls_during = len(guard.stalls) + len(timed_guard.stalls)
+    stalls_during = len(guard.stalls)
     outside, inside = [], []
     for r in range(rounds):
         for where in ("outside", "inside") if r % 2 == 0 else ("inside", "outside"):
@@ -244,8 +273,9 @@ def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls
         "hooks_rounds": rounds,
         "hooks_calls_per_round": calls,
         "cprofile_200_calls": profiles,  # where the time went, plain and guarded (tottime order)
+        "guard_own_noop_us": _guard_on_a_noop(inputs),
     }
-    pairs = (("guarded", "plain"), ("guarded", "plain-c-sync"), ("plain-c-sync", "plain"), ("guarded-gpu-timed", "plain"))
+    pairs = (("guarded", "plain"), ("guarded", "plain-c-sync"), ("plain-c-sync", "plain"))
     for name, reference in pairs:
         diffs = [1e6 * (a - b) for a, b in zip(times[name], times[reference])]
         key = f"{name}_vs_{reference}".replace("-", "_")
@@ -255,6 +285,27 @@ def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls
     out["hooks_us_median"] = statistics.median(hooks)
     out["hooks_us_ci95"] = _interval(hooks)
     return out
+
+
+def _guard_on_a_noop(inputs: dict, rounds: int = 7, calls: int = 20_000) -> float:
+    """The guard's own Python per call on this host: guarded minus plain calls of a no-op (no GPU, no synchronize)."""
+    import inductor_knobs as ik
+
+    def noop(**kwargs):
+        return None
+
+    guard = ik.no_stalls(noop, on="record", synchronize=False, profile="off")
+
+    def per_call(fn) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(**inputs)
+        return (time.perf_counter() - start) / calls
+
+    with guard:
+        for _ in range(100):
+            guard(**inputs)
+        return 1e6 * statistics.median(per_call(guard) - per_call(noop) for _ in range(rounds))
 
 
 def _interval(values: list[float]) -> list[float]:
@@ -311,6 +362,16 @@ def markdown(results: list[dict], env: dict) -> str:
             f"{g['unattributed']} | {causes} |"
         )
     for r in results:
+        if r.get("own_shape_ratio"):
+            ratio = r["own_shape_ratio"]
+            graphs = f"{r['cuda_graphs']} CUDA graphs, one per bucket" if r.get("cuda_graphs") else "no CUDA graphs"
+            share = r.get("host_share_before_graphs")
+            share_text = f", host share of a steady call before them {share:.2f}" if share is not None else ""
+            lines.append(
+                f"\n{r['model']} / {r['arm']}: {graphs}{share_text}; each request over its own bucket's median: "
+                f"p99 {ratio['p99']:.2f}x, max {ratio['max']:.2f}x"
+            )
+    for r in results:
         o = r.get("overhead")
         if o:
             ci = {k: f"[{o[k][0]:.1f}, {o[k][1]:.1f}]" for k in o if k.endswith("_ci95")}
@@ -320,9 +381,8 @@ def markdown(results: list[dict], env: dict) -> str:
                 f"guarded - plain {o['guarded_vs_plain_us_median']:.1f} us {ci['guarded_vs_plain_us_ci95']} "
                 f"({100 * o['guarded_vs_plain_us_median'] / (1000 * o['plain_ms_median']):.2f}% of the plain call); "
                 f"guarded - plain with the C synchronize {o['guarded_vs_plain_c_sync_us_median']:.1f} us "
-                f"{ci['guarded_vs_plain_c_sync_us_ci95']} (the guard's own cost); with GPU timing on (after an unexplained "
-                f"stall) - plain {o['guarded_gpu_timed_vs_plain_us_median']:.1f} us {ci['guarded_gpu_timed_vs_plain_us_ci95']}; "
-                "the C synchronize - "
+                f"{ci['guarded_vs_plain_c_sync_us_ci95']} (the guard's own cost); the guard's Python on a no-op callable "
+                f"(this host's CPU, no GPU) {o['guard_own_noop_us']:.1f} us; the C synchronize - "
                 f"torch.cuda.synchronize() {o['plain_c_sync_vs_plain_us_median']:.1f} us {ci['plain_c_sync_vs_plain_us_ci95']}; "
                 f"the guard's Python around each call {o['guard_own_us_median']:.1f} us (paired); hooks installed "
                 f"(plain calls inside vs outside the block, {o['hooks_rounds']} rounds of {o['hooks_calls_per_round']}) "

@@ -27,10 +27,12 @@ _PUBLIC = {
     "CompileAttestation": "interception",
     "CompileCacheRefused": "errors",
     "CompileEvent": "records",
+    "CapturedGraphs": "graphs",
     "ConcurrentKnobsError": "errors",
     "EmulateGpuContext": "context",
     "EmulationConflict": "errors",
     "EmulationUnavailable": "errors",
+    "GraphCaptureFailed": "errors",
     "KnobNotApplied": "errors",
     "KnobNotAppliedWarning": "errors",
     "Knobs": "knobs",
@@ -49,6 +51,7 @@ _PUBLIC = {
     "activate_from_env": "env",
     "bucket_for": "buckets",
     "active_env_knobs": "env",
+    "capture_cuda_graphs": "graphs",
     "compile": "compile_backend",
     "deactivate_env": "env",
     "emulate_gpu": "context",
@@ -160,6 +163,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import ConcurrentKnobsError as ConcurrentKnobsError
     from .errors import EmulationConflict as EmulationConflict
     from .errors import EmulationUnavailable as EmulationUnavailable
+    from .errors import GraphCaptureFailed as GraphCaptureFailed
     from .errors import KnobNotApplied as KnobNotApplied
     from .errors import KnobNotAppliedWarning as KnobNotAppliedWarning
     from .errors import KnobsError as KnobsError
@@ -168,6 +172,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import StallDuringServing as StallDuringServing
     from .errors import StallWarning as StallWarning
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
+    from .graphs import CapturedGraphs as CapturedGraphs
+    from .graphs import capture_cuda_graphs as capture_cuda_graphs
     from .interception import CompileAttestation as CompileAttestation
     from .knobs import PRESETS as PRESETS
     from .knobs import Knobs as Knobs

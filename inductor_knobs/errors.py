@@ -102,6 +102,10 @@ class StallDuringServing(KnobsError, RuntimeError):
         self.stall = stall
 
 
+class GraphCaptureFailed(KnobsError, RuntimeError):
+    """``ik.capture_cuda_graphs`` could not capture a shape (no CUDA, a CPU input, an op that synchronises)."""
+
+
 class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
 

@@ -23,7 +23,7 @@ from .knobs import torch_version
 from .observe import ObservedBlock
 from .recorder import Collector
 from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
-from .stalls import no_stalls
+from .stalls import _on_cuda, no_stalls
 
 log = logging.getLogger("inductor_knobs.serving")
 
@@ -53,6 +53,8 @@ class WarmupStep:
             compiles, autotuning, Triton compiles, CUDA graph recordings, profiled per-shape ATen costs
             such as a cuDNN SDPA plan build).
         shape: the item passed to ``factory`` (``shapes=``), or None for ``inputs=``.
+        last_call_host_seconds: of the last call, the seconds until the callable returned (its host
+            part: Python and kernel launches), before the CUDA synchronize.
     """
 
     index: int
@@ -63,6 +65,7 @@ class WarmupStep:
     compiles: list[CompileEvent] = field(default_factory=list)
     causes: list[RuntimeEvent] = field(default_factory=list)
     shape: Any = None
+    last_call_host_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +74,7 @@ class WarmupStep:
             "inputs": self.inputs,
             "first_call_seconds": self.first_call_seconds,
             "last_call_seconds": self.last_call_seconds,
+            "last_call_host_seconds": self.last_call_host_seconds,
             "autotune": [r.to_dict() for r in self.autotune],
             "compiles": [e.to_dict() for e in self.compiles],
             "causes": [c.to_dict() for c in self.causes],
@@ -110,6 +114,9 @@ class WarmupReport:
             as seen, so its sampled profiler leaves warmed shapes alone).
         shape_seconds: per signature, the median seconds of its warm calls (the guard's per-shape
             steady state).
+        host_share: the median over inputs of the last call's host part (until the callable
+            returned) as a fraction of the whole call, or None with ``calls_per_input=1``.  Near 1,
+            the GPU waits for the host: see the ``ik.capture_cuda_graphs`` fix.
     """
 
     steps: list[WarmupStep]
@@ -120,6 +127,7 @@ class WarmupReport:
     recommended_buckets: tuple[int, ...] | None = None
     signatures: frozenset[tuple[Any, ...]] = field(default=frozenset(), repr=False, compare=False)
     shape_seconds: Mapping[tuple[Any, ...], float] = field(default_factory=dict, repr=False, compare=False)
+    host_share: float | None = None
 
     @property
     def records(self) -> list[AutotuneRecord]:
@@ -143,7 +151,8 @@ class WarmupReport:
                 costs = [c for c in s.causes if c.kind != "dynamo_compile"]  # compiles are listed above
                 lines += [f"       {1000 * c.seconds:9.2f} ms {c.kind}: {c.detail}" for c in costs]
         if self.steady_state_ms is not None:
-            lines.append(f"steady state: {self.steady_state_ms:.3f} ms per call (median of the warm calls)")
+            host = "" if self.host_share is None else f", {100 * self.host_share:.0f}% of it host work (Python, kernel launches)"
+            lines.append(f"steady state: {self.steady_state_ms:.3f} ms per call (median of the warm calls){host}")
         lines += [f"COLD: {c.text}" for c in self.cold]
         if self.probes and not self.cold:
             lines.append("no per-shape cost at the probes: shapes between the warmed ones cost what warm ones do")
@@ -157,6 +166,7 @@ class WarmupReport:
             "steps": [s.to_dict() for s in self.steps],
             "probes": [s.to_dict() for s in self.probes],
             "steady_state_ms": self.steady_state_ms,
+            "host_share": self.host_share,
             "cold": [vars(c) for c in self.cold],
             "fixes": self.fixes,
             "recommended_buckets": list(self.recommended_buckets) if self.recommended_buckets else None,
@@ -165,6 +175,8 @@ class WarmupReport:
 
 #: A probe whose first call costs more than this multiple of the steady state paid a per-shape cost.
 COLD_RATIO = 2.0
+#: A steady call whose host part (until the callable returned) is at least this share of it is host-bound.
+HOST_BOUND = 0.8
 #: What each per-shape cost is, for the report (``records.CAUSES`` says what the hook is).
 PER_SHAPE = {
     "cudnn_sdpa_plan": "cuDNN SDPA builds an execution plan per exact sequence length",
@@ -247,7 +259,16 @@ def warmup(
             "gc.freeze() once warm-up is done: Python's full collections then skip everything the model, "
             "its compile and warm-up allocated (a collection paused a warm-up call; see the python_gc lines)"
         )
-    return WarmupReport(steps, probed, steady, cold, fixes, buckets, frozenset(guard._seen), guard.shape_seconds())
+    shares = [s.last_call_host_seconds / s.last_call_seconds for s in steps if s.last_call_host_seconds and s.last_call_seconds]
+    host_share = statistics.median(shares) if shares and calls_per_input > 1 else None
+    if host_share is not None and host_share >= HOST_BOUND and any(_on_cuda(sig) for sig in guard._seen):
+        fixes.append(
+            f"capture one CUDA graph per bucket and serve by replay (ik.capture_cuda_graphs(fn, shapes=buckets, "
+            f"factory=...), fn compiled without CUDA graphs): {100 * host_share:.0f}% of a steady call is host work "
+            "(Python, kernel launches), so the GPU waits for the host and any host slowdown reaches the response"
+        )
+    seen = frozenset(guard._seen)
+    return WarmupReport(steps, probed, steady, cold, fixes, buckets, seen, guard.shape_seconds(), host_share)
 
 
 def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:
@@ -259,7 +280,8 @@ def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item
         for _ in range(calls - 1):
             guard.call(fn, *args, **kwargs)
     seconds = guard.seconds[-calls:]
-    return WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles, causes, shape)
+    host = guard.last_host_seconds
+    return WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles, causes, shape, host)
 
 
 def _as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -18,21 +18,21 @@ from torch's own signals:
 - the thread's CPU time (``time.thread_time``) beside its wall time: a call whose thread was off the
   CPU for longer than usual (waiting for the GIL another thread holds, preempted by the OS or a
   container's CPU quota) names ``thread_off_cpu``.  Read for every call that is judged anyway (new
-  shapes, the first calls), and for calls at warm shapes only from the first stall nothing else
-  explains on (a system call of about 5 us on an H100 host, paid by every request otherwise);
-- CUDA events around each call, from the first CUDA stall nothing else explains on (off until then:
-  they cost microseconds per call): a stall whose GPU time exceeds the call's steady wall time names
-  ``gpu_slower`` (on H100 hosts, bursts of 3-25 ms calls of a 1.4 ms Llama after the GPU idled were
-  GPU time, not host work).
-
-So the first stall of those two kinds at a warm shape is ``unattributed``, and turns on what names
-the next ones.
+  shapes, the first calls), and for calls at warm shapes only from the first stall that no hook or
+  profiled op explains on (a system call of about 5 us on an H100 host, paid by every request otherwise);
+- where a call at a warm shape spent the rest: the guard reads the clock when the callable returns
+  (its last kernel launched) as well as after the CUDA synchronize, so the time beyond the steady
+  call splits into the host part (``host_slower``: Python and kernel launches ran longer, and no hook
+  or profiled op names why) and the wait for the GPU after the last launch (``gpu_slower``).  On H100
+  hosts, bursts of 3-16 ms calls of a 1 ms Llama at warm shapes were host time with the thread on the
+  CPU (they returned 0.1-0.5 ms before the call ended), not GPU time; CUDA events around such calls
+  were as long as the calls because the GPU waited for the launches.
 
 What none of them accounts for is reported as ``unattributed`` with its time, never dropped.
 
 A call at a warm shape that finishes below its limit (the larger of ``factor`` x its median and its
-median + ``min_excess_ms``) is only recorded: the medians take in such calls :data:`FOLD_EVERY` at a
-time, and their off-CPU time (once the thread clock is on) is sampled, because on a real model every
+median + ``min_excess_ms``) is only recorded: one in :data:`SAMPLE_EVERY` such calls goes into the
+medians, with its off-CPU time (once the thread clock is on), because on a real model every
 Python frame and system call between two requests costs microseconds (a 1 ms Llama call on an H100 host: the signature
 about 10 us, the two thread-clock reads about 10 us, where ``timeit`` gives 0.75 and 0.4 us).
 """
@@ -60,9 +60,9 @@ REACTIONS = ("raise", "warn", "record")
 PROFILE_MODES = ("new-shapes", "all", "off")
 #: Profiled new-shape calls in a row that must be fast before new shapes stop being profiled.
 QUIET_AFTER = 8
-#: Calls at warm shapes below their limit are added to the running medians in batches of this many
-#: (one Python loop instead of a median update per request: the per-call cost on a real model).
-FOLD_EVERY = 16
+#: One in this many calls at warm shapes below their limit is added to the running medians (a sample
+#: serves a median; a median update per request costs microseconds on a real model's host).
+SAMPLE_EVERY = 16
 #: A profiled op below this many seconds of self CPU time is not named as a cause.
 MIN_OP_SECONDS = 2e-4
 
@@ -285,6 +285,7 @@ class no_stalls(ObservedBlock):
         self.seconds: list[float] = []
         self.stalls: list[Stall] = []
         self.last_causes: list[RuntimeEvent] = []  # the latest call's causes, stall or not (``ik.warmup``)
+        self.last_host_seconds: float | None = None  # the latest judged call's host part (``ik.warmup``)
         self._seen: set[tuple[Any, ...]] = set(warmup.signatures) if warmup is not None else set()
         self._window = window
         self._by_shape: dict[tuple[Any, ...], _RunningMedian] = {}  # per signature: calls that were not stalls
@@ -292,7 +293,7 @@ class no_stalls(ObservedBlock):
         self._steady_calls = 0  # calls that were not stalls (min_calls)
         self._off_cpu = _RunningMedian(window)  # off-CPU seconds of the calls that were not stalls
         self._limits: dict[tuple[Any, ...], float] = {}  # per warm signature: seconds below which a call is fine
-        self._unfolded: list[tuple[tuple[Any, ...], float, float | None]] = []  # fast-path calls not yet in the medians
+        self._fast_calls = 0  # calls at warm shapes below their limit (one in SAMPLE_EVERY joins the medians)
         if warmup is not None:
             self._steady_calls = min_calls  # the report's medians are the steady state from the first call
         for signature, seconds in warmup.shape_seconds.items() if warmup is not None else ():
@@ -302,8 +303,7 @@ class no_stalls(ObservedBlock):
         self._events: list[RuntimeEvent] | None = None  # the running call's hook events
         self._profiler: Any = None
         self._sync: Callable[[], None] | None = None  # torch's C synchronize, once CUDA is initialised
-        self._gpu: _GpuTimer | None = None  # CUDA events around each call, from the first unexplained stall on
-        self._clock_warm = False  # thread clock on calls at warm shapes, from the first unexplained stall on
+        self._clock_warm = False  # thread clock on calls at warm shapes, from the first stall that needs it on
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -362,23 +362,19 @@ class no_stalls(ObservedBlock):
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         signature = _signature(args, kwargs)
         # A warm shape's time below which a call cannot be a stall: such a call is only recorded (its
-        # judging waits for the next fold), so a steady serving loop pays two clock reads and a dict
-        # lookup.  On a real model each of these costs microseconds, and the thread clock is a system
-        # call (about 5 us on an H100 host): warm calls read it only after an unexplained stall.
+        # judging waits for the next fold), so a steady serving loop pays three perf_counter reads and a
+        # dict lookup.  On a real model each of these costs microseconds, and the thread clock is a system
+        # call (about 5 us on an H100 host): warm calls read it only after a stall no hook or op explains.
         limit = self._limits.get(signature)
         new = limit is None and signature not in self._seen
         profiled = (new or self.profile == "all") and self._wants_profile(new) and self._start_profiler()
         events: list[RuntimeEvent] = []
         self._events = events
-        gpu = self._gpu
         on_cpu = time.thread_time() if limit is None or self._clock_warm else None
         started = time.perf_counter()
         try:
-            if gpu is not None:
-                gpu.begin()
             out = fn(*args, **kwargs)
-            if gpu is not None:
-                gpu.end()
+            launched = time.perf_counter()  # the host part ends here; the rest is the wait for the GPU
             if self.synchronize:
                 sync = self._sync or self._find_sync()
                 if sync is not None:
@@ -387,22 +383,20 @@ class no_stalls(ObservedBlock):
             seconds = time.perf_counter() - started
             self._events = None
             fast = limit is not None and seconds < limit and not events and not profiled
-            # Off-CPU time: read for every call that is judged; of the fast calls the first after each
-            # fold, and all until min_calls are in (the usual off-CPU time is a median: a sample serves).
-            sample = on_cpu is not None and (not fast or not self._unfolded or len(self._off_cpu) < self.min_calls)
-            on_cpu_end = time.thread_time() if sample else None
+            # A fast call joins the medians one time in SAMPLE_EVERY, and every time while the usual off-CPU
+            # time has fewer than min_calls values; the thread clock's end is read for those and judged calls.
+            keep = fast and (self._fast_calls % SAMPLE_EVERY == 0 or (on_cpu is not None and len(self._off_cpu) < self.min_calls))
+            on_cpu_end = time.thread_time() if on_cpu is not None and (keep or not fast) else None
             profile = self._stop_profiler() if profiled else None
         off_cpu = None if on_cpu_end is None or on_cpu is None else seconds - (on_cpu_end - on_cpu)
         if fast:
             self.seconds.append(seconds)
-            self._unfolded.append((signature, seconds, off_cpu))
-            if len(self._unfolded) >= FOLD_EVERY:
-                self._fold()
+            self._fast_calls += 1
+            if keep:
+                self._add_steady(signature, seconds, off_cpu)
             return out
-        self._fold()
         self._seen.add(signature)
-        gpu_seconds = gpu.seconds() if gpu is not None else None
-        self._judge(seconds, events, profile, new, profiled, signature, off_cpu, gpu_seconds)
+        self._judge(seconds, events, profile, new, profiled, signature, off_cpu, launched - started)
         return out
 
     def _find_sync(self) -> Callable[[], None] | None:
@@ -452,10 +446,11 @@ class no_stalls(ObservedBlock):
         profiled: bool,
         signature: tuple[Any, ...],
         off_cpu: float | None = 0.0,
-        gpu_seconds: float | None = None,
+        host_seconds: float | None = None,
     ) -> None:
         index = len(self.seconds)
         self.seconds.append(seconds)
+        self.last_host_seconds = host_seconds
         baseline = self._baseline(signature)
         threshold = self.threshold_s if self.threshold_s is not None else None if baseline is None else self.factor * baseline
         causes = sorted(events, key=lambda e: -e.seconds)
@@ -471,13 +466,8 @@ class no_stalls(ObservedBlock):
             if extra >= MIN_OP_SECONDS:
                 detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * (off_cpu - extra):.2f} ms)"
                 causes.append(RuntimeEvent("thread_off_cpu", extra, detail, None))
-        if gpu_seconds is not None and baseline is not None and threshold is not None and seconds > threshold:
-            # The GPU's own time beyond the whole call's steady time (which bounds the GPU's usual share
-            # from above): at least that much the device itself was slower, whatever the host did.
-            extra = gpu_seconds - baseline
-            if extra >= MIN_OP_SECONDS:
-                detail = f"the GPU took {1000 * gpu_seconds:.2f} ms for this call, whose steady time is {1000 * baseline:.2f} ms"
-                causes.append(RuntimeEvent("gpu_slower", extra, detail, None))
+        if host_seconds is not None and not new and baseline is not None and threshold is not None and seconds > threshold:
+            causes += self._host_or_gpu(seconds, host_seconds, baseline, _explained(causes, seconds), off_cpu)
         self.last_causes = causes
         if threshold is not None:
             stalled = seconds > threshold and seconds - (baseline or 0.0) >= self.min_excess_s
@@ -490,22 +480,42 @@ class no_stalls(ObservedBlock):
             return
         self._quiet = 0
         excess = seconds - (baseline or 0.0)
-        explained = min(
-            seconds, _covered(c for c in causes if c.started is not None) + sum(c.seconds for c in causes if c.started is None)
-        )
-        missing = excess - explained
+        missing = excess - _explained(causes, seconds)
         # Without a baseline the steady part of the call is unknown: named causes are then the answer.
         if not causes or (baseline is not None and missing > 0.5 * excess):
             causes.append(RuntimeEvent("unattributed", max(missing, 0.0), "no hook or profiled op accounts for this time", None))
-            # From now on the thread clock and CUDA events time every call, so time off the CPU and a
-            # GPU-side slowdown are named (microseconds a call each; off until a stall needs them).
-            self._clock_warm = True
-            if self._gpu is None and self.synchronize and _on_cuda(signature):
-                self._gpu = _GpuTimer.create()
+            self._clock_warm = True  # from now on the thread clock names time off the CPU (a system call a call)
         causes.sort(key=lambda e: -e.seconds)
         stall = Stall(index, seconds, baseline, threshold, _describe(signature), new, profiled, causes)
         self.stalls.append(stall)
         self._react(stall)
+
+    def _host_or_gpu(
+        self, seconds: float, host_seconds: float, baseline: float, named: float, off_cpu: float | None
+    ) -> list[RuntimeEvent]:
+        """Where a stall at a warm shape spent what the other causes leave: the host part or the wait for the GPU.
+
+        The steady call's wall time bounds both of its parts from above, so each part's time beyond the
+        whole steady call is a lower bound of how much longer that part took.  The host part's bound
+        less what other causes named (all host-side: hooks, profiled ops, time off the CPU) is
+        ``host_slower``; the wait's is ``gpu_slower``.
+        """
+        found = []
+        steady = f"the whole call's steady time is {1000 * baseline:.2f} ms"
+        host = host_seconds - baseline - named
+        if host >= MIN_OP_SECONDS:
+            if off_cpu is None:  # not read on this call: read from now on, to tell off-CPU time from a slower CPU
+                self._clock_warm = True
+                how = "; the thread clock was not read on this call (it is from now on)"
+            else:
+                how = ", with the thread on the CPU (time.thread_time): the same host work ran slower"
+            detail = f"the call returned after {1000 * host_seconds:.2f} ms of host work (Python, kernel launches); {steady}{how}"
+            found.append(RuntimeEvent("host_slower", host, detail, None))
+        wait = seconds - host_seconds
+        if wait - baseline >= MIN_OP_SECONDS:
+            detail = f"after its last launch returned, the call waited {1000 * wait:.2f} ms for the GPU; {steady}"
+            found.append(RuntimeEvent("gpu_slower", wait - baseline, detail, None))
+        return found
 
     def _baseline(self, signature: tuple[Any, ...]) -> float | None:
         if self.baseline_s is not None:
@@ -529,15 +539,8 @@ class no_stalls(ObservedBlock):
             threshold = self.threshold_s if self.threshold_s is not None else self.factor * baseline
             self._limits[signature] = max(threshold, baseline + self.min_excess_s)
 
-    def _fold(self) -> None:
-        """Add the fast path's calls to the steady state (every :data:`FOLD_EVERY` calls, and before judging)."""
-        unfolded, self._unfolded = self._unfolded, []
-        for signature, seconds, off_cpu in unfolded:
-            self._add_steady(signature, seconds, off_cpu)
-
     def shape_seconds(self) -> dict[tuple[Any, ...], float]:
         """Per input signature, the median seconds of its calls that were not stalls (``ik.warmup``)."""
-        self._fold()
         return {signature: median.value() for signature, median in self._by_shape.items()}
 
     def _profiled_causes(self, profile: Any, seconds: float) -> list[RuntimeEvent]:
@@ -573,69 +576,6 @@ class no_stalls(ObservedBlock):
         raise StallDuringServing(message, stall)
 
 
-class _GpuTimer:
-    """Two CUDA events recorded on the current stream around a call; the GPU's seconds between them.
-
-    The stream is looked up with torch's C calls (``_cuda_getDevice``, ``_cuda_getCurrentStream``)
-    and the ``torch.cuda.Stream`` object is made again only when it changes: ``Event.record()``
-    without a stream builds one through ``torch.cuda.current_stream()``'s Python at every call.
-    A call on another device than the events' is not timed (an event records only on its own
-    device), and an event that fails to record turns the timer off: timing never breaks serving.
-    """
-
-    def __init__(self, torch: Any) -> None:
-        self._torch = torch
-        self._device = torch.cuda.current_device()
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-        self._key: Any = None
-        self._stream: Any = None
-        self._recorded = 0  # events recorded for the running call (2: it can be timed)
-        self.broken = False
-
-    @classmethod
-    def create(cls) -> _GpuTimer | None:
-        """A timer, or None where CUDA events cannot be made (no CUDA, a build without events)."""
-        torch = sys.modules.get("torch")
-        try:
-            return cls(torch) if torch is not None and torch.cuda.is_initialized() else None
-        except (AttributeError, RuntimeError):
-            return None
-
-    def _record(self, event: Any) -> None:
-        if self.broken:
-            return
-        try:
-            c = self._torch._C
-            device = c._cuda_getDevice()
-            if device != self._device:
-                return
-            key = c._cuda_getCurrentStream(device)
-            if key != self._key:
-                self._key, self._stream = key, self._torch.cuda.current_stream()
-            event.record(self._stream)
-            self._recorded += 1
-        except (AttributeError, RuntimeError):
-            self.broken = True
-
-    def begin(self) -> None:
-        self._recorded = 0
-        self._record(self._start)
-
-    def end(self) -> None:
-        self._record(self._end)
-
-    def seconds(self) -> float | None:
-        """After the end event completed (the guard synchronised); None if the call was not timed."""
-        if self._recorded != 2 or self.broken:
-            return None
-        try:
-            return float(self._start.elapsed_time(self._end)) / 1000
-        except RuntimeError:
-            self.broken = True
-            return None
-
-
 class _RunningMedian:
     """The median of the last ``size`` values (a sorted list beside a deque: O(size) per add)."""
 
@@ -668,6 +608,12 @@ def _covered(events: Iterable[RuntimeEvent]) -> float:
             total += stop - max(start, end)
             end = stop
     return total
+
+
+def _explained(causes: list[RuntimeEvent], seconds: float) -> float:
+    """Seconds of a call that its causes account for: hook intervals once (they nest), other causes summed."""
+    timed = _covered(c for c in causes if c.started is not None)
+    return min(seconds, timed + sum(c.seconds for c in causes if c.started is None))
 
 
 def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
