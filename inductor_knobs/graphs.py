@@ -58,7 +58,8 @@ class CapturedGraphs:
         except TypeError:  # an unhashable non-tensor argument: no graph can have baked it in
             entry = None
         if entry is None:
-            self.misses += 1
+            with self._lock:  # the count only: fn itself runs outside the lock
+                self.misses += 1
             return self.fn(*args, **kwargs)
         graph, static_args, static_kwargs, out = entry
         with self._lock:
@@ -110,7 +111,7 @@ def capture_cuda_graphs(
             the shape and torch's error); nothing stays captured.
 
     Relies on ``torch.cuda.CUDAGraph``, ``torch.cuda.graph(graph, pool=...)`` and
-    ``torch.cuda.graph_pool_handle()`` (torch 2.4-2.15).
+    ``torch.cuda.graph_pool_handle()`` (checked in torch 2.11 and 2.13).
     """
     if not callable(fn) or not callable(factory):
         raise _invalid("fn/factory", (fn, factory), "callables (the compiled model; shape -> its inputs)")
