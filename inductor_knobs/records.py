@@ -152,6 +152,7 @@ CAUSES = {
     "aten_first_call": "an ATen op slow at a new shape (named in the detail)",
     "python_gc": "Python's cyclic garbage collector (gc.callbacks): a collection walks the objects the process holds",
     "thread_off_cpu": "the serving thread was off the CPU (time.thread_time): waiting for the GIL, preempted, a CPU quota",
+    "profiler": "the guard's own sampled torch.profiler on a new-shape call (its cost measured by ik.warmup)",
     "host_slower": "the call's host part (Python, kernel launches) ran longer at a warm shape with no hook or profiled op "
     "in it: a slower or shared CPU, not a first-call cost",
     "gpu_slower": "the call waited longer for the GPU after its last launch: clocks, power or thermal limits, another "

@@ -117,6 +117,10 @@ class WarmupReport:
         host_share: the median over inputs of the last call's host part (until the callable
             returned) as a fraction of the whole call, or None with ``calls_per_input=1``.  Near 1,
             the GPU waits for the host: see the ``ik.capture_cuda_graphs`` fix.
+        profiler_seconds: what ``torch.profiler`` (as ``ik.no_stalls`` samples new shapes) adds to a
+            call at the first input's shape: the median of 3 profiled calls less the median of 3
+            plain ones, interleaved (at least 0), or None without inputs.  ``ik.no_stalls(warmup=...)``
+            names it ``profiler`` in a profiled stall.
     """
 
     steps: list[WarmupStep]
@@ -128,6 +132,7 @@ class WarmupReport:
     signatures: frozenset[tuple[Any, ...]] = field(default=frozenset(), repr=False, compare=False)
     shape_seconds: Mapping[tuple[Any, ...], float] = field(default_factory=dict, repr=False, compare=False)
     host_share: float | None = None
+    profiler_seconds: float | None = None
 
     @property
     def records(self) -> list[AutotuneRecord]:
@@ -153,6 +158,8 @@ class WarmupReport:
         if self.steady_state_ms is not None:
             host = "" if self.host_share is None else f", {100 * self.host_share:.0f}% of it host work (Python, kernel launches)"
             lines.append(f"steady state: {self.steady_state_ms:.3f} ms per call (median of the warm calls){host}")
+        if self.profiler_seconds is not None:
+            lines.append(f"profiling a call (ik.no_stalls does at new shapes) adds {1000 * self.profiler_seconds:.2f} ms")
         lines += [f"COLD: {c.text}" for c in self.cold]
         if self.probes and not self.cold:
             lines.append("no per-shape cost at the probes: shapes between the warmed ones cost what warm ones do")
@@ -167,6 +174,7 @@ class WarmupReport:
             "probes": [s.to_dict() for s in self.probes],
             "steady_state_ms": self.steady_state_ms,
             "host_share": self.host_share,
+            "profiler_seconds": self.profiler_seconds,
             "cold": [vars(c) for c in self.cold],
             "fixes": self.fixes,
             "recommended_buckets": list(self.recommended_buckets) if self.recommended_buckets else None,
@@ -250,6 +258,7 @@ def warmup(
         ((None, item) for item in inputs) if inputs is not None else ((s, factory(s)) for s in shape_list or ())  # type: ignore[misc]
     )
     steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
+    profiler_seconds = guard.profiler_seconds
     warm = [s.last_call_seconds for s in steps] if calls_per_input > 1 else []
     steady = 1000 * statistics.median(warm) if warm else None
     probed = [_warm(guard, fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
@@ -268,7 +277,7 @@ def warmup(
             "(Python, kernel launches), so the GPU waits for the host and any host slowdown reaches the response"
         )
     seen = frozenset(guard._seen)
-    return WarmupReport(steps, probed, steady, cold, fixes, buckets, seen, guard.shape_seconds(), host_share)
+    return WarmupReport(steps, probed, steady, cold, fixes, buckets, seen, guard.shape_seconds(), host_share, profiler_seconds)
 
 
 def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:
@@ -280,8 +289,44 @@ def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item
         for _ in range(calls - 1):
             guard.call(fn, *args, **kwargs)
     seconds = guard.seconds[-calls:]
+    if index == 0 and guard.profiler_seconds is None and calls > 1:  # at the first warm shape, once
+        guard.profiler_seconds = _profiler_cost(fn, args, kwargs)
     host = guard.last_host_seconds
     return WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles, causes, shape, host)
+
+
+def _profiler_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rounds: int = 3) -> float | None:
+    """Seconds ``torch.profiler`` adds to a call at a warm shape, profiled as ``ik.no_stalls`` profiles.
+
+    Interleaved rounds of one plain and one profiled call, each timed from the call to the CUDA
+    synchronize (the profiler's enter and exit stay outside, as in the guard); the median of the
+    profiled less the median of the plain, at least 0.  Under Inductor, a profiled call also takes
+    the slow launch path and records a range per Triton kernel, so the cost grows with the kernels.
+    None when the profiler cannot start (another one is running).
+    """
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .stalls import _cuda_synchronize
+
+    if torch.autograd._profiler_enabled():
+        return None
+    sync = _cuda_synchronize() or (lambda: None)
+
+    def timed() -> float:
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        sync()
+        return time.perf_counter() - start
+
+    plain, profiled = [], []
+    for _ in range(rounds):
+        plain.append(timed())
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
+            profiled.append(timed())
+    return max(0.0, statistics.median(profiled) - statistics.median(plain))
 
 
 def _as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -286,6 +286,8 @@ class no_stalls(ObservedBlock):
         self.stalls: list[Stall] = []
         self.last_causes: list[RuntimeEvent] = []  # the latest call's causes, stall or not (``ik.warmup``)
         self.last_host_seconds: float | None = None  # the latest judged call's host part (``ik.warmup``)
+        # What the sampled profiler adds to a call of this model (measured by ``ik.warmup``), named in profiled stalls.
+        self.profiler_seconds: float | None = getattr(warmup, "profiler_seconds", None)
         self._seen: set[tuple[Any, ...]] = set(warmup.signatures) if warmup is not None else set()
         self._window = window
         self._by_shape: dict[tuple[Any, ...], _RunningMedian] = {}  # per signature: calls that were not stalls
@@ -459,6 +461,12 @@ class no_stalls(ObservedBlock):
             # CUDA only: there an op's self CPU time is host work (a plan build, a heuristic query); on the
             # CPU it is the op's computation, not a first-call cost.
             causes += self._profiled_causes(profile, seconds)
+        if profiled and self.profiler_seconds and threshold is not None and seconds > threshold:
+            detail = (
+                f"the guard profiled this call (a new shape); during ik.warmup a profiled call of this model took "
+                f"{1000 * self.profiler_seconds:.2f} ms more than a plain one (pass profile='off' to spare it)"
+            )
+            causes.append(RuntimeEvent("profiler", min(self.profiler_seconds, seconds), detail, None))
         if off_cpu is not None and threshold is not None and seconds > threshold and len(self._off_cpu) >= self.min_calls:
             # Off-CPU time beyond the usual (a CUDA sync that spins keeps the thread on the CPU while
             # the GPU works, so the usual is small): the thread waited for the GIL or was not scheduled.

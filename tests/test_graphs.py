@@ -127,3 +127,22 @@ def test_warmup_reports_the_host_share_and_recommends_graphs_only_for_a_host_bou
     report = ik.warmup(lambda x: x + 1, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
     (fix,) = [f for f in report.fixes if "capture_cuda_graphs" in f]
     assert f"{100 * report.host_share:.0f}% of a steady call is host work" in fix
+
+
+def test_warmup_measures_what_the_profiler_adds_and_the_guard_names_it_in_a_profiled_stall():
+    """A new-shape call runs under the guard's profiler: that cost is the guard's own, measured in warm-up."""
+    report = ik.warmup(lambda x: x + 1, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
+    assert report.profiler_seconds is not None and report.profiler_seconds >= 0
+    assert report.to_dict()["profiler_seconds"] == report.profiler_seconds
+    assert not any(c.kind == "profiler" for s in report.steps for c in s.causes), "warm-up's own guard never names it"
+    measured = ik.serving.WarmupReport(report.steps, profiler_seconds=0.030, shape_seconds=report.shape_seconds)
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=10.0, warmup=measured)
+    cuda_call = ((torch.int64, (1, 1679), "cuda"),)
+    guard._judge(0.077, [], None, True, True, cuda_call, None, 0.076)  # profiled, a new shape
+    (stall,) = guard.stalls
+    assert {c.kind for c in stall.causes} == {"profiler", "unattributed"}, stall.describe()
+    assert "30.00 ms more than a plain one" in stall.causes[-1].detail or "30.00 ms" in stall.describe()
+    guard._judge(0.035, [], None, True, True, cuda_call, None, 0.034)
+    assert guard.stalls[-1].attributed and guard.stalls[-1].primary == "profiler"
+    guard._judge(0.035, [], None, True, False, cuda_call, None, 0.034)  # not profiled: not the profiler's
+    assert guard.stalls[-1].primary == "unattributed"
