@@ -14,7 +14,8 @@ from torch's own signals:
   shape not seen before is profiled (CPU activity only) until 8 such calls in a row were fast, and
   new shapes again after any stall.  A profiled call costs a few ms more (2.4-3.7 ms on a 1 ms
   Llama request, H100, torch 2.11), so a shape already seen is never profiled (profiling the call
-  after a stall at a seen shape made that call a stall in turn, H100);
+  after a stall at a seen shape made that call a stall in turn, H100).  That cost is the guard's own:
+  ``ik.warmup`` measures it (``profiler_seconds``) and a guard seeded with it names it ``profiler``;
 - the thread's CPU time (``time.thread_time``) beside its wall time: a call whose thread was off the
   CPU for longer than usual (waiting for the GIL another thread holds, preempted by the OS or a
   container's CPU quota) names ``thread_off_cpu``.  Read for every call that is judged anyway (new
