@@ -470,8 +470,8 @@ def test_the_guard_reads_the_host_part_of_a_real_call():
     guard()
     delay["s"] = 0.03
     guard()
-    (stall,) = guard.stalls
-    assert stall.primary == "host_slower" and stall.attributed, stall.describe()
+    stall = guard.stalls[-1]  # (a loaded machine may make an earlier no-op call a stall too)
+    assert stall.index == 2 and stall.primary == "host_slower" and stall.attributed, stall.describe()
 
 
 def test_warm_calls_read_the_thread_clock_only_after_a_stall_needs_it(monkeypatch):
