@@ -23,7 +23,7 @@ from .knobs import torch_version
 from .observe import ObservedBlock
 from .recorder import Collector
 from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
-from .stalls import _on_cuda, no_stalls
+from .stalls import _on_cuda, no_stalls, profiler_cost
 
 log = logging.getLogger("inductor_knobs.serving")
 
@@ -290,43 +290,9 @@ def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item
             guard.call(fn, *args, **kwargs)
     seconds = guard.seconds[-calls:]
     if index == 0 and guard.profiler_seconds is None and calls > 1:  # at the first warm shape, once
-        guard.profiler_seconds = _profiler_cost(fn, args, kwargs)
+        guard.profiler_seconds = profiler_cost(fn, args, kwargs)
     host = guard.last_host_seconds
     return WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles, causes, shape, host)
-
-
-def _profiler_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rounds: int = 3) -> float | None:
-    """Seconds ``torch.profiler`` adds to a call at a warm shape, profiled as ``ik.no_stalls`` profiles.
-
-    Interleaved rounds of one plain and one profiled call, each timed from the call to the CUDA
-    synchronize (the profiler's enter and exit stay outside, as in the guard); the median of the
-    profiled less the median of the plain, at least 0.  Under Inductor, a profiled call also takes
-    the slow launch path and records a range per Triton kernel, so the cost grows with the kernels.
-    None when the profiler cannot start (another one is running).
-    """
-    import time
-
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from .stalls import _cuda_synchronize
-
-    if torch.autograd._profiler_enabled():
-        return None
-    sync = _cuda_synchronize() or (lambda: None)
-
-    def timed() -> float:
-        start = time.perf_counter()
-        fn(*args, **kwargs)
-        sync()
-        return time.perf_counter() - start
-
-    plain, profiled = [], []
-    for _ in range(rounds):
-        plain.append(timed())
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
-            profiled.append(timed())
-    return max(0.0, statistics.median(profiled) - statistics.median(plain))
 
 
 def _as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

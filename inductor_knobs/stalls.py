@@ -364,8 +364,8 @@ class no_stalls(ObservedBlock):
 
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         signature = _signature(args, kwargs)
-        # A warm shape's time below which a call cannot be a stall: such a call is only recorded (its
-        # judging waits for the next fold), so a steady serving loop pays three perf_counter reads and a
+        # A warm shape's time below which a call cannot be a stall: such a call is only recorded (one in
+        # SAMPLE_EVERY joins the medians), so a steady serving loop pays three perf_counter reads and a
         # dict lookup.  On a real model each of these costs microseconds, and the thread clock is a system
         # call (about 5 us on an H100 host): warm calls read it only after a stall no hook or op explains.
         limit = self._limits.get(signature)
@@ -418,9 +418,7 @@ class no_stalls(ObservedBlock):
 
         if torch.autograd._profiler_enabled():  # the user's own profiler: leave it alone
             return False
-        from torch.profiler import ProfilerActivity, profile
-
-        profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        profiler = _sampling_profiler()
         try:
             profiler.__enter__()
         except Exception as err:  # noqa: BLE001 - no profiler here: hooks still name what they see
@@ -617,6 +615,44 @@ def _covered(events: Iterable[RuntimeEvent]) -> float:
             total += stop - max(start, end)
             end = stop
     return total
+
+
+def _sampling_profiler() -> Any:
+    """The profiler the guard samples new shapes with: CPU activity and input shapes (the per-shape ops' detail)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+
+
+def profiler_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rounds: int = 3) -> float | None:
+    """Seconds the guard's sampling profiler adds to a call of ``fn`` at a warm shape (``ik.warmup``).
+
+    Interleaved rounds of one plain and one profiled call, each timed from the call to the CUDA
+    synchronize (the profiler's enter and exit stay outside, as in the guard); the median of the
+    profiled less the median of the plain, at least 0.  Under Inductor, a profiled call also takes
+    the slow launch path and records a range per Triton kernel, so the cost grows with the kernels.
+
+    Returns:
+        Seconds (float >= 0), or None while another profiler runs (the guard leaves it alone too).
+    """
+    import torch
+
+    if torch.autograd._profiler_enabled():
+        return None
+    sync = _cuda_synchronize() or (lambda: None)
+
+    def timed() -> float:
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        sync()
+        return time.perf_counter() - start
+
+    plain, profiled = [], []
+    for _ in range(rounds):
+        plain.append(timed())
+        with _sampling_profiler():
+            profiled.append(timed())
+    return max(0.0, statistics.median(profiled) - statistics.median(plain))
 
 
 def _explained(causes: list[RuntimeEvent], seconds: float) -> float:
