@@ -39,6 +39,7 @@ _PUBLIC = {
     "KnobsBackend": "compile_backend",
     "KnobsContext": "context",
     "KnobsError": "errors",
+    "NotBlockOwner": "errors",
     "NotSupportedOnThisTorch": "errors",
     "PRESETS": "knobs",
     "PatchTargetChanged": "errors",
@@ -167,6 +168,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import KnobNotApplied as KnobNotApplied
     from .errors import KnobNotAppliedWarning as KnobNotAppliedWarning
     from .errors import KnobsError as KnobsError
+    from .errors import NotBlockOwner as NotBlockOwner
     from .errors import NotSupportedOnThisTorch as NotSupportedOnThisTorch
     from .errors import PatchTargetChanged as PatchTargetChanged
     from .errors import StallDuringServing as StallDuringServing

@@ -47,6 +47,59 @@ Step = Callable[[Callable[[Undo], None]], None]
 TRIES = (1, 2, 3)
 
 
+class _Deferred(threading.local):
+    """This thread's warnings from undos, held while a revert runs (``depth`` > 0)."""
+
+    depth = 0
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, type[Warning]]] = []
+
+
+_DEFERRED = _Deferred()
+
+
+def warn_after_restore(message: str, category: type[Warning]) -> None:
+    """Warn now, or, while a revert runs on this thread, once it has put everything back.
+
+    Undos call this instead of ``warnings.warn``: under ``-W error`` (pytest's ``filterwarnings =
+    error``) a warning is an exception, and one raised in the middle of a revert would stop it.
+    """
+    if _DEFERRED.depth:
+        _DEFERRED.pending.append((message, category))
+    else:
+        warnings.warn(message, category, stacklevel=3)
+
+
+def reverting(revert: Callable[[], None], stacklevel: int) -> None:
+    """Run ``revert`` with the warnings of its undos held back; the outermost revert issues them after it.
+
+    Each warning points ``stacklevel`` frames above this function.  When ``revert`` raises, the
+    warnings are still issued, but one raised as an error does not replace the exception in flight.
+    """
+    outer = _DEFERRED.depth
+    failed = True
+    try:
+        _DEFERRED.depth = outer + 1
+        revert()
+        failed = False
+    finally:
+        _DEFERRED.depth = outer  # the saved value, not a decrement: exact even if interrupted above
+        if not outer:
+            _issue_pending(stacklevel + 1, quiet=failed)
+
+
+def _issue_pending(stacklevel: int, *, quiet: bool) -> None:
+    pending = _DEFERRED.pending
+    while pending:
+        message, category = pending.pop(0)
+        try:
+            warnings.warn(message, category, stacklevel=stacklevel + 1)
+        except Exception:
+            if not quiet:
+                raise
+
+
 class Change:
     """A step that keeps state: ``apply`` raises if the change could not be made (and leaves nothing);
     ``revert`` is idempotent.  Calling it with ``push`` pushes ``revert``, then applies."""
@@ -165,7 +218,9 @@ class ConfigChange(Change):
                     )
 
     def revert(self) -> None:
-        """Idempotent: a revert interrupted part-way can run again."""
+        """Idempotent: a revert interrupted part-way can run again.  Restores first, then warns
+        (through :func:`warn_after_restore`), so a warning raised as an error cannot stop a restore."""
+        changed: list[str] = []
         if not self._restored:
             process_wide, read_override = self.process_wide, self.patches.read_override
             for (cfg, values), (_, prior, undo) in zip(self.groups, self._priors):
@@ -178,18 +233,18 @@ class ConfigChange(Change):
                     # comparing that is exact and costs one dictionary read where getattr on a ConfigModule
                     # runs its whole lookup; the process layer (env activation) compares what Inductor reads.
                     if process_wide:
-                        changed = self._read(cfg, key) != value
+                        is_changed = self._read(cfg, key) != value
                     else:
                         stored = read_override(cfg, key)
-                        changed = stored is not value and stored != value
-                    if changed:
-                        warnings.warn(
+                        is_changed = stored is not value and stored != value
+                    if is_changed:
+                        changed.append(
                             f"{cfg.__name__}.{key} was changed to {self._read(cfg, key)!r} inside the knobs block "
-                            f"(the block set {values[key]!r}); restoring the value from before the block",
-                            ExternalChangeWarning,
-                            stacklevel=4,
+                            f"(the block set {value!r}); restored the value from before the block"
                         )
         self._restore()
+        for message in changed:
+            warn_after_restore(message, ExternalChangeWarning)
 
     def _read(self, cfg: ModuleType, key: str) -> object:
         """The value Inductor reads now (implications and aliases included).
@@ -216,22 +271,71 @@ class ConfigChange(Change):
                 self.patches.write_overrides(cfg, prior)
 
 
-#: Setting key -> the owners of the blocks that hold it now (one process-wide value: see torch_settings).
-_SETTING_HOLDERS: dict[str, list[tuple[int, int | None]]] = {}
-_SETTING_LOCK = threading.Lock()
+#: Process-global resource -> the owners (thread id, asyncio task id) of the blocks that hold it now.
+_HOLDERS: dict[str, list[tuple[int, int | None]]] = {}
+_HOLDERS_LOCK = threading.Lock()
+
+
+class Claim(Change):
+    """Undo record: hold a process-global resource for the calling thread/task, or refuse.
+
+    Args:
+        resource: what is held (``"torch._inductor.config"`` before torch 2.12, a setting's key).
+        what: why it is process-global, for the message.
+        asked: what the block asks of it, for the message.
+
+    Apply raises :class:`~inductor_knobs.errors.ConcurrentKnobsError` (holding nothing) when a block
+    of another thread or asyncio task holds ``resource``: two owners of one process-wide value would
+    undo each other's changes.  The same owner may hold it any number of times (nested blocks).
+    Revert releases this record's hold only; idempotent.
+    """
+
+    __slots__ = ("_owner", "asked", "resource", "what")
+
+    def __init__(self, resource: str, what: str, asked: str) -> None:
+        self.resource = resource
+        self.what = what
+        self.asked = asked
+        self._owner: tuple[int, int | None] | None = None
+
+    @property
+    def description(self) -> str:
+        return f"hold {self.resource}"
+
+    def apply(self) -> None:
+        owner = current_owner()
+        with _HOLDERS_LOCK:
+            others = [o for o in _HOLDERS.get(self.resource, ()) if o != owner]
+            if others:
+                raise ConcurrentKnobsError(
+                    f"{self.asked} entered on {describe_owner(owner)} while {describe_owner(others[0])} holds "
+                    f"{self.resource}: {self.what}, so two threads or asyncio tasks would undo each other. "
+                    "Hold it in one thread/task at a time"
+                )
+            _HOLDERS.setdefault(self.resource, []).append(owner)
+            self._owner = owner  # after the append: revert releases only what was taken
+
+    def revert(self) -> None:
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            with _HOLDERS_LOCK:
+                holders = _HOLDERS.get(self.resource, [])
+                if owner in holders:
+                    holders.remove(owner)
 
 
 class SettingChange(Change):
     """Set a process-global torch setting (:mod:`inductor_knobs.torch_settings`) and put back the exact state it found.
 
     Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
-    another thread or asyncio task holds the same setting: torch has one value per process.  Apply
-    reads the value back and raises :class:`~inductor_knobs.errors.KnobNotApplied` (restoring) if it
-    did not take; revert warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` when code
-    outside inductor_knobs changed it inside the block, and restores it anyway.  Revert is idempotent.
+    another thread or asyncio task holds the same setting (a :class:`Claim`): torch has one value per
+    process.  Apply reads the value back and raises :class:`~inductor_knobs.errors.KnobNotApplied`
+    (restoring) if it did not take; revert restores it, then warns with
+    :class:`~inductor_knobs.errors.ExternalChangeWarning` when code outside inductor_knobs changed it
+    inside the block.  Revert is idempotent.
     """
 
-    __slots__ = ("_owner", "_prior", "key", "patches", "setting", "value")
+    __slots__ = ("_claim", "_prior", "key", "patches", "setting", "value")
 
     def __init__(self, patches: TorchPatches, key: str, value: object) -> None:
         self.patches = patches
@@ -239,24 +343,14 @@ class SettingChange(Change):
         self.value = value
         self.setting = SETTINGS[key]
         self._prior: Any = _NOT_READ
-        self._owner: tuple[int, int | None] | None = None
+        self._claim = Claim(key, f"torch keeps it once per process ({self.setting.what})", f"{key}={value!r}")
 
     @property
     def description(self) -> str:
         return f"{self.key}={self.value!r} ({self.setting.what})"
 
     def apply(self) -> None:
-        owner = current_owner()
-        with _SETTING_LOCK:
-            others = [o for o in _SETTING_HOLDERS.get(self.key, ()) if o != owner]
-            if others:
-                raise ConcurrentKnobsError(
-                    f"{self.key}={self.value!r} entered on {describe_owner(owner)} while {describe_owner(others[0])} holds "
-                    f"{self.key}: torch keeps it once per process ({self.setting.what}), so two threads or asyncio tasks "
-                    "would undo each other. Set it in one thread/task at a time"
-                )
-            _SETTING_HOLDERS.setdefault(self.key, []).append(owner)
-            self._owner = owner  # after the push: revert releases only what was taken
+        self._claim.apply()
         self._prior = self.setting.state(self.patches)
         self.setting.set(self.patches, self.value)
         found = self.setting.value(self.patches)
@@ -269,21 +363,16 @@ class SettingChange(Change):
             if self._prior is not _NOT_READ:
                 prior, self._prior = self._prior, _NOT_READ
                 found = self.setting.value(self.patches)
-                if not self.setting.matches(self.patches, found, self.value):
-                    warnings.warn(
-                        f"{self.key} was changed to {found!r} inside the knobs block (the block set {self.value!r}); "
-                        "restoring the value from before the block",
-                        ExternalChangeWarning,
-                        stacklevel=4,
-                    )
+                changed = not self.setting.matches(self.patches, found, self.value)
                 self.setting.restore(self.patches, prior)
+                if changed:
+                    warn_after_restore(
+                        f"{self.key} was changed to {found!r} inside the knobs block (the block set {self.value!r}); "
+                        "restored the value from before the block",
+                        ExternalChangeWarning,
+                    )
         finally:
-            owner, self._owner = self._owner, None
-            if owner is not None:
-                with _SETTING_LOCK:
-                    holders = _SETTING_HOLDERS.get(self.key, [])
-                    if owner in holders:
-                        holders.remove(owner)
+            self._claim.revert()
 
 
 def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Undo]:
@@ -317,10 +406,16 @@ def revert_all(undos: list[Undo]) -> None:
     An undo is popped only after it ran, so an interrupted call can run again and carry on where it
     stopped (undos are idempotent).
 
+    Warnings of the undos (:func:`warn_after_restore`) are issued after every undo ran.
+
     Raises:
         RevertError: one or more undos failed (all others ran).
         KeyboardInterrupt, SystemExit: re-raised after every undo was attempted.
     """
+    reverting(lambda: _revert_each(undos), stacklevel=2)
+
+
+def _revert_each(undos: list[Undo]) -> None:
     errors: list[BaseException] = []
     interrupted: BaseException | None = None
     while undos:

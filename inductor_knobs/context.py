@@ -1,73 +1,67 @@
 """``knobs(...)`` and ``force_gemm_autotune(...)``: one object that is a context manager,
 a decorator (functions, coroutines, generators, async generators) and ``start()``/``stop()``.
 
-Every active block is a frame on one stack, scoped like Inductor config (see the patch module's
-``config_is_thread_local``): from 2.12 each thread and asyncio task has its own stack, as it has
-its own Inductor config; before 2.12 config is process-global, so the stack is too, and a second
+Every active block is a frame on its thread's or asyncio task's own stack (a ``ContextVar``), on
+every torch.  **A block belongs to whoever entered it**: each frame records its owner (thread,
+asyncio task), and an exit or ``stop()`` by anyone else is refused with
+:class:`~inductor_knobs.errors.NotBlockOwner` before anything changes.  A child asyncio task (or a
+thread started in a copied context) sees its parent's frames, as it sees the parent's Inductor
+config on torch 2.12+, but may only read them.  Before torch 2.12 Inductor config is process-global:
+a block that changes it first takes a :class:`~inductor_knobs._undo.Claim` on it, so a second
 thread or task entering while another holds knobs gets :class:`ConcurrentKnobsError` instead of
-interleaving two undo stacks.
+interleaving two undo lists; blocks that change no config (recorders, guards) claim nothing.
 
 **Out-of-order exits unwind and re-apply.** When a block ends while blocks entered after it are
 still active (``a.start(); b.start(); a.stop()``, or a generator holding a block finished inside
 another block), the blocks above it are reverted, it is reverted, and the blocks above are planned
 and applied again on top of what is left.  Torch then holds exactly what it would hold had the
 ended block never been entered.  An exit is retried until every record is reverted, even when an
-interrupt arrives in the middle of it; the interrupt is re-raised afterwards.
+interrupt arrives in the middle of it; the interrupt is re-raised afterwards.  The frame leaves
+its stack on every exit, a failed revert (:class:`~inductor_knobs.errors.RevertError`) included,
+and warnings about what other code changed inside the block are issued only after everything is
+restored (so ``-W error`` cannot stop a revert part-way).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import sys
-import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
 from . import torch_compat
-from ._scope import ScopedSlot, current_owner, describe_owner
-from ._undo import Change, Undo, apply_all, revert_all
+from ._scope import current_owner, describe_owner
+from ._undo import Change, Claim, Undo, apply_all, revert_all, reverting
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
-from .errors import ConcurrentKnobsError, KnobsError
+from .errors import KnobsError, NotBlockOwner
 from .interception import unwrap_not_applied
 from .knobs import Knobs, torch_version
 from .plan import plan
 
 F = TypeVar("F", bound=Callable[..., Any])
+Owner = tuple[int, "int | None"]
 
 
 class _Frame:
-    """One active block: its context, the records it applied, who entered it (torch < 2.12 only:
-    per-thread stacks need no owner), and whether it is reverted to unwind a block below it, to be
-    applied again."""
+    """One active block: its context, the records it applied, who entered it, and whether it is
+    reverted to unwind a block below it, to be applied again."""
 
     __slots__ = ("applied", "context", "owner", "suspended")
 
-    def __init__(self, context: UndoContext, owner: tuple[int, int | None] | None) -> None:
+    def __init__(self, context: UndoContext, owner: Owner) -> None:
         self.context = context
         self.owner = owner
         self.applied: list[Undo] = []
         self.suspended = False
 
 
-_FRAMES: ScopedSlot[tuple[_Frame, ...]] = ScopedSlot("inductor_knobs.frames", ())
-_GLOBAL_LOCK = threading.RLock()
-
-
-class _ThreadLock(threading.local):
-    """Each thread's own lock, for its own stack (torch 2.12+): nothing else can see that stack, so it
-    is never contended; it is a C lock rather than a no-op context manager written in Python because
-    it is entered at every enter and exit."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-
-
-_THREAD = _ThreadLock()
-
-
-def _thread_local() -> bool:
-    return torch_compat.installed(strict=False).config_is_thread_local
+#: This thread's or task's active blocks, innermost last.  A child task copies the tuple, not the frames'
+#: right to be undone: only a frame's owner may revert it.
+_FRAMES: contextvars.ContextVar[tuple[_Frame, ...]] = contextvars.ContextVar("inductor_knobs.frames", default=())
+#: What before-2.12 blocks claim: Inductor config is one process-wide dict there.
+PROCESS_CONFIG = "torch._inductor.config"
 
 
 def _torch_version() -> str:
@@ -80,61 +74,50 @@ class UndoContext:
     """Plans on enter, applies all or nothing, reverts every change last first on exit.
 
     One object is a context manager, a decorator and ``start()``/``stop()``.  Re-entrant (a
-    recursive decorated function nests), usable from several threads and tasks on torch 2.12+,
-    reverted on exceptions and ``KeyboardInterrupt`` too, and exact on out-of-order exits (see
-    the module docstring).  Nothing is resolved until enter, so creating one (or decorating
-    with one) imports no torch.  Subclasses say what to plan (:meth:`_plan`).
+    recursive decorated function nests), usable from several threads and tasks, reverted on
+    exceptions and ``KeyboardInterrupt`` too, and exact on out-of-order exits (see the module
+    docstring).  Nothing is resolved until enter, so creating one (or decorating with one) imports
+    no torch.  Subclasses say what to plan (:meth:`_plan`).
     """
 
     strict = False
+    #: Whether the plan changes Inductor config (claimed per process before torch 2.12).
+    changes_config = True
 
     def _plan(self) -> tuple[list[Change], Any]:
         """Validate and return (changes in apply order, what ``__enter__`` returns); change nothing."""
         raise NotImplementedError
 
-    def __enter__(self) -> Any:
+    def _records(self) -> tuple[list[Change], Any]:
+        """:meth:`_plan`'s changes, after the claim on process-global config where torch < 2.12 needs one."""
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
-        with _THREAD.lock if thread_local else _GLOBAL_LOCK:
-            frames = _FRAMES.scopes[thread_local]
-            stack = frames.get()
-            me = None
-            if not thread_local:  # one stack for the process: it must belong to one thread/task
-                me = owner = current_owner()
-                others = None
-                if stack:  # an outermost block, the usual case, has nothing to conflict with
-                    others = [f.owner for f in stack if f.owner is not None and f.owner != owner]
-                if others:
-                    raise ConcurrentKnobsError(
-                        f"knobs entered on {describe_owner(owner)} while {describe_owner(others[0])} holds knobs; on this torch "
-                        f"({_torch_version()}) Inductor config is process-global, so knobs from two threads or asyncio "
-                        "tasks would undo each other. Enter knobs in one thread/task at a time (or use torch >= 2.12, "
-                        "where config is per thread and task)"
-                    )
-            changes, value = self._plan()
-            frame = _Frame(self, me)
-            try:  # from the push on, any interrupt (even at the return) unwinds everything
-                frames.set((*stack, frame))
-                apply_all(changes, frame.applied)
-                return value
-            except BaseException:
-                _finish(frame, thread_local)
-                raise
+        changes, value = self._plan()
+        if self.changes_config and not thread_local:
+            changes = [_config_claim(self), *changes]
+        return changes, value
+
+    def __enter__(self) -> Any:
+        owner = current_owner()
+        changes, value = self._records()
+        frame = _Frame(self, owner)
+        try:  # from the push on, any interrupt (even at the return) unwinds everything
+            _FRAMES.set((*_FRAMES.get(), frame))
+            apply_all(changes, frame.applied)
+            return value
+        except BaseException:
+            _finish(frame)
+            raise
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         try:  # every line of the unwinding is inside: an interrupt anywhere is finished below, then re-raised
-            frame: _Frame | None = None
-            thread_local = _thread_local()
-            frame = self._top_frame(thread_local)
-            if frame is None:
-                raise KnobsError(f"{self!r} exited more times than it was entered in this thread/task")
-            with _THREAD.lock if thread_local else _GLOBAL_LOCK:
-                _unwind(frame, thread_local)
+            found: list[_Frame] = []  # the frame being ended, once found (an interrupt below finishes that one)
+            # Warnings about what other code changed inside the block wait until the frame has left its stack.
+            reverting(lambda: self._exit(found), stacklevel=3)
         except KnobsError:
             raise
         except BaseException:
-            # Interrupted before the frame was found, nothing was touched yet: look it up again.
-            found = locals().get("frame")
-            _finish(found if found is not None else self._top_frame(_thread_local()), None)
+            found = locals().get("found") or []
+            _finish(found[0] if found else self._top_frame(owned=True))
             raise
         if exc is None:
             return
@@ -143,16 +126,45 @@ class UndoContext:
         if not_applied is not None and not_applied is not exc:
             raise not_applied.with_traceback(None) from exc
 
-    def _top_frame(self, thread_local: bool) -> _Frame | None:
-        for frame in reversed(_FRAMES.scopes[thread_local].get()):
-            if frame.context is self:
+    def _exit(self, found: list[_Frame]) -> None:
+        frame = self._own_frame("exit")
+        found.append(frame)
+        _unwind(frame)
+
+    def _top_frame(self, *, owned: bool = False) -> _Frame | None:
+        """The innermost frame of this context on this thread's/task's stack (with ``owned``: of the caller's)."""
+        me = current_owner() if owned else None
+        for frame in reversed(_FRAMES.get()):
+            if frame.context is self and (me is None or frame.owner == me):
                 return frame
         return None
 
+    def _own_frame(self, how: str) -> _Frame:
+        """The innermost frame of this context here, if the caller owns it.
+
+        Raises:
+            NotBlockOwner: the innermost one belongs to another thread/task (a parent's, seen by a child).
+            KnobsError: none is active here.
+        """
+        frame = self._top_frame()
+        me = current_owner()
+        if frame is None:
+            raise KnobsError(
+                f"{self!r} {how} in {describe_owner(me)}, but this context is not active here: it was never "
+                "entered, already exited, or entered in another thread or asyncio task (exit it there)"
+            )
+        if frame.owner != me:
+            raise NotBlockOwner(
+                f"{self!r} {how} in {describe_owner(me)}, but {describe_owner(frame.owner)} entered it; only its owner "
+                "may end it, so nothing was reverted. End it where it was entered (a child task or thread sees its "
+                "parent's knobs but cannot undo them)"
+            )
+        return frame
+
     @property
     def active(self) -> bool:
-        """Whether this context is entered in the current thread/task."""
-        return self._top_frame(_thread_local()) is not None
+        """Whether this context holds here: entered in this thread/task, or inherited from a parent task."""
+        return self._top_frame() is not None
 
     def start(self) -> Any:
         """Apply now (like ``__enter__``); pair with :meth:`stop` in the same thread/task."""
@@ -162,15 +174,12 @@ class UndoContext:
         """Revert the most recent :meth:`start` of this context in this thread/task.
 
         Raises:
+            NotBlockOwner: the most recent one was entered by another thread or asyncio task (a
+                parent's block, seen from a child task); nothing changes.
             KnobsError: nothing of this context is active here (never started, already stopped,
-                or started in another thread/task, whose knobs stay until it stops them).
+                or started in another thread, whose knobs stay until it stops them).
         """
-        thread_local = _thread_local()
-        if self._top_frame(thread_local) is None:
-            raise KnobsError(
-                f"{self!r}.stop() in {describe_owner(current_owner())}, but this context has no start() active here: it was "
-                "never started, already stopped, or started in another thread or asyncio task (stop it there)"
-            )
+        self._own_frame("stop()")
         self.__exit__(None, None, None)
 
     def __call__(self, func: F) -> F:
@@ -251,50 +260,63 @@ class UndoContext:
         return generator
 
 
-def _finish(frame: _Frame | None, thread_local: bool | None) -> None:
+def _config_claim(context: UndoContext) -> Claim:
+    return Claim(
+        PROCESS_CONFIG,
+        f"on this torch ({_torch_version()}) Inductor config is process-global (use torch >= 2.12, where it is per "
+        "thread and task)",
+        repr(context),
+    )
+
+
+def _finish(frame: _Frame | None) -> None:
     """Finish unwinding ``frame`` after an interrupt: retried until it completes (each step is idempotent)."""
-    thread_local = _thread_local() if thread_local is None else thread_local
     for _ in range(8):
         try:
-            with _THREAD.lock if thread_local else _GLOBAL_LOCK:
-                if frame is not None:
-                    _unwind(frame, thread_local)
-                else:  # the frame was already popped: only re-apply blocks left suspended
-                    _reapply_suspended(thread_local)
+            if frame is not None:
+                _unwind(frame)
+            else:  # the frame was already popped: only re-apply blocks left suspended
+                _reapply_suspended()
             return
         except BaseException:  # noqa: BLE001 - the caller re-raises the first interrupt
             continue
 
 
-def _unwind(frame: _Frame, thread_local: bool) -> None:
+def _unwind(frame: _Frame) -> None:
     """Revert ``frame`` (and, for an out-of-order exit, the frames above it, then apply those again).
 
-    Idempotent: run again after an interrupt, it carries on where it stopped.
+    The frame leaves the stack whatever a revert raises.  Idempotent: run again after an interrupt,
+    it carries on where it stopped (a frame already off the stack only reverts what is left on it).
     """
-    frames = _FRAMES.scopes[thread_local]
-    stack = frames.get()
-    if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
-        revert_all(frame.applied)
-        stack = stack[:-1]
-        frames.set(stack)
-    elif frame in stack:
-        index = stack.index(frame)
-        for above in reversed(stack[index + 1 :]):
-            above.suspended = True
-            revert_all(above.applied)
-        revert_all(frame.applied)
-        stack = stack[:index] + stack[index + 1 :]
-        frames.set(stack)
+    stack = _FRAMES.get()
+    try:
+        if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
+            revert_all(frame.applied)
+        elif frame in stack:
+            try:
+                for above in reversed(stack[stack.index(frame) + 1 :]):
+                    above.suspended = True
+                    revert_all(above.applied)
+            finally:
+                revert_all(frame.applied)
+        else:
+            revert_all(frame.applied)
+    finally:
+        stack = _FRAMES.get()
+        if frame in stack:
+            stack = tuple(f for f in stack if f is not frame)
+            _FRAMES.set(stack)
     for above in stack:  # a loop, not a call, on the usual exit: nothing is suspended there
         if above.suspended:
-            _reapply_suspended(thread_local)
+            _reapply_suspended()
             break
 
 
-def _reapply_suspended(thread_local: bool) -> None:
-    for above in _FRAMES.scopes[thread_local].get():
-        if above.suspended:
-            changes, _ = above.context._plan()  # fresh records: salts and priors as they are now
+def _reapply_suspended() -> None:
+    me = current_owner()
+    for above in _FRAMES.get():
+        if above.suspended and above.owner == me:
+            changes, _ = above.context._records()  # fresh records: salts and priors as they are now
             apply_all(changes, above.applied)
             above.suspended = False
 

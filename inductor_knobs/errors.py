@@ -40,6 +40,10 @@ class ConcurrentKnobsError(KnobsError, RuntimeError):
     """Knobs were entered from a second thread while torch's config is process-global."""
 
 
+class NotBlockOwner(KnobsError, RuntimeError):
+    """A block was stopped or exited by a thread or asyncio task that did not enter it; nothing was reverted."""
+
+
 class RevertError(KnobsError, RuntimeError):
     """One or more changes could not be reverted; ``errors`` holds each underlying exception."""
 

@@ -109,10 +109,9 @@ def release_held_locks() -> list[str]:
     sys.settrace raises at the line event CPython emits for a ``with lock:`` statement just before it
     calls the lock's ``__exit__``; no Python code can run a handler there.
     """
-    from inductor_knobs import context, emulate, gate, interception, observe
+    from inductor_knobs import emulate, gate, interception, observe
 
     locks = {
-        "context": context._GLOBAL_LOCK,
         "gate": gate.GATE_PATCH.lock,
         "interception": interception.INTERCEPTION.lock,
         "sm view": emulate.SM_VIEW_PATCH.lock,
