@@ -26,10 +26,16 @@ from .patches.torch_2_4 import TorchPatches
 
 @functools.cache
 def all_patch_modules() -> tuple[TorchPatches, ...]:
-    """Every ``PATCHES`` object under :mod:`inductor_knobs.patches`, oldest range first."""
+    """Every ``PATCHES`` object under :mod:`inductor_knobs.patches`, oldest range first.
+
+    ``_``-prefixed modules there are the base modules of ``TorchPatches`` (one per concern) and
+    define no ``PATCHES``; they are skipped.
+    """
     package = importlib.import_module(f"{__package__}.patches")
     found = []
     for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         found.append(module.PATCHES)
     return tuple(sorted(found, key=lambda p: _lowest(p.torch_range)))

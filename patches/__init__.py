@@ -5,4 +5,8 @@ subclass whose ``torch_range`` (a ``packaging`` SpecifierSet) says which torch r
 covers.  :mod:`inductor_knobs.torch_compat` discovers the modules here with ``pkgutil``, so
 supporting a new torch release means adding one file (subclass the newest module, set
 ``torch_range`` and the fingerprints it saw) and nothing else.
+
+``TorchPatches`` is assembled from one base module per concern (``_gate``, ``_config_storage``,
+``_gemm_backends``, ``_emulation``, ``_process_settings``, ``_hooks``, ``_release_tables``).  Their
+names start with ``_``: they define no ``PATCHES`` and discovery skips them.
 """

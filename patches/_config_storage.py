@@ -1,0 +1,218 @@
+"""Inductor config storage: overrides read and written back exactly, process defaults, declared
+types, aliases, implications, forcing environment variables, and the cache salt of a gate override.
+
+A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
+:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  What :class:`ConfigStorage`
+encodes is true of torch 2.4–2.5 (``torch/`` relative); the era modules override what changed:
+
+- ``utils/_config_module.py``: config values live in a plain dict ``module._config`` (no
+  override/default split), process-global.  A key is not an attribute of the module object:
+  ``ConfigModule.__getattr__`` answers it.  2.6 stores ``_ConfigEntry.user_override``
+  (:mod:`.torch_2_6`); 2.12 makes it a ``ContextVar``, per thread (:mod:`.torch_2_12`).
+- ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw stored value
+  (including "unset"); before 2.13 it leaves ``get_hash()``'s ``_is_dirty`` flag alone, from 2.13
+  it marks ``_hash_dirty_var`` itself.  ``config.patch`` pins the value it read on exit until 2.15.
+- No declared types (``value_type`` from 2.6), no forcing variables (``env_name_force`` from 2.6,
+  first used by ``fx_graph_cache`` in 2.7), no aliases (2.7), no implications (2.15).
+- ``torch.compiler.config.cache_key_tag`` does not exist, so the FX graph cache is switched off
+  (``fx_graph_cache=False``) while a gate override is active (2.6: ``compiler/config.py:58``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any, ClassVar
+
+
+@functools.cache
+def _type_names(kind: type) -> frozenset[str]:
+    """Every attribute name ``kind`` and its bases define (see :meth:`ConfigStorage.read_config`)."""
+    return frozenset(name for klass in kind.__mro__ for name in vars(klass))
+
+
+class ConfigStorage:
+    """How Inductor stores its config, and how to change it and put it back exactly (see the module docstring)."""
+
+    #: Inductor config overrides are per thread (ContextVar) from 2.12; process-global before.
+    config_is_thread_local: ClassVar[bool]
+    #: ``torch._inductor.config.patch(...)`` restores a key it found unset to "unset" on exit (2.15:
+    #: ``_ImplicationConfigPatch``); before 2.15 its exit writes back the value it read, which pins
+    #: it as a user override.
+    config_patch_restores_unset: ClassVar[bool]
+
+    def read_config(self, cfg: ModuleType, key: str) -> object:
+        """``getattr(cfg, key)``: the value Inductor reads (overrides, forcing env vars, aliases and all).
+
+        A config key is not an attribute of the module object: ``ConfigModule.__getattr__``
+        (``utils/_config_module.py``) answers it, which Python calls only after the generic lookup
+        failed and built its ``AttributeError``.  So that method is called directly (half the cost,
+        read at every enter), unless the generic lookup could find something (a name in the module's
+        ``__dict__`` or on its type, or a module-level ``__getattr__``) or the type has no
+        ``__getattr__``: then plain ``getattr`` runs.  The type's names are cached per type.
+        """
+        found = cfg.__dict__
+        kind: type = type(cfg)
+        names = _type_names(kind)
+        if key in found or key in names or "__getattr__" in found or "__getattr__" not in names:
+            return getattr(cfg, key)
+        return kind.__getattr__(cfg, key)  # type: ignore[attr-defined,no-any-return]
+
+    def read_override(self, cfg: ModuleType, key: str) -> object:
+        """Return the stored state of ``cfg.key`` that :meth:`write_override` can put back exactly."""
+        return cfg._config[key]  # type: ignore[attr-defined]
+
+    def write_override(self, cfg: ModuleType, key: str, raw: object) -> None:
+        """Put back state from :meth:`read_override` (one key; see :meth:`write_overrides`)."""
+        self.write_overrides(cfg, {key: raw})
+
+    def write_overrides(self, cfg: ModuleType, raw: Mapping[str, object]) -> Callable[[], None]:
+        """Write states from :meth:`read_override` (or values) now; return torch's revert of this write."""
+        return self.overrides_writer(cfg, raw)()
+
+    def overrides_writer(self, cfg: ModuleType, raw: Mapping[str, object]) -> Callable[[], Callable[[], None]]:
+        """A function that writes ``raw`` with one call of torch's own raw patcher and returns its exact undo.
+
+        ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw stored value
+        (including "unset"), unlike ``config.patch`` whose exit writes the value it read and so
+        pins it as a user override.  The patcher writes the same values every time it is called, so
+        a cached plan makes its writers once and a block's write is one call.
+
+        Returns:
+            ``write()``, which writes and returns ``undo()``; ``undo()`` puts back exactly the
+            stored states that write replaced (cheaper than a second write).
+        """
+        patcher: Callable[[], Callable[[], None]] = cfg._make_closure_patcher(**raw)  # type: ignore[attr-defined]
+        if "_is_dirty" not in cfg._bypass_keys:  # type: ignore[attr-defined]
+            return patcher  # 2.13+: the patcher marks get_hash()'s cache dirty itself (_hash_dirty_var)
+
+        # 2.4-2.12: torch's raw patcher leaves get_hash()'s cache flag alone, so both ways set it, in the
+        # module's own namespace, where ConfigModule.__setattr__ puts its bypass keys (without running
+        # that Python method, or a foreign one, at every enter and exit).
+        namespace = cfg.__dict__
+
+        def write() -> Callable[[], None]:
+            undo = patcher()
+            namespace["_is_dirty"] = True
+
+            def revert() -> None:
+                undo()
+                namespace["_is_dirty"] = True
+
+            return revert
+
+        return write
+
+    def read_value(self, cfg: ModuleType, key: str) -> object:
+        """``getattr(cfg, key)`` without side effects.
+
+        From 2.6 reading a key whose default is mutable (a dict, a list) through ``getattr``
+        makes torch store a deep copy as the user override; that copy is removed again here,
+        so a read never turns "unset" into a pinned value.
+        """
+        before = self.read_override(cfg, key)
+        value = self.read_config(cfg, key)
+        if self.read_override(cfg, key) is not before:
+            self.write_override(cfg, key, before)
+        return value
+
+    def declared_types(self, cfg: ModuleType, key: str) -> tuple[Any, ...] | None:
+        """The values ``key`` accepts, as a tuple of types and ``Literal`` values, or None (unknown).
+
+        2.4–2.5 declare no types: the default's type (None when the default is None: unchecked).
+        """
+        default = cfg._config[key]  # type: ignore[attr-defined]
+        return None if default is None else _as_types(type(default))  # type: ignore[arg-type,no-any-return]
+
+    def value_allowed(self, value: object, allowed: tuple[Any, ...]) -> bool:
+        """Whether ``value`` fits ``allowed`` (bools are not ints; ints are floats)."""
+        for option in allowed:
+            if isinstance(option, type):
+                if option is float and isinstance(value, int) and not isinstance(value, bool):
+                    return True
+                if option is int and isinstance(value, bool):
+                    continue
+                if isinstance(value, option):
+                    return True
+            elif type(value) is type(option) and value == option:  # a Literal value
+                return True
+        return False
+
+    def describe_types(self, allowed: tuple[Any, ...]) -> str:
+        """``a bool``, ``a str or None``, ``an int``, ``'strict' or 'strict_pointwise'`` for an error message."""
+        words = []
+        for option in allowed:
+            if option is type(None):
+                words.append("None")
+            elif isinstance(option, type):
+                words.append(("an " if option.__name__[0] in "aeiou" else "a ") + option.__name__)
+            else:
+                words.append(repr(option))
+        return " or ".join(words)
+
+    def implied_by(self, cfg: ModuleType, key: str) -> str | None:
+        """The active config implication that forces ``key`` (``numerics='strict'``), if any (2.15+)."""
+        return None
+
+    def process_default_state(self, cfg: ModuleType, key: str) -> object:
+        """The state :meth:`set_process_default` changes, for :meth:`restore_process_default`."""
+        return self.read_override(cfg, key)
+
+    def set_process_default(self, cfg: ModuleType, key: str, value: object) -> None:
+        """Make ``value`` what every thread sees unless it overrides ``key`` itself.
+
+        Config is process-global before 2.12, so a plain set is process-wide.
+        """
+        self.write_override(cfg, key, value)
+
+    def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
+        """Undo :meth:`set_process_default` exactly."""
+        self.write_override(cfg, key, prior)
+
+    def config_keys(self, cfg: ModuleType) -> list[str]:
+        """Every dotted key the config module knows."""
+        return list(cfg._config)  # type: ignore[attr-defined]
+
+    def forcing_env_var(self, cfg: ModuleType, key: str) -> str | None:
+        """The environment variable that forces ``key`` and beats any override, if one is set."""
+        return None  # env_name_force arrived in 2.6 (:mod:`.torch_2_6`)
+
+    def resolve_alias(self, cfg: ModuleType, key: str) -> tuple[ModuleType, str]:
+        """Follow a config alias to the module and key that really store the value."""
+        return cfg, key  # aliases arrived in 2.7
+
+    # -- cache hygiene -----------------------------------------------------------------
+
+    def cache_salt(self, tag: str) -> list[tuple[str, str, object]]:
+        """Config changes that keep kernels built under a gate override out of other caches.
+
+        Args:
+            tag: a short string naming the override (its digest).
+
+        Returns:
+            ``(config module, key, value)`` triples to apply while the override is active.
+            2.4–2.5 have no ``cache_key_tag``, so the FX graph cache is switched off.
+        """
+        return [("torch._inductor.config", "fx_graph_cache", False)]
+
+
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - declared types are few and fixed per torch
+def _as_types(declared: Any) -> tuple[Any, ...] | None:
+    """Flatten a declared type (``str | None``, ``Optional[int]``, ``Literal["a", "b"]``) into types
+    and literal values; None when it is something that cannot be checked (``Any``, a callable)."""
+    import types as _types
+    import typing
+
+    origin = typing.get_origin(declared)
+    union_type = getattr(_types, "UnionType", None)  # ``X | Y`` (Python 3.10+)
+    if origin is typing.Union or (union_type is not None and isinstance(declared, union_type)):
+        parts = [_as_types(a) for a in typing.get_args(declared)]
+        return None if any(p is None for p in parts) else tuple(x for p in parts for x in p or ())
+    if origin is typing.Literal:
+        return tuple(typing.get_args(declared))
+    if declared is type(None):
+        return (type(None),)
+    if origin is not None:
+        return (origin,) if isinstance(origin, type) else None
+    return (declared,) if isinstance(declared, type) and declared is not object else None

@@ -1,0 +1,121 @@
+"""Small-GPU emulation (``ik.emulate_gpu``): where Inductor reads the SM count, and the green context.
+
+A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
+:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  What :class:`SmallGpuEmulation`
+encodes (``torch/`` relative):
+
+- ``torch.cuda.get_device_properties`` serves ``is_big_gpu`` (2.4–2.5), ``get_max_num_sms``,
+  flex decoding and the shared-memory pruning of GEMM configs; ``CudaInterface.get_device_properties``
+  is bound to it at import (``_dynamo/device_interface.py:194`` in 2.4, ``:341`` in 2.15).  Emulation
+  wraps both and clears the ``functools`` caches that hold a count read earlier (``sm_count_caches``:
+  ``_inductor/utils.py:972`` in 2.4; more from 2.6 and 2.7) and the compile workers' dict.
+- ``torch/cuda/green_contexts.py``: no ``GreenContext`` with ``Stream()`` before 2.11 (2.10 has
+  ``create`` and ``set_context`` only), so this base refuses; the era modules name the API
+  (``green_context_api``) and make the context: ``create(num_sms=, device_id=)`` in 2.11–2.13
+  (:mod:`.torch_2_8`), the constructor from 2.14 (:mod:`.torch_2_14`), ``.sm_count`` in 2.15
+  (:mod:`.torch_2_15`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class SmallGpuEmulation:
+    """The SM-count read sites emulation wraps, and the green context it runs in (see the module docstring)."""
+
+    #: The patch module's name (``torch_2_4``), for messages.
+    name: ClassVar[str]
+
+    # -- where Inductor reads the SM count (small-GPU emulation wraps and clears these) --
+    #: ``module:attribute`` getters of CUDA device properties.  ``torch.cuda.get_device_properties``
+    #: serves ``is_big_gpu`` (2.4–2.5), ``get_max_num_sms`` (→ ``NUM_SMS`` of persistent/TMA
+    #: templates), flex decoding and the shared-memory pruning of GEMM configs;
+    #: ``CudaInterface.get_device_properties`` is a staticmethod bound to it at import
+    #: (``_dynamo/device_interface.py:194`` in 2.4, ``:341`` in 2.15), read by
+    #: ``DeviceProperties.create`` (the 2.6+ gate, ``triton_heuristics``, split reductions in
+    #: ``choices.py``/``ir.py``/``simd.py``) and, on 2.15, ``get_multi_processor_count``.
+    device_property_getters: ClassVar[tuple[str, ...]] = (
+        "torch.cuda:get_device_properties",
+        "torch._dynamo.device_interface:CudaInterface.get_device_properties",
+    )
+    #: ``functools`` caches that hold an SM count read earlier (``_inductor/utils.py:972`` in 2.4).
+    sm_count_caches: ClassVar[tuple[str, ...]]
+    #: The dict in which compile workers cache every device's properties.
+    device_properties_dict_cache: ClassVar[str] = "torch._dynamo.device_interface:caching_worker_device_properties"
+
+    # -- green contexts ----------------------------------------------------------------------
+    #: The first release whose ``torch.cuda.GreenContext`` has ``Stream()`` (``torch/cuda/green_contexts.py:45``
+    #: in 2.11; 2.10 has ``create`` only).  Emulation needs it and feature-checks it at run time.
+    green_stream_since: ClassVar[str] = "2.11"
+    #: How this range makes the green context small-GPU emulation runs on: None (torch 2.4-2.10 have
+    #: no ``GreenContext`` with ``Stream()``), ``"create"`` (2.11-2.13: ``GreenContext.create(num_sms=,
+    #: device_id=)``, C++-backed), ``"constructor"`` (2.14: ``GreenContext(num_sms=, device_id=)``, Python
+    #: over ``cuda.bindings``; ``create`` is "kept for compatibility"), ``"constructor+sm_count"`` (2.15:
+    #: the same constructor, and ``.sm_count`` says how many SMs the driver granted).
+    green_context_api: ClassVar[str | None]
+
+    def green_context_problem(self) -> str | None:
+        """Why emulation cannot make a confining green context on this torch, or None when it can.
+
+        Reads ``torch.cuda.GreenContext``: it must exist, have ``Stream()`` (2.11+; 2.10 has
+        ``create`` and ``set_context`` only, ``torch/cuda/green_contexts.py``) and have the shape
+        :attr:`green_context_api` names (:meth:`_green_api_problem`).  Returns a phrase that
+        completes "torch X has …".
+        """
+        import torch
+
+        green = getattr(torch.cuda, "GreenContext", None)
+        if green is None:
+            return "no GreenContext"
+        if not callable(getattr(green, "Stream", None)):
+            return "GreenContext without Stream()"
+        if self.green_context_api is None:
+            return f"a GreenContext whose API patches.{self.name} does not know"
+        return self._green_api_problem(green)
+
+    def _green_api_problem(self, green: Any) -> str | None:
+        """Whether ``green`` (the ``GreenContext`` class) has this range's API; None when it does."""
+        return f"a GreenContext whose API patches.{self.name} does not know"
+
+    def green_context_refusal(self, torch_version: str) -> str | None:
+        """The ``NotSupportedOnThisTorch`` message for :meth:`green_context_problem`, or None."""
+        problem = self.green_context_problem()
+        if problem is None:
+            return None
+        return (
+            f"emulate_gpu needs torch.cuda.GreenContext with Stream() (torch >= {self.green_stream_since}); torch "
+            f"{torch_version} has {problem}. GreenContext.set_context() alone does not confine Inductor's compiled "
+            "kernels, so no emulator is offered here"
+        )
+
+    def make_green_stream(self, device_index: int, sms: int) -> tuple[Any, Any, int | None]:
+        """Create a green context of ``sms`` SMs on ``device_index`` and one stream of it.
+
+        Returns:
+            ``(context, stream, granted SMs or None)``.  The caller must keep ``context`` alive as
+            long as ``stream`` may be used: from 2.14 ``GreenContext.__del__`` destroys the context
+            and its streams, and the stream (a ``torch.cuda.ExternalStream``) holds no reference to it.
+
+        Raises:
+            NotSupportedOnThisTorch: this torch has no green-context API this range knows.
+            Exception: whatever torch or the driver raises when it refuses the context.
+        """
+        import torch
+
+        refusal = self.green_context_refusal(torch.__version__)
+        if refusal is not None:
+            from inductor_knobs.errors import NotSupportedOnThisTorch
+
+            raise NotSupportedOnThisTorch(refusal)
+        context = self._new_green_context(torch.cuda.GreenContext, device_index, sms)
+        stream = context.Stream()
+        return context, stream, self.granted_sms(context, device_index, sms)
+
+    def _new_green_context(self, green: Any, device_index: int, sms: int) -> Any:
+        """Create the green context; overridden by the ranges that have an API (2.11+)."""
+        raise NotImplementedError(f"patches.{self.name} has no green-context API")  # refused above
+
+    def granted_sms(self, context: Any, device_index: int, sms: int) -> int | None:
+        """SMs the driver granted ``context`` (it rounds requests up to its SM groups), or None if unknown."""
+        return None

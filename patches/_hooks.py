@@ -1,0 +1,120 @@
+"""Where the observers hook into torch: first-call costs at serving time, profiler op names, autotune
+feedback savers, Dynamo's recompile reasons, and the compile-cache artifacts API.
+
+A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
+:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  What :class:`TorchHooks` encodes
+(``torch/`` relative):
+
+- ``_inductor/runtime/triton_heuristics.py`` and ``_inductor/cudagraph_trees.py``: the methods torch
+  calls only when it pays a first-call cost, the same names in 2.4–2.15, except that from 2.9
+  ``CachingAutotuner.coordinate_descent_tuning`` is an eligibility check around
+  ``_coordinate_descent_tuning``.
+- ``select_algorithm.add_feedback_saver``: absent in 2.4; 2.5 ``select_algorithm.py:1727`` calls savers
+  with ``(timings, name, input_nodes, choices)``; 2.8 and 2.11 add arguments (:mod:`.torch_2_8`).
+- ``_dynamo/convert_frame.py`` imports the recompile-reason function as
+  ``get_and_maybe_log_recompilation_reason`` (``guards.py:2570`` in 2.4; ``..._reasons`` from 2.7) and,
+  in 2.4–2.5, asks it only after the compile-start callbacks ran (2.5.1 ``:824``, then ``:828-831``).
+- ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist from 2.7 (``compiler/__init__.py:438``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from packaging.version import Version
+
+from ._release_tables import by_release
+
+
+class TorchHooks:
+    """The torch functions and names the observers hook or call (see the module docstring)."""
+
+    #: Arity of ``select_algorithm.add_feedback_saver`` callbacks (0: the function does not exist).
+    feedback_saver_arity_by_release: ClassVar[dict[str, int]]
+    #: The name ``_dynamo/convert_frame.py`` imports the recompile-reason function under
+    #: (``guards.py:2570`` in 2.4; renamed to ``..._reasons`` in 2.7).
+    recompile_reasons_name: ClassVar[str]
+    #: ``_dynamo/convert_frame.py:_compile`` runs the compile-start callbacks before it asks for the
+    #: recompile reasons (2.5.1 ``:824`` ``run_start_callbacks()``, then ``:828-831``), so the reasons
+    #: function answers after the compile's start event was made; the observer then reads the reasons
+    #: itself when ``_compile`` is called (:meth:`recompile_reasons_of`).  2.6 asks first (``:891``, the
+    #: callbacks are installed in ``compile_inner``, ``:713``/``:986``).
+    reasons_after_start_callbacks: ClassVar[bool]
+    #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
+    has_cache_artifacts: ClassVar[bool]
+
+    # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
+    #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only
+    #: when it pays that cost.  The same names in every release 2.4-2.15
+    #: (``_inductor/runtime/triton_heuristics.py``, ``_inductor/cudagraph_trees.py``), except the
+    #: descent: see :meth:`runtime_hooks`.
+    runtime_cost_hooks: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("runtime_benchmark", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.benchmark_all_configs"),
+        ("coordinate_descent", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.coordinate_descent_tuning"),
+        ("triton_compile", "torch._inductor.runtime.triton_heuristics:CachingAutotuner.precompile"),
+        ("cudagraph_recording", "torch._inductor.cudagraph_trees:CUDAGraphTreeManager.record_function"),
+    )
+    #: The first release whose ``CachingAutotuner.coordinate_descent_tuning`` is only an eligibility
+    #: check around ``_coordinate_descent_tuning``, the descent itself (2.9.1, 2.10.0, 2.11.0, 2.13.0
+    #: wheels; 2.8.0 has no ``_coordinate_descent_tuning``).  ``CachingAutotuner.run`` calls the check
+    #: on every launch of a template kernel, which never gets ``found_by_coordesc``: a hook there
+    #: cost 81 us per call of a 2-layer Llama (H100, torch 2.11), so from 2.9 the hook is on the inner one.
+    coordinate_descent_inner_since: ClassVar[str] = "2.9"
+
+    def runtime_hooks(self, release: str) -> tuple[tuple[str, str], ...]:
+        """:attr:`runtime_cost_hooks` for ``release`` (``"2.11"``): the descent's own method from 2.9."""
+        if Version(release) < Version(self.coordinate_descent_inner_since):
+            return self.runtime_cost_hooks
+        public = ":CachingAutotuner.coordinate_descent_tuning"
+        return tuple(
+            (kind, path.replace(public, ":CachingAutotuner._coordinate_descent_tuning")) for kind, path in self.runtime_cost_hooks
+        )
+
+    #: Profiler op names (``torch.profiler`` CPU events) -> the per-shape first-call cost they stand for.
+    #: cuDNN attention appears as the op the compiled graph calls (``_scaled_dot_product_cudnn_attention``)
+    #: and, from 2.9, as the inner ``_cudnn_attention_forward`` that builds the plan (seen on 2.11, H100).
+    per_shape_ops: ClassVar[dict[str, str]] = {
+        "aten::_scaled_dot_product_cudnn_attention": "cudnn_sdpa_plan",
+        "aten::_scaled_dot_product_cudnn_attention_backward": "cudnn_sdpa_plan",
+        "aten::_cudnn_attention_forward": "cudnn_sdpa_plan",
+        "aten::_cudnn_attention_backward": "cudnn_sdpa_plan",
+        "aten::mm": "cublas_first_call",
+        "aten::addmm": "cublas_first_call",
+        "aten::bmm": "cublas_first_call",
+        "aten::baddbmm": "cublas_first_call",
+        "aten::_scaled_mm": "cublas_first_call",
+        "aten::_addmm_activation": "cublas_first_call",
+        "aten::cudnn_convolution": "cudnn_conv",
+        "aten::_convolution": "cudnn_conv",
+    }
+
+    def feedback_saver_arity(self, release: str) -> int:
+        """Positional arguments torch passes to feedback savers in ``release`` (0: no savers)."""
+        return int(by_release(self.feedback_saver_arity_by_release, release))
+
+    def recompile_reasons_of(
+        self, compile_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[list[str], Any] | None:
+        """For a call of ``convert_frame._compile`` (``compile_fn``): (Dynamo's guard-failure reasons, the frame)
+        when it recompiles, else None (see :attr:`reasons_after_start_callbacks`).
+
+        The reasons ``get_and_maybe_log_recompilation_reason`` returns (2.5.1 ``_dynamo/guards.py:2777-2787``),
+        from ``get_guard_fail_reason_helper`` (``:2675``), which neither logs nor records the failure.
+        """
+        from torch._dynamo.cache_size import is_recompilation
+        from torch._dynamo.guards import get_guard_fail_reason_helper
+
+        bound = inspect.signature(compile_fn).bind(*args, **kwargs).arguments
+        frame, cache_size, entry = bound.get("frame"), bound.get("cache_size"), bound.get("cache_entry")
+        if frame is None or cache_size is None or not is_recompilation(cache_size):
+            return None
+        reasons: list[str] = []
+        while entry is not None:
+            # The 2.4-2.5 signature (only called there; 2.6+ added arguments, which the type stubs checked here have).
+            reason = get_guard_fail_reason_helper(entry.check_fn, frame.f_locals, entry.compile_id)  # type: ignore[call-arg]
+            if reason:
+                reasons.append(reason)
+            entry = entry.next
+        return reasons, frame
