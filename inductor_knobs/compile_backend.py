@@ -21,9 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .context import KnobsContext
+from . import torch_compat
+from ._undo import Change
+from .context import KnobsContext, UndoContext
 from .errors import InvalidKnobValue, UnknownKnob
-from .interception import CompileAttestation, listening
+from .events import Subscribe
+from .interception import CompileAttestation, InterceptionUse
 from .knobs import Knobs, _unknown_message, torch_version
 from .plan import config_values, plan
 
@@ -88,6 +91,10 @@ class KnobsReport:
                 rows.append(f"{key:<{width}}  {'':<20}  {'knobs':<22}  {value!r}")
         return "\n".join(rows)
 
+    def on_attestation(self, attestation: CompileAttestation) -> None:
+        """Compile-event channel: keep the attestation of each graph compiled (or served from a cache)."""
+        self.attestations.append(attestation)
+
 
 class KnobsBackend:
     """A Dynamo backend: Inductor's ``compile_fx`` with ``knobs`` entered around it.
@@ -111,8 +118,21 @@ class KnobsBackend:
 
         if self.context.active:  # re-entered on this thread: the knobs already hold
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
-        with listening(self.report.attestations.append), self.context:
+        with _Receiving(self.report), self.context:
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
+
+
+class _Receiving(UndoContext):
+    """A block whose one record subscribes ``report`` to the attestations of the compiles inside it
+    (and of their lazily compiled backwards), holding the compile interception."""
+
+    changes_config = False
+
+    def __init__(self, report: KnobsReport) -> None:
+        self.report = report
+
+    def _plan(self) -> tuple[list[Change], None]:
+        return [InterceptionUse(torch_compat.installed(strict=False)), Subscribe(self.report)], None
 
 
 def compile(

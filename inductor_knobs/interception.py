@@ -42,18 +42,17 @@ config_patches=None, ...)`` recursing through the module global ``compile_fx`` w
 
 from __future__ import annotations
 
-import contextvars
+import dataclasses
 import functools
 import importlib
 import inspect
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import gate
+from . import events, gate
 from ._patching import SharedPatch, wrap_attribute
 from ._scope import ScopedSlot
 from ._undo import Change, ConfigChange, SettingChange, apply_all, revert_all
@@ -157,6 +156,12 @@ class CompileAttestation:
             override (empty without an override or without CUDA inputs).
         gate_problem: why the override could not hold (``is_big_gpu`` replaced by something
             else), or None.
+        cache: None when Inductor compiled the graph; ``"fx_graph"`` when Inductor's FX graph cache
+            served it; ``"aot_autograd"`` when AOTAutograd's cache served the whole compile (every
+            graph of it: ``graph`` is then ``"cached"``).  On a hit the values are read inside the
+            compile as torch hashed them into the cache key, so the artifact was built with them
+            (torch leaves a few keys out of the key: ``_cache_config_ignore_prefix`` in
+            ``_inductor/config.py``, such as ``trace.*``).
     """
 
     compile_id: str | None
@@ -164,6 +169,12 @@ class CompileAttestation:
     settings: tuple[AttestedSetting, ...]
     gate: tuple[gate.Verdict, ...] = ()
     gate_problem: str | None = None
+    cache: str | None = None
+
+    @property
+    def cache_hit(self) -> bool:
+        """Whether a cache served this compile (see ``cache``)."""
+        return self.cache is not None
 
     @property
     def ok(self) -> bool:
@@ -188,6 +199,7 @@ class CompileAttestation:
             "settings": [s.to_dict() for s in self.settings],
             "gate": [vars(v) for v in self.gate],
             "gate_problem": self.gate_problem,
+            "cache": self.cache,
         }
 
 
@@ -215,26 +227,6 @@ def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
     return _merge(_PROCESS, _SCOPED.scopes[patches.config_is_thread_local].get())
 
 
-# -- listeners ---------------------------------------------------------------------------------
-
-_LISTENERS: contextvars.ContextVar[tuple[Callable[[CompileAttestation], None], ...]] = contextvars.ContextVar(
-    "inductor_knobs.attestation_listeners", default=()
-)
-
-
-@contextmanager
-def listening(listener: Callable[[CompileAttestation], None]) -> Iterator[None]:
-    """Deliver the attestation of every compile that starts in this thread/task while inside.
-
-    A compile's lazily compiled backward is delivered to the listeners of its forward.
-    """
-    token = _LISTENERS.set((*_LISTENERS.get(), listener))
-    try:
-        yield
-    finally:
-        _LISTENERS.reset(token)
-
-
 # -- the interception --------------------------------------------------------------------------
 
 
@@ -251,9 +243,14 @@ class _Snapshot:
     asked: dict[tuple[str, str], Asked]
     override: gate.Override | None
     overrode: dict[str, Any]
-    listeners: tuple[Callable[[CompileAttestation], None], ...]
+    #: The compile-event scope marks when the compile started: its lazily compiled backward publishes
+    #: under them, and its attestations go to the consumers that heard the start (``addressed``).
+    marks: frozenset[int]
+    addressed: tuple[events.Subscriber, ...]
     signature: inspect.Signature | None = field(default=None)
     requested: Mapping[tuple[str, str], Asked] | None = field(default=None)
+    #: Inner compiles attested so far (none when AOTAutograd's cache served the compile).
+    attested: int = 0
 
 
 class _Depth(threading.local):
@@ -285,8 +282,9 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
         return wrapped(*args, **kwargs)
     asked = effective_asked(patches)
     override = gate.current_override()
-    listeners = _LISTENERS.get()
-    if not asked and override is None and not listeners:
+    marks = events.current_marks()
+    addressed = events.listeners(marks)
+    if not asked and override is None and not addressed:
         return wrapped(*args, **kwargs)
     bound = inspect.signature(wrapped).bind(*args, **kwargs)
     given = bound.arguments.get("config_patches")
@@ -303,7 +301,7 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     config_patches = dict(given or {})
     requested, asked = asked, _with_salt(patches, asked)
     overrode = _apply_precedence(patches, asked, config_patches)
-    snapshot = _Snapshot(patches, asked, override, overrode, listeners, requested=requested)
+    snapshot = _Snapshot(patches, asked, override, overrode, marks, addressed, requested=requested)
     inner = bound.arguments.get("inner_compile")
     if inner is None:
         inner = inspect.signature(wrapped).parameters["inner_compile"].default
@@ -317,10 +315,33 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     _DEPTH.value += 1
     try:
         apply_all(_config_changes(snapshot, outside_inductor=True), applied)
-        return wrapped(*bound.args, **bound.kwargs)
+        aot_hits = _cache_hits("aot_autograd", "autograd_cache_hit")
+        compiled = wrapped(*bound.args, **bound.kwargs)
+        if not snapshot.attested and _cache_hits("aot_autograd", "autograd_cache_hit") > aot_hits:
+            _attest_cache_hit(snapshot, config_patches, bound.args)
+        return compiled
     finally:
         _DEPTH.value -= 1
         revert_all(applied)
+
+
+def _cache_hits(group: str, name: str) -> int:
+    """torch's own count of cache hits (``counters``); Dynamo compiles one frame at a time (its compile lock)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters[group][name])
+
+
+def _attest_cache_hit(snapshot: _Snapshot, config_patches: Mapping[str, Any], args: tuple[Any, ...]) -> None:
+    """Attest a compile that AOTAutograd's cache served whole (no inner compile ran).
+
+    The values are read under the same ``config.patch(config_patches)`` that ``compile_fx`` applied
+    when it computed the cache key, so they are what the cached artifact was built with.
+    """
+    cfg = importlib.import_module(INDUCTOR_CONFIG)
+    with cfg.patch(dict(config_patches)):
+        attestation = dataclasses.replace(_attest(snapshot, args, {}), graph="cached", cache="aot_autograd")
+    _deliver(snapshot, attestation)
 
 
 def _with_salt(patches: TorchPatches, asked: dict[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
@@ -384,11 +405,21 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
     def attested_inner_compile(*args: Any, **kwargs: Any) -> Any:
         reapply = _reapply_changes(snapshot)
         applied = apply_all(reapply) if reapply else []
+        # Events of this graph's compile (autotuning, Triton compiles) go where its forward's went.
+        token = events._MARKS.set(snapshot.marks | events.current_marks())
         try:
             attestation = _attest(snapshot, args, kwargs)
-            _deliver(snapshot, attestation)
-            return inner(*args, **kwargs)
+            snapshot.attested += 1
+            hits = _cache_hits("inductor", "fxgraph_cache_hit")
+            _enforce(snapshot, attestation)  # raises before compiling when a knob did not take
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                if _cache_hits("inductor", "fxgraph_cache_hit") > hits:
+                    attestation = dataclasses.replace(attestation, cache="fx_graph")
+                events.deliver(snapshot.addressed, "attestation", attestation)
         finally:
+            events._MARKS.reset(token)
             if applied:
                 revert_all(applied)
 
@@ -457,16 +488,23 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _deliver(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
-    for listener in snapshot.listeners:
-        listener(attestation)
-    failures = [s for s in attestation.mismatches]
+    """Publish ``attestation`` to the consumers the compile addressed, then enforce it."""
+    events.deliver(snapshot.addressed, "attestation", attestation)
+    _enforce(snapshot, attestation)
+
+
+def _enforce(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
+    """Warn or raise :class:`KnobNotApplied` (by each value's policy) for what did not take effect.
+
+    A compile about to raise still publishes its attestation first, so recorders see the mismatch.
+    """
     messages = [
         (
             snapshot.asked[_slot(snapshot, s.key)].on_mismatch,
             f"{s.key}={s.asked!r} (from {s.source}) did not take effect: Inductor compiled this {attestation.graph} graph "
             f"with {s.key}={s.compiled_with!r}, because {s.cause}",
         )
-        for s in failures
+        for s in attestation.mismatches
     ]
     if attestation.gate_problem is not None:
         messages.append(("raise", f"the is_big_gpu override did not take effect: {attestation.gate_problem}"))
@@ -475,6 +513,8 @@ def _deliver(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
             warnings.warn(message, KnobNotAppliedWarning, stacklevel=3)
     errors = [m for p, m in messages if p == "raise"]
     if errors:
+        if attestation.cache is None:
+            events.deliver(snapshot.addressed, "attestation", attestation)
         raise KnobNotApplied("; ".join(errors) + ". Fix the cause, leave the knob out, or pass on_mismatch='warn'")
 
 

@@ -1,9 +1,9 @@
-"""Process-wide hooks that report autotuning and Dynamo compilations to observers.
+"""Process-wide hooks that publish autotuning, Dynamo compilations and first-call costs on the compile-event channel.
 
-Observers (:class:`~inductor_knobs.recorder.record_autotune`, :func:`~inductor_knobs.serving.no_autotune`,
-:func:`~inductor_knobs.serving.warmup`) are kept in a ``ContextVar``, so each sees only what runs
-in its own thread or task; Inductor autotunes on the thread that compiles.  The hooks exist while at
-least one observer does, anywhere in the process, and are removed when the last one leaves:
+Every event goes through :func:`inductor_knobs.events.publish`, on the thread that compiles, to the
+consumers that hear it (recorders, guards, ``ik.warmup``).  The hooks exist while at least one
+:class:`HooksUse` record holds them, anywhere in the process, and are removed when the last one
+leaves:
 
 - a feedback saver (``select_algorithm.add_feedback_saver``, torch 2.5+), called positionally with
   4, 5 or 6 arguments depending on the release (see each patch module's
@@ -34,19 +34,17 @@ Whether timings came from a cache is read from torch's own counter
 
 from __future__ import annotations
 
-import contextvars
 import gc
 import importlib
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any
 
-from . import torch_compat
+from . import events, torch_compat
 from ._patching import SharedPatch, resolve, wrap_attribute
-from ._undo import Step, Undo
+from ._undo import Change, Step, Undo
 from .errors import DriftWarning
 from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, RuntimeEvent, current_compile_id, finite_or_none
 
@@ -54,19 +52,6 @@ SELECT_ALGORITHM = "torch._inductor.select_algorithm"
 #: A timed hook event shorter than this (seconds) is not a first-call cost: it is not delivered.
 MIN_EVENT_SECONDS = 1e-4
 CONVERT_FRAME = "torch._dynamo.convert_frame"
-
-
-class Observer(Protocol):
-    """Receives what autotuning and Dynamo did in the observer's own context."""
-
-    def on_autotune(self, record: AutotuneRecord) -> None: ...
-
-    def on_compile(self, event: CompileEvent) -> None: ...
-
-    def on_runtime(self, event: RuntimeEvent) -> None: ...
-
-
-_OBSERVERS: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar("inductor_knobs.observers", default=())
 
 
 class _ThreadState(threading.local):
@@ -130,16 +115,16 @@ def _gc_callback(phase: str, info: dict[str, Any]) -> None:
         return
     started = _GC_STARTED.pop()
     seconds = time.perf_counter() - started
-    if seconds >= MIN_GC_SECONDS and _OBSERVERS.get():
+    if seconds >= MIN_GC_SECONDS and events.listeners():
         detail = f"generation {info.get('generation')} collection, {info.get('collected')} objects freed"
-        _deliver_runtime(RuntimeEvent("python_gc", seconds, detail, started))
+        events.publish("runtime", RuntimeEvent("python_gc", seconds, detail, started))
 
 
 def _wrap_timed(path: str, kind: str) -> Step:
     """A step that wraps ``path`` (``module:Class.method``) to deliver a timed :class:`RuntimeEvent` of ``kind``."""
 
     def timed(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not _OBSERVERS.get():
+        if not events.listeners():
             return wrapped(*args, **kwargs)
         started = time.perf_counter()
         try:
@@ -147,7 +132,7 @@ def _wrap_timed(path: str, kind: str) -> Step:
         finally:
             seconds = time.perf_counter() - started
             if seconds >= MIN_EVENT_SECONDS:  # torch < 2.9 calls the descent hook on every template launch
-                _deliver_runtime(RuntimeEvent(kind, seconds, _what(instance, args), started))
+                events.publish("runtime", RuntimeEvent(kind, seconds, _what(instance, args), started))
 
     def step(push: Callable[[Undo], None]) -> None:
         try:
@@ -192,13 +177,6 @@ def runtime_hook_status() -> list[tuple[str, str, bool]]:
             exists = False
         status.append((kind, path.replace(":", "."), exists))
     return status
-
-
-def _deliver_runtime(event: RuntimeEvent) -> None:
-    for observer in _OBSERVERS.get():
-        deliver = getattr(observer, "on_runtime", None)
-        if deliver is not None:
-            deliver(event)
 
 
 def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
@@ -279,76 +257,44 @@ def can_record_autotune() -> bool:
     return bool(torch_compat.installed().feedback_saver_arity(torch_compat.release_of(torch.__version__)))
 
 
-@contextmanager
-def observing(observer: Observer, *, need_autotune: bool = True) -> Iterator[None]:
-    """Deliver autotune records and compile events from this context to ``observer`` while inside.
+class HooksUse(Change):
+    """Undo record: hold the observer hooks (installed for the first holder, removed after the last).
 
     Args:
-        observer: gets ``on_autotune(AutotuneRecord)`` and ``on_compile(CompileEvent)`` on the
-            compiling thread, synchronously: what it raises propagates into the compilation.
-        need_autotune: raise if this torch cannot report autotuning (no feedback savers).
+        need_autotune: refuse on a torch that cannot report autotuning (no feedback savers).
 
-    Raises:
-        UnsupportedTorchVersion: torch outside the supported range.
-        NotSupportedOnThisTorch: ``need_autotune`` and torch < 2.5 (``add_feedback_saver`` arrived in 2.5).
+    Apply raises :class:`~inductor_knobs.errors.NotSupportedOnThisTorch` with ``need_autotune`` on
+    torch < 2.5 (``add_feedback_saver`` arrived in 2.5), and registers Dynamo's callbacks again when
+    ``torch._dynamo.reset()`` dropped them.  Idempotent both ways (a holder counts once).
     """
-    import torch
 
-    from .errors import NotSupportedOnThisTorch
+    __slots__ = ("need_autotune",)
 
-    patches = torch_compat.installed()
-    release = torch_compat.release_of(torch.__version__)
-    if need_autotune and not patches.feedback_saver_arity(release):
-        raise NotSupportedOnThisTorch(
-            f"autotune records need torch.{SELECT_ALGORITHM}.add_feedback_saver, which torch "
-            f"{torch.__version__} does not have (it arrived in torch 2.5)"
-        )
-    holder = object()
-    with OBSERVER_HOOKS.lock:
-        if OBSERVER_HOOKS.users:
-            _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
-        OBSERVER_HOOKS.acquire(holder)
-    try:
-        token = _OBSERVERS.set((*_OBSERVERS.get(), observer))
-        try:
-            yield
-        finally:
-            _OBSERVERS.reset(token)
-    finally:
-        OBSERVER_HOOKS.release(holder)
+    def __init__(self, *, need_autotune: bool = True) -> None:
+        self.need_autotune = need_autotune
 
+    @property
+    def description(self) -> str:
+        return f"use {OBSERVER_HOOKS.name}"
 
-_Block = TypeVar("_Block", bound="ObservedBlock")
+    def apply(self) -> None:
+        import torch
 
+        from .errors import NotSupportedOnThisTorch
 
-class ObservedBlock:
-    """Base of the ``with`` objects that observe one block at a time (recorder, guard)."""
+        patches = torch_compat.installed()
+        if self.need_autotune and not patches.feedback_saver_arity(torch_compat.release_of(torch.__version__)):
+            raise NotSupportedOnThisTorch(
+                f"autotune records need torch.{SELECT_ALGORITHM}.add_feedback_saver, which torch "
+                f"{torch.__version__} does not have (it arrived in torch 2.5)"
+            )
+        with OBSERVER_HOOKS.lock:
+            if OBSERVER_HOOKS.users:
+                _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
+            OBSERVER_HOOKS.acquire(self)
 
-    #: Raise NotSupportedOnThisTorch on enter when torch cannot report autotuning.
-    need_autotune: bool = True
-    _block: AbstractContextManager[None] | None = None
-
-    def on_autotune(self, record: AutotuneRecord) -> None:  # Observer protocol
-        pass
-
-    def on_compile(self, event: CompileEvent) -> None:
-        pass
-
-    def on_runtime(self, event: RuntimeEvent) -> None:
-        pass
-
-    def __enter__(self: _Block) -> _Block:
-        if self._block is not None:
-            raise RuntimeError(f"a {type(self).__name__} object observes one block at a time; create another")
-        block = observing(self, need_autotune=self.need_autotune)
-        block.__enter__()
-        self._block = block
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        block, self._block = self._block, None
-        if block is not None:
-            block.__exit__(None, None, None)
+    def revert(self) -> None:
+        OBSERVER_HOOKS.release(self)
 
 
 def hooks_installed() -> bool:
@@ -365,8 +311,8 @@ def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any]
     count = counters["inductor"]["select_algorithm_autotune"]
     fresh, _HOOKS.autotune_count = count > _HOOKS.autotune_count, count
     timing, _THREAD.timing = _THREAD.timing, None
-    observers = _OBSERVERS.get()
-    if not observers:
+    subscribers = events.listeners()
+    if not subscribers:
         return
     precompile_times = rest[1] if _HOOKS.arity >= 6 else {}  # 2.11+: (…, profiler_bench_fn, precompile_times)
     try:
@@ -374,8 +320,7 @@ def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any]
     except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation
         warnings.warn(f"inductor_knobs could not read an autotune result of {name}: {err!r}", DriftWarning, stacklevel=2)
         return
-    for observer in observers:
-        observer.on_autotune(record)
+    events.deliver(subscribers, "autotune", record)
 
 
 def _log_results_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -426,10 +371,10 @@ def _describe_frame(frame: Any) -> tuple[str | None, dict[str, str]]:
 
 def _compile_started(*args: Any) -> None:
     recompile, _THREAD.reasons = _THREAD.reasons, None
-    observers = _OBSERVERS.get()
+    subscribers = events.listeners()
     if _THREAD.compiling is None:
         _THREAD.compiling = []
-    if not observers:
+    if not subscribers:
         _THREAD.compiling.append((time.perf_counter(), None))  # its end callback pops it
         return
     trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "DYNAMO").lower() if args else "dynamo"
@@ -444,8 +389,7 @@ def _compile_started(*args: Any) -> None:
         inputs=inputs,
     )
     _THREAD.compiling.append((time.perf_counter(), event))
-    for observer in observers:
-        observer.on_compile(event)
+    events.deliver(subscribers, "compile", event)
 
 
 def _compile_ended(*args: Any) -> None:
@@ -453,9 +397,9 @@ def _compile_ended(*args: Any) -> None:
     if not _THREAD.compiling:
         return
     started, event = _THREAD.compiling.pop()
-    if event is None or event.trigger == "cudagraph_recording" or not _OBSERVERS.get():
+    if event is None or event.trigger == "cudagraph_recording" or not events.listeners():
         return
-    _deliver_runtime(RuntimeEvent("dynamo_compile", time.perf_counter() - started, event.describe(), started))
+    events.publish("runtime", RuntimeEvent("dynamo_compile", time.perf_counter() - started, event.describe(), started))
 
 
 # -- reading torch objects ------------------------------------------------------------------

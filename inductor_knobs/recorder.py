@@ -1,57 +1,90 @@
-"""``with ik.record_autotune() as rec:``: what autotuning chose, as data instead of stderr text."""
+"""Blocks that receive compile events: ``ik.record_autotune``, ``ik.record_compiles``, and the base of the serving guards."""
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
-from contextlib import ExitStack
-from typing import Any
+from typing import Any, TypeVar
 
-from .interception import CompileAttestation, InterceptionUse, listening
-from .observe import ObservedBlock
-from .records import AutotuneRecord, CompileEvent, format_table, write_jsonl
+from . import torch_compat
+from ._undo import Change
+from .context import UndoContext
+from .events import Subscribe
+from .interception import CompileAttestation, InterceptionUse
+from .observe import HooksUse
+from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table, write_jsonl
+
+_Block = TypeVar("_Block", bound="ObservedBlock")
+
+
+class ObservedBlock(UndoContext):
+    """A block that receives compile events (recorders, guards): a frame on the block stack like ``ik.knobs``.
+
+    Its records are the hooks it needs (:class:`~inductor_knobs.observe.HooksUse`, and the compile
+    interception for attestations) and its subscription to the compile-event channel
+    (:class:`~inductor_knobs.events.Subscribe`), applied and reverted by the same loop as config
+    changes: an exit out of order, an interrupt or ``-W error`` treat them as they treat config.
+    It changes no Inductor config, so it claims nothing before torch 2.12.  One object observes one
+    block at a time.
+    """
+
+    #: Raise NotSupportedOnThisTorch on enter when torch cannot report autotuning.
+    need_autotune: bool = True
+    #: Which compiles it hears of: ``"context"`` (this thread/task and its children) or ``"process"``.
+    event_scope = "context"
+    changes_config = False
+    #: Whether this object is inside its block now (a serving guard's fast path reads it every call).
+    _block: bool | None = None
+
+    def on_autotune(self, record: AutotuneRecord) -> None:
+        pass
+
+    def on_compile(self, event: CompileEvent) -> None:
+        pass
+
+    def on_runtime(self, event: RuntimeEvent) -> None:
+        pass
+
+    def _plan(self) -> tuple[list[Change], Any]:
+        patches = torch_compat.installed(strict=False)
+        records: list[Change] = [HooksUse(need_autotune=self.need_autotune)]
+        if callable(getattr(self, "on_attestation", None)):  # attestations come from the compile interception
+            records.append(InterceptionUse(patches))
+        records.append(Subscribe(self, self.event_scope))
+        return records, self
+
+    def __enter__(self: _Block) -> _Block:
+        if self._block:
+            raise RuntimeError(f"a {type(self).__name__} object observes one block at a time; create another")
+        entered: _Block = super().__enter__()
+        self._block = True
+        return entered
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self._block = None
+        super().__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
 
 class Collector(ObservedBlock):
-    """An observer that keeps every autotune record, compile event and compile attestation it sees."""
+    """A block that keeps every autotune record, compile event and compile attestation it hears of."""
 
     def __init__(self, *, need_autotune: bool = True) -> None:
         self.need_autotune = need_autotune
         self.records: list[AutotuneRecord] = []
         self.compiles: list[CompileEvent] = []
         self.attestations: list[CompileAttestation] = []
-        self._attesting: ExitStack | None = None
-
-    def __enter__(self) -> Any:
-        from . import torch_compat
-
-        super().__enter__()
-        stack = ExitStack()
-        try:
-            use = InterceptionUse(torch_compat.installed(strict=False))
-            use.apply()
-            stack.callback(use.revert)
-            stack.enter_context(listening(self.attestations.append))
-        except BaseException:
-            stack.close()
-            super().__exit__(None, None, None)
-            raise
-        self._attesting = stack
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        stack, self._attesting = self._attesting, None
-        try:
-            if stack is not None:
-                stack.close()
-        finally:
-            super().__exit__(exc_type, exc, tb)
 
     def on_autotune(self, record: AutotuneRecord) -> None:
         self.records.append(record)
 
     def on_compile(self, event: CompileEvent) -> None:
         self.compiles.append(event)
+
+    def on_attestation(self, attestation: CompileAttestation) -> None:
+        self.attestations.append(attestation)
 
 
 class record_autotune(Collector):
@@ -119,10 +152,13 @@ class record_compiles(Collector):
     ``attestations`` holds one :class:`~inductor_knobs.interception.CompileAttestation` per
     graph (forward, backward, inference; every recompile): each value inductor_knobs asked for
     as read *inside* Inductor's compile, where it came from, and the ``is_big_gpu`` verdict per
-    CUDA device; ``compiles`` holds Dynamo's compile events with their recompile reasons.
-    Works on every supported torch (2.4–2.15); it does not need autotune reporting.
+    CUDA device; ``compiles`` holds Dynamo's compile events with their recompile reasons.  A
+    compile served from a cache is attested too (``attestation.cache``: ``"fx_graph"`` or
+    ``"aot_autograd"``, whose one attestation covers the whole compile), from what torch hashed
+    into the cache key.  Works on every supported torch (2.4–2.15); it does not need autotune
+    reporting.
 
-    Example::
+    Example (also on a warm cache, in a second process on the same cache directory)::
 
         with ik.record_compiles() as rec, ik.knobs(coordinate_descent_tuning=False):
             torch.compile(f, mode="max-autotune-no-cudagraphs")(x)
@@ -134,4 +170,8 @@ class record_compiles(Collector):
 
     def __repr__(self) -> str:
         bad = sum(not a.ok for a in self.attestations)
-        return f"record_compiles({len(self.attestations)} graphs, {bad} with a knob not applied, {len(self.compiles)} compiles)"
+        hits = sum(a.cache_hit for a in self.attestations)
+        return (
+            f"record_compiles({len(self.attestations)} graphs, {hits} from a cache, {bad} with a knob not applied, "
+            f"{len(self.compiles)} compiles)"
+        )

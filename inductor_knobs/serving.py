@@ -20,8 +20,7 @@ from typing import Any
 from .buckets import suggest_buckets
 from .errors import AutotuneDuringServing, InvalidKnobValue
 from .knobs import torch_version
-from .observe import ObservedBlock
-from .recorder import Collector
+from .recorder import Collector, ObservedBlock
 from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
 from .stalls import _on_cuda, no_stalls, profiler_cost
 

@@ -54,7 +54,7 @@ from typing import Any
 from . import torch_compat
 from .errors import InvalidKnobValue, KnobsError, StallDuringServing, StallWarning
 from .knobs import torch_version
-from .observe import ObservedBlock
+from .recorder import ObservedBlock
 from .records import CAUSES, AutotuneRecord, CompileEvent, RuntimeEvent
 
 REACTIONS = ("raise", "warn", "record")

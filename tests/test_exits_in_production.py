@@ -117,7 +117,7 @@ def test_a_thread_in_a_copied_context_cannot_stop_the_block(patches):
     assert overrides(patches) == before
 
 
-def test_out_of_order_exit_of_a_recorder_does_not_revive_it(patches, monkeypatch):
+def test_out_of_order_exit_of_a_recorder_does_not_revive_it(patches, monkeypatch, fresh_inductor):
     """Before: after first.__exit__ then second.__exit__, the exited ``first`` got the next compile and ``second`` none."""
     torch._dynamo.reset()
     seen = inside_compile(monkeypatch, lambda: cfg.max_autotune)
