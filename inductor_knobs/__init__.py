@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "AutotuneDuringServing": "errors",
     "AutotuneRecord": "records",
-    "CompileAttestation": "interception",
+    "CompileAttestation": "attestation",
     "CompileCacheRefused": "errors",
     "CompileEvent": "records",
     "CapturedGraphs": "graphs",
@@ -143,6 +143,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
+    from .attestation import CompileAttestation as CompileAttestation
     from .buckets import bucket_for as bucket_for
     from .buckets import pad_to_bucket as pad_to_bucket
     from .buckets import suggest_buckets as suggest_buckets
@@ -176,7 +177,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
     from .graphs import CapturedGraphs as CapturedGraphs
     from .graphs import capture_cuda_graphs as capture_cuda_graphs
-    from .interception import CompileAttestation as CompileAttestation
     from .knobs import PRESETS as PRESETS
     from .knobs import Knobs as Knobs
     from .recorder import record_autotune as record_autotune

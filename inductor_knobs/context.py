@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 from . import torch_compat
 from ._scope import current_owner, describe_owner
 from ._undo import Change, Claim, Undo, apply_all, revert_all, reverting
+from .attestation import unwrap_not_applied
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import KnobsError, NotBlockOwner
-from .interception import unwrap_not_applied
 from .knobs import Knobs, torch_version
 from .plan import plan
 

@@ -18,12 +18,10 @@ from . import torch_compat
 from ._undo import Change, ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
 from .errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
-from .interception import CACHE_SALT, AskChange, Asked, by_slot
+from .interception import CACHE_SALT, INDUCTOR_CONFIG, AskChange, Asked, by_slot
 from .knobs import Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
 from .torch_settings import SETTINGS, SETTINGS_MODULE
-
-INDUCTOR_CONFIG = "torch._inductor.config"
 
 #: Knob name -> the Inductor config key it sets.
 CONFIG_KEYS = {
@@ -173,7 +171,7 @@ def _validate(
         _check_key(patches, cfg, key, value, version)
     warn_no_fallback = False
     if knobs.gemm_backends is not None:
-        warn_no_fallback = _check_backends(patches, cfg, knobs.gemm_backends, values, version)
+        warn_no_fallback = _find_cutlass_for(patches, cfg, knobs.gemm_backends, values, version)
     policy = knobs.on_mismatch or "raise"
     settings = tuple((key, getattr(knobs, key)) for key in SETTINGS if getattr(knobs, key) is not None)
     for key, value in settings:
@@ -224,8 +222,8 @@ def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, 
     )
 
 
-def _check_backends(patches: TorchPatches, cfg: ModuleType, backends: str, values: dict[str, Any], version: str) -> bool:
-    """Check the backends (CUTLASS must be found); return whether ATEN, the fallback, is left out.
+def _find_cutlass_for(patches: TorchPatches, cfg: ModuleType, backends: str, values: dict[str, Any], version: str) -> bool:
+    """Find CUTLASS when the backends ask for it; return whether ATEN, the fallback, is left out.
 
     When CUTLASS is asked for and the configured directory holds no checkout, the CUTLASS directory
     key and a directory generated from ``nvidia-cutlass`` are added to ``values`` (see
