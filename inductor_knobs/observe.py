@@ -182,8 +182,15 @@ def runtime_hook_status() -> list[tuple[str, str, bool]]:
 def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
     sa = importlib.import_module(SELECT_ALGORITHM)
     # By identity: clear_feedback_savers (2.9+) would drop other people's savers too.
-    push(lambda: _remove(sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns, _feedback_saver))
+    push(lambda: _remove_feedback_saver(sa))
     sa.add_feedback_saver(_feedback_saver)
+
+
+def _remove_feedback_saver(sa: Any) -> None:
+    """Undo of :func:`_add_feedback_saver`, safe when ``add_feedback_saver`` failed before it made the selector cache."""
+    cache = getattr(sa, "_ALGORITHM_SELECTOR_CACHE", None)
+    if cache is not None:
+        _remove(cache.feedback_saver_fns, _feedback_saver)
 
 
 def _wrap_log_results(push: Callable[[Undo], None]) -> None:
