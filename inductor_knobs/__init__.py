@@ -32,6 +32,7 @@ _PUBLIC = {
     "EmulateGpuContext": "context",
     "EmulationConflict": "errors",
     "EmulationUnavailable": "errors",
+    "GraphCallRefused": "errors",
     "GraphCaptureFailed": "errors",
     "KnobNotApplied": "errors",
     "KnobNotAppliedWarning": "errors",
@@ -165,6 +166,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import ConcurrentKnobsError as ConcurrentKnobsError
     from .errors import EmulationConflict as EmulationConflict
     from .errors import EmulationUnavailable as EmulationUnavailable
+    from .errors import GraphCallRefused as GraphCallRefused
     from .errors import GraphCaptureFailed as GraphCaptureFailed
     from .errors import KnobNotApplied as KnobNotApplied
     from .errors import KnobNotAppliedWarning as KnobNotAppliedWarning

@@ -110,6 +110,10 @@ class GraphCaptureFailed(KnobsError, RuntimeError):
     """``ik.capture_cuda_graphs`` could not capture a shape (no CUDA, a CPU input, an op that synchronises)."""
 
 
+class GraphCallRefused(KnobsError, RuntimeError):
+    """A call of ``capture_cuda_graphs(..., outputs="static")`` from a thread other than its one caller; nothing replayed."""
+
+
 class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
 

@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .errors import GraphCaptureFailed, InvalidKnobValue
+from . import events
+from ._scope import describe_owner
+from .errors import GraphCallRefused, GraphCaptureFailed, InvalidKnobValue
 from .knobs import torch_version
+from .records import RuntimeEvent
+
+#: What a replayed call returns: ``"copy"`` (a clone the caller owns) or ``"static"`` (the graph's own buffer).
+OUTPUTS = ("copy", "static")
+#: A wait for the lock shorter than this (seconds) is not published as ``queued``.
+MIN_QUEUED_SECONDS = 1e-4
 
 
 class CapturedGraphs:
@@ -29,21 +38,38 @@ class CapturedGraphs:
     copies the tensors into that graph's static inputs and replays it; any other call goes to ``fn``
     (counted in :attr:`misses`).
 
-    The returned output is the graph's own static output: the next call (of any shape: the graphs
-    share one memory pool) overwrites it, so copy what must outlive it.  Calls are serialised by a
-    lock, so two threads never replay into the same buffers at once.
+    **Who owns the output.**  The graphs share one memory pool, so every replay overwrites the
+    static outputs.  With ``outputs="copy"`` (the default) a replayed call returns a clone of the
+    output made under the lock, on the calling stream: the caller owns it, and no other call can
+    change it; it costs one device-to-device copy of the output per call.  With ``outputs="static"``
+    the call returns the graph's own buffer, valid until the next call; only the thread that called
+    first may call it (:class:`~inductor_knobs.errors.GraphCallRefused` for any other thread,
+    nothing replayed), so no caller can read another caller's result.
+
+    **Threads and streams.**  Calls are serialised by a lock: copying the inputs, the replay and the
+    copy of the output happen as one.  Each call runs on the caller's current CUDA stream and first
+    waits (on the GPU, ``Stream.wait_event``) for the previous call's work, so calls from several
+    threads and streams are ordered and each reads its own inputs.  The time a call waited for the
+    lock is published on the compile-event channel as a ``queued`` runtime event, which
+    ``ik.no_stalls`` names as the cause instead of a slow GPU.
 
     Attributes:
         fn: the callable the graphs were captured from.
+        outputs: ``"copy"`` or ``"static"``.
         shapes: the captured keys, in capture order.
         replays: calls served by a replay.
         misses: calls served by ``fn`` because no graph had their shape.
     """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], outputs: str = "copy") -> None:
+        if outputs not in OUTPUTS:
+            raise _invalid("outputs", outputs, " or ".join(repr(o) for o in OUTPUTS))
         self.fn = fn
+        self.outputs = outputs
         self._graphs: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = {}
         self._lock = threading.Lock()
+        self._done: Any = None  # the CUDA event recorded after the previous replayed call's work
+        self._static_caller: int | None = None  # outputs="static": the one thread that may call
         self.replays = 0
         self.misses = 0
 
@@ -52,7 +78,11 @@ class CapturedGraphs:
         return list(self._graphs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)``, by a replay where a graph has this call's shape."""
+        """``fn(*args, **kwargs)``, by a replay where a graph has this call's shape.
+
+        Raises:
+            GraphCallRefused: ``outputs="static"`` and a thread other than the first caller calls.
+        """
         try:
             entry = self._graphs.get(_key(args, kwargs))
         except TypeError:  # an unhashable non-tensor argument: no graph can have baked it in
@@ -62,13 +92,40 @@ class CapturedGraphs:
                 self.misses += 1
             return self.fn(*args, **kwargs)
         graph, static_args, static_kwargs, out = entry
+        if self.outputs == "static":
+            self._check_static_caller()
+        queued_since = time.perf_counter()
         with self._lock:
+            waited = time.perf_counter() - queued_since
+            cuda = _cuda_of(out)
+            if cuda is not None and self._done is not None:
+                cuda.current_stream().wait_event(self._done)  # the previous call's clone and replay come first
             for static, value in itertools.chain(zip(static_args, args), ((static_kwargs[k], v) for k, v in kwargs.items())):
                 if static is not value and hasattr(static, "copy_"):
                     static.copy_(value)
             graph.replay()
+            result = _clone_tensors(out) if self.outputs == "copy" else out
+            if cuda is not None:
+                self._done = cuda.Event()
+                self._done.record()
             self.replays += 1
-        return out
+        if waited >= MIN_QUEUED_SECONDS:
+            detail = f"waited for another thread's replay of {getattr(self.fn, '__name__', type(self.fn).__name__)}"
+            events.publish("runtime", RuntimeEvent("queued", waited, detail, queued_since))
+        return result
+
+    def _check_static_caller(self) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            if self._static_caller is None:
+                self._static_caller = me
+        if self._static_caller != me:
+            raise GraphCallRefused(
+                f"capture_cuda_graphs({getattr(self.fn, '__name__', self.fn)!r}, outputs='static') called from "
+                f"{describe_owner((me, None))}, but {describe_owner((self._static_caller, None))} called it first: a static "
+                "output is overwritten by the next replay, so only one thread may call. Allowed: calls from that thread, "
+                f"or outputs='copy' (each call gets its own output) from any thread (torch {torch_version()})"
+            )
 
     def _capture(self, torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pool: Any, warmup_calls: int) -> None:
         """Warm ``fn`` on a side stream (as torch's CUDA graph docs ask), then capture one call into ``pool``."""
@@ -85,7 +142,12 @@ class CapturedGraphs:
 
 
 def capture_cuda_graphs(
-    fn: Callable[..., Any], *, shapes: Iterable[Any], factory: Callable[[Any], Any], warmup_calls: int = 3
+    fn: Callable[..., Any],
+    *,
+    shapes: Iterable[Any],
+    factory: Callable[[Any], Any],
+    warmup_calls: int = 3,
+    outputs: str = "copy",
 ) -> CapturedGraphs:
     """Capture one CUDA graph of ``fn`` per shape, largest first, into one shared memory pool.
 
@@ -101,12 +163,16 @@ def capture_cuda_graphs(
             positional arguments, a mapping of keyword arguments, or one argument.  Its tensors become
             the graph's static inputs (kept for the graph's life).
         warmup_calls: calls of ``fn`` per shape on a side stream before its capture (int >= 1; default 3).
+        outputs: ``"copy"`` (default): each replayed call returns a clone its caller owns, safe from any
+            thread; ``"static"``: the graph's own output buffer, overwritten by the next call, for one
+            calling thread only (see :class:`CapturedGraphs`).
 
     Returns:
         A :class:`CapturedGraphs` callable.
 
     Raises:
-        InvalidKnobValue: ``fn``/``factory`` not callable, no shapes, or ``warmup_calls`` < 1.
+        InvalidKnobValue: ``fn``/``factory`` not callable, no shapes, ``warmup_calls`` < 1, or an
+            unknown ``outputs``.
         GraphCaptureFailed: no CUDA, an input not on CUDA, or the capture failed (the message names
             the shape and torch's error); nothing stays captured.
 
@@ -120,6 +186,8 @@ def capture_cuda_graphs(
         raise _invalid("shapes", shapes, "at least one shape (e.g. the report's recommended_buckets)")
     if isinstance(warmup_calls, bool) or not isinstance(warmup_calls, int) or warmup_calls < 1:
         raise _invalid("warmup_calls", warmup_calls, "an int >= 1")
+    if outputs not in OUTPUTS:
+        raise _invalid("outputs", outputs, " or ".join(repr(o) for o in OUTPUTS))
     import torch
 
     if not torch.cuda.is_available():
@@ -136,7 +204,7 @@ def capture_cuda_graphs(
             )
     # Largest first: a smaller graph then reuses the pool memory the larger capture freed.
     calls.sort(key=lambda call: -sum(v.numel() for v in (*call[1], *call[2].values()) if isinstance(v, torch.Tensor)))
-    captured = CapturedGraphs(fn)
+    captured = CapturedGraphs(fn, outputs)
     pool = torch.cuda.graph_pool_handle()
     for shape, args, kwargs in calls:
         try:
@@ -149,6 +217,23 @@ def capture_cuda_graphs(
             ) from err
     torch.cuda.synchronize()
     return captured
+
+
+def _cuda_of(out: Any) -> Any:
+    """``torch.cuda`` when the output holds a CUDA tensor (a real graph), else None (a CPU stand-in in tests)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    on_cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in tree_leaves(out))
+    return torch.cuda if on_cuda else None
+
+
+def _clone_tensors(out: Any) -> Any:
+    """``out`` with every tensor cloned (tuples, lists, dicts and the output classes torch's pytree knows)."""
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(torch.Tensor, lambda t: t.clone(), out)
 
 
 def _key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
