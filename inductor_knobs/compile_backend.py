@@ -2,8 +2,14 @@
 
 A ``with ik.knobs(...)`` block around the first call does not cover the recompile at request
 10,000.  ``ik.compile`` instead hands Dynamo a backend that enters the knobs around Inductor's
-compile entry (``torch._inductor.compile_fx.compile_fx``).  The compile interception
-(:mod:`inductor_knobs.interception`) then carries them into every graph of that compile,
+compile entry (``torch._inductor.compile_fx.compile_fx``), and hands the ``mode``/``options``
+keys to it as ``config_patches``, exactly as ``torch.compile`` does
+(``torch/__init__.py`` ``_TorchCompileInductorWrapper.__call__``, 2.4-2.15).  So the precedence is
+torch.compile's plus the knobs: **knob > env (INDUCTOR_KNOBS_*) > options > mode > default**; the
+compile interception gives every asked value (a block's, env activation's, these knobs') precedence
+over ``config_patches`` and records the mode/options value that lost (``overrode``).
+
+The compile interception (:mod:`inductor_knobs.interception`) carries the knobs into every graph of a compile,
 including a backward that AOTAutograd compiles lazily after the backend returned, and attests
 what each graph compiled with.  So the knobs hold on the compiling thread for the first
 compile, every recompile and the backward, and nowhere else; on torch 2.12+ that is literally
@@ -16,18 +22,23 @@ backend that built it, so two models compiled with different knobs keep their ow
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import inspect
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import torch_compat
 from ._undo import Change
+from .asked import INDUCTOR_CONFIG
+from .attestation import AttestedSetting, CompileAttestation
 from .context import KnobsContext, UndoContext
 from .errors import InvalidKnobValue, UnknownKnob
 from .events import Subscribe
-from .interception import CompileAttestation, InterceptionUse
-from .knobs import Knobs, _unknown_message, torch_version
+from .interception import InterceptionUse
+from .knobs import Knobs, _unknown_message, config_key, torch_version
 from .plan import config_values, plan
 
 #: torch.compile arguments that ik.compile supplies itself.
@@ -55,10 +66,15 @@ class KnobsReport:
     """The merged settings of an ``ik.compile`` result (knobs > options > mode), and what compiled.
 
     Attributes:
-        settings: each merged setting and its source.
-        knobs: the merged :class:`Knobs` the backend enters.
+        settings: each merged setting and its source (``knobs``, ``options``, ``mode:<name>``): what
+            this ``ik.compile`` asked for.  Where something with precedence (a ``with ik.knobs``
+            block, ``INDUCTOR_KNOBS_*``) set a key differently, ``attestations`` say so: the
+            setting's ``source`` names the winner and ``overrode`` the mode/options value that lost.
+        knobs: the merged :class:`Knobs` (the user's knobs plus the mode's and options' keys).
         attestations: one :class:`~inductor_knobs.interception.CompileAttestation` per graph
-            Inductor compiled so far (forward, backward, each recompile), read inside the compile.
+            Inductor compiled so far (forward, backward, each recompile), read inside the compile:
+            what the interception attests (every asked value), plus each key of ``settings`` it
+            did not attest, read inside the same graph's compile.
     """
 
     settings: tuple[Setting, ...]
@@ -100,39 +116,136 @@ class KnobsBackend:
     """A Dynamo backend: Inductor's ``compile_fx`` with ``knobs`` entered around it.
 
     Also usable directly: ``torch.compile(model, backend=KnobsBackend(ik.Knobs(...)))``.
-    Relies on ``compile_fx(model, example_inputs, ...)`` (same parameters in torch 2.4–2.15,
-    ``_inductor/compile_fx.py``: 2.4 :1254, 2.15 :3128).
+    Relies on ``compile_fx(model, example_inputs, inner_compile=..., config_patches=...)`` (same
+    parameters in torch 2.4–2.15, ``_inductor/compile_fx.py``: 2.4 :1254, 2.13 :2685, 2.15 :3128),
+    which applies ``config_patches`` with ``config.patch`` around the compile and around every
+    ``inner_compile`` call (a lazily compiled backward included), as for ``torch.compile``'s mode.
+
+    Args:
+        knobs (Knobs): the user's knobs, entered around every compile as asked values (rank "knob").
+        report (KnobsReport | None): the report to fill (``ik.compile`` builds one); None: built from
+            ``knobs`` and ``config_patches`` (their source: ``options``).
+        config_patches (Mapping[str, Any] | None): Inductor config keys handed to ``compile_fx`` as
+            ``config_patches`` (``ik.compile``: the mode's and the options' keys).  Every asked value
+            wins over them: ``knobs``, an enclosing ``with ik.knobs(...)``, ``INDUCTOR_KNOBS_*``.
+
+    Attributes:
+        knobs (Knobs): everything this backend compiles with as one value (``knobs`` plus the
+            ``config_patches`` keys they do not set); what ``ik.save_compile_cache`` records.
+        own_knobs (Knobs): ``knobs`` as given: the only values entered.
+        config_patches (dict[str, Any]): as given, keys spelled as torch does.
     """
 
-    def __init__(self, knobs: Knobs, report: KnobsReport | None = None) -> None:
-        self.knobs = knobs
-        self.report = report or KnobsReport(_settings(knobs, set(config_values(knobs)), {}), knobs)
-        sources = {s.key: s.source for s in self.report.settings if s.source != "knobs"}
-        self.context = KnobsContext(knobs, source="ik.compile", sources=sources)
+    def __init__(
+        self, knobs: Knobs, report: KnobsReport | None = None, *, config_patches: Mapping[str, Any] | None = None
+    ) -> None:
+        self.config_patches = {config_key(k): v for k, v in (config_patches or {}).items()}
+        own = set(config_values(knobs))
+        patched = {k: v for k, v in self.config_patches.items() if k not in own}
+        self.knobs = knobs.merged(Knobs(config=patched)) if patched else knobs
+        self.own_knobs = knobs
+        self.report = report or KnobsReport(_settings(self.knobs, own, {k: "options" for k in patched}), self.knobs)
+        self.context = KnobsContext(knobs, source="ik.compile")
+        #: Per thread: what :meth:`_reading` read inside each graph compile, for :meth:`on_attestation`.
+        self._reads = threading.local()
 
     def __repr__(self) -> str:
-        return f"KnobsBackend({self.context!r})"
+        return f"KnobsBackend({self.context!r}, config_patches={self.config_patches!r})"
 
     def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
         from torch._inductor import compile_fx as compile_fx_module
 
+        inner = kwargs.get("inner_compile")
+        if inner is None:
+            inner = inspect.signature(compile_fx_module.compile_fx).parameters["inner_compile"].default
+        kwargs["inner_compile"] = self._reading(inner)
+        if self.config_patches:
+            kwargs["config_patches"] = {**self.config_patches, **(kwargs.get("config_patches") or {})}
+        self._reads.__dict__.pop("values", None)  # nothing left over from a compile that failed
+        # compile_fx is looked up when called: entering the blocks installs the interception over it
         if self.context.active:  # re-entered on this thread: the knobs already hold
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
-        with _Receiving(self.report), self.context:
+        with _Receiving(self), self.context:
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
+
+    def _unattested(self, attestation: CompileAttestation) -> list[Setting]:
+        attested = {s.key for s in attestation.settings}
+        return [s for s in self.report.settings if s.key not in attested and s.key != "is_big_gpu"]
+
+    def _reading(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """``inner`` (``compile_fx_inner``) that first reads every key of the report.
+
+        Torch calls it inside ``config.patch(config_patches)`` and inside the interception's
+        attesting wrapper, so it reads what Inductor compiles this graph with; the interception
+        delivers the graph's attestation after it returns, on this thread (:meth:`on_attestation`).
+        """
+        keys = [s.key for s in self.report.settings if s.key != "is_big_gpu"]
+
+        def inner_compile(*args: Any, **kwargs: Any) -> Any:
+            self._reads.values = _read(keys)
+            return inner(*args, **kwargs)
+
+        return inner_compile
+
+    def on_attestation(self, attestation: CompileAttestation) -> None:
+        """Compile-event channel: the interception's attestation of a graph, completed with the report's other keys.
+
+        The keys the interception did not attest (the mode's and options' keys that nobody asked
+        for) are taken from what :meth:`_reading` read inside the same graph's compile; for a
+        compile that AOTAutograd's cache served whole (no inner compile ran) they are read under
+        ``config_patches`` as torch applied them to compute the cache key.
+        """
+        missing = self._unattested(attestation)
+        if missing:
+            reads: dict[str, Any] | None = self._reads.__dict__.pop("values", None)
+            if reads is None:
+                reads = self._read_patched([s.key for s in missing])
+            extra = tuple(_attested(s, reads[s.key]) for s in missing)
+            attestation = dataclasses.replace(attestation, settings=(*attestation.settings, *extra))
+        self.report.on_attestation(attestation)
+
+    def _read_patched(self, keys: list[str]) -> dict[str, Any]:
+        """``keys`` read under ``config_patches`` written raw (restored exactly after: no pinned values)."""
+        patches = torch_compat.installed(strict=False)
+        cfg = importlib.import_module(INDUCTOR_CONFIG)
+        revert = patches.write_overrides(cfg, {k: v for k, v in self.config_patches.items() if k in keys})
+        try:
+            return _read(keys)
+        finally:
+            revert()
+
+
+def _read(keys: list[str]) -> dict[str, Any]:
+    """What Inductor reads for ``keys`` now (reads that leave no pinned override behind)."""
+    patches = torch_compat.installed(strict=False)
+    cfg = importlib.import_module(INDUCTOR_CONFIG)
+    return {key: patches.read_value(cfg, key) for key in keys}
+
+
+def _attested(setting: Setting, seen: Any) -> AttestedSetting:
+    """``setting`` as read inside a compile; the cause when it did not hold (the report's own record: nothing raises)."""
+    from .why_not_applied import diagnose
+
+    same = (type(seen) is type(setting.value) and seen == setting.value) or (
+        isinstance(seen, (int, float)) and not isinstance(seen, bool) and seen == setting.value
+    )
+    cause = None
+    if not same:
+        cause = diagnose(torch_compat.installed(strict=False), importlib.import_module(INDUCTOR_CONFIG), setting.key)
+    return AttestedSetting(setting.key, setting.value, seen, setting.source, None, cause)
 
 
 class _Receiving(UndoContext):
-    """A block whose one record subscribes ``report`` to the attestations of the compiles inside it
+    """A block whose one record subscribes ``backend`` to the attestations of the compiles inside it
     (and of their lazily compiled backwards), holding the compile interception."""
 
     changes_config = False
 
-    def __init__(self, report: KnobsReport) -> None:
-        self.report = report
+    def __init__(self, backend: KnobsBackend) -> None:
+        self.backend = backend
 
     def _plan(self) -> tuple[list[Change], None]:
-        return [InterceptionUse(torch_compat.installed(strict=False)), Subscribe(self.report)], None
+        return [InterceptionUse(torch_compat.installed(strict=False)), Subscribe(self.backend)], None
 
 
 def compile(
@@ -153,7 +266,10 @@ def compile(
             own table (``torch._inductor.list_mode_options(mode, dynamic)``).  Unlike
             ``torch.compile``, ``mode`` and ``options`` may be given together.
         options: Inductor config keys and values (``-`` in keys reads as ``_``, as in torch); they
-            win over the mode's, and ``knobs`` win over both.
+            win over the mode's, and ``knobs`` win over both.  The mode's and options' keys reach
+            Inductor as ``compile_fx``'s ``config_patches`` (as in ``torch.compile``), so an enclosing
+            ``with ik.knobs(...)`` block and ``INDUCTOR_KNOBS_*`` win over them too: knob > env >
+            options > mode > default.
         **torch_compile_kwargs: ``fullgraph``, ``dynamic``, ``disable`` … passed to ``torch.compile``.
 
     Returns:
@@ -190,7 +306,9 @@ def compile(
     merged = knobs.merged(Knobs(config={k: v for k, v in base.items() if k not in own}))
     plan(merged)  # validate everything against the live torch now; plan changes nothing
     report = KnobsReport(_settings(merged, own, sources), merged)
-    backend = KnobsBackend(merged, report)
+    # Only the user's knobs are entered as asked values; the mode's and options' keys reach compile_fx
+    # as config_patches, as torch.compile hands them, so a block or env activation wins over them.
+    backend = KnobsBackend(knobs, report, config_patches=base)
     compiled: Any = torch.compile(model, backend=backend, **torch_compile_kwargs)
     try:
         compiled.knobs_report = lambda: backend.report

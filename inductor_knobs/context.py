@@ -7,7 +7,7 @@ asyncio task), and an exit or ``stop()`` by anyone else is refused with
 :class:`~inductor_knobs.errors.NotBlockOwner` before anything changes.  A child asyncio task (or a
 thread started in a copied context) sees its parent's frames, as it sees the parent's Inductor
 config on torch 2.12+, but may only read them.  Before torch 2.12 Inductor config is process-global:
-a block that changes it first takes a :class:`~inductor_knobs._undo.Claim` on it, so a second
+a block that changes it first takes a :class:`~inductor_knobs.changes.Claim` on it, so a second
 thread or task entering while another holds knobs gets :class:`ConcurrentKnobsError` instead of
 interleaving two undo lists; blocks that change no config (recorders, guards) claim nothing.
 
@@ -33,8 +33,9 @@ from typing import Any, TypeVar
 
 from . import torch_compat
 from ._scope import current_owner, describe_owner
-from ._undo import Change, Claim, Undo, apply_all, revert_all, reverting
+from ._undo import Change, Undo, apply_all, revert_all, reverting
 from .attestation import unwrap_not_applied
+from .changes import Claim
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 from .errors import KnobsError, NotBlockOwner
 from .knobs import Knobs, torch_version

@@ -38,7 +38,9 @@ import wrapt
 
 from . import torch_compat
 from ._patching import SharedPatch, resolve, wrap_attribute
-from ._undo import Change, ConfigChange
+from ._undo import Change
+from .asked import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, Asked, by_slot
+from .changes import ConfigChange
 from .errors import (
     EmulationConflict,
     EmulationUnavailable,
@@ -48,7 +50,7 @@ from .errors import (
     NotSupportedOnThisTorch,
 )
 from .gpu_presets import GpuPreset, find_preset
-from .interception import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, AskChange, Asked, InterceptionUse, by_slot
+from .interception import AskChange, InterceptionUse
 from .patches.torch_2_4 import TorchPatches
 
 if TYPE_CHECKING:

@@ -5,6 +5,10 @@ defaults: every thread sees them (on torch 2.12+ they become the config entries'
 since user overrides there are per thread), and child processes see them through the
 inherited environment and the startup hook (:mod:`inductor_knobs._startup`).  A thread's
 own ``with ik.knobs(...)`` still wins inside its block.
+
+Precedence: knob > env > ``torch.compile``/``ik.compile`` options > mode > torch's default, and on
+2.12+ env activation also beats a ``TORCHINDUCTOR_<KEY>_DEFAULT`` variable (which only sets a
+default); a forcing variable (``env_name_force``) beats it and is named in the error.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Mapping
 
 from ._undo import Undo, apply_all, revert_all
 from .emulate import EmulationSpec, plan_emulation, spec_from_text
-from .errors import InvalidKnobValue, KnobsError, StaleConfigHashWarning
+from .errors import InvalidKnobValue, KnobsError, KnobsWarning, StaleConfigHashWarning
 from .knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
 from .plan import plan
 
@@ -131,32 +135,83 @@ def active_env_knobs() -> Knobs | None:
 
 
 def deactivate_env() -> None:
-    """Revert :func:`activate_from_env` exactly (for tests and long-lived tools)."""
+    """Revert :func:`activate_from_env` (for tests and long-lived tools); callable from any thread.
+
+    Process-wide state (config defaults, the gate override, what the interception enforces) is
+    restored exactly from any thread.  On torch 2.12+, where overrides are per thread, no thread's
+    own override is written, except the override of a key that activation itself changed in the
+    activating thread's context (it clears a pin of the old default that torch's ``config.patch``
+    left there, or rewrites an override set on purpose): that one is put back when deactivation
+    runs in that context.  From another thread a cleared pin reads the old value again anyway; a
+    rewritten override keeps the knob's value (see :mod:`inductor_knobs.patches.torch_2_12`).
+
+    Warns:
+        StaleConfigHashWarning: another thread or task holds config caches (torch's per-thread
+            ``get_hash``/cache-key config) that the change leaves stale.
+        KnobsWarning: deactivation ran on another thread than the one whose own override activation
+            rewrote; that thread keeps the knob's value in it (call this on that thread instead).
+        Both are issued after everything is restored.
+    """
     global _active
-    with _lock:
-        if _active is not None:
-            _warn_if_other_threads_compiled("deactivate_env()")
-            changes, _active = _active[1], None
-            revert_all(changes)
-
-
-def _warn_if_other_threads_compiled(what: str) -> None:
-    """torch 2.12+ caches ``get_hash`` and the cache-key dict per thread: threads that already
-    compiled would compile with the new process defaults under their old cache key."""
-    import sys
     import warnings
 
     from . import torch_compat
 
-    if "torch._inductor.compile_fx" not in sys.modules or threading.active_count() < 2:
-        return
-    if not torch_compat.installed(strict=False).config_is_thread_local:
-        return
+    with _lock:
+        if _active is None:
+            return
+        stale = _stale_caches_message("deactivate_env()")
+        out_of_reach: list[str] = getattr(torch_compat.installed(strict=False), "overrides_out_of_reach", list)()
+        changes, _active = _active[1], None
+        revert_all(changes)
+    if stale is not None:  # warnings only once everything is restored (-W error cannot cut a restore short)
+        warnings.warn(stale, StaleConfigHashWarning, stacklevel=2)
+    if out_of_reach:
+        warnings.warn(
+            f"deactivate_env() ran on thread {threading.current_thread().name!r}; the override that activation "
+            f"rewrote in the activating thread's own context cannot be restored from here and keeps the knob's "
+            f"value: {', '.join(out_of_reach)}. Call deactivate_env() on the thread that called activate_from_env()",
+            KnobsWarning,
+            stacklevel=2,
+        )
+
+
+def _warn_if_other_threads_compiled(what: str) -> None:
+    """Warn (:class:`StaleConfigHashWarning`) when :func:`_stale_caches_message` finds stale caches."""
+    import warnings
+
+    message = _stale_caches_message(what)
+    if message is not None:
+        warnings.warn(message, StaleConfigHashWarning, stacklevel=3)
+
+
+def _stale_caches_message(what: str) -> str | None:
+    """Why another thread or task holds Inductor config caches that new process defaults leave stale, or None.
+
+    torch 2.12+ caches ``get_hash()`` and the cache-key dict (``_get_dict``) per thread/context,
+    and a change of an entry's default marks none of them dirty, so a thread that already compiled
+    would compile with the new values under its old cache key.  The signal is torch's own: the
+    adapter's ``stale_config_caches`` (2.12+) counts other contexts holding such caches; a thread
+    that merely exists holds none.  Where the adapter cannot tell (None), any other live thread
+    counts, as before.  Costs nothing with one thread alive.
+    """
+    import sys
+
+    from . import torch_compat
+
+    if threading.active_count() < 2 or "torch._inductor.config" not in sys.modules:
+        return None
+    patches = torch_compat.installed(strict=False)
+    if not patches.config_is_thread_local:
+        return None
+    count = getattr(patches, "stale_config_caches", lambda cfg: None)(sys.modules["torch._inductor.config"])
+    if count == 0:
+        return None
     others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
-    warnings.warn(
-        f"{what} changes process-wide Inductor defaults while other threads are alive ({', '.join(others[:5])}); "
-        "on this torch each thread caches its config hash, so a thread that has already compiled would compile "
-        "with the new values under its old cache key. Activate before starting threads that compile, or restart them",
-        StaleConfigHashWarning,
-        stacklevel=3,
+    held = "other threads are alive" if count is None else f"{count} other thread(s) or task(s) hold cached Inductor config"
+    return (
+        f"{what} changes process-wide Inductor defaults while {held} (alive: {', '.join(others[:5])}); "
+        "on this torch each thread caches its config hash and cache-key config, so a thread that has already "
+        "compiled would compile with the new values under its old cache key. Activate before starting threads "
+        "that compile, or restart them"
     )

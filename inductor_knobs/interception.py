@@ -48,15 +48,25 @@ import importlib
 import inspect
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import events, gate
 from ._patching import SharedPatch, wrap_attribute
-from ._scope import ScopedSlot
-from ._undo import Change, ConfigChange, SettingChange, apply_all, revert_all
+from ._undo import Change, apply_all, revert_all
+from .asked import (
+    _PROCESS,
+    _PROCESS_LOCK,
+    _SCOPED,
+    CACHE_SALT,
+    INDUCTOR_CONFIG,
+    Asked,
+    _merge,
+    effective_asked,
+)
 from .attestation import AttestedSetting, CompileAttestation
+from .changes import ConfigChange, SettingChange
 from .errors import KnobNotApplied, KnobNotAppliedWarning
 from .knobs import config_key
 from .patches.torch_2_4 import TorchPatches
@@ -65,64 +75,6 @@ from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_mat
 from .why_not_applied import diagnose
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
-INDUCTOR_CONFIG = "torch._inductor.config"
-#: The "module" of an asked cache salt: ``Asked(CACHE_SALT, tag, True, source)`` asks that every
-#: compile's cache keys carry ``tag`` (see :func:`_with_salt`); one slot per tag, so salts compose.
-CACHE_SALT = "cache_salt"
-ON_MISMATCH = ("raise", "warn")
-
-#: Precedence ranks of asked values (higher wins; equal ranks: the innermost block wins).
-KNOB, EMULATION = 1, 2
-
-
-@dataclass(frozen=True)
-class Asked:
-    """One value inductor_knobs asked for.
-
-    Attributes:
-        module: the config module (``torch._inductor.config``, ``torch.compiler.config``).
-        key: the key in it, dotted as torch spells it (``triton.cudagraphs``).
-        value: the value asked for.
-        source: who asked: ``knobs``, ``env``, ``emulate_gpu``, ``mode:<name>``, ``options``, …
-        rank: :data:`KNOB` or :data:`EMULATION`.
-        on_mismatch: ``"raise"`` or ``"warn"`` when it does not hold inside a compile.
-        overriding_warning: warning class to issue when this value overrides a different one
-            a mode, options or a knob asked for (emulation's CUDA graphs off), or None.
-    """
-
-    module: str
-    key: str
-    value: Any
-    source: str
-    rank: int = KNOB
-    on_mismatch: str = "raise"
-    overriding_warning: type[Warning] | None = None
-
-    @property
-    def label(self) -> str:
-        return self.key if self.module in (INDUCTOR_CONFIG, SETTINGS_MODULE) else f"{self.module}.{self.key}"
-
-
-# -- what was asked ---------------------------------------------------------------------------
-
-_SCOPED: ScopedSlot[Mapping[tuple[str, str], Asked]] = ScopedSlot("inductor_knobs.asked", {})
-_PROCESS: dict[tuple[str, str], Asked] = {}
-_PROCESS_LOCK = threading.Lock()
-
-
-def _merge(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
-    merged = dict(base)
-    for slot, asked in top.items():
-        if slot not in merged or asked.rank >= merged[slot].rank:
-            merged[slot] = asked
-    return merged
-
-
-def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
-    """What applies on this thread now: the process layer (env), then blocks (inner wins), by rank."""
-    return _merge(_PROCESS, _SCOPED.scopes[patches.config_is_thread_local].get())
-
-
 # -- the interception --------------------------------------------------------------------------
 
 
@@ -469,11 +421,6 @@ class InterceptionUse(Change):
 
     def revert(self) -> None:
         INTERCEPTION.release(self)
-
-
-def by_slot(asked: Iterable[Asked]) -> dict[tuple[str, str], Asked]:
-    """``asked`` keyed by (module, key), as :class:`AskChange` takes it (a later one wins)."""
-    return {(a.module, a.key): a for a in asked}
 
 
 class AskChange(InterceptionUse):

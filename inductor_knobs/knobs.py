@@ -193,9 +193,15 @@ _CHECKS = {
 }
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class Knobs:
     """What to change in TorchInductor; validated on construction, immutable, hashable.
+
+    Equality, ``hash()`` and :meth:`digest` have one definition, :meth:`identity`: the knobs that
+    are set (:meth:`to_dict`), each value with its type, so ``config={"k": 1}``, ``{"k": True}``
+    and ``{"k": 1.0}`` are three different knobs (torch's config types tell them apart too), as
+    are a list and a tuple.  :meth:`merged` (what ``ik.knobs(spec, **keywords)`` uses) layers the
+    same data per Inductor config key.
 
     Attributes:
         min_sms: open the GEMM-template SM gate (``torch._inductor.utils.is_big_gpu``) for
@@ -256,8 +262,31 @@ class Knobs:
                 continue
             object.__setattr__(self, name, check(name, value))
 
+    def identity(self) -> str:
+        """The canonical text of these knobs, on which ``==``, ``hash()`` and :meth:`digest` are all defined.
+
+        It is the JSON of :meth:`to_dict` with sorted keys, where every value keeps its type:
+        JSON already tells ``true``, ``1`` and ``1.0`` apart; a tuple, a set, a dict with
+        non-string keys and any other object are tagged with their type (other objects by their
+        ``repr``).  For knobs whose values are JSON's own types the text, and so :meth:`digest`,
+        is unchanged from earlier releases (only tuples and other tagged values digest differently).
+
+        Returns:
+            str: the same text for equal knobs in any process.
+        """
+        cached = self.__dict__.get("_identity")
+        if cached is None:
+            cached = json.dumps(_canonical(self.to_dict()), sort_keys=True)
+            object.__setattr__(self, "_identity", cached)  # a cache, not a field: frozen data stays frozen
+        return cached  # type: ignore[no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Knobs):
+            return NotImplemented
+        return self is other or self.identity() == other.identity()
+
     def __hash__(self) -> int:
-        return hash(self.digest())
+        return hash(self.identity())
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Knobs:
         # Checked here, before the dataclass __init__, so a typo gets "did you mean", not a bare TypeError.
@@ -305,16 +334,48 @@ class Knobs:
         return out
 
     def digest(self) -> str:
-        """16 hex digits that identify these knobs (stable across processes and runs)."""
-        text = json.dumps(self.to_dict(), sort_keys=True, default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """16 hex digits that identify these knobs (stable across processes and runs): the SHA-256 of :meth:`identity`."""
+        return hashlib.sha256(self.identity().encode()).hexdigest()[:16]
 
     def merged(self, other: Knobs) -> Knobs:
-        """These knobs with every knob ``other`` sets taken from ``other`` (config dicts merged)."""
-        values = self.to_dict()
-        theirs = other.to_dict()
-        config = {**values.pop("config", {}), **theirs.pop("config", {})}
-        return Knobs(**{**values, **theirs, "config": config, "strict": self.strict and other.strict})
+        """These knobs with everything ``other`` sets taken from ``other``, layered per Inductor config key.
+
+        A key ``other`` sets wins however either side spells it: a named knob
+        (``max_autotune=False``, ``gemm_backends=...``) or ``config={"max_autotune": ...}``.  A named
+        knob of ``self`` whose key ``other`` sets is dropped (the keys of it that ``other`` leaves
+        alone are kept as ``config`` entries: ``trace="/dir"`` under ``trace=True`` keeps
+        ``trace.debug_dir``); knobs that set no config key (``min_sms``, ``on_mismatch`` …) are
+        replaced by ``other``'s; ``strict`` is True only when both are.  So for two valid knobs,
+        ``config_values(a.merged(b)) == {**config_values(a), **config_values(b)}``
+        (:func:`inductor_knobs.plan.config_values`).
+
+        Args:
+            other (Knobs): the knobs that win (``ik.knobs(spec, **keywords)``: the keywords).
+
+        Returns:
+            Knobs: the merged knobs, validated again.
+
+        Raises:
+            InvalidKnobValue: a merged value is invalid (it cannot be, for two valid knobs).
+        """
+        mine, theirs = self.to_dict(), other.to_dict()
+        my_config, their_config = mine.pop("config", {}), theirs.pop("config", {})
+        mine.pop("strict", None)
+        theirs.pop("strict", None)
+        taken = set(their_config)
+        for name, value in theirs.items():
+            taken.update(_knob_config(name, value))
+        named: dict[str, Any] = {}
+        config: dict[str, Any] = {}
+        for name, value in mine.items():
+            keys = _knob_config(name, value)
+            if name in theirs or taken.intersection(keys):
+                config.update((key, v) for key, v in keys.items() if key not in taken)
+            else:
+                named[name] = value
+        config.update((key, v) for key, v in my_config.items() if key not in taken)
+        config.update(their_config)
+        return Knobs(**named, **theirs, config=config, strict=self.strict and other.strict)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Knobs:
@@ -375,6 +436,40 @@ def _parse_env(var: str, name: str, raw: str) -> Any:
     if name == "trace":
         return text
     raise _fail(var, raw, "one of " + "/".join(sorted(_TRUE | _FALSE)))
+
+
+def _knob_config(name: str, value: Any) -> dict[str, Any]:
+    """The Inductor config keys the named knob ``name`` sets to ``value`` (as :func:`inductor_knobs.plan.config_values`)."""
+    from .plan import CONFIG_KEYS  # plan imports this module; it imports no torch
+
+    if name in CONFIG_KEYS:
+        return {CONFIG_KEYS[name]: value}
+    if name == "trace":
+        return {"trace.enabled": bool(value), **({"trace.debug_dir": value} if isinstance(value, str) else {})}
+    return {}
+
+
+#: Prefix of the type tags in :func:`_canonical`; no config key starts with it (a dict key that does is tagged).
+_TAG = "\x00"
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` as JSON data that keeps every type apart (see :meth:`Knobs.identity`)."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):  # JSON writes True, 1 and 1.0 differently
+        return value
+    if kind is list:
+        return [_canonical(v) for v in value]
+    if kind is dict and all(type(k) is str and not k.startswith(_TAG) for k in value):
+        return {k: _canonical(v) for k, v in value.items()}
+    if kind is tuple:
+        return {_TAG + "tuple": [_canonical(v) for v in value]}
+    if kind is dict:
+        items = [[_canonical(k), _canonical(v)] for k, v in value.items()]
+        return {_TAG + "dict": sorted(items, key=lambda kv: json.dumps(kv, sort_keys=True))}
+    if kind in (set, frozenset):
+        return {_TAG + kind.__name__: sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))}
+    return {_TAG + f"{kind.__module__}.{kind.__qualname__}": repr(value)}
 
 
 @functools.lru_cache(maxsize=None)  # noqa: UP033 - keyed by the class; asked at every construction

@@ -15,10 +15,12 @@ from types import ModuleType
 from typing import Any
 
 from . import torch_compat
-from ._undo import Change, ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
+from ._undo import Change
+from .asked import CACHE_SALT, INDUCTOR_CONFIG, Asked, by_slot
+from .changes import ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
 from .errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
-from .interception import CACHE_SALT, INDUCTOR_CONFIG, AskChange, Asked, by_slot
+from .interception import AskChange
 from .knobs import Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
 from .torch_settings import SETTINGS, SETTINGS_MODULE

@@ -8,9 +8,10 @@ from typing import Any, TypeVar
 
 from . import torch_compat
 from ._undo import Change
+from .attestation import CompileAttestation
 from .context import UndoContext
 from .events import Subscribe
-from .interception import CompileAttestation, InterceptionUse
+from .interception import InterceptionUse
 from .observe import HooksUse
 from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table, write_jsonl
 

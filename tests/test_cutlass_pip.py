@@ -25,7 +25,7 @@ from conftest import inside_compile
 import inductor_knobs as ik
 from inductor_knobs import cutlass_pip, doctor, torch_compat
 from inductor_knobs._safe_paths import unsafe_directories
-from inductor_knobs._undo import ConfigChange
+from inductor_knobs.changes import ConfigChange
 from inductor_knobs.errors import InvalidKnobValue
 from inductor_knobs.knobs import Knobs
 from inductor_knobs.plan import plan

@@ -201,16 +201,25 @@ print(isinstance(u.is_big_gpu, wrapt.FunctionWrapper), sorted(set(raw.values()))
     assert "Traceback" not in out.stderr
 
 
-def test_activation_with_other_threads_alive_warns_on_thread_local_torch(patches):
+def test_activation_with_a_thread_that_compiled_warns_on_thread_local_torch(patches, fresh_inductor):
     import threading
 
-    import torch._inductor.compile_fx  # noqa: F401 - a compile may have happened
+    import torch
 
     if not patches.config_is_thread_local:
         pytest.skip("before torch 2.12 config is process-global: no per-thread hash to go stale")
-    stop = threading.Event()
-    worker = threading.Thread(target=stop.wait, name="compiling-worker")
+    stop, compiled = threading.Event(), threading.Event()
+
+    def compile_then_wait():
+        try:
+            torch.compile(lambda x: x * 2 - 1)(torch.randn(3))  # caches this thread's config hash/dict
+        finally:
+            compiled.set()
+        stop.wait()
+
+    worker = threading.Thread(target=compile_then_wait, name="compiling-worker")
     worker.start()
+    compiled.wait(300)
     try:
         with pytest.warns(ik.errors.StaleConfigHashWarning, match="compiling-worker"):
             ik.activate_from_env({"INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})

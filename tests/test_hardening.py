@@ -19,7 +19,7 @@ import torch._inductor.utils as inductor_utils
 from conftest import release_held_locks
 
 import inductor_knobs as ik
-from inductor_knobs import context, gate, interception
+from inductor_knobs import asked, context, gate, interception
 from inductor_knobs.errors import ConcurrentKnobsError, KnobsError
 
 KEYS = ("coordinate_descent_tuning", "max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends", "triton.cudagraphs")
@@ -43,7 +43,7 @@ def torch_state(patches) -> dict[str, object]:
     state["frames"] = len(context._FRAMES.get())
     # what the wrapper and the interception would apply at the next compile
     state["gate override"] = (gate._STATE.scoped.get(True), gate._STATE.scoped.get(False), gate._STATE.process_default)
-    state["asked"] = (dict(interception._SCOPED.get(True)), dict(interception._SCOPED.get(False)), dict(interception._PROCESS))
+    state["asked"] = (dict(asked._SCOPED.get(True)), dict(asked._SCOPED.get(False)), dict(asked._PROCESS))
     return state
 
 

@@ -1,0 +1,280 @@
+"""The undo records of torch's own state: Inductor config keys, process-global settings, and claims on them.
+
+Each is a :class:`~inductor_knobs._undo.Change` (apply, then an idempotent revert that restores
+first and warns after, through :func:`~inductor_knobs._undo.warn_after_restore`), run by the one
+loop of :mod:`inductor_knobs._undo`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from ._scope import current_owner, describe_owner
+from ._undo import Change, warn_after_restore
+from .errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied
+from .patches.torch_2_4 import TorchPatches
+from .torch_settings import SETTINGS
+from .why_not_applied import diagnose
+
+_NOT_READ = object()  # a SettingChange that has not read the state it replaces (nothing to restore)
+
+
+#: Config keys grouped by the module that stores them: ``((module, {key: value}), ...)``.
+Groups = tuple[tuple[ModuleType, dict[str, object]], ...]
+#: Per group, the function that writes it and returns the undo (``TorchPatches.overrides_writer``).
+Writers = tuple[Callable[[], Callable[[], None]], ...]
+
+
+def config_groups(patches: TorchPatches, settings: Sequence[tuple[ModuleType, str, object]]) -> Groups:
+    """``(config module, key, value)`` triples grouped by the module that stores each key.
+
+    Aliases (2.7+) are followed to the module that stores the value; the keys of one module are
+    written with one call of torch's raw patcher (a block's keys cost one write, not one each).
+    """
+    groups: dict[int, tuple[ModuleType, dict[str, object]]] = {}
+    for cfg, key, value in settings:
+        module, real = patches.resolve_alias(cfg, key)
+        groups.setdefault(id(module), (module, {}))[1][real] = value
+    return tuple(groups.values())
+
+
+def config_writers(patches: TorchPatches, groups: Groups) -> Writers:
+    """The writer of each group (made once per cached plan: a block's write is then one call of torch's patcher)."""
+    return tuple(patches.overrides_writer(cfg, values) for cfg, values in groups)
+
+
+class ConfigChange(Change):
+    """Set keys of torch ``ConfigModule`` s and put back their stored overrides on revert.
+
+    Args:
+        patches: the installed torch's patch module.
+        settings: ``(config module, key, value)`` triples, grouped by :func:`config_groups`.
+        process_wide: set process defaults (env activation) instead of overrides.
+        groups: the settings already grouped (instead of ``settings``).
+        writers: ``groups``' writers from :func:`config_writers` (made here if not given; unused with
+            ``process_wide``, which sets process defaults).
+
+    Revert restores the raw stored state (including "unset"), not the value read before,
+    so a key that was at its default is at its default again afterwards (torch's own
+    ``config.patch`` pins it instead).  Apply reads every value back and raises
+    :class:`~inductor_knobs.errors.KnobNotApplied` (restoring everything) if one did not take;
+    revert warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` for every key that
+    code outside inductor_knobs changed meanwhile.
+    """
+
+    __slots__ = ("_priors", "_restored", "_undos", "groups", "patches", "process_wide", "writers")
+
+    def __init__(
+        self,
+        patches: TorchPatches,
+        settings: Sequence[tuple[ModuleType, str, object]] = (),
+        *,
+        process_wide: bool = False,
+        groups: Groups | None = None,
+        writers: Writers | None = None,
+    ) -> None:
+        self.patches = patches
+        #: ``groups``: ``settings`` already passed through :func:`config_groups` (a cached plan's; never changed).
+        self.groups = config_groups(patches, settings) if groups is None else groups
+        if writers is None and not process_wide:  # the process layer writes defaults, not overrides
+            writers = config_writers(patches, self.groups)
+        self.writers = writers or ()
+        self.process_wide = process_wide
+        #: Per group written so far, ``[module, the states found before the write, torch's revert of the
+        #: write once it returned]`` (an interrupt inside the write leaves no revert: the captured states
+        #: are written back instead).  One list, so an interrupt cannot leave the two out of step.
+        self._priors: list[list[Any]] = []
+        self._restored = False
+
+    @property
+    def description(self) -> str:  # built when read (messages only), not at every plan
+        return ", ".join(f"{cfg.__name__}.{key}={value!r}" for cfg, values in self.groups for key, value in values.items())
+
+    def apply(self) -> None:
+        # Written through torch's raw patcher, not setattr: a foreign __setattr__ on the config
+        # module (Unsloth's rewrites the process default) would make the revert inexact.
+        patches = self.patches
+        process_wide = self.process_wide
+        writers = self.writers
+        for index, (cfg, values) in enumerate(self.groups):
+            read = patches.process_default_state if process_wide else patches.read_override
+            prior = {}
+            for key in values:
+                prior[key] = read(cfg, key)
+            found_before = [cfg, prior, None]
+            self._priors.append(found_before)  # before the write: revert puts back only what was captured
+            if process_wide:
+                for key, value in values.items():
+                    patches.set_process_default(cfg, key, value)
+            else:
+                found_before[2] = writers[index]()
+            for key, value in values.items():
+                # What Inductor reads now (see _read); inlined, as every block reads each key back.
+                found = patches.read_value(cfg, key) if process_wide else patches.read_config(cfg, key)
+                if found != value:
+                    cause = diagnose(patches, cfg, key)
+                    self._restore()
+                    raise KnobNotApplied(
+                        f"{cfg.__name__}.{key}={value!r} did not take: it reads back {found!r}, because {cause}. "
+                        "Remove that cause or leave this knob out."
+                    )
+
+    def revert(self) -> None:
+        """Idempotent: a revert interrupted part-way can run again.  Restores first, then warns
+        (through :func:`warn_after_restore`), so a warning raised as an error cannot stop a restore."""
+        changed: list[str] = []
+        if not self._restored:
+            process_wide, read_override = self.process_wide, self.patches.read_override
+            for (cfg, values), (_, prior, undo) in zip(self.groups, self._priors):
+                if not process_wide and undo is None:
+                    continue  # an interrupt before its write returned: nothing of this block's to check
+                for key in prior:
+                    value = values[key]
+                    # Whether something else set the key since apply read ``value`` back.  Every write to an
+                    # override (setattr, config.patch, torch's raw patcher) replaces the stored override, so
+                    # comparing that is exact and costs one dictionary read where getattr on a ConfigModule
+                    # runs its whole lookup; the process layer (env activation) compares what Inductor reads.
+                    if process_wide:
+                        is_changed = self._read(cfg, key) != value
+                    else:
+                        stored = read_override(cfg, key)
+                        is_changed = stored is not value and stored != value
+                    if is_changed:
+                        changed.append(
+                            f"{cfg.__name__}.{key} was changed to {self._read(cfg, key)!r} inside the knobs block "
+                            f"(the block set {value!r}); restored the value from before the block"
+                        )
+        self._restore()
+        for message in changed:
+            warn_after_restore(message, ExternalChangeWarning)
+
+    def _read(self, cfg: ModuleType, key: str) -> object:
+        """The value Inductor reads now (implications and aliases included).
+
+        A block's own override is in place whenever this runs (just written, or about to be
+        rewritten by the revert), so a plain read cannot pin a copy of a mutable default, which is
+        what :meth:`TorchPatches.read_value` guards against (and costs two more reads).
+        """
+        if self.process_wide:
+            return self.patches.read_value(cfg, key)
+        return self.patches.read_config(cfg, key)
+
+    def _restore(self) -> None:
+        self._restored = True
+        for found_before in reversed(self._priors):
+            cfg, prior, undo = found_before
+            if self.process_wide:
+                for key, state in prior.items():
+                    self.patches.restore_process_default(cfg, key, state)
+            elif undo is not None:
+                found_before[2] = None  # used once: run again (after an interrupt), the states are written back
+                undo()
+            else:
+                self.patches.write_overrides(cfg, prior)
+
+
+#: Process-global resource -> the owners (thread id, asyncio task id) of the blocks that hold it now.
+_HOLDERS: dict[str, list[tuple[int, int | None]]] = {}
+_HOLDERS_LOCK = threading.Lock()
+
+
+class Claim(Change):
+    """Undo record: hold a process-global resource for the calling thread/task, or refuse.
+
+    Args:
+        resource: what is held (``"torch._inductor.config"`` before torch 2.12, a setting's key).
+        what: why it is process-global, for the message.
+        asked: what the block asks of it, for the message.
+
+    Apply raises :class:`~inductor_knobs.errors.ConcurrentKnobsError` (holding nothing) when a block
+    of another thread or asyncio task holds ``resource``: two owners of one process-wide value would
+    undo each other's changes.  The same owner may hold it any number of times (nested blocks).
+    Revert releases this record's hold only; idempotent.
+    """
+
+    __slots__ = ("_owner", "asked", "resource", "what")
+
+    def __init__(self, resource: str, what: str, asked: str) -> None:
+        self.resource = resource
+        self.what = what
+        self.asked = asked
+        self._owner: tuple[int, int | None] | None = None
+
+    @property
+    def description(self) -> str:
+        return f"hold {self.resource}"
+
+    def apply(self) -> None:
+        owner = current_owner()
+        with _HOLDERS_LOCK:
+            others = [o for o in _HOLDERS.get(self.resource, ()) if o != owner]
+            if others:
+                raise ConcurrentKnobsError(
+                    f"{self.asked} entered on {describe_owner(owner)} while {describe_owner(others[0])} holds "
+                    f"{self.resource}: {self.what}, so two threads or asyncio tasks would undo each other. "
+                    "Hold it in one thread/task at a time"
+                )
+            _HOLDERS.setdefault(self.resource, []).append(owner)
+            self._owner = owner  # after the append: revert releases only what was taken
+
+    def revert(self) -> None:
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            with _HOLDERS_LOCK:
+                holders = _HOLDERS.get(self.resource, [])
+                if owner in holders:
+                    holders.remove(owner)
+
+
+class SettingChange(Change):
+    """Set a process-global torch setting (:mod:`inductor_knobs.torch_settings`) and put back the exact state it found.
+
+    Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
+    another thread or asyncio task holds the same setting (a :class:`Claim`): torch has one value per
+    process.  Apply reads the value back and raises :class:`~inductor_knobs.errors.KnobNotApplied`
+    (restoring) if it did not take; revert restores it, then warns with
+    :class:`~inductor_knobs.errors.ExternalChangeWarning` when code outside inductor_knobs changed it
+    inside the block.  Revert is idempotent.
+    """
+
+    __slots__ = ("_claim", "_prior", "key", "patches", "setting", "value")
+
+    def __init__(self, patches: TorchPatches, key: str, value: object) -> None:
+        self.patches = patches
+        self.key = key
+        self.value = value
+        self.setting = SETTINGS[key]
+        self._prior: Any = _NOT_READ
+        self._claim = Claim(key, f"torch keeps it once per process ({self.setting.what})", f"{key}={value!r}")
+
+    @property
+    def description(self) -> str:
+        return f"{self.key}={self.value!r} ({self.setting.what})"
+
+    def apply(self) -> None:
+        self._claim.apply()
+        self._prior = self.setting.state(self.patches)
+        self.setting.set(self.patches, self.value)
+        found = self.setting.value(self.patches)
+        if not self.setting.matches(self.patches, found, self.value):
+            self.revert()
+            raise KnobNotApplied(f"{self.key}={self.value!r} did not take: it reads back {found!r} ({self.setting.what})")
+
+    def revert(self) -> None:
+        try:
+            if self._prior is not _NOT_READ:
+                prior, self._prior = self._prior, _NOT_READ
+                found = self.setting.value(self.patches)
+                changed = not self.setting.matches(self.patches, found, self.value)
+                self.setting.restore(self.patches, prior)
+                if changed:
+                    warn_after_restore(
+                        f"{self.key} was changed to {found!r} inside the knobs block (the block set {self.value!r}); "
+                        "restored the value from before the block",
+                        ExternalChangeWarning,
+                    )
+        finally:
+            self._claim.revert()
