@@ -138,7 +138,7 @@ class ConfigChange(Change):
                     # comparing that is exact and costs one dictionary read where getattr on a ConfigModule
                     # runs its whole lookup; the process layer (env activation) compares what Inductor reads.
                     if process_wide:
-                        is_changed = self._read(cfg, key) != value
+                        is_changed = not self.patches.process_default_holds(cfg, key, value)
                     else:
                         stored = read_override(cfg, key)
                         is_changed = stored is not value and stored != value

@@ -170,6 +170,14 @@ class ConfigStorage:
         """Undo :meth:`set_process_default` exactly."""
         self.write_override(cfg, key, prior)
 
+    def process_default_holds(self, cfg: ModuleType, key: str, value: object) -> bool:
+        """Whether the process-wide value of ``key`` is still ``value`` (what env activation set).
+
+        Before 2.12 the one process-global override is the process value.
+        """
+        stored = self.read_override(cfg, key)
+        return stored is value or stored == value
+
     def config_keys(self, cfg: ModuleType) -> list[str]:
         """Every dotted key the config module knows."""
         return list(cfg._config)  # type: ignore[attr-defined]

@@ -117,6 +117,17 @@ class Torch212(Torch28):
             with _REWRITTEN_LOCK:
                 _REWRITTEN[id(state)] = state
 
+    def process_default_holds(self, cfg: ModuleType, key: str, value: object) -> bool:
+        """Whether the entry's process-wide value is still ``value``: its ``env_value_default`` where a
+        ``TORCHINDUCTOR_*_DEFAULT`` variable set one, else its ``default``.  Not what the calling thread
+        reads: a thread's own override is its own business, not a change of the process default."""
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        entry = cfg._config[key]  # type: ignore[attr-defined]
+        env_default = getattr(entry, "env_value_default", _UNSET_SENTINEL)
+        stored = entry.default if env_default is _UNSET_SENTINEL else env_default
+        return stored is value or stored == value
+
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
         """Undo :meth:`set_process_default` exactly; idempotent.
 

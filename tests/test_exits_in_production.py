@@ -137,3 +137,18 @@ def test_out_of_order_exit_of_a_recorder_does_not_revive_it(patches, monkeypatch
     assert second_saw == 1
     assert first.attestations == []  # exited before any compile: it never hears of one
     assert len(third.attestations) == 1
+
+
+def test_deactivating_env_under_a_threads_own_override_is_not_an_external_change(patches):
+    """Before (2.12+): deactivate_env() compared the calling thread's own override, and warned that
+    max_autotune 'was changed inside the knobs block' when only this thread had patched it."""
+    before = {key: (patches.read_override(cfg, key), patches.read_value(cfg, key)) for key in KEYS}
+    ik.activate_from_env({"INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})
+    try:
+        with warnings.catch_warnings(), cfg.patch(max_autotune=False):
+            warnings.simplefilter("error", ExternalChangeWarning)
+            ik.deactivate_env()
+            assert cfg.max_autotune is False  # this thread's own override is untouched
+    finally:
+        ik.deactivate_env()
+    assert {key: (patches.read_override(cfg, key), patches.read_value(cfg, key)) for key in KEYS} == before
