@@ -145,7 +145,7 @@ def test_deactivating_env_under_a_threads_own_override_is_not_an_external_change
     before = {key: (patches.read_override(cfg, key), patches.read_value(cfg, key)) for key in KEYS}
     ik.activate_from_env({"INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})
     try:
-        with warnings.catch_warnings(), cfg.patch(max_autotune=False):
+        with warnings.catch_warnings(), ik.knobs(max_autotune=False):  # exact on exit, unlike config.patch
             warnings.simplefilter("error", ExternalChangeWarning)
             ik.deactivate_env()
             assert cfg.max_autotune is False  # this thread's own override is untouched
