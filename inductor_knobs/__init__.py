@@ -29,7 +29,7 @@ _PUBLIC = {
     "CompileEvent": "records",
     "CapturedGraphs": "graphs",
     "ConcurrentKnobsError": "errors",
-    "EmulateGpuContext": "context",
+    "EmulateGpuContext": "emulation_context",
     "EmulationConflict": "errors",
     "EmulationUnavailable": "errors",
     "GraphCallRefused": "errors",
@@ -38,7 +38,7 @@ _PUBLIC = {
     "KnobNotAppliedWarning": "errors",
     "Knobs": "knobs",
     "KnobsBackend": "compile_backend",
-    "KnobsContext": "context",
+    "KnobsContext": "knob_blocks",
     "KnobsError": "errors",
     "NotBlockOwner": "errors",
     "NotSupportedOnThisTorch": "errors",
@@ -56,9 +56,9 @@ _PUBLIC = {
     "capture_cuda_graphs": "graphs",
     "compile": "compile_backend",
     "deactivate_env": "env",
-    "emulate_gpu": "context",
-    "force_gemm_autotune": "context",
-    "knobs": "context",
+    "emulate_gpu": "emulation_context",
+    "force_gemm_autotune": "knob_blocks",
+    "knobs": "knob_blocks",
     "knobs_report": "compile_backend",
     "load_compile_cache": "compile_cache",
     "no_autotune": "serving",
@@ -153,11 +153,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .compile_backend import knobs_report as knobs_report
     from .compile_cache import load_compile_cache as load_compile_cache
     from .compile_cache import save_compile_cache as save_compile_cache
-    from .context import EmulateGpuContext as EmulateGpuContext
-    from .context import KnobsContext as KnobsContext
-    from .context import emulate_gpu as emulate_gpu
-    from .context import force_gemm_autotune as force_gemm_autotune
-    from .context import knobs as knobs
+    from .emulation_context import EmulateGpuContext as EmulateGpuContext
+    from .emulation_context import emulate_gpu as emulate_gpu
     from .env import activate_from_env as activate_from_env
     from .env import active_env_knobs as active_env_knobs
     from .env import deactivate_env as deactivate_env
@@ -179,6 +176,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
     from .graphs import CapturedGraphs as CapturedGraphs
     from .graphs import capture_cuda_graphs as capture_cuda_graphs
+    from .knob_blocks import KnobsContext as KnobsContext
+    from .knob_blocks import force_gemm_autotune as force_gemm_autotune
+    from .knob_blocks import knobs as knobs
     from .knobs import PRESETS as PRESETS
     from .knobs import Knobs as Knobs
     from .recorder import record_autotune as record_autotune

@@ -31,15 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import torch_compat
-from ._undo import Change
 from .asked import INDUCTOR_CONFIG
 from .attestation import AttestedSetting, CompileAttestation
-from .context import KnobsContext, UndoContext
 from .errors import InvalidKnobValue, UnknownKnob
-from .events import Subscribe
-from .interception import InterceptionUse
+from .knob_blocks import KnobsContext
 from .knobs import Knobs, _unknown_message, config_key, torch_version
 from .plan import config_values, plan
+from .recorder import Subscription
 
 #: torch.compile arguments that ik.compile supplies itself.
 _OWN_ARGUMENTS = ("model", "backend", "mode", "options")
@@ -165,7 +163,7 @@ class KnobsBackend:
         # compile_fx is looked up when called: entering the blocks installs the interception over it
         if self.context.active:  # re-entered on this thread: the knobs already hold
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
-        with _Receiving(self), self.context:
+        with Subscription(self, hooks=False), self.context:
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
 
     def _unattested(self, attestation: CompileAttestation) -> list[Setting]:
@@ -233,19 +231,6 @@ def _attested(setting: Setting, seen: Any) -> AttestedSetting:
     if not same:
         cause = diagnose(torch_compat.installed(strict=False), importlib.import_module(INDUCTOR_CONFIG), setting.key)
     return AttestedSetting(setting.key, setting.value, seen, setting.source, None, cause)
-
-
-class _Receiving(UndoContext):
-    """A block whose one record subscribes ``backend`` to the attestations of the compiles inside it
-    (and of their lazily compiled backwards), holding the compile interception."""
-
-    changes_config = False
-
-    def __init__(self, backend: KnobsBackend) -> None:
-        self.backend = backend
-
-    def _plan(self) -> tuple[list[Change], None]:
-        return [InterceptionUse(torch_compat.installed(strict=False)), Subscribe(self.backend)], None
 
 
 def compile(

@@ -18,15 +18,52 @@ from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table, w
 _Block = TypeVar("_Block", bound="ObservedBlock")
 
 
-class ObservedBlock(UndoContext):
-    """A block that receives compile events (recorders, guards): a frame on the block stack like ``ik.knobs``.
+def subscription_records(consumer: Any, scope: str, *, hooks: bool, need_autotune: bool) -> list[Change]:
+    """The undo records that deliver compile events to ``consumer``: the hooks it needs, then its subscription.
 
-    Its records are the hooks it needs (:class:`~inductor_knobs.observe.HooksUse`, and the compile
-    interception for attestations) and its subscription to the compile-event channel
-    (:class:`~inductor_knobs.events.Subscribe`), applied and reverted by the same loop as config
-    changes: an exit out of order, an interrupt or ``-W error`` treat them as they treat config.
-    It changes no Inductor config, so it claims nothing before torch 2.12.  One object observes one
-    block at a time.
+    Args:
+        consumer: an object with some of ``on_autotune``, ``on_compile``, ``on_runtime``, ``on_attestation``.
+        scope: ``"context"`` or ``"process"`` (:class:`~inductor_knobs.events.Subscribe`).
+        hooks: hold the observer hooks (autotune, Dynamo compiles, first-call costs).
+        need_autotune: with ``hooks``, refuse a torch without feedback savers (< 2.5).
+    """
+    records: list[Change] = [HooksUse(need_autotune=need_autotune)] if hooks else []
+    if callable(getattr(consumer, "on_attestation", None)):  # attestations come from the compile interception
+        records.append(InterceptionUse(torch_compat.installed(strict=False)))
+    records.append(Subscribe(consumer, scope))
+    return records
+
+
+class Subscription(UndoContext):
+    """A block that delivers compile events to ``consumer`` while it lasts (``ik.compile``'s report, tests).
+
+    Args:
+        consumer: as for :func:`subscription_records`.
+        scope: ``"context"`` (default) or ``"process"``.
+        hooks: also hold the observer hooks (default True); attestations alone need only the interception.
+    """
+
+    changes_config = False
+
+    def __init__(self, consumer: Any, *, scope: str = "context", hooks: bool = True) -> None:
+        self.consumer = consumer
+        self.scope = scope
+        self.hooks = hooks
+
+    def __repr__(self) -> str:
+        return f"Subscription({type(self.consumer).__name__})"
+
+    def _plan(self) -> tuple[list[Change], Any]:
+        return subscription_records(self.consumer, self.scope, hooks=self.hooks, need_autotune=False), self.consumer
+
+
+class ObservedBlock(UndoContext):
+    """A block that receives compile events itself (recorders, guards): a frame on the block stack like ``ik.knobs``.
+
+    Its records (:func:`subscription_records`) are the hooks it needs and its subscription to the
+    compile-event channel, applied and reverted by the same loop as config changes: an exit out of
+    order, an interrupt or ``-W error`` treat them as they treat config.  It changes no Inductor
+    config, so it claims nothing before torch 2.12.  One object observes one block at a time.
     """
 
     #: Raise NotSupportedOnThisTorch on enter when torch cannot report autotuning.
@@ -47,12 +84,7 @@ class ObservedBlock(UndoContext):
         pass
 
     def _plan(self) -> tuple[list[Change], Any]:
-        patches = torch_compat.installed(strict=False)
-        records: list[Change] = [HooksUse(need_autotune=self.need_autotune)]
-        if callable(getattr(self, "on_attestation", None)):  # attestations come from the compile interception
-            records.append(InterceptionUse(patches))
-        records.append(Subscribe(self, self.event_scope))
-        return records, self
+        return subscription_records(self, self.event_scope, hooks=True, need_autotune=self.need_autotune), self
 
     def __enter__(self: _Block) -> _Block:
         if self._block:

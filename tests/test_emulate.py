@@ -23,9 +23,10 @@ from torch._dynamo.device_interface import CudaInterface
 from torch._inductor.runtime.hints import DeviceProperties
 
 import inductor_knobs as ik
-from inductor_knobs import cli, emulate, interception, torch_compat
+from inductor_knobs import cli, emulate, torch_compat
 from inductor_knobs.ablation import command
 from inductor_knobs.emulate import EmulationSpec, resolve_spec
+from inductor_knobs.recorder import Subscription
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
 from inductor_knobs.errors import (
     EmulationConflict,
@@ -56,7 +57,9 @@ PHYSICAL_SMEM = 232448
 #: The real green_stream, before any fixture replaces it.
 REAL_GREEN_STREAM = emulate.green_stream
 
-HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+HYPOTHESIS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -1019,7 +1022,8 @@ def test_emulation_compiles_without_cudagraphs_whatever_mode_or_knob_asked(fake_
     raw = patches.read_override(inductor_config, "triton.cudagraphs")
     inner = lambda gm, inputs: inductor_config.triton.cudagraphs  # noqa: E731 - what the inner compile saw
     attestations: list[Any] = []
-    with ik.emulate_gpu(sms=40), interception.listening(attestations.append):
+    receiver = type("Receiver", (), {"on_attestation": lambda self, a: attestations.append(a)})()
+    with ik.emulate_gpu(sms=40), Subscription(receiver, hooks=False):
         assert inductor_compile_fx.compile_fx is not fake
         with pytest.warns(EmulationWarning, match="triton.cudagraphs"):
             assert inductor_compile_fx.compile_fx("gm", inner_compile=inner, config_patches={"triton.cudagraphs": True}) is False

@@ -141,14 +141,29 @@ def test_out_of_order_exit_of_a_recorder_does_not_revive_it(patches, monkeypatch
 
 def test_deactivating_env_under_a_threads_own_override_is_not_an_external_change(patches):
     """Before (2.12+): deactivate_env() compared the calling thread's own override, and warned that
-    max_autotune 'was changed inside the knobs block' when only this thread had patched it."""
-    before = {key: (patches.read_override(cfg, key), patches.read_value(cfg, key)) for key in KEYS}
-    ik.activate_from_env({"INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})
-    try:
-        with warnings.catch_warnings(), ik.knobs(max_autotune=False):  # exact on exit, unlike config.patch
-            warnings.simplefilter("error", ExternalChangeWarning)
+    max_autotune 'was changed inside the knobs block' when only this thread had overridden it.
+
+    Run on a fresh thread, so no override pinned by an earlier test is in the way (on 2.12+ a new
+    thread starts with none)."""
+    seen: dict[str, object] = {}
+
+    def body() -> None:
+        seen["before"] = {key: (patches.read_override(cfg, key), patches.read_value(cfg, key)) for key in KEYS}
+        ik.activate_from_env({"INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})
+        try:
+            with warnings.catch_warnings(), ik.knobs(max_autotune=False):
+                warnings.simplefilter("error", ExternalChangeWarning)
+                ik.deactivate_env()
+                seen["inside"] = cfg.max_autotune  # this thread's own override is untouched
+        except BaseException as err:  # noqa: BLE001 - reported below
+            seen["error"] = err
+        finally:
             ik.deactivate_env()
-            assert cfg.max_autotune is False  # this thread's own override is untouched
-    finally:
-        ik.deactivate_env()
-    assert {key: (patches.read_override(cfg, key), patches.read_value(cfg, key)) for key in KEYS} == before
+        seen["after"] = {key: (patches.read_override(cfg, key), patches.read_value(cfg, key)) for key in KEYS}
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert "error" not in seen, seen.get("error")
+    assert seen["inside"] is False
+    assert seen["after"] == seen["before"]

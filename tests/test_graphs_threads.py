@@ -15,9 +15,8 @@ from test_graphs import _captured
 
 import inductor_knobs as ik
 from inductor_knobs import events
-from inductor_knobs.context import UndoContext
 from inductor_knobs.errors import InvalidKnobValue
-from inductor_knobs.events import Subscribe
+from inductor_knobs.recorder import Subscription
 
 
 def test_copy_outputs_are_the_callers_own_under_four_threads():
@@ -74,23 +73,13 @@ class _Queue:
         self.runtime.append(event)
 
 
-class _Listen(UndoContext):
-    changes_config = False
-
-    def __init__(self, consumer):
-        self.consumer = consumer
-
-    def _plan(self):
-        return [Subscribe(self.consumer)], None
-
-
 def test_time_spent_waiting_for_the_lock_is_published_as_queued(monkeypatch):
     """The waiting caller's own thread hears a ``queued`` runtime event (what no_stalls names), not a slow GPU."""
     captured = _captured(lambda x: x + 1, 4, outputs="copy")
     ticks = iter([0.0, 0.005])  # the clock at queueing and at taking the lock: 5 ms in the queue
     monkeypatch.setattr("inductor_knobs.graphs.time.perf_counter", lambda: next(ticks))
     heard = _Queue()
-    with _Listen(heard):
+    with Subscription(heard, hooks=False):
         captured(torch.zeros(1, 4))
     assert [(e.kind, e.seconds) for e in heard.runtime] == [("queued", 0.005)]
     assert not events.listeners()
