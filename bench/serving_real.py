@@ -136,7 +136,7 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
             baseline = warmed.steady_state_ms
         setup_seconds = time.perf_counter() - started
         # Seeded with the warm-up's shapes and steady state: the sampled profiler skips warmed shapes.
-        guard = ik.no_stalls(compiled, on="record", warmup=warmed) if arm != "plain" else ik.no_stalls(compiled, on="record")
+        guard = ik.no_stalls(compiled, on="record", warmup=warmed if arm != "plain" else None, history=None)
         with guard:
             for i, n in enumerate(lengths):
                 guard(**make_inputs(model, n, buckets, 1000 + i))

@@ -157,6 +157,7 @@ CAUSES = {
     "in it: a slower or shared CPU, not a first-call cost",
     "gpu_slower": "the call waited longer for the GPU after its last launch: clocks, power or thermal limits, another "
     "process on the GPU; not a first-call cost",
+    "queued": "waited for another thread's call of the same CUDA graphs (capture_cuda_graphs' lock)",
     "unattributed": "no hook or profiled op accounts for the time",
 }
 

@@ -22,11 +22,9 @@ from .errors import AutotuneDuringServing, InvalidKnobValue
 from .knobs import torch_version
 from .recorder import Collector, ObservedBlock
 from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
-from .stalls import _on_cuda, no_stalls, profiler_cost
+from .stalls import REACTIONS, _on_cuda, no_stalls, profiler_cost
 
 log = logging.getLogger("inductor_knobs.serving")
-
-REACTIONS = ("raise", "warn", "log")
 
 
 class AutotuneDuringServingWarning(UserWarning):
@@ -104,8 +102,10 @@ class WarmupReport:
     Attributes:
         steps: one per warm-up input.
         probes: one per probe shape, measured after warm-up (first call at an unseen shape).
-        steady_state_ms: the median over inputs of the last call's ms (pass it to
-            ``ik.no_stalls(baseline_ms=...)``), or None with ``calls_per_input=1``.
+        steady_state_ms: the median over inputs of the last call's ms, or None with ``calls_per_input=1``:
+            a summary for reading, not a baseline (a model whose time grows with its input would
+            "stall" at every call at its largest shape); give a guard ``warmup=report`` instead,
+            whose per-shape medians are the baseline of each shape.
         cold: the per-shape costs the probes paid.
         fixes: the standard fixes for them, the recommended one first.
         recommended_buckets: the bucket sizes of the first fix, when it is padding to buckets.
@@ -251,8 +251,8 @@ def warmup(
     probe_list = _probe_shapes(probes, shape_list)
     if probe_list and factory is None:
         raise InvalidKnobValue(f"warmup probes={probes!r} needs shapes=... with factory=... on torch {torch_version()}")
-    guard = no_stalls(on="record", profile="new-shapes", min_calls=10**9)
-    guard.quiet_after = float("inf")  # warm-up diagnoses every new shape
+    # Warm-up diagnoses every new shape (quiet_after=inf) and keeps every call it makes (history=None).
+    guard = no_stalls(on="record", profile="new-shapes", min_calls=10**9, quiet_after=float("inf"), history=None)
     items: Iterable[tuple[Any, Any]] = (
         ((None, item) for item in inputs) if inputs is not None else ((s, factory(s)) for s in shape_list or ())  # type: ignore[misc]
     )
@@ -269,13 +269,13 @@ def warmup(
         )
     shares = [s.last_call_host_seconds / s.last_call_seconds for s in steps if s.last_call_host_seconds and s.last_call_seconds]
     host_share = statistics.median(shares) if shares and calls_per_input > 1 else None
-    if host_share is not None and host_share >= HOST_BOUND and any(_on_cuda(sig) for sig in guard._seen):
+    if host_share is not None and host_share >= HOST_BOUND and any(_on_cuda(sig) for sig in guard.seen_shapes()):
         fixes.append(
             f"capture one CUDA graph per bucket and serve by replay (ik.capture_cuda_graphs(fn, shapes=buckets, "
             f"factory=...), fn compiled without CUDA graphs): {100 * host_share:.0f}% of a steady call is host work "
             "(Python, kernel launches), so the GPU waits for the host and any host slowdown reaches the response"
         )
-    seen = frozenset(guard._seen)
+    seen = guard.seen_shapes()
     return WarmupReport(steps, probed, steady, cold, fixes, buckets, seen, guard.shape_seconds(), host_share, profiler_seconds)
 
 
@@ -390,13 +390,15 @@ class no_autotune(ObservedBlock):
     """Detect autotune benchmarking or (re)compilation inside the block, i.e. during serving traffic.
 
     Args:
-        on: ``"raise"`` (default): raise :class:`~inductor_knobs.errors.AutotuneDuringServing`
-            at once, from inside torch, before Dynamo compiles (so the stall does not happen) or
-            right after Inductor benchmarked; the block's exit re-raises it unwrapped from
-            torch's ``BackendCompilerFailed``/``InternalTorchDynamoError``.  ``"warn"``: an
-            ``AutotuneDuringServingWarning`` per event.  ``"log"``: a WARNING on the
-            ``inductor_knobs.serving`` logger.  The message names the op and input shapes (or the
-            recompiled function and its tensor inputs) and Dynamo's recompile reason.
+        on: the vocabulary of every guard (``ik.no_stalls`` too). ``"raise"`` (default): raise
+            :class:`~inductor_knobs.errors.AutotuneDuringServing` at once, from inside torch, before
+            Dynamo compiles (so the stall does not happen) or right after Inductor benchmarked; the
+            block's exit re-raises it unwrapped from torch's ``BackendCompilerFailed``/
+            ``InternalTorchDynamoError``.  ``"warn"``: an ``AutotuneDuringServingWarning`` per event.
+            ``"record"``: kept in :attr:`violations` and logged at WARNING on the
+            ``inductor_knobs.serving`` logger.  ``"log"`` is the deprecated spelling of ``"record"``.
+            The message names the op and input shapes (or the recompiled function and its tensor
+            inputs) and Dynamo's recompile reason.
         allow_cudagraph_recording: do not count CUDA graph recordings (torch 2.8+ reports them as
             compile events when ``mode="reduce-overhead"``/``"max-autotune"`` meets a new shape);
             they cost milliseconds, not seconds, and are neither autotuning nor recompilation.
@@ -410,11 +412,14 @@ class no_autotune(ObservedBlock):
     ``torch._dynamo.reset()`` inside the block drops Dynamo's callbacks; entering again restores them.
 
     Raises:
-        InvalidKnobValue: ``on`` is not one of raise, warn, log.
+        InvalidKnobValue: ``on`` is not one of raise, warn, record.
         AutotuneDuringServing: see ``on``.
     """
 
     def __init__(self, on: str = "raise", *, allow_cudagraph_recording: bool = True) -> None:
+        if on == "log":
+            warnings.warn("no_autotune(on='log') is deprecated: use on='record' (the same)", DeprecationWarning, stacklevel=2)
+            on = "record"
         if on not in REACTIONS:
             raise InvalidKnobValue(
                 f"no_autotune(on={on!r}) is invalid on torch {torch_version()}: allowed {', '.join(REACTIONS)}"

@@ -40,11 +40,11 @@ about 10 us, the two thread-clock reads about 10 us, where ``timeit`` gives 0.75
 
 from __future__ import annotations
 
-import bisect
 import collections
 import operator
 import statistics
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -54,7 +54,8 @@ from typing import Any
 from . import torch_compat
 from .errors import InvalidKnobValue, KnobsError, StallDuringServing, StallWarning
 from .knobs import torch_version
-from .recorder import ObservedBlock
+from .latency import RELATIVE_ERROR, Latencies, ShapeMedian
+from .recorder import ObservedBlock, Subscription
 from .records import CAUSES, AutotuneRecord, CompileEvent, RuntimeEvent
 
 REACTIONS = ("raise", "warn", "record")
@@ -66,6 +67,15 @@ QUIET_AFTER = 8
 SAMPLE_EVERY = 16
 #: A profiled op below this many seconds of self CPU time is not named as a cause.
 MIN_OP_SECONDS = 2e-4
+#: With ``on="warn"``, every this many stalls one more warning sums them up by cause.
+SUMMARY_EVERY = 100
+#: Held while a guard's sampled profiler runs, by whichever thread's call it profiles.
+_PROFILING = threading.Lock()
+
+# The clocks the guard (and so ``ik.warmup``) reads: wall time and the thread's CPU time.  Module
+# attributes so that tests can drive them with a fake clock instead of sleeping.
+_clock = time.perf_counter
+_thread_clock = time.thread_time
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,12 @@ class Stall:
             lines.append(f"  {1000 * cause.seconds:9.2f} ms  {cause.kind} ({CAUSES.get(cause.kind, cause.kind)}){detail}")
         return "\n".join(lines)
 
+    def summary(self) -> str:
+        """One line: the call, its time against the baseline, and each cause with its time."""
+        base = f" (steady {1000 * self.baseline_seconds:.2f} ms)" if self.baseline_seconds else ""
+        causes = ", ".join(f"{c.kind} {1000 * c.seconds:.2f} ms" for c in self.causes) or "no cause named"
+        return f"call {self.index} [{', '.join(self.inputs) or 'no tensors'}] took {1000 * self.seconds:.2f} ms{base}: {causes}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
@@ -129,18 +145,36 @@ class Stall:
 
 @dataclass(frozen=True)
 class StallReport:
-    """Every call's seconds and every stall of one guard.
+    """A guard's calls and stalls: exact counts and totals, quantiles within 1%, and the recent history.
 
     Attributes:
-        seconds: wall seconds of each call, in call order.
-        stalls: the calls over the threshold, with their causes.
+        seconds: the recent calls' wall seconds, in call order (the guard's ``history``; all of them
+            with ``history=None``).
+        stalls: the recent stalls, with their causes (as many as ``seconds`` keeps).
+        latencies: every call's time, summarised (:class:`~inductor_knobs.latency.Latencies`), or None
+            for a report made from ``seconds`` alone.
+        totals: per cause kind, ``(stalls it appears in, its seconds)`` over every stall, or None.
+        stall_count: stalls in all (None: ``len(stalls)``).
+        unattributed_count: stalls with an ``unattributed`` cause in all (None: counted from ``stalls``).
     """
 
     seconds: list[float]
     stalls: list[Stall]
+    latencies: Latencies | None = None
+    totals: dict[str, tuple[int, float]] | None = None
+    stall_count: int | None = None
+    unattributed_count: int | None = None
+
+    @property
+    def calls(self) -> int:
+        return self.latencies.count if self.latencies is not None else len(self.seconds)
 
     def percentile_ms(self, q: float) -> float | None:
-        """The ``q``-th percentile (0-100) of call times in ms (linear interpolation, ``statistics.quantiles``)."""
+        """The ``q``-th percentile (0-100) of call times in ms: within 1% of the exact order statistic over
+        every call (the guard's log-bucket histogram), or exact over ``seconds`` without one."""
+        if self.latencies is not None:
+            value = self.latencies.quantile(q / 100)
+            return None if value is None else 1000 * value
         if not self.seconds:
             return None
         if len(self.seconds) == 1:
@@ -150,10 +184,13 @@ class StallReport:
 
     @property
     def unattributed(self) -> list[Stall]:
+        """The recent stalls with an ``unattributed`` cause."""
         return [s for s in self.stalls if not s.attributed]
 
     def by_cause(self) -> dict[str, tuple[int, float]]:
         """Per cause kind: (stalls it appears in, its seconds over all stalls), largest first."""
+        if self.totals is not None:
+            return dict(sorted(self.totals.items(), key=lambda kv: -kv[1][1]))
         found: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])  # type: ignore[arg-type,return-value]
         for stall in self.stalls:
             for kind in dict.fromkeys(c.kind for c in stall.causes):
@@ -162,28 +199,35 @@ class StallReport:
                 found[cause.kind][1] += cause.seconds
         return {k: (int(v[0]), v[1]) for k, v in sorted(found.items(), key=lambda kv: -kv[1][1])}
 
+    def _counts(self) -> tuple[int, int]:
+        stalls = len(self.stalls) if self.stall_count is None else self.stall_count
+        unattributed = len(self.unattributed) if self.unattributed_count is None else self.unattributed_count
+        return stalls, unattributed
+
     def table(self) -> str:
         """Calls, p50/p99/max, then one line per cause: stalls, total ms, what it is."""
-        p50, p99 = self.percentile_ms(50), self.percentile_ms(99)
-        top = 1000 * max(self.seconds) if self.seconds else None
+        p50, p99, top = self.percentile_ms(50), self.percentile_ms(99), self.percentile_ms(100)
+        stalls, unattributed = self._counts()
         lines = [
-            f"{len(self.seconds)} calls: p50 {_ms(p50)}, p99 {_ms(p99)}, max {_ms(top)}; "
-            f"{len(self.stalls)} stalls, {len(self.unattributed)} unattributed",
+            f"{self.calls} calls: p50 {_ms(p50)}, p99 {_ms(p99)}, max {_ms(top)}; {stalls} stalls, {unattributed} unattributed",
         ]
-        if self.stalls:
+        if stalls:
             lines.append(f"{'cause':<22} {'stalls':>6} {'total ms':>10}  what")
             for kind, (count, seconds) in self.by_cause().items():
                 lines.append(f"{kind:<22} {count:>6} {1000 * seconds:>10.1f}  {CAUSES.get(kind, kind)}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        stalls, unattributed = self._counts()
         return {
-            "calls": len(self.seconds),
+            "calls": self.calls,
             "p50_ms": self.percentile_ms(50),
             "p99_ms": self.percentile_ms(99),
-            "max_ms": 1000 * max(self.seconds) if self.seconds else None,
+            "max_ms": self.percentile_ms(100),
+            "quantile_relative_error": RELATIVE_ERROR if self.latencies is not None else 0.0,
+            "stall_count": stalls,
             "stalls": [s.to_dict() for s in self.stalls],
-            "unattributed": len(self.unattributed),
+            "unattributed": unattributed,
             "by_cause": {k: {"stalls": c, "seconds": s} for k, (c, s) in self.by_cause().items()},
         }
 
@@ -220,14 +264,33 @@ class no_stalls(ObservedBlock):
             response sees (default True; only when CUDA is initialised).
         profile: ``"new-shapes"`` (default, the sampled mode above), ``"all"`` (every call; a few ms
             each) or ``"off"`` (hooks only: per-shape ATen costs are then ``unattributed``).
-        window: calls in the running median (int >= 1; default 101).
+        window: calls in each shape's running median (int >= 1; default 31).
         warmup: an ``ik.warmup`` report (:class:`~inductor_knobs.serving.WarmupReport`): the shapes
             it warmed count as seen, with their steady-state times as medians, so the sampled
-            profiler (a few ms a call) profiles only shapes warm-up never met.
+            profiler (a few ms a call) profiles only shapes warm-up never met.  This, not the
+            report's ``steady_state_ms`` (a median over shapes), is the baseline to give a guard.
+        history: how many recent calls' seconds and stalls to keep (int >= 1; default 1000), or None
+            for every one (a full record that grows with the traffic).  Counts, totals per cause and
+            p50/p99 always cover every call.
+        max_shapes: input shapes with their own median and limit (int >= 1; default 1024).  Past it the
+            least recently judged shape is forgotten: its next call is judged as a new shape.
+        quiet_after: profiled new-shape calls in a row that must be fast before new shapes stop being
+            profiled (default 8; ``math.inf``: profile every new shape, as ``ik.warmup`` does).
 
     Attributes:
-        stalls: every :class:`Stall`, in call order.
-        seconds: every call's wall seconds.
+        stalls: the recent :class:`Stall` s, in call order (``history`` of them).
+        seconds: the recent calls' wall seconds (``history`` of them).
+        latencies: every call's time (:class:`~inductor_knobs.latency.Latencies`: exact count, total
+            and max; p50/p99 within 1%).
+        calls, stall_count: calls and stalls in all.
+        last_causes: the causes of the latest judged call (stall or not), on any thread.
+        last_host_seconds: the host part of the latest judged call.
+
+    Threads: one guard serves calls from any number of threads at once.  With ``with guard:`` (the
+    block entered on any thread) it hears compiles, autotuning and first calls of every thread and
+    gives each to the call running on the thread where torch reported it; a call outside such a block
+    hears its own thread.  Its bookkeeping is under a lock taken after the call's clock stopped.
+    Memory is bounded: O(1) per call, and per shape a median of ``window`` doubles, up to ``max_shapes``.
 
     Raises:
         InvalidKnobValue: at construction, for a bad argument (the message names it, what is allowed
@@ -236,11 +299,11 @@ class no_stalls(ObservedBlock):
 
     Relies on the hooks of :mod:`inductor_knobs.observe` (torch 2.4-2.15; GEMM autotune records
     need 2.5+), ``torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True)``
-    and the patch module's ``per_shape_ops`` (profiler op names per release).  Observes the thread
-    (and tasks) that calls it.
+    and the patch module's ``per_shape_ops`` (profiler op names per release).
     """
 
     need_autotune = False
+    event_scope = "process"
 
     def __init__(
         self,
@@ -254,8 +317,11 @@ class no_stalls(ObservedBlock):
         min_excess_ms: float = 1.0,
         synchronize: bool = True,
         profile: str = "new-shapes",
-        window: int = 101,
+        window: int = 31,
         warmup: Any = None,
+        history: int | None = 1000,
+        max_shapes: int = 1024,
+        quiet_after: float = QUIET_AFTER,
     ) -> None:
         _check_choice("on", on, REACTIONS)
         _check_choice("profile", profile, PROFILE_MODES)
@@ -265,9 +331,11 @@ class no_stalls(ObservedBlock):
                 raise _invalid(name, value, f"a number > {low:g}" + (" or None" if name != "factor" else ""))
         if isinstance(min_excess_ms, bool) or not isinstance(min_excess_ms, (int, float)) or not min_excess_ms >= 0:
             raise _invalid("min_excess_ms", min_excess_ms, "a number >= 0")
-        for name, value in (("min_calls", min_calls), ("window", window)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _invalid(name, value, "an int >= 1")
+        for name, value in (("min_calls", min_calls), ("window", window), ("max_shapes", max_shapes), ("history", history)):
+            if (name != "history" or value is not None) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise _invalid(name, value, "an int >= 1" + (" or None" if name == "history" else ""))
+        if isinstance(quiet_after, bool) or not isinstance(quiet_after, (int, float)) or not quiet_after >= 1:
+            raise _invalid("quiet_after", quiet_after, "a number >= 1 (math.inf: profile every new shape)")
         if not isinstance(synchronize, bool):
             raise _invalid("synchronize", synchronize, "True or False")
         if warmup is not None and not isinstance(getattr(warmup, "shape_seconds", None), Mapping):
@@ -283,30 +351,56 @@ class no_stalls(ObservedBlock):
         self.min_excess_s = min_excess_ms / 1000
         self.synchronize = synchronize
         self.profile = profile
-        self.seconds: list[float] = []
-        self.stalls: list[Stall] = []
-        self.last_causes: list[RuntimeEvent] = []  # the latest call's causes, stall or not (``ik.warmup``)
+        self._seconds: collections.deque[float] = collections.deque(maxlen=history)  # maxlen None: every call
+        self._stalls: collections.deque[Stall] = collections.deque(maxlen=history)
+        self.latencies = Latencies()
+        self.stall_count = 0
+        self._unattributed = 0
+        self._totals: dict[str, list[Any]] = {}  # cause kind -> [stalls, seconds], over every stall
+        self.last_causes: list[RuntimeEvent] = []  # the latest judged call's causes, stall or not (``ik.warmup``)
         self.last_host_seconds: float | None = None  # the latest judged call's host part (``ik.warmup``)
         # What the sampled profiler adds to a call of this model (measured by ``ik.warmup``), named in profiled stalls.
         self.profiler_seconds: float | None = getattr(warmup, "profiler_seconds", None)
-        self._seen: set[tuple[Any, ...]] = set(warmup.signatures) if warmup is not None else set()
         self._window = window
-        self._by_shape: dict[tuple[Any, ...], _RunningMedian] = {}  # per signature: calls that were not stalls
+        self._max_shapes = max_shapes
+        #: Per signature seen, in least-recently-judged order: its median (calls that were not stalls) and limit.
+        self._shapes: collections.OrderedDict[tuple[Any, ...], _Shape] = collections.OrderedDict()
         self._slowest = 0.0  # the largest per-shape median so far: the reference at a new shape
         self._steady_calls = 0  # calls that were not stalls (min_calls)
-        self._off_cpu = _RunningMedian(window)  # off-CPU seconds of the calls that were not stalls
-        self._limits: dict[tuple[Any, ...], float] = {}  # per warm signature: seconds below which a call is fine
+        self._off_cpu = ShapeMedian(window)  # off-CPU seconds of the calls that were not stalls
         self._fast_calls = 0  # calls at warm shapes below their limit (one in SAMPLE_EVERY joins the medians)
+        self._lock = threading.Lock()  # the bookkeeping, after each call's clock stopped
+        self._running = threading.local()  # per thread: the running call's events and profiler
+        for signature in warmup.signatures if warmup is not None else ():
+            self._shape(signature)
         if warmup is not None:
             self._steady_calls = min_calls  # the report's medians are the steady state from the first call
         for signature, seconds in warmup.shape_seconds.items() if warmup is not None else ():
             self._add_steady(signature, seconds)
         self._quiet = 0  # profiled new-shape calls in a row that were fast
-        self.quiet_after: float = QUIET_AFTER  # ``ik.warmup`` sets infinity: it diagnoses every new shape
-        self._events: list[RuntimeEvent] | None = None  # the running call's hook events
-        self._profiler: Any = None
+        self.quiet_after = quiet_after
         self._sync: Callable[[], None] | None = None  # torch's C synchronize, once CUDA is initialised
         self._clock_warm = False  # thread clock on calls at warm shapes, from the first stall that needs it on
+
+    @property
+    def calls(self) -> int:
+        """Calls timed in all."""
+        return self.latencies.count
+
+    @property
+    def seconds(self) -> list[float]:
+        """The recent calls' wall seconds, in call order (``history`` of them; a copy)."""
+        return list(self._seconds)
+
+    @property
+    def stalls(self) -> list[Stall]:
+        """The recent stalls, in call order (``history`` of them; a copy)."""
+        return list(self._stalls)
+
+    def seen_shapes(self) -> frozenset[tuple[Any, ...]]:
+        """The input signatures this guard has a record of (warmed or served; at most ``max_shapes``)."""
+        with self._lock:
+            return frozenset(self._shapes)
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -319,7 +413,7 @@ class no_stalls(ObservedBlock):
         """
         if self.fn is None:
             raise KnobsError("no_stalls() was created without a callable: pass it (no_stalls(model)) or use guard.wrap(fn)")
-        if self._block is not None:  # the serving loop's path: one Python frame fewer than call()
+        if self._block:  # the serving loop's path: one Python frame fewer than call()
             return self._timed(self.fn, args, kwargs)
         return self.call(self.fn, *args, **kwargs)
 
@@ -333,31 +427,39 @@ class no_stalls(ObservedBlock):
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call ``fn`` under the guard (what ``__call__`` and :meth:`wrap` do)."""
-        if self._block is not None:
+        if self._block:
             return self._timed(fn, args, kwargs)
-        with self:  # not inside ``with guard``: the hooks are installed for this call only
+        # Not inside ``with guard``: the hooks are held for this call only, hearing this thread (several
+        # threads may call at once, each with its own subscription).
+        with Subscription(self, hooks=True):
             return self._timed(fn, args, kwargs)
 
     def report(self) -> StallReport:
-        """Every call's seconds and every stall so far."""
-        return StallReport(list(self.seconds), list(self.stalls))
+        """Counts, totals per cause and p50/p99 over every call; the recent calls and stalls."""
+        with self._lock:
+            totals = {kind: (int(v[0]), float(v[1])) for kind, v in self._totals.items()}
+            return StallReport(
+                list(self._seconds), list(self._stalls), self.latencies, totals, self.stall_count, self._unattributed
+            )
 
     # -- the observer protocol: what torch reports during the running call ------------------------
 
     def on_runtime(self, event: RuntimeEvent) -> None:
-        if self._events is not None:
-            self._events.append(event)
+        events = getattr(self._running, "events", None)  # the call running on the thread torch reported from
+        if events is not None:
+            events.append(event)
 
     def on_autotune(self, record: AutotuneRecord) -> None:
-        if self._events is not None and not record.from_cache:
+        events = getattr(self._running, "events", None)
+        if events is not None and not record.from_cache:
             seconds = (record.benchmark_seconds or 0.0) + (record.precompile_seconds or 0.0)
             detail = f"{record.signature}: {len(record.choices)} choices, winner {record.winner}"
-            self._events.append(RuntimeEvent("gemm_autotune", seconds, detail, None))
+            events.append(RuntimeEvent("gemm_autotune", seconds, detail, None))
 
     def on_compile(self, event: CompileEvent) -> None:
         # A compile under the profiler would record every op of tracing and autotuning (millions, and
         # seconds to collect): stop it; the compile is timed by its own hook.
-        if self._profiler is not None and event.trigger != "cudagraph_recording":
+        if getattr(self._running, "profiler", None) is not None and event.trigger != "cudagraph_recording":
             self._stop_profiler()
 
     # -- one call ---------------------------------------------------------------------------------
@@ -365,41 +467,46 @@ class no_stalls(ObservedBlock):
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         signature = _signature(args, kwargs)
         # A warm shape's time below which a call cannot be a stall: such a call is only recorded (one in
-        # SAMPLE_EVERY joins the medians), so a steady serving loop pays three perf_counter reads and a
-        # dict lookup.  On a real model each of these costs microseconds, and the thread clock is a system
+        # SAMPLE_EVERY joins the medians), so a steady serving loop pays three clock reads, a dict lookup
+        # and the lock.  On a real model each of these costs microseconds, and the thread clock is a system
         # call (about 5 us on an H100 host): warm calls read it only after a stall no hook or op explains.
-        limit = self._limits.get(signature)
-        new = limit is None and signature not in self._seen
+        shape = self._shapes.get(signature)  # a read without the lock: a dict lookup is atomic
+        limit = shape.limit if shape is not None else None
+        new = shape is None
         profiled = (new or self.profile == "all") and self._wants_profile(new) and self._start_profiler()
+        running = self._running
         events: list[RuntimeEvent] = []
-        self._events = events
-        on_cpu = time.thread_time() if limit is None or self._clock_warm else None
-        started = time.perf_counter()
+        running.events = events
+        on_cpu = _thread_clock() if limit is None or self._clock_warm else None
+        started = _clock()
         try:
             out = fn(*args, **kwargs)
-            launched = time.perf_counter()  # the host part ends here; the rest is the wait for the GPU
+            launched = _clock()  # the host part ends here; the rest is the wait for the GPU
             if self.synchronize:
                 sync = self._sync or self._find_sync()
                 if sync is not None:
                     sync()
         finally:
-            seconds = time.perf_counter() - started
-            self._events = None
+            seconds = _clock() - started
+            running.events = None
             fast = limit is not None and seconds < limit and not events and not profiled
             # A fast call joins the medians one time in SAMPLE_EVERY, and every time while the usual off-CPU
             # time has fewer than min_calls values; the thread clock's end is read for those and judged calls.
             keep = fast and (self._fast_calls % SAMPLE_EVERY == 0 or (on_cpu is not None and len(self._off_cpu) < self.min_calls))
-            on_cpu_end = time.thread_time() if on_cpu is not None and (keep or not fast) else None
+            on_cpu_end = _thread_clock() if on_cpu is not None and (keep or not fast) else None
             profile = self._stop_profiler() if profiled else None
         off_cpu = None if on_cpu_end is None or on_cpu is None else seconds - (on_cpu_end - on_cpu)
-        if fast:
-            self.seconds.append(seconds)
-            self._fast_calls += 1
-            if keep:
-                self._add_steady(signature, seconds, off_cpu)
-            return out
-        self._seen.add(signature)
-        self._judge(seconds, events, profile, new, profiled, signature, off_cpu, launched - started)
+        with self._lock:
+            self.latencies.add(seconds)
+            self._seconds.append(seconds)
+            if fast:
+                self._fast_calls += 1
+                if keep:
+                    self._add_steady(signature, seconds, off_cpu)
+                return out
+            stall = self._judge(seconds, events, profile, new, profiled, signature, off_cpu, launched - started)
+        if stall is not None:
+            self._react(stall)  # outside the lock: a warning filter or the raise runs the user's code
         return out
 
     def _find_sync(self) -> Callable[[], None] | None:
@@ -416,12 +523,18 @@ class no_stalls(ObservedBlock):
     def _start_profiler(self) -> bool:
         import torch
 
+        # One profiled call at a time in the process: torch's profiler is one per process (two threads
+        # starting it at once crash it), so a call on another thread meanwhile is simply not profiled.
+        if not _PROFILING.acquire(blocking=False):
+            return False
         if torch.autograd._profiler_enabled():  # the user's own profiler: leave it alone
+            _PROFILING.release()
             return False
         profiler = _sampling_profiler()
         try:
             profiler.__enter__()
         except Exception as err:  # noqa: BLE001 - no profiler here: hooks still name what they see
+            _PROFILING.release()
             warnings.warn(
                 f"no_stalls could not start torch.profiler ({err!r}); per-shape ATen costs will be unattributed",
                 StallWarning,
@@ -429,13 +542,17 @@ class no_stalls(ObservedBlock):
             )
             self.profile = "off"
             return False
-        self._profiler = profiler
+        self._running.profiler = profiler
         return True
 
     def _stop_profiler(self) -> Any:
-        profiler, self._profiler = self._profiler, None
+        profiler = getattr(self._running, "profiler", None)
+        self._running.profiler = None
         if profiler is not None:
-            profiler.__exit__(None, None, None)
+            try:
+                profiler.__exit__(None, None, None)
+            finally:
+                _PROFILING.release()
         return profiler
 
     def _judge(
@@ -448,9 +565,9 @@ class no_stalls(ObservedBlock):
         signature: tuple[Any, ...],
         off_cpu: float | None = 0.0,
         host_seconds: float | None = None,
-    ) -> None:
-        index = len(self.seconds)
-        self.seconds.append(seconds)
+    ) -> Stall | None:
+        """Judge a call that was not fast (under the lock): the :class:`Stall` to react to, or None."""
+        index = max(self.latencies.count - 1, 0)
         self.last_host_seconds = host_seconds
         baseline = self._baseline(signature)
         threshold = self.threshold_s if self.threshold_s is not None else None if baseline is None else self.factor * baseline
@@ -469,9 +586,12 @@ class no_stalls(ObservedBlock):
         if off_cpu is not None and threshold is not None and seconds > threshold and len(self._off_cpu) >= self.min_calls:
             # Off-CPU time beyond the usual (a CUDA sync that spins keeps the thread on the CPU while
             # the GPU works, so the usual is small): the thread waited for the GIL or was not scheduled.
-            extra = off_cpu - self._off_cpu.value()
+            usual = max(0.0, self._off_cpu.value())  # wall less CPU time can read below 0 (clock granularity)
+            # Only what other causes leave: off-CPU time inside a hook (a compile waiting on its workers)
+            # is already in that hook's time, so the causes never add up to more than the call.
+            extra = min(off_cpu - usual, seconds - _explained(causes, seconds))
             if extra >= MIN_OP_SECONDS:
-                detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * (off_cpu - extra):.2f} ms)"
+                detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * usual:.2f} ms)"
                 causes.append(RuntimeEvent("thread_off_cpu", extra, detail, None))
         if host_seconds is not None and not new and baseline is not None and threshold is not None and seconds > threshold:
             causes += self._host_or_gpu(seconds, host_seconds, baseline, _explained(causes, seconds), off_cpu)
@@ -479,12 +599,14 @@ class no_stalls(ObservedBlock):
         if threshold is not None:
             stalled = seconds > threshold and seconds - (baseline or 0.0) >= self.min_excess_s
         else:  # no steady state known yet: a hook's event, or profiled per-shape costs that dominate the call
-            stalled = any(c.started is not None for c in causes) or sum(c.seconds for c in causes) >= 0.5 * seconds
+            named = sum(c.seconds for c in causes)
+            stalled = any(c.started is not None for c in causes) or (named > 0 and named >= 0.5 * seconds)
         if not stalled:
             self._add_steady(signature, seconds, off_cpu)
             if new and profiled:
                 self._quiet += 1
-            return
+            return None
+        self._shape(signature)  # seen from now on (a stall's time joins no median)
         self._quiet = 0
         excess = seconds - (baseline or 0.0)
         missing = excess - _explained(causes, seconds)
@@ -494,8 +616,14 @@ class no_stalls(ObservedBlock):
             self._clock_warm = True  # from now on the thread clock names time off the CPU (a system call a call)
         causes.sort(key=lambda e: -e.seconds)
         stall = Stall(index, seconds, baseline, threshold, _describe(signature), new, profiled, causes)
-        self.stalls.append(stall)
-        self._react(stall)
+        self._stalls.append(stall)
+        self.stall_count += 1
+        self._unattributed += not stall.attributed
+        for kind in dict.fromkeys(c.kind for c in causes):
+            self._totals.setdefault(kind, [0, 0.0])[0] += 1
+        for cause in causes:
+            self._totals.setdefault(cause.kind, [0, 0.0])[1] += cause.seconds
+        return stall
 
     def _host_or_gpu(
         self, seconds: float, host_seconds: float, baseline: float, named: float, off_cpu: float | None
@@ -529,26 +657,39 @@ class no_stalls(ObservedBlock):
             return self.baseline_s
         if self._steady_calls < self.min_calls:
             return None
-        own = self._by_shape.get(signature)
-        return own.value() if own is not None else self._slowest
+        shape = self._shapes.get(signature)
+        return shape.median.value() if shape is not None and shape.median is not None else self._slowest
+
+    def _shape(self, signature: tuple[Any, ...]) -> _Shape:
+        """The record of ``signature`` (made if new, the least recently judged one dropped past ``max_shapes``)."""
+        shapes = self._shapes
+        shape = shapes.get(signature)
+        if shape is None:
+            shape = shapes[signature] = _Shape()
+            if len(shapes) > self._max_shapes:
+                shapes.popitem(last=False)
+        else:
+            shapes.move_to_end(signature)
+        return shape
 
     def _add_steady(self, signature: tuple[Any, ...], seconds: float, off_cpu: float | None = None) -> None:
-        median = self._by_shape.get(signature)
-        if median is None:
-            median = self._by_shape[signature] = _RunningMedian(self._window)
-        median.add(seconds)
+        shape = self._shape(signature)
+        if shape.median is None:
+            shape.median = ShapeMedian(self._window)
+        shape.median.add(seconds)
         if off_cpu is not None:
             self._off_cpu.add(off_cpu)
         self._steady_calls += 1
-        self._slowest = max(self._slowest, median.value())
+        self._slowest = max(self._slowest, shape.median.value())
         baseline = self._baseline(signature)
         if baseline is not None:  # not a stall below its threshold or below baseline + min_excess
             threshold = self.threshold_s if self.threshold_s is not None else self.factor * baseline
-            self._limits[signature] = max(threshold, baseline + self.min_excess_s)
+            shape.limit = max(threshold, baseline + self.min_excess_s)
 
     def shape_seconds(self) -> dict[tuple[Any, ...], float]:
         """Per input signature, the median seconds of its calls that were not stalls (``ik.warmup``)."""
-        return {signature: median.value() for signature, median in self._by_shape.items()}
+        with self._lock:
+            return {signature: shape.median.value() for signature, shape in self._shapes.items() if shape.median is not None}
 
     def _profiled_causes(self, profile: Any, seconds: float) -> list[RuntimeEvent]:
         """Per-shape ATen costs in a profiled call: the ops the patch module names, and the top op if it dominates."""
@@ -576,34 +717,24 @@ class no_stalls(ObservedBlock):
     def _react(self, stall: Stall) -> None:
         if self.on == "record":
             return
-        message = f"stall during serving (inside ik.no_stalls): {stall.describe()}"
-        if self.on == "warn":
-            warnings.warn(message, StallWarning, stacklevel=5)
-            return
-        raise StallDuringServing(message, stall)
+        message = f"stall during serving (inside ik.no_stalls): {stall.summary()}"
+        if self.on == "raise":
+            raise StallDuringServing(f"stall during serving (inside ik.no_stalls): {stall.describe()}", stall)
+        warnings.warn(message, StallWarning, stacklevel=5)  # one line a stall
+        if stall.index and self.stall_count % SUMMARY_EVERY == 0:
+            totals = ", ".join(f"{kind} {count}" for kind, (count, _) in self.report().by_cause().items())
+            summary = f"{self.stall_count} stalls in {self.calls} calls so far, by cause: {totals}"
+            warnings.warn(summary, StallWarning, stacklevel=5)
 
 
-class _RunningMedian:
-    """The median of the last ``size`` values (a sorted list beside a deque: O(size) per add)."""
+class _Shape:
+    """What the guard keeps of one input signature: its running median and the limit below which a call is fine."""
 
-    def __init__(self, size: int) -> None:
-        self._order: collections.deque[float] = collections.deque()
-        self._sorted: list[float] = []
-        self._size = size
+    __slots__ = ("limit", "median")
 
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def add(self, value: float) -> None:
-        if len(self._order) == self._size:
-            self._sorted.pop(bisect.bisect_left(self._sorted, self._order.popleft()))
-        self._order.append(value)
-        bisect.insort(self._sorted, value)
-
-    def value(self) -> float:
-        values = self._sorted
-        middle = len(values) // 2
-        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    def __init__(self) -> None:
+        self.median: ShapeMedian | None = None
+        self.limit: float | None = None
 
 
 def _covered(events: Iterable[RuntimeEvent]) -> float:
@@ -642,10 +773,10 @@ def profiler_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
     sync = _cuda_synchronize() or (lambda: None)
 
     def timed() -> float:
-        start = time.perf_counter()
+        start = _clock()
         fn(*args, **kwargs)
         sync()
-        return time.perf_counter() - start
+        return _clock() - start
 
     plain, profiled = [], []
     for _ in range(rounds):

@@ -135,3 +135,89 @@ def transformers_present(monkeypatch):
 
     if not models._installed("transformers"):
         monkeypatch.setitem(sys.modules, "transformers", types.ModuleType("transformers"))
+
+
+class FakeClock:
+    """The clocks ``ik.no_stalls`` and ``ik.warmup`` read, moved only by the test: no sleeps, no load dependence.
+
+    ``wall`` stands for ``time.perf_counter`` (the guard's ``stalls._clock``, and the clock of
+    ``observe``'s timed hooks and gc callback), ``cpu`` for ``time.thread_time`` (``stalls._thread_clock``).
+    """
+
+    def __init__(self) -> None:
+        self.wall = 100.0
+        self.cpu = 10.0
+        self.thread_reads = 0
+
+    def now(self) -> float:
+        return self.wall
+
+    def thread(self) -> float:
+        self.thread_reads += 1
+        return self.cpu
+
+    def spend(self, seconds: float, off_cpu: float = 0.0) -> None:
+        """A call's work: ``seconds`` of wall time, ``off_cpu`` of them with the thread off the CPU."""
+        self.wall += seconds
+        self.cpu += seconds - off_cpu
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """Drive the guard's clocks (and its hooks') from a :class:`FakeClock`; the real ones are back after the test."""
+    import time
+
+    from inductor_knobs import observe, stalls
+
+    clock = FakeClock()
+    monkeypatch.setattr(stalls, "_clock", clock.now)
+    monkeypatch.setattr(stalls, "_thread_clock", clock.thread)
+    # observe reads time.perf_counter through its module global: a stand-in module whose perf_counter is the fake
+    fake_time = types.ModuleType("time")
+    fake_time.__dict__.update({k: v for k, v in vars(time).items() if not k.startswith("__")})
+    fake_time.perf_counter = clock.now
+    monkeypatch.setattr(observe, "time", fake_time)
+    return clock
+
+
+# One intra-op thread for the tests (this process and, through the environment, every subprocess), unless
+# OMP_NUM_THREADS says otherwise: the tests' tensors are tiny, and on a 2-core machine whose cores are busy
+# with other work an OpenMP region waits for a descheduled second thread (a 4x56x64 bmm: 6.5 ms with two
+# threads, 20 us with one, measured with another process busy).  Thread counts are not what any test checks.
+def _one_intra_op_thread() -> None:
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+_one_intra_op_thread()
+
+
+def _vec_isa_checked_once_for_subprocesses() -> None:
+    """Let the tests' subprocesses skip Inductor's vector-ISA check once this process has passed it.
+
+    Every process that compiles C++ first dry-builds and dlopens a probe per ISA the CPU has (a g++ run
+    and a Python subprocess each: 5-7 s per process on a 2-core machine).  This process runs that check
+    (it compiles anyway); when every ISA the CPU has passed, ``TORCHINDUCTOR_VEC_ISA_OK=1`` tells the
+    subprocesses (ablate workers, cache workers, fresh interpreters) the same answer.  Not set when the
+    variable is already set, off x86, or when any ISA failed: then each process checks for itself.
+    """
+    import os
+    import platform
+
+    if "TORCHINDUCTOR_VEC_ISA_OK" in os.environ or platform.machine() not in ("x86_64", "AMD64"):
+        return
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        flags = cpu_vec_isa.x86_isa_checker()
+        has = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(flag in flags for flag in str(isa).split())]
+        passed = cpu_vec_isa.valid_vec_isa_list()  # the real check (cached for this process)
+    except Exception:  # noqa: BLE001 - another torch's layout: every process checks for itself
+        return
+    if has and passed == has:
+        os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
+
+
+_vec_isa_checked_once_for_subprocesses()
