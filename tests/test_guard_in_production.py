@@ -167,7 +167,7 @@ def test_warnings_are_one_line_a_stall_with_a_summary(fake_clock):
     event = RuntimeEvent("runtime_benchmark", 0.2, "triton_red_fused_0", started=1.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for index in range(stalls.SUMMARY_EVERY):
+        for _ in range(stalls.SUMMARY_EVERY):
             guard.latencies.add(0.25)
             guard._react(guard._judge(0.25, [event], None, False, False, CPU_CALL))
     messages = [str(w.message) for w in caught if issubclass(w.category, ik.StallWarning)]
