@@ -158,6 +158,7 @@ CAUSES = {
     "gpu_slower": "the call waited longer for the GPU after its last launch: clocks, power or thermal limits, another "
     "process on the GPU; not a first-call cost",
     "queued": "waited for another thread's call of the same CUDA graphs (capture_cuda_graphs' lock)",
+    "concurrent_calls": "other threads' calls of the guard ran at the same time: their GPU work and Python came first",
     "unattributed": "no hook or profiled op accounts for the time",
 }
 

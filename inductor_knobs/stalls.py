@@ -370,6 +370,8 @@ class no_stalls(ObservedBlock):
         self._off_cpu = ShapeMedian(window)  # off-CPU seconds of the calls that were not stalls
         self._fast_calls = 0  # calls at warm shapes below their limit (one in SAMPLE_EVERY joins the medians)
         self._lock = threading.Lock()  # the bookkeeping, after each call's clock stopped
+        self._active = 0  # calls running now, on any thread
+        self._starts = 0  # calls started so far (a call overlapped another if more started while it ran)
         self._running = threading.local()  # per thread: the running call's events and profiler
         for signature in warmup.signatures if warmup is not None else ():
             self._shape(signature)
@@ -477,6 +479,11 @@ class no_stalls(ObservedBlock):
         running = self._running
         events: list[RuntimeEvent] = []
         running.events = events
+        with self._lock:
+            others_running = self._active
+            self._active += 1
+            self._starts += 1
+            start_number = self._starts
         on_cpu = _thread_clock() if limit is None or self._clock_warm else None
         started = _clock()
         try:
@@ -497,6 +504,8 @@ class no_stalls(ObservedBlock):
             profile = self._stop_profiler() if profiled else None
         off_cpu = None if on_cpu_end is None or on_cpu is None else seconds - (on_cpu_end - on_cpu)
         with self._lock:
+            self._active -= 1
+            overlapped = bool(others_running) or self._starts > start_number
             self.latencies.add(seconds)
             self._seconds.append(seconds)
             if fast:
@@ -504,7 +513,7 @@ class no_stalls(ObservedBlock):
                 if keep:
                     self._add_steady(signature, seconds, off_cpu)
                 return out
-            stall = self._judge(seconds, events, profile, new, profiled, signature, off_cpu, launched - started)
+            stall = self._judge(seconds, events, profile, new, profiled, signature, off_cpu, launched - started, overlapped)
         if stall is not None:
             self._react(stall)  # outside the lock: a warning filter or the raise runs the user's code
         return out
@@ -565,6 +574,7 @@ class no_stalls(ObservedBlock):
         signature: tuple[Any, ...],
         off_cpu: float | None = 0.0,
         host_seconds: float | None = None,
+        overlapped: bool = False,
     ) -> Stall | None:
         """Judge a call that was not fast (under the lock): the :class:`Stall` to react to, or None."""
         index = max(self.latencies.count - 1, 0)
@@ -593,7 +603,14 @@ class no_stalls(ObservedBlock):
             if extra >= MIN_OP_SECONDS:
                 detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * usual:.2f} ms)"
                 causes.append(RuntimeEvent("thread_off_cpu", extra, detail, None))
-        if host_seconds is not None and not new and baseline is not None and threshold is not None and seconds > threshold:
+        if overlapped and baseline is not None and threshold is not None and seconds > threshold:
+            # Other threads' calls ran at the same time: on one GPU their kernels, and on one interpreter their
+            # Python, come before this call's, so the time beyond the steady call is theirs, not a slower host or GPU.
+            rest = seconds - baseline - _explained(causes, seconds)
+            if rest >= MIN_OP_SECONDS:
+                detail = "other threads' calls of this guard ran at the same time (their GPU work and Python came first)"
+                causes.append(RuntimeEvent("concurrent_calls", rest, detail, None))
+        elif host_seconds is not None and not new and baseline is not None and threshold is not None and seconds > threshold:
             causes += self._host_or_gpu(seconds, host_seconds, baseline, _explained(causes, seconds), off_cpu)
         self.last_causes = causes
         if threshold is not None:

@@ -181,3 +181,12 @@ def test_no_autotune_speaks_the_same_vocabulary():
     assert ik.no_autotune(on="record").on == "record"
     with pytest.warns(DeprecationWarning, match="on='record'"):
         assert ik.no_autotune(on="log").on == "record"
+
+
+def test_a_slow_call_that_overlapped_other_threads_calls_is_named_so():
+    """Before (H100, 4 threads): such calls were named gpu_slower, host_slower or unattributed."""
+    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    stall = guard._judge(0.005, [], None, False, False, CPU_CALL, off_cpu=None, host_seconds=0.001, overlapped=True)
+    assert stall is not None and stall.primary == "concurrent_calls" and stall.attributed
+    alone = guard._judge(0.005, [], None, False, False, CPU_CALL, off_cpu=None, host_seconds=0.001, overlapped=False)
+    assert alone is not None and alone.primary == "gpu_slower"
