@@ -288,3 +288,29 @@ def test_captured_graphs_replay_the_compiled_model_per_bucket(fresh_inductor):
         s.describe() for s in guard.stalls
     ]
     assert captured.replays == 304 + 2 * len(buckets)
+
+
+@requires_cuda
+def test_captured_graphs_give_each_thread_and_stream_its_own_answer(fresh_inductor):
+    """outputs='copy' on real CUDA graphs: 8 threads, half of them on side streams, each get their own
+    result (before: the static output was handed back after the lock, and other replays overwrote it)."""
+    import concurrent.futures
+
+    weight = torch.randn(256, 256, device="cuda")
+    compiled = torch.compile(lambda x: (x @ weight).relu(), mode="max-autotune-no-cudagraphs", dynamic=False)
+    captured = ik.capture_cuda_graphs(compiled, shapes=[128], factory=lambda n: torch.randn(n, 256, device="cuda"))
+    inputs = [torch.randn(128, 256, device="cuda") for _ in range(64)]
+    expected = [compiled(x).cpu() for x in inputs]
+
+    def request(i: int) -> bool:
+        stream = torch.cuda.Stream() if i % 2 else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            out = captured(inputs[i % 64])
+            for _ in range(3):  # other threads replay meanwhile
+                torch.cuda._sleep(1000)
+            got = out.cpu()
+        return bool(torch.allclose(got, expected[i % 64], rtol=1e-3, atol=1e-3))
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        right = list(pool.map(request, range(512)))
+    assert all(right), f"{right.count(False)} of 512 answers were another call's"
