@@ -157,6 +157,17 @@ VALUE_CHECKS = {
 }
 
 
+#: Knob name -> the Inductor config key it sets.
+CONFIG_KEYS = {
+    "max_autotune": "max_autotune",
+    "max_autotune_gemm": "max_autotune_gemm",
+    "gemm_backends": "max_autotune_gemm_backends",
+    "gemm_search_space": "max_autotune_gemm_search_space",
+    "coordinate_descent_tuning": "coordinate_descent_tuning",
+    "cudagraphs": "triton.cudagraphs",
+}
+
+
 def config_key(key: str) -> str:
     """An Inductor config key as torch spells it: ``-`` read as ``_``, as ``torch.compile(options=)`` does."""
     return key.replace("-", "_")
@@ -440,7 +451,6 @@ def _parse_env(var: str, name: str, raw: str) -> Any:
 
 def _knob_config(name: str, value: Any) -> dict[str, Any]:
     """The Inductor config keys the named knob ``name`` sets to ``value`` (as :func:`inductor_knobs.plan.config_values`)."""
-    from .plan import CONFIG_KEYS  # plan imports this module; it imports no torch
 
     if name in CONFIG_KEYS:
         return {CONFIG_KEYS[name]: value}

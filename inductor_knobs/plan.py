@@ -21,19 +21,9 @@ from .changes import ConfigChange, Groups, SettingChange, Writers, config_groups
 from .errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange
-from .knobs import Knobs, _unknown_message
+from .knobs import CONFIG_KEYS, Knobs, _unknown_message
 from .patches.torch_2_4 import TorchPatches
 from .torch_settings import SETTINGS, SETTINGS_MODULE
-
-#: Knob name -> the Inductor config key it sets.
-CONFIG_KEYS = {
-    "max_autotune": "max_autotune",
-    "max_autotune_gemm": "max_autotune_gemm",
-    "gemm_backends": "max_autotune_gemm_backends",
-    "gemm_search_space": "max_autotune_gemm_search_space",
-    "coordinate_descent_tuning": "coordinate_descent_tuning",
-    "cudagraphs": "triton.cudagraphs",
-}
 
 
 def config_values(knobs: Knobs) -> dict[str, Any]:
