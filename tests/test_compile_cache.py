@@ -140,8 +140,9 @@ def saved(saved_once, private_dir):
 
 
 def test_second_process_compiles_with_zero_autotuning(saved, tmp_path):
-    # Each process gets its own empty Inductor cache directory: only the loaded file can help.
-    assert run_worker("cold", saved, 1, tmp_path)["benchmarked"] == 1
+    # Each process gets its own empty Inductor cache directory: only the loaded file can help.  The control,
+    # the same compile in a fresh process without the file, is the process that saved it (saved_once asserts
+    # that it benchmarked once), so no third process compiles here.
     assert run_worker("load", saved, 1, tmp_path)["benchmarked"] == 0
 
 

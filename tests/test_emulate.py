@@ -26,7 +26,6 @@ import inductor_knobs as ik
 from inductor_knobs import cli, emulate, torch_compat
 from inductor_knobs.ablation import command
 from inductor_knobs.emulate import EmulationSpec, resolve_spec
-from inductor_knobs.recorder import Subscription
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
 from inductor_knobs.errors import (
     EmulationConflict,
@@ -38,6 +37,7 @@ from inductor_knobs.errors import (
 )
 from inductor_knobs.gpu_presets import PRESETS, find_preset
 from inductor_knobs.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
+from inductor_knobs.recorder import Subscription
 
 # The fakes model torch 2.6+ (cache_key_tag salt, DeviceProperties); 2.4-2.5 lack both.
 compiler_config = pytest.importorskip("torch.compiler.config", reason="emulation's fakes model torch >= 2.6")

@@ -71,7 +71,7 @@ def test_cached_timings_are_marked_from_cache(cpu_autotune):
 def test_recompile_event_carries_dynamo_reason(fresh_inductor):
     if torch_compat.release_of(torch.__version__) == "2.4":
         pytest.skip("torch 2.4: the recompile reason is not captured for this case (seen in scripts/compat; follow-up)")
-    compiled = torch.compile(lambda x: x.sin() + 1)
+    compiled = torch.compile(lambda x: x.sin() + 1, backend="eager")  # Dynamo's events: no Inductor build needed
     with ik.record_compiles() as rec:
         compiled(torch.randn(8))
         compiled(torch.randn(12))
@@ -84,7 +84,7 @@ def test_recompile_event_carries_dynamo_reason(fresh_inductor):
 
 
 def test_other_threads_compiles_are_not_recorded(fresh_inductor):
-    compiled = torch.compile(lambda x: x.cos() * 2)
+    compiled = torch.compile(lambda x: x.cos() * 2, backend="eager")
     with ik.record_compiles() as rec:
         worker = threading.Thread(target=compiled, args=(torch.randn(8),))
         worker.start()
@@ -96,7 +96,7 @@ def test_hooks_survive_dynamo_reset_inside_an_outer_observer(fresh_inductor):
     with ik.record_compiles() as outer:
         torch._dynamo.reset()  # clears every Dynamo callback, ours included
         with ik.record_compiles():  # entering again registers it again
-            torch.compile(lambda x: x.tan())(torch.randn(4))
+            torch.compile(lambda x: x.tan(), backend="eager")(torch.randn(4))
     assert len(outer.compiles) == 1
 
 
