@@ -53,8 +53,8 @@ from typing import Any, Callable
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs import compile_cache
 from inductor_knobs.errors import CompileCacheRefused
+from inductor_knobs.serving import compile_cache
 
 ATTACKER = 65534
 BENIGN_PAYLOAD = b"BENIGN: the artifacts this user saved"

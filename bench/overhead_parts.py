@@ -38,7 +38,7 @@ def main() -> None:
     import torch._inductor.config as cfg
 
     import inductor_knobs as ik
-    from inductor_knobs import gate, interception
+    from inductor_knobs.core import gate, interception
 
     torch.compile(lambda x: (x @ x).relu())(torch.randn(16, 16))  # a process that has compiled
     real_apply, real_revert = gate.GateChange.apply, gate.GateChange.revert

@@ -19,7 +19,7 @@ import torch
 import torch._inductor.utils as utils
 
 import inductor_knobs as ik
-from inductor_knobs import gate
+from inductor_knobs.core import gate
 
 torch_gate = utils.is_big_gpu
 

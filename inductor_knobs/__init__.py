@@ -12,7 +12,6 @@ entered.
 import importlib
 import os
 import sys
-import types
 
 # Not ``from typing import ...``: typing costs a bare interpreter start about as much again, and this
 # module is imported by the startup hook of every process that sets an INDUCTOR_KNOBS_* variable.
@@ -23,52 +22,52 @@ __version__ = "0.1.0"
 #: Public name -> the submodule that defines it.
 _PUBLIC = {
     "AutotuneDuringServing": "errors",
-    "AutotuneRecord": "records",
-    "CompileAttestation": "attestation",
+    "AutotuneRecord": "core.records",
+    "CompileAttestation": "core.attestation",
     "CompileCacheRefused": "errors",
-    "CompileEvent": "records",
-    "CapturedGraphs": "graphs",
+    "CompileEvent": "core.records",
+    "CapturedGraphs": "serving.graphs",
     "ConcurrentKnobsError": "errors",
-    "EmulateGpuContext": "emulation_context",
+    "EmulateGpuContext": "emulation.context",
     "EmulationConflict": "errors",
     "EmulationUnavailable": "errors",
     "GraphCallRefused": "errors",
     "GraphCaptureFailed": "errors",
     "KnobNotApplied": "errors",
     "KnobNotAppliedWarning": "errors",
-    "Knobs": "knobs",
-    "KnobsBackend": "compile_backend",
-    "KnobsContext": "knob_blocks",
+    "Knobs": "core.knobs",
+    "KnobsBackend": "core.compile_backend",
+    "KnobsContext": "core.knob_blocks",
     "KnobsError": "errors",
     "NotBlockOwner": "errors",
     "NotSupportedOnThisTorch": "errors",
-    "PRESETS": "knobs",
+    "PRESETS": "core.knobs",
     "PatchTargetChanged": "errors",
-    "RuntimeEvent": "records",
-    "Stall": "stalls",
+    "RuntimeEvent": "core.records",
+    "Stall": "serving.stalls",
     "StallDuringServing": "errors",
-    "StallReport": "stalls",
+    "StallReport": "serving.stalls",
     "StallWarning": "errors",
     "UnsupportedTorchVersion": "errors",
     "activate_from_env": "env",
-    "bucket_for": "buckets",
+    "bucket_for": "serving.buckets",
     "active_env_knobs": "env",
-    "capture_cuda_graphs": "graphs",
-    "compile": "compile_backend",
+    "capture_cuda_graphs": "serving.graphs",
+    "compile": "core.compile_backend",
     "deactivate_env": "env",
-    "emulate_gpu": "emulation_context",
-    "force_gemm_autotune": "knob_blocks",
-    "knobs": "knob_blocks",
-    "knobs_report": "compile_backend",
-    "load_compile_cache": "compile_cache",
-    "no_autotune": "serving",
-    "no_stalls": "stalls",
-    "pad_to_bucket": "buckets",
-    "record_autotune": "recorder",
-    "record_compiles": "recorder",
-    "save_compile_cache": "compile_cache",
-    "suggest_buckets": "buckets",
-    "warmup": "serving",
+    "emulate_gpu": "emulation.context",
+    "force_gemm_autotune": "core.knob_blocks",
+    "knobs": "core.knob_blocks",
+    "knobs_report": "core.compile_backend",
+    "load_compile_cache": "serving.compile_cache",
+    "no_autotune": "serving.warmup",
+    "no_stalls": "serving.stalls",
+    "pad_to_bucket": "serving.buckets",
+    "record_autotune": "core.recorder",
+    "record_compiles": "core.recorder",
+    "save_compile_cache": "serving.compile_cache",
+    "suggest_buckets": "serving.buckets",
+    "warmup": "serving.warmup",
 }
 
 __all__ = sorted(_PUBLIC)
@@ -125,36 +124,27 @@ def __getattr__(name: str) -> object:
     return value
 
 
-class _Package(types.ModuleType):
-    """The import system binds each imported submodule on its package; ``inductor_knobs.knobs`` (the
-    module) must not hide ``inductor_knobs.knobs`` (the public function), so such a binding is skipped
-    (``import inductor_knobs.knobs`` still works through ``sys.modules``)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _PUBLIC and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 def __dir__() -> list[str]:
     return sorted([*globals(), *_PUBLIC])
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
-    from .attestation import CompileAttestation as CompileAttestation
-    from .buckets import bucket_for as bucket_for
-    from .buckets import pad_to_bucket as pad_to_bucket
-    from .buckets import suggest_buckets as suggest_buckets
-    from .compile_backend import KnobsBackend as KnobsBackend
-    from .compile_backend import compile as compile
-    from .compile_backend import knobs_report as knobs_report
-    from .compile_cache import load_compile_cache as load_compile_cache
-    from .compile_cache import save_compile_cache as save_compile_cache
-    from .emulation_context import EmulateGpuContext as EmulateGpuContext
-    from .emulation_context import emulate_gpu as emulate_gpu
+    from .core.attestation import CompileAttestation as CompileAttestation
+    from .core.compile_backend import KnobsBackend as KnobsBackend
+    from .core.compile_backend import compile as compile
+    from .core.compile_backend import knobs_report as knobs_report
+    from .core.knob_blocks import KnobsContext as KnobsContext
+    from .core.knob_blocks import force_gemm_autotune as force_gemm_autotune
+    from .core.knob_blocks import knobs as knobs
+    from .core.knobs import PRESETS as PRESETS
+    from .core.knobs import Knobs as Knobs
+    from .core.recorder import record_autotune as record_autotune
+    from .core.recorder import record_compiles as record_compiles
+    from .core.records import AutotuneRecord as AutotuneRecord
+    from .core.records import CompileEvent as CompileEvent
+    from .core.records import RuntimeEvent as RuntimeEvent
+    from .emulation.context import EmulateGpuContext as EmulateGpuContext
+    from .emulation.context import emulate_gpu as emulate_gpu
     from .env import activate_from_env as activate_from_env
     from .env import active_env_knobs as active_env_knobs
     from .env import deactivate_env as deactivate_env
@@ -174,20 +164,15 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import StallDuringServing as StallDuringServing
     from .errors import StallWarning as StallWarning
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
-    from .graphs import CapturedGraphs as CapturedGraphs
-    from .graphs import capture_cuda_graphs as capture_cuda_graphs
-    from .knob_blocks import KnobsContext as KnobsContext
-    from .knob_blocks import force_gemm_autotune as force_gemm_autotune
-    from .knob_blocks import knobs as knobs
-    from .knobs import PRESETS as PRESETS
-    from .knobs import Knobs as Knobs
-    from .recorder import record_autotune as record_autotune
-    from .recorder import record_compiles as record_compiles
-    from .records import AutotuneRecord as AutotuneRecord
-    from .records import CompileEvent as CompileEvent
-    from .records import RuntimeEvent as RuntimeEvent
-    from .serving import no_autotune as no_autotune
-    from .serving import warmup as warmup
-    from .stalls import Stall as Stall
-    from .stalls import StallReport as StallReport
-    from .stalls import no_stalls as no_stalls
+    from .serving.buckets import bucket_for as bucket_for
+    from .serving.buckets import pad_to_bucket as pad_to_bucket
+    from .serving.buckets import suggest_buckets as suggest_buckets
+    from .serving.compile_cache import load_compile_cache as load_compile_cache
+    from .serving.compile_cache import save_compile_cache as save_compile_cache
+    from .serving.graphs import CapturedGraphs as CapturedGraphs
+    from .serving.graphs import capture_cuda_graphs as capture_cuda_graphs
+    from .serving.stalls import Stall as Stall
+    from .serving.stalls import StallReport as StallReport
+    from .serving.stalls import no_stalls as no_stalls
+    from .serving.warmup import no_autotune as no_autotune
+    from .serving.warmup import warmup as warmup

@@ -12,9 +12,9 @@ import platform
 import shutil
 from typing import Any
 
-from . import torch_compat
+from .core import torch_compat
+from .core.knobs import ENV_PREFIX, Knobs
 from .errors import KnobsError
-from .knobs import ENV_PREFIX, Knobs
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -56,9 +56,9 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
 
 def _serving() -> dict[str, Any]:
     """What ``ik.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it exists."""
-    from . import torch_compat
-    from .observe import can_record_autotune, runtime_hook_status
-    from .records import CAUSES
+    from .core import torch_compat
+    from .core.observe import can_record_autotune, runtime_hook_status
+    from .core.records import CAUSES
 
     patches = torch_compat.installed(strict=False)
     hooks = [{"cause": kind, "hook": path, "available": ok} for kind, path, ok in runtime_hook_status()]
@@ -98,7 +98,7 @@ def _version_of(name: str) -> str | None:
 def _patch_module(version: str) -> dict[str, Any]:
     import torch._inductor.utils as utils
 
-    from .gate import original_gate
+    from .core.gate import original_gate
 
     try:
         patches = torch_compat.select(version)
@@ -147,7 +147,7 @@ def _backends(version: str, has_gpu: bool) -> dict[str, str]:
     patches = torch_compat.select(version, strict=False)
     release = torch_compat.release_of(version)
     names = sorted(patches.gemm_backends(release))
-    from .cutlass_pip import describe as describe_cutlass  # CUTLASS: a checkout, nvidia-cutlass, or how to get it
+    from .core.cutlass_pip import describe as describe_cutlass  # CUTLASS: a checkout, nvidia-cutlass, or how to get it
 
     cutlass_found, cutlass_dir = patches.cutlass_available(importlib.import_module("torch._inductor.config"), release)
     rocm = bool(torch.version.hip)
@@ -266,7 +266,7 @@ PRECEDENCE = "emulation > knob > options > mode > process default"
 
 def _precedence(version: str) -> dict[str, Any]:
     """What decides an Inductor config value at compile time, and what beats a knob here."""
-    from .why_not_applied import foreign_setattr
+    from .core.why_not_applied import foreign_setattr
 
     patches = torch_compat.select(version, strict=False)
     cfg = importlib.import_module("torch._inductor.config")

@@ -17,11 +17,11 @@ import os
 import threading
 from collections.abc import Mapping
 
-from ._undo import Undo, apply_all, revert_all
-from .emulate import EmulationSpec, plan_emulation, spec_from_text
+from .core._undo import Undo, apply_all, revert_all
+from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
+from .core.plan import plan
+from .emulation.emulate import EmulationSpec, plan_emulation, spec_from_text
 from .errors import InvalidKnobValue, KnobsError, KnobsWarning, StaleConfigHashWarning
-from .knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
-from .plan import plan
 
 DISABLE_VAR = ENV_PREFIX + "DISABLE"
 
@@ -51,8 +51,8 @@ def defer_error(err: BaseException) -> None:
 
     Called by the startup hook instead of raising inside ``import torch._inductor.compile_fx``.
     """
-    from . import torch_compat
-    from .interception import raise_at_first_compile
+    from .core import torch_compat
+    from .core.interception import raise_at_first_compile
 
     raise_at_first_compile(err, torch_compat.installed(strict=False))
 
@@ -155,7 +155,7 @@ def deactivate_env() -> None:
     global _active
     import warnings
 
-    from . import torch_compat
+    from .core import torch_compat
 
     with _lock:
         if _active is None:
@@ -197,7 +197,7 @@ def _stale_caches_message(what: str) -> str | None:
     """
     import sys
 
-    from . import torch_compat
+    from .core import torch_compat
 
     if threading.active_count() < 2 or "torch._inductor.config" not in sys.modules:
         return None

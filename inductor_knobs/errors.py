@@ -84,8 +84,8 @@ class AutotuneDuringServing(KnobsError, RuntimeError):
     """Autotune benchmarking or a (re)compilation happened inside ``ik.no_autotune()``.
 
     Attributes:
-        event: the :class:`~inductor_knobs.records.AutotuneRecord` or
-            :class:`~inductor_knobs.records.CompileEvent` that violated the guard.
+        event: the :class:`~inductor_knobs.core.records.AutotuneRecord` or
+            :class:`~inductor_knobs.core.records.CompileEvent` that violated the guard.
     """
 
     def __init__(self, message: str, event: object) -> None:
@@ -97,7 +97,7 @@ class StallDuringServing(KnobsError, RuntimeError):
     """A call inside ``ik.no_stalls(on="raise")`` took longer than its threshold.
 
     Attributes:
-        stall: the :class:`~inductor_knobs.stalls.Stall`: the call's seconds, its baseline and the
+        stall: the :class:`~inductor_knobs.serving.stalls.Stall`: the call's seconds, its baseline and the
             causes torch's hooks and the profiler named.
     """
 

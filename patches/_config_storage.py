@@ -2,7 +2,7 @@
 types, aliases, implications, forcing environment variables, and the cache salt of a gate override.
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  What :class:`ConfigStorage`
+:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  What :class:`ConfigStorage`
 encodes is true of torch 2.4–2.5 (``torch/`` relative); the era modules override what changed:
 
 - ``utils/_config_module.py``: config values live in a plain dict ``module._config`` (no

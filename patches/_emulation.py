@@ -1,7 +1,7 @@
 """Small-GPU emulation (``ik.emulate_gpu``): where Inductor reads the SM count, and the green context.
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  What :class:`SmallGpuEmulation`
+:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  What :class:`SmallGpuEmulation`
 encodes (``torch/`` relative):
 
 - ``torch.cuda.get_device_properties`` serves ``is_big_gpu`` (2.4–2.5), ``get_max_num_sms``,

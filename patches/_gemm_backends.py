@@ -1,7 +1,7 @@
 """GEMM backends: which ones a release accepts, which ones the SM gate governs, CUTLASS and NVGEMM.
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  The facts are tables per minor
+:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  The facts are tables per minor
 release, which every era module sets for each release of its range (``torch/`` relative):
 
 - Backend names from the comment above ``max_autotune_gemm_backends`` in ``_inductor/config.py`` (2.4:

@@ -2,7 +2,7 @@
 feedback savers, Dynamo's recompile reasons, and the compile-cache artifacts API.
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  What :class:`TorchHooks` encodes
+:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  What :class:`TorchHooks` encodes
 (``torch/`` relative):
 
 - ``_inductor/runtime/triton_heuristics.py`` and ``_inductor/cudagraph_trees.py``: the methods torch

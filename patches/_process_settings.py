@@ -2,7 +2,7 @@
 (the knobs ``sdpa_backends`` and ``tunableop``).
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).  What :class:`ProcessSettings`
+:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  What :class:`ProcessSettings`
 encodes holds in every release 2.4–2.15, read through feature checks (``torch/`` relative):
 
 - ``nn/attention/__init__.py`` ``_backend_names``: each ``SDPBackend`` has a

@@ -1,7 +1,7 @@
 """Lookup in the per-minor-release fact tables (``gemm_backends_by_release`` and the like).
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.torch_compat.all_patch_modules` skips it).
+:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).
 """
 
 from __future__ import annotations

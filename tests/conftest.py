@@ -10,7 +10,7 @@ import torch
 import torch._inductor.config as inductor_config
 import torch._inductor.utils as inductor_utils
 
-from inductor_knobs import torch_compat
+from inductor_knobs.core import torch_compat
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
@@ -109,7 +109,8 @@ def release_held_locks() -> list[str]:
     sys.settrace raises at the line event CPython emits for a ``with lock:`` statement just before it
     calls the lock's ``__exit__``; no Python code can run a handler there.
     """
-    from inductor_knobs import emulate, gate, interception, observe
+    from inductor_knobs.core import gate, interception, observe
+    from inductor_knobs.emulation import emulate
 
     locks = {
         "gate": gate.GATE_PATCH.lock,
@@ -167,7 +168,8 @@ def fake_clock(monkeypatch):
     """Drive the guard's clocks (and its hooks') from a :class:`FakeClock`; the real ones are back after the test."""
     import time
 
-    from inductor_knobs import observe, stalls
+    from inductor_knobs.core import observe
+    from inductor_knobs.serving import stalls
 
     clock = FakeClock()
     monkeypatch.setattr(stalls, "_clock", clock.now)

@@ -12,7 +12,7 @@ import torch
 import torch._inductor.utils as inductor_utils
 
 import inductor_knobs as ik
-from inductor_knobs import gate as gate_mod
+from inductor_knobs.core import gate as gate_mod
 from inductor_knobs.errors import (
     ExternalChangeWarning,
     InvalidKnobValue,
@@ -250,7 +250,7 @@ def test_revert_on_exception_and_keyboard_interrupt(patches, cfg, fake_gpu):
 def no_pip_cutlass(monkeypatch):
     """These tests are about a CUTLASS that cannot be found: hide an installed nvidia-cutlass
     (the ``[cutlass]`` extra), which inductor_knobs would otherwise use."""
-    from inductor_knobs import cutlass_pip
+    from inductor_knobs.core import cutlass_pip
 
     monkeypatch.setattr(cutlass_pip, "find_distribution", lambda: None)
 
@@ -284,7 +284,7 @@ def test_cutlass_error_says_how_to_fix(patches):
 def test_cutlass_with_a_real_looking_dir_is_accepted(tmp_path, patches):
     import torch
 
-    from inductor_knobs.torch_compat import release_of
+    from inductor_knobs.core.torch_compat import release_of
 
     (tmp_path / "python" / "cutlass_library").mkdir(parents=True)
     key = patches.cutlass_dir_key(release_of(torch.__version__))

@@ -7,7 +7,7 @@ import torch
 from conftest import inside_compile
 
 import inductor_knobs as ik
-from inductor_knobs import gate
+from inductor_knobs.core import gate
 
 
 @pytest.fixture

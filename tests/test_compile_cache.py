@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs import compile_cache, torch_compat
+from inductor_knobs.core import torch_compat
+from inductor_knobs.serving import compile_cache
 
 WORKER = Path(__file__).with_name("cache_worker.py")
 #: The knobs cache_worker.py compiles under.

@@ -23,13 +23,14 @@ import torch
 from conftest import inside_compile
 
 import inductor_knobs as ik
-from inductor_knobs import cutlass_pip, doctor, torch_compat
-from inductor_knobs._safe_paths import unsafe_directories
-from inductor_knobs.changes import ConfigChange
+from inductor_knobs import doctor
+from inductor_knobs.core import cutlass_pip, torch_compat
+from inductor_knobs.core._safe_paths import unsafe_directories
+from inductor_knobs.core.changes import ConfigChange
+from inductor_knobs.core.knobs import Knobs
+from inductor_knobs.core.plan import plan
+from inductor_knobs.core.torch_compat import release_of
 from inductor_knobs.errors import InvalidKnobValue
-from inductor_knobs.knobs import Knobs
-from inductor_knobs.plan import plan
-from inductor_knobs.torch_compat import release_of
 
 VERSION = "4.2.0.0"
 HINT = "pip install 'inductor-knobs[cutlass]'"
@@ -341,7 +342,7 @@ _PROBE = textwrap.dedent(
     import torch
     import torch._inductor.config as config
     import inductor_knobs as ik
-    from inductor_knobs import cutlass_pip, torch_compat
+    from inductor_knobs.core import cutlass_pip, torch_compat
 
     key = torch_compat.installed().cutlass_dir_key(torch_compat.release_of(torch.__version__))
     try:

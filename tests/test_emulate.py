@@ -23,9 +23,14 @@ from torch._dynamo.device_interface import CudaInterface
 from torch._inductor.runtime.hints import DeviceProperties
 
 import inductor_knobs as ik
-from inductor_knobs import cli, emulate, torch_compat
+from inductor_knobs import cli
 from inductor_knobs.ablation import command
-from inductor_knobs.emulate import EmulationSpec, resolve_spec
+from inductor_knobs.core import torch_compat
+from inductor_knobs.core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
+from inductor_knobs.core.recorder import Subscription
+from inductor_knobs.emulation import emulate
+from inductor_knobs.emulation.emulate import EmulationSpec, resolve_spec
+from inductor_knobs.emulation.gpu_presets import PRESETS, find_preset
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
 from inductor_knobs.errors import (
     EmulationConflict,
@@ -35,9 +40,6 @@ from inductor_knobs.errors import (
     NotSupportedOnThisTorch,
     UnknownKnob,
 )
-from inductor_knobs.gpu_presets import PRESETS, find_preset
-from inductor_knobs.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
-from inductor_knobs.recorder import Subscription
 
 # The fakes model torch 2.6+ (cache_key_tag salt, DeviceProperties); 2.4-2.5 lack both.
 compiler_config = pytest.importorskip("torch.compiler.config", reason="emulation's fakes model torch >= 2.6")

@@ -184,7 +184,7 @@ def test_fuzzed_bad_env_in_real_processes_leaves_torch_untouched(env):
     """Real interpreters with the .pth: a bad variable never breaks an import, applies nothing, fails one compile."""
     probe = """
 import torch, torch._inductor.compile_fx, torch._inductor.config as cfg, torch._inductor.utils as u, wrapt
-from inductor_knobs import torch_compat
+from inductor_knobs.core import torch_compat
 patches = torch_compat.installed(strict=False)  # where this torch stores overrides
 raw = {k: repr(patches.read_override(cfg, k)) for k in ("triton.cudagraphs", "max_autotune_gemm_backends")}
 try:

@@ -18,7 +18,7 @@ import torch._inductor.config as cfg
 from conftest import inside_compile
 
 import inductor_knobs as ik
-from inductor_knobs import context
+from inductor_knobs.core import context
 from inductor_knobs.errors import ExternalChangeWarning, KnobsError, NotBlockOwner
 
 KEYS = ("max_autotune", "coordinate_descent_tuning")

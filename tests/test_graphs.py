@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs import graphs, serving
+from inductor_knobs.serving import graphs
+from inductor_knobs.serving import warmup as serving
 
 
 class FakeGraph:

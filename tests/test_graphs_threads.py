@@ -14,9 +14,9 @@ import torch
 from test_graphs import _captured
 
 import inductor_knobs as ik
-from inductor_knobs import events
+from inductor_knobs.core import events
+from inductor_knobs.core.recorder import Subscription
 from inductor_knobs.errors import InvalidKnobValue
-from inductor_knobs.recorder import Subscription
 
 
 def test_copy_outputs_are_the_callers_own_under_four_threads():
@@ -77,7 +77,7 @@ def test_time_spent_waiting_for_the_lock_is_published_as_queued(monkeypatch):
     """The waiting caller's own thread hears a ``queued`` runtime event (what no_stalls names), not a slow GPU."""
     captured = _captured(lambda x: x + 1, 4, outputs="copy")
     ticks = iter([0.0, 0.005])  # the clock at queueing and at taking the lock: 5 ms in the queue
-    monkeypatch.setattr("inductor_knobs.graphs.time.perf_counter", lambda: next(ticks))
+    monkeypatch.setattr("inductor_knobs.serving.graphs.time.perf_counter", lambda: next(ticks))
     heard = _Queue()
     with Subscription(heard, hooks=False):
         captured(torch.zeros(1, 4))

@@ -15,9 +15,10 @@ import pytest
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs import events, stalls
+from inductor_knobs.core import events
+from inductor_knobs.core.records import RuntimeEvent
 from inductor_knobs.errors import InvalidKnobValue
-from inductor_knobs.records import RuntimeEvent
+from inductor_knobs.serving import stalls
 
 CPU_CALL = ((torch.float32, torch.Size([1, 4]), torch.device("cpu")),)
 

@@ -19,7 +19,7 @@ import torch._inductor.utils as inductor_utils
 from conftest import release_held_locks
 
 import inductor_knobs as ik
-from inductor_knobs import asked, context, gate, interception
+from inductor_knobs.core import asked, context, gate, interception
 from inductor_knobs.errors import ConcurrentKnobsError, KnobsError
 
 KEYS = ("coordinate_descent_tuning", "max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends", "triton.cudagraphs")

@@ -11,7 +11,7 @@ import torch._dynamo
 import torch._inductor.select_algorithm as sa
 
 import inductor_knobs as ik
-from inductor_knobs import observe, torch_compat
+from inductor_knobs.core import observe, torch_compat
 
 
 def bmm(x, y):

@@ -21,8 +21,9 @@ import torch._inductor.utils as inductor_utils
 from conftest import inside_compile
 
 import inductor_knobs as ik
-from inductor_knobs import doctor, gate, interception
+from inductor_knobs import doctor
 from inductor_knobs.ablation import spec
+from inductor_knobs.core import gate, interception
 from inductor_knobs.env import activate_from_env, deactivate_env
 
 KEYS = ("triton.cudagraphs", "coordinate_descent_tuning", "max_autotune")

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inductor_knobs as ik
-from inductor_knobs import interception
+from inductor_knobs.core import interception
 from inductor_knobs.env import activate_from_env, deactivate_env
 from inductor_knobs.errors import InvalidKnobValue, StaleConfigHashWarning
 
@@ -421,7 +421,7 @@ def test_keyword_config_overrides_a_spec_that_set_the_key_by_name(seen):
     b_cfg=st.dictionaries(st.sampled_from(["max_autotune", "max_autotune_gemm_backends", "epilogue_fusion"]), st.booleans()),
 )
 def test_merged_layers_config_keys(a, a_cfg, b, b_cfg):
-    from inductor_knobs.plan import config_values
+    from inductor_knobs.core.plan import config_values
 
     def build(named, extra):
         extra = {k: ("ATEN" if k == "max_autotune_gemm_backends" else v) for k, v in extra.items()}

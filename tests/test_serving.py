@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 
 import inductor_knobs as ik
-from inductor_knobs.serving import AutotuneDuringServingWarning
+from inductor_knobs.serving.warmup import AutotuneDuringServingWarning
 
 WEIGHT = torch.randn(4, 64, 32)
 
@@ -68,7 +68,7 @@ def test_warn_lets_the_request_through_and_reports_the_autotune(cpu_autotune):
 
 
 def test_log_reaction(fresh_inductor, caplog):
-    with caplog.at_level(logging.WARNING, logger="inductor_knobs.serving"), ik.no_autotune(on="log") as guard:
+    with caplog.at_level(logging.WARNING, logger="inductor_knobs.serving.warmup"), ik.no_autotune(on="log") as guard:
         torch.compile(lambda x: x.exp(), backend="eager")(torch.randn(3))  # a Dynamo compile: no Inductor build needed
     assert len(guard.violations) == 1
     assert "Dynamo compile" in caplog.text

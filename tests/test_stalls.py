@@ -11,8 +11,9 @@ import torch
 import torch._dynamo
 
 import inductor_knobs as ik
-from inductor_knobs import observe, stalls, torch_compat
-from inductor_knobs.records import RuntimeEvent
+from inductor_knobs.core import observe, torch_compat
+from inductor_knobs.core.records import RuntimeEvent
+from inductor_knobs.serving import stalls
 
 
 class FakeAutotuner:

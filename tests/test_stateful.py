@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import inductor_knobs as ik
-from inductor_knobs import torch_compat
-from inductor_knobs.plan import config_values
+from inductor_knobs.core import torch_compat
+from inductor_knobs.core.plan import config_values
 
 KEYS = ["max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends", "coordinate_descent_tuning",
         "triton.cudagraphs", "trace.enabled", "epilogue_fusion", "fx_graph_cache"]  # fmt: skip

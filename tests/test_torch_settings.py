@@ -12,7 +12,7 @@ from conftest import inside_compile
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import inductor_knobs as ik
-from inductor_knobs import torch_compat
+from inductor_knobs.core import torch_compat
 from inductor_knobs.env import activate_from_env, deactivate_env
 
 WORDS = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "mem_efficient", "CUDNN_ATTENTION": "cudnn", "MATH": "math"}

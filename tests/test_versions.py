@@ -11,8 +11,8 @@ import torch._inductor.utils as inductor_utils
 from packaging.version import Version
 
 import inductor_knobs as ik
-from inductor_knobs import torch_compat
-from inductor_knobs._drift import fingerprint, fingerprint_source
+from inductor_knobs.core import torch_compat
+from inductor_knobs.core._drift import fingerprint, fingerprint_source
 from inductor_knobs.errors import DriftWarning, PatchTargetChanged, UnsupportedTorchVersion
 
 

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inductor_knobs as ik
-from inductor_knobs import serving
-from inductor_knobs.records import RuntimeEvent
-from inductor_knobs.serving import WarmupStep
+from inductor_knobs.core.records import RuntimeEvent
+from inductor_knobs.serving import warmup as serving
+from inductor_knobs.serving.warmup import WarmupStep
 
 
 def _step(index, shape, first_ms, last_ms, *kinds):

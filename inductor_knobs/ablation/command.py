@@ -54,9 +54,9 @@ import sys
 import time
 from typing import Any
 
-from ..emulate import EmulationSpec, spec_from_text
+from ..emulation.emulate import EmulationSpec, spec_from_text
+from ..emulation.gpu_presets import PRESETS
 from ..errors import InvalidKnobValue
-from ..gpu_presets import PRESETS
 from . import report, runner, spec, stats, workloads
 from .runner import Interrupted, Plan, execute
 
@@ -275,7 +275,7 @@ def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
     """
     import torch
 
-    from .. import torch_compat
+    from ..core import torch_compat
 
     threshold = torch_compat.installed(strict=False).torch_min_sms
     if sms < threshold:

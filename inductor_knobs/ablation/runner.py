@@ -54,8 +54,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from ..errors import InvalidKnobValue
-from ..knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from . import load
 from .spec import Arm
 

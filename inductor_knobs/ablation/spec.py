@@ -1,6 +1,6 @@
 """Arms of an ablation: parsed from ``--arm``, ``--grid`` or a TOML file, validated before anything runs.
 
-An arm is a set of knobs (any :class:`~inductor_knobs.knobs.Knobs` field, applied in the arm's
+An arm is a set of knobs (any :class:`~inductor_knobs.core.knobs.Knobs` field, applied in the arm's
 own process by env activation, i.e. as ``INDUCTOR_KNOBS_<KNOB>`` variables), plus the
 ``torch.compile`` arguments ``mode``, ``dynamic`` and ``fullgraph``; or ``eager`` (no compile).
 
@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.knobs import ENV_PREFIX, Knobs, _unknown_message, torch_version
+from ..core.plan import plan
 from ..errors import InvalidKnobValue, KnobsError, UnknownKnob
-from ..knobs import ENV_PREFIX, Knobs, _unknown_message, torch_version
-from ..plan import plan
 
 COMPILE_ARGS = ("mode", "dynamic", "fullgraph")
 
@@ -82,8 +82,8 @@ class Arm:
         mode = self.compile_args.get("mode")
         if self.eager or not mode:
             return []
-        from ..compile_backend import mode_options
-        from ..plan import config_values
+        from ..core.compile_backend import mode_options
+        from ..core.plan import config_values
 
         theirs = mode_options(mode, self.compile_args.get("dynamic"))
         ours = config_values(Knobs.from_env(self.env()))
@@ -186,7 +186,7 @@ def _compile_arg(arm: str, key: str, value: Any) -> Any:
         return _bool(arm, key, value)
     if key == "dynamic":
         return None if str(value).strip().lower() in ("none", "") else _bool(arm, key, value)
-    from ..compile_backend import mode_options
+    from ..core.compile_backend import mode_options
 
     try:
         mode_options(str(value))

@@ -101,7 +101,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         compiles = 0
         attestations: list[dict[str, Any]] = []
         if compiled:
-            from ..observe import can_record_autotune
+            from ..core.observe import can_record_autotune
 
             fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
             recorder = ik.record_autotune() if can_record_autotune() else ik.record_compiles()

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.knobs import _unknown_message
 from ..errors import UnknownKnob
-from ..knobs import _unknown_message
 from . import models
 
 

@@ -1,6 +1,6 @@
 """Process-wide hooks that publish autotuning, Dynamo compilations and first-call costs on the compile-event channel.
 
-Every event goes through :func:`inductor_knobs.events.publish`, on the thread that compiles, to the
+Every event goes through :func:`inductor_knobs.core.events.publish`, on the thread that compiles, to the
 consumers that hear it (recorders, guards, ``ik.warmup``).  The hooks exist while at least one
 :class:`HooksUse` record holds them, anywhere in the process, and are removed when the last one
 leaves:
@@ -21,7 +21,7 @@ leaves:
   also time each compile.  ``torch._dynamo.reset()`` clears every callback, so entering an observer
   registers them again when they went missing;
 - timing wrappers (wrapt) of the first-call costs Inductor pays at run time, each delivered as a
-  :class:`~inductor_knobs.records.RuntimeEvent`: ``CachingAutotuner.benchmark_all_configs`` (runtime
+  :class:`~inductor_knobs.core.records.RuntimeEvent`: ``CachingAutotuner.benchmark_all_configs`` (runtime
   benchmark of Triton configs), ``CachingAutotuner.coordinate_descent_tuning``,
   ``CachingAutotuner.precompile`` (Triton compile) and ``CUDAGraphTreeManager.record_function`` (a
   CUDA graph recording); the patch module lists them (``runtime_hooks``).  They cost nothing on
@@ -42,10 +42,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import DriftWarning
 from . import events, torch_compat
 from ._patching import SharedPatch, resolve, wrap_attribute
 from ._undo import Change, Step, Undo
-from .errors import DriftWarning
 from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, RuntimeEvent, current_compile_id, finite_or_none
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"
@@ -287,7 +287,7 @@ class HooksUse(Change):
     def apply(self) -> None:
         import torch
 
-        from .errors import NotSupportedOnThisTorch
+        from ..errors import NotSupportedOnThisTorch
 
         patches = torch_compat.installed()
         if self.need_autotune and not patches.feedback_saver_arity(torch_compat.release_of(torch.__version__)):

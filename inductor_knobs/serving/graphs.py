@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import events
-from ._scope import describe_owner
-from .errors import GraphCallRefused, GraphCaptureFailed, InvalidKnobValue
-from .knobs import torch_version
-from .records import RuntimeEvent
+from ..core import events
+from ..core._scope import describe_owner
+from ..core.knobs import torch_version
+from ..core.records import RuntimeEvent
+from ..errors import GraphCallRefused, GraphCaptureFailed, InvalidKnobValue
 
 #: What a replayed call returns: ``"copy"`` (a clone the caller owns) or ``"static"`` (the graph's own buffer).
 OUTPUTS = ("copy", "static")
@@ -153,7 +153,7 @@ def capture_cuda_graphs(
 
     Use it after ``ik.warmup`` recommended buckets: pad each request with ``ik.pad_to_bucket`` and
     call the result instead of ``fn``.  Padding must not change the result (see
-    :mod:`inductor_knobs.buckets`).
+    :mod:`inductor_knobs.serving.buckets`).
 
     Args:
         fn: the compiled callable (``torch.compile``/``ik.compile`` with a mode without CUDA graphs,
@@ -192,7 +192,7 @@ def capture_cuda_graphs(
 
     if not torch.cuda.is_available():
         raise GraphCaptureFailed(f"capture_cuda_graphs needs a CUDA GPU; torch {torch_version()} sees none")
-    from .serving import _as_call
+    from .warmup import _as_call
 
     calls = [(shape, *_as_call(factory(shape))) for shape in shape_list]
     for shape, args, kwargs in calls:

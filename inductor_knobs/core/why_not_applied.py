@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .patches.torch_2_4 import TorchPatches
+from ..patches.torch_2_4 import TorchPatches
 
 
 def diagnose(patches: TorchPatches, cfg: Any, key: str) -> str:

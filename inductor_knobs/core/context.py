@@ -2,8 +2,8 @@
 async generators) and ``start()``/``stop()``, whose changes are undo records on a stack of frames.
 
 :class:`UndoContext` is the one mechanism under ``ik.knobs``/``force_gemm_autotune``
-(:mod:`inductor_knobs.knob_blocks`), ``ik.emulate_gpu`` (:mod:`inductor_knobs.emulation_context`),
-recorders, guards and ``ik.compile``'s report (:mod:`inductor_knobs.recorder`).
+(:mod:`inductor_knobs.core.knob_blocks`), ``ik.emulate_gpu`` (:mod:`inductor_knobs.emulation.context`),
+recorders, guards and ``ik.compile``'s report (:mod:`inductor_knobs.core.recorder`).
 
 Every active block is a frame on its thread's or asyncio task's own stack (a ``ContextVar``), on
 every torch.  **A block belongs to whoever entered it**: each frame records its owner (thread,
@@ -11,7 +11,7 @@ asyncio task), and an exit or ``stop()`` by anyone else is refused with
 :class:`~inductor_knobs.errors.NotBlockOwner` before anything changes.  A child asyncio task (or a
 thread started in a copied context) sees its parent's frames, as it sees the parent's Inductor
 config on torch 2.12+, but may only read them.  Before torch 2.12 Inductor config is process-global:
-a block that changes it first takes a :class:`~inductor_knobs.changes.Claim` on it, so a second
+a block that changes it first takes a :class:`~inductor_knobs.core.changes.Claim` on it, so a second
 thread or task entering while another holds knobs gets :class:`ConcurrentKnobsError` instead of
 interleaving two undo lists; blocks that change no config (recorders, guards) claim nothing.
 
@@ -34,12 +34,12 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
+from ..errors import KnobsError, NotBlockOwner
 from . import torch_compat
 from ._scope import current_owner, describe_owner
 from ._undo import Change, Undo, apply_all, revert_all, reverting
 from .attestation import unwrap_not_applied
 from .changes import Claim
-from .errors import KnobsError, NotBlockOwner
 
 F = TypeVar("F", bound=Callable[..., Any])
 Owner = tuple[int, "int | None"]

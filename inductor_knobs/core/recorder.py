@@ -23,7 +23,7 @@ def subscription_records(consumer: Any, scope: str, *, hooks: bool, need_autotun
 
     Args:
         consumer: an object with some of ``on_autotune``, ``on_compile``, ``on_runtime``, ``on_attestation``.
-        scope: ``"context"`` or ``"process"`` (:class:`~inductor_knobs.events.Subscribe`).
+        scope: ``"context"`` or ``"process"`` (:class:`~inductor_knobs.core.events.Subscribe`).
         hooks: hold the observer hooks (autotune, Dynamo compiles, first-call costs).
         need_autotune: with ``hooks``, refuse a torch without feedback savers (< 2.5).
     """
@@ -121,7 +121,7 @@ class Collector(ObservedBlock):
 
 
 class record_autotune(Collector):
-    """Collect one :class:`~inductor_knobs.records.AutotuneRecord` per autotuned op, and the Dynamo compiles.
+    """Collect one :class:`~inductor_knobs.core.records.AutotuneRecord` per autotuned op, and the Dynamo compiles.
 
     Records what Inductor autotunes on this thread (and in tasks started from it) while inside
     the block: the op, its input shapes/strides/dtypes, every choice with its kind (aten, triton,
@@ -182,7 +182,7 @@ class record_autotune(Collector):
 class record_compiles(Collector):
     """Collect what every Inductor compile in this thread (and its tasks) compiled with.
 
-    ``attestations`` holds one :class:`~inductor_knobs.interception.CompileAttestation` per
+    ``attestations`` holds one :class:`~inductor_knobs.core.interception.CompileAttestation` per
     graph (forward, backward, inference; every recompile): each value inductor_knobs asked for
     as read *inside* Inductor's compile, where it came from, and the ``is_big_gpu`` verdict per
     CUDA device; ``compiles`` holds Dynamo's compile events with their recompile reasons.  A

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from ..errors import DriftWarning, PatchTargetChanged, UnsupportedTorchVersion
+from ..patches.torch_2_4 import TorchPatches
 from ._drift import fingerprint
-from .errors import DriftWarning, PatchTargetChanged, UnsupportedTorchVersion
-from .patches.torch_2_4 import TorchPatches
 
 
 @functools.cache
@@ -31,7 +31,7 @@ def all_patch_modules() -> tuple[TorchPatches, ...]:
     ``_``-prefixed modules there are the base modules of ``TorchPatches`` (one per concern) and
     define no ``PATCHES``; they are skipped.
     """
-    package = importlib.import_module(f"{__package__}.patches")
+    package = importlib.import_module("inductor_knobs.patches")
     found = []
     for info in pkgutil.iter_modules(package.__path__):
         if info.name.startswith("_"):

@@ -2,8 +2,8 @@
 
 Asked values live in a slot scoped like Inductor config (per thread/task on torch 2.12+, per
 process before), over a process-wide layer for env activation; :func:`effective_asked` merges
-them by rank.  The compile interception (:mod:`inductor_knobs.interception`) enforces and attests
-them inside every compile; its :class:`~inductor_knobs.interception.AskChange` record adds them.
+them by rank.  The compile interception (:mod:`inductor_knobs.core.interception`) enforces and attests
+them inside every compile; its :class:`~inductor_knobs.core.interception.AskChange` record adds them.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..patches.torch_2_4 import TorchPatches
 from ._scope import ScopedSlot
-from .patches.torch_2_4 import TorchPatches
 from .torch_settings import SETTINGS_MODULE
 
 INDUCTOR_CONFIG = "torch._inductor.config"
@@ -55,7 +55,7 @@ class Asked:
         return self.key if self.module in (INDUCTOR_CONFIG, SETTINGS_MODULE) else f"{self.module}.{self.key}"
 
 
-_SCOPED: ScopedSlot[Mapping[tuple[str, str], Asked]] = ScopedSlot("inductor_knobs.asked", {})
+_SCOPED: ScopedSlot[Mapping[tuple[str, str], Asked]] = ScopedSlot("inductor_knobs.core.asked", {})
 _PROCESS: dict[tuple[str, str], Asked] = {}
 _PROCESS_LOCK = threading.Lock()
 

@@ -1,4 +1,4 @@
-"""Turn :class:`~inductor_knobs.knobs.Knobs` into undo records, validating against the live torch.
+"""Turn :class:`~inductor_knobs.core.knobs.Knobs` into undo records, validating against the live torch.
 
 Nothing here changes torch: :func:`plan` only reads, so every check (config keys and value
 types, GEMM backends, CUTLASS, drift of ``is_big_gpu``) runs before the first change.
@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ..errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
+from ..patches.torch_2_4 import TorchPatches
 from . import torch_compat
 from ._undo import Change
 from .asked import CACHE_SALT, INDUCTOR_CONFIG, Asked, by_slot
 from .changes import ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
-from .errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange
 from .knobs import CONFIG_KEYS, Knobs, _unknown_message
-from .patches.torch_2_4 import TorchPatches
 from .torch_settings import SETTINGS, SETTINGS_MODULE
 
 
@@ -91,7 +91,7 @@ def plan(
     Returns:
         The config change, the gate change, the settings' changes, and the record of what was
         asked (the cache salt of a gate override included), which holds the compile interception
-        that enforces, salts and attests it in every compile (:mod:`inductor_knobs.interception`).
+        that enforces, salts and attests it in every compile (:mod:`inductor_knobs.core.interception`).
 
     Raises:
         UnsupportedTorchVersion: torch outside the supported range (strict mode).
@@ -239,7 +239,7 @@ def _cutlass_from_pip(
     """The CUTLASS directory generated from an installed ``nvidia-cutlass``, for a plan that found no checkout.
 
     Changes nothing in torch (it may make the generated directory in the user's cache,
-    :func:`inductor_knobs.cutlass_pip.resolve`), so the check stays before the first change.
+    :func:`inductor_knobs.core.cutlass_pip.resolve`), so the check stays before the first change.
 
     Args:
         patches: the installed torch's patch module.
@@ -256,7 +256,7 @@ def _cutlass_from_pip(
 
     Raises:
         InvalidKnobValue: ``explicit``, or CUTLASS cannot come from ``nvidia-cutlass`` (not installed,
-            incomplete, shadowed, or an unsafe cache: :class:`~inductor_knobs.cutlass_pip.PipCutlassUnavailable`
+            incomplete, shadowed, or an unsafe cache: :class:`~inductor_knobs.core.cutlass_pip.PipCutlassUnavailable`
             is the cause); the message says how to install it or point ``key`` at a checkout.
     """
     from . import cutlass_pip

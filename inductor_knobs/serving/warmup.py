@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.knobs import torch_version
+from ..core.recorder import Collector, ObservedBlock
+from ..core.records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
+from ..errors import AutotuneDuringServing, InvalidKnobValue
 from .buckets import suggest_buckets
-from .errors import AutotuneDuringServing, InvalidKnobValue
-from .knobs import torch_version
-from .recorder import Collector, ObservedBlock
-from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
 from .stalls import REACTIONS, _on_cuda, no_stalls, profiler_cost
 
-log = logging.getLogger("inductor_knobs.serving")
+log = logging.getLogger("inductor_knobs.serving.warmup")
 
 
 class AutotuneDuringServingWarning(UserWarning):
@@ -46,7 +46,7 @@ class WarmupStep:
         last_call_seconds: wall seconds of the last of ``calls_per_input`` calls.
         autotune: the autotune records the input caused (torch 2.5+).
         compiles: the Dynamo compilations it caused, with recompile reasons.
-        causes: the first call's first-call costs, timed (:class:`~inductor_knobs.records.RuntimeEvent`:
+        causes: the first call's first-call costs, timed (:class:`~inductor_knobs.core.records.RuntimeEvent`:
             compiles, autotuning, Triton compiles, CUDA graph recordings, profiled per-shape ATen costs
             such as a cuDNN SDPA plan build).
         shape: the item passed to ``factory`` (``shapes=``), or None for ``inputs=``.
@@ -229,9 +229,9 @@ def warmup(
     Returns:
         A :class:`WarmupReport`: per input, the first and last call's seconds, the autotune
         records, the Dynamo (re)compilations with their reasons and the first call's timed causes
-        (see :class:`~inductor_knobs.stalls.no_stalls`); per probe the same; the steady state;
+        (see :class:`~inductor_knobs.serving.stalls.no_stalls`); per probe the same; the steady state;
         the per-shape costs still cold and the fixes (pad to buckets with
-        :func:`~inductor_knobs.buckets.pad_to_bucket`, warm the whole range, or, for cuDNN SDPA
+        :func:`~inductor_knobs.serving.buckets.pad_to_bucket`, warm the whole range, or, for cuDNN SDPA
         plans, an SDPA backend without per-shape plans via ``ik.knobs(sdpa_backends=...)``).
         Autotune records need torch 2.5+; on 2.4 only compilations are reported.
 
@@ -396,7 +396,7 @@ class no_autotune(ObservedBlock):
             block's exit re-raises it unwrapped from torch's ``BackendCompilerFailed``/
             ``InternalTorchDynamoError``.  ``"warn"``: an ``AutotuneDuringServingWarning`` per event.
             ``"record"``: kept in :attr:`violations` and logged at WARNING on the
-            ``inductor_knobs.serving`` logger.  ``"log"`` is the deprecated spelling of ``"record"``.
+            ``inductor_knobs.serving.warmup`` logger.  ``"log"`` is the deprecated spelling of ``"record"``.
             The message names the op and input shapes (or the recompiled function and its tensor
             inputs) and Dynamo's recompile reason.
         allow_cudagraph_recording: do not count CUDA graph recordings (torch 2.8+ reports them as

@@ -1,7 +1,7 @@
 """Who can change where a path leads: the ancestor checks shared by the compile cache and the CUTLASS cache.
 
-:mod:`inductor_knobs.compile_cache` refuses to unpickle a file that someone else could have
-swapped, and :mod:`inductor_knobs.cutlass_pip` refuses to hand torch a directory of symbolic links
+:mod:`inductor_knobs.serving.compile_cache` refuses to unpickle a file that someone else could have
+swapped, and :mod:`inductor_knobs.core.cutlass_pip` refuses to hand torch a directory of symbolic links
 that someone else could repoint; both need to know that every directory on the way there belongs
 to root or the current user and is not writable by anyone else (OpenSSH's ``StrictModes`` rule,
 ``safe_path`` in OpenSSH's ``misc.c``).  Each caller names itself in the messages (``label``) and

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from ._undo import Change
-from .context import UndoContext
+from ..core._undo import Change
+from ..core.context import UndoContext
 from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
 
 
 class EmulateGpuContext(UndoContext):
-    """Emulates a smaller GPU on enter (returning an :class:`~inductor_knobs.emulate.Emulation`).
+    """Emulates a smaller GPU on enter (returning an :class:`~inductor_knobs.emulation.emulate.Emulation`).
 
     Raises (on enter):
-        The errors of :func:`inductor_knobs.emulate.plan_emulation`; nothing stays applied.
+        The errors of :func:`inductor_knobs.emulation.emulate.plan_emulation`; nothing stays applied.
     """
 
     def __init__(self, spec: EmulationSpec) -> None:
@@ -45,7 +45,7 @@ def emulate_gpu(
 
     Args:
         preset_or_sms: a preset name (``"T4"``, ``"L4"``, ``"RTX3070"``, ``"RTX4060"``, ``"GB10"``,
-            … see ``inductor_knobs.gpu_presets.PRESETS``) or an SM count (int).
+            … see ``inductor_knobs.emulation.gpu_presets.PRESETS``) or an SM count (int).
         sms: SM count (int, 1..the GPU's SM count), instead of the positional argument.
         shared_memory_per_block: bytes per block Inductor sees (int, <= the GPU's), or None for
             the real GPU's; a preset supplies its own unless this is given.
@@ -53,7 +53,7 @@ def emulate_gpu(
 
     Returns:
         An :class:`EmulateGpuContext` (context manager, decorator, ``start()``/``stop()``);
-        entering returns an :class:`~inductor_knobs.emulate.Emulation` (``sms``, ``granted_sms``,
+        entering returns an :class:`~inductor_knobs.emulation.emulate.Emulation` (``sms``, ``granted_sms``,
         ``physical_sms``, ``stream``, …).
 
     Raises:

@@ -9,12 +9,12 @@ torch.compile's plus the knobs: **knob > env (INDUCTOR_KNOBS_*) > options > mode
 compile interception gives every asked value (a block's, env activation's, these knobs') precedence
 over ``config_patches`` and records the mode/options value that lost (``overrode``).
 
-The compile interception (:mod:`inductor_knobs.interception`) carries the knobs into every graph of a compile,
+The compile interception (:mod:`inductor_knobs.core.interception`) carries the knobs into every graph of a compile,
 including a backward that AOTAutograd compiles lazily after the backend returned, and attests
 what each graph compiled with.  So the knobs hold on the compiling thread for the first
 compile, every recompile and the backward, and nowhere else; on torch 2.12+ that is literally
 per thread (Inductor config is thread-local there), before 2.12 the process-global rules of
-:class:`~inductor_knobs.context.KnobsContext` apply while a compilation runs.
+:class:`~inductor_knobs.core.context.KnobsContext` apply while a compilation runs.
 
 Each ``ik.compile`` call makes its own backend object, and Dynamo guards each cache entry on the
 backend that built it, so two models compiled with different knobs keep their own settings.
@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InvalidKnobValue, UnknownKnob
 from . import torch_compat
 from .asked import INDUCTOR_CONFIG
 from .attestation import AttestedSetting, CompileAttestation
-from .errors import InvalidKnobValue, UnknownKnob
 from .knob_blocks import KnobsContext
 from .knobs import Knobs, _unknown_message, config_key, torch_version
 from .plan import config_values, plan
@@ -69,7 +69,7 @@ class KnobsReport:
             block, ``INDUCTOR_KNOBS_*``) set a key differently, ``attestations`` say so: the
             setting's ``source`` names the winner and ``overrode`` the mode/options value that lost.
         knobs: the merged :class:`Knobs` (the user's knobs plus the mode's and options' keys).
-        attestations: one :class:`~inductor_knobs.interception.CompileAttestation` per graph
+        attestations: one :class:`~inductor_knobs.core.interception.CompileAttestation` per graph
             Inductor compiled so far (forward, backward, each recompile), read inside the compile:
             what the interception attests (every asked value), plus each key of ``settings`` it
             did not attest, read inside the same graph's compile.
@@ -245,7 +245,7 @@ def compile(
 
     Args:
         model: an ``nn.Module`` or function, as for ``torch.compile``.
-        knobs: a :class:`~inductor_knobs.knobs.Knobs` (e.g. ``ik.Knobs(min_sms=40,
+        knobs: a :class:`~inductor_knobs.core.knobs.Knobs` (e.g. ``ik.Knobs(min_sms=40,
             max_autotune_gemm=True)``); None: only ``mode``/``options``.
         mode: a ``torch.compile`` mode (``"max-autotune"`` …), expanded with the installed torch's
             own table (``torch._inductor.list_mode_options(mode, dynamic)``).  Unlike

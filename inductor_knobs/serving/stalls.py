@@ -6,7 +6,7 @@ else ``factor`` x a baseline (``baseline_ms``, e.g. ``ik.warmup``'s steady state
 median of calls at shapes already seen).  A call over it is a :class:`Stall`, and its causes come
 from torch's own signals:
 
-- hooks that cost nothing on the steady-state path (:mod:`inductor_knobs.observe`): Dynamo
+- hooks that cost nothing on the steady-state path (:mod:`inductor_knobs.core.observe`): Dynamo
   (re)compiles with Dynamo's reason, Inductor GEMM autotuning (feedback savers), Inductor's runtime
   benchmark of Triton configs and coordinate descent, Triton compiles, CUDA graph recordings;
 - for what no hook sees (a cuDNN SDPA plan built per exact shape, cuBLAS/cuBLASLt first calls,
@@ -51,12 +51,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import torch_compat
-from .errors import InvalidKnobValue, KnobsError, StallDuringServing, StallWarning
-from .knobs import torch_version
+from ..core import torch_compat
+from ..core.knobs import torch_version
+from ..core.recorder import ObservedBlock, Subscription
+from ..core.records import CAUSES, AutotuneRecord, CompileEvent, RuntimeEvent
+from ..errors import InvalidKnobValue, KnobsError, StallDuringServing, StallWarning
 from .latency import RELATIVE_ERROR, Latencies, ShapeMedian
-from .recorder import ObservedBlock, Subscription
-from .records import CAUSES, AutotuneRecord, CompileEvent, RuntimeEvent
 
 REACTIONS = ("raise", "warn", "record")
 PROFILE_MODES = ("new-shapes", "all", "off")
@@ -151,7 +151,7 @@ class StallReport:
         seconds: the recent calls' wall seconds, in call order (the guard's ``history``; all of them
             with ``history=None``).
         stalls: the recent stalls, with their causes (as many as ``seconds`` keeps).
-        latencies: every call's time, summarised (:class:`~inductor_knobs.latency.Latencies`), or None
+        latencies: every call's time, summarised (:class:`~inductor_knobs.serving.latency.Latencies`), or None
             for a report made from ``seconds`` alone.
         totals: per cause kind, ``(stalls it appears in, its seconds)`` over every stall, or None.
         stall_count: stalls in all (None: ``len(stalls)``).
@@ -265,7 +265,7 @@ class no_stalls(ObservedBlock):
         profile: ``"new-shapes"`` (default, the sampled mode above), ``"all"`` (every call; a few ms
             each) or ``"off"`` (hooks only: per-shape ATen costs are then ``unattributed``).
         window: calls in each shape's running median (int >= 1; default 31).
-        warmup: an ``ik.warmup`` report (:class:`~inductor_knobs.serving.WarmupReport`): the shapes
+        warmup: an ``ik.warmup`` report (:class:`~inductor_knobs.serving.warmup.WarmupReport`): the shapes
             it warmed count as seen, with their steady-state times as medians, so the sampled
             profiler (a few ms a call) profiles only shapes warm-up never met.  This, not the
             report's ``steady_state_ms`` (a median over shapes), is the baseline to give a guard.
@@ -280,7 +280,7 @@ class no_stalls(ObservedBlock):
     Attributes:
         stalls: the recent :class:`Stall` s, in call order (``history`` of them).
         seconds: the recent calls' wall seconds (``history`` of them).
-        latencies: every call's time (:class:`~inductor_knobs.latency.Latencies`: exact count, total
+        latencies: every call's time (:class:`~inductor_knobs.serving.latency.Latencies`: exact count, total
             and max; p50/p99 within 1%).
         calls, stall_count: calls and stalls in all.
         last_causes: the causes of the latest judged call (stall or not), on any thread.
@@ -297,7 +297,7 @@ class no_stalls(ObservedBlock):
             and the torch version).
         StallDuringServing: ``on="raise"`` and a call stalled.
 
-    Relies on the hooks of :mod:`inductor_knobs.observe` (torch 2.4-2.15; GEMM autotune records
+    Relies on the hooks of :mod:`inductor_knobs.core.observe` (torch 2.4-2.15; GEMM autotune records
     need 2.5+), ``torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True)``
     and the patch module's ``per_shape_ops`` (profiler op names per release).
     """

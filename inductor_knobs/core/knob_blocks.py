@@ -1,7 +1,7 @@
-"""``ik.knobs(...)`` and ``ik.force_gemm_autotune(...)``: blocks that apply a :class:`~inductor_knobs.knobs.Knobs`.
+"""``ik.knobs(...)`` and ``ik.force_gemm_autotune(...)``: blocks that apply a :class:`~inductor_knobs.core.knobs.Knobs`.
 
-Each is an :class:`~inductor_knobs.context.UndoContext` (context manager, decorator,
-``start()``/``stop()``) whose records come from :func:`inductor_knobs.plan.plan`.
+Each is an :class:`~inductor_knobs.core.context.UndoContext` (context manager, decorator,
+``start()``/``stop()``) whose records come from :func:`inductor_knobs.core.plan.plan`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class KnobsContext(UndoContext):
     """Applies a :class:`Knobs` on enter (returning it) and reverts every change on exit.
 
     Raises (on enter):
-        KnobsError subclasses from :func:`inductor_knobs.plan.plan`; nothing stays applied.
+        KnobsError subclasses from :func:`inductor_knobs.core.plan.plan`; nothing stays applied.
     """
 
     def __init__(self, knobs: Knobs, *, source: str = "knobs", sources: dict[str, str] | None = None) -> None:
@@ -53,7 +53,7 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
         InvalidKnobValue: a bad value.  Torch-dependent checks happen on enter.
     """
     if spec is not None and not isinstance(spec, Knobs):
-        from .errors import InvalidKnobValue
+        from ..errors import InvalidKnobValue
 
         hint = f"; did you mean knobs(min_sms={spec!r})?" if isinstance(spec, int) and not isinstance(spec, bool) else ""
         raise InvalidKnobValue(

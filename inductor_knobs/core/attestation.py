@@ -1,7 +1,7 @@
 """The proof of what a compile compiled with: :class:`CompileAttestation`, one per graph, read inside Inductor.
 
-Made by the compile interception (:mod:`inductor_knobs.interception`) and delivered on the compile-event
-channel (:mod:`inductor_knobs.events`) to ``ik.record_compiles``, ``ik.compile(...).knobs_report()``
+Made by the compile interception (:mod:`inductor_knobs.core.interception`) and delivered on the compile-event
+channel (:mod:`inductor_knobs.core.events`) to ``ik.record_compiles``, ``ik.compile(...).knobs_report()``
 and the ablation worker.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import KnobNotApplied
 from . import gate
-from .errors import KnobNotApplied
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ packages ``cutlass_library``, ``cutlass_cppgen`` and ``pycute``, and the C++ sou
 ``cutlass_library/source/{include,tools}``.  :func:`resolve` builds a directory of symbolic links
 that has the checkout's layout (see :func:`layout`) in the user's cache,
 ``$XDG_CACHE_HOME/inductor_knobs/cutlass/<version>-<digest>`` (``~/.cache`` without
-``XDG_CACHE_HOME``), and :func:`inductor_knobs.plan.plan` points the config key at it as one more
+``XDG_CACHE_HOME``), and :func:`inductor_knobs.core.plan.plan` points the config key at it as one more
 undo record.
 
 The directory is handed to torch, which compiles and loads whatever it points at, so it is made
 and reused only where no one else can change it: every directory on the way to the cache root
 belongs to root or the current user and is not writable by others unless sticky (the rule
-:mod:`inductor_knobs.compile_cache` applies, :mod:`inductor_knobs._safe_paths`); the root itself
+:mod:`inductor_knobs.serving.compile_cache` applies, :mod:`inductor_knobs.core._safe_paths`); the root itself
 belongs to the current user and is not writable by group or others; the directory is made under a
 temporary name and renamed into place in one step; a directory found there is opened without
 following a symbolic link and must hold exactly the expected links with exactly the expected
@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import NoReturn
 
+from ..errors import KnobsError
 from ._safe_paths import unsafe_directories, who
-from .errors import KnobsError
 
 #: The distribution that ships CUTLASS's Python packages and C++ headers.
 DISTRIBUTION = "nvidia-cutlass"

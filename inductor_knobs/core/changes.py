@@ -1,8 +1,8 @@
 """The undo records of torch's own state: Inductor config keys, process-global settings, and claims on them.
 
-Each is a :class:`~inductor_knobs._undo.Change` (apply, then an idempotent revert that restores
-first and warns after, through :func:`~inductor_knobs._undo.warn_after_restore`), run by the one
-loop of :mod:`inductor_knobs._undo`.
+Each is a :class:`~inductor_knobs.core._undo.Change` (apply, then an idempotent revert that restores
+first and warns after, through :func:`~inductor_knobs.core._undo.warn_after_restore`), run by the one
+loop of :mod:`inductor_knobs.core._undo`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied
+from ..patches.torch_2_4 import TorchPatches
 from ._scope import current_owner, describe_owner
 from ._undo import Change, warn_after_restore
-from .errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied
-from .patches.torch_2_4 import TorchPatches
 from .torch_settings import SETTINGS
 from .why_not_applied import diagnose
 
@@ -230,7 +230,7 @@ class Claim(Change):
 
 
 class SettingChange(Change):
-    """Set a process-global torch setting (:mod:`inductor_knobs.torch_settings`) and put back the exact state it found.
+    """Set a process-global torch setting (:mod:`inductor_knobs.core.torch_settings`) and put back the exact state it found.
 
     Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
     another thread or asyncio task holds the same setting (a :class:`Claim`): torch has one value per

@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from . import torch_compat
-from ._patching import SharedPatch, resolve, wrap_attribute
-from ._undo import Change
-from .asked import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, Asked, by_slot
-from .changes import ConfigChange
-from .errors import (
+from ..core import torch_compat
+from ..core._patching import SharedPatch, resolve, wrap_attribute
+from ..core._undo import Change
+from ..core.asked import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, Asked, by_slot
+from ..core.changes import ConfigChange
+from ..core.interception import AskChange, InterceptionUse
+from ..errors import (
     EmulationConflict,
     EmulationUnavailable,
     EmulationWarning,
@@ -49,9 +50,8 @@ from .errors import (
     KnobsError,
     NotSupportedOnThisTorch,
 )
+from ..patches.torch_2_4 import TorchPatches
 from .gpu_presets import GpuPreset, find_preset
-from .interception import AskChange, InterceptionUse
-from .patches.torch_2_4 import TorchPatches
 
 if TYPE_CHECKING:
     import torch
@@ -116,7 +116,7 @@ def resolve_spec(
     """Check the arguments that need no GPU and return an :class:`EmulationSpec`.
 
     Args:
-        preset_or_sms: a preset name (``"T4"``, see :data:`~inductor_knobs.gpu_presets.PRESETS`)
+        preset_or_sms: a preset name (``"T4"``, see :data:`~inductor_knobs.emulation.gpu_presets.PRESETS`)
             or an SM count.
         sms: SM count (int, >= 1); not together with an SM count or preset given positionally.
         shared_memory_per_block: bytes per block (int, >= 1024); overrides the preset's.

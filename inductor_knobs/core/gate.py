@@ -1,6 +1,6 @@
 """The SM-gate override: a wrapt wrapper around ``torch._inductor.utils.is_big_gpu``.
 
-The wrapper is a :class:`~inductor_knobs._patching.SharedPatch`: installed while at least one
+The wrapper is a :class:`~inductor_knobs.core._patching.SharedPatch`: installed while at least one
 override is active anywhere in the process, the original function object put back by identity
 when the last one ends, and every module global bound to it by name (``from
 torch._inductor.utils import is_big_gpu``) rebound both ways.  Which ``min_sms`` applies is read
@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..patches.torch_2_4 import TorchPatches
 from ._patching import SharedPatch, wrap_attribute
 from ._scope import ScopedSlot
 from ._undo import Change
-from .patches.torch_2_4 import TorchPatches
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _GateState:
         self.wrapper: Any = None
         self.signature: inspect.Signature | None = None
         self.process_default: Override | None = None
-        self.scoped: ScopedSlot[Override | None] = ScopedSlot("inductor_knobs.gate", None)
+        self.scoped: ScopedSlot[Override | None] = ScopedSlot("inductor_knobs.core.gate", None)
 
     def on_install(self, original: Any, wrapper: Any) -> None:
         if original is not self.original or self.signature is None:  # the signature is costly: once per original

@@ -2,11 +2,11 @@
 
 Torch reports a compile through several hooks (Dynamo's compile callbacks, Inductor's feedback
 savers, the compile interception's attestation, timing wrappers of first-call costs; see
-:mod:`inductor_knobs.observe` and :mod:`inductor_knobs.interception`).  Each hook calls
-:func:`publish` with one event: an :class:`~inductor_knobs.records.AutotuneRecord` (``"autotune"``),
-a :class:`~inductor_knobs.records.CompileEvent` (``"compile"``), a
-:class:`~inductor_knobs.records.RuntimeEvent` (``"runtime"``) or a
-:class:`~inductor_knobs.interception.CompileAttestation` (``"attestation"``).  It reaches each
+:mod:`inductor_knobs.core.observe` and :mod:`inductor_knobs.core.interception`).  Each hook calls
+:func:`publish` with one event: an :class:`~inductor_knobs.core.records.AutotuneRecord` (``"autotune"``),
+a :class:`~inductor_knobs.core.records.CompileEvent` (``"compile"``), a
+:class:`~inductor_knobs.core.records.RuntimeEvent` (``"runtime"``) or a
+:class:`~inductor_knobs.core.interception.CompileAttestation` (``"attestation"``).  It reaches each
 live consumer that has a method ``on_<kind>``.
 
 Consumers are live while a :class:`Subscribe` undo record holds them: a recorder's or guard's

@@ -2,7 +2,7 @@
 
 A ``Knobs`` value is pure data.  Building one validates everything that can be checked
 without importing ``torch._inductor`` (types, ranges, GEMM backend names for the installed
-torch release); :func:`inductor_knobs.plan.plan` checks the rest against the live config
+torch release); :func:`inductor_knobs.core.plan.plan` checks the rest against the live config
 before anything is changed.  ``None`` always means "leave torch's value alone".
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .errors import InvalidKnobValue, UnknownKnob
+from ..errors import InvalidKnobValue, UnknownKnob
 
 ENV_PREFIX = "INDUCTOR_KNOBS_"
 
@@ -233,7 +233,7 @@ class Knobs:
             exactly these are enabled and tried in this order, as ``sdpa_kernel(..., set_priority=True)``
             does (the order from torch 2.6, where torch has a priority order).  Leaving out
             ``CUDNN_ATTENTION`` avoids cuDNN's execution plan per exact input shape.  Process-wide, like
-            torch's own setting (see :mod:`inductor_knobs.torch_settings`).
+            torch's own setting (see :mod:`inductor_knobs.core.torch_settings`).
         tunableop: ``torch.cuda.tunable.enable`` (TunableOp tunes each new GEMM shape on first use).
             Process-wide; CUDA/ROCm builds only.
         config: any other Inductor config, ``{"dotted.key": value}``, type-checked against
@@ -358,7 +358,7 @@ class Knobs:
         ``trace.debug_dir``); knobs that set no config key (``min_sms``, ``on_mismatch`` …) are
         replaced by ``other``'s; ``strict`` is True only when both are.  So for two valid knobs,
         ``config_values(a.merged(b)) == {**config_values(a), **config_values(b)}``
-        (:func:`inductor_knobs.plan.config_values`).
+        (:func:`inductor_knobs.core.plan.config_values`).
 
         Args:
             other (Knobs): the knobs that win (``ik.knobs(spec, **keywords)``: the keywords).
@@ -450,7 +450,7 @@ def _parse_env(var: str, name: str, raw: str) -> Any:
 
 
 def _knob_config(name: str, value: Any) -> dict[str, Any]:
-    """The Inductor config keys the named knob ``name`` sets to ``value`` (as :func:`inductor_knobs.plan.config_values`)."""
+    """The Inductor config keys the named knob ``name`` sets to ``value`` (as :func:`inductor_knobs.core.plan.config_values`)."""
 
     if name in CONFIG_KEYS:
         return {CONFIG_KEYS[name]: value}

@@ -9,8 +9,8 @@ sets one holds it for the process: a second thread or asyncio task that sets the
 block holds it gets :class:`~inductor_knobs.errors.ConcurrentKnobsError`, as blocks of two threads do
 on torch < 2.12.
 
-A setting is applied as an undo record (:class:`inductor_knobs.changes.SettingChange`) and attested
-inside every compile like a config key (its :class:`~inductor_knobs.asked.Asked` has module
+A setting is applied as an undo record (:class:`inductor_knobs.core.changes.SettingChange`) and attested
+inside every compile like a config key (its :class:`~inductor_knobs.core.asked.Asked` has module
 :data:`SETTINGS_MODULE`).  The patch module reads and writes them (``read_sdpa``/``write_sdpa``,
 ``read_tunableop``/``write_tunableop``).
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .patches.torch_2_4 import TorchPatches
+from ..patches.torch_2_4 import TorchPatches
 
 #: ``Asked.module`` of these settings: they live in torch's global context, not in a config module.
 SETTINGS_MODULE = "torch"

@@ -8,7 +8,7 @@ Every path that sets knobs (``ik.knobs``/``force_gemm_autotune`` blocks, env act
    over a process-wide layer for env activation.
 2. It holds a user of :data:`INTERCEPTION`, a wrapt wrapper of
    ``torch._inductor.compile_fx.compile_fx`` (installed once, restored by identity; see
-   :mod:`inductor_knobs._patching`).
+   :mod:`inductor_knobs.core._patching`).
 
 When Inductor compiles (``torch.compile`` hands a mode or ``options=`` to ``compile_fx`` as
 ``config_patches``, which torch applies with ``config.patch`` over whatever was set before),
@@ -52,6 +52,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import KnobNotApplied, KnobNotAppliedWarning
+from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from ._patching import SharedPatch, wrap_attribute
 from ._undo import Change, apply_all, revert_all
@@ -67,9 +69,7 @@ from .asked import (
 )
 from .attestation import AttestedSetting, CompileAttestation
 from .changes import ConfigChange, SettingChange
-from .errors import KnobNotApplied, KnobNotAppliedWarning
 from .knobs import config_key
-from .patches.torch_2_4 import TorchPatches
 from .records import current_compile_id
 from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
 from .why_not_applied import diagnose
@@ -139,7 +139,7 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     if given is not None and not isinstance(given, Mapping):
         import torch
 
-        from .errors import InvalidKnobValue
+        from ..errors import InvalidKnobValue
 
         keys = ", ".join(sorted(a.label for a in asked.values())) or "the is_big_gpu override"
         raise InvalidKnobValue(
@@ -402,7 +402,7 @@ INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _step
 class InterceptionUse(Change):
     """Undo record: hold the interception (installs it for the first holder) with this torch's patch module.
 
-    Idempotent both ways: :class:`~inductor_knobs._patching.SharedPatch` counts each holder once, so a
+    Idempotent both ways: :class:`~inductor_knobs.core._patching.SharedPatch` counts each holder once, so a
     record whose apply or revert was interrupted and runs again cannot count twice.
     """
 

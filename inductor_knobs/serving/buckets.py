@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .errors import InvalidKnobValue
-from .knobs import torch_version
+from ..core.knobs import torch_version
+from ..errors import InvalidKnobValue
 
 
 def check_buckets(buckets: Iterable[int], *, name: str = "buckets") -> tuple[int, ...]:

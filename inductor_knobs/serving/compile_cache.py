@@ -22,11 +22,11 @@ import tempfile
 from importlib import metadata
 from typing import Any, NoReturn
 
-from . import torch_compat
-from ._safe_paths import unsafe_directories
-from ._safe_paths import who as _who
-from .errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
-from .knobs import Knobs
+from ..core import torch_compat
+from ..core._safe_paths import unsafe_directories
+from ..core._safe_paths import who as _who
+from ..core.knobs import Knobs
+from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
 
 MAGIC = b"inductor_knobs compile cache v1\n"
 #: Header fields that must match the loading process exactly.
@@ -64,7 +64,7 @@ def save_compile_cache(path: str | os.PathLike[str], knobs: Any = None) -> dict[
 
     Args:
         path: the file to write.
-        knobs: the knobs the artifacts were built under: an :class:`~inductor_knobs.knobs.Knobs`,
+        knobs: the knobs the artifacts were built under: an :class:`~inductor_knobs.core.knobs.Knobs`,
             an ``ik.compile`` result (its knobs are used), or None (no knobs).
 
     Returns:
@@ -307,8 +307,8 @@ def _open_checked(path: str, allow_unsafe: bool) -> int:
 def _unsafe_directories(directory: str, uid: int, path: str) -> list[str]:
     """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
 
-    The rule and the walk are :func:`inductor_knobs._safe_paths.unsafe_directories` (shared with
-    :mod:`inductor_knobs.cutlass_pip`); this adds the ``load_compile_cache(path)`` label and error class.
+    The rule and the walk are :func:`inductor_knobs.core._safe_paths.unsafe_directories` (shared with
+    :mod:`inductor_knobs.core.cutlass_pip`); this adds the ``load_compile_cache(path)`` label and error class.
 
     Args:
         directory (str): an absolute path.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UnknownKnob
+from ..errors import UnknownKnob
 
 KB = 1024
 
