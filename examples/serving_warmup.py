@@ -51,7 +51,7 @@ def main() -> None:
             compiled(hidden_states(n))
     print(f"\nserved {len(lengths)} requests with lengths in [{LOW}, {HIGH}]: no autotuning, no recompilation")
 
-    if ik.torch_compat.installed().has_cache_artifacts:
+    if ik.core.torch_compat.installed().has_cache_artifacts:
         path = os.path.join(tempfile.mkdtemp(), "compile.cache")
         header = ik.save_compile_cache(path, compiled)
         print(f"saved the compile cache to {path} ({header['artifacts']}); in the next process:")

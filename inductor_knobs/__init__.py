@@ -44,9 +44,9 @@ _PUBLIC = {
     "PRESETS": "core.knobs",
     "PatchTargetChanged": "errors",
     "RuntimeEvent": "core.records",
-    "Stall": "serving.stalls",
+    "Stall": "serving.stall_report",
     "StallDuringServing": "errors",
-    "StallReport": "serving.stalls",
+    "StallReport": "serving.stall_report",
     "StallWarning": "errors",
     "UnsupportedTorchVersion": "errors",
     "activate_from_env": "env",
@@ -171,8 +171,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .serving.compile_cache import save_compile_cache as save_compile_cache
     from .serving.graphs import CapturedGraphs as CapturedGraphs
     from .serving.graphs import capture_cuda_graphs as capture_cuda_graphs
-    from .serving.stalls import Stall as Stall
-    from .serving.stalls import StallReport as StallReport
+    from .serving.stall_report import Stall as Stall
+    from .serving.stall_report import StallReport as StallReport
     from .serving.stalls import no_stalls as no_stalls
     from .serving.warmup import no_autotune as no_autotune
     from .serving.warmup import warmup as warmup

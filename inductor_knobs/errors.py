@@ -97,7 +97,7 @@ class StallDuringServing(KnobsError, RuntimeError):
     """A call inside ``ik.no_stalls(on="raise")`` took longer than its threshold.
 
     Attributes:
-        stall: the :class:`~inductor_knobs.serving.stalls.Stall`: the call's seconds, its baseline and the
+        stall: the :class:`~inductor_knobs.serving.stall_report.Stall`: the call's seconds, its baseline and the
             causes torch's hooks and the profiler named.
     """
 

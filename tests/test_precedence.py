@@ -123,7 +123,7 @@ def test_gate_verdict_is_attested_per_cuda_device(fake_gpu):
     """The verdict comes from the wrapper's own rule, per CUDA device the graph's inputs live on."""
     fake_gpu(40)
     snapshot = interception._Snapshot(
-        ik.torch_compat.installed(), {}, gate.Override(41), {}, (), None
+        ik.core.torch_compat.installed(), {}, gate.Override(41), {}, (), None
     )  # torch_compat reached through the package
     with ik.knobs(min_sms=41):
         inputs = [torch.empty(1, device="meta")]

@@ -13,7 +13,7 @@ import torch._dynamo
 import inductor_knobs as ik
 from inductor_knobs.core import observe, torch_compat
 from inductor_knobs.core.records import RuntimeEvent
-from inductor_knobs.serving import stalls
+from inductor_knobs.serving import attribution, stalls
 
 
 class FakeAutotuner:
@@ -173,7 +173,7 @@ def test_unattributed_time_is_reported_and_a_seen_shape_is_still_not_profiled():
 def test_nested_hook_events_are_counted_once():
     outer = RuntimeEvent("dynamo_compile", 0.040, "", started=100.0)
     inner = RuntimeEvent("triton_compile", 0.030, "", started=100.005)
-    assert stalls._covered([outer, inner]) == pytest.approx(0.040)
+    assert attribution._covered([outer, inner]) == pytest.approx(0.040)
     guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     guard._judge(0.045, [inner, outer], None, True, False, CUDA_CALL)
     assert guard.stalls[0].attributed  # 40 of the 44 ms over the baseline

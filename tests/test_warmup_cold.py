@@ -101,7 +101,7 @@ def test_bucket_for_and_pad_to_bucket():
 def test_suggested_buckets_cover_the_range(low, width, count):
     high = low + width
     buckets = ik.suggest_buckets(low, high, count=count)
-    assert ik.buckets.check_buckets(buckets) == buckets
+    assert ik.serving.buckets.check_buckets(buckets) == buckets
     assert all(b % 8 == 0 for b in buckets)
     assert buckets[0] >= low and buckets[-1] >= high
     assert ik.bucket_for(low, buckets) <= ik.bucket_for(high, buckets)

@@ -22,9 +22,11 @@ methods, and ``__call__(push)`` pushes ``revert`` then applies.
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 from ..errors import ExternalChangeWarning, RevertError
 
@@ -39,9 +41,9 @@ TRIES = (1, 2, 3)
 
 
 class _Deferred(threading.local):
-    """This thread's warnings from undos, held while a revert runs (``depth`` > 0)."""
+    """This thread's warnings from undos, held while a revert runs (``outer`` is the outermost one's frame)."""
 
-    depth = 0
+    outer: FrameType | None = None
 
     def __init__(self) -> None:
         self.pending: list[tuple[str, type[Warning]]] = []
@@ -50,13 +52,31 @@ class _Deferred(threading.local):
 _DEFERRED = _Deferred()
 
 
+def _reverting_now() -> bool:
+    """Whether a revert runs on this thread: its frame is still on the call stack.
+
+    A frame, not a counter: an interrupt that lands before a revert put its marker back leaves a
+    frame that has returned, which the next revert sees as gone (a counter would stay raised and hold
+    every later warning back).
+    """
+    outer = _DEFERRED.outer
+    if outer is None:
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame is outer:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def warn_after_restore(message: str, category: type[Warning]) -> None:
     """Warn now, or, while a revert runs on this thread, once it has put everything back.
 
     Undos call this instead of ``warnings.warn``: under ``-W error`` (pytest's ``filterwarnings =
     error``) a warning is an exception, and one raised in the middle of a revert would stop it.
     """
-    if _DEFERRED.depth:
+    if _reverting_now():
         _DEFERRED.pending.append((message, category))
     else:
         warnings.warn(message, category, stacklevel=3)
@@ -68,15 +88,16 @@ def reverting(revert: Callable[[], None], stacklevel: int) -> None:
     Each warning points ``stacklevel`` frames above this function.  When ``revert`` raises, the
     warnings are still issued, but one raised as an error does not replace the exception in flight.
     """
-    outer = _DEFERRED.depth
+    nested = _reverting_now()
     failed = True
     try:
-        _DEFERRED.depth = outer + 1
+        if not nested:
+            _DEFERRED.outer = sys._getframe()
         revert()
         failed = False
     finally:
-        _DEFERRED.depth = outer  # the saved value, not a decrement: exact even if interrupted above
-        if not outer:
+        if not nested:
+            _DEFERRED.outer = None
             _issue_pending(stacklevel + 1, quiet=failed)
 
 
