@@ -185,10 +185,30 @@ def _inject(at: int, lines: list[tuple[str, int]]):
     return tracer
 
 
-PACKAGE_FILES = tuple(
-    f"inductor_knobs/{name}.py"
-    for name in ("context", "_undo", "_patching", "_scope", "gate", "interception", "plan", "knobs", "torch_compat", "_drift")
-) + tuple(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15))
+PACKAGE_FILES = (
+    tuple(
+        f"inductor_knobs/core/{name}.py"
+        for name in (
+            "context",
+            "knob_blocks",
+            "_undo",
+            "changes",
+            "asked",
+            "_patching",
+            "_scope",
+            "gate",
+            "interception",
+            "plan",
+            "knobs",
+            "torch_compat",
+            "_drift",
+        )
+    )
+    + tuple(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15))
+    + tuple(
+        f"patches/_{name}.py" for name in ("config_storage", "gate", "gemm_backends", "emulation", "process_settings", "hooks")
+    )
+)
 
 
 def _injection_points(fn) -> list[int]:
