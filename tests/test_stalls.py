@@ -13,7 +13,7 @@ import torch._dynamo
 import inductor_knobs as ik
 from inductor_knobs.core import observe, torch_compat
 from inductor_knobs.core.records import RuntimeEvent
-from inductor_knobs.serving import attribution, stalls
+from inductor_knobs.serving import attribution, sampled_profiler, signature, stalls
 
 
 class FakeAutotuner:
@@ -181,7 +181,7 @@ def test_nested_hook_events_are_counted_once():
 
 def test_after_eight_fast_new_shapes_new_shapes_are_not_profiled():
     guard = ik.no_stalls(lambda: None, on="record", baseline_ms=10.0)
-    for _ in range(stalls.QUIET_AFTER):
+    for _ in range(sampled_profiler.QUIET_AFTER):
         assert guard._wants_profile(new=True)
         guard._judge(0.005, [], None, True, True, CUDA_CALL)
     assert not guard._wants_profile(new=True)
@@ -422,13 +422,13 @@ def test_a_warm_shape_is_judged_only_when_slow_and_its_median_still_moves(monkey
 
 def test_signature_keys_tensors_by_dtype_shape_and_device_and_others_by_type():
     x = torch.ones(2, 3, dtype=torch.float16)
-    key = stalls._signature((x, 7), {"mask": x})
+    key = signature._signature((x, 7), {"mask": x})
     part = (torch.float16, (2, 3), torch.device("cpu"))
     assert key == (part, int, ("mask", part))
-    assert stalls._signature((x,), {}) == stalls._signature((torch.zeros(2, 3, dtype=torch.float16),), {})
-    assert stalls._signature((x,), {}) != stalls._signature((x.float(),), {})
-    assert stalls._describe(stalls._signature((x,), {"mask": x})) == ["torch.float16[2, 3]", "mask=torch.float16[2, 3]"]
-    assert not stalls._on_cuda(key)
+    assert signature._signature((x,), {}) == signature._signature((torch.zeros(2, 3, dtype=torch.float16),), {})
+    assert signature._signature((x,), {}) != signature._signature((x.float(),), {})
+    assert signature._describe(signature._signature((x,), {"mask": x})) == ["torch.float16[2, 3]", "mask=torch.float16[2, 3]"]
+    assert not signature._on_cuda(key)
     assert stalls._cuda_synchronize() is None or torch.cuda.is_initialized()
 
 

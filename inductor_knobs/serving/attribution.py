@@ -1,11 +1,10 @@
-"""How a slow call's time is divided among its causes: hook intervals counted once, the guard's sampled
-profiler, and TunableOp's state (what ``ik.no_stalls`` names beside torch's hooks)."""
+"""How a slow call's time is divided among its causes: hook intervals counted once, other causes summed,
+and TunableOp's state (whether a first cuBLAS call at a shape was TunableOp tuning it)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any
 
 from ..core.records import RuntimeEvent
 
@@ -25,13 +24,6 @@ def _explained(causes: list[RuntimeEvent], seconds: float) -> float:
     """Seconds of a call that its causes account for: hook intervals once (they nest), other causes summed."""
     timed = _covered(c for c in causes if c.started is not None)
     return min(seconds, timed + sum(c.seconds for c in causes if c.started is None))
-
-
-def _sampling_profiler() -> Any:
-    """The profiler the guard samples new shapes with: CPU activity and input shapes (the per-shape ops' detail)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    return profile(activities=[ProfilerActivity.CPU], record_shapes=True)
 
 
 def _tunableop_tuning() -> bool:

@@ -22,7 +22,8 @@ from ..core.recorder import Collector, ObservedBlock
 from ..core.records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
 from ..errors import AutotuneDuringServing, InvalidKnobValue
 from .buckets import suggest_buckets
-from .stalls import REACTIONS, _on_cuda, no_stalls, profiler_cost
+from .signature import _on_cuda
+from .stalls import REACTIONS, no_stalls, profiler_cost
 
 log = logging.getLogger("inductor_knobs.serving.warmup")
 
