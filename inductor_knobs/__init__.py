@@ -60,7 +60,7 @@ _PUBLIC = {
     "knobs": "core.knob_blocks",
     "knobs_report": "core.compile_backend",
     "load_compile_cache": "serving.compile_cache",
-    "no_autotune": "serving.warmup",
+    "no_autotune": "serving.autotune_guard",
     "no_stalls": "serving.stalls",
     "pad_to_bucket": "serving.buckets",
     "record_autotune": "core.recorder",
@@ -164,6 +164,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import StallDuringServing as StallDuringServing
     from .errors import StallWarning as StallWarning
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
+    from .serving.autotune_guard import no_autotune as no_autotune
     from .serving.buckets import bucket_for as bucket_for
     from .serving.buckets import pad_to_bucket as pad_to_bucket
     from .serving.buckets import suggest_buckets as suggest_buckets
@@ -174,5 +175,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .serving.stall_report import Stall as Stall
     from .serving.stall_report import StallReport as StallReport
     from .serving.stalls import no_stalls as no_stalls
-    from .serving.warmup import no_autotune as no_autotune
     from .serving.warmup import warmup as warmup

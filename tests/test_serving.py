@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 
 import inductor_knobs as ik
-from inductor_knobs.serving.warmup import AutotuneDuringServingWarning
+from inductor_knobs.serving.autotune_guard import AutotuneDuringServingWarning
 
 WEIGHT = torch.randn(4, 64, 32)
 

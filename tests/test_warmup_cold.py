@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import inductor_knobs as ik
 from inductor_knobs.core.records import RuntimeEvent
 from inductor_knobs.serving import warmup as serving
-from inductor_knobs.serving.warmup import WarmupStep
+from inductor_knobs.serving.warmup_report import WarmupStep
 
 
 def _step(index, shape, first_ms, last_ms, *kinds):
