@@ -200,6 +200,8 @@ PACKAGE_FILES = (
             "interception",
             "plan",
             "knobs",
+            "knob_values",
+            "messages",
             "torch_compat",
             "_drift",
         )

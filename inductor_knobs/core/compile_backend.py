@@ -35,7 +35,9 @@ from . import torch_compat
 from .asked import INDUCTOR_CONFIG
 from .attestation import AttestedSetting, CompileAttestation
 from .knob_blocks import KnobsContext
-from .knobs import Knobs, _unknown_message, config_key, torch_version
+from .knob_values import config_key
+from .knobs import Knobs
+from .messages import _unknown_message, torch_version
 from .plan import config_values, plan
 from .recorder import Subscription
 

@@ -69,7 +69,7 @@ from .asked import (
 )
 from .attestation import AttestedSetting, CompileAttestation
 from .changes import ConfigChange, SettingChange
-from .knobs import config_key
+from .knob_values import config_key
 from .records import current_compile_id
 from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
 from .why_not_applied import diagnose

@@ -11,7 +11,8 @@ from typing import Any
 
 from ._undo import Change
 from .context import UndoContext
-from .knobs import Knobs, torch_version
+from .knobs import Knobs
+from .messages import torch_version
 from .plan import plan
 
 

@@ -22,7 +22,8 @@ from .asked import CACHE_SALT, INDUCTOR_CONFIG, Asked, by_slot
 from .changes import ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange
-from .knobs import CONFIG_KEYS, Knobs, _unknown_message
+from .knobs import CONFIG_KEYS, Knobs
+from .messages import _unknown_message
 from .torch_settings import SETTINGS, SETTINGS_MODULE
 
 

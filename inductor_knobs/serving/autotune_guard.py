@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import warnings
 
-from ..core.knobs import torch_version
+from ..core.messages import torch_version
 from ..core.recorder import ObservedBlock
 from ..core.records import AutotuneRecord, CompileEvent
 from ..errors import AutotuneDuringServing, InvalidKnobValue

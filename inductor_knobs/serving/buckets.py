@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.knobs import torch_version
+from ..core.messages import torch_version
 from ..errors import InvalidKnobValue
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core import events
 from ..core._scope import describe_owner
-from ..core.knobs import torch_version
+from ..core.messages import torch_version
 from ..core.records import RuntimeEvent
 from ..errors import GraphCallRefused, GraphCaptureFailed, InvalidKnobValue
 

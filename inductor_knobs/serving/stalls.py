@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..core.knobs import torch_version
+from ..core.messages import torch_version
 from ..core.recorder import ObservedBlock, Subscription
 from ..core.records import AutotuneRecord, CompileEvent, RuntimeEvent
 from ..errors import InvalidKnobValue, KnobsError, StallDuringServing, StallWarning

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..core.knobs import torch_version
+from ..core.messages import torch_version
 from ..core.recorder import Collector
 from ..errors import InvalidKnobValue
 from .buckets import suggest_buckets
