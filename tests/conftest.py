@@ -142,7 +142,7 @@ class FakeClock:
     """The clocks ``ik.no_stalls`` and ``ik.warmup`` read, moved only by the test: no sleeps, no load dependence.
 
     ``wall`` stands for ``time.perf_counter`` (the guard's ``stalls._clock``, and the clock of
-    ``observe``'s timed hooks and gc callback), ``cpu`` for ``time.thread_time`` (``stalls._thread_clock``).
+    ``hook_callbacks``' timed hooks and gc callback), ``cpu`` for ``time.thread_time`` (``stalls._thread_clock``).
     """
 
     def __init__(self) -> None:
@@ -168,17 +168,17 @@ def fake_clock(monkeypatch):
     """Drive the guard's clocks (and its hooks') from a :class:`FakeClock`; the real ones are back after the test."""
     import time
 
-    from inductor_knobs.core import observe
+    from inductor_knobs.core import hook_callbacks
     from inductor_knobs.serving import stalls
 
     clock = FakeClock()
     monkeypatch.setattr(stalls, "_clock", clock.now)
     monkeypatch.setattr(stalls, "_thread_clock", clock.thread)
-    # observe reads time.perf_counter through its module global: a stand-in module whose perf_counter is the fake
+    # hook_callbacks reads time.perf_counter through its module global: a stand-in module whose perf_counter is the fake
     fake_time = types.ModuleType("time")
     fake_time.__dict__.update({k: v for k, v in vars(time).items() if not k.startswith("__")})
     fake_time.perf_counter = clock.now
-    monkeypatch.setattr(observe, "time", fake_time)
+    monkeypatch.setattr(hook_callbacks, "time", fake_time)
     return clock
 
 

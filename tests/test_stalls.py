@@ -11,7 +11,7 @@ import torch
 import torch._dynamo
 
 import inductor_knobs as ik
-from inductor_knobs.core import observe, torch_compat
+from inductor_knobs.core import hook_callbacks, observe, torch_compat
 from inductor_knobs.core.records import RuntimeEvent
 from inductor_knobs.serving import attribution, sampled_profiler, signature, stalls
 
@@ -96,7 +96,7 @@ def test_a_missing_hook_warns_and_doctor_lists_it(monkeypatch):
 def test_a_recompile_is_a_stall_named_with_dynamos_reason(fresh_inductor, monkeypatch):
     # Before min_calls a call is a stall only by its hook events: a young collection preempted on a busy
     # machine (over 1 ms of wall time) would make one of the warm calls a stall.  gc is not what this tests.
-    monkeypatch.setattr(observe, "MIN_GC_SECONDS", float("inf"))
+    monkeypatch.setattr(hook_callbacks, "MIN_GC_SECONDS", float("inf"))
     # Dynamo's compile and its guard failure are what is named: the eager backend spares a C++ build per compile.
     compiled = torch.compile(lambda x: (x @ x.T).relu(), backend="eager")
     guard = ik.no_stalls(compiled, on="record", profile="off")
@@ -118,7 +118,7 @@ def test_the_profiler_stops_when_dynamo_starts_compiling(fresh_inductor, monkeyp
 
     def spy(self):
         if getattr(self._running, "profiler", None) is not None:
-            stopped_while_compiling.append(bool(observe._THREAD.compiling))
+            stopped_while_compiling.append(bool(hook_callbacks._THREAD.compiling))
         return real_stop(self)
 
     monkeypatch.setattr(stalls.no_stalls, "_stop_profiler", spy)

@@ -28,48 +28,37 @@ leaves:
   the steady-state path: torch calls them only when it pays that cost (for the descent from 2.9 on;
   before, ``run`` calls it on every launch of a template kernel, and an event under 0.1 ms is dropped).
 
-Whether timings came from a cache is read from torch's own counter
-``counters["inductor"]["select_algorithm_autotune"]``, which torch bumps only when it benchmarks.
+This module installs and removes them (:data:`OBSERVER_HOOKS`, one :class:`HooksUse` record per
+holder); what each does when torch calls it is :mod:`inductor_knobs.core.hook_callbacks`.
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
-import threading
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import DriftWarning
-from . import events, torch_compat
+from . import torch_compat
 from ._patching import SharedPatch, resolve, wrap_attribute
 from ._undo import Change, Step, Undo
-from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, CompileEvent, RuntimeEvent, current_compile_id, finite_or_none
+from .hook_callbacks import (
+    _HOOKS,
+    _THREAD,
+    _compile_ended,
+    _compile_started,
+    _compile_wrapper,
+    _feedback_saver,
+    _gc_callback,
+    _log_results_wrapper,
+    _reasons_wrapper,
+    _timed_wrapper,
+)
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"
-#: A timed hook event shorter than this (seconds) is not a first-call cost: it is not delivered.
-MIN_EVENT_SECONDS = 1e-4
 CONVERT_FRAME = "torch._dynamo.convert_frame"
-
-
-class _ThreadState(threading.local):
-    """Facts torch reports just before the event they belong to, on the same thread."""
-
-    timing: tuple[str, float, float] | None = None  # log_results(name, elapse, precompile_elapse)
-    reasons: tuple[list[str], str | None, dict[str, str]] | None = None  # the recompile about to start
-    compiling: list[tuple[float, CompileEvent | None]] | None = None  # started compiles (start time, event)
-
-
-_THREAD = _ThreadState()
-
-
-class _Hooks:
-    """What the hooks share: the counter baseline and the saver arity of the installed torch."""
-
-    autotune_count = 0
-    arity = 0
 
 
 def _hook_steps() -> list[Step]:
@@ -102,37 +91,9 @@ def _add_gc_callback(push: Callable[[Undo], None]) -> None:
     gc.callbacks.append(_gc_callback)
 
 
-#: A collection shorter than this (seconds) is not named: young generations take microseconds.
-MIN_GC_SECONDS = 1e-3
-_GC_STARTED: list[float] = []  # the running collection's start (collections do not nest)
-
-
-def _gc_callback(phase: str, info: dict[str, Any]) -> None:
-    if phase == "start":
-        _GC_STARTED[:] = [time.perf_counter()]
-        return
-    if not _GC_STARTED:
-        return
-    started = _GC_STARTED.pop()
-    seconds = time.perf_counter() - started
-    if seconds >= MIN_GC_SECONDS and events.listeners():
-        detail = f"generation {info.get('generation')} collection, {info.get('collected')} objects freed"
-        events.publish("runtime", RuntimeEvent("python_gc", seconds, detail, started))
-
-
 def _wrap_timed(path: str, kind: str) -> Step:
-    """A step that wraps ``path`` (``module:Class.method``) to deliver a timed :class:`RuntimeEvent` of ``kind``."""
-
-    def timed(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not events.listeners():
-            return wrapped(*args, **kwargs)
-        started = time.perf_counter()
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            seconds = time.perf_counter() - started
-            if seconds >= MIN_EVENT_SECONDS:  # torch < 2.9 calls the descent hook on every template launch
-                events.publish("runtime", RuntimeEvent(kind, seconds, _what(instance, args), started))
+    """A step that wraps ``path`` (``module:Class.method``) to deliver a timed ``RuntimeEvent`` of ``kind``."""
+    timed = _timed_wrapper(kind)
 
     def step(push: Callable[[Undo], None]) -> None:
         try:
@@ -151,16 +112,6 @@ def _wrap_timed(path: str, kind: str) -> Step:
         wrap_attribute(path, timed)(push)
 
     return step
-
-
-def _what(instance: object, args: tuple[Any, ...]) -> str:
-    """The kernel a CachingAutotuner hook ran for, or the CUDA graph tree's compile id."""
-    fn = getattr(instance, "fn", None)
-    name = getattr(fn, "__name__", None) or getattr(instance, "inductor_meta", {}).get("kernel_name")
-    if name:
-        return str(name)
-    compile_id = getattr(instance, "compile_id", None)
-    return f"compile {compile_id}" if compile_id is not None else type(instance).__name__
 
 
 def runtime_hook_status() -> list[tuple[str, str, bool]]:
@@ -253,7 +204,6 @@ def _remove(items: list[Any], item: object) -> None:
             return
 
 
-_HOOKS = _Hooks()
 OBSERVER_HOOKS = SharedPatch("autotune/compile observer hooks", _hook_steps)
 
 
@@ -307,195 +257,3 @@ class HooksUse(Change):
 def hooks_installed() -> bool:
     """Whether any observer hook is installed now (for tests and ``doctor``)."""
     return OBSERVER_HOOKS.users > 0
-
-
-# -- the hooks themselves ---------------------------------------------------------------
-
-
-def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any], choices: list[Any], *rest: Any) -> None:
-    from torch._dynamo.utils import counters
-
-    count = counters["inductor"]["select_algorithm_autotune"]
-    fresh, _HOOKS.autotune_count = count > _HOOKS.autotune_count, count
-    timing, _THREAD.timing = _THREAD.timing, None
-    subscribers = events.listeners()
-    if not subscribers:
-        return
-    precompile_times = rest[1] if _HOOKS.arity >= 6 else {}  # 2.11+: (…, profiler_bench_fn, precompile_times)
-    try:
-        record = _record(timings, name, input_nodes, precompile_times, fresh, timing)
-    except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation
-        warnings.warn(f"inductor_knobs could not read an autotune result of {name}: {err!r}", DriftWarning, stacklevel=2)
-        return
-    events.deliver(subscribers, "autotune", record)
-
-
-def _log_results_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if len(args) >= 5:
-        _THREAD.timing = (str(args[0]), float(args[3]), float(args[4]))
-    return wrapped(*args, **kwargs)
-
-
-def _reasons_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    reasons = wrapped(*args, **kwargs)
-    if not kwargs.get("skip_logging"):
-        frame = args[1] if len(args) > 1 else kwargs.get("frame")
-        texts = [str(r) for r in reasons or []] or ["Dynamo found no guard-failure reason"]
-        _THREAD.reasons = (texts, *_describe_frame(frame))
-    return reasons
-
-
-def _compile_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """2.4-2.5: Dynamo's recompile reasons, read before ``_compile`` runs the start callbacks."""
-    try:
-        found = torch_compat.installed().recompile_reasons_of(wrapped, args, kwargs)
-    except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation
-        warnings.warn(f"inductor_knobs could not read Dynamo's recompile reasons: {err!r}", DriftWarning, stacklevel=2)
-        found = None
-    if found is not None:
-        reasons, frame = found
-        _THREAD.reasons = ([str(r) for r in reasons] or ["Dynamo found no guard-failure reason"], *_describe_frame(frame))
-    return wrapped(*args, **kwargs)
-
-
-def _describe_frame(frame: Any) -> tuple[str | None, dict[str, str]]:
-    """``name (file:line)`` and the tensor arguments of the frame Dynamo is about to recompile."""
-    import torch
-
-    code = getattr(frame, "f_code", None)
-    if code is None:
-        return None, {}
-    where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
-    tensors = {}
-    for name, value in list(getattr(frame, "f_locals", {}).items())[:16]:
-        # nn.Module calls reach Dynamo through a wrapper whose frame holds ``args``.
-        items = enumerate(value) if isinstance(value, (tuple, list)) else [(None, value)]
-        for index, item in list(items)[:8]:
-            if isinstance(item, torch.Tensor):
-                tensors[name if index is None else f"{name}[{index}]"] = f"{item.dtype}{list(item.shape)}"
-    return where, tensors
-
-
-def _compile_started(*args: Any) -> None:
-    recompile, _THREAD.reasons = _THREAD.reasons, None
-    subscribers = events.listeners()
-    if _THREAD.compiling is None:
-        _THREAD.compiling = []
-    if not subscribers:
-        _THREAD.compiling.append((time.perf_counter(), None))  # its end callback pops it
-        return
-    trigger = getattr(getattr(args[0], "callback_trigger", None), "name", "DYNAMO").lower() if args else "dynamo"
-    compile_id = getattr(args[0], "compile_id", None) if args else None
-    reasons, code, inputs = recompile or ([], None, {})
-    event = CompileEvent(
-        compile_id=str(compile_id) if compile_id is not None else current_compile_id(),
-        recompile=recompile is not None,
-        reasons=reasons,
-        trigger=trigger,
-        code=code,
-        inputs=inputs,
-    )
-    _THREAD.compiling.append((time.perf_counter(), event))
-    events.deliver(subscribers, "compile", event)
-
-
-def _compile_ended(*args: Any) -> None:
-    """Deliver how long the compile that just ended took (CUDA graph recordings are timed by their own hook)."""
-    if not _THREAD.compiling:
-        return
-    started, event = _THREAD.compiling.pop()
-    if event is None or event.trigger == "cudagraph_recording" or not events.listeners():
-        return
-    events.publish("runtime", RuntimeEvent("dynamo_compile", time.perf_counter() - started, event.describe(), started))
-
-
-# -- reading torch objects ------------------------------------------------------------------
-
-
-def _record(
-    timings: dict[Any, float],
-    name: str,
-    input_nodes: list[Any],
-    precompile_times: dict[Any, float],
-    fresh: bool,
-    timing: tuple[str, float, float] | None,
-) -> AutotuneRecord:
-    choices = sorted(
-        (_choice(c, t, precompile_times.get(c)) for c, t in timings.items()),
-        key=lambda c: (c.time_ms is None, c.time_ms or 0.0),
-    )
-    if not fresh:
-        seconds: tuple[float | None, float | None] = (0.0, 0.0)
-    elif timing is not None and timing[0] == name:
-        seconds = (timing[1], timing[2])
-    else:
-        seconds = (None, None)
-    return AutotuneRecord(
-        op=name,
-        shapes=[_ints_or_text(_call(n, "get_size")) for n in input_nodes],
-        shape_hints=_hints([_call(n, "get_size") for n in input_nodes]),
-        strides=[_ints_or_text(_call(n, "get_stride")) for n in input_nodes],
-        dtypes=[str(_call(n, "get_dtype")) for n in input_nodes],
-        choices=choices,
-        winner=choices[0].name if choices and choices[0].time_ms is not None else None,
-        benchmark_seconds=seconds[0],
-        precompile_seconds=seconds[1],
-        from_cache=not fresh,
-        compile_id=current_compile_id(),
-    )
-
-
-def _choice(choice: Any, time: float, precompile_seconds: float | None) -> ChoiceTiming:
-    try:
-        info = dict(choice.info_dict())
-    except Exception:  # noqa: BLE001 - a choice kind whose info_dict fails; report it without params
-        info = {}
-    backend = str(info.pop("backend", "")).lower()
-    info.pop("kernel_name", None)
-    params = {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v) for k, v in info.items()}
-    description = getattr(choice, "description", "")
-    if not params and description:
-        params = {"description": str(description)}
-    return ChoiceTiming(
-        name=str(getattr(choice, "name", choice)),
-        kind=CHOICE_KINDS.get(backend, backend or type(choice).__name__),
-        params=params,
-        time_ms=finite_or_none(time),
-        precompile_ms=None if precompile_seconds is None else 1000.0 * precompile_seconds,
-    )
-
-
-def _call(node: Any, method: str) -> Any:
-    try:
-        return getattr(node, method)()
-    except Exception:  # noqa: BLE001 - IR nodes without a layout raise assorted errors
-        return None
-
-
-def _ints_or_text(values: Any) -> list[int | str]:
-    if values is None:
-        return []
-    return [int(v) if getattr(v, "is_number", True) and _is_int(v) else str(v) for v in values]
-
-
-def _is_int(value: Any) -> bool:
-    try:
-        int(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _hints(sizes: list[Any]) -> list[list[int]] | None:
-    """Symbolic sizes as the ints torch benchmarked with.
-
-    ``SizeVarAllocator.size_hints`` (2.4–2.11) was renamed ``optimization_hints`` (2.11+).
-    """
-    try:
-        from torch._inductor.virtualized import V
-
-        sizevars = V.graph.sizevars
-        hints = getattr(sizevars, "optimization_hints", None) or getattr(sizevars, "size_hints")  # noqa: B009
-        return [[int(h) for h in hints(s)] if s is not None else [] for s in sizes]
-    except Exception:  # noqa: BLE001 - outside a graph, or a size without a hint
-        return None

@@ -1,4 +1,5 @@
-"""What autotuning and compilation did: plain data, built from torch objects by :mod:`.observe`.
+"""What autotuning and compilation did: plain data, built from torch objects by :mod:`.autotune_reader`
+and :mod:`.hook_callbacks`.
 
 ``AutotuneRecord`` is one autotuned op (one ``AlgorithmSelectorCache.__call__`` that reached
 the feedback savers); ``CompileEvent`` is one Dynamo compilation (first compile, recompile or
