@@ -118,6 +118,20 @@ class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
 
 
+class PipCutlassUnavailable(KnobsError, RuntimeError):
+    """CUTLASS cannot come from ``nvidia-cutlass``: not installed, incomplete, shadowed, or its cache is unsafe.
+
+    Planning knobs that ask for CUTLASS turns it into :class:`InvalidKnobValue`; ``doctor`` reports it.
+
+    Attributes:
+        missing (bool): True when the distribution is simply not installed (the fix is to install it).
+    """
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 class KnobNotAppliedWarning(KnobsWarning):
     """``on_mismatch="warn"``: a knob did not take effect in a compile (see :class:`KnobNotApplied`)."""
 

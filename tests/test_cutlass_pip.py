@@ -24,13 +24,13 @@ from conftest import inside_compile
 
 import inductor_knobs as ik
 from inductor_knobs import doctor
-from inductor_knobs.core import cutlass_pip, torch_compat
+from inductor_knobs.core import cutlass_cache, cutlass_pip, torch_compat
 from inductor_knobs.core._safe_paths import unsafe_directories
 from inductor_knobs.core.changes import ConfigChange
 from inductor_knobs.core.knobs import Knobs
 from inductor_knobs.core.plan import plan
 from inductor_knobs.core.torch_compat import release_of
-from inductor_knobs.errors import InvalidKnobValue
+from inductor_knobs.errors import InvalidKnobValue, PipCutlassUnavailable
 
 VERSION = "4.2.0.0"
 HINT = "pip install 'inductor-knobs[cutlass]'"
@@ -141,20 +141,20 @@ def test_reuse_rechecks_every_link(fake_wheel, cache_home, tmp_path):
     elsewhere.mkdir()
     (directory / "python" / "pycute").unlink()
     (directory / "python" / "pycute").symlink_to(elsewhere)
-    with pytest.raises(cutlass_pip.PipCutlassUnavailable, match=r"python/pycute points to .*elsewhere"):
+    with pytest.raises(PipCutlassUnavailable, match=r"python/pycute points to .*elsewhere"):
         cutlass_pip.resolve()
     (directory / "python" / "pycute").unlink()
     (directory / "python" / "pycute").symlink_to(fake_wheel / "pycute")
     assert cutlass_pip.resolve().ready
     (directory / "extra").write_text("")
-    with pytest.raises(cutlass_pip.PipCutlassUnavailable, match=r"unexpected entries \['extra'\]"):
+    with pytest.raises(PipCutlassUnavailable, match=r"unexpected entries \['extra'\]"):
         cutlass_pip.resolve()
 
 
 def test_losing_the_creation_race_uses_the_winners_directory(fake_wheel, cache_home, monkeypatch):
     first = cutlass_pip.resolve()
     # As if another process renamed its directory into place between our look and our rename.
-    monkeypatch.setattr(cutlass_pip, "_exists", lambda name, root_fd: False)
+    monkeypatch.setattr(cutlass_pip, "_exists", lambda name, root_fd: False)  # resolve looks it up in cutlass_pip
     assert cutlass_pip.resolve() == first
     assert not [p for p in Path(first.directory).parent.iterdir() if p.name.startswith(".")]
 
@@ -164,11 +164,11 @@ def test_incomplete_or_shadowed_wheel_is_refused(fake_wheel, cache_home, tmp_pat
     (other / "cutlass_library").mkdir(parents=True)
     (other / "cutlass_library" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(other))
-    with pytest.raises(cutlass_pip.PipCutlassUnavailable, match=r"cutlass_library imports from .*other"):
+    with pytest.raises(PipCutlassUnavailable, match=r"cutlass_library imports from .*other"):
         cutlass_pip.resolve()
     monkeypatch.syspath_prepend(str(fake_wheel))
     (fake_wheel / "cutlass_cppgen" / "__init__.py").unlink()
-    with pytest.raises(cutlass_pip.PipCutlassUnavailable, match=r"lacks cutlass_cppgen"):
+    with pytest.raises(PipCutlassUnavailable, match=r"lacks cutlass_cppgen"):
         cutlass_pip.resolve()
 
 
@@ -300,7 +300,7 @@ def test_file_system_errors_become_knob_errors(cfg, key, fake_wheel, cache_home,
     def denied(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(cutlass_pip, "_make_private_dirs", denied)
+    monkeypatch.setattr(cutlass_cache, "_make_private_dirs", denied)  # looked up by cutlass_cache._open_root
     refused(cfg, key, "cannot make or check the CUTLASS cache")
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, UnknownKnob
+from ..errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, PipCutlassUnavailable, UnknownKnob
 from ..patches.torch_2_4 import TorchPatches
 from . import torch_compat
 from ._undo import Change
@@ -257,7 +257,7 @@ def _cutlass_from_pip(
 
     Raises:
         InvalidKnobValue: ``explicit``, or CUTLASS cannot come from ``nvidia-cutlass`` (not installed,
-            incomplete, shadowed, or an unsafe cache: :class:`~inductor_knobs.core.cutlass_pip.PipCutlassUnavailable`
+            incomplete, shadowed, or an unsafe cache: :class:`~inductor_knobs.errors.PipCutlassUnavailable`
             is the cause); the message says how to install it or point ``key`` at a checkout.
     """
     from . import cutlass_pip
@@ -276,7 +276,7 @@ def _cutlass_from_pip(
         )
     try:
         found = cutlass_pip.resolve()
-    except cutlass_pip.PipCutlassUnavailable as err:
+    except PipCutlassUnavailable as err:
         # Not installed: say how to install it.  Installed but unusable: ``err`` says how to fix that.
         fix = (
             f"Fix: {cutlass_pip.INSTALL_HINT} (inductor_knobs then points {key} at a directory of links to it), or"
