@@ -53,7 +53,7 @@ import triton.language as tl
 from triton.testing import do_bench
 
 import inductor_knobs as ik
-from inductor_knobs.emulation.emulate import physical_properties
+from inductor_knobs.emulation.sm_view import physical_properties
 
 MODE = "max-autotune-no-cudagraphs"
 REFERENCE_TOKENS = (560, 1024, 2048)

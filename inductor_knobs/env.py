@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from .core._undo import Undo, apply_all, revert_all
 from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
 from .core.plan import plan
-from .emulation.emulate import EmulationSpec, plan_emulation, spec_from_text
+from .emulation.emulate import EmulationSpec, spec_from_text
+from .emulation.plan import plan_emulation
 from .errors import InvalidKnobValue, KnobsError, KnobsWarning, StaleConfigHashWarning
 
 DISABLE_VAR = ENV_PREFIX + "DISABLE"

@@ -110,12 +110,12 @@ def release_held_locks() -> list[str]:
     calls the lock's ``__exit__``; no Python code can run a handler there.
     """
     from inductor_knobs.core import gate, interception, observe
-    from inductor_knobs.emulation import emulate
+    from inductor_knobs.emulation import sm_view
 
     locks = {
         "gate": gate.GATE_PATCH.lock,
         "interception": interception.INTERCEPTION.lock,
-        "sm view": emulate.SM_VIEW_PATCH.lock,
+        "sm view": sm_view.SM_VIEW_PATCH.lock,
         "observers": observe.OBSERVER_HOOKS.lock,
     }
     held = []

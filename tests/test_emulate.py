@@ -28,7 +28,8 @@ from inductor_knobs.ablation import command
 from inductor_knobs.core import torch_compat
 from inductor_knobs.core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
 from inductor_knobs.core.recorder import Subscription
-from inductor_knobs.emulation import emulate
+from inductor_knobs.emulation import green_context, sm_view
+from inductor_knobs.emulation import plan as emulation_plan
 from inductor_knobs.emulation.emulate import EmulationSpec, resolve_spec
 from inductor_knobs.emulation.gpu_presets import PRESETS, find_preset
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
@@ -57,7 +58,7 @@ ERA_SKIP = f"the 2.14/2.15 era fakes need torch >= 2.12's config storage; torch 
 PHYSICAL_SMS = 132
 PHYSICAL_SMEM = 232448
 #: The real green_stream, before any fixture replaces it.
-REAL_GREEN_STREAM = emulate.green_stream
+REAL_GREEN_STREAM = green_context.green_stream
 
 HYPOTHESIS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
@@ -108,7 +109,7 @@ def assert_unchanged(before: dict[str, Any]) -> None:
     for key in before:
         if key not in IDENTITY_KEYS:
             assert after[key] == before[key], f"{key}: {before[key]!r} -> {after[key]!r}"
-    assert emulate.active_spec() is None
+    assert sm_view.active_spec() is None
 
 
 # -- 1. presets -----------------------------------------------------------------------------------
@@ -276,9 +277,9 @@ def test_constructing_imports_no_torch():
 def no_cuda(monkeypatch):
     """This machine has no GPU; make that explicit so the tests hold on a GPU machine too."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert emulate.active_spec() is None
+    assert sm_view.active_spec() is None
     yield
-    assert emulate.active_spec() is None
+    assert sm_view.active_spec() is None
 
 
 @needs_green_streams
@@ -403,20 +404,20 @@ def fake_cuda(monkeypatch):
         state.set_streams.append(stream)
         state.current = stream
 
-    assert emulate.active_spec() is None
+    assert sm_view.active_spec() is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", get_device_properties)
     monkeypatch.setattr(CudaInterface, "get_device_properties", staticmethod(get_device_properties))
     monkeypatch.setattr(CudaInterface, "get_compute_capability", staticmethod(lambda device=None: 90))
-    monkeypatch.setattr(emulate, "green_stream", green_stream)
+    monkeypatch.setattr(emulation_plan, "green_stream", green_stream)  # looked up by plan_emulation
     monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
     monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
     clear_sm_caches()
     yield state
     clear_sm_caches()
-    assert emulate.active_spec() is None, "a test left an emulation active"
+    assert sm_view.active_spec() is None, "a test left an emulation active"
 
 
 def sms_seen() -> dict[str, int]:
@@ -459,8 +460,8 @@ def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda, monke
         props = torch.cuda.get_device_properties(0)
         assert props.shared_memory_per_block_optin == PHYSICAL_SMEM  # not emulated: the real GPU's
         assert props.name == "Fake H200" and props.major == 9
-        assert emulate.physical_properties(0).multi_processor_count == PHYSICAL_SMS
-        assert emulate.active_spec() == EmulationSpec(40, None, None, 0)
+        assert sm_view.physical_properties(0).multi_processor_count == PHYSICAL_SMS
+        assert sm_view.active_spec() == EmulationSpec(40, None, None, 0)
         # the stream
         assert fake_cuda.current is fake_cuda.green[40]
         assert fake_cuda.green[40].waited_on == [fake_cuda.default_stream]
@@ -541,7 +542,7 @@ def test_same_spec_nests_and_stays_until_the_outer_exits(fake_cuda):
         assert inductor_utils.is_big_gpu(0) is False
         assert compiler_config.cache_key_tag == tag
         assert fake_cuda.current is fake_cuda.green[40]
-        assert emulate.active_spec() is not None
+        assert sm_view.active_spec() is not None
         with outer:  # the same object re-entered (a recursive decorated function)
             assert sms_seen() == all_equal(40)
         assert sms_seen() == all_equal(40)
@@ -696,7 +697,7 @@ def test_green_stream_is_cached_and_reports_the_granted_sms(fake_cuda, monkeypat
             return self.stream
 
     monkeypatch.setattr(torch.cuda, "GreenContext", FakeGreenContext)
-    monkeypatch.setattr(emulate, "_GREEN", {})
+    monkeypatch.setattr(green_context, "_GREEN", {})
     first = REAL_GREEN_STREAM(0, 40)
     assert first[1] == 42 and first[0].name == "driver-40"
     assert REAL_GREEN_STREAM(0, 40) == first
@@ -714,14 +715,14 @@ def test_driver_refusal_is_unavailable(fake_cuda, monkeypatch):
             raise AssertionError
 
     monkeypatch.setattr(torch.cuda, "GreenContext", RefusingGreenContext)
-    monkeypatch.setattr(emulate, "_GREEN", {})
-    monkeypatch.setattr(emulate, "green_stream", REAL_GREEN_STREAM)
+    monkeypatch.setattr(green_context, "_GREEN", {})
+    monkeypatch.setattr(emulation_plan, "green_stream", REAL_GREEN_STREAM)
     before = torch_state()
     with pytest.raises(EmulationUnavailable, match=r"refused a green context on cuda:0.*INVALID_RESOURCE") as info:
         with ik.emulate_gpu(sms=40):
             pytest.fail("entered")  # pragma: no cover
     assert torch.__version__ in str(info.value)
-    assert emulate._GREEN == {}
+    assert green_context._GREEN == {}
     assert fake_cuda.set_streams == []
     assert_unchanged(before)
 
@@ -881,8 +882,8 @@ def green_era(request, fake_cuda, monkeypatch):
     monkeypatch.setattr(torch_compat, "installed", lambda strict=True: era)
     monkeypatch.setattr(torch.cuda, "GreenContext", green_class, raising=False)
     monkeypatch.setattr(green_class, "made", [])
-    monkeypatch.setattr(emulate, "_GREEN", {})
-    monkeypatch.setattr(emulate, "green_stream", REAL_GREEN_STREAM)
+    monkeypatch.setattr(green_context, "_GREEN", {})
+    monkeypatch.setattr(emulation_plan, "green_stream", REAL_GREEN_STREAM)
     # 2.14 cannot say what it granted: emulation asks the driver (cuda-python), faked here
     driver_calls: list[tuple[int, int]] = []
 
@@ -908,7 +909,7 @@ def test_each_era_confines_to_its_green_stream_and_reverts_exactly(green_era, fa
             assert sms_seen() == all_equal(40)
             assert inductor_utils.is_big_gpu(0) is False
             assert emu.granted_sms == 40
-            assert emulate._GREEN[(0, 40)][0] is context  # kept alive: 2.14+ __del__ destroys its streams
+            assert green_context._GREEN[(0, 40)][0] is context  # kept alive: 2.14+ __del__ destroys its streams
     assert fake_cuda.set_streams == [emu.stream, fake_cuda.default_stream]
     assert fake_cuda.current is fake_cuda.default_stream
     assert fake_cuda.default_stream.waited_on == [emu.stream]
@@ -935,7 +936,7 @@ def test_each_era_reports_a_driver_refusal(green_era, fake_cuda, monkeypatch):
         with ik.emulate_gpu(sms=40):
             pytest.fail("entered")  # pragma: no cover
     assert torch.__version__ in str(info.value)
-    assert emulate._GREEN == {} and fake_cuda.set_streams == []
+    assert green_context._GREEN == {} and fake_cuda.set_streams == []
     assert_unchanged(before)
 
 
@@ -995,7 +996,7 @@ def test_green_stream_without_cuda_bindings_reports_no_granted_count(fake_cuda, 
     monkeypatch.setattr(torch_compat, "installed", lambda strict=True: era)
     monkeypatch.setattr(torch.cuda, "GreenContext", Fake214GreenContext, raising=False)
     monkeypatch.setattr(Fake214GreenContext, "made", [])
-    monkeypatch.setattr(emulate, "_GREEN", {})
+    monkeypatch.setattr(green_context, "_GREEN", {})
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # import fails like a missing package
     stream, granted = REAL_GREEN_STREAM(0, 40)
     assert granted is None and stream is Fake214GreenContext.made[0].streams[0]

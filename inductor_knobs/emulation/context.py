@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from ..core._undo import Change
 from ..core.context import UndoContext
-from .emulate import Emulation, EmulationSpec, plan_emulation, resolve_spec
+from .emulate import Emulation, EmulationSpec, resolve_spec
+from .plan import plan_emulation
 
 
 class EmulateGpuContext(UndoContext):
     """Emulates a smaller GPU on enter (returning an :class:`~inductor_knobs.emulation.emulate.Emulation`).
 
     Raises (on enter):
-        The errors of :func:`inductor_knobs.emulation.emulate.plan_emulation`; nothing stays applied.
+        The errors of :func:`inductor_knobs.emulation.plan.plan_emulation`; nothing stays applied.
     """
 
     def __init__(self, spec: EmulationSpec) -> None:

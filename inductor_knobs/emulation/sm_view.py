@@ -1,0 +1,158 @@
+"""What Inductor sees: the CUDA device-property getters report the emulated SM count (and shared memory).
+
+The getters the patch modules list per torch release (``device_property_getters``) are wrapped while
+any emulation is active (:data:`SM_VIEW_PATCH`, installed for the first user and restored by identity
+after the last), and the caches that hold an SM count read earlier (``sm_count_caches``,
+``device_properties_dict_cache``) are emptied on enter and on exit.  The view is process-wide, so two
+emulations of different GPUs at once are refused (:func:`check_no_conflict`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+
+from ..core import torch_compat
+from ..core._patching import SharedPatch, resolve, wrap_attribute
+from ..core._undo import Change
+from ..errors import EmulationConflict
+from ..patches.torch_2_4 import TorchPatches
+from .emulate import EmulationSpec
+
+if TYPE_CHECKING:
+    import torch
+
+
+class EmulatedDeviceProperties(wrapt.ObjectProxy):  # type: ignore[misc]
+    """``torch.cuda.get_device_properties(i)`` with the emulated SM count and shared memory per block."""
+
+    def __init__(self, wrapped: Any, spec: EmulationSpec) -> None:
+        super().__init__(wrapped)
+        self._self_spec = spec
+
+    @property
+    def multi_processor_count(self) -> int:
+        return self._self_spec.sms
+
+    @property
+    def shared_memory_per_block_optin(self) -> int:
+        limit = self._self_spec.shared_memory_per_block
+        return limit if limit is not None else self.__wrapped__.shared_memory_per_block_optin
+
+    @property
+    def shared_memory_per_block(self) -> int:
+        limit = self._self_spec.shared_memory_per_block
+        real = self.__wrapped__.shared_memory_per_block
+        return min(real, limit) if limit is not None else real
+
+    def __repr__(self) -> str:
+        return f"<emulated {self._self_spec.label()} on {self.__wrapped__!r}>"
+
+
+class _SmView:
+    """Process-wide state of the SM view: the spec Inductor sees while the getters are wrapped."""
+
+    def __init__(self) -> None:
+        self.spec: EmulationSpec | None = None
+        self.original_getter: Any = None
+
+    def original_properties(self, device_index: int) -> Any:
+        """The real device properties, whether or not the view is installed."""
+        import torch
+
+        getter = self.original_getter if SM_VIEW_PATCH.users else torch.cuda.get_device_properties
+        return getter(device_index)
+
+
+_VIEW = _SmView()
+
+
+def active_spec() -> EmulationSpec | None:
+    """The emulation Inductor sees now (process-wide), or None."""
+    return _VIEW.spec
+
+
+def _properties_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    props = wrapped(*args, **kwargs)
+    spec = _VIEW.spec
+    if spec is None:
+        return props
+    from torch.cuda._utils import _get_device_index
+
+    device = args[0] if args else kwargs.get("device")
+    if _get_device_index(device, optional=True) != spec.device_index:
+        return props
+    return EmulatedDeviceProperties(props, spec)
+
+
+def _remember_getter(original: Any, _wrapper: Any) -> None:
+    # The first getter the patch module lists is torch.cuda.get_device_properties (the others are bound to it).
+    if _VIEW.original_getter is None:
+        _VIEW.original_getter = original
+
+
+def _view_steps() -> list[Any]:
+    patches = torch_compat.installed(strict=False)
+    return [wrap_attribute(path, _properties_wrapper, on_install=_remember_getter) for path in patches.device_property_getters]
+
+
+SM_VIEW_PATCH = SharedPatch("CUDA device-property getters (emulated SM view)", _view_steps)
+
+
+def _clear_sm_caches(patches: TorchPatches) -> None:
+    for path in patches.sm_count_caches:
+        owner, name = resolve(path)
+        getattr(owner, name).cache_clear()
+    owner, name = resolve(patches.device_properties_dict_cache)
+    getattr(owner, name).pop("cuda", None)
+
+
+class SmViewChange(Change):
+    """Undo record: Inductor sees ``spec``'s SM count (and shared memory per block) on its device.
+
+    The first user wraps the property getters (:data:`SM_VIEW_PATCH`); the last one puts the
+    original objects back by identity.  Both ends empty the caches of SM counts read earlier.
+    """
+
+    def __init__(self, patches: TorchPatches, spec: EmulationSpec) -> None:
+        self.patches = patches
+        self.spec = spec
+        self.description = f"Inductor sees cuda:{spec.device_index} as {spec.label()}"
+
+    def apply(self) -> None:
+        with SM_VIEW_PATCH.lock:
+            check_no_conflict(self.spec)
+            SM_VIEW_PATCH.acquire(self)
+            _VIEW.spec = self.spec
+            _clear_sm_caches(self.patches)
+
+    def revert(self) -> None:
+        with SM_VIEW_PATCH.lock:
+            try:
+                SM_VIEW_PATCH.release(self)
+                if not SM_VIEW_PATCH.users:
+                    _VIEW.spec = None
+            finally:
+                if not SM_VIEW_PATCH.users:
+                    _VIEW.original_getter = None
+                _clear_sm_caches(self.patches)
+
+
+def check_no_conflict(spec: EmulationSpec) -> None:
+    """Refuse a second, different emulation while one is active.
+
+    Raises:
+        EmulationConflict: another emulation is active with other values.
+    """
+    active = _VIEW.spec if SM_VIEW_PATCH.users else None
+    if active is not None and active != spec:
+        raise EmulationConflict(
+            f"emulate_gpu({spec.label()}) while emulate_gpu({active.label()}) is active on cuda:{active.device_index}: "
+            "Inductor sees one GPU per process at a time; leave the first emulation (or emulate the same GPU) first"
+        )
+
+
+def physical_properties(device_index: int = 0) -> torch.cuda._CudaDeviceProperties:  # type: ignore[name-defined]
+    """The real GPU's properties, even inside an emulation (for reports and benchmarks)."""
+    return _VIEW.original_properties(device_index)
