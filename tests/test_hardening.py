@@ -198,6 +198,7 @@ PACKAGE_FILES = (
             "_scope",
             "gate",
             "interception",
+            "attest",
             "plan",
             "knobs",
             "knob_values",

@@ -71,7 +71,7 @@ class KnobsReport:
             block, ``INDUCTOR_KNOBS_*``) set a key differently, ``attestations`` say so: the
             setting's ``source`` names the winner and ``overrode`` the mode/options value that lost.
         knobs: the merged :class:`Knobs` (the user's knobs plus the mode's and options' keys).
-        attestations: one :class:`~inductor_knobs.core.interception.CompileAttestation` per graph
+        attestations: one :class:`~inductor_knobs.core.attestation.CompileAttestation` per graph
             Inductor compiled so far (forward, backward, each recompile), read inside the compile:
             what the interception attests (every asked value), plus each key of ``settings`` it
             did not attest, read inside the same graph's compile.

@@ -6,7 +6,7 @@ savers, the compile interception's attestation, timing wrappers of first-call co
 :func:`publish` with one event: an :class:`~inductor_knobs.core.records.AutotuneRecord` (``"autotune"``),
 a :class:`~inductor_knobs.core.records.CompileEvent` (``"compile"``), a
 :class:`~inductor_knobs.core.records.RuntimeEvent` (``"runtime"``) or a
-:class:`~inductor_knobs.core.interception.CompileAttestation` (``"attestation"``).  It reaches each
+:class:`~inductor_knobs.core.attestation.CompileAttestation` (``"attestation"``).  It reaches each
 live consumer that has a method ``on_<kind>``.
 
 Consumers are live while a :class:`Subscribe` undo record holds them: a recorder's or guard's

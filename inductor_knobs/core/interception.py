@@ -26,8 +26,9 @@ The wrapper also wraps ``inner_compile`` (Inductor's
 - re-applies what was asked at the start of this compile if it no longer holds (a backward
   compiled after the block exited keeps the block's knobs, the gate override and cache salt
   included), and
-- **attests**: reads every asked key *inside the compile* and the gate verdict per CUDA device
-  of the graph, records a :class:`CompileAttestation` for listeners (``ik.record_compiles``,
+- **attests** (:mod:`inductor_knobs.core.attest`): reads every asked key *inside the compile* and the
+  gate verdict per CUDA device of the graph, records a
+  :class:`~inductor_knobs.core.attestation.CompileAttestation` for listeners (``ik.record_compiles``,
   ``ik.record_autotune``, ``ik.compile(...).knobs_report()``, the ablation worker) and raises
   :class:`~inductor_knobs.errors.KnobNotApplied` (or warns, with ``on_mismatch="warn"``) for a
   value that did not take effect, naming its cause: a forcing env var, a torch 2.15 config
@@ -49,10 +50,8 @@ import inspect
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import KnobNotApplied, KnobNotAppliedWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from ._patching import SharedPatch, wrap_attribute
@@ -67,38 +66,12 @@ from .asked import (
     _merge,
     effective_asked,
 )
-from .attestation import AttestedSetting, CompileAttestation
+from .attest import _attest, _attest_cache_hit, _enforce, _Snapshot
 from .changes import ConfigChange, SettingChange
 from .knob_values import config_key
-from .records import current_compile_id
-from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
-from .why_not_applied import diagnose
+from .torch_settings import SETTINGS_MODULE, read_setting, setting_matches
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
-# -- the interception --------------------------------------------------------------------------
-
-
-@dataclass
-class _Snapshot:
-    """What was asked when Inductor started compiling one graph (for its inner compiles).
-
-    ``asked`` has the cache salt as config values (:func:`_with_salt`); ``requested`` is what this
-    thread asked before that (its salt as tags), to tell whether a later inner compile is still
-    under the same blocks.
-    """
-
-    patches: TorchPatches
-    asked: dict[tuple[str, str], Asked]
-    override: gate.Override | None
-    overrode: dict[str, Any]
-    #: The compile-event scope marks when the compile started: its lazily compiled backward publishes
-    #: under them, and its attestations go to the consumers that heard the start (``addressed``).
-    marks: frozenset[int]
-    addressed: tuple[events.Subscriber, ...]
-    signature: inspect.Signature | None = field(default=None)
-    requested: Mapping[tuple[str, str], Asked] | None = field(default=None)
-    #: Inner compiles attested so far (none when AOTAutograd's cache served the compile).
-    attested: int = 0
 
 
 class _Depth(threading.local):
@@ -178,18 +151,6 @@ def _cache_hits(group: str, name: str) -> int:
     from torch._dynamo.utils import counters
 
     return int(counters[group][name])
-
-
-def _attest_cache_hit(snapshot: _Snapshot, config_patches: Mapping[str, Any], args: tuple[Any, ...]) -> None:
-    """Attest a compile that AOTAutograd's cache served whole (no inner compile ran).
-
-    The values are read under the same ``config.patch(config_patches)`` that ``compile_fx`` applied
-    when it computed the cache key, so they are what the cached artifact was built with.
-    """
-    cfg = importlib.import_module(INDUCTOR_CONFIG)
-    with cfg.patch(dict(config_patches)):
-        attestation = dataclasses.replace(_attest(snapshot, args, {}), graph="cached", cache="aot_autograd")
-    _deliver(snapshot, attestation)
 
 
 def _with_salt(patches: TorchPatches, asked: dict[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
@@ -306,85 +267,6 @@ def _config_changes(snapshot: _Snapshot, *, outside_inductor: bool) -> list[Any]
             if patches.read_value(cfg, key) != asked.value:
                 changes.append(ConfigChange(patches, [(cfg, key, asked.value)]))
     return changes
-
-
-def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompileAttestation:
-    patches = snapshot.patches
-    settings = []
-    for (module, key), asked in sorted(snapshot.asked.items()):
-        if module == SETTINGS_MODULE:  # a process-global torch setting (SDPA backends, TunableOp)
-            seen = read_setting(patches, key)
-            matched = setting_matches(patches, key, seen, asked.value)
-            cause = None if matched else f"other code set it after the knobs did ({SETTINGS[key].what})"
-        else:
-            cfg = importlib.import_module(module)
-            seen = patches.read_value(cfg, key)
-            cause = None if _same(seen, asked.value) else diagnose(patches, cfg, key)
-        settings.append(AttestedSetting(asked.label, asked.value, seen, asked.source, snapshot.overrode.get(key), cause))
-    verdicts: list[gate.Verdict] = []
-    problem = None
-    if snapshot.override is not None:
-        problem = _gate_problem()
-        if problem is None:
-            verdicts = [gate.verdict(d, snapshot.override) for d in _cuda_devices(args, kwargs)]
-    graph = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
-    return CompileAttestation(current_compile_id(), graph, tuple(settings), tuple(verdicts), problem)
-
-
-def _same(a: Any, b: Any) -> bool:
-    return (type(a) is type(b) and a == b) or (isinstance(a, (int, float)) and not isinstance(a, bool) and a == b)
-
-
-def _deliver(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
-    """Publish ``attestation`` to the consumers the compile addressed, then enforce it."""
-    events.deliver(snapshot.addressed, "attestation", attestation)
-    _enforce(snapshot, attestation)
-
-
-def _enforce(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
-    """Warn or raise :class:`KnobNotApplied` (by each value's policy) for what did not take effect.
-
-    A compile about to raise still publishes its attestation first, so recorders see the mismatch.
-    """
-    messages = [
-        (
-            snapshot.asked[_slot(snapshot, s.key)].on_mismatch,
-            f"{s.key}={s.asked!r} (from {s.source}) did not take effect: Inductor compiled this {attestation.graph} graph "
-            f"with {s.key}={s.compiled_with!r}, because {s.cause}",
-        )
-        for s in attestation.mismatches
-    ]
-    if attestation.gate_problem is not None:
-        messages.append(("raise", f"the is_big_gpu override did not take effect: {attestation.gate_problem}"))
-    for policy, message in messages:
-        if policy == "warn":
-            warnings.warn(message, KnobNotAppliedWarning, stacklevel=3)
-    errors = [m for p, m in messages if p == "raise"]
-    if errors:
-        if attestation.cache is None:
-            events.deliver(snapshot.addressed, "attestation", attestation)
-        raise KnobNotApplied("; ".join(errors) + ". Fix the cause, leave the knob out, or pass on_mismatch='warn'")
-
-
-def _slot(snapshot: _Snapshot, label: str) -> tuple[str, str]:
-    return next(slot for slot, a in snapshot.asked.items() if a.label == label)
-
-
-def _gate_problem() -> str | None:
-    utils = importlib.import_module(gate.GATE_MODULE)
-    found = getattr(utils, gate.GATE_NAME, None)
-    wrapper = gate.installed_wrapper()
-    if wrapper is None or found is wrapper:
-        return None
-    return f"{gate.GATE_MODULE}.{gate.GATE_NAME} is {found!r}, not inductor_knobs' wrapper (something replaced it)"
-
-
-def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    import torch
-
-    inputs = args[1] if len(args) > 1 else kwargs.get("example_inputs", ())
-    devices = {t.device for t in inputs or () if isinstance(t, torch.Tensor) and t.device.type == "cuda"}
-    return sorted(devices, key=str)
 
 
 # No sweep of other modules: torch reaches compile_fx through the module attribute at call time

@@ -182,7 +182,7 @@ class record_autotune(Collector):
 class record_compiles(Collector):
     """Collect what every Inductor compile in this thread (and its tasks) compiled with.
 
-    ``attestations`` holds one :class:`~inductor_knobs.core.interception.CompileAttestation` per
+    ``attestations`` holds one :class:`~inductor_knobs.core.attestation.CompileAttestation` per
     graph (forward, backward, inference; every recompile): each value inductor_knobs asked for
     as read *inside* Inductor's compile, where it came from, and the ``is_big_gpu`` verdict per
     CUDA device; ``compiles`` holds Dynamo's compile events with their recompile reasons.  A
