@@ -326,7 +326,8 @@ def test_a_thread_that_compiled_gives_the_stale_hash_warning(patches, fresh_indu
 STARTUP_PROBE = r"""
 import threading, warnings, json
 release = threading.Event()
-idle = threading.Thread(target=release.wait, name="idle-worker"); idle.start()
+# daemon: a failed import must end the probe, not leave it waiting for this thread
+idle = threading.Thread(target=release.wait, name="idle-worker", daemon=True); idle.start()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import torch, torch._inductor.compile_fx  # the startup hook activates here, with another thread alive
