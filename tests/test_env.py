@@ -169,7 +169,9 @@ def test_explicit_activation_names_the_variable_and_the_way_out():
 
 
 @needs_install
-@settings(max_examples=6, deadline=None)
+# Each example is a fresh interpreter (about 8 CPU-seconds); the same rules are fuzzed in-process with many
+# more examples in test_hardening.test_fuzzed_env_applies_all_or_nothing.
+@settings(max_examples=3, deadline=None)
 @given(
     env=st.dictionaries(
         st.sampled_from(
