@@ -132,6 +132,11 @@ class PipCutlassUnavailable(KnobsError, RuntimeError):
         self.missing = missing
 
 
+class SlurmSubmitFailed(KnobsError, RuntimeError):
+    """``ablate --executor slurm``: ``sbatch`` refused the ablation's jobs (no partition, no account, a bad
+    option, slurmctld unreachable); nothing was submitted."""
+
+
 class KnobNotAppliedWarning(KnobsWarning):
     """``on_mismatch="warn"``: a knob did not take effect in a compile (see :class:`KnobNotApplied`)."""
 

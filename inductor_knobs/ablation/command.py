@@ -1,10 +1,17 @@
 """``inductor-knobs ablate``: arguments, validation before any arm runs, and output.
 
 Every check (workload and its extra, arms, ``--repeats``, GPUs, ``--out``, ``--plot``'s matplotlib,
-the files of ``--compare`` and ``--merge``) happens before the first worker starts, and nothing is
-written into ``--out`` until the runs are done.  SIGINT and
-SIGTERM stop the workers, keep the finished runs (``results.json`` with ``"partial": true``) and
-exit 130 / 143 with one line.
+the files of ``--compare`` and ``--merge``, ``--executor`` and its Slurm options, submitit, ``--resume``'s
+plan) happens before the first worker starts or the first Slurm job is submitted.  While the runs go,
+only ``<out>/runs/`` is written (each run's record as it finishes, see :mod:`.store`; ``<out>/slurm/``
+holds the Slurm jobs' files); the results files come at the end.  SIGINT and SIGTERM stop the workers
+(or cancel the Slurm jobs), keep the finished runs (``results.json`` with ``"partial": true``) and exit
+130 / 143 with one line.
+
+**Executors** (``--executor``): ``local`` (the default) runs the workers here; ``slurm`` submits one
+Slurm job per run (:mod:`.slurm`).  Both call the same job function, and the records, results.json
+and the report are the same.  **Resuming** (``--resume``): the same command on the same ``--out`` runs
+only the runs that have no record there or a failed one (:mod:`.store` has the rule).
 
 **The main job** (no ``--arm``, ``--grid`` or ``--config``) asks "does forcing the SM gate help a real
 model on a small GPU, and what does it cost to compile?".  On a GPU: a randomly initialised
@@ -57,7 +64,7 @@ from typing import Any
 from ..emulation.emulate import EmulationSpec, spec_from_text
 from ..emulation.gpu_presets import PRESETS
 from ..errors import InvalidKnobValue
-from . import report, runner, spec, stats, workloads
+from . import report, runner, slurm, spec, stats, store, workloads
 from .runner import Interrupted, Plan, execute
 
 DEFAULT_WORKLOAD = "gemm_mlp"
@@ -129,6 +136,39 @@ def add_parser(sub: Any) -> None:
         f"min({MAX_MAIN_JOB_PARALLEL}, CPUs / {CPUS_PER_PARALLEL_WORKER}))",
     )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per arm process (default 900)")
+    p.add_argument(
+        "--executor",
+        help="where each run's process runs: local (default; here, one worker per GPU at a time) or slurm (one "
+        "Slurm job per run, submitted with submitit as a job array; needs --out and pip install 'inductor-knobs[slurm]')",
+    )
+    p.add_argument("--slurm-partition", metavar="NAME", help="--executor slurm: the jobs' partition (default: the cluster's)")
+    p.add_argument(
+        "--slurm-gpus-per-job",
+        type=int,
+        metavar="N",
+        help="--executor slurm: GPUs per job (default 1 with --device cuda, none on CPU); the run uses the first",
+    )
+    p.add_argument(
+        "--slurm-time",
+        type=int,
+        metavar="MINUTES",
+        help=f"--executor slurm: each job's time limit in minutes (default: --timeout in minutes + {slurm.TIME_MARGIN_MIN})",
+    )
+    p.add_argument("--slurm-account", metavar="NAME", help="--executor slurm: the account the jobs are charged to")
+    p.add_argument(
+        "--slurm-sbatch-flag",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--executor slurm: one more sbatch option for every job, e.g. constraint=a100, cpus-per-task=8, or a bare "
+        "KEY such as exclusive (repeatable)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the ablation in --out: run only the runs with no record in <out>/runs or a failed one, keep the "
+        "others (the same command and options; the executor and --timeout may differ)",
+    )
     p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
     p.add_argument("--out", help="a new or empty directory for results.json, results.csv, results.md (and results.png)")
     p.add_argument(
@@ -206,31 +246,52 @@ def _check_plot(plot: bool) -> None:
         )
 
 
-def _check_out(out: str | None, overwrite: bool) -> None:
+def _check_out(out: str | None, overwrite: bool, resume: bool = False) -> None:
     """Raise InvalidKnobValue unless ``--out`` is new, empty, or holds earlier results and ``--overwrite``
-    is given: a second run into the same directory would mix its files with the first's (an old
-    results.png next to new results.json)."""
+    or ``--resume`` is given: a second run into the same directory would mix its files with the first's
+    (an old results.png next to new results.json).
+
+    Args:
+        out: ``--out``, or None.
+        overwrite: ``--overwrite``: earlier results are removed (after validation, :func:`_clear_out`).
+        resume: ``--resume``: ``out`` must hold an earlier ablation's runs (:mod:`.store`), which are kept.
+    """
+    if resume and overwrite:
+        raise InvalidKnobValue("--resume keeps the runs in --out and --overwrite removes them: give one of the two")
+    if resume and out is None:
+        raise InvalidKnobValue("--resume needs --out: the directory of the ablation to continue")
     if out is None:
         return
     if os.path.exists(out) and not os.path.isdir(out):
         raise InvalidKnobValue(f"--out {out!r} is not a directory: allowed a new or empty directory")
+    if resume:
+        if not store.has_runs(out):
+            raise InvalidKnobValue(
+                f"--resume: --out {out!r} holds no earlier ablation ({store.RUNS_DIR}/{store.PLAN_FILE} is missing); "
+                "leave out --resume to start one"
+            )
+        return
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
     if names and not overwrite:
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        hint = "; or --resume to run only its missing and failed runs" if store.has_runs(out) else ""
         raise InvalidKnobValue(
             f"--out {out!r} is not empty ({shown}): allowed a new or empty directory; add --overwrite to "
-            f"replace the results written there ({', '.join(report.OUTPUT_FILES)}; other files are kept)"
+            f"replace the results written there ({', '.join(report.OUTPUT_FILES)}, {store.RUNS_DIR}/; other files are "
+            f"kept){hint}"
         )
 
 
 def _clear_out(out: str | None, overwrite: bool) -> None:
-    """With ``--overwrite``, remove what an earlier run wrote into ``--out``; only after validation."""
+    """With ``--overwrite``, remove what an earlier run wrote into ``--out`` (the result files and the
+    kept runs); only after validation."""
     if out is None or not overwrite:
         return
     for name in report.OUTPUT_FILES:
         path = os.path.join(out, name)
         if os.path.isfile(path):
             os.remove(path)
+    store.clear(out)
 
 
 def _load(path: str, option: str) -> dict[str, Any]:
@@ -339,6 +400,14 @@ def build_plan(args: argparse.Namespace) -> Plan:
     import torch
 
     toml: dict[str, Any] = spec.load_toml(args.config) if args.config else {}
+    executor, slurm_options = _executor(args, toml)
+    if executor == "slurm" and args.gpus:
+        raise InvalidKnobValue(
+            f"--gpus={args.gpus!r} picks GPUs of this machine for the local executor; with --executor slurm each job gets "
+            "its own (--slurm-gpus-per-job)"
+        )
+    if executor == "slurm" and getattr(args, "parallel", None) not in (None, 1):
+        raise InvalidKnobValue(f"--parallel={args.parallel} is for the local executor; with --executor slurm every run is a job")
     main_job = not (args.arm or args.grid or args.config)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     default = MAIN_JOB_GPU_WORKLOAD if main_job and device == "cuda" else DEFAULT_WORKLOAD
@@ -404,8 +473,66 @@ def build_plan(args: argparse.Namespace) -> Plan:
         profile_iters=2 if fewer_samples else 5,
         main_job=main_job,
         emulation_skipped=skipped,
-        parallel=parallel,
+        parallel=1 if executor == "slurm" else parallel,
+        executor=executor,
+        slurm=slurm_options,
     )
+
+
+#: The command line's Slurm options: attribute -> option.
+SLURM_OPTIONS = {
+    "slurm_partition": "--slurm-partition",
+    "slurm_gpus_per_job": "--slurm-gpus-per-job",
+    "slurm_time": "--slurm-time",
+    "slurm_account": "--slurm-account",
+    "slurm_sbatch_flag": "--slurm-sbatch-flag",
+}
+
+
+def _executor(args: argparse.Namespace, toml: dict[str, Any]) -> tuple[str, slurm.SlurmOptions | None]:
+    """``--executor`` (or the TOML's ``executor``) and its Slurm options, checked before anything runs.
+
+    Returns:
+        ``("local", None)`` or ``("slurm", options)``.
+
+    Raises:
+        InvalidKnobValue: an unknown executor; a Slurm option (or a ``[slurm]`` table) without the Slurm
+            executor; a bad Slurm option; with the Slurm executor, no ``--out``, no submitit (the message
+            names ``pip install 'inductor-knobs[slurm]'``) or no ``sbatch``.
+    """
+    given = getattr(args, "executor", None)
+    if given is not None:
+        executor = slurm.check_executor(given, f"--executor={given!r}")
+    elif toml.get("executor") is not None:
+        executor = slurm.check_executor(toml["executor"], f"executor = {toml['executor']!r} in --config {args.config!r}")
+    else:
+        executor = "local"
+    used = [option for attr, option in SLURM_OPTIONS.items() if getattr(args, attr, None) not in (None, [])]
+    if executor != "slurm":
+        if used:
+            raise InvalidKnobValue(f"{used[0]} needs --executor slurm (the {executor} executor submits no Slurm jobs)")
+        if "slurm" in toml and given is None:
+            raise InvalidKnobValue(
+                f'--config {args.config!r} has a [slurm] table but no executor = "slurm": add it to the file, or '
+                "--executor slurm (--executor local runs the file here and ignores the table)"
+            )
+        return executor, None
+    options = slurm.make_options(
+        partition=getattr(args, "slurm_partition", None),
+        gpus_per_job=getattr(args, "slurm_gpus_per_job", None),
+        time_min=getattr(args, "slurm_time", None),
+        account=getattr(args, "slurm_account", None),
+        flags=list(getattr(args, "slurm_sbatch_flag", None) or []),
+        table=toml.get("slurm"),
+        table_source=f"[slurm] in --config {args.config!r}",
+    )
+    if not args.out:
+        raise InvalidKnobValue(
+            "--executor slurm needs --out: the jobs' pickles, results and logs go to <out>/slurm, which the nodes must "
+            "see (a shared file system)"
+        )
+    slurm.check_available()
+    return executor, options
 
 
 def _parallel(value: int | None, device: str, gpus: list[int], main_job: bool) -> int:
@@ -498,8 +625,11 @@ def _run(args: argparse.Namespace) -> int:
         print(report.compare(old, new))
         return 0
     entered = time.perf_counter()
+    resume = bool(getattr(args, "resume", False))
+    if resume and args.merge:
+        raise InvalidKnobValue("--resume continues an ablation's runs; --merge runs nothing: give one of the two")
     _check_plot(args.plot)
-    _check_out(args.out, args.overwrite)
+    _check_out(args.out, args.overwrite, resume)
     if args.merge:
         results = report.merge([_load(p, "--merge") for p in args.merge])
         _clear_out(args.out, args.overwrite)
@@ -510,22 +640,33 @@ def _run(args: argparse.Namespace) -> int:
             for item in items:  # shown before anything runs
                 print(f"arm {name}: {item} (the knob wins: knob > options > mode > default)", file=sys.stderr)
         results = _results(plan, conflicts)
+        jobs = plan.jobs()
+        runs = store.RunStore(args.out) if args.out else None
+        kept = runs.begin(jobs, resume) if runs is not None else {}  # --resume: the plan is checked here
         _clear_out(args.out, args.overwrite)
+        todo = [job for job in jobs if int(job["index"]) not in kept]
         print(
             f"ablate: workload {plan.workload}, {len(plan.arms)} arms x {plan.repeats} process(es) on "
             f"{results['environment']['device_name']}"
             + (f", {plan.parallel} at once per GPU" if plan.parallel > 1 else "")
-            + (f", shard {plan.shard[0]}/{plan.shard[1]}" if plan.shard[1] > 1 else ""),
+            + (f", shard {plan.shard[0]}/{plan.shard[1]}" if plan.shard[1] > 1 else "")
+            + (", one Slurm job per run" if plan.executor == "slurm" else "")
+            + (f"; resuming: {len(kept)} of {len(jobs)} runs kept, {len(todo)} to run" if resume else ""),
             file=sys.stderr,
         )
+        results["executor"] = plan.executor
+        if resume:
+            results["resumed_runs"] = len(kept)
         start = time.perf_counter()
         results["setup_seconds"] = start - entered
         try:
-            results["runs"] = execute(plan)
+            fresh = _execute(plan, args.out, todo, runs, results)
         except Interrupted as stop:
             with runner.signals_ignored():  # a second Ctrl-C must not lose the finished runs
                 results["wall_seconds"] = time.perf_counter() - start
-                return _interrupted(args, results, stop)
+                done = sorted([*kept.values(), *stop.runs], key=lambda r: r["index"])
+                return _interrupted(args, results, Interrupted(stop.signum, done, len(jobs)))
+        results["runs"] = sorted([*kept.values(), *fresh], key=lambda r: r["index"])
         results["wall_seconds"] = time.perf_counter() - start
     print(report.markdown(results))
     for warning in report.load_warnings(results):
@@ -541,6 +682,35 @@ def _run(args: argparse.Namespace) -> int:
     failed = [r for r in results["runs"] if not r.get("ok") or r.get("not_applied")]
     crashed = [r for r in results["runs"] if not r.get("ok")]
     return 1 if results["runs"] and (len(crashed) == len(results["runs"]) or (args.strict and failed)) else 0
+
+
+def _execute(
+    plan: Plan, out: str | None, jobs: list[dict[str, Any]], runs: store.RunStore | None, results: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Run ``jobs`` with ``plan.executor``; every record is kept in ``runs`` as it finishes.
+
+    The two executors differ only in where :func:`.runner.call_job` runs: here, in one thread per GPU
+    (:func:`.runner.execute`), or in one Slurm job per run (:func:`.slurm.execute`, which also fills
+    ``results["slurm"]`` with its options, folder and job ids).
+
+    Returns:
+        The new records, by job index.
+
+    Raises:
+        Interrupted: SIGINT or SIGTERM (the workers stopped, the Slurm jobs cancelled).
+        SlurmSubmitFailed: ``sbatch`` refused the jobs.
+    """
+    save = runs.save if runs is not None else None
+    if plan.executor != "slurm":
+        return execute(plan, jobs=jobs, on_record=save)
+    assert out is not None and plan.slurm is not None  # build_plan requires both for the Slurm executor
+    folder = os.path.abspath(os.path.join(out, "slurm"))
+    submitted = slurm.SlurmRun()
+    results["slurm"] = {"options": plan.slurm.to_dict(), "folder": folder, "job_ids": {}}
+    try:
+        return slurm.execute(plan, folder, jobs=jobs, on_record=save, run=submitted)
+    finally:
+        results["slurm"]["job_ids"] = {str(index): job for index, job in sorted(submitted.job_ids.items())}
 
 
 def _interrupted(args: argparse.Namespace, results: dict[str, Any], stop: Interrupted) -> int:

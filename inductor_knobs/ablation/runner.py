@@ -1,5 +1,8 @@
 """Run an ablation: every arm in fresh processes, repeats interleaved (ABCABC…), spread over GPUs.
 
+This module is the local executor (:func:`execute`) and the job function that every executor calls
+(:func:`call_job`; :mod:`.slurm` calls it in a Slurm job through :func:`run_detached`).
+
 Each job (arm × repeat) is one ``inductor_knobs.ablation.worker`` process with the arm's
 ``INDUCTOR_KNOBS_*`` variables, its own empty Inductor and Triton cache directories and, on GPUs,
 ``CUDA_VISIBLE_DEVICES`` set to one GPU (the parent's logical GPU ``i`` mapped through the
@@ -50,14 +53,17 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from ..errors import InvalidKnobValue
 from . import load
 from .spec import Arm
+
+if TYPE_CHECKING:
+    from .slurm import SlurmOptions
 
 #: The signals that stop an ablation cleanly (the exit status is 128 + the signal number).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -88,6 +94,9 @@ class Plan:
         main_job: the arms are the main job's (no --arm, --grid or --config).
         emulation_skipped: why the main job has no emulated small-GPU section, or None.
         parallel: workers per GPU at once (see the module docstring); 1 on CPU.
+        executor: where the jobs run: ``local`` (:func:`execute`, here) or ``slurm`` (one Slurm job
+            per run, :func:`.slurm.execute`); the records are the same.
+        slurm: the Slurm job options (``executor == "slurm"`` only).
     """
 
     workload: str
@@ -109,6 +118,8 @@ class Plan:
     main_job: bool = False
     emulation_skipped: str | None = None
     parallel: int = 1
+    executor: str = "local"
+    slurm: SlurmOptions | None = None
 
     def jobs(self) -> list[dict[str, Any]]:
         """Interleaved jobs (repeat 0 of every arm, then repeat 1, …), this shard's only."""
@@ -514,12 +525,77 @@ def run_job(
     }
 
 
-def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
-    """Run every job of ``plan``; one thread per GPU (or one on CPU) takes jobs in order.
+def call_job(
+    job: dict[str, Any],
+    arm: Arm,
+    gpu: int | None,
+    timeout: float,
+    shard: int,
+    workers: _Workers | None = None,
+    origin: float | None = None,
+    parallel: int = 1,
+    compile_threads: int | None = None,
+) -> dict[str, Any] | None:
+    """:func:`run_job`, with an exception on the way (no space for the cache directory, a GPU that is
+    not visible) turned into an error record, and ``shard`` added: the job function that every
+    executor calls (:func:`execute` in its threads, :func:`run_detached` in a Slurm job).
+
+    Args:
+        shard: this shard's index (``Plan.shard[0]``), stored in the record.
+        Others: as :func:`run_job`.
+
+    Returns:
+        The record, or None if ``workers`` was stopped before or while it ran.
+    """
+    try:
+        record = run_job(job, arm, gpu, timeout, workers, origin, parallel, compile_threads)
+    except Exception as err:  # noqa: BLE001 - a failed run, not a lost one
+        tail = traceback.format_exc()[-3000:]
+        record = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": tail}
+        record.update(arm=job["arm"]["name"], repeat=job["repeat"], index=job["index"], gpu=gpu)
+    if record is not None:
+        record["shard"] = shard
+    return record
+
+
+def run_detached(job: dict[str, Any], arm: Arm, gpu: int | None, timeout: float, shard: int, epoch: float) -> dict[str, Any]:
+    """:func:`call_job` in a process of its own on another machine (one Slurm job, see :mod:`.slurm`).
+
+    ``start_s`` and ``end_s`` of :func:`execute` count from its start in the same process; here they
+    count from ``epoch`` instead, the submitting process's wall clock (``time.time()``) when it
+    submitted, so that the records of jobs on several nodes share one time axis (as far as the
+    nodes' clocks agree).
+
+    Args:
+        job, arm, gpu, timeout, shard: as :func:`call_job` (``gpu``: 0 for the job's first allocated
+            GPU, which Slurm's ``CUDA_VISIBLE_DEVICES`` names; None on CPU).
+        epoch: seconds since the Unix epoch that ``start_s`` and ``end_s`` count from.
+
+    Returns:
+        The record (a crash or timeout is an error record).
+    """
+    origin = time.perf_counter() - (time.time() - epoch)
+    record = call_job(job, arm, gpu, timeout, shard, origin=origin)
+    if record is None:  # pragma: no cover - a private registry is never stopped
+        record = {"ok": False, "error": "the worker was stopped", "arm": arm.name, "repeat": job["repeat"]}
+        record.update(index=job["index"], gpu=gpu, shard=shard)
+    return record
+
+
+def execute(
+    plan: Plan,
+    progress: bool = True,
+    jobs: list[dict[str, Any]] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every job of ``plan`` here (the local executor); one thread per GPU (or one on CPU) takes
+    jobs in order.
 
     Args:
         plan: what to run.
         progress: show a progress bar on stderr.
+        jobs: the jobs to run (None: every job of ``plan``; a resumed ablation passes the missing ones).
+        on_record: called with every record as it finishes (in a job thread; :meth:`.store.RunStore.save`).
 
     Returns:
         One record per job, by job index, each with ``shard`` (this shard's index).
@@ -532,7 +608,7 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
     arms = {a.name: a for a in plan.arms}
-    jobs = plan.jobs()
+    jobs = plan.jobs() if jobs is None else jobs
     pending: queue.Queue[dict[str, Any]] = queue.Queue()
     for job in jobs:
         pending.put(job)
@@ -552,15 +628,15 @@ def execute(plan: Plan, progress: bool = True) -> list[dict[str, Any]]:
                 job = pending.get_nowait()
             except queue.Empty:
                 return
-            try:
-                record = run_job(job, arms[job["arm"]["name"]], gpu, plan.timeout, workers, origin, parallel, threads_each)
-            except Exception as err:  # noqa: BLE001 - e.g. no space for the cache directory: a failed run, not a lost one
-                tail = traceback.format_exc()[-3000:]
-                record = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": tail}
-                record.update(arm=job["arm"]["name"], repeat=job["repeat"], index=job["index"], gpu=gpu)
+            arm = arms[job["arm"]["name"]]
+            record = call_job(job, arm, gpu, plan.timeout, plan.shard[0], workers, origin, parallel, threads_each)
             if record is None:  # stopped: the interruption handler reports what finished
                 return
-            record["shard"] = plan.shard[0]
+            if on_record is not None:
+                try:
+                    on_record(record)
+                except OSError as err:  # e.g. a full disk: the run still counts, it just cannot be resumed
+                    print(f"warning: run {record['index']}'s record was not kept for --resume: {err}", file=sys.stderr)
             with lock:
                 results.append(record)
                 bar.set_postfix_str(f"{record['arm']} #{record['repeat']} {'ok' if record['ok'] else 'FAILED'}")

@@ -13,8 +13,9 @@ Syntax:
   is a mistyped ``x:min_sms=40``).
 - ``--grid knob=v1,v2`` (repeatable; the cartesian product of all grids); use ``|`` between values
   that hold commas: ``--grid 'gemm_backends=ATEN|ATEN,TRITON'``.
-- TOML: top-level ``workload``, ``repeats``, ``baseline``, ``quick``; ``[[arm]]`` tables with ``name``
-  and knobs; a ``[grid]`` table of lists.
+- TOML: top-level ``workload``, ``repeats``, ``baseline``, ``quick``, ``executor`` (``local`` or
+  ``slurm``); ``[[arm]]`` tables with ``name`` and knobs; a ``[grid]`` table of lists; a ``[slurm]``
+  table of Slurm job options (see :func:`.slurm.make_options`).
 """
 
 from __future__ import annotations
@@ -270,7 +271,8 @@ def grid_arms(axes: Mapping[str, list[Any]]) -> list[Arm]:
 
 
 def load_toml(path: str) -> dict[str, Any]:
-    """Read an ablation TOML file: ``{"arms": [Arm...], "workload"?, "repeats"?, "baseline"?, "quick"?}``.
+    """Read an ablation TOML file: ``{"arms": [Arm...], "workload"?, "repeats"?, "baseline"?, "quick"?,
+    "executor"?, "slurm"?}`` (``slurm``: the ``[slurm]`` table as it is; the command validates it).
 
     Raises:
         InvalidKnobValue: unreadable or invalid TOML, an arm without a name, or no TOML reader
@@ -294,11 +296,14 @@ def load_toml(path: str) -> dict[str, Any]:
         table = dict(table)
         arms.append(make_arm(str(table.pop("name", "")), table))
     arms += grid_arms(data.pop("grid", {}))
-    unknown = set(data) - {"workload", "repeats", "baseline", "quick"}
+    unknown = set(data) - {"workload", "repeats", "baseline", "quick", "executor", "slurm"}
     if unknown:
         raise InvalidKnobValue(
-            f"ablation file {path!r}: unknown keys {sorted(unknown)}; allowed workload, repeats, baseline, quick, arm, grid"
+            f"ablation file {path!r}: unknown keys {sorted(unknown)}; allowed workload, repeats, baseline, quick, "
+            "executor, arm, grid, slurm"
         )
+    if "slurm" in data and not isinstance(data["slurm"], dict):
+        raise InvalidKnobValue(f"ablation file {path!r}: slurm = {data['slurm']!r} is invalid: allowed a [slurm] table")
     return {"arms": arms, **data}
 
 

@@ -1,0 +1,448 @@
+"""The Slurm executor: every run of an ablation is one Slurm job (``ablate --executor slurm``).
+
+The jobs are submitted with `submitit <https://github.com/facebookincubator/submitit>`_ as one job
+array (``AutoExecutor(folder=<out>/slurm, cluster="slurm")`` and ``executor.batch()``), and each
+runs :func:`.runner.run_detached`: the same job function the local executor calls in its threads
+(:func:`.runner.call_job`, one fresh ``inductor_knobs.ablation.worker`` process with private Inductor
+and Triton cache directories), only on a Slurm node.  The records come back through submitit's result
+files and are the local executor's records, field for field; the report does not know where they ran.
+
+What differs from the local executor:
+
+- Every Slurm job compiles with empty caches (``"kernel_cache": "cold"``): Triton binaries are not
+  shared between repeats, which the local executor does on one machine.
+- Jobs run at once as far as Slurm lets them (one job per run, each with the options below); give
+  ``--slurm-sbatch-flag exclusive`` for one job per node at a time, as a quiet machine would measure.
+- The load readings (``load_before``, ``load_after``) are the node's, which other jobs may share.
+
+**A job that dies** (``scancel``, a node failure, the time limit) leaves no result file.  While it
+waits, :func:`execute` checks the result files every :data:`POLL_S` seconds and asks ``squeue`` for
+the jobs' states every :data:`QUEUE_POLL_S` seconds; a job in a final state without a result (or gone
+from the queue, as a pending array element that was cancelled is) becomes an error record naming its
+Slurm job and its log files (submitit's ``<folder>/<job>_0_log.out`` and ``.err``).  The other runs
+are kept, and ``ablate --resume`` runs the failed one again (see :mod:`.store`).
+
+SIGINT or SIGTERM while waiting cancels the jobs that have not finished (``scancel``) and keeps the
+finished runs, as the local executor does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidKnobValue, SlurmSubmitFailed
+from . import runner
+from .runner import Interrupted, Plan
+
+#: ``--executor`` values.
+EXECUTORS = ("local", "slurm")
+
+#: What installs submitit.
+INSTALL_HINT = "pip install 'inductor-knobs[slurm]'"
+
+#: Seconds between two looks at the jobs' result files, and between two ``squeue`` calls.
+POLL_S, QUEUE_POLL_S = 1.0, 5.0
+
+#: Seconds a job may stay ``COMPLETED`` without its result file (a shared file system's delay) before
+#: it counts as failed.
+RESULT_GRACE_S = 30.0
+
+#: Minutes added to ``--timeout`` for the default Slurm time limit (the job's start and imports).
+TIME_MARGIN_MIN = 5
+
+#: Slurm job states after which a job never runs again (``squeue``'s long names).
+FINAL_STATES = frozenset(
+    {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "TIMEOUT"}
+)
+
+#: ``sbatch`` options that submitit sets itself for a job array: an extra flag may not replace them.
+RESERVED_FLAGS = frozenset({"array", "output", "error", "open-mode", "wrap", "parsable"})
+
+#: The keys of the TOML file's ``[slurm]`` table.
+TABLE_KEYS = ("partition", "gpus_per_job", "time", "account", "sbatch")
+
+_FLAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How each run's Slurm job is submitted (validated by :func:`make_options`).
+
+    Attributes:
+        partition: ``--partition`` (None: the cluster's default).
+        gpus_per_job: ``--gpus-per-node`` of each job (None: 1 with ``--device cuda``, none on CPU).
+        time_min: the time limit in minutes (None: ``--timeout`` rounded up to minutes, plus
+            :data:`TIME_MARGIN_MIN`).
+        account: ``--account`` (None: the user's default).
+        sbatch: more ``sbatch`` options, name (without ``--``) -> value (True: a flag without a value).
+    """
+
+    partition: str | None = None
+    gpus_per_job: int | None = None
+    time_min: int | None = None
+    account: str | None = None
+    sbatch: dict[str, str | bool] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as results.json's ``slurm.options`` holds them."""
+        return {
+            "partition": self.partition,
+            "gpus_per_job": self.gpus_per_job,
+            "time_min": self.time_min,
+            "account": self.account,
+            "sbatch": dict(self.sbatch),
+        }
+
+    def parameters(self, plan: Plan) -> dict[str, Any]:
+        """The keyword arguments of submitit's ``AutoExecutor.update_parameters`` for ``plan``'s jobs.
+
+        Args:
+            plan: the ablation (its device decides the default GPUs, its timeout the default time).
+
+        Returns:
+            ``name``, ``timeout_min`` (minutes), and ``gpus_per_node``, ``slurm_partition``,
+            ``slurm_account`` and ``slurm_additional_parameters`` where they are set.
+        """
+        gpus = self.gpus_per_job if self.gpus_per_job is not None else (1 if plan.device == "cuda" else 0)
+        minutes = self.time_min if self.time_min is not None else math.ceil(plan.timeout / 60) + TIME_MARGIN_MIN
+        params: dict[str, Any] = {"name": "ik-ablate", "timeout_min": int(minutes)}
+        if gpus:
+            params["gpus_per_node"] = gpus
+        if self.partition:
+            params["slurm_partition"] = self.partition
+        if self.account:
+            params["slurm_account"] = self.account
+        if self.sbatch:
+            params["slurm_additional_parameters"] = {k.replace("-", "_"): v for k, v in self.sbatch.items()}
+        return params
+
+
+def check_executor(name: Any, source: str) -> str:
+    """``name`` if it is one of :data:`EXECUTORS`.
+
+    Args:
+        name: what ``--executor`` or the TOML's ``executor`` says.
+        source: how to name it in an error (``--executor=slurmm``).
+
+    Raises:
+        InvalidKnobValue: another value (the message names the closest executor, if any).
+    """
+    if isinstance(name, str) and name in EXECUTORS:
+        return name
+    close = difflib.get_close_matches(str(name), EXECUTORS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise InvalidKnobValue(f"{source} is not an executor: allowed {', '.join(EXECUTORS)}{hint}")
+
+
+def _text(value: Any, source: str) -> str:
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
+        raise InvalidKnobValue(f"{source} is invalid: allowed a name without spaces")
+    return value.strip()
+
+
+def _count(value: Any, source: str, least: int, unit: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidKnobValue(f"{source} is invalid: allowed an int >= {least} ({unit})")
+    return value
+
+
+def _flag(key: str, value: Any, source: str) -> tuple[str, str | bool]:
+    name = key.strip().lstrip("-")
+    if not _FLAG.match(name):
+        raise InvalidKnobValue(
+            f"{source} is invalid: expected KEY=VALUE or KEY with an sbatch option's name, e.g. constraint=a100"
+        )
+    name = name.replace("_", "-")
+    if name in RESERVED_FLAGS:
+        raise InvalidKnobValue(
+            f"{source} is not allowed: submitit sets --{name} for the job array itself "
+            f"(reserved: {', '.join(sorted(RESERVED_FLAGS))})"
+        )
+    if value is True:
+        return name, True
+    if isinstance(value, bool) or value is None or (isinstance(value, str) and not value.strip()):
+        raise InvalidKnobValue(f"{source} is invalid: give a value (KEY=VALUE), or the bare KEY for a flag without one")
+    return name, str(value).strip()
+
+
+def make_options(
+    partition: str | None = None,
+    gpus_per_job: int | None = None,
+    time_min: int | None = None,
+    account: str | None = None,
+    flags: list[str] | None = None,
+    table: Mapping[str, Any] | None = None,
+    table_source: str = "[slurm]",
+) -> SlurmOptions:
+    """Validate the Slurm options of the command line and of a TOML file's ``[slurm]`` table.
+
+    The command line wins over the table, key by key (and flag by flag for ``sbatch``).
+
+    Args:
+        partition: ``--slurm-partition``.
+        gpus_per_job: ``--slurm-gpus-per-job`` (an int >= 0).
+        time_min: ``--slurm-time``, minutes (an int >= 1).
+        account: ``--slurm-account``.
+        flags: ``--slurm-sbatch-flag`` items: ``KEY=VALUE``, or ``KEY`` for a flag without a value.
+        table: the TOML's ``[slurm]`` table (keys :data:`TABLE_KEYS`; ``time`` in minutes,
+            ``sbatch`` a table of flags, ``true`` for one without a value), or None.
+        table_source: how to name the table in an error.
+
+    Returns:
+        The options.
+
+    Raises:
+        InvalidKnobValue: an unknown table key, a bad value, or a reserved or malformed sbatch flag.
+    """
+    table = dict(table or {})
+    unknown = sorted(set(table) - set(TABLE_KEYS))
+    if unknown:
+        raise InvalidKnobValue(f"{table_source}: unknown keys {unknown}; allowed {', '.join(TABLE_KEYS)}")
+    sbatch: dict[str, str | bool] = {}
+    extra = table.get("sbatch", {})
+    if not isinstance(extra, Mapping):
+        raise InvalidKnobValue(
+            f"{table_source} sbatch = {extra!r} is invalid: allowed a table of sbatch options, e.g. {{constraint = 'a100'}}"
+        )
+    for key, value in extra.items():
+        name, text = _flag(str(key), value, f"{table_source} sbatch.{key} = {value!r}")
+        sbatch[name] = text
+    for item in flags or []:
+        key, sep, value = item.partition("=")
+        name, text = _flag(key, value if sep else True, f"--slurm-sbatch-flag {item!r}")
+        sbatch[name] = text
+
+    def pick(cli: Any, key: str, option: str) -> tuple[Any, str]:
+        if cli is not None:
+            return cli, f"{option}={cli!r}"
+        return table.get(key), f"{table_source} {key} = {table.get(key)!r}"
+
+    value, source = pick(partition, "partition", "--slurm-partition")
+    part = None if value is None else _text(value, source)
+    value, source = pick(account, "account", "--slurm-account")
+    acct = None if value is None else _text(value, source)
+    value, source = pick(gpus_per_job, "gpus_per_job", "--slurm-gpus-per-job")
+    gpus = None if value is None else _count(value, source, 0, "GPUs per job")
+    value, source = pick(time_min, "time", "--slurm-time")
+    minutes = None if value is None else _count(value, source, 1, "minutes")
+    return SlurmOptions(partition=part, gpus_per_job=gpus, time_min=minutes, account=acct, sbatch=sbatch)
+
+
+def check_available() -> None:
+    """Raise unless Slurm jobs can be submitted from here: submitit is installed and ``sbatch`` is on PATH.
+
+    Raises:
+        InvalidKnobValue: either is missing (the message names the fix).
+    """
+    if importlib.util.find_spec("submitit") is None:
+        raise InvalidKnobValue(f"--executor slurm needs submitit, which is not installed: {INSTALL_HINT}; or --executor local")
+    if shutil.which("sbatch") is None:
+        raise InvalidKnobValue(
+            "--executor slurm needs Slurm's sbatch, which is not on PATH: run the command on a Slurm login node "
+            "(with SLURM_CONF set if the cluster's slurm.conf is not the default one); or --executor local"
+        )
+
+
+def queue_states(job_ids: list[str]) -> dict[str, str] | None:
+    """The Slurm states of ``job_ids`` and of every element of the arrays among them.
+
+    Args:
+        job_ids: Slurm job ids (``123``, or array elements such as ``123_4``).
+
+    Returns:
+        Job id (``123_4`` for an array element) -> its ``squeue`` state (``PENDING``, ``CANCELLED``,
+        ...), for every job slurmctld still knows (a finished job for ``MinJobAge`` seconds; a pending
+        array element that was cancelled is forgotten at once); None when ``squeue`` failed.
+    """
+    arrays = sorted({job.split("_")[0] for job in job_ids})
+    if not arrays:
+        return {}
+    command = ["squeue", "--states=all", "--array", "--noheader", "--format=%i|%T", "--jobs", ",".join(arrays)]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        # squeue exits 1 with "Invalid job id specified" once every job asked for is forgotten.
+        return {} if "invalid job id" in out.stderr.lower() else None
+    states = {}
+    for line in out.stdout.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job and state:
+            states[job] = state.strip().upper()
+    return states
+
+
+def _log_paths(job: Any) -> tuple[str, str]:
+    return str(job.paths.stdout), str(job.paths.stderr)
+
+
+def _dead_record(job: Any, spec: dict[str, Any], gpu: int | None, shard: int, why: str) -> dict[str, Any]:
+    """The error record of a Slurm job that ended without a result: it names the job and its logs."""
+    stdout, stderr = _log_paths(job)
+    written = [p for p in (stdout, stderr) if os.path.exists(p)]
+    tail = ""
+    for path in reversed(written):
+        with open(path, encoding="utf-8", errors="replace") as src:
+            tail = src.read()[-3000:]
+        if tail.strip():
+            break
+    logs = f"logs {stdout}, {stderr}" + ("" if written else " (not written: the job never started)")
+    return {
+        "ok": False,
+        "error": f"Slurm job {job.job_id} {why}; {logs}",
+        "traceback": tail,
+        "arm": spec["arm"]["name"],
+        "repeat": spec["repeat"],
+        "index": spec["index"],
+        "gpu": gpu,
+        "shard": shard,
+        "log": stderr,
+    }
+
+
+def _result_record(job: Any, spec: dict[str, Any], gpu: int | None, shard: int) -> dict[str, Any]:
+    """The record in a finished job's result file, or an error record naming its logs."""
+    try:
+        record = job.result()
+    except Exception as err:  # noqa: BLE001 - submitit re-raises whatever ended the job (FailedJobError, ...)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return {**_dead_record(job, spec, gpu, shard, f"failed: {first}"), "traceback": str(err)[-3000:]}
+    if not isinstance(record, dict):
+        return _dead_record(job, spec, gpu, shard, f"returned {type(record).__name__}, not a record")
+    return record
+
+
+class SlurmRun:
+    """One :func:`execute`'s submitted jobs; ``job_ids`` maps each job index to its Slurm job id."""
+
+    def __init__(self) -> None:
+        self.job_ids: dict[int, str] = {}
+        self.folder: str | None = None
+
+
+def execute(
+    plan: Plan,
+    folder: str,
+    progress: bool = True,
+    jobs: list[dict[str, Any]] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    run: SlurmRun | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``jobs`` of ``plan`` as one Slurm job each (one job array) and wait for them.
+
+    Args:
+        plan: what to run; ``plan.slurm`` holds the job options.
+        folder: submitit's folder for the jobs' pickles, results and logs (``<out>/slurm``); it must
+            be on a file system the nodes share.
+        progress: show a progress bar on stderr.
+        jobs: the jobs to run (None: every job of ``plan``).
+        on_record: called with every record as it comes back (:meth:`.store.RunStore.save`).
+        run: filled with the Slurm job ids, for results.json.
+
+    Returns:
+        One record per job, by job index: the worker's record, or an error record for a job that
+        died (cancelled, node failure, time limit), which names the job's log files.
+
+    Raises:
+        SlurmSubmitFailed: ``sbatch`` refused the jobs (nothing was submitted).
+        Interrupted: SIGINT or SIGTERM arrived (under :func:`.runner.signals_raise`); the jobs that had
+            not finished were cancelled, ``runs`` holds the finished ones.
+    """
+    import submitit
+    from tqdm import tqdm
+
+    jobs = plan.jobs() if jobs is None else jobs
+    run = run if run is not None else SlurmRun()
+    run.folder = folder
+    if not jobs:
+        return []
+    options = plan.slurm or SlurmOptions()
+    arms = {a.name: a for a in plan.arms}
+    gpu = 0 if plan.device == "cuda" else None  # the job's first GPU, as Slurm's CUDA_VISIBLE_DEVICES names it
+    shard = plan.shard[0]
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        executor.update_parameters(**options.parameters(plan))
+        epoch = time.time()
+        with executor.batch():
+            submitted = [
+                executor.submit(runner.run_detached, job, arms[job["arm"]["name"]], gpu, plan.timeout, shard, epoch)
+                for job in jobs
+            ]
+    except Exception as err:  # sbatch's refusal comes as CalledProcessError or submitit's own errors
+        text = " ".join(str(err).split())
+        raise SlurmSubmitFailed(f"sbatch refused the ablation's {len(jobs)} job(s): {text[:500]}") from err
+    for job, slurm_job in zip(jobs, submitted):
+        run.job_ids[int(job["index"])] = str(slurm_job.job_id)
+    first = str(submitted[0].job_id).split("_")[0]
+    print(f"slurm: submitted {len(jobs)} job(s) as Slurm job {first}; logs in {folder}", file=sys.stderr)
+
+    pending = dict(enumerate(submitted))
+    results: list[dict[str, Any]] = []
+    completed_since: dict[int, float] = {}  # COMPLETED (or gone) without a result file, since when
+    bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload} (slurm)", unit="run", disable=not progress, file=sys.stderr)
+
+    def finish(i: int, record: dict[str, Any]) -> None:
+        pending.pop(i, None)
+        if on_record is not None:
+            try:
+                on_record(record)
+            except OSError as err:
+                print(f"warning: run {record['index']}'s record was not kept for --resume: {err}", file=sys.stderr)
+        results.append(record)
+        bar.set_postfix_str(f"{record['arm']} #{record['repeat']} {'ok' if record.get('ok') else 'FAILED'}")
+        bar.update()
+
+    last_queue = time.monotonic()
+    try:
+        while pending:
+            for i, slurm_job in list(pending.items()):
+                if slurm_job.paths.result_pickle.exists():
+                    finish(i, _result_record(slurm_job, jobs[i], gpu, shard))
+            if pending and time.monotonic() - last_queue >= QUEUE_POLL_S:
+                last_queue = time.monotonic()
+                states = queue_states([str(j.job_id) for j in pending.values()])
+                for i, slurm_job in list(pending.items()) if states is not None else []:
+                    if states is None or slurm_job.paths.result_pickle.exists():
+                        continue  # written since the look above: collected next round
+                    state = states.get(str(slurm_job.job_id), "")
+                    if state in FINAL_STATES - {"COMPLETED"}:
+                        finish(i, _dead_record(slurm_job, jobs[i], gpu, shard, f"ended {state} without a result"))
+                    elif state in ("COMPLETED", ""):
+                        since = completed_since.setdefault(i, time.monotonic())
+                        # gone from the queue: seen twice (a cancelled pending array element is
+                        # forgotten at once); COMPLETED: the result file may still be on its way
+                        grace = RESULT_GRACE_S if state else QUEUE_POLL_S
+                        if time.monotonic() - since >= grace:
+                            why = (
+                                "completed without a result file"
+                                if state
+                                else "left the Slurm queue without a result (cancelled while pending, or forgotten)"
+                            )
+                            finish(i, _dead_record(slurm_job, jobs[i], gpu, shard, why))
+                    else:
+                        completed_since.pop(i, None)
+            if pending:
+                time.sleep(POLL_S)
+        bar.close()
+    except (Interrupted, KeyboardInterrupt) as stop:
+        with runner.signals_ignored():
+            for slurm_job in pending.values():
+                slurm_job.cancel(check=False)
+            bar.close()
+        signum = stop.signum if isinstance(stop, Interrupted) else int(signal.SIGINT)
+        raise Interrupted(signum, sorted(results, key=lambda r: r["index"]), len(jobs)) from None
+    return sorted(results, key=lambda r: r["index"])

@@ -1,0 +1,138 @@
+"""Finished runs on disk, so that an ablation can be resumed: ``<out>/runs/``.
+
+Whatever runs the jobs (the local threads or Slurm, see :mod:`.runner` and :mod:`.slurm`), every
+record is written here the moment it comes back, one file per run (``run-<index>.json``, the job's
+index in the plan), atomically: a temporary file in the same directory, then :func:`os.replace`, so a
+reader (or a rerun after a crash) sees a whole record or none.  ``plan.json`` holds the plan's jobs.
+
+**The resume rule** (``ablate --resume``): the same command on the same ``--out`` runs only the jobs
+that have no record there or whose record failed (``"ok": false``); the others are kept as they are.
+The plan must match: the jobs of the new command (workload, arms, repeats, device, quick, iters,
+warmup, emulation, shard) must be those of ``plan.json``, or nothing runs.  The timeout and the
+executor may differ (a run started on Slurm can be finished locally, and the other way round).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidKnobValue
+
+#: The directory under ``--out`` that holds the records and the plan.
+RUNS_DIR = "runs"
+
+#: The plan's file in :data:`RUNS_DIR`.
+PLAN_FILE = "plan.json"
+
+
+def _write_atomically(path: str, data: Any) -> None:
+    folder = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as dst:
+            json.dump(data, dst, indent=1, default=str)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def has_runs(out: str) -> bool:
+    """Whether ``out`` holds an earlier ablation's ``runs/plan.json`` (something to resume)."""
+    return os.path.isfile(os.path.join(out, RUNS_DIR, PLAN_FILE))
+
+
+def clear(out: str) -> None:
+    """Remove ``<out>/runs`` (``--overwrite``: start again)."""
+    shutil.rmtree(os.path.join(out, RUNS_DIR), ignore_errors=True)
+
+
+def _difference(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> str:
+    """One phrase naming the first way two job lists differ."""
+    if len(old) != len(new):
+        return f"{len(old)} jobs there, {len(new)} now"
+    for was, now in zip(old, new):
+        for key in sorted(set(was) | set(now)):
+            if was.get(key) != now.get(key):
+                return f"job {now.get('index', '?')}'s {key} was {was.get(key)!r}, now {now.get(key)!r}"
+    return "the jobs differ"  # pragma: no cover - equal lists are not compared
+
+
+class RunStore:
+    """The records of one ablation under ``<out>/runs``.
+
+    Args:
+        out: the ablation's ``--out`` directory (made if missing).
+    """
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.path = os.path.join(out, RUNS_DIR)
+
+    def record_path(self, index: int) -> str:
+        """The file of the run with job index ``index``."""
+        return os.path.join(self.path, f"run-{int(index)}.json")
+
+    def begin(self, jobs: list[dict[str, Any]], resume: bool) -> dict[int, dict[str, Any]]:
+        """Start (or, with ``resume``, continue) the ablation whose jobs are ``jobs``.
+
+        Args:
+            jobs: the plan's jobs (:meth:`.runner.Plan.jobs`), written to ``plan.json``.
+            resume: keep the successful records of an earlier run of the same plan.
+
+        Returns:
+            Job index -> the kept record, for every job of ``jobs`` whose earlier run succeeded
+            (empty without ``resume``).
+
+        Raises:
+            InvalidKnobValue: ``resume`` and there is no earlier run in ``out``, or its plan differs
+                (the message names the first difference).
+        """
+        plan_path = os.path.join(self.path, PLAN_FILE)
+        jobs = json.loads(json.dumps(list(jobs)))  # as the file will hold them (tuples become lists)
+        if not resume:
+            os.makedirs(self.path, exist_ok=True)
+            _write_atomically(plan_path, {"jobs": jobs})
+            return {}
+        try:
+            with open(plan_path, encoding="utf-8") as src:
+                before = json.load(src)["jobs"]
+        except FileNotFoundError:
+            raise InvalidKnobValue(
+                f"--resume: --out {self.out!r} holds no earlier ablation ({RUNS_DIR}/{PLAN_FILE} is missing); "
+                "leave out --resume to start one"
+            ) from None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise InvalidKnobValue(f"--resume: {plan_path!r} cannot be read ({err}); use --overwrite to start again") from err
+        if before != jobs:
+            raise InvalidKnobValue(
+                f"--resume: this command's plan is not the one in --out {self.out!r} ({_difference(before, jobs)}); "
+                "give the same workload, arms, repeats and options, or --overwrite to start again"
+            )
+        kept = {}
+        for job in jobs:
+            record = self.load(int(job["index"]))
+            if record is not None and record.get("ok"):
+                kept[int(job["index"])] = record
+        return kept
+
+    def load(self, index: int) -> dict[str, Any] | None:
+        """The record of job ``index``, or None (none written, or unreadable: it runs again)."""
+        try:
+            with open(self.record_path(index), encoding="utf-8") as src:
+                record = json.load(src)
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def save(self, record: Mapping[str, Any]) -> None:
+        """Write one finished run's record (atomically; a later record of the same job replaces it)."""
+        _write_atomically(self.record_path(int(record["index"])), dict(record))

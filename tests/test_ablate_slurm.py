@@ -1,0 +1,283 @@
+"""ablate --executor slurm and --resume: option checks before anything runs, the run store, and a real
+Slurm cluster on this machine (tests/slurm_cluster.py): a 2-arm x 3-repeat ablation, one job cancelled
+with scancel, then resumed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from inductor_knobs import cli
+from inductor_knobs.ablation import command, slurm, store
+from inductor_knobs.errors import InvalidKnobValue
+
+pytest_plugins = ["slurm_cluster"]
+
+TESTS = Path(__file__).parent
+
+#: The tiny CPU ablation of these tests: two eager arms (nothing compiles; each run is one worker that
+#: imports torch and measures a 16x16 Linear), three processes each.
+TINY = ["ablate", "--device", "cpu", "--workload", "ablation_workload:tiny", "--quick", "--repeats", "3"]
+TINY += ["--arm", "eager", "--arm", "e2:eager=true"]
+
+
+@pytest.fixture(autouse=True)
+def _workload_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+
+
+@pytest.fixture
+def no_arm_runs(monkeypatch):
+    def execute(*args, **kwargs):  # pragma: no cover - the point is that it is not reached
+        raise AssertionError("an arm ran")
+
+    monkeypatch.setattr(command, "execute", execute)
+    monkeypatch.setattr(slurm, "execute", execute)
+
+
+def plan_for(*argv: str):
+    parser = cli.argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers(dest="command"))
+    return command.build_plan(parser.parse_args(["ablate", *argv]))
+
+
+# -- bad input, before anything runs -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--executor", "slurmm"], r"--executor='slurmm' is not an executor: allowed local, slurm; did you mean 'slurm'\?"),
+        (["--slurm-partition", "gpu"], r"--slurm-partition needs --executor slurm"),
+        (["--executor", "local", "--slurm-time", "10"], r"--slurm-time needs --executor slurm \(the local executor"),
+        (["--slurm-sbatch-flag", "exclusive"], r"--slurm-sbatch-flag needs --executor slurm"),
+        (["--executor", "slurm"], r"--executor slurm needs --out"),
+        (
+            ["--executor", "slurm", "--out", "o", "--slurm-time", "0"],
+            r"--slurm-time=0 is invalid: allowed an int >= 1 \(minutes\)",
+        ),
+        (["--executor", "slurm", "--out", "o", "--slurm-gpus-per-job", "-1"], r"allowed an int >= 0"),
+        (["--executor", "slurm", "--out", "o", "--slurm-partition", "a b"], r"a name without spaces"),
+        (["--executor", "slurm", "--out", "o", "--slurm-sbatch-flag", "array=0-3"], r"submitit sets --array"),
+        (["--executor", "slurm", "--out", "o", "--slurm-sbatch-flag", "=3"], r"expected KEY=VALUE"),
+        (["--executor", "slurm", "--out", "o", "--slurm-sbatch-flag", "constraint="], r"give a value"),
+        (["--executor", "slurm", "--out", "o", "--gpus", "0"], r"--gpus='0' picks GPUs of this machine"),
+    ],
+)
+def test_bad_executor_options_fail_before_anything_runs(argv, match):
+    with pytest.raises(InvalidKnobValue, match=match):
+        plan_for("--device", "cpu", "--arm", "eager", *argv)
+
+
+def test_slurm_without_submitit_names_the_install(monkeypatch, capsys, no_arm_runs):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "submitit" else real(name, *a))
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "submitit" in err and "pip install 'inductor-knobs[slurm]'" in err
+
+
+def test_slurm_without_sbatch_says_where_to_run(monkeypatch):
+    import shutil
+
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "sbatch" else real(name, *a, **k))
+    with pytest.raises(InvalidKnobValue, match="sbatch, which is not on PATH"):
+        plan_for("--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o")
+
+
+def test_toml_executor_and_slurm_table(tmp_path):
+    path = tmp_path / "a.toml"
+    path.write_text(
+        'executor = "slurm"\n[[arm]]\nname = "eager"\n'
+        '[slurm]\npartition = "gpu"\ngpus_per_job = 2\ntime = 30\naccount = "lab"\n'
+        'sbatch = {constraint = "a100", exclusive = true, "cpus-per-task" = 8}\n'
+    )
+    plan = plan_for("--device", "cpu", "--config", str(path), "--out", str(tmp_path / "o"), "--slurm-sbatch-flag", "qos=high")
+    assert plan.executor == "slurm" and plan.parallel == 1
+    assert plan.slurm == slurm.SlurmOptions(
+        partition="gpu",
+        gpus_per_job=2,
+        time_min=30,
+        account="lab",
+        sbatch={"constraint": "a100", "exclusive": True, "cpus-per-task": "8", "qos": "high"},
+    )
+    params = plan.slurm.parameters(plan)
+    assert params["timeout_min"] == 30 and params["gpus_per_node"] == 2 and params["slurm_partition"] == "gpu"
+    assert params["slurm_additional_parameters"]["cpus_per_task"] == "8" and params["slurm_account"] == "lab"
+    # The command line wins key by key, and --executor local runs the file here (its [slurm] table unused).
+    assert plan_for("--device", "cpu", "--config", str(path), "--out", "o", "--slurm-time", "5").slurm.time_min == 5
+    assert plan_for("--device", "cpu", "--config", str(path), "--executor", "local").slurm is None
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ('executor = "slurm"\n[[arm]]\nname = "eager"\n[slurm]\npartitoin = "x"\n', r"unknown keys \['partitoin'\]"),
+        ('[[arm]]\nname = "eager"\n[slurm]\npartition = "x"\n', r"has a \[slurm\] table but no executor = \"slurm\""),
+        ('executor = "pbs"\n[[arm]]\nname = "eager"\n', r"executor = 'pbs' in --config .* is not an executor"),
+        ('executor = "slurm"\n[[arm]]\nname = "eager"\n[slurm]\ntime = "1h"\n', r"time = '1h' is invalid: allowed an int >= 1"),
+        ('executor = "slurm"\nslurm = 3\n[[arm]]\nname = "eager"\n', r"allowed a \[slurm\] table"),
+    ],
+)
+def test_bad_slurm_tables(tmp_path, content, match):
+    path = tmp_path / "a.toml"
+    path.write_text(content)
+    with pytest.raises(InvalidKnobValue, match=match):
+        plan_for("--device", "cpu", "--config", str(path), "--out", str(tmp_path / "o"))
+
+
+def test_default_time_limit_and_gpus():
+    plan = plan_for("--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o", "--timeout", "61")
+    assert plan.slurm is not None
+    assert plan.slurm.parameters(plan) == {"name": "ik-ablate", "timeout_min": 2 + slurm.TIME_MARGIN_MIN}
+
+
+# -- the run store and --resume ----------------------------------------------------------------
+
+
+def test_resume_checks_the_plan_and_keeps_only_successful_runs(tmp_path):
+    jobs = plan_for("--device", "cpu", "--arm", "eager", "--arm", "e2:eager=true", "--smoke").jobs()
+    runs = store.RunStore(str(tmp_path))
+    assert runs.begin(jobs, resume=False) == {}
+    runs.save({"ok": True, "index": 0, "arm": "eager", "repeat": 0})
+    runs.save({"ok": False, "index": 1, "arm": "e2", "repeat": 0, "error": "boom"})
+    assert not list((tmp_path / "runs").glob(".*"))  # no temporary file left behind
+    assert runs.begin(jobs, resume=True) == {0: {"ok": True, "index": 0, "arm": "eager", "repeat": 0}}
+    other = plan_for("--device", "cpu", "--arm", "eager", "--arm", "e3:eager=true", "--smoke").jobs()
+    with pytest.raises(InvalidKnobValue, match=r"plan is not the one in --out .*job 1's arm was"):
+        runs.begin(other, resume=True)
+    with pytest.raises(InvalidKnobValue, match="holds no earlier ablation"):
+        store.RunStore(str(tmp_path / "empty")).begin(jobs, resume=True)
+
+
+def test_out_with_runs_suggests_resume_and_resume_refuses_overwrite(tmp_path, capsys, no_arm_runs):
+    store.RunStore(str(tmp_path)).begin([], resume=False)
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--out", str(tmp_path)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--out", str(tmp_path), "--resume", "--overwrite"]) == 2
+    assert "give one of the two" in capsys.readouterr().err
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--out", str(tmp_path / "new"), "--resume"]) == 2
+    assert "holds no earlier ablation" in capsys.readouterr().err
+
+
+def test_local_resume_runs_only_the_missing_run(tmp_path, capsys):
+    """The local executor keeps its records too: a kept run is not run again (one worker runs here)."""
+    argv = [
+        "ablate",
+        "--device",
+        "cpu",
+        "--workload",
+        "ablation_workload:tiny",
+        "--smoke",
+        "--arm",
+        "eager",
+        "--arm",
+        "e2:eager=true",
+    ]
+    plan = plan_for(*argv[1:])
+    runs = store.RunStore(str(tmp_path))
+    runs.begin(plan.jobs(), resume=False)
+    kept = {"ok": True, "index": 0, "arm": "eager", "repeat": 0, "samples_ms": [1.0], "marker": "kept"}
+    kept.update(compile_seconds=0.0, autotune_seconds=0.0, peak_memory_bytes=1, max_abs_diff=0.0, mismatch=False)
+    runs.save(kept)
+    assert cli.main([*argv, "--out", str(tmp_path), "--resume"]) == 0, capsys.readouterr().err
+    assert "resuming: 1 of 2 runs kept, 1 to run" in capsys.readouterr().err
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["executor"] == "local" and results["resumed_runs"] == 1
+    assert [r.get("marker") for r in results["runs"]] == ["kept", None] and results["runs"][1]["ok"]
+    assert json.loads((tmp_path / "runs" / "run-1.json").read_text())["ok"]
+
+
+# -- a real Slurm cluster --------------------------------------------------------------------------
+
+
+def _cancel_when_queued(cluster, known: set[str], element: int, found: list[str], stop: threading.Event) -> None:
+    """scancel array element ``element`` of the first job array that appears after ``known``."""
+    while not stop.is_set():
+        for job in set(cluster.jobs()) - known:
+            if job.endswith(f"_{element}"):
+                cluster.command("scancel", job)
+                found.append(job)
+                return
+        time.sleep(0.1)
+
+
+def test_slurm_ablation_cancel_one_job_and_resume(slurm_cluster, tmp_path, capsys):
+    """2 arms x 3 processes through --executor slurm; the last array element is cancelled with scancel
+    as soon as it is queued (2 CPUs: it is still pending); the report names it failed with its log
+    path and the others are kept; --resume submits one job and completes the results; the records
+    have the local executor's fields."""
+    out, local = tmp_path / "slurm", tmp_path / "local"
+    argv = [*TINY, "--executor", "slurm", "--slurm-partition", slurm_cluster.partition, "--out", str(out)]
+    # The same ablation on the local executor, for its fields, in a process of its own meanwhile.
+    here = subprocess.Popen(
+        [sys.executable, "-m", "inductor_knobs", *TINY, "--out", str(local)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _cancel_and_resume(slurm_cluster, out, argv, capsys)
+        _, err = here.communicate(timeout=600)
+    finally:
+        if here.poll() is None:
+            here.kill()
+            here.communicate()
+    assert here.returncode == 0, err
+    resumed = json.loads((out / "results.json").read_text())
+    local_results = json.loads((local / "results.json").read_text())
+    assert {tuple(sorted(r)) for r in resumed["runs"]} == {tuple(sorted(r)) for r in local_results["runs"]}
+    assert [sorted(r) for r in resumed["summary"]] == [sorted(r) for r in local_results["summary"]]
+    assert set(resumed) - set(local_results) == {"slurm", "resumed_runs"} and set(local_results) <= set(resumed)
+    assert local_results["executor"] == "local" and len(local_results["runs"]) == 6
+
+
+def _cancel_and_resume(slurm_cluster, out: Path, argv: list[str], capsys) -> None:
+    before = set(slurm_cluster.jobs())
+    cancelled: list[str] = []
+    stop = threading.Event()
+    canceller = threading.Thread(target=_cancel_when_queued, args=(slurm_cluster, before, 5, cancelled, stop), daemon=True)
+    canceller.start()
+    try:
+        status = cli.main(argv)
+    finally:
+        stop.set()
+        canceller.join(10)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err  # one run failed, the others finished
+    assert cancelled, "the array element was never seen in the queue"
+    (job,) = cancelled
+    results = json.loads((out / "results.json").read_text())
+    assert results["executor"] == "slurm" and len(results["slurm"]["job_ids"]) == 6
+    assert [r["ok"] for r in results["runs"]] == [True] * 5 + [False]
+    failed = results["runs"][5]
+    assert failed["arm"] == "e2" and failed["repeat"] == 2 and job in failed["error"]
+    log = failed["log"]
+    assert log == str(out.resolve() / "slurm" / f"{job}_0_log.err")
+    assert f"e2 repeat 2 failed: Slurm job {job} " in captured.out and log in captured.out
+    assert len(list((out / "runs").glob("run-*.json"))) == 6
+
+    # The rerun: one job submitted, the five finished runs kept as they were.
+    queued = set(slurm_cluster.jobs())
+    assert cli.main([*argv, "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert "resuming: 5 of 6 runs kept, 1 to run" in captured.err
+    assert len(set(slurm_cluster.jobs()) - queued) == 1  # what Slurm was given
+    resumed = json.loads((out / "results.json").read_text())
+    assert list(resumed["slurm"]["job_ids"]) == ["5"] and resumed["resumed_runs"] == 5
+    assert all(r["ok"] for r in resumed["runs"]) and [r["index"] for r in resumed["runs"]] == list(range(6))
+    assert resumed["runs"][:5] == results["runs"][:5]
+    assert [(r["arm"], r["processes"]) for r in resumed["summary"]] == [("eager", 3), ("e2", 3)]
+    assert "FAILED" not in captured.out and "failed:" not in captured.out
+    assert re.search(r"whole run \d+ s", (out / "results.md").read_text())
