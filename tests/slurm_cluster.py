@@ -1,6 +1,7 @@
 """A real single-node Slurm cluster on this machine, for tests (``slurm_cluster`` fixture).
 
-Register it in a test module with ``pytest_plugins = ["slurm_cluster"]``.  The fixture (session
+Register it in a test module with ``pytest_plugins = ["slurm_cluster"]``; ``python tests/slurm_cluster.py``
+starts one by hand (it prints the ``SLURM_CONF`` to export, and stops everything on Ctrl-C).  The fixture (session
 scope) starts, in a fresh temporary directory:
 
 - ``munged`` with a fresh key, unless a MUNGE daemon already answers on the default socket;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -151,14 +153,33 @@ def _config(root: Path, node: str, cpus: int, memory: int, munge_socket: str | N
     )
 
 
+class ClusterUnavailable(Exception):
+    """A cluster cannot start here; the message says what failed."""
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A single-node Slurm cluster on localhost, with ``SLURM_CONF`` exported (see the module docstring)."""
+    """A single-node Slurm cluster on localhost, with ``SLURM_CONF`` exported (see the module docstring);
+    skips the test, with the reason, where none can start."""
+    try:
+        with running_cluster() as cluster:
+            yield cluster
+    except ClusterUnavailable as why:
+        pytest.skip(str(why))
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[SlurmCluster]:
+    """Start a cluster (see the module docstring), export ``SLURM_CONF``, and stop it all on exit.
+
+    Raises:
+        ClusterUnavailable: it cannot start here (before the body runs; what started is stopped).
+    """
     missing = [name for name in BINARIES if shutil.which(name) is None]
     if missing:
-        pytest.skip(f"no Slurm here: {', '.join(missing)} not on PATH (apt-get install slurm-wlm munge)")
+        raise ClusterUnavailable(f"no Slurm here: {', '.join(missing)} not on PATH (apt-get install slurm-wlm munge)")
     if os.geteuid() != 0:
-        pytest.skip("a test Slurm cluster needs root (slurmd runs jobs as their users)")
+        raise ClusterUnavailable("a test Slurm cluster needs root (slurmd runs jobs as their users)")
     root = Path(tempfile.mkdtemp(prefix="ik-slurm-"))  # short: the MUNGE socket's path has a length limit
     procs: list[subprocess.Popen[bytes]] = []
     previous = os.environ.get("SLURM_CONF")
@@ -169,7 +190,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         munge_socket = None
         if not _munge_works():
             if shutil.which("munged") is None:
-                pytest.skip("no MUNGE daemon runs and munged is not on PATH (apt-get install munge)")
+                raise ClusterUnavailable("no MUNGE daemon runs and munged is not on PATH (apt-get install munge)")
             key = root / "munge" / "munge.key"
             key.write_bytes(os.urandom(1024))
             key.chmod(0o600)
@@ -189,7 +210,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
             while not _munge_works(munge_socket):
                 if procs[-1].poll() is not None or time.monotonic() > deadline:
                     log = (root / "log" / "munged.log").read_text(errors="replace")[-500:] if (root / "log").exists() else ""
-                    pytest.skip(f"munged did not start with a fresh key: {log.strip() or 'no log'}")
+                    raise ClusterUnavailable(f"munged did not start with a fresh key: {log.strip() or 'no log'}")
                 time.sleep(0.1)
         cpus, memory = _node_hardware()
         node = socket.gethostname().split(".")[0]
@@ -205,7 +226,9 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
             dead = [p.args[0] for p in procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
                 why = f"{', '.join(map(str, dead))} exited" if dead else f"the node was not idle after {START_TIMEOUT_S:.0f} s"
-                pytest.skip(f"the test Slurm cluster did not start ({why}; node state {state or 'unknown'!r}):\n{cluster.logs()}")
+                raise ClusterUnavailable(
+                    f"the test Slurm cluster did not start ({why}; node state {state or 'unknown'!r}):\n{cluster.logs()}"
+                )
             state = cluster.command("sinfo", "--noheader", "--Node", "--format=%T", "--nodes", node, check=False).strip()
             time.sleep(0.2)
         os.environ["SLURM_CONF"] = str(conf)
@@ -218,7 +241,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         if cluster is not None and all(p.poll() is None for p in procs):
             # Cancel every job and let slurmd end their steps before it stops (a step outlives slurmd).
             with contextlib.suppress(RuntimeError, OSError, subprocess.SubprocessError):
-                cluster.command("scancel", "--user", str(os.getuid()), check=False)
+                cluster.command("scancel", "--user", pwd.getpwuid(os.getuid()).pw_name, check=False)
                 deadline = time.monotonic() + DRAIN_TIMEOUT_S
                 while time.monotonic() < deadline and any(
                     s not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
@@ -228,3 +251,12 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         for proc in reversed(procs):  # slurmd, slurmctld, then munged
             _stop(proc)
         shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":  # a cluster to try things by hand: prints its SLURM_CONF, stops on Ctrl-C or SIGTERM
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with running_cluster() as running, contextlib.suppress(KeyboardInterrupt):
+        print(f"export SLURM_CONF={running.conf}  # node {running.node}, {running.cpus} CPUs, partition {running.partition}")
+        print(f"# logs in {running.root / 'log'}", flush=True)
+        while True:
+            signal.pause()

@@ -202,22 +202,25 @@ def test_local_resume_runs_only_the_missing_run(tmp_path, capsys):
 # -- a real Slurm cluster --------------------------------------------------------------------------
 
 
-def _cancel_when_queued(cluster, known: set[str], element: int, found: list[str], stop: threading.Event) -> None:
-    """scancel array element ``element`` of the first job array that appears after ``known``."""
-    while not stop.is_set():
-        for job in set(cluster.jobs()) - known:
-            if job.endswith(f"_{element}"):
+def _cancel(cluster, known: set[str], cancelled: dict[str, str], stop: threading.Event) -> None:
+    """In the first job array that appears after ``known``: scancel element 0 once it runs and element 5
+    (the last) as soon as it is queued (2 CPUs: still pending); ``cancelled`` gets element -> job id."""
+    while not stop.is_set() and len(cancelled) < 2:
+        for job, state in cluster.jobs().items():
+            element = job.rpartition("_")[2]
+            if job in known or element in cancelled:
+                continue
+            if element == "5" or (element == "0" and state == "RUNNING"):
                 cluster.command("scancel", job)
-                found.append(job)
-                return
+                cancelled[element] = job
         time.sleep(0.1)
 
 
-def test_slurm_ablation_cancel_one_job_and_resume(slurm_cluster, tmp_path, capsys):
-    """2 arms x 3 processes through --executor slurm; the last array element is cancelled with scancel
-    as soon as it is queued (2 CPUs: it is still pending); the report names it failed with its log
-    path and the others are kept; --resume submits one job and completes the results; the records
-    have the local executor's fields."""
+def test_slurm_ablation_cancel_jobs_and_resume(slurm_cluster, tmp_path, capsys):
+    """2 arms x 3 processes through --executor slurm; scancel kills the first array element while it
+    runs and the last while it is pending; the report names both failed with their log paths and the
+    others are kept; --resume submits those two only and completes the results; the records and
+    summary rows have the local executor's fields."""
     out, local = tmp_path / "slurm", tmp_path / "local"
     argv = [*TINY, "--executor", "slurm", "--slurm-partition", slurm_cluster.partition, "--out", str(out)]
     # The same ablation on the local executor, for its fields, in a process of its own meanwhile.
@@ -244,10 +247,9 @@ def test_slurm_ablation_cancel_one_job_and_resume(slurm_cluster, tmp_path, capsy
 
 
 def _cancel_and_resume(slurm_cluster, out: Path, argv: list[str], capsys) -> None:
-    before = set(slurm_cluster.jobs())
-    cancelled: list[str] = []
+    cancelled: dict[str, str] = {}
     stop = threading.Event()
-    canceller = threading.Thread(target=_cancel_when_queued, args=(slurm_cluster, before, 5, cancelled, stop), daemon=True)
+    canceller = threading.Thread(target=_cancel, args=(slurm_cluster, set(slurm_cluster.jobs()), cancelled, stop), daemon=True)
     canceller.start()
     try:
         status = cli.main(argv)
@@ -255,29 +257,28 @@ def _cancel_and_resume(slurm_cluster, out: Path, argv: list[str], capsys) -> Non
         stop.set()
         canceller.join(10)
     captured = capsys.readouterr()
-    assert status == 0, captured.err  # one run failed, the others finished
-    assert cancelled, "the array element was never seen in the queue"
-    (job,) = cancelled
+    assert status == 0, captured.err  # two runs failed, the others finished
+    assert sorted(cancelled) == ["0", "5"], cancelled
     results = json.loads((out / "results.json").read_text())
     assert results["executor"] == "slurm" and len(results["slurm"]["job_ids"]) == 6
-    assert [r["ok"] for r in results["runs"]] == [True] * 5 + [False]
-    failed = results["runs"][5]
-    assert failed["arm"] == "e2" and failed["repeat"] == 2 and job in failed["error"]
-    log = failed["log"]
-    assert log == str(out.resolve() / "slurm" / f"{job}_0_log.err")
-    assert f"e2 repeat 2 failed: Slurm job {job} " in captured.out and log in captured.out
+    assert [r["ok"] for r in results["runs"]] == [False, True, True, True, True, False]
+    for index, element, arm, repeat in ((0, "0", "eager", 0), (5, "5", "e2", 2)):
+        failed, job = results["runs"][index], cancelled[element]
+        assert (failed["arm"], failed["repeat"]) == (arm, repeat) and f"Slurm job {job}" in failed["error"]
+        assert failed["log"] == str(out.resolve() / "slurm" / f"{job}_0_log.err")
+        assert f"{arm} repeat {repeat} failed: " in captured.out and failed["log"] in captured.out
     assert len(list((out / "runs").glob("run-*.json"))) == 6
 
-    # The rerun: one job submitted, the five finished runs kept as they were.
+    # The rerun: the two cancelled runs submitted again, the four finished ones kept as they were.
     queued = set(slurm_cluster.jobs())
     assert cli.main([*argv, "--resume"]) == 0
     captured = capsys.readouterr()
-    assert "resuming: 5 of 6 runs kept, 1 to run" in captured.err
-    assert len(set(slurm_cluster.jobs()) - queued) == 1  # what Slurm was given
+    assert "resuming: 4 of 6 runs kept, 2 to run" in captured.err
+    assert len(set(slurm_cluster.jobs()) - queued) == 2  # what Slurm was given
     resumed = json.loads((out / "results.json").read_text())
-    assert list(resumed["slurm"]["job_ids"]) == ["5"] and resumed["resumed_runs"] == 5
+    assert list(resumed["slurm"]["job_ids"]) == ["0", "5"] and resumed["resumed_runs"] == 4
     assert all(r["ok"] for r in resumed["runs"]) and [r["index"] for r in resumed["runs"]] == list(range(6))
-    assert resumed["runs"][:5] == results["runs"][:5]
+    assert resumed["runs"][1:5] == results["runs"][1:5]
     assert [(r["arm"], r["processes"]) for r in resumed["summary"]] == [("eager", 3), ("e2", 3)]
     assert "FAILED" not in captured.out and "failed:" not in captured.out
     assert re.search(r"whole run \d+ s", (out / "results.md").read_text())

@@ -722,7 +722,9 @@ def _interrupted(args: argparse.Namespace, results: dict[str, Any], stop: Interr
     paths = report.write(results, args.out) if args.out else []
     where = f"; partial results in {paths[0]}" if paths else ""
     print(
-        f"inductor-knobs: interrupted by {stop.name}: {len(stop.runs)} of {stop.planned} runs finished, workers stopped{where}",
+        f"inductor-knobs: interrupted by {stop.name}: {len(stop.runs)} of {stop.planned} runs finished, "
+        f"{'Slurm jobs cancelled' if results.get('executor') == 'slurm' else 'workers stopped'}{where}"
+        + ("; --resume runs the rest" if args.out else ""),
         file=sys.stderr,
     )
     return stop.status

@@ -15,12 +15,15 @@ What differs from the local executor:
   ``--slurm-sbatch-flag exclusive`` for one job per node at a time, as a quiet machine would measure.
 - The load readings (``load_before``, ``load_after``) are the node's, which other jobs may share.
 
-**A job that dies** (``scancel``, a node failure, the time limit) leaves no result file.  While it
-waits, :func:`execute` checks the result files every :data:`POLL_S` seconds and asks ``squeue`` for
-the jobs' states every :data:`QUEUE_POLL_S` seconds; a job in a final state without a result (or gone
-from the queue, as a pending array element that was cancelled is) becomes an error record naming its
-Slurm job and its log files (submitit's ``<folder>/<job>_0_log.out`` and ``.err``).  The other runs
-are kept, and ``ablate --resume`` runs the failed one again (see :mod:`.store`).
+**A job that dies** (``scancel``, a node failure, the time limit) leaves no result file, or, when
+Slurm's SIGTERM reached the worker first, the error record of a worker that exited -15 (submitit keeps
+SIGTERM from its own process, which then still returns the record).  While it waits, :func:`execute`
+checks the result files every :data:`POLL_S` seconds and asks ``squeue`` for the jobs' states every
+:data:`QUEUE_POLL_S` seconds; a job in a final state without a result (or gone from the queue, as a
+pending array element that was cancelled is) becomes an error record.  Every failed run's error names
+its Slurm job (and its final state where ``squeue`` still has it) and its log files (submitit's
+``<folder>/<job>_0_log.out`` and ``.err``; the record's ``log`` is the latter).  The other runs are
+kept, and ``ablate --resume`` runs the failed ones again (see :mod:`.store`).
 
 SIGINT or SIGTERM while waiting cancels the jobs that have not finished (``scancel``) and keeps the
 finished runs, as the local executor does.
@@ -28,6 +31,7 @@ finished runs, as the local executor does.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import math
@@ -322,6 +326,14 @@ def _result_record(job: Any, spec: dict[str, Any], gpu: int | None, shard: int) 
         return {**_dead_record(job, spec, gpu, shard, f"failed: {first}"), "traceback": str(err)[-3000:]}
     if not isinstance(record, dict):
         return _dead_record(job, spec, gpu, shard, f"returned {type(record).__name__}, not a record")
+    if not record.get("ok"):
+        # A job cancelled while its worker ran: Slurm's SIGTERM reaches the worker, whose parent (which
+        # submitit keeps from SIGTERM) still returns its error record; the error names the job and its logs.
+        stdout, stderr = _log_paths(job)
+        state = (queue_states([str(job.job_id)]) or {}).get(str(job.job_id), "")
+        ended = f" ended {state}" if state in FINAL_STATES - {"COMPLETED"} else ""
+        record = {**record, "error": f"{record.get('error')} (Slurm job {job.job_id}{ended}; logs {stdout}, {stderr})"}
+        record["log"] = stderr
     return record
 
 
@@ -440,8 +452,10 @@ def execute(
         bar.close()
     except (Interrupted, KeyboardInterrupt) as stop:
         with runner.signals_ignored():
-            for slurm_job in pending.values():
-                slurm_job.cancel(check=False)
+            left = [str(j.job_id) for j in pending.values()]
+            if left:  # one scancel for all of them
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    subprocess.run(["scancel", *left], capture_output=True, timeout=60, check=False)
             bar.close()
         signum = stop.signum if isinstance(stop, Interrupted) else int(signal.SIGINT)
         raise Interrupted(signum, sorted(results, key=lambda r: r["index"]), len(jobs)) from None
