@@ -171,6 +171,28 @@ def test_out_with_runs_suggests_resume_and_resume_refuses_overwrite(tmp_path, ca
     assert "holds no earlier ablation" in capsys.readouterr().err
 
 
+def fake_record(job: dict) -> dict:
+    record = {"ok": True, "index": job["index"], "arm": job["arm"]["name"], "repeat": job["repeat"], "samples_ms": [1.0]}
+    record.update(compile_seconds=0.0, autotune_seconds=0.0, peak_memory_bytes=1, max_abs_diff=0.0, mismatch=False)
+    return record
+
+
+def test_overwrite_starts_the_runs_again(tmp_path, monkeypatch, capsys):
+    def execute(plan, progress=True, jobs=None, on_record=None):
+        records = [fake_record(job) for job in jobs]
+        for record in records:
+            on_record(record)
+        return records
+
+    monkeypatch.setattr(command, "execute", execute)
+    argv = ["ablate", "--device", "cpu", "--arm", "eager", "--arm", "e2:eager=true", "--smoke", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    (tmp_path / "runs" / "run-7.json").write_text("{}")  # a stale record of another plan
+    assert cli.main([*argv, "--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["plan.json", "run-0.json", "run-1.json"]
+    assert "not kept" not in capsys.readouterr().err
+
+
 def test_local_resume_runs_only_the_missing_run(tmp_path, capsys):
     """The local executor keeps its records too: a kept run is not run again (one worker runs here)."""
     argv = [
@@ -188,9 +210,7 @@ def test_local_resume_runs_only_the_missing_run(tmp_path, capsys):
     plan = plan_for(*argv[1:])
     runs = store.RunStore(str(tmp_path))
     runs.begin(plan.jobs(), resume=False)
-    kept = {"ok": True, "index": 0, "arm": "eager", "repeat": 0, "samples_ms": [1.0], "marker": "kept"}
-    kept.update(compile_seconds=0.0, autotune_seconds=0.0, peak_memory_bytes=1, max_abs_diff=0.0, mismatch=False)
-    runs.save(kept)
+    runs.save({**fake_record(plan.jobs()[0]), "marker": "kept"})
     assert cli.main([*argv, "--out", str(tmp_path), "--resume"]) == 0, capsys.readouterr().err
     assert "resuming: 1 of 2 runs kept, 1 to run" in capsys.readouterr().err
     results = json.loads((tmp_path / "results.json").read_text())

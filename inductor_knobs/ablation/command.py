@@ -642,8 +642,11 @@ def _run(args: argparse.Namespace) -> int:
         results = _results(plan, conflicts)
         jobs = plan.jobs()
         runs = store.RunStore(args.out) if args.out else None
-        kept = runs.begin(jobs, resume) if runs is not None else {}  # --resume: the plan is checked here
-        _clear_out(args.out, args.overwrite)
+        if resume and runs is not None:  # the plan is checked here, before anything runs
+            kept = runs.begin(jobs, resume=True)
+        else:
+            _clear_out(args.out, args.overwrite)
+            kept = runs.begin(jobs, resume=False) if runs is not None else {}
         todo = [job for job in jobs if int(job["index"]) not in kept]
         print(
             f"ablate: workload {plan.workload}, {len(plan.arms)} arms x {plan.repeats} process(es) on "
