@@ -143,6 +143,21 @@ def test_default_time_limit_and_gpus():
     assert plan.slurm.parameters(plan) == {"name": "ik-ablate", "timeout_min": 2 + slurm.TIME_MARGIN_MIN}
 
 
+def test_cuda_jobs_from_a_machine_without_a_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    plan = plan_for("--device", "cuda", "--arm", "default", "--executor", "slurm", "--out", "o")
+    assert plan.device == "cuda" and plan.gpus == [] and plan.slurm is not None
+    assert plan.slurm.parameters(plan)["gpus_per_node"] == 1
+    assert command.environment(plan)["device_name"] == "the Slurm jobs' GPUs"
+    with pytest.raises(InvalidKnobValue, match="sees no CUDA GPU"):
+        plan_for("--device", "cuda", "--arm", "default")
+    with pytest.raises(InvalidKnobValue, match="the main job on a GPU reads the GPU's SM count"):
+        plan_for("--device", "cuda", "--executor", "slurm", "--out", "o")
+
+
 # -- the run store and --resume ----------------------------------------------------------------
 
 

@@ -424,8 +424,20 @@ def build_plan(args: argparse.Namespace) -> Plan:
     else:
         value = toml.get("repeats")
         count = processes(value, f"repeats = {value!r} in --config {args.config!r}", quick=quick, smoke=smoke, main_job=main_job)
-    if device == "cuda" and not torch.cuda.is_available():
+    # On Slurm the GPUs are the jobs': a login node without one submits --device cuda all the same.
+    remote_gpus = executor == "slurm" and device == "cuda" and not torch.cuda.is_available()
+    if device == "cuda" and not torch.cuda.is_available() and not remote_gpus:
         raise InvalidKnobValue(f"--device cuda: torch {torch.__version__} sees no CUDA GPU")
+    if remote_gpus and main_job:
+        raise InvalidKnobValue(
+            "the main job on a GPU reads the GPU's SM count where it is submitted, and this machine has none: give the arms "
+            "(--arm, --grid or --config) to run on the Slurm jobs' GPUs, or submit from a machine with the jobs' GPU"
+        )
+    if remote_gpus and args.emulate_sms:
+        raise InvalidKnobValue(
+            f"--emulate-sms={args.emulate_sms!r} is checked against the GPU's SM count where it is submitted, and this machine "
+            "has none: submit from a machine with the jobs' GPU"
+        )
     visible = torch.cuda.device_count() if device == "cuda" else 0
     gpus = list(range(visible))
     if args.gpus:
@@ -587,15 +599,17 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
 
 
 def environment(plan: Plan) -> dict[str, Any]:
+    """The torch version, the device's name and ``doctor``'s report, for results.json."""
     import torch
 
     from .. import doctor
 
-    name = (
-        torch.cuda.get_device_name(plan.gpus[0])
-        if plan.device == "cuda" and plan.gpus
-        else f"CPU ({torch.backends.cpu.get_cpu_capability()})"
-    )
+    if plan.device == "cuda" and plan.gpus:
+        name = torch.cuda.get_device_name(plan.gpus[0])
+    elif plan.device == "cuda":  # --executor slurm from a machine without a GPU
+        name = "the Slurm jobs' GPUs"
+    else:
+        name = f"CPU ({torch.backends.cpu.get_cpu_capability()})"
     return {"torch": torch.__version__, "device_name": name, "doctor": doctor.collect()}
 
 
