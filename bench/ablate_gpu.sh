@@ -126,7 +126,7 @@ model_table() {  # model_table DIR...: the README's table from DIR/*/results.jso
     "$PYTHON" - "$@" <<'PY'
 import json, pathlib, sys
 
-from inductor_knobs.ablation import report
+from inductor_knobs.ablation import report, summary
 
 
 def ratio(row, key):  # the report's own formatting: an interval that excludes 1.00x never prints as [1.00–...]
@@ -145,7 +145,7 @@ print("| model | GPU | processes | latency ms gated / forced | latency speedup [
 print("|---|---|---|---|---|---|---|---|")
 for path in sorted((p for d in sys.argv[1:] for p in pathlib.Path(d).glob("*/results.json")), key=order):
     data = json.loads(path.read_text())
-    rows = {r["arm"]: r for r in report.summarize(data)}  # today's statistics, also for older files
+    rows = {r["arm"]: r for r in summary.summarize(data)}  # today's statistics, also for older files
     gated, forced = rows.get("gated", {}), rows.get("forced", {})
     where = f"emulated {data['emulate_sms']} SMs" if data.get("emulate_sms") else "full GPU"
     procs = f"{gated.get('processes', 0)} / {forced.get('processes', 0)}" + (" (partial)" if data.get("partial") else "")

@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument("--min-sms", type=int, default=None, help="also show the gate verdict at this threshold")
     from .ablation import command as ablate
+    from .ablation.options import add_parser as add_ablate_parser
 
-    ablate.add_parser(sub)
+    add_ablate_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "ablate":

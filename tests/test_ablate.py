@@ -13,8 +13,22 @@ from pathlib import Path
 import pytest
 
 from inductor_knobs import cli
-from inductor_knobs.ablation import command, report, runner, spec, workloads
-from inductor_knobs.ablation.runner import Plan
+from inductor_knobs.ablation import (
+    build,
+    command,
+    compare,
+    files,
+    job,
+    merge,
+    options,
+    report,
+    signals,
+    spec,
+    summary,
+    workers,
+    workloads,
+)
+from inductor_knobs.ablation.plan import Plan
 from inductor_knobs.errors import InvalidKnobValue, UnknownKnob
 
 TESTS = Path(__file__).parent
@@ -28,8 +42,8 @@ def _workload_importable(monkeypatch):
 
 def plan_for(*argv: str) -> Plan:
     parser = cli.argparse.ArgumentParser()
-    command.add_parser(parser.add_subparsers(dest="command"))
-    return command.build_plan(parser.parse_args(["ablate", *argv]))
+    options.add_parser(parser.add_subparsers(dest="command"))
+    return build.build_plan(parser.parse_args(["ablate", *argv]))
 
 
 # -- arms ---------------------------------------------------------------------------------
@@ -171,7 +185,7 @@ def test_end_to_end_with_a_crashing_arm(tmp_path, capsys):
     results = json.loads((tmp_path / "results.json").read_text())
     assert [r["ok"] for r in results["runs"]] == [True, False, True]
     assert results["runs"][0]["samples_ms"] and results["environment"]["doctor"]["versions"]
-    assert isinstance(results["wall_seconds"], float) and results["schema"] == report.SCHEMA
+    assert isinstance(results["wall_seconds"], float) and results["schema"] == files.SCHEMA
     assert all(r["kernel_ms"] is None for r in results["runs"] if r["ok"])  # CPU: no GPU kernel time, no crash
     assert {"load_before", "load_after", "start_s", "end_s", "cpu_seconds"} <= set(results["runs"][0])
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
@@ -239,7 +253,7 @@ def three_processes(results, spread=0.02):
 
 
 def test_summary_speedup_intervals_and_flags():
-    rows = report.summarize(three_processes(fake_results([2.0, 2.1, 2.2, 2.3], [1.0, 1.1, 1.2, 1.3])))
+    rows = summary.summarize(three_processes(fake_results([2.0, 2.1, 2.2, 2.3], [1.0, 1.1, 1.2, 1.3])))
     a, b, c = rows
     assert a["speedup"] == 1.0 and b["speedup"] == pytest.approx(2.15 / 1.15)
     assert b["verdict"] == "faster" and b["speedup_low"] <= b["speedup"] <= b["speedup_high"]
@@ -250,13 +264,13 @@ def test_summary_speedup_intervals_and_flags():
 
 def test_compare_and_merge():
     old, new = fake_results([2.0] * 4, [1.0] * 4), fake_results([2.0] * 4, [0.5] * 4, other_kernel="triton_mm_7")
-    text = report.compare(old, new)
+    text = compare.compare(old, new)
     assert "| b | 1.0000 | 0.5000 | 0.500 |" in text and "mm(8x8, 8x8)" in text
     part0 = {**old, "runs": old["runs"][:1]}
     part1 = {**old, "runs": old["runs"][1:]}
-    assert report.merge([part1, part0])["runs"] == old["runs"]
+    assert merge.merge([part1, part0])["runs"] == old["runs"]
     with pytest.raises(InvalidKnobValue, match="different ablations"):
-        report.merge([old, {**old, "workload": "other"}])
+        merge.merge([old, {**old, "workload": "other"}])
 
 
 def test_merge_and_compare_from_the_command_line(tmp_path, capsys):
@@ -300,23 +314,23 @@ def no_arm_runs(monkeypatch):
     ],
 )
 def test_worker_gpu_maps_through_the_parents_visible_devices(visible, index, expected):
-    assert runner.physical_gpu(index, visible) == expected
+    assert workers.physical_gpu(index, visible) == expected
 
 
 @pytest.mark.parametrize(("visible", "index"), [("2,3", 2), ("", 0)])
 def test_worker_gpu_outside_the_visible_devices(visible, index):
     with pytest.raises(InvalidKnobValue, match="CUDA_VISIBLE_DEVICES"):
-        runner.physical_gpu(index, visible)
+        workers.physical_gpu(index, visible)
 
 
 def test_worker_env_gets_the_physical_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setenv("INDUCTOR_KNOBS_MIN_SMS", "7")  # the parent's knobs never leak into an arm
-    env = runner.worker_env(spec.parse_arm("a:max_autotune=1"), gpu=1, cache="/c", emulate=None)
+    env = workers.worker_env(spec.parse_arm("a:max_autotune=1"), gpu=1, cache="/c", emulate=None)
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
     assert env["INDUCTOR_KNOBS_MAX_AUTOTUNE"] == "1" and "INDUCTOR_KNOBS_MIN_SMS" not in env
     assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join("/c", "inductor")
-    cpu = runner.worker_env(spec.parse_arm("eager"), gpu=None, cache="/c", emulate=None)
+    cpu = workers.worker_env(spec.parse_arm("eager"), gpu=None, cache="/c", emulate=None)
     assert cpu["CUDA_VISIBLE_DEVICES"] == "2,3"  # a CPU worker's environment is left as it was
 
 
@@ -534,7 +548,7 @@ def test_a_signal_ignored_on_entry_stays_ignored():
     # A shell starts background jobs with SIGINT ignored so that Ctrl-C reaches only the foreground job.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with runner.signals_raise():
+        with signals.signals_raise():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
@@ -596,26 +610,26 @@ def test_measurement_lock_lets_one_worker_measure_at_a_time(tmp_path):
 
 
 def test_cold_workers_leave_their_triton_binaries_to_later_repeats(tmp_path):
-    workers = runner._Workers(share_kernels=True)
-    assert workers.kernels and os.path.isdir(workers.kernels)
+    registry = workers.Workers(share_kernels=True)
+    assert registry.kernels and os.path.isdir(registry.kernels)
     cache = tmp_path / "cache"
     (cache / "triton" / "abc").mkdir(parents=True)
     (cache / "triton" / "abc" / "k.cubin").write_text("new")
     (cache / "triton" / "old").mkdir()
     (cache / "triton" / "old" / "k.cubin").write_text("from this worker")
-    kept = Path(workers.kernels) / "old"
+    kept = Path(registry.kernels) / "old"
     kept.mkdir()
     (kept / "k.cubin").write_text("already shared")
-    workers.keep_kernels(str(cache))
-    assert (Path(workers.kernels) / "abc" / "k.cubin").read_text() == "new"
+    registry.keep_kernels(str(cache))
+    assert (Path(registry.kernels) / "abc" / "k.cubin").read_text() == "new"
     assert (kept / "k.cubin").read_text() == "already shared"  # an entry that is there stays as it is
-    env = runner.worker_env(spec.Arm("a"), None, str(cache), None, kernels=workers.kernels, compile_threads=4)
-    assert env["TRITON_CACHE_DIR"] == workers.kernels and env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(cache))
+    env = workers.worker_env(spec.Arm("a"), None, str(cache), None, kernels=registry.kernels, compile_threads=4)
+    assert env["TRITON_CACHE_DIR"] == registry.kernels and env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(cache))
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "4")
-    lock = workers.measure_lock(0)
-    assert os.path.dirname(lock) == workers.run_dir
-    run_dir = workers.run_dir
-    workers.remove_dirs()
+    lock = registry.measure_lock(0)
+    assert os.path.dirname(lock) == registry.run_dir
+    run_dir = registry.run_dir
+    registry.remove_dirs()
     assert run_dir and not os.path.exists(run_dir)
 
 
@@ -625,10 +639,10 @@ def test_a_worker_under_the_measurement_lock_records_its_wait(tmp_path):
     An eager arm: the lock is taken around the measurement whatever the arm, and nothing compiles meanwhile.
     """
     plan = plan_for("--device", "cpu", "--workload", "ablation_workload:tiny", "--arm", "eager", "--smoke")
-    job = plan.jobs()[0]
-    workers = runner._Workers()
-    record = runner.run_job(job, plan.arms[0], None, 300, workers, parallel=2, compile_threads=1)
-    workers.remove_dirs()
+    job_spec = plan.jobs()[0]
+    registry = workers.Workers()
+    record = job.run_job(job_spec, plan.arms[0], None, 300, registry, parallel=2, compile_threads=1)
+    registry.remove_dirs()
     assert record is not None and record["ok"], record
     assert {"wait", "measure", "compile", "import"} <= set(record["phase_seconds"]) and record["kernel_cache"] == "cold"
     assert "gpu_utilization_before" not in record

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from inductor_knobs import cli
-from inductor_knobs.ablation import command, slurm, store
+from inductor_knobs.ablation import build, command, options, slurm, store
+from inductor_knobs.ablation.plan import TIME_MARGIN_MIN, SlurmOptions
 from inductor_knobs.errors import InvalidKnobValue
 
 pytest_plugins = ["slurm_cluster"]
@@ -45,8 +46,8 @@ def no_arm_runs(monkeypatch):
 
 def plan_for(*argv: str):
     parser = cli.argparse.ArgumentParser()
-    command.add_parser(parser.add_subparsers(dest="command"))
-    return command.build_plan(parser.parse_args(["ablate", *argv]))
+    options.add_parser(parser.add_subparsers(dest="command"))
+    return build.build_plan(parser.parse_args(["ablate", *argv]))
 
 
 # -- bad input, before anything runs -----------------------------------------------------------
@@ -105,7 +106,7 @@ def test_toml_executor_and_slurm_table(tmp_path):
     )
     plan = plan_for("--device", "cpu", "--config", str(path), "--out", str(tmp_path / "o"), "--slurm-sbatch-flag", "qos=high")
     assert plan.executor == "slurm" and plan.parallel == 1
-    assert plan.slurm == slurm.SlurmOptions(
+    assert plan.slurm == SlurmOptions(
         partition="gpu",
         gpus_per_job=2,
         time_min=30,
@@ -140,7 +141,7 @@ def test_bad_slurm_tables(tmp_path, content, match):
 def test_default_time_limit_and_gpus():
     plan = plan_for("--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o", "--timeout", "61")
     assert plan.slurm is not None
-    assert plan.slurm.parameters(plan) == {"name": "ik-ablate", "timeout_min": 2 + slurm.TIME_MARGIN_MIN}
+    assert plan.slurm.parameters(plan) == {"name": "ik-ablate", "timeout_min": 2 + TIME_MARGIN_MIN}
 
 
 def test_cuda_jobs_from_a_machine_without_a_gpu():

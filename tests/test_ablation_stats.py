@@ -16,16 +16,33 @@ import pytest
 import torch
 
 from inductor_knobs import cli
-from inductor_knobs.ablation import command, explain, kernels, load, models, report, stats, workloads
+from inductor_knobs.ablation import (
+    build,
+    command,
+    explain,
+    files,
+    job,
+    kernels,
+    load,
+    main_job,
+    merge,
+    models,
+    options,
+    report,
+    stats,
+    summary,
+    workloads,
+)
+from inductor_knobs.ablation.plan import Plan
 from inductor_knobs.errors import InvalidKnobValue, UnknownKnob
 
 TESTS = Path(__file__).parent
 
 
-def plan_for(*argv: str) -> command.Plan:
+def plan_for(*argv: str) -> Plan:
     parser = cli.argparse.ArgumentParser()
-    command.add_parser(parser.add_subparsers(dest="command"))
-    return command.build_plan(parser.parse_args(["ablate", *argv]))
+    options.add_parser(parser.add_subparsers(dest="command"))
+    return build.build_plan(parser.parse_args(["ablate", *argv]))
 
 
 def run(arm: str, repeat: int, samples: list[float], **extra) -> dict:
@@ -81,14 +98,14 @@ def test_the_process_not_the_sample_is_the_unit():
     interval must stay as wide as three processes allow, whatever the sample count."""
     per_process = {"a": [1.0, 2.0, 3.0], "b": [1.1, 2.1, 3.1]}
 
-    def summary(samples_per_process: int) -> dict:
+    def rows_for(samples_per_process: int) -> dict:
         data = {
             arm: [[m * (1 + 1e-6 * k) for k in range(samples_per_process)] for m in medians]
             for arm, medians in per_process.items()
         }
-        return {row["arm"]: row for row in report.summarize(results_of(data))}
+        return {row["arm"]: row for row in summary.summarize(results_of(data))}
 
-    few, many = summary(5), summary(2000)
+    few, many = rows_for(5), rows_for(2000)
     assert many["b"]["verdict"] == stats.NO_DIFFERENCE and many["b"]["n"] == 6000
     assert many["b"]["processes"] == 3
     interval = (many["b"]["speedup_low"], many["b"]["speedup_high"])
@@ -99,7 +116,7 @@ def test_the_process_not_the_sample_is_the_unit():
 def test_fewer_than_three_processes_give_no_interval():
     assert stats.ratio_interval([1.0, 1.1], [1.0, 1.1, 1.2]) is None
     assert stats.median_interval([1.0, 1.1]) is None
-    rows = report.summarize(results_of({"a": [[1.0], [1.1]], "b": [[2.0], [2.1]]}))
+    rows = summary.summarize(results_of({"a": [[1.0], [1.1]], "b": [[2.0], [2.1]]}))
     assert rows[1]["verdict"].startswith("n/a") and "speedup_low" not in rows[1]
 
 
@@ -114,7 +131,7 @@ def test_intervals_are_reproducible_and_reject_bad_latencies():
 
 def test_table_says_no_detectable_difference_and_names_the_verdicts():
     data = results_of({"a": [[2.0, 2.1], [2.2, 2.3], [1.9, 2.0]], "b": [[2.05], [2.2], [1.95]], "c": [[1.0], [1.02], [0.98]]})
-    rows = {r["arm"]: r for r in report.summarize(data)}
+    rows = {r["arm"]: r for r in summary.summarize(data)}
     assert rows["a"]["verdict"] == "baseline"
     assert rows["b"]["verdict"] == stats.NO_DIFFERENCE and rows["c"]["verdict"] == "faster"
     text = report.markdown(data)
@@ -135,7 +152,7 @@ def test_kernel_time_gets_its_own_speedup_and_interval_over_processes():
     data = results_of({"a": [[3.0], [3.1], [2.9]], "b": [[3.05], [2.95], [3.0]]})
     for r, kernel in zip(data["runs"], [1.0, 1.02, 0.98, 0.5, 0.51, 0.49]):
         r["kernel_ms"] = kernel
-    rows = {r["arm"]: r for r in report.summarize(data)}
+    rows = {r["arm"]: r for r in summary.summarize(data)}
     assert rows["b"]["verdict"] == stats.NO_DIFFERENCE
     assert rows["b"]["kernel_speedup"] == pytest.approx(2.0) and rows["b"]["kernel_verdict"] == "faster"
     assert rows["b"]["kernel_speedup_low"] > 1.0 and "kernel_speedup" not in rows["a"]
@@ -143,7 +160,7 @@ def test_kernel_time_gets_its_own_speedup_and_interval_over_processes():
     assert report._interval(0.9966, 0.92, 0.9995, ".2f", "x") == "0.997x [0.920–1.000]"  # excludes 1.00x: it shows
     assert report._interval(0.98, 0.92, 1.004, ".2f", "x") == "0.98x [0.92–1.00]"
     data["runs"][-1]["kernel_ms"] = None  # 2 processes with a kernel time: an estimate, no interval
-    row = report.summarize(data)[1]
+    row = summary.summarize(data)[1]
     assert "kernel_speedup" in row and "kernel_verdict" not in row
 
 
@@ -153,20 +170,20 @@ def test_merge_concatenates_processes():
         r["index"] = i
     part0 = {**data, "runs": data["runs"][::2], "wall_seconds": 10.0}
     part1 = {**data, "runs": data["runs"][1::2], "wall_seconds": 12.0}
-    merged = report.merge([part0, part1])
-    rows = {r["arm"]: r for r in report.summarize(merged)}
+    merged = merge.merge([part0, part1])
+    rows = {r["arm"]: r for r in summary.summarize(merged)}
     assert rows["a"]["processes"] == 3 and rows["b"]["processes"] == 3
     assert merged["shard_wall_seconds"] == [10.0, 12.0] and "wall_seconds" not in merged
 
 
 def test_results_json_has_a_schema_and_newer_ones_are_refused(tmp_path):
     data = results_of({"a": [[1.0], [1.1], [0.9]]})
-    report.write(data, str(tmp_path))
+    files.write(data, str(tmp_path))
     written = json.loads((tmp_path / "results.json").read_text())
-    assert written["schema"] == report.SCHEMA and written["summary"][0]["processes"] == 3
-    assert report.check(written, "x") is written
+    assert written["schema"] == files.SCHEMA and written["summary"][0]["processes"] == 3
+    assert files.check(written, "x") is written
     with pytest.raises(InvalidKnobValue, match="schema 99"):
-        report.check({**written, "schema": 99}, "--compare 'x'")
+        files.check({**written, "schema": 99}, "--compare 'x'")
 
 
 # -- the load rule -------------------------------------------------------------------------------------
@@ -248,22 +265,20 @@ def test_with_several_workers_at_once_only_the_clock_rule_applies():
 def test_the_gpu_reading_before_a_run_waits_out_our_own_previous_worker(monkeypatch):
     """NVML's utilisation covers its last sample period: read at once after our own worker on that
     GPU exited, it would flag that worker's kernels as another process's."""
-    from inductor_knobs.ablation import runner
-
     now, slept = [100.0], []
-    monkeypatch.setattr(runner.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(runner.time, "sleep", slept.append)
-    monkeypatch.setattr(runner.load, "gpu_utilization", lambda index: 0)
-    monkeypatch.setattr(runner, "_GPU_RELEASED", {})
-    runner._readings(5, "before")  # nothing of ours ran on GPU 5 yet
-    runner._readings(5, "after")  # our worker there exits at t = 100 s
+    monkeypatch.setattr(job.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(job.time, "sleep", slept.append)
+    monkeypatch.setattr(job.load, "gpu_utilization", lambda index: 0)
+    monkeypatch.setattr(job, "_GPU_RELEASED", {})
+    job._readings(5, "before")  # nothing of ours ran on GPU 5 yet
+    job._readings(5, "after")  # our worker there exits at t = 100 s
     now[0] = 100.25
-    assert runner._readings(5, "before")["gpu_utilization_before"] == 0
-    runner._readings(6, "before")  # another GPU
+    assert job._readings(5, "before")["gpu_utilization_before"] == 0
+    job._readings(6, "before")  # another GPU
     assert slept == [0.0, pytest.approx(load.NVML_SAMPLE_PERIOD_S - 0.25), 0.0]
-    monkeypatch.setattr(runner.load, "gpu_utilization", lambda index: None)  # no NVML: no reading, no wait
-    runner._readings(7, "after")
-    assert 7 not in runner._GPU_RELEASED
+    monkeypatch.setattr(job.load, "gpu_utilization", lambda index: None)  # no NVML: no reading, no wait
+    job._readings(7, "after")
+    assert 7 not in job._GPU_RELEASED
 
 
 def test_old_results_without_readings_warn_nothing():
@@ -298,7 +313,7 @@ def test_too_few_processes_in_a_config_names_the_file(tmp_path):
 
 
 def test_process_defaults_and_smoke():
-    assert plan_for("--device", "cpu", "--arm", "eager").repeats == command.DEFAULT_PROCESSES == 5
+    assert plan_for("--device", "cpu", "--arm", "eager").repeats == options.DEFAULT_PROCESSES == 5
     assert plan_for("--device", "cpu", "--arm", "eager", "--quick").repeats == 3
     assert plan_for("--device", "cpu").repeats == 3  # the main job
     smoke = plan_for("--device", "cpu", "--arm", "eager", "--smoke")
@@ -396,7 +411,7 @@ def big_gpu(monkeypatch):
 
 def test_main_job_on_a_big_gpu_emulates_t4_and_l4_and_keeps_an_aa_control(big_gpu, transformers_present, monkeypatch):
     big_gpu(132)
-    monkeypatch.setattr(command.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(main_job.os, "cpu_count", lambda: 16)
     plan = plan_for()
     names = [a.name for a in plan.arms]
     assert names == ["gated@T4", "force_gemm_autotune@T4", "gated@L4", "force_gemm_autotune@L4", "gated", "force_gemm_autotune"]
@@ -478,9 +493,9 @@ def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatc
 
 def test_cpu_note_only_where_the_gate_is_involved():
     plain = results_of({"a": [[1.0]] * 3})
-    assert explain.notes(plain, report.summarize(plain)) == []
+    assert explain.notes(plain, summary.summarize(plain)) == []
     gated = {**plain, "arms": [{"name": "a", "knobs": {"min_sms": "40"}}]}
-    assert "only move that gate" in explain.notes(gated, report.summarize(gated))[0]
+    assert "only move that gate" in explain.notes(gated, summary.summarize(gated))[0]
 
 
 # -- kernels and plots ------------------------------------------------------------------------------------------
@@ -532,7 +547,7 @@ def test_plot_with_many_arms(tmp_path):
     from inductor_knobs.ablation import plot
 
     per_arm = {f"arm-{i:02d}-with-a-long-name": [[1.0 + 0.05 * i + 0.01 * k] for k in range(3)] for i in range(14)}
-    rows = report.summarize(results_of(per_arm))
+    rows = summary.summarize(results_of(per_arm))
     path = plot.plot(rows, str(tmp_path / "r.png"), "many arms")
     import matplotlib.image
 
@@ -600,13 +615,13 @@ def test_compile_time_is_the_cold_processes_and_the_time_table_sums_the_runs():
             wall_seconds=80.0 if cold else 30.0,
             phase_seconds={"import": 9.0, "build": 1.0, "compile": 60.0 if cold else 20.0, "wait": 2.0, "measure": 0.1},
         )
-    rows = {r["arm"]: r for r in report.summarize(data)}
+    rows = {r["arm"]: r for r in summary.summarize(data)}
     assert rows["forced"]["compile_seconds"] == 60.0 and rows["forced"]["compile_processes"] == 1
     text = report.markdown(data)
     assert "4 processes per GPU started and compiled at once" in text and "**Where the time went**" in text
     assert "| all runs (sum) | 6 |" in text and "in 50 s of wall time (5.6 processes busy on average" in text
     old = results_of({"a": [[1.0]] * 3})  # files from before phases were recorded: no table, and all runs are cold
-    assert report.time_table(old) == [] and report.summarize(old)[0]["compile_processes"] == 3
+    assert report.time_table(old) == [] and summary.summarize(old)[0]["compile_processes"] == 3
 
 
 def test_gpu_note_says_how_to_read_the_sections_and_the_control():

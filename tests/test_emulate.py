@@ -24,7 +24,8 @@ from torch._inductor.runtime.hints import DeviceProperties
 
 import inductor_knobs as ik
 from inductor_knobs import cli
-from inductor_knobs.ablation import command
+from inductor_knobs.ablation import build, command, options
+from inductor_knobs.ablation.plan import Plan
 from inductor_knobs.core import torch_compat
 from inductor_knobs.core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
 from inductor_knobs.core.recorder import Subscription
@@ -1162,10 +1163,10 @@ def test_activate_from_env_on_the_fake_gpu(env_active, fake_cuda):
 # -- 7. ablate ---------------------------------------------------------------------------------------
 
 
-def plan_for(*argv: str) -> command.Plan:
+def plan_for(*argv: str) -> Plan:
     parser = cli.argparse.ArgumentParser()
-    command.add_parser(parser.add_subparsers(dest="command"))
-    return command.build_plan(parser.parse_args(["ablate", *argv]))
+    options.add_parser(parser.add_subparsers(dest="command"))
+    return build.build_plan(parser.parse_args(["ablate", *argv]))
 
 
 @pytest.fixture

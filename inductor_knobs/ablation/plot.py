@@ -37,7 +37,7 @@ def _label(index: int, row: dict[str, Any], compile_of: dict[str, Any]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
-    """Draw ``rows`` (from :func:`.report.summarize`) into ``path``.
+    """Draw ``rows`` (from :func:`.summary.summarize`) into ``path``.
 
     Args:
         rows: summary rows; rows without a measurement (failed, not run) are left out.

@@ -1,159 +1,18 @@
-"""Turn raw ablation records into statistics, a Markdown table, results.json/.csv and a plot.
-
-Per arm (:func:`summarize`): each successful process is one latency, the median of its samples;
-the arm's latency is the median of those per-process medians, with a 95 % bootstrap interval over
-processes; its speedup is ``baseline latency / arm latency`` with a 95 % bootstrap interval over
-both arms' processes (:mod:`.stats`).  The verdict is ``faster`` or ``slower`` when that interval
-excludes 1.00x and ``no detectable difference`` when it contains it.  Arms belong to sections (this
-GPU, an emulated smaller one); each section has its own baseline and table.
-
-results.json keeps everything raw (every run's samples, load readings, attestations) plus the
-``summary`` rows; ``schema`` is :data:`SCHEMA` (files without the key are schema 1, from before
-per-process statistics, and still load for ``--compare`` and ``--merge``).
+"""The Markdown report of an ablation: notes, one table per section, legend, warnings, failures and
+where the time went (:func:`markdown`), from the summary rows of :mod:`.summary`.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 import statistics
 from collections.abc import Mapping
 from typing import Any
 
 from . import explain, load, stats
-
-#: Every file :func:`write` may write into ``--out`` (what ``--overwrite`` removes first).
-OUTPUT_FILES = ("results.json", "results.csv", "results.md", "results.png")
-
-#: The keys :func:`summarize`, :func:`markdown`, :func:`compare` and :func:`merge` read.
-REQUIRED_KEYS = ("workload", "baseline", "repeats", "arms", "runs")
-
-#: results.json format: 2 adds per-process statistics, sections, load readings, kernel time and
-#: the total wall time.  A newer file than this module reads is refused.
-SCHEMA = 2
+from .summary import section_of, summarize
 
 #: Processes per arm below which the table says its intervals are indicative (see :mod:`.stats`).
 NOMINAL_PROCESSES = 5
-
-CSV_COLUMNS = [
-    "section",
-    "arm",
-    "baseline",
-    "median_ms",
-    "median_low_ms",
-    "median_high_ms",
-    "speedup",
-    "speedup_low",
-    "speedup_high",
-    "verdict",
-    "processes",
-    "n",
-    "kernel_ms",
-    "kernel_speedup",
-    "kernel_speedup_low",
-    "kernel_speedup_high",
-    "kernel_verdict",
-    "compile_seconds",
-    "autotune_seconds",
-    "peak_memory_mib",
-    "max_abs_diff",
-    "mismatch",
-    "not_applied",
-    "gemm_kernels",
-    "runs",
-    "failed",
-    "error",
-]
-
-
-def section_of(results: Mapping[str, Any]) -> dict[str, str]:
-    """Arm name -> its section label ("" for the main section)."""
-    return {a["name"]: a.get("section") or "" for a in results["arms"]}
-
-
-def _baseline_of(results: Mapping[str, Any], arm: Mapping[str, Any]) -> str:
-    return str(arm.get("baseline") or results["baseline"])
-
-
-def _row(arm: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    good = [r for r in runs if r.get("ok")]
-    row: dict[str, Any] = {"arm": arm["name"], "section": arm.get("section") or "", "runs": len(runs)}
-    row["failed"] = len(runs) - len(good)
-    if not good:
-        row["error"] = runs[0]["error"] if runs else "not run"
-        return row
-    medians = stats.process_medians(good)
-    interval = stats.median_interval(medians)
-    # Compile time is the cold one: runs that reused the ablation's shared Triton binaries (repeat >= 1
-    # on a GPU, see runner) compile faster than a user's first compile would.
-    cold = [r for r in good if r.get("kernel_cache") != "shared"] or good
-    kernel = [float(r["kernel_ms"]) for r in good if isinstance(r.get("kernel_ms"), (int, float))]
-    calls = [r.get("gemm_calls") or {} for r in good]
-    row.update(
-        process_medians_ms=medians,
-        median_ms=float(statistics.median(medians)),
-        median_low_ms=interval.low if interval else None,
-        median_high_ms=interval.high if interval else None,
-        processes=len(medians),
-        n=sum(len(r["samples_ms"]) for r in good),
-        kernel_ms=float(statistics.median(kernel)) if kernel else None,
-        kernel_process_ms=kernel,
-        compile_seconds=statistics.median(r["compile_seconds"] for r in cold),
-        autotune_seconds=statistics.median(r["autotune_seconds"] for r in cold),
-        compile_processes=len(cold),
-        peak_memory_mib=max(r["peak_memory_bytes"] for r in good) / 2**20,
-        max_abs_diff=max(r["max_abs_diff"] for r in good),
-        mismatch=any(r["mismatch"] for r in good),
-        not_applied=sorted({n for r in good for n in r.get("not_applied", [])}),
-        kernels=good[0].get("kernels", {}),
-        gemm_calls=calls[0],
-        # Processes of one arm may autotune to different kernels: that is worth seeing.
-        gemm_varies=any(c != calls[0] for c in calls),
-    )
-    return row
-
-
-def summarize(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per arm, in arm order.
-
-    Returns:
-        Rows with ``arm``, ``section``, ``baseline``, ``runs``, ``failed`` and, where a run
-        succeeded, ``median_ms`` (median of per-process medians) and its interval
-        (``median_low_ms``, ``median_high_ms``), ``processes``, ``n`` (samples), ``speedup``,
-        ``speedup_low``, ``speedup_high``, ``verdict``, ``kernel_ms`` (GPU kernel time per
-        iteration, None off CUDA) and, where both arms have it, ``kernel_speedup`` with
-        ``kernel_speedup_low``, ``kernel_speedup_high`` and ``kernel_verdict`` (the same statistics
-        over the processes' kernel times: the GEMM choice without launch overhead),
-        compile/autotune seconds, peak MiB, ``max_abs_diff``,
-        ``mismatch``, ``not_applied``, ``kernels`` (autotune winners) and ``gemm_calls``;
-        otherwise ``error``.  Intervals are None below :data:`.stats.MIN_PROCESSES` processes.
-    """
-    rows = []
-    for arm in results["arms"]:
-        row = _row(arm, [r for r in results["runs"] if r["arm"] == arm["name"]])
-        row["baseline"] = _baseline_of(results, arm)
-        rows.append(row)
-    by_name = {r["arm"]: r for r in rows}
-    for row in rows:
-        base = by_name.get(row["baseline"])
-        if base is None or "median_ms" not in base or "median_ms" not in row:
-            continue
-        row["speedup"] = base["median_ms"] / row["median_ms"]
-        if row["arm"] == row["baseline"]:
-            row["verdict"] = "baseline"
-            continue
-        if base.get("kernel_ms") and row.get("kernel_ms"):
-            row["kernel_speedup"] = base["kernel_ms"] / row["kernel_ms"]
-            kernel = stats.ratio_interval(base["kernel_process_ms"], row["kernel_process_ms"])
-            if kernel is not None:
-                row.update(kernel_speedup_low=kernel.low, kernel_speedup_high=kernel.high, kernel_verdict=kernel.verdict())
-        interval = stats.ratio_interval(base["process_medians_ms"], row["process_medians_ms"])
-        if interval is None:
-            row["verdict"] = "n/a (smoke run)" if results.get("smoke") else f"n/a (< {stats.MIN_PROCESSES} processes)"
-        else:
-            row.update(speedup_low=interval.low, speedup_high=interval.high, verdict=interval.verdict())
-    return rows
 
 
 def _sections(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -263,14 +122,29 @@ def _main_section(results: Mapping[str, Any]) -> str:
 
 
 def load_warnings(results: Mapping[str, Any]) -> list[str]:
-    """The load rule's warnings for ``results`` (see :mod:`.load`)."""
+    """The load rule's warnings for ``results`` (see :mod:`.load`).
+
+    Args:
+        results (Mapping[str, Any]): a results.json's data.
+
+    Returns:
+        list[str]: one sentence per warning.
+    """
     cores = (results.get("machine") or {}).get("cpu_count")
     parallel = int(results.get("parallel") or 1)
     return load.load_warnings(results["runs"], cores, section_of(results), results.get("device"), parallel)
 
 
 def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> str:
-    """The report: notes, one table per section (its baseline named), legend, warnings, failures."""
+    """The report: notes, one table per section (its baseline named), legend, warnings, failures.
+
+    Args:
+        results (dict[str, Any]): a results.json's data.
+        rows (list[dict[str, Any]] | None): its summary rows (None: computed with :func:`.summary.summarize`).
+
+    Returns:
+        str: the Markdown text.
+    """
     rows = rows if rows is not None else summarize(results)
     warnings = load_warnings(results)
     lines = [_head(results)]
@@ -331,7 +205,14 @@ def _phases(run: Mapping[str, Any]) -> dict[str, float]:
 
 def time_table(results: Mapping[str, Any]) -> list[str]:
     """Where the time went: per arm the median seconds of each phase over its runs, and the sums over
-    all runs; empty when no run recorded its phases (older files)."""
+    all runs.
+
+    Args:
+        results (Mapping[str, Any]): a results.json's data.
+
+    Returns:
+        list[str]: Markdown lines; empty when no run recorded its phases (older files).
+    """
     runs = [r for r in results["runs"] if r.get("phase_seconds")]
     if not runs:
         return []
@@ -367,161 +248,3 @@ def time_table(results: Mapping[str, Any]) -> list[str]:
             + "."
         )
     return lines
-
-
-def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {**row, "gemm_kernels": explain.gemm_summary(row.get("gemm_calls") or {}) if "median_ms" in row else ""}
-
-
-def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
-    """Write results.json (everything, raw samples included), results.csv (one row per arm),
-    results.md (the report) and, with ``plot``, results.png.
-
-    Returns:
-        The paths written.
-
-    Raises:
-        NotSupportedOnThisTorch: ``plot`` without matplotlib (the command checks this before running).
-    """
-    os.makedirs(out, exist_ok=True)
-    rows = summarize(results)
-    written = [os.path.join(out, "results.json"), os.path.join(out, "results.csv"), os.path.join(out, "results.md")]
-    with open(written[0], "w", encoding="utf-8") as dst:
-        json.dump({"schema": SCHEMA, **results, "summary": rows}, dst, indent=2, default=str)
-    with open(written[1], "w", newline="", encoding="utf-8") as dst:
-        writer = csv.DictWriter(dst, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(_csv_row(r) for r in rows)
-    with open(written[2], "w", encoding="utf-8") as dst:
-        dst.write(markdown(results, rows) + "\n")
-    if plot:
-        from .plot import plot as draw
-
-        where = (results.get("environment") or {}).get("device_name") or results.get("device")
-        written.append(draw(rows, os.path.join(out, "results.png"), f"{results['workload']} on {where}"))
-    return written
-
-
-def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What changed between two results.json files, per arm: latency ratio new/old with a 95 %
-    bootstrap interval over both files' processes, compile time, GEMM kernels."""
-    before = {r["arm"]: r for r in summarize(old)}
-    lines = [
-        "| arm | old median ms | new median ms | new/old | 95% CI | verdict | old compile s | new compile s | kernels changed |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in summarize(new):
-        prev = before.get(row["arm"])
-        if prev is None or "median_ms" not in prev or "median_ms" not in row:
-            old_ms = "-" if prev is None else prev.get("median_ms", "failed")
-            lines.append(f"| {row['arm']} | {old_ms} | {row.get('median_ms', 'failed')} | | | | | | |")
-            continue
-        # new/old latency: the old file plays the baseline's part with the ratio inverted.
-        interval = stats.ratio_interval(row["process_medians_ms"], prev["process_medians_ms"])
-        ci = f"{interval.low:.3f}–{interval.high:.3f}" if interval else "n/a"
-        verdict = "n/a" if interval is None else ("no detectable change" if interval.contains(1.0) else "changed")
-        changed = sorted(k for k in set(prev["kernels"]) | set(row["kernels"]) if prev["kernels"].get(k) != row["kernels"].get(k))
-        if prev.get("gemm_calls") != row.get("gemm_calls"):
-            old_calls, new_calls = (explain.gemm_summary(r.get("gemm_calls") or {}) for r in (prev, row))
-            changed.append(f"GEMM calls {old_calls} -> {new_calls}")
-        lines.append(
-            f"| {row['arm']} | {prev['median_ms']:.4f} | {row['median_ms']:.4f} | {row['median_ms'] / prev['median_ms']:.3f} | "
-            f"{ci} | {verdict} | {prev['compile_seconds']:.2f} | {row['compile_seconds']:.2f} | {', '.join(changed) or 'none'} |"
-        )
-    return "\n".join(lines)
-
-
-def check(data: Any, source: str) -> dict[str, Any]:
-    """``data`` if it looks like a results.json that this module can read.
-
-    Args:
-        data: the parsed JSON.
-        source: what to name in the error, e.g. ``--compare 'old/results.json'``.
-
-    Raises:
-        InvalidKnobValue: not an object, a required key missing, or a newer schema than :data:`SCHEMA`.
-    """
-    from ..errors import InvalidKnobValue
-
-    if not isinstance(data, dict):
-        raise InvalidKnobValue(f"{source} is not an ablation results.json: a JSON {type(data).__name__}, not an object")
-    missing = [k for k in REQUIRED_KEYS if k not in data]
-    if missing or not isinstance(data["runs"], list) or not isinstance(data["arms"], list):
-        raise InvalidKnobValue(
-            f"{source} is not an ablation results.json: "
-            + (f"missing {', '.join(missing)}" if missing else "'runs' and 'arms' must be lists")
-            + f"; allowed: what `inductor-knobs ablate --out` writes ({', '.join(REQUIRED_KEYS)}, ...)"
-        )
-    schema = data.get("schema", 1)
-    if not isinstance(schema, int) or schema > SCHEMA:
-        raise InvalidKnobValue(
-            f"{source} has results schema {schema!r}: allowed 1..{SCHEMA}; it was written by a newer inductor-knobs"
-        )
-    return data
-
-
-def _settings(arm: dict[str, Any]) -> dict[str, Any]:
-    return {k: arm.get(k) or None for k in ("knobs", "compile_args", "eager", "emulate")}
-
-
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What makes two results not comparable: quick, smoke, repeats, iterations, workload, device,
-    torch, SM emulation, an interrupted run, or an arm of the same name with other settings.
-
-    Returns:
-        One sentence per difference (empty: comparable).
-    """
-    out = []
-
-    def env(results: dict[str, Any], key: str) -> Any:
-        return (results.get("environment") or {}).get(key)
-
-    checks = [
-        ("workload", old.get("workload"), new.get("workload")),
-        ("quick", bool(old.get("quick")), bool(new.get("quick"))),
-        ("smoke", bool(old.get("smoke")), bool(new.get("smoke"))),
-        ("repeats", old.get("repeats"), new.get("repeats")),
-        ("iters", old.get("iters"), new.get("iters")),
-        ("device", old.get("device"), new.get("device")),
-        ("device name", env(old, "device_name"), env(new, "device_name")),
-        ("torch version", env(old, "torch"), env(new, "torch")),
-        ("emulate_sms", old.get("emulate_sms"), new.get("emulate_sms")),
-        ("partial (interrupted)", bool(old.get("partial")), bool(new.get("partial"))),
-    ]
-    for what, a, b in checks:
-        if a != b:
-            out.append(f"the results differ in {what}: old {a!r}, new {b!r}")
-    before = {a.get("name"): a for a in old.get("arms", [])}
-    for arm in new.get("arms", []):
-        prev = before.get(arm.get("name"))
-        if prev is not None and _settings(prev) != _settings(arm):
-            out.append(f"arm {arm.get('name')} has other settings: old {_settings(prev)}, new {_settings(arm)}")
-    return out
-
-
-def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merge shard results.json files of one ablation (same workload and arms) into one.
-
-    The processes of all shards are concatenated: each is one more replicate of its arm, whichever
-    machine ran it.  Each shard's total wall time is kept in ``shard_wall_seconds``.
-
-    Raises:
-        InvalidKnobValue: the parts come from different ablations.
-    """
-    from ..errors import InvalidKnobValue
-
-    first = parts[0]
-    for part in parts[1:]:
-        if part["workload"] != first["workload"] or part["arms"] != first["arms"]:
-            raise InvalidKnobValue("--merge: the files come from different ablations (workload or arms differ)")
-    runs = sorted((r for p in parts for r in p["runs"]), key=lambda r: r["index"])
-    merged = {**first, "runs": runs, "shard": None, "merged_from": len(parts), "partial": False}
-    merged.pop("planned_runs", None)  # a shard's count, not the merge's
-    merged.pop("interrupted", None)
-    merged.pop("summary", None)  # recomputed from the merged runs
-    merged["shard_wall_seconds"] = [p.get("wall_seconds") for p in parts]
-    merged.pop("wall_seconds", None)  # one shard's, not the merge's
-    for part in parts:  # a shard that was interrupted leaves the merge partial
-        if part.get("partial"):
-            merged.update(partial=True, interrupted=part.get("interrupted"))
-    return merged

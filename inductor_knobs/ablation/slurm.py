@@ -2,10 +2,11 @@
 
 The jobs are submitted with `submitit <https://github.com/facebookincubator/submitit>`_ as one job
 array (``AutoExecutor(folder=<out>/slurm, cluster="slurm")`` and ``executor.batch()``), and each
-runs :func:`.runner.run_detached`: the same job function the local executor calls in its threads
-(:func:`.runner.call_job`, one fresh ``inductor_knobs.ablation.worker`` process with private Inductor
+runs :func:`.job.run_detached`: the same job function the local executor calls in its threads
+(:func:`.job.call_job`, one fresh ``inductor_knobs.ablation.worker`` process with private Inductor
 and Triton cache directories), only on a Slurm node.  The records come back through submitit's result
 files and are the local executor's records, field for field; the report does not know where they ran.
+The options of the jobs are checked before anything is submitted (:mod:`.slurm_options`).
 
 What differs from the local executor:
 
@@ -32,29 +33,18 @@ finished runs, as the local executor does.
 from __future__ import annotations
 
 import contextlib
-import difflib
-import importlib.util
-import math
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidKnobValue, SlurmSubmitFailed
-from . import runner
-from .runner import Interrupted, Plan
-
-#: ``--executor`` values.
-EXECUTORS = ("local", "slurm")
-
-#: What installs submitit.
-INSTALL_HINT = "pip install 'inductor-knobs[slurm]'"
+from ..errors import SlurmSubmitFailed
+from .job import run_detached
+from .plan import Plan, SlurmOptions
+from .signals import Interrupted, signals_ignored
 
 #: Seconds between two looks at the jobs' result files, and between two ``squeue`` calls.
 POLL_S, QUEUE_POLL_S = 1.0, 5.0
@@ -63,200 +53,10 @@ POLL_S, QUEUE_POLL_S = 1.0, 5.0
 #: it counts as failed.
 RESULT_GRACE_S = 30.0
 
-#: Minutes added to ``--timeout`` for the default Slurm time limit (the job's start and imports).
-TIME_MARGIN_MIN = 5
-
 #: Slurm job states after which a job never runs again (``squeue``'s long names).
 FINAL_STATES = frozenset(
     {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "TIMEOUT"}
 )
-
-#: ``sbatch`` options that submitit sets itself for a job array: an extra flag may not replace them.
-RESERVED_FLAGS = frozenset({"array", "output", "error", "open-mode", "wrap", "parsable"})
-
-#: The keys of the TOML file's ``[slurm]`` table.
-TABLE_KEYS = ("partition", "gpus_per_job", "time", "account", "sbatch")
-
-_FLAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """How each run's Slurm job is submitted (validated by :func:`make_options`).
-
-    Attributes:
-        partition: ``--partition`` (None: the cluster's default).
-        gpus_per_job: ``--gpus-per-node`` of each job (None: 1 with ``--device cuda``, none on CPU).
-        time_min: the time limit in minutes (None: ``--timeout`` rounded up to minutes, plus
-            :data:`TIME_MARGIN_MIN`).
-        account: ``--account`` (None: the user's default).
-        sbatch: more ``sbatch`` options, name (without ``--``) -> value (True: a flag without a value).
-    """
-
-    partition: str | None = None
-    gpus_per_job: int | None = None
-    time_min: int | None = None
-    account: str | None = None
-    sbatch: dict[str, str | bool] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The options as results.json's ``slurm.options`` holds them."""
-        return {
-            "partition": self.partition,
-            "gpus_per_job": self.gpus_per_job,
-            "time_min": self.time_min,
-            "account": self.account,
-            "sbatch": dict(self.sbatch),
-        }
-
-    def parameters(self, plan: Plan) -> dict[str, Any]:
-        """The keyword arguments of submitit's ``AutoExecutor.update_parameters`` for ``plan``'s jobs.
-
-        Args:
-            plan: the ablation (its device decides the default GPUs, its timeout the default time).
-
-        Returns:
-            ``name``, ``timeout_min`` (minutes), and ``gpus_per_node``, ``slurm_partition``,
-            ``slurm_account`` and ``slurm_additional_parameters`` where they are set.
-        """
-        gpus = self.gpus_per_job if self.gpus_per_job is not None else (1 if plan.device == "cuda" else 0)
-        minutes = self.time_min if self.time_min is not None else math.ceil(plan.timeout / 60) + TIME_MARGIN_MIN
-        params: dict[str, Any] = {"name": "ik-ablate", "timeout_min": int(minutes)}
-        if gpus:
-            params["gpus_per_node"] = gpus
-        if self.partition:
-            params["slurm_partition"] = self.partition
-        if self.account:
-            params["slurm_account"] = self.account
-        if self.sbatch:
-            params["slurm_additional_parameters"] = {k.replace("-", "_"): v for k, v in self.sbatch.items()}
-        return params
-
-
-def check_executor(name: Any, source: str) -> str:
-    """``name`` if it is one of :data:`EXECUTORS`.
-
-    Args:
-        name: what ``--executor`` or the TOML's ``executor`` says.
-        source: how to name it in an error (``--executor=slurmm``).
-
-    Raises:
-        InvalidKnobValue: another value (the message names the closest executor, if any).
-    """
-    if isinstance(name, str) and name in EXECUTORS:
-        return name
-    close = difflib.get_close_matches(str(name), EXECUTORS, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise InvalidKnobValue(f"{source} is not an executor: allowed {', '.join(EXECUTORS)}{hint}")
-
-
-def _text(value: Any, source: str) -> str:
-    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
-        raise InvalidKnobValue(f"{source} is invalid: allowed a name without spaces")
-    return value.strip()
-
-
-def _count(value: Any, source: str, least: int, unit: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InvalidKnobValue(f"{source} is invalid: allowed an int >= {least} ({unit})")
-    return value
-
-
-def _flag(key: str, value: Any, source: str) -> tuple[str, str | bool]:
-    name = key.strip().lstrip("-")
-    if not _FLAG.match(name):
-        raise InvalidKnobValue(
-            f"{source} is invalid: expected KEY=VALUE or KEY with an sbatch option's name, e.g. constraint=a100"
-        )
-    name = name.replace("_", "-")
-    if name in RESERVED_FLAGS:
-        raise InvalidKnobValue(
-            f"{source} is not allowed: submitit sets --{name} for the job array itself "
-            f"(reserved: {', '.join(sorted(RESERVED_FLAGS))})"
-        )
-    if value is True:
-        return name, True
-    if isinstance(value, bool) or value is None or (isinstance(value, str) and not value.strip()):
-        raise InvalidKnobValue(f"{source} is invalid: give a value (KEY=VALUE), or the bare KEY for a flag without one")
-    return name, str(value).strip()
-
-
-def make_options(
-    partition: str | None = None,
-    gpus_per_job: int | None = None,
-    time_min: int | None = None,
-    account: str | None = None,
-    flags: list[str] | None = None,
-    table: Mapping[str, Any] | None = None,
-    table_source: str = "[slurm]",
-) -> SlurmOptions:
-    """Validate the Slurm options of the command line and of a TOML file's ``[slurm]`` table.
-
-    The command line wins over the table, key by key (and flag by flag for ``sbatch``).
-
-    Args:
-        partition: ``--slurm-partition``.
-        gpus_per_job: ``--slurm-gpus-per-job`` (an int >= 0).
-        time_min: ``--slurm-time``, minutes (an int >= 1).
-        account: ``--slurm-account``.
-        flags: ``--slurm-sbatch-flag`` items: ``KEY=VALUE``, or ``KEY`` for a flag without a value.
-        table: the TOML's ``[slurm]`` table (keys :data:`TABLE_KEYS`; ``time`` in minutes,
-            ``sbatch`` a table of flags, ``true`` for one without a value), or None.
-        table_source: how to name the table in an error.
-
-    Returns:
-        The options.
-
-    Raises:
-        InvalidKnobValue: an unknown table key, a bad value, or a reserved or malformed sbatch flag.
-    """
-    table = dict(table or {})
-    unknown = sorted(set(table) - set(TABLE_KEYS))
-    if unknown:
-        raise InvalidKnobValue(f"{table_source}: unknown keys {unknown}; allowed {', '.join(TABLE_KEYS)}")
-    sbatch: dict[str, str | bool] = {}
-    extra = table.get("sbatch", {})
-    if not isinstance(extra, Mapping):
-        raise InvalidKnobValue(
-            f"{table_source} sbatch = {extra!r} is invalid: allowed a table of sbatch options, e.g. {{constraint = 'a100'}}"
-        )
-    for key, value in extra.items():
-        name, text = _flag(str(key), value, f"{table_source} sbatch.{key} = {value!r}")
-        sbatch[name] = text
-    for item in flags or []:
-        key, sep, value = item.partition("=")
-        name, text = _flag(key, value if sep else True, f"--slurm-sbatch-flag {item!r}")
-        sbatch[name] = text
-
-    def pick(cli: Any, key: str, option: str) -> tuple[Any, str]:
-        if cli is not None:
-            return cli, f"{option}={cli!r}"
-        return table.get(key), f"{table_source} {key} = {table.get(key)!r}"
-
-    value, source = pick(partition, "partition", "--slurm-partition")
-    part = None if value is None else _text(value, source)
-    value, source = pick(account, "account", "--slurm-account")
-    acct = None if value is None else _text(value, source)
-    value, source = pick(gpus_per_job, "gpus_per_job", "--slurm-gpus-per-job")
-    gpus = None if value is None else _count(value, source, 0, "GPUs per job")
-    value, source = pick(time_min, "time", "--slurm-time")
-    minutes = None if value is None else _count(value, source, 1, "minutes")
-    return SlurmOptions(partition=part, gpus_per_job=gpus, time_min=minutes, account=acct, sbatch=sbatch)
-
-
-def check_available() -> None:
-    """Raise unless Slurm jobs can be submitted from here: submitit is installed and ``sbatch`` is on PATH.
-
-    Raises:
-        InvalidKnobValue: either is missing (the message names the fix).
-    """
-    if importlib.util.find_spec("submitit") is None:
-        raise InvalidKnobValue(f"--executor slurm needs submitit, which is not installed: {INSTALL_HINT}; or --executor local")
-    if shutil.which("sbatch") is None:
-        raise InvalidKnobValue(
-            "--executor slurm needs Slurm's sbatch, which is not on PATH: run the command on a Slurm login node "
-            "(with SLURM_CONF set if the cluster's slurm.conf is not the default one); or --executor local"
-        )
 
 
 def queue_states(job_ids: list[str]) -> dict[str, str] | None:
@@ -370,7 +170,7 @@ def execute(
 
     Raises:
         SlurmSubmitFailed: ``sbatch`` refused the jobs (nothing was submitted).
-        Interrupted: SIGINT or SIGTERM arrived (under :func:`.runner.signals_raise`); the jobs that had
+        Interrupted: SIGINT or SIGTERM arrived (under :func:`.signals.signals_raise`); the jobs that had
             not finished were cancelled, ``runs`` holds the finished ones.
     """
     import submitit
@@ -391,8 +191,7 @@ def execute(
         epoch = time.time()
         with executor.batch():
             submitted = [
-                executor.submit(runner.run_detached, job, arms[job["arm"]["name"]], gpu, plan.timeout, shard, epoch)
-                for job in jobs
+                executor.submit(run_detached, job, arms[job["arm"]["name"]], gpu, plan.timeout, shard, epoch) for job in jobs
             ]
     except Exception as err:  # sbatch's refusal comes as CalledProcessError or submitit's own errors
         text = " ".join(str(err).split())
@@ -451,7 +250,7 @@ def execute(
                 time.sleep(POLL_S)
         bar.close()
     except (Interrupted, KeyboardInterrupt) as stop:
-        with runner.signals_ignored():
+        with signals_ignored():
             left = [str(j.job_id) for j in pending.values()]
             if left:  # one scancel for all of them
                 with contextlib.suppress(OSError, subprocess.SubprocessError):

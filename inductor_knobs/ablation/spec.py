@@ -15,7 +15,7 @@ Syntax:
   that hold commas: ``--grid 'gemm_backends=ATEN|ATEN,TRITON'``.
 - TOML: top-level ``workload``, ``repeats``, ``baseline``, ``quick``, ``executor`` (``local`` or
   ``slurm``); ``[[arm]]`` tables with ``name`` and knobs; a ``[grid]`` table of lists; a ``[slurm]``
-  table of Slurm job options (see :func:`.slurm.make_options`).
+  table of Slurm job options (see :func:`.slurm_options.make_options`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.knobs import ENV_PREFIX, Knobs, _unknown_message, torch_version
+from ..core.knobs import ENV_PREFIX, Knobs
+from ..core.messages import _unknown_message, torch_version
 from ..core.plan import plan
 from ..errors import InvalidKnobValue, KnobsError, UnknownKnob
 

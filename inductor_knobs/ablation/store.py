@@ -85,7 +85,7 @@ class RunStore:
         """Start (or, with ``resume``, continue) the ablation whose jobs are ``jobs``.
 
         Args:
-            jobs: the plan's jobs (:meth:`.runner.Plan.jobs`), written to ``plan.json``.
+            jobs: the plan's jobs (:meth:`.plan.Plan.jobs`), written to ``plan.json``.
             resume: keep the successful records of an earlier run of the same plan.
 
         Returns:

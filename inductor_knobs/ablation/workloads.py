@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.knobs import _unknown_message
+from ..core.messages import _unknown_message
 from ..errors import UnknownKnob
 from . import models
 

@@ -6,7 +6,7 @@ python bench/results/ablate-h100-bert-main/table.py bench/results/ablate-h100-be
 import json
 import sys
 
-from inductor_knobs.ablation import report
+from inductor_knobs.ablation import report, summary
 
 
 def ratio(row, key):  # the report's own formatting (an interval that excludes 1.00x never prints as [1.00–...])
@@ -23,7 +23,7 @@ print("|---|---|---|---|---|---|---|")
 for path in sys.argv[1:]:
     data = json.load(open(path))
     label = path.split("/")[-2]
-    rows = {r["arm"]: r for r in report.summarize(data)}
+    rows = {r["arm"]: r for r in summary.summarize(data)}
     for name, row in rows.items():
         if not name.startswith("force_gemm_autotune"):
             continue

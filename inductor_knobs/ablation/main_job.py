@@ -1,0 +1,102 @@
+"""The main job (``inductor-knobs ablate`` with no ``--arm``, ``--grid`` or ``--config``): its arms, its
+table sections and its ``--parallel`` default.
+
+It asks "does forcing the SM gate help a real model on a small GPU, and what does it cost to
+compile?".  On a GPU: arms ``gated`` (GEMM autotuning asked for, torch's 68-SM gate as it is) and
+``force_gemm_autotune`` (the gate lowered to the GPU's SMs), one table section per GPU class: on a
+GPU at or above the gate with SM emulation (torch >= 2.11) an emulated T4 (40 SMs) and an emulated L4
+(58 SMs), both below the gate, plus this GPU itself, where the gate is open for both arms (an A/A
+control: the two compile with the same effective settings).  On a GPU below the gate, one section
+(this GPU); without emulation, only this GPU, and the report says why.  On CPU, where there is no SM
+gate, ``default`` and ``max-autotune-no-cudagraphs``, and the report says plainly that the CPU run
+tests no gate.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..emulation.emulate import EmulationSpec
+from ..emulation.gpu_presets import PRESETS
+from . import spec
+
+#: The small GPUs the main job emulates on a big one, in table order.
+MAIN_JOB_EMULATION = ("T4", "L4")
+
+#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.
+CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 4, 4
+
+
+def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
+    """Which emulated small GPUs the main job adds on a GPU of ``sms`` SMs.
+
+    Returns:
+        ``(presets, None)``, or ``((), why not)``.
+    """
+    import torch
+
+    from ..core import torch_compat
+
+    threshold = torch_compat.installed(strict=False).torch_min_sms
+    if sms < threshold:
+        return (), (
+            f"this GPU has {sms} SMs, below torch's {threshold}-SM gate, so the gate is closed here already and its "
+            "section shows the effect directly; there is no full-GPU A/A control"
+        )
+    green = getattr(torch.cuda, "GreenContext", None)
+    if green is None or not hasattr(green, "Stream"):
+        return (), (
+            f"SM emulation needs torch >= 2.11 (torch.cuda.GreenContext with Stream()); torch {torch.__version__} has none, "
+            "so only the A/A control on this GPU runs"
+        )
+    return MAIN_JOB_EMULATION, None
+
+
+def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm], dict[str, str], dict[str, str], str | None]:
+    """The main job's arms, their sections, each arm's baseline, and why a section is missing.
+
+    Args:
+        sms (int | None): the GPU's SM count (the smallest of ``--gpus``), or None on CPU.
+        emulate (EmulationSpec | None): ``--emulate-sms``, checked, or None.
+
+    Returns:
+        tuple: the arms, arm name -> its section label, arm name -> its baseline, and why there is
+        no emulated section (or None).
+    """
+    if sms is None:  # CPU: no gate to test
+        return spec.cpu_arms(), {}, {}, None
+    if emulate is not None:  # --emulate-sms: one section, every arm emulated
+        return spec.gate_arms(emulate.sms), {}, {}, None
+    presets, skipped = _emulated_sections(sms)
+    arms: list[spec.Arm] = []
+    sections: dict[str, str] = {}
+    baselines: dict[str, str] = {}
+    for preset in presets:
+        small = PRESETS[preset]
+        section = spec.gate_arms(small.sms, emulate=preset, suffix=f"@{preset}")
+        for arm in section:
+            sections[arm.name] = f"emulated {preset} ({small.sms} SMs, below the gate)"
+            baselines[arm.name] = section[0].name
+        arms += section
+    full = spec.gate_arms(sms)
+    if presets:  # the control has its own section after the emulated ones
+        for arm in full:
+            sections[arm.name] = f"this GPU ({sms} SMs, above the gate): A/A control"
+            baselines[arm.name] = full[0].name
+    return arms + full, sections, baselines, skipped
+
+
+def main_job_parallel(device: str, gpus: list[int]) -> int:
+    """The main job's ``--parallel`` default: 1 on CPU, else min(4, CPUs per GPU / 4).
+
+    Args:
+        device (str): ``cuda`` or ``cpu``.
+        gpus (list[int]): the GPUs the runs are spread over.
+
+    Returns:
+        int: workers per GPU at once.
+    """
+    if device != "cuda":
+        return 1
+    per_gpu = (os.cpu_count() or 1) // max(1, len(gpus))
+    return max(1, min(MAX_MAIN_JOB_PARALLEL, per_gpu // CPUS_PER_PARALLEL_WORKER))

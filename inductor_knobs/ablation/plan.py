@@ -1,0 +1,151 @@
+"""What an ablation runs: the :class:`Plan` (arms, repeats, device, shard, executor) and, for the Slurm
+executor, the :class:`SlurmOptions` of its jobs.
+
+Both are plain data, built and validated by :mod:`.build` (and :mod:`.slurm_options`) before anything
+runs, and read by the executors (:mod:`.runner`, :mod:`.slurm`); this module imports neither.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .spec import Arm
+
+#: Minutes added to ``--timeout`` for the default Slurm time limit (the job's start and imports).
+TIME_MARGIN_MIN = 5
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How each run's Slurm job is submitted (validated by :func:`.slurm_options.make_options`).
+
+    Attributes:
+        partition: ``--partition`` (None: the cluster's default).
+        gpus_per_job: ``--gpus-per-node`` of each job (None: 1 with ``--device cuda``, none on CPU).
+        time_min: the time limit in minutes (None: ``--timeout`` rounded up to minutes, plus
+            :data:`TIME_MARGIN_MIN`).
+        account: ``--account`` (None: the user's default).
+        sbatch: more ``sbatch`` options, name (without ``--``) -> value (True: a flag without a value).
+    """
+
+    partition: str | None = None
+    gpus_per_job: int | None = None
+    time_min: int | None = None
+    account: str | None = None
+    sbatch: dict[str, str | bool] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as results.json's ``slurm.options`` holds them."""
+        return {
+            "partition": self.partition,
+            "gpus_per_job": self.gpus_per_job,
+            "time_min": self.time_min,
+            "account": self.account,
+            "sbatch": dict(self.sbatch),
+        }
+
+    def parameters(self, plan: Plan) -> dict[str, Any]:
+        """The keyword arguments of submitit's ``AutoExecutor.update_parameters`` for ``plan``'s jobs.
+
+        Args:
+            plan (Plan): the ablation (its device decides the default GPUs, its timeout the default time).
+
+        Returns:
+            dict[str, Any]: ``name``, ``timeout_min`` (minutes), and ``gpus_per_node``,
+            ``slurm_partition``, ``slurm_account`` and ``slurm_additional_parameters`` where they are set.
+        """
+        gpus = self.gpus_per_job if self.gpus_per_job is not None else (1 if plan.device == "cuda" else 0)
+        minutes = self.time_min if self.time_min is not None else math.ceil(plan.timeout / 60) + TIME_MARGIN_MIN
+        params: dict[str, Any] = {"name": "ik-ablate", "timeout_min": int(minutes)}
+        if gpus:
+            params["gpus_per_node"] = gpus
+        if self.partition:
+            params["slurm_partition"] = self.partition
+        if self.account:
+            params["slurm_account"] = self.account
+        if self.sbatch:
+            params["slurm_additional_parameters"] = {k.replace("-", "_"): v for k, v in self.sbatch.items()}
+        return params
+
+
+@dataclass
+class Plan:
+    """What to run.
+
+    Attributes:
+        workload: a built-in name or ``pkg.module:factory``.
+        arms: the arms, baseline first unless ``baseline`` names another.
+        repeats: processes per arm.
+        device: ``cuda`` or ``cpu``.
+        gpus: GPU indices to spread jobs over (CUDA only), as torch numbers them in this process;
+            each worker gets the matching entry of this process's ``CUDA_VISIBLE_DEVICES``
+            (:func:`.workers.physical_gpu`).
+        quick: smaller inputs and fewer samples (for CI).
+        iters: latency samples per process; warmup: iterations before sampling.
+        timeout: seconds per job.
+        shard: ``(i, n)``: run only jobs ``j`` with ``j % n == i``.
+        emulate: ``INDUCTOR_KNOBS_EMULATE_SMS`` for every job whose arm sets none (an SM count or
+            preset), or None.
+        smoke: a smoke test: fewer than 3 processes per arm allowed, no intervals.
+        sections: arm name -> the table section it belongs to ("" or absent: the main one).
+        baselines: arm name -> the arm its speedup is relative to (absent: ``baseline``).
+        profile_iters: iterations profiled for GPU kernel time (CUDA only).
+        main_job: the arms are the main job's (no --arm, --grid or --config).
+        emulation_skipped: why the main job has no emulated small-GPU section, or None.
+        parallel: workers per GPU at once (see :mod:`.runner`); 1 on CPU.
+        executor: where the jobs run: ``local`` (:func:`.runner.execute`, here) or ``slurm`` (one
+            Slurm job per run, :func:`.slurm.execute`); the records are the same.
+        slurm: the Slurm job options (``executor == "slurm"`` only).
+    """
+
+    workload: str
+    arms: list[Arm]
+    repeats: int = 3
+    device: str = "cpu"
+    gpus: list[int] = field(default_factory=list)
+    quick: bool = False
+    iters: int = 20
+    warmup: int = 3
+    timeout: float = 900.0
+    shard: tuple[int, int] = (0, 1)
+    baseline: str | None = None
+    emulate: str | None = None
+    smoke: bool = False
+    sections: dict[str, str] = field(default_factory=dict)
+    baselines: dict[str, str] = field(default_factory=dict)
+    profile_iters: int = 5
+    main_job: bool = False
+    emulation_skipped: str | None = None
+    parallel: int = 1
+    executor: str = "local"
+    slurm: SlurmOptions | None = None
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Interleaved jobs (repeat 0 of every arm, then repeat 1, …), this shard's only.
+
+        Returns:
+            list[dict[str, Any]]: one JSON-ready job per run: ``index`` (its place in the whole
+            plan), ``repeat``, ``arm`` (:meth:`.spec.Arm.to_dict`), ``workload``, ``device``,
+            ``quick``, ``iters``, ``warmup``, ``seed``, ``emulate``, ``profile_iters``.
+        """
+        jobs: list[dict[str, Any]] = [
+            {
+                "index": r * len(self.arms) + a,
+                "repeat": r,
+                "arm": arm.to_dict(),
+                "workload": self.workload,
+                "device": self.device,
+                "quick": self.quick,
+                "iters": self.iters,
+                "warmup": self.warmup,
+                "seed": 0,
+                "emulate": arm.emulate or self.emulate,
+                "profile_iters": self.profile_iters,
+            }
+            for r in range(self.repeats)
+            for a, arm in enumerate(self.arms)
+        ]
+        index, count = self.shard
+        return [j for j in jobs if int(j["index"]) % count == index]
