@@ -137,6 +137,12 @@ class SlurmSubmitFailed(KnobsError, RuntimeError):
     option, slurmctld unreachable); nothing was submitted."""
 
 
+class MergeRefused(KnobsError, ValueError):
+    """``ablate --merge`` refused its files: the same run twice, files of different ablations, or (unless
+    ``--allow-mixed``) runs whose fingerprints differ or files without fingerprints; the message names the
+    files, the run or arm, and each differing field with both values."""
+
+
 class KnobNotAppliedWarning(KnobsWarning):
     """``on_mismatch="warn"``: a knob did not take effect in a compile (see :class:`KnobNotApplied`)."""
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from inductor_knobs.ablation import (
     workloads,
 )
 from inductor_knobs.ablation.plan import Plan
-from inductor_knobs.errors import InvalidKnobValue, UnknownKnob
+from inductor_knobs.errors import InvalidKnobValue, MergeRefused, UnknownKnob
 
 TESTS = Path(__file__).parent
 
@@ -191,6 +192,18 @@ def test_end_to_end_with_a_crashing_arm(tmp_path, capsys):
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     assert {"arm", "median_ms", "speedup_low", "speedup_high", "verdict", "kernel_ms"} <= set(header)
     assert (tmp_path / "results.png").stat().st_size > 0
+    # every record has its own run id and the fingerprint its worker reported, the crashed arm's too
+    import torch
+
+    ids = [uuid.UUID(r["run_id"]) for r in results["runs"]]
+    assert len(set(ids)) == 3 and all(i.version == 4 for i in ids)
+    prints = {r["arm"]: r["fingerprint"] for r in results["runs"]}
+    for fp in prints.values():
+        assert fp["torch"] == torch.__version__ and fp["gpu"] is None and fp["gpu_sms"] is None and fp["cuda_driver"] is None
+        assert fp["workload"]["workload"] == "ablation_workload:graph_break" and fp["workload"]["source"].startswith("sha256:")
+        assert fp["workload_hash"] == prints["eager"]["workload_hash"]
+    assert prints["whole"]["settings"]["compile_args"] == {"fullgraph": True} and not prints["whole"]["settings"]["eager"]
+    assert prints["eager"]["settings"] == {**prints["default"]["settings"], "eager": True}
     # --strict: any failed run fails the command (the exit status is computed from the runs, here the same
     # three merged back, so no worker process runs again)
     merged = ["ablate", "--merge", str(tmp_path / "results.json")]
@@ -262,26 +275,130 @@ def test_summary_speedup_intervals_and_flags():
     assert "no detectable difference" in text and "MISMATCH" in text and "c repeat 0 failed: RuntimeError: boom" in text
 
 
+FINGERPRINT = {
+    "inductor_knobs": "0.1.0",
+    "torch": "2.13.0",
+    "triton": "3.5.0",
+    "cuda": "12.8",
+    "cuda_driver": "12.8",
+    "gpu": "NVIDIA H100 80GB HBM3",
+    "gpu_sms": 132,
+    "workload": {"workload": "w", "device": "cuda", "quick": False, "seed": 0, "iters": 20, "warmup": 3, "source": None},
+    "workload_hash": "0123456789abcdef",
+}
+
+
+def fingerprinted(results, **changes):
+    """``results`` with a fresh ``run_id`` and a fingerprint on every run (``changes`` replace fields of it;
+    ``knobs`` the arm's effective knobs)."""
+    knobs = changes.pop("knobs", {"on_mismatch": "warn"})
+    runs = []
+    for run in results["runs"]:
+        settings = {"knobs": knobs, "knobs_digest": "d", "compile_args": {}, "eager": False, "emulate": None}
+        print_ = {**FINGERPRINT, "settings": settings, **changes}
+        runs.append({**run, "run_id": str(uuid.uuid4()), "fingerprint": print_})
+    return {**results, "runs": runs}
+
+
+def shards(results):
+    """``results`` split into two shards by job index (0/2 and 1/2)."""
+    return [{**results, "runs": [r for r in results["runs"] if r["index"] % 2 == i]} for i in (0, 1)]
+
+
+def two_repeats(results):
+    """``results`` with a second repeat of every run (job indexes 3..5), so that two shards share every arm."""
+    again = [{**r, "repeat": 1, "index": r["index"] + len(results["runs"])} for r in results["runs"]]
+    return {**results, "repeats": 2, "runs": results["runs"] + again}
+
+
 def test_compare_and_merge():
     old, new = fake_results([2.0] * 4, [1.0] * 4), fake_results([2.0] * 4, [0.5] * 4, other_kernel="triton_mm_7")
     text = compare.compare(old, new)
     assert "| b | 1.0000 | 0.5000 | 0.500 |" in text and "mm(8x8, 8x8)" in text
-    part0 = {**old, "runs": old["runs"][:1]}
-    part1 = {**old, "runs": old["runs"][1:]}
-    assert merge.merge([part1, part0])["runs"] == old["runs"]
-    with pytest.raises(InvalidKnobValue, match="different ablations"):
-        merge.merge([old, {**old, "workload": "other"}])
+    part0, part1 = shards(fingerprinted(old))
+    merged = merge.merge([part1, part0])
+    assert [r["index"] for r in merged["runs"]] == [0, 1, 2] and "mixed" not in merged
+    with pytest.raises(MergeRefused, match=r"file 2 is not a shard of the ablation in file 1: its arms are \['a', 'b'\]"):
+        merge.merge([part0, {**part1, "arms": part1["arms"][:2]}])
+
+
+def write_parts(tmp_path, *parts):
+    paths = []
+    for i, part in enumerate(parts):
+        paths.append(tmp_path / f"shard-{i}.json")
+        paths[-1].write_text(json.dumps(part))
+    return [str(p) for p in paths]
 
 
 def test_merge_and_compare_from_the_command_line(tmp_path, capsys):
-    paths = []
-    for i, part in enumerate((fake_results([1.0], [2.0]), fake_results([1.0], [3.0]))):
-        paths.append(tmp_path / f"{i}.json")
-        paths[-1].write_text(json.dumps(part))
-    assert cli.main(["ablate", "--compare", str(paths[0]), str(paths[1])]) == 0
+    paths = write_parts(tmp_path, fake_results([1.0], [2.0]), fake_results([1.0], [3.0]))
+    assert cli.main(["ablate", "--compare", *paths]) == 0
     assert "| b | 2.0000 | 3.0000 | 1.500 |" in capsys.readouterr().out
-    assert cli.main(["ablate", "--merge", str(paths[0]), "--out", str(tmp_path / "m")]) == 0
-    assert (tmp_path / "m" / "results.json").exists()
+    shard_paths = write_parts(tmp_path, *shards(fingerprinted(fake_results([1.0], [2.0]))))
+    assert cli.main(["ablate", "--merge", *shard_paths, "--out", str(tmp_path / "m")]) == 0
+    merged = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert merged["merged_files"] == shard_paths and len(merged["runs"]) == 3 and "mixed" not in merged
+    assert "MIXED" not in (tmp_path / "m" / "results.md").read_text()
+
+
+def test_merge_refuses_the_same_run_twice_even_with_allow_mixed(tmp_path, capsys):
+    """The same shard given twice would count every one of its processes twice."""
+    (path,) = write_parts(tmp_path, fingerprinted(fake_results([1.0], [2.0])))
+    for extra in ([], ["--allow-mixed"]):
+        assert cli.main(["ablate", "--merge", path, path, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is twice in " + path in err and "(--allow-mixed does not allow duplicates)" in err
+        assert "run " in err and "a repeat 0, job 0" in err
+    # files from before run ids: an identical record twice is the same run
+    (tmp_path / "old").mkdir()
+    (old,) = write_parts(tmp_path / "old", fake_results([1.0], [2.0]))
+    assert cli.main(["ablate", "--merge", old, old, "--allow-mixed"]) == 2
+    assert "the same run counted twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "first", "other"),
+    [
+        ({"torch": "2.12.0"}, "torch", "'2.13.0'", "'2.12.0'"),
+        ({"triton": None}, "triton", "'3.5.0'", "None"),
+        ({"gpu": "NVIDIA L4", "gpu_sms": 58}, "gpu", "'NVIDIA H100 80GB HBM3'", "'NVIDIA L4'"),
+        ({"knobs": {"on_mismatch": "warn", "min_sms": 40}}, "arm 'a': settings.knobs.min_sms", "absent", "40"),
+        ({"workload": {**FINGERPRINT["workload"], "quick": True}}, "workload.quick", "False", "True"),
+    ],
+)
+def test_merge_refuses_mismatched_fingerprints_unless_allow_mixed(tmp_path, capsys, change, field, first, other):
+    base = two_repeats(fake_results([1.0], [2.0]))
+    part0, _ = shards(fingerprinted(base))
+    _, part1 = shards(fingerprinted(base, **change))
+    paths = write_parts(tmp_path, part0, part1)
+    assert cli.main(["ablate", "--merge", *paths, "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "do not share one fingerprint" in err and "--allow-mixed" in err
+    assert f"{field} differs: {first} in {paths[0]} (run " in err and f"{other} in {paths[1]} (run " in err
+    assert not (tmp_path / "m").exists()  # refused before anything is written
+    assert cli.main(["ablate", "--merge", *paths, "--out", str(tmp_path / "m"), "--allow-mixed"]) == 0
+    merged = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert field.split(": ")[-1] in {m["field"] for m in merged["mixed"]}
+    text = (tmp_path / "m" / "results.md").read_text()
+    assert "**MIXED DATA**: merged with --allow-mixed" in text and field.split(": ")[-1] in text
+
+
+def test_merge_refuses_files_from_before_fingerprints_and_overlapping_shards(tmp_path, capsys):
+    new = shards(fingerprinted(fake_results([1.0], [2.0])))[0]
+    old = shards(fake_results([1.0], [2.0]))[1]
+    paths = write_parts(tmp_path, new, old)
+    assert cli.main(["ablate", "--merge", *paths]) == 2
+    err = capsys.readouterr().err
+    assert f"{paths[1]} predates run fingerprints (1 of its 1 runs have no run_id and fingerprint)" in err
+    assert "--allow-mixed" in err
+    assert cli.main(["ablate", "--merge", *paths, "--allow-mixed", "--out", str(tmp_path / "m")]) == 0
+    assert f"{paths[1]} predates run fingerprints: its runs were not checked" in (tmp_path / "m" / "results.md").read_text()
+    # the same shard run twice (other run ids, the same job indexes): the shards overlap
+    again = write_parts(tmp_path, new, fingerprinted(new))
+    assert cli.main(["ablate", "--merge", *again]) == 2
+    assert f"overlapping shards: job 0 ran in {again[0]} (run " in capsys.readouterr().err
+    assert cli.main(["ablate", "--allow-mixed", "--arm", "eager", "--device", "cpu"]) == 2
+    assert "--allow-mixed is for --merge" in capsys.readouterr().err
 
 
 # -- hardening: GPUs, signals, arm names, --out, --compare/--merge, --plot, cwd workloads ----------
@@ -332,6 +449,28 @@ def test_worker_env_gets_the_physical_gpu(monkeypatch):
     assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join("/c", "inductor")
     cpu = workers.worker_env(spec.parse_arm("eager"), gpu=None, cache="/c", emulate=None)
     assert cpu["CUDA_VISIBLE_DEVICES"] == "2,3"  # a CPU worker's environment is left as it was
+
+
+def test_the_fingerprints_settings_are_what_the_worker_applies(monkeypatch):
+    """The parent's fingerprint of a run whose worker reported none (a timeout, a dead Slurm job) has the
+    settings the worker would have applied: its knobs are env activation's reading of the worker's
+    environment."""
+    from inductor_knobs.core.knobs import Knobs
+
+    monkeypatch.setenv("INDUCTOR_KNOBS_MIN_SMS", "7")  # the parent's knobs never reach an arm
+    arm = spec.parse_arm("a:max_autotune=1,mode=max-autotune-no-cudagraphs")
+    plan = plan_for("--device", "cpu", "--arm", "a:max_autotune=1,mode=max-autotune-no-cudagraphs", "--smoke")
+    job_spec = plan.jobs()[0]
+    env = workers.worker_env(arm, gpu=None, cache="/c", emulate="T4")
+    record = job.stamp({"ok": False, "error": "timed out after 1 s", "index": 0}, {**job_spec, "emulate": "T4"})
+    uuid.UUID(record["run_id"])
+    fp = record["fingerprint"]
+    assert set(fp) == {"workload", "workload_hash", "settings"}  # no versions, no GPU: the parent does not know them
+    assert fp["settings"]["knobs_digest"] == Knobs.from_env(env).digest()
+    assert fp["settings"]["knobs"] == {"max_autotune": True, "on_mismatch": "warn"}
+    assert fp["settings"]["compile_args"] == {"mode": "max-autotune-no-cudagraphs"} and fp["settings"]["emulate"] == "T4"
+    assert fp["workload"]["workload"] == "gemm_mlp" and fp["workload"]["source"] is None
+    assert job.stamp(dict(record), job_spec)["run_id"] == record["run_id"]  # a record keeps its id
 
 
 def _alive(pid: int) -> bool:
@@ -458,7 +597,7 @@ def test_out_must_be_empty_unless_overwrite(tmp_path, capsys, no_arm_runs):
 
 def test_overwrite_replaces_only_what_the_tool_wrote(tmp_path, capsys):
     part = tmp_path / "part.json"
-    part.write_text(json.dumps(fake_results([1.0], [2.0])))
+    part.write_text(json.dumps(fingerprinted(fake_results([1.0], [2.0]))))
     out = tmp_path / "out"
     out.mkdir()
     for name in ("results.json", "results.csv", "results.png", "results.md"):

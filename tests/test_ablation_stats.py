@@ -167,7 +167,7 @@ def test_kernel_time_gets_its_own_speedup_and_interval_over_processes():
 def test_merge_concatenates_processes():
     data = results_of({"a": [[1.0], [1.1], [0.9]], "b": [[0.5], [0.55], [0.45]]})
     for i, r in enumerate(data["runs"]):
-        r["index"] = i
+        r.update(index=i, run_id=f"run-{i}", fingerprint={"torch": "2.13.0", "gpu": None})
     part0 = {**data, "runs": data["runs"][::2], "wall_seconds": 10.0}
     part1 = {**data, "runs": data["runs"][1::2], "wall_seconds": 12.0}
     merged = merge.merge([part0, part1])

@@ -134,8 +134,11 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidKnobValue("--resume continues an ablation's runs; --merge runs nothing: give one of the two")
     check_plot(args.plot)
     outdir.check_out(args.out, args.overwrite, resume)
+    if getattr(args, "allow_mixed", False) and not args.merge:
+        raise InvalidKnobValue("--allow-mixed is for --merge (it lets runs with differing fingerprints be merged)")
     if args.merge:
-        results = merge([files.read(p, "--merge") for p in args.merge])
+        parts = [files.read(p, "--merge") for p in args.merge]
+        results = merge(parts, args.merge, allow_mixed=bool(getattr(args, "allow_mixed", False)))
         outdir.clear_out(args.out, args.overwrite)
     else:
         plan = build_plan(args)

@@ -26,9 +26,9 @@ import time
 import traceback
 from typing import Any
 
-from . import load
+from . import fingerprint, load
 from .spec import Arm
-from .workers import Workers, physical_gpu, reap, worker_env
+from .workers import Workers, knob_env, physical_gpu, reap, worker_env
 
 #: GPU index -> when (``time.perf_counter()``) this ablation's last worker on it exited, where its
 #: utilisation could be read (see :func:`_readings`).
@@ -49,6 +49,26 @@ def _readings(gpu: int | None, when: str) -> dict[str, Any]:
             if when == "after":
                 _GPU_RELEASED[gpu] = time.perf_counter()
     return out
+
+
+def stamp(record: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """Give ``record`` a ``run_id`` and, if its worker reported none, the fingerprint its parent knows.
+
+    Args:
+        record (dict[str, Any]): a finished run's record (changed in place).
+        job (dict[str, Any]): its job.
+
+    Returns:
+        dict[str, Any]: ``record``.
+    """
+    record.setdefault("run_id", fingerprint.new_run_id())
+    if not isinstance(record.get("fingerprint"), dict):
+        arm = Arm(**job["arm"])
+        try:
+            record["fingerprint"] = fingerprint.partial(job, knob_env(arm, job.get("emulate")))
+        except Exception as err:  # noqa: BLE001 - a record is never lost for want of its fingerprint
+            record["fingerprint_error"] = f"{type(err).__name__}: {err}"
+    return record
 
 
 def run_job(
@@ -146,8 +166,8 @@ def call_job(
     parallel: int = 1,
     compile_threads: int | None = None,
 ) -> dict[str, Any] | None:
-    """:func:`run_job`, with an exception on the way turned into an error record, and ``shard`` added:
-    the job function that every executor calls.
+    """:func:`run_job`, with an exception on the way turned into an error record, and ``shard``, a
+    ``run_id`` and a fingerprint (:func:`stamp`) added: the job function that every executor calls.
 
     Args:
         job, arm, gpu, timeout, workers, origin, parallel, compile_threads: as :func:`run_job`.
@@ -164,6 +184,7 @@ def call_job(
         record.update(arm=job["arm"]["name"], repeat=job["repeat"], index=job["index"], gpu=gpu)
     if record is not None:
         record["shard"] = shard
+        stamp(record, job)
     return record
 
 

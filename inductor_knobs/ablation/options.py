@@ -136,4 +136,16 @@ def add_parser(sub: Any) -> None:
         help="exit 1 if any run failed or compiled with a knob not applied (default: only if all runs failed)",
     )
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="print what changed between two results.json")
-    p.add_argument("--merge", nargs="+", metavar="RESULTS", help="merge shard results.json files (with --out)")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="RESULTS",
+        help="merge shard results.json files (with --out); refuses a run given twice, and runs whose fingerprints "
+        "(versions, GPU, an arm's settings, the workload) differ",
+    )
+    p.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="--merge: merge runs whose fingerprints differ, or files from before fingerprints, on purpose (the report "
+        "says the data is mixed and lists the differences); a run given twice is still refused",
+    )

@@ -9,10 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import explain, load, stats
+from .merge import describe
 from .summary import section_of, summarize
 
 #: Processes per arm below which the table says its intervals are indicative (see :mod:`.stats`).
 NOMINAL_PROCESSES = 5
+
+#: Differences a mixed merge's paragraph lists (the rest are counted; results.json keeps all).
+MIXED_SHOWN = 8
 
 
 def _sections(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -116,6 +120,18 @@ def _head(results: Mapping[str, Any]) -> str:
     return head
 
 
+def _mixed(items: list[dict[str, Any]]) -> str:
+    """The paragraph of a merge made with ``--allow-mixed`` (see :mod:`.merge`)."""
+    fields = sorted({str(i["field"]) for i in items if "field" in i})
+    shown = "; ".join(describe(i) for i in items[:MIXED_SHOWN])
+    more = f"; and {len(items) - MIXED_SHOWN} more (results.json's `mixed`)" if len(items) > MIXED_SHOWN else ""
+    return (
+        "**MIXED DATA**: merged with --allow-mixed from runs whose fingerprints differ"
+        + (f" in {', '.join(fields)}" if fields else "")
+        + f": {shown}{more}. Each arm's row pools its processes across them."
+    )
+
+
 def _main_section(results: Mapping[str, Any]) -> str:
     name = (results.get("environment") or {}).get("device_name")
     return f"this GPU ({name})" if name and results.get("device") == "cuda" else "this machine"
@@ -148,6 +164,8 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
     rows = rows if rows is not None else summarize(results)
     warnings = load_warnings(results)
     lines = [_head(results)]
+    if results.get("mixed"):
+        lines += ["", _mixed(results["mixed"])]
     for note in explain.notes(results, rows):
         lines += ["", note]
     sections = _sections(rows)

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SlurmSubmitFailed
-from .job import run_detached
+from .job import run_detached, stamp
 from .plan import Plan, SlurmOptions
 from .signals import Interrupted, signals_ignored
 
@@ -208,6 +208,7 @@ def execute(
 
     def finish(i: int, record: dict[str, Any]) -> None:
         pending.pop(i, None)
+        stamp(record, jobs[i])  # a job that died has no run id yet
         if on_record is not None:
             try:
                 on_record(record)

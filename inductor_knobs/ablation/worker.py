@@ -41,15 +41,23 @@ from typing import Any
 TOLERANCES = {"torch.float32": (1e-3, 1e-3), "torch.bfloat16": (4e-2, 4e-2), "torch.float16": (1e-2, 1e-2)}
 
 
-def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Measure one arm once (see the module docstring); returns the result record.
+def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure one arm once (see the module docstring).
 
     ``phase_seconds`` in the record splits the worker's wall time: ``import`` (torch, inductor_knobs,
-    env activation), ``build`` (workload and eager reference), ``compile`` (first compiled
-    iteration), ``wait`` (for the GPU's measurement lock, with ``--parallel``), ``measure`` (warm-up
-    and samples), ``extras`` (profiler, GEMM calls), and, added by
-    :func:`main`, ``shutdown`` (counting the CPU time of the process tree).  The parent's
-    ``wall_seconds`` minus their sum is interpreter start-up and exit.
+    the fingerprint, env activation), ``build`` (workload and eager reference), ``compile`` (first
+    compiled iteration), ``wait`` (for the GPU's measurement lock, with ``--parallel``), ``measure``
+    (warm-up and samples), ``extras`` (profiler, GEMM calls), and, added by :func:`main`,
+    ``shutdown`` (counting the CPU time of the process tree).  The parent's ``wall_seconds`` minus
+    their sum is interpreter start-up and exit.
+
+    Args:
+        job (dict[str, Any]): the job (:meth:`.plan.Plan.jobs`).
+        facts (dict[str, Any] | None): filled with ``fingerprint`` (:func:`.fingerprint.collect`) as soon
+            as it is known, so that a run that fails later still reports it.
+
+    Returns:
+        dict[str, Any]: the result record, with ``fingerprint``.
     """
     phases: dict[str, float] = {}
     mark = time.perf_counter()
@@ -64,9 +72,12 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     import inductor_knobs as ik
 
+    from .fingerprint import collect
     from .workloads import build
 
     device = job["device"]
+    facts = {} if facts is None else facts
+    facts["fingerprint"] = collect(job, os.environ)  # before the arm's knobs (and its SM emulation) apply
     ik.activate_from_env()
     torch.manual_seed(job.get("seed", 0))
     phase("import")
@@ -132,6 +143,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     rtol, atol = TOLERANCES.get(dtype, (1e-3, 1e-3))
     return {
         "ok": True,
+        "fingerprint": facts["fingerprint"],
         "compile_seconds": compile_s,
         "autotune_seconds": autotune_s,
         "compiles": compiles,
@@ -286,10 +298,13 @@ def main() -> None:
     and the interpreter's teardown: on an H200 machine the orderly way took 1-8 s of a 20 s run.
     """
     job = json.loads(sys.argv[1])
+    facts: dict[str, Any] = {}
     try:
-        result = run(job)
+        result = run(job, facts)
     except BaseException as err:  # noqa: BLE001 - an arm's crash is data for the report
         result = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
+        if "fingerprint" in facts:  # what it ran on and with, as far as it got
+            result["fingerprint"] = facts["fingerprint"]
     start = time.perf_counter()
     others = _session_processes()
     result["cpu_seconds"] = _cpu_seconds(others)

@@ -70,6 +70,23 @@ def physical_gpu(index: int, visible: str | None) -> str:
     return entries[index]
 
 
+def knob_env(arm: Arm, emulate: str | None) -> dict[str, str]:
+    """The ``INDUCTOR_KNOBS_*`` variables of one worker: ``ON_MISMATCH=warn`` unless the arm sets it, the
+    arm's knobs, and the SM emulation.
+
+    Args:
+        arm (Arm): the job's arm.
+        emulate (str | None): ``INDUCTOR_KNOBS_EMULATE_SMS`` for the worker, or None.
+
+    Returns:
+        dict[str, str]: the variables (every other ``INDUCTOR_KNOBS_*`` of this process is left out).
+    """
+    env = {ENV_PREFIX + "ON_MISMATCH": "warn", **arm.env()}
+    if emulate:
+        env[EMULATE_SMS_VAR] = str(emulate)
+    return env
+
+
 def worker_env(
     arm: Arm,
     gpu: int | None,
@@ -96,7 +113,7 @@ def worker_env(
         InvalidKnobValue: ``gpu`` is not among this process's ``CUDA_VISIBLE_DEVICES``.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env.update({ENV_PREFIX + "ON_MISMATCH": "warn", **arm.env()})
+    env.update(knob_env(arm, emulate))
     env.update(
         {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": kernels or os.path.join(cache, "triton")}
     )
@@ -109,8 +126,6 @@ def worker_env(
     env["PYTHONPATH"] = os.pathsep.join([cwd, *rest])
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if emulate:
-        env[EMULATE_SMS_VAR] = str(emulate)
     return env
 
 
