@@ -61,6 +61,9 @@ class _Frame:
 #: This thread's or task's active blocks, innermost last.  A child task copies the tuple, not the frames'
 #: right to be undone: only a frame's owner may revert it.
 _FRAMES: contextvars.ContextVar[tuple[_Frame, ...]] = contextvars.ContextVar("inductor_knobs.frames", default=())
+#: Every thread's and task's active frames, by id: only to name a block's owner to a caller in another
+#: thread (its own stack cannot see the frame).  Single dict operations, atomic under the GIL.
+_LIVE: dict[int, _Frame] = {}
 #: What before-2.12 blocks claim: Inductor config is one process-wide dict there.
 PROCESS_CONFIG = "torch._inductor.config"
 
@@ -102,6 +105,7 @@ class UndoContext:
         changes, value = self._records()
         frame = _Frame(self, owner)
         try:  # from the push on, any interrupt (even at the return) unwinds everything
+            _LIVE[id(frame)] = frame
             _FRAMES.set((*_FRAMES.get(), frame))
             apply_all(changes, frame.applied)
             return value
@@ -150,6 +154,13 @@ class UndoContext:
         frame = self._top_frame()
         me = current_owner()
         if frame is None:
+            elsewhere = [f.owner for f in list(_LIVE.values()) if f.context is self and f.owner != me]
+            if elsewhere:
+                raise NotBlockOwner(
+                    f"{self!r} {how} in {describe_owner(me)}, but it is active in another thread or task: "
+                    f"{describe_owner(elsewhere[-1])} entered it; only its owner may end it, so nothing was reverted "
+                    "(end it where it was entered)"
+                )
             raise KnobsError(
                 f"{self!r} {how} in {describe_owner(me)}, but this context is not active here: it was never "
                 "entered, already exited, or entered in another thread or asyncio task (exit it there)"
@@ -303,6 +314,7 @@ def _unwind(frame: _Frame) -> None:
         else:
             revert_all(frame.applied)
     finally:
+        _LIVE.pop(id(frame), None)
         stack = _FRAMES.get()
         if frame in stack:
             stack = tuple(f for f in stack if f is not frame)
