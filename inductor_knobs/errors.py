@@ -152,7 +152,7 @@ class StallWarning(KnobsWarning):
 
 
 class EmulationWarning(KnobsWarning):
-    """``emulate_gpu`` changed something the caller asked for (CUDA graphs off, SMs rounded by the driver)."""
+    """``emulate_gpu`` changed something the caller asked for (CUDA graph trees on, SMs rounded by the driver)."""
 
 
 class StaleConfigHashWarning(KnobsWarning):

@@ -14,10 +14,25 @@ encodes (``torch/`` relative):
   (``green_context_api``) and make the context: ``create(num_sms=, device_id=)`` in 2.11–2.13
   (:mod:`.torch_2_8`), the constructor from 2.14 (:mod:`.torch_2_14`), ``.sm_count`` in 2.15
   (:mod:`.torch_2_15`).
+- Where CUDA graphs are captured (emulation keeps them, captured on a second stream of its green
+  context: a graph replays on the SMs of the stream it was captured on).  ``_inductor/cudagraph_trees.py``: one
+  ``CUDAGraphTreeManager`` per thread and device (``local.tree_manager_containers``, stashed in
+  torch's TLS for autograd threads) warms up and records every graph on ``manager.stream``, a side
+  stream its ``__init__(self, device_index)`` makes (``__init__`` at ``:1996`` in 2.11, read on an
+  H100; ``self.stream = torch.cuda.Stream()`` at ``:2090`` in 2.13, ``:2315`` in 2.14.1;
+  read by ``CUDAWarmupNode.run`` through ``_use_cuda_memory_pool_manager``, ``:757``/``:800``, and
+  by ``CUDAGraphNode._record``'s ``torch.cuda.graph(..., stream=self.stream)``, ``:1372``/``:1474``).
+  ``cuda/graphs.py``: ``torch.cuda.graph(cuda_graph, pool=None, stream=None, ...)`` captures on the
+  class-wide ``default_capture_stream`` when ``stream`` is None (``:408`` in 2.13, ``:1125`` in 2.14.1).
+  ``compile_fx.py``'s ``cudagraphify_impl`` (``triton.cudagraph_trees=False``) makes a local side
+  stream (``:1995`` in 2.13), so emulation asks for the trees; 2.14's
+  ``autotune_cudagraph_benchmarking`` captures each candidate on a local stream
+  (``runtime/benchmarking.py:376`` in 2.14.1), so emulation asks it off (:mod:`.torch_2_14`).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
 
 
@@ -112,6 +127,20 @@ class SmallGpuEmulation:
         stream = context.Stream()
         return context, stream, self.granted_sms(context, device_index, sms)
 
+    def make_capture_stream(self, context: Any) -> Any:
+        """One more stream of ``context`` (from :meth:`make_green_stream`): where emulation captures CUDA graphs.
+
+        ``GreenContext.Stream()`` makes a new stream of the context at each call (2.14.1
+        ``cuda/green_contexts.py:364``: ``cuGreenCtxStreamCreate``, up to a pool of 32, then round robin).
+        Captures go to this second stream, not to the one work runs on, for the reason torch captures on
+        a side stream: cuBLAS keeps one workspace per stream, and on a stream that eager work used it was
+        allocated outside any graph's pool; a graph captured there keeps its address, and when Inductor's
+        graph trees free the workspaces (``cudagraph_trees.clear_cublass_cache``, around every warm-up and
+        recording) the replay reads freed memory (an H100, torch 2.11: "unspecified launch failure").
+        On a stream used only for captures the workspace is allocated inside the capturing graph's pool.
+        """
+        return context.Stream()
+
     def _new_green_context(self, green: Any, device_index: int, sms: int) -> Any:
         """Create the green context; overridden by the ranges that have an API (2.11+)."""
         raise NotImplementedError(f"patches.{self.name} has no green-context API")  # refused above
@@ -119,3 +148,39 @@ class SmallGpuEmulation:
     def granted_sms(self, context: Any, device_index: int, sms: int) -> int | None:
         """SMs the driver granted ``context`` (it rounds requests up to its SM groups), or None if unknown."""
         return None
+
+    # -- CUDA graph captures (emulation keeps CUDA graphs, captured on its green stream) ---------
+    #: The module of Inductor's CUDA graph trees.
+    cudagraph_trees_module: ClassVar[str] = "torch._inductor.cudagraph_trees"
+    #: ``CUDAGraphTreeManager.__init__(self, device_index)``: makes ``self.stream`` (``torch.cuda.Stream()``),
+    #: the stream the manager warms up and records every graph on (``:2090`` in 2.13, ``:2315`` in 2.14.1).
+    cudagraph_tree_manager_init: ClassVar[str] = "torch._inductor.cudagraph_trees:CUDAGraphTreeManager.__init__"
+    #: The manager's attribute holding that stream; each node copies it when it is made.
+    cudagraph_tree_stream_attribute: ClassVar[str] = "stream"
+    #: ``torch.cuda.graph.__init__(self, cuda_graph, pool=None, stream=None, ...)``: ``stream`` None means the
+    #: class-wide ``default_capture_stream``, a side stream (``cuda/graphs.py:408`` in 2.13, ``:1125`` in 2.14.1).
+    graph_capture_init: ClassVar[str] = "torch.cuda.graphs:graph.__init__"
+    #: Inductor config emulation asks for so that every graph Inductor captures is captured where
+    #: emulation can redirect it: the graph trees (``compile_fx.cudagraphify_impl``, used when
+    #: ``triton.cudagraph_trees`` is False, captures on a local ``torch.cuda.Stream()``, ``:1995`` in 2.13).
+    #: Ranges with more such keys extend it (2.14: ``autotune_cudagraph_benchmarking`` off).
+    emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (("triton.cudagraph_trees", True),)
+
+    def cudagraph_tree_manager(self, device_index: int) -> Any:
+        """This thread's CUDA graph tree manager of ``device_index``, or None; creates nothing.
+
+        Reads what ``cudagraph_trees.get_obj(local, "tree_manager_containers")`` reads (the
+        thread-local dict, else the one torch stashed in its TLS for autograd's threads) without its
+        side effects: ``get_manager(i, create_if_none_exists=False)`` adds an empty container on 2.13
+        and before, and ``get_obj`` initialises the TLS on 2.14.
+        """
+        import torch
+
+        module = sys.modules.get(self.cudagraph_trees_module)
+        if module is None:  # never imported: no manager exists
+            return None
+        containers = getattr(getattr(module, "local", None), "tree_manager_containers", None)
+        if containers is None and torch._C._is_key_in_tls("tree_manager_containers"):
+            containers = torch._C._get_obj_in_tls("tree_manager_containers")
+        container = containers.get(device_index) if isinstance(containers, dict) else None
+        return getattr(container, "tree_manager", None)

@@ -14,6 +14,10 @@ Facts (torch 2.14.1 wheel, ``torch/`` relative):
   ``use_cutlass_template`` (:2288) still ask the gate first.
 - ``_inductor/utils.py:2168``: NVGEMM needs ``cutlass.operators`` (PyPI ``nvidia-cutlass-operators``)
   instead of ``cutlass_api``; the backend list is unchanged (``config.py:638``).
+- ``_inductor/config.py:562``: ``autotune_cudagraph_benchmarking`` (off unless
+  ``TORCHINDUCTOR_AUTOTUNE_CUDAGRAPH_BENCHMARKING=1``): under max-autotune each candidate is captured
+  and timed as a CUDA graph on a ``torch.cuda.Stream()`` of its own (``runtime/benchmarking.py:376``),
+  whose replays escape an emulated GPU's green context, so emulation asks it off.
 - Config overrides stay per thread, and ``config.patch`` still pins the value it read on exit
   (``utils/_config_module.py:937`` ``ConfigPatch.__exit__`` writes it back with ``__setattr__``).
 """
@@ -40,6 +44,10 @@ class Torch214(Torch212):
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": _GATED}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.14": ("cutlass", "cutlass.operators")}
     green_context_api: ClassVar[str | None] = "constructor"
+    emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (
+        *Torch212.emulation_capture_config,
+        ("autotune_cudagraph_benchmarking", False),
+    )
 
     def _green_api_problem(self, green: Any) -> str | None:
         """2.14+: the class itself is the constructor, ``GreenContext(num_sms=, device_id=)``

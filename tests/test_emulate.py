@@ -3,9 +3,11 @@ machine, the SM view on a fake CUDA device, the compile_fx wrapper, env activati
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import subprocess
 import sys
+import threading
 import types
 import warnings
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ import torch
 import torch._dynamo.device_interface as device_interface
 import torch._inductor.compile_fx as inductor_compile_fx
 import torch._inductor.config as inductor_config
+import torch._inductor.cudagraph_trees as cudagraph_trees
 import torch._inductor.utils as inductor_utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,6 +34,7 @@ from inductor_knobs.core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR
 from inductor_knobs.core.recorder import Subscription
 from inductor_knobs.emulation import green_context, sm_view
 from inductor_knobs.emulation import plan as emulation_plan
+from inductor_knobs.emulation.capture import capture_stream
 from inductor_knobs.emulation.emulate import EmulationSpec, resolve_spec
 from inductor_knobs.emulation.gpu_presets import PRESETS, find_preset
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
@@ -91,16 +95,25 @@ def torch_state() -> dict[str, Any]:
         "get_device_properties": torch.cuda.get_device_properties,
         "CudaInterface.get_device_properties": CudaInterface.__dict__["get_device_properties"],
         "compile_fx": inductor_compile_fx.compile_fx,
+        "CUDAGraphTreeManager.__init__": cudagraph_trees.CUDAGraphTreeManager.__dict__["__init__"],
+        "graph.__init__": torch.cuda.graphs.graph.__dict__["__init__"],
         "cache_key_tag": compiler_config.cache_key_tag,
         "autotune_local_cache": inductor_config.autotune_local_cache,
         "autotune_in_subproc": inductor_config.autotune_in_subproc,
         "raw cache_key_tag": patches.read_override(compiler_config, "cache_key_tag"),
         "raw autotune_local_cache": patches.read_override(inductor_config, "autotune_local_cache"),
         "raw autotune_in_subproc": patches.read_override(inductor_config, "autotune_in_subproc"),
+        "raw triton.cudagraph_trees": patches.read_override(inductor_config, "triton.cudagraph_trees"),
     }
 
 
-IDENTITY_KEYS = ("get_device_properties", "CudaInterface.get_device_properties", "compile_fx")
+IDENTITY_KEYS = (
+    "get_device_properties",
+    "CudaInterface.get_device_properties",
+    "compile_fx",
+    "CUDAGraphTreeManager.__init__",
+    "graph.__init__",
+)
 
 
 def assert_unchanged(before: dict[str, Any]) -> None:
@@ -366,6 +379,8 @@ class FakeCuda:
     set_streams: list[FakeStream] = field(default_factory=list)
     green: dict[int, FakeStream] = field(default_factory=dict)
     green_calls: list[tuple[int, int]] = field(default_factory=list)
+    #: sms -> the second stream of that green context, where CUDA graphs are captured
+    capture: dict[int, FakeStream] = field(default_factory=dict)
     #: sms requested -> SMs the fake driver grants (default: as requested)
     granted: dict[int, int] = field(default_factory=dict)
 
@@ -398,6 +413,9 @@ def fake_cuda(monkeypatch):
         stream = state.green.setdefault(sms, FakeStream(f"green-{sms}"))
         return stream, state.granted.get(sms, sms)
 
+    def green_capture_stream(device_index, sms):
+        return state.capture.setdefault(sms, FakeStream(f"capture-{sms}"))
+
     def current_stream(device=None):
         return state.current
 
@@ -413,6 +431,7 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(CudaInterface, "get_device_properties", staticmethod(get_device_properties))
     monkeypatch.setattr(CudaInterface, "get_compute_capability", staticmethod(lambda device=None: 90))
     monkeypatch.setattr(emulation_plan, "green_stream", green_stream)  # looked up by plan_emulation
+    monkeypatch.setattr(emulation_plan, "green_capture_stream", green_capture_stream)
     monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
     monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
     clear_sm_caches()
@@ -703,6 +722,32 @@ def test_green_stream_is_cached_and_reports_the_granted_sms(fake_cuda, monkeypat
     assert first[1] == 42 and first[0].name == "driver-40"
     assert REAL_GREEN_STREAM(0, 40) == first
     assert created == [(40, 0)]
+
+
+@pytest.mark.usefixtures("create_era")
+def test_the_capture_stream_is_a_second_cached_stream_of_the_same_green_context(fake_cuda, monkeypatch):
+    contexts = []
+
+    class FakeGreenContext:
+        def __init__(self):
+            self.streams: list[FakeStream] = []
+            contexts.append(self)
+
+        @classmethod
+        def create(cls, num_sms, device_id=None):
+            return cls()
+
+        def Stream(self):  # torch's name: a new stream of this context at each call
+            self.streams.append(FakeStream(f"green-{len(self.streams)}"))
+            return self.streams[-1]
+
+    monkeypatch.setattr(torch.cuda, "GreenContext", FakeGreenContext)
+    monkeypatch.setattr(green_context, "_GREEN", {})
+    monkeypatch.setattr(green_context, "_CAPTURE", {})
+    capture = green_context.green_capture_stream(0, 40)
+    work, _ = REAL_GREEN_STREAM(0, 40)
+    assert len(contexts) == 1 and contexts[0].streams == [work, capture] and capture is not work
+    assert green_context.green_capture_stream(0, 40) is capture and len(contexts[0].streams) == 2
 
 
 @pytest.mark.usefixtures("create_era")
@@ -1003,7 +1048,7 @@ def test_green_stream_without_cuda_bindings_reports_no_granted_count(fake_cuda, 
     assert granted is None and stream is Fake214GreenContext.made[0].streams[0]
 
 
-# -- 5. CUDA graphs off at every compile (through the compile interception) ------------------------
+# -- 5. CUDA graphs kept, captured on the green stream ----------------------------------------------
 
 
 class FakeCompileFx:
@@ -1019,34 +1064,196 @@ class FakeCompileFx:
             return inner_compile(model_, example_inputs_)
 
 
-def test_emulation_compiles_without_cudagraphs_whatever_mode_or_knob_asked(fake_cuda, monkeypatch, patches):
-    """CUDA graphs are off inside the compile under emulation: over a mode's value, over a knob's."""
+def capture_config_seen(gm: Any, inputs: Any) -> dict[str, Any]:
+    """What an inner compile sees of CUDA graphs and of the keys emulation asks for them."""
+    keys = ["triton.cudagraphs", *(key for key, _ in torch_compat.installed(strict=False).emulation_capture_config)]
+    return {key: _resolve(f"torch._inductor.config:{key}") for key in keys}
+
+
+def test_emulation_keeps_cuda_graphs_and_asks_only_for_capture_paths_it_can_redirect(fake_cuda, monkeypatch, patches):
+    """A mode's CUDA graphs stay on under emulation; the graph trees are asked for (over an explicit
+    ``triton.cudagraph_trees=False``, with an EmulationWarning), and from 2.14 cudagraph benchmarking off."""
     fake = FakeCompileFx()
     monkeypatch.setattr(inductor_compile_fx, "compile_fx", fake)
-    raw = patches.read_override(inductor_config, "triton.cudagraphs")
-    inner = lambda gm, inputs: inductor_config.triton.cudagraphs  # noqa: E731 - what the inner compile saw
+    raw = patches.read_override(inductor_config, "triton.cudagraph_trees")
     attestations: list[Any] = []
     receiver = type("Receiver", (), {"on_attestation": lambda self, a: attestations.append(a)})()
+    asked = dict(patches.emulation_capture_config)
+    assert asked["triton.cudagraph_trees"] is True
     with ik.emulate_gpu(sms=40), Subscription(receiver, hooks=False):
-        assert inductor_compile_fx.compile_fx is not fake
-        with pytest.warns(EmulationWarning, match="triton.cudagraphs"):
-            assert inductor_compile_fx.compile_fx("gm", inner_compile=inner, config_patches={"triton.cudagraphs": True}) is False
-        with ik.knobs(cudagraphs=True, min_sms=1), pytest.warns(EmulationWarning, match="emulate_gpu"):  # salts compose
-            assert inductor_compile_fx.compile_fx("gm", inner_compile=inner) is False
-    assert inductor_compile_fx.compile_fx is fake
-    assert fake.calls[0]["triton.cudagraphs"] is False and fake.calls[1]["triton.cudagraphs"] is False
-    assert [a.value("triton.cudagraphs") for a in attestations] == [False, False]
-    assert attestations[0].settings[[s.key for s in attestations[0].settings].index("triton.cudagraphs")].overrode is True
+        mode = {"triton.cudagraphs": True}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", EmulationWarning)
+            seen = inductor_compile_fx.compile_fx("gm", inner_compile=capture_config_seen, config_patches=mode)
+        assert seen == {"triton.cudagraphs": True, **asked}
+        with pytest.warns(EmulationWarning, match="triton.cudagraph_trees"):
+            no_trees = {**mode, "triton.cudagraph_trees": False}
+            seen = inductor_compile_fx.compile_fx("gm", inner_compile=capture_config_seen, config_patches=no_trees)
+        assert seen == {"triton.cudagraphs": True, **asked}
+        with ik.knobs(cudagraphs=True, min_sms=1), warnings.catch_warnings():  # a knob's CUDA graphs stay on too
+            warnings.simplefilter("error", EmulationWarning)
+            assert inductor_compile_fx.compile_fx("gm", inner_compile=capture_config_seen)["triton.cudagraphs"] is True
+    assert [a.value("triton.cudagraph_trees") for a in attestations] == [True, True, True]
+    keys = [s.key for s in attestations[1].settings]
+    assert attestations[1].settings[keys.index("triton.cudagraph_trees")].overrode is False  # the value that lost
     # torch's own config.patch (here in the fake, as in compile_fx) pins the value it read on exit;
     # emulation itself changed no stored state of the key.
-    patches.write_override(inductor_config, "triton.cudagraphs", raw)
+    patches.write_override(inductor_config, "triton.cudagraph_trees", raw)
 
 
-def test_emulation_is_quiet_when_cudagraphs_are_off(fake_cuda, monkeypatch):
+def test_emulation_is_quiet_when_nothing_asked_conflicts(fake_cuda, monkeypatch):
     monkeypatch.setattr(inductor_compile_fx, "compile_fx", FakeCompileFx())
     with ik.emulate_gpu(sms=40), warnings.catch_warnings():
         warnings.simplefilter("error", EmulationWarning)
         inductor_compile_fx.compile_fx("gm", inner_compile=lambda gm, inputs: None, config_patches={"max_autotune": True})
+
+
+@pytest.fixture
+def tree_managers(monkeypatch):
+    """``CUDAGraphTreeManager.__init__`` without CUDA: each manager makes a side stream of its own, as
+    torch's does (``self.stream = torch.cuda.Stream()``); returns the streams made, in order."""
+    made: list[FakeStream] = []
+
+    def init(self, device_index):
+        self.device_index = device_index
+        self.stream = FakeStream(f"side-{device_index}-{len(made)}")
+        made.append(self.stream)
+
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "__init__", init)
+    return made
+
+
+def this_threads_managers() -> dict[int, Any]:
+    return cudagraph_trees.get_obj(cudagraph_trees.local, "tree_manager_containers")
+
+
+def test_the_threads_graph_tree_manager_records_on_the_green_stream_and_gets_its_own_back(fake_cuda, tree_managers, monkeypatch):
+    """The manager that exists on enter and one made inside (the first compiled call) record on the green
+    context's capture stream; a manager of another device or another thread keeps its side stream; exit
+    restores each by identity."""
+    before = torch_state()
+    existing = cudagraph_trees.CUDAGraphTreeManager(0)
+    monkeypatch.setitem(this_threads_managers(), 0, types.SimpleNamespace(tree_manager=existing))
+    with ik.emulate_gpu(sms=40) as emu:
+        assert existing.stream is emu.capture_stream is fake_cuda.capture[40]
+        assert emu.capture_stream is not emu.stream
+        made = cudagraph_trees.CUDAGraphTreeManager(0)
+        assert made.stream is emu.capture_stream
+        other_device = cudagraph_trees.CUDAGraphTreeManager(device_index=1)
+        elsewhere: list[Any] = []
+        thread = threading.Thread(target=lambda: elsewhere.append((cudagraph_trees.CUDAGraphTreeManager(0), capture_stream())))
+        thread.start()
+        thread.join()
+        assert other_device.stream is tree_managers[2] and elsewhere[0][0].stream is tree_managers[3]
+        assert elsewhere[0][1] is None and capture_stream() is emu.capture_stream and capture_stream(1) is None
+        assert cudagraph_trees.CUDAGraphTreeManager.__dict__["__init__"] is not before["CUDAGraphTreeManager.__init__"]
+    assert existing.stream is tree_managers[0] and made.stream is tree_managers[1]
+    assert capture_stream() is None
+    assert_unchanged(before)
+
+
+def test_a_manager_made_in_an_inner_block_stays_green_until_the_outer_exits(fake_cuda, tree_managers, monkeypatch):
+    before = torch_state()
+    with ik.emulate_gpu(sms=40) as emu:
+        with ik.emulate_gpu(sms=40):
+            made = cudagraph_trees.CUDAGraphTreeManager(0)
+            monkeypatch.setitem(this_threads_managers(), 0, types.SimpleNamespace(tree_manager=made))
+        assert made.stream is emu.capture_stream
+    assert made.stream is tree_managers[0]
+    outer, inner = ik.emulate_gpu(sms=40), ik.emulate_gpu(sms=40)
+    outer.start()
+    inner.start()
+    outer.stop()  # out of order: the inner block stays, and so does the green stream
+    assert made.stream is emu.capture_stream and capture_stream() is emu.capture_stream
+    inner.stop()
+    assert made.stream is tree_managers[0] and capture_stream() is None
+    assert_unchanged(before)
+
+
+def test_a_manager_without_a_stream_attribute_is_named(fake_cuda, monkeypatch):
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphTreeManager, "__init__", lambda self, device_index: None)
+    with ik.emulate_gpu(sms=40), pytest.warns(EmulationWarning, match=r"no 'stream' attribute.*replay on the whole GPU"):
+        cudagraph_trees.CUDAGraphTreeManager(0)
+
+
+def test_torch_cuda_graph_without_a_stream_captures_on_the_capture_stream(fake_cuda, monkeypatch):
+    got: list[Any] = []
+
+    def init(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+        got.append(stream)
+
+    monkeypatch.setattr(torch.cuda.graphs.graph, "__init__", init)
+    before = torch_state()
+    mine = FakeStream("mine")
+    with ik.emulate_gpu(sms=40) as emu:
+        torch.cuda.graph("g")
+        torch.cuda.graph("g", None, None)
+        torch.cuda.graph("g", pool=None, stream=mine, capture_error_mode="thread_local")
+        torch.cuda.graph("g", None, mine)
+        elsewhere = threading.Thread(target=lambda: torch.cuda.graph("g"))
+        elsewhere.start()
+        elsewhere.join()
+    torch.cuda.graph("g")
+    assert got == [emu.capture_stream, emu.capture_stream, mine, mine, None, None]
+    assert torch.cuda.graphs.graph.__dict__["__init__"] is init
+    assert_unchanged(before)
+
+
+class FakeGraphCuda:
+    """The ``torch.cuda`` calls ``CapturedGraphs._capture`` makes, recording the streams used."""
+
+    def __init__(self, current: FakeStream) -> None:
+        self.current = current
+        self.made: list[FakeStream] = []
+        self.warmup_on: list[Any] = []
+        self.capture_on: list[Any] = []
+
+    def Stream(self) -> FakeStream:  # torch's name
+        self.made.append(FakeStream("side"))
+        return self.made[-1]
+
+    def current_stream(self) -> FakeStream:
+        return self.current
+
+    def stream(self, stream: Any) -> Any:
+        self.warmup_on.append(stream)
+        return contextlib.nullcontext()
+
+    def CUDAGraph(self) -> object:  # torch's name
+        return object()
+
+    def graph(self, graph: Any, pool: Any = None, stream: Any = None) -> Any:
+        self.capture_on.append(stream)
+        return contextlib.nullcontext()
+
+
+def test_capture_cuda_graphs_warms_up_and_captures_in_the_green_context(fake_cuda):
+    """Warm-up on the stream work runs on, capture on the capture stream (never the one eager work used)."""
+    captured = ik.CapturedGraphs(lambda x: x + 1)
+    with ik.emulate_gpu(sms=40) as emu:
+        inside = FakeGraphCuda(fake_cuda.current)
+        captured._capture(types.SimpleNamespace(cuda=inside), (torch.zeros(2),), {}, "pool", 2)
+    assert inside.made == [] and inside.warmup_on == [emu.stream] and inside.capture_on == [emu.capture_stream]
+    outside = FakeGraphCuda(fake_cuda.current)
+    captured._capture(types.SimpleNamespace(cuda=outside), (torch.zeros(3),), {}, "pool", 2)
+    assert outside.warmup_on == outside.made and len(outside.made) == 1 and outside.capture_on == [None]
+
+
+def test_a_failing_capture_redirection_leaves_nothing_applied(fake_cuda, monkeypatch, tree_managers):
+    """The capture record is applied last; when it fails, the stream, the SM view, the config and both
+    wrapped ``__init__`` go back."""
+    before = torch_state()
+    patches = torch_compat.installed(strict=False)
+
+    def refuse(device_index):
+        raise RuntimeError("no managers today")
+
+    monkeypatch.setattr(patches, "cudagraph_tree_manager", refuse)
+    with pytest.raises(RuntimeError, match="no managers today"), ik.emulate_gpu(sms=40):
+        pytest.fail("entered")  # pragma: no cover
+    assert fake_cuda.current is fake_cuda.default_stream and capture_stream() is None
+    assert sms_seen() == all_equal(PHYSICAL_SMS)
+    assert_unchanged(before)
 
 
 # -- 6. environment variables ----------------------------------------------------------------------

@@ -39,7 +39,7 @@ class Asked:
         rank: :data:`KNOB` or :data:`EMULATION`.
         on_mismatch: ``"raise"`` or ``"warn"`` when it does not hold inside a compile.
         overriding_warning: warning class to issue when this value overrides a different one
-            a mode, options or a knob asked for (emulation's CUDA graphs off), or None.
+            a mode, options or a knob asked for (emulation's ``triton.cudagraph_trees``), or None.
     """
 
     module: str

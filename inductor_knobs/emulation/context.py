@@ -40,7 +40,9 @@ def emulate_gpu(
     Inductor reads the SM count (the ``is_big_gpu`` gate, ``DeviceProperties``, ``NUM_SMS`` of
     persistent/TMA templates, split-reduction heuristics) sees ``sms``; with
     ``shared_memory_per_block`` Inductor prunes Triton GEMM configs as on that GPU.  CUDA graphs
-    are off inside (their replays escape the partition).  Memory bandwidth, L2 size, clocks and
+    stay on: Inductor's CUDA graph trees, ``torch.cuda.graph`` without ``stream=`` and
+    ``ik.capture_cuda_graphs`` capture on a second stream of the green context from the entering
+    thread (``Emulation.capture_stream``), so their replays run on the emulated SMs too.  Memory bandwidth, L2 size, clocks and
     the instruction set stay the real GPU's.  Composes with :func:`knobs`, :func:`force_gemm_autotune`
     and ``ik.compile`` in either nesting order; reverts exactly.
 
@@ -65,7 +67,9 @@ def emulate_gpu(
         EmulationConflict: on enter, another emulation with other values is active.
 
     Relies on ``torch.cuda.GreenContext.create(num_sms=, device_id=)`` and ``.Stream()``
-    (``torch/cuda/green_contexts.py``, 2.11+) and on the getters and caches each patch module
-    lists (``device_property_getters``, ``sm_count_caches``).
+    (``torch/cuda/green_contexts.py``, 2.11+), on the getters and caches each patch module
+    lists (``device_property_getters``, ``sm_count_caches``), and on where CUDA graphs are
+    captured: ``CUDAGraphTreeManager.stream`` (``torch/_inductor/cudagraph_trees.py``) and
+    ``torch.cuda.graph(stream=None)`` (``torch/cuda/graphs.py``); see :mod:`inductor_knobs.emulation.capture`.
     """
     return EmulateGpuContext(resolve_spec(preset_or_sms, sms=sms, shared_memory_per_block=shared_memory_per_block, device=device))

@@ -51,6 +51,8 @@ class Emulation:
         device_index: the CUDA device.
         gpu: the real GPU's name.
         stream: the green context's stream work is launched on.
+        capture_stream: the green context's stream CUDA graphs are captured on (pass it as
+            ``torch.cuda.graph(..., stream=)`` to capture on the emulated SMs with a stream of your choice).
     """
 
     sms: int
@@ -61,6 +63,7 @@ class Emulation:
     device_index: int
     gpu: str
     stream: Any = field(repr=False, compare=False)
+    capture_stream: Any = field(default=None, repr=False, compare=False)
 
 
 def resolve_spec(

@@ -26,6 +26,9 @@ _GREEN_LOCK = threading.Lock()
 #: 2.14 ``GreenContext.__del__`` destroys the context and its streams while the stream object (a
 #: ``torch.cuda.ExternalStream``) holds no reference to it.
 _GREEN: dict[tuple[int, int], tuple[Any, Any, int | None]] = {}
+#: (device, sms) -> a second stream of that green context, the one CUDA graphs are captured on
+#: (:func:`green_capture_stream`); kept as long as the context.
+_CAPTURE: dict[tuple[int, int], Any] = {}
 
 
 def _check_green_context_support(patches: TorchPatches, torch_version: str) -> None:
@@ -79,6 +82,35 @@ def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
                 ) from exc
         _, stream, granted = _GREEN[key]
     return stream, granted
+
+
+def green_capture_stream(device_index: int, sms: int) -> Any:
+    """A second stream of the (cached) green context of ``sms`` SMs on ``device_index``, cached too.
+
+    Emulation captures CUDA graphs there, never on the stream work runs on (see
+    ``TorchPatches.make_capture_stream`` for why: cuBLAS's per-stream workspace).
+
+    Raises:
+        NotSupportedOnThisTorch, EmulationUnavailable: as :func:`green_stream`, or the driver refused
+            the second stream.
+    """
+    import torch
+
+    green_stream(device_index, sms)
+    key = (device_index, sms)
+    with _GREEN_LOCK:
+        if key not in _CAPTURE:
+            patches = torch_compat.installed(strict=False)
+            try:
+                _CAPTURE[key] = patches.make_capture_stream(_GREEN[key][0])
+            except KnobsError:
+                raise
+            except Exception as exc:
+                raise EmulationUnavailable(
+                    f"emulate_gpu(sms={sms}): the CUDA driver refused a second stream of the green context on "
+                    f"cuda:{device_index} (torch {torch.__version__}, CUDA {torch.version.cuda}): {exc}"
+                ) from exc
+        return _CAPTURE[key]
 
 
 class GreenStreamChange(Change):

@@ -1,6 +1,6 @@
 """Plan a small-GPU emulation on a big GPU (``with ik.emulate_gpu(sms=40):``): the changes that emulate it.
 
-Two things make an honest emulator, and each is one undo record:
+Three things make an honest emulator, and each is one undo record:
 
 - **Confinement** (:class:`~inductor_knobs.emulation.green_context.GreenStreamChange`): work launched
   from the entering thread runs on the stream of a CUDA green context of ``sms`` SMs
@@ -8,11 +8,17 @@ Two things make an honest emulator, and each is one undo record:
 - **What Inductor sees** (:class:`~inductor_knobs.emulation.sm_view.SmViewChange`): the CUDA
   device-property getters return the emulated SM count (and, optionally, shared memory per block),
   and the caches of SM counts read earlier are emptied (:mod:`inductor_knobs.emulation.sm_view`).
+- **CUDA graphs kept, and confined** (:class:`~inductor_knobs.emulation.capture.CaptureStreamChange`):
+  a graph replays on the SMs of the stream it was captured on, so Inductor's CUDA graph trees and
+  ``torch.cuda.graph`` captures of the entering thread are captured on a second stream of the same
+  green context (:mod:`inductor_knobs.emulation.capture`).  ``mode="max-autotune"`` runs with CUDA graphs as on a
+  real small GPU.
 
-Around them, config changes: CUDA graphs off at every compile (replays of graphs Inductor
-captured ran on all 132 SMs in our H200 measurement: 0.34 ms where eager at 16 SMs took 1.27 ms),
-autotune in this process (a subprocess would run on the whole GPU), no reuse of autotune results
-or compiled graphs from other SM counts (cache-key salt, ``autotune_local_cache=False``).
+Around them, config changes: the capture paths that make a stream of their own are not taken
+(``triton.cudagraph_trees=True``; from 2.14 ``autotune_cudagraph_benchmarking=False``: the patch
+modules' ``emulation_capture_config``), autotune in this process (a subprocess would run on the
+whole GPU), no reuse of autotune results or compiled graphs from other SM counts (cache-key salt,
+``autotune_local_cache=False``).
 
 The SM view is process-wide while any emulation is active (the caches it clears are process-wide),
 so two emulations of different GPUs at once are refused.  The stream is per thread, as torch's
@@ -30,8 +36,9 @@ from ..core.asked import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, Asked, by_slot
 from ..core.changes import ConfigChange
 from ..core.interception import AskChange, InterceptionUse
 from ..errors import EmulationWarning, InvalidKnobValue
+from .capture import CaptureStreamChange
 from .emulate import Emulation, EmulationSpec
-from .green_context import GreenStreamChange, _check_green_context_support, green_stream
+from .green_context import GreenStreamChange, _check_green_context_support, green_capture_stream, green_stream
 from .sm_view import _VIEW, SmViewChange, check_no_conflict
 
 
@@ -42,7 +49,8 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
     stream is made current).
 
     Returns:
-        The changes in apply order (config, SM view, stream) and the :class:`Emulation` they make.
+        The changes in apply order (config, SM view, stream, capture stream) and the :class:`Emulation`
+        they make.
 
     Raises:
         NotSupportedOnThisTorch: torch without ``GreenContext.Stream()`` (< 2.11), or with a green-context
@@ -76,6 +84,7 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
         )
     check_no_conflict(spec)
     stream, granted = green_stream(index, spec.sms)
+    capture = green_capture_stream(index, spec.sms)
     if granted is not None and granted != spec.sms:
         warnings.warn(
             f"emulate_gpu(sms={spec.sms}): the driver grants SMs in groups on {real.name}, so kernels run on "
@@ -87,18 +96,24 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
     salt = f"inductor_knobs-emulate-{spec.sms}sm-{spec.shared_memory_per_block or 0}"
     source = f"emulate_gpu({spec.label()})"
     changes: list[Change] = [InterceptionUse(patches)]
-    asked = [Asked(INDUCTOR_CONFIG, "triton.cudagraphs", False, source, EMULATION, overriding_warning=EmulationWarning)]
+    # Every CUDA graph Inductor captures goes through a path CaptureStreamChange redirects to the green
+    # stream: the interception enforces these over modes, options and knobs, with an EmulationWarning.
+    asked = [
+        Asked(INDUCTOR_CONFIG, key, value, source, EMULATION, overriding_warning=EmulationWarning)
+        for key, value in patches.emulation_capture_config
+    ]
     asked.append(Asked(CACHE_SALT, salt, True, source))  # written at each compile (interception._with_salt)
     # Benchmarks in a subprocess would run on the whole GPU; cached timings come from other SM counts.
     for key in ("autotune_in_subproc", "autotune_local_cache"):
         changes.append(ConfigChange(patches, [(cfg, key, False)], process_wide=process_wide))
         asked.append(Asked(INDUCTOR_CONFIG, key, False, source, EMULATION))
-    # CUDA graphs are off at every compile (replays escape the partition): the interception
-    # enforces the asked value over modes, options and knobs, with an EmulationWarning.
     changes += [
         AskChange(patches, by_slot(asked), process_wide=process_wide),
         SmViewChange(patches, spec),
         GreenStreamChange(index, stream, spec.label()),
+        CaptureStreamChange(patches, index, stream, capture, spec.label()),
     ]
-    emulation = Emulation(spec.sms, granted, physical, spec.shared_memory_per_block, spec.preset, index, str(real.name), stream)
+    emulation = Emulation(
+        spec.sms, granted, physical, spec.shared_memory_per_block, spec.preset, index, str(real.name), stream, capture
+    )
     return changes, emulation

@@ -128,15 +128,25 @@ class CapturedGraphs:
             )
 
     def _capture(self, torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pool: Any, warmup_calls: int) -> None:
-        """Warm ``fn`` on a side stream (as torch's CUDA graph docs ask), then capture one call into ``pool``."""
-        side = torch.cuda.Stream()
+        """Warm ``fn`` on a side stream (as torch's CUDA graph docs ask), then capture one call into ``pool``.
+
+        Under ``ik.emulate_gpu`` on this thread the warm-up runs on the emulation's green stream (it runs
+        whatever autotuning ``fn`` does on its first calls) and the capture on its capture stream, a second
+        stream of the green context (:func:`inductor_knobs.emulation.capture.capture_streams`): a graph
+        replays on the SMs of the stream it was captured on.  Otherwise the capture runs on
+        ``torch.cuda.graph``'s own side stream (``stream=None``).
+        """
+        from ..emulation.capture import capture_streams
+
+        green = capture_streams()
+        side = torch.cuda.Stream() if green is None else green[0]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(warmup_calls):
                 self.fn(*args, **kwargs)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, stream=None if green is None else green[1]):
             out = self.fn(*args, **kwargs)
         self._graphs[_key(args, kwargs)] = (graph, args, kwargs, out)
 
@@ -163,6 +173,8 @@ def capture_cuda_graphs(
             positional arguments, a mapping of keyword arguments, or one argument.  Its tensors become
             the graph's static inputs (kept for the graph's life).
         warmup_calls: calls of ``fn`` per shape on a side stream before its capture (int >= 1; default 3).
+            Under ``ik.emulate_gpu`` the warm-up and the capture run on the emulation's green context, so
+            the replays stay on the emulated SMs.
         outputs: ``"copy"`` (default): each replayed call returns a clone its caller owns, safe from any
             thread; ``"static"``: the graph's own output buffer, overwritten by the next call, for one
             calling thread only (see :class:`CapturedGraphs`).
@@ -176,8 +188,9 @@ def capture_cuda_graphs(
         GraphCaptureFailed: no CUDA, an input not on CUDA, or the capture failed (the message names
             the shape and torch's error); nothing stays captured.
 
-    Relies on ``torch.cuda.CUDAGraph``, ``torch.cuda.graph(graph, pool=...)`` and
-    ``torch.cuda.graph_pool_handle()`` (checked in torch 2.11 and 2.13).
+    Relies on ``torch.cuda.CUDAGraph``, ``torch.cuda.graph(graph, pool=..., stream=...)`` (``stream=None``:
+    torch's ``default_capture_stream``, ``cuda/graphs.py:408`` in 2.13) and ``torch.cuda.graph_pool_handle()``
+    (checked in torch 2.11 and 2.13).
     """
     if not callable(fn) or not callable(factory):
         raise _invalid("fn/factory", (fn, factory), "callables (the compiled model; shape -> its inputs)")
