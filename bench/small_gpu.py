@@ -7,8 +7,8 @@ Parts (``--parts``, default all), each written to ``small_gpu-<part>.json`` and,
 
 - ``check``: is the emulation real?  For each SM count: how many distinct SMs a 4224-program
   Triton kernel ran on (``%smid``), a 4096³ bf16 GEMM eager, compiled with a forced Triton
-  template, and compiled with ``mode="max-autotune"`` (CUDA graphs asked for, turned off by the
-  emulator); what Inductor sees (``is_big_gpu`` under torch's own 68-SM threshold,
+  template, and compiled with ``mode="max-autotune"`` (CUDA graphs asked for and kept: captured
+  inside the green context); what Inductor sees (``is_big_gpu`` under torch's own 68-SM threshold,
   ``DeviceProperties``, ``get_max_num_sms``); and that everything reads the real GPU after exit.
 - ``gemms``: the small-GPU table.  For N SMs emulated (and the full GPU): the GEMMs of the
   reference MLP (``Linear(3420→1280)`` at 560/1024/2048 tokens) and of a Llama-style MLP (hidden
