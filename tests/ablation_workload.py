@@ -1,6 +1,7 @@
 """User workloads for test_ablate (the documented ``pkg.module:factory`` protocol)."""
 
 import os
+import tempfile
 import time
 
 import torch
@@ -29,10 +30,14 @@ def sleepy(device, quick):
     The first worker (no pid file there yet) finishes at once; every later one sleeps
     ``$IK_TEST_SLEEP`` seconds (default 120) inside the model's forward, so the test can
     interrupt the parent while a worker is busy and one run has already finished.  Jobs run
-    one at a time on CPU, so "first" is well defined.
+    one at a time on CPU, so "first" is well defined.  A sleeping worker first leaves a temporary
+    file in its ``TMPDIR`` (``cc*.s``, as the C compiler does while it compiles), which nothing
+    removes when the worker is killed.
     """
     pid_dir = os.environ["IK_TEST_PID_DIR"]
     first = not os.listdir(pid_dir)
+    if not first:
+        os.close(tempfile.mkstemp(prefix="cc", suffix=".s")[0])
     with open(os.path.join(pid_dir, f"{os.getpid()}.pid"), "w") as dst:
         dst.write(str(os.getpid()))
     seconds = 0.0 if first else float(os.environ.get("IK_TEST_SLEEP", "120"))

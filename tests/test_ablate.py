@@ -22,6 +22,7 @@ from inductor_knobs.ablation import (
     job,
     merge,
     options,
+    outdir,
     report,
     signals,
     spec,
@@ -445,6 +446,7 @@ def test_worker_env_gets_the_physical_gpu(monkeypatch):
     monkeypatch.setenv("INDUCTOR_KNOBS_MIN_SMS", "7")  # the parent's knobs never leak into an arm
     env = workers.worker_env(spec.parse_arm("a:max_autotune=1"), gpu=1, cache="/c", emulate=None)
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert env["TMPDIR"] == env["TEMP"] == env["TMP"] == os.path.join("/c", "tmp")  # the job's own, removed with it
     assert env["INDUCTOR_KNOBS_MAX_AUTOTUNE"] == "1" and "INDUCTOR_KNOBS_MIN_SMS" not in env
     assert env["TORCHINDUCTOR_CACHE_DIR"] == os.path.join("/c", "inductor")
     cpu = workers.worker_env(spec.parse_arm("eager"), gpu=None, cache="/c", emulate=None)
@@ -489,13 +491,23 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _start_a_run_to_interrupt(where: Path, sig: signal.Signals) -> dict:
-    """``ablate`` in a process of its own, with the default disposition of ``sig``, whose second worker sleeps."""
+#: The results.json of an earlier ablation that an interrupted ``--overwrite`` must leave as it was.
+EARLIER = '{"earlier": "results"}'
+
+
+def _start_a_run_to_interrupt(where: Path, sig: signal.Signals, overwrite: bool = False) -> dict:
+    """``ablate`` in a process of its own, with the default disposition of ``sig``, whose second worker sleeps;
+    with ``overwrite``, ``--overwrite`` on an ``--out`` that holds an earlier ablation's results and runs."""
     pids, tmp, out = where / "pids", where / "tmp", where / "out"
     for folder in (pids, tmp):
         folder.mkdir(parents=True)
     argv = [sys.executable, "-m", "inductor_knobs", "ablate", "--device", "cpu", "--workload", "ablation_workload:sleepy"]
     argv += ["--smoke", "--arm", "eager", "--arm", "default", "--out", str(out)]
+    if overwrite:
+        (out / "runs").mkdir(parents=True)
+        (out / "results.json").write_text(EARLIER)
+        (out / "runs" / "plan.json").write_text('{"jobs": []}')
+        argv.append("--overwrite")
     env = child_env(TMPDIR=str(tmp), IK_TEST_PID_DIR=str(pids), IK_TEST_SLEEP="120")
     # A shell starts background jobs with SIGINT ignored, and the CLI rightly keeps an ignored signal
     # ignored; a terminal's foreground job has the default disposition, which is what this test is about.
@@ -511,8 +523,16 @@ def _start_a_run_to_interrupt(where: Path, sig: signal.Signals) -> dict:
 
 
 def test_interrupt_kills_workers_cleans_up_and_keeps_finished_runs(tmp_path):
-    """SIGINT (status 130) and SIGTERM (143), each in its own run; the two runs go at once (they mostly wait)."""
-    runs = [_start_a_run_to_interrupt(tmp_path / sig.name, sig) for sig in (signal.SIGINT, signal.SIGTERM)]
+    """SIGINT (status 130) and SIGTERM (143), each in its own run; the two runs go at once (they mostly wait).
+
+    The SIGTERM run is an ``--overwrite`` of earlier results, which must stay as they were (the partial
+    results go to the staging directory).  Each run's TMPDIR is empty afterwards: every worker's
+    temporary files (the C++ compiler's ``cc*.s`` among them) went into its job's private directory.
+    """
+    runs = [
+        _start_a_run_to_interrupt(tmp_path / sig.name, sig, overwrite=sig == signal.SIGTERM)
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    ]
     try:
         deadline = time.monotonic() + 300  # a hang guard, not a measurement
         waiting = list(runs)
@@ -549,8 +569,14 @@ def test_interrupt_kills_workers_cleans_up_and_keeps_finished_runs(tmp_path):
         assert "Traceback" not in stderr
         assert stderr.strip().splitlines()[-1].startswith(f"inductor-knobs: interrupted by {sig.name}"), stderr
         assert not run["survivors"]
-        assert not list(run["tmp"].glob("ik-ablate-*"))
-        results = json.loads((run["out"] / "results.json").read_text())
+        assert not list(run["tmp"].iterdir())  # nothing left in TMPDIR, not even a compiler's temporary file
+        out = run["out"]
+        if sig == signal.SIGTERM:  # the interrupted --overwrite: the earlier results are untouched
+            assert (out / "results.json").read_text() == EARLIER
+            assert (out / "runs" / "plan.json").read_text() == '{"jobs": []}'
+            assert f"the earlier results in {out} are unchanged" in stderr
+            out = out / outdir.STAGING
+        results = json.loads((out / "results.json").read_text())
         assert results["partial"] is True and results["interrupted"] == sig.name
         assert [(r["arm"], r["ok"]) for r in results["runs"]] == [("eager", True)]
         assert "| eager |" in stdout and "| default | not run |" in stdout and "**PARTIAL**" in stdout

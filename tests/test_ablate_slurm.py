@@ -5,7 +5,10 @@ with scancel, then resumed."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -15,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from inductor_knobs import cli
-from inductor_knobs.ablation import build, command, options, slurm, store
+from inductor_knobs.ablation import build, command, files, options, outdir, slurm, store
 from inductor_knobs.ablation.plan import TIME_MARGIN_MIN, SlurmOptions
-from inductor_knobs.errors import InvalidKnobValue
+from inductor_knobs.ablation.signals import Interrupted
+from inductor_knobs.errors import InvalidKnobValue, SlurmSubmitFailed
 
 pytest_plugins = ["slurm_cluster"]
 
@@ -207,6 +211,109 @@ def test_overwrite_starts_the_runs_again(tmp_path, monkeypatch, capsys):
     assert cli.main([*argv, "--overwrite"]) == 0
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["plan.json", "run-0.json", "run-1.json"]
     assert "not kept" not in capsys.readouterr().err
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    """Every file under ``out`` except the staging directory, with its bytes."""
+    return {
+        str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and outdir.STAGING not in p.parts
+    }
+
+
+def test_overwrite_keeps_the_earlier_results_until_the_new_run_succeeds(tmp_path, monkeypatch, capsys):
+    """--overwrite runs into <out>/.ablate-next: an interrupted run, one that raises (sbatch refused the
+    jobs, a results file that cannot be written) and one whose runs all fail leave the earlier results
+    and runs/ byte for byte as they were; --resume then continues the staged run and, once it
+    succeeds, publishes it."""
+    how = {"mode": "ok"}
+
+    def execute(plan, progress=True, jobs=None, on_record=None):
+        records = [fake_record(job) for job in jobs]
+        if how["mode"] == "fail":
+            records = [{**r, "ok": False, "error": "boom"} for r in records]
+        for record in records[:1] if how["mode"] == "interrupt" else records:
+            on_record(record)
+        if how["mode"] == "interrupt":
+            raise Interrupted(signal.SIGINT, records[:1], len(jobs))
+        if how["mode"] == "refused":
+            raise SlurmSubmitFailed("sbatch refused the ablation's 2 job(s): no partition")
+        return records
+
+    monkeypatch.setattr(command, "execute", execute)
+    out = tmp_path / "out"
+    argv = ["ablate", "--device", "cpu", "--arm", "eager", "--arm", "e2:eager=true", "--smoke", "--out", str(out)]
+    assert cli.main([*argv, "--plot"]) == 0
+    (out / "notes.txt").write_text("mine")
+    earlier = _snapshot(out)
+    assert {"results.json", "results.png", "runs/plan.json", "runs/run-0.json"} <= set(earlier)
+    staging = out / outdir.STAGING
+    capsys.readouterr()
+
+    how["mode"] = "interrupt"
+    assert cli.main([*argv, "--overwrite"]) == 130
+    err = capsys.readouterr().err
+    assert _snapshot(out) == earlier and f"the earlier results in {out} are unchanged" in err
+    assert json.loads((staging / "results.json").read_text())["partial"] is True
+
+    how["mode"] = "refused"
+    assert cli.main([*argv, "--overwrite"]) == 2
+    assert _snapshot(out) == earlier and "sbatch refused" in capsys.readouterr().err
+
+    how["mode"] = "ok"
+    real = command.files.write
+
+    def write_then_fail(results, where, plot=False):  # results.json is written, results.md fails
+        real(results, where, plot)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(command.files, "write", write_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        cli.main([*argv, "--overwrite"])
+    assert _snapshot(out) == earlier
+    monkeypatch.setattr(command.files, "write", real)
+
+    how["mode"] = "fail"
+    assert cli.main([*argv, "--overwrite"]) == 1  # every run failed
+    err = capsys.readouterr().err
+    assert _snapshot(out) == earlier and f"its results are in {staging}" in err
+
+    how["mode"] = "ok"  # --resume continues the staged run (its two failed runs) and publishes it
+    assert cli.main([*argv, "--resume"]) == 0
+    assert "resuming: 0 of 2 runs kept, 2 to run" in capsys.readouterr().err
+    assert not staging.exists() and (out / "notes.txt").read_text() == "mine"
+    assert not (out / "results.png").exists()  # no --plot this time: the earlier plot does not survive
+    published = json.loads((out / "results.json").read_text())
+    assert published["resumed_runs"] == 0 and all(r["ok"] for r in published["runs"])
+    assert _snapshot(out) != earlier and sorted(p.name for p in (out / "runs").iterdir()) == [
+        "plan.json",
+        "run-0.json",
+        "run-1.json",
+    ]
+    assert not [p for p in out.rglob("*.tmp")]  # no temporary file of an atomic write is left
+
+
+def test_results_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A results file is a temporary file in the same directory until it is complete, then renamed over
+    the old one: a write that fails half way leaves the old file and no temporary file."""
+    from inductor_knobs.core._atomic import atomic_write
+
+    path = tmp_path / "results.md"
+    path.write_text("old")
+    with pytest.raises(RuntimeError, match="half way"), atomic_write(path) as dst:
+        dst.write("new, but only half of it")
+        raise RuntimeError("half way")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["results.md"]
+    with atomic_write(path) as dst:
+        dst.write("new")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+    # the results files: results.md is written after results.json and results.csv
+    monkeypatch.setattr(files, "markdown", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("report failed")))
+    with pytest.raises(RuntimeError, match="report failed"):
+        files.write({"workload": "w", "baseline": "a", "repeats": 1, "arms": [], "runs": []}, str(tmp_path))
+    assert path.read_text() == "new" and json.loads((tmp_path / "results.json").read_text())["workload"] == "w"
+    assert not list(tmp_path.glob(".*"))
 
 
 def test_local_resume_runs_only_the_missing_run(tmp_path, capsys):

@@ -136,10 +136,12 @@ def _run(args: argparse.Namespace) -> int:
     outdir.check_out(args.out, args.overwrite, resume)
     if getattr(args, "allow_mixed", False) and not args.merge:
         raise InvalidKnobValue("--allow-mixed is for --merge (it lets runs with differing fingerprints be merged)")
+    target = outdir.target(args.out, args.overwrite, resume)
     if args.merge:
         parts = [files.read(p, "--merge") for p in args.merge]
         results = merge(parts, args.merge, allow_mixed=bool(getattr(args, "allow_mixed", False)))
-        outdir.clear_out(args.out, args.overwrite)
+        if target is not None:
+            target.prepare()
     else:
         plan = build_plan(args)
         conflicts = {a.name: a.conflicts() for a in plan.arms}
@@ -148,11 +150,12 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"arm {name}: {item} (the knob wins: knob > options > mode > default)", file=sys.stderr)
         results = _results(plan, conflicts)
         jobs = plan.jobs()
-        runs = store.RunStore(args.out) if args.out else None
+        runs = store.RunStore(target.root) if target is not None else None
         if resume and runs is not None:  # the plan is checked here, before anything runs
             kept = runs.begin(jobs, resume=True)
         else:
-            outdir.clear_out(args.out, args.overwrite)
+            if target is not None:
+                target.prepare()
             kept = runs.begin(jobs, resume=False) if runs is not None else {}
         todo = [job for job in jobs if int(job["index"]) not in kept]
         print(
@@ -161,7 +164,8 @@ def _run(args: argparse.Namespace) -> int:
             + (f", {plan.parallel} at once per GPU" if plan.parallel > 1 else "")
             + (f", shard {plan.shard[0]}/{plan.shard[1]}" if plan.shard[1] > 1 else "")
             + (", one Slurm job per run" if plan.executor == "slurm" else "")
-            + (f"; resuming: {len(kept)} of {len(jobs)} runs kept, {len(todo)} to run" if resume else ""),
+            + (f"; resuming: {len(kept)} of {len(jobs)} runs kept, {len(todo)} to run" if resume else "")
+            + (f"; the earlier results in {target.out} stay until this run succeeds" if target and target.staged else ""),
             file=sys.stderr,
         )
         results["executor"] = plan.executor
@@ -175,23 +179,39 @@ def _run(args: argparse.Namespace) -> int:
             with signals_ignored():  # a second Ctrl-C must not lose the finished runs
                 results["wall_seconds"] = time.perf_counter() - start
                 done = sorted([*kept.values(), *stop.runs], key=lambda r: r["index"])
-                return _interrupted(args, results, Interrupted(stop.signum, done, len(jobs)))
+                return _interrupted(target, results, Interrupted(stop.signum, done, len(jobs)))
         results["runs"] = sorted([*kept.values(), *fresh], key=lambda r: r["index"])
         results["wall_seconds"] = time.perf_counter() - start
     print(report.markdown(results))
     for warning in report.load_warnings(results):
         print(f"warning: {warning}", file=sys.stderr)
-    if args.out:
-        writing = time.perf_counter()
-        for path in files.write(results, args.out, plot=args.plot):
-            print(f"wrote {path}", file=sys.stderr)
-        print(
-            f"(writing the results{' and the plot' if args.plot else ''} took {time.perf_counter() - writing:.1f} s)",
-            file=sys.stderr,
-        )
     failed = [r for r in results["runs"] if not r.get("ok") or r.get("not_applied")]
     crashed = [r for r in results["runs"] if not r.get("ok")]
-    return 1 if results["runs"] and (len(crashed) == len(results["runs"]) or (args.strict and failed)) else 0
+    status = 1 if results["runs"] and (len(crashed) == len(results["runs"]) or (args.strict and failed)) else 0
+    if target is not None:
+        _write(target, results, args.plot, status)
+    return status
+
+
+def _write(target: outdir.Target, results: dict[str, Any], plot: bool, status: int) -> None:
+    """Write the results files into ``target`` and, for a staged ``--overwrite`` that succeeded
+    (``status`` 0), publish them over the earlier results (:mod:`.outdir`)."""
+    writing = time.perf_counter()
+    written = files.write(results, target.root, plot=plot)
+    if target.staged and status == 0:
+        written = target.publish(written)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    print(
+        f"(writing the results{' and the plot' if plot else ''} took {time.perf_counter() - writing:.1f} s)",
+        file=sys.stderr,
+    )
+    if target.staged and status != 0:
+        print(
+            f"the earlier results in {target.out} are unchanged (this run exited {status}); its results are in "
+            f"{target.root}, and --resume runs its failed runs again and replaces the earlier results if it succeeds",
+            file=sys.stderr,
+        )
 
 
 def _execute(
@@ -223,11 +243,12 @@ def _execute(
         results["slurm"]["job_ids"] = {str(index): job for index, job in sorted(submitted.job_ids.items())}
 
 
-def _interrupted(args: argparse.Namespace, results: dict[str, Any], stop: Interrupted) -> int:
-    """Report and keep the runs that finished before ``stop``.
+def _interrupted(target: outdir.Target | None, results: dict[str, Any], stop: Interrupted) -> int:
+    """Report and keep the runs that finished before ``stop`` (in ``target.root``: a staged ``--overwrite``
+    leaves the earlier results as they were).
 
     Args:
-        args (argparse.Namespace): the command line.
+        target (outdir.Target | None): where the results go, or None without ``--out``.
         results (dict[str, Any]): results.json's data so far.
         stop (Interrupted): the signal, with the finished runs.
 
@@ -238,12 +259,14 @@ def _interrupted(args: argparse.Namespace, results: dict[str, Any], stop: Interr
     if stop.runs:
         print(report.markdown(results))
     # No plot: whoever pressed Ctrl-C wants the prompt back, not a matplotlib import.
-    paths = files.write(results, args.out) if args.out else []
+    paths = files.write(results, target.root) if target is not None else []
     where = f"; partial results in {paths[0]}" if paths else ""
+    if target is not None and target.staged:
+        where += f"; the earlier results in {target.out} are unchanged"
     print(
         f"inductor-knobs: interrupted by {stop.name}: {len(stop.runs)} of {stop.planned} runs finished, "
         f"{'Slurm jobs cancelled' if results.get('executor') == 'slurm' else 'workers stopped'}{where}"
-        + ("; --resume runs the rest" if args.out else ""),
+        + ("; --resume runs the rest" if target is not None else ""),
         file=sys.stderr,
     )
     return stop.status

@@ -14,12 +14,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..core._atomic import atomic_write, write_json
 from ..errors import InvalidKnobValue
 from . import explain
 from .report import markdown
 from .summary import summarize
 
-#: Every file :func:`write` may write into ``--out`` (what ``--overwrite`` removes first).
+#: Every file :func:`write` may write into ``--out`` (what ``--overwrite`` replaces, see :mod:`.outdir`).
 OUTPUT_FILES = ("results.json", "results.csv", "results.md", "results.png")
 
 #: The keys :func:`summarize`, :func:`markdown`, :func:`compare` and :func:`merge` read.
@@ -66,24 +67,30 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
     """Write results.json (everything, raw samples included), results.csv (one row per arm),
-    results.md (the report) and, with ``plot``, results.png.
+    results.md (the report) and, with ``plot``, results.png; each whole or not at all (a temporary file
+    in ``out``, then :func:`os.replace`: :func:`~inductor_knobs.core._atomic.atomic_write`).
+
+    Args:
+        results (dict[str, Any]): the results (schema :data:`SCHEMA` is added).
+        out (str): the directory (made if missing).
+        plot (bool): also draw results.png.
 
     Returns:
-        The paths written.
+        list[str]: the paths written.
 
     Raises:
+        OSError: a file could not be written (the earlier files are whole; that file is as it was).
         NotSupportedOnThisTorch: ``plot`` without matplotlib (the command checks this before running).
     """
     os.makedirs(out, exist_ok=True)
     rows = summarize(results)
     written = [os.path.join(out, "results.json"), os.path.join(out, "results.csv"), os.path.join(out, "results.md")]
-    with open(written[0], "w", encoding="utf-8") as dst:
-        json.dump({"schema": SCHEMA, **results, "summary": rows}, dst, indent=2, default=str)
-    with open(written[1], "w", newline="", encoding="utf-8") as dst:
+    write_json(written[0], {"schema": SCHEMA, **results, "summary": rows}, indent=2)
+    with atomic_write(written[1], newline="") as dst:
         writer = csv.DictWriter(dst, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(_csv_row(r) for r in rows)
-    with open(written[2], "w", encoding="utf-8") as dst:
+    with atomic_write(written[2]) as dst:
         dst.write(markdown(results, rows) + "\n")
     if plot:
         from .plot import plot as draw

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core._atomic import atomic_write
+
 #: Inches of figure height per arm (and the least height).
 ROW_INCHES, MIN_INCHES = 0.42, 3.2
 
@@ -37,15 +39,16 @@ def _label(index: int, row: dict[str, Any], compile_of: dict[str, Any]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
-    """Draw ``rows`` (from :func:`.summary.summarize`) into ``path``.
+    """Draw ``rows`` (from :func:`.summary.summarize`) into ``path`` (written whole or not at all,
+    :func:`~inductor_knobs.core._atomic.atomic_write`).
 
     Args:
-        rows: summary rows; rows without a measurement (failed, not run) are left out.
-        path: the PNG to write.
-        title: the figure's title (the workload).
+        rows (list[dict[str, Any]]): summary rows; rows without a measurement (failed, not run) are left out.
+        path (str): the PNG to write.
+        title (str): the figure's title (the workload).
 
     Returns:
-        ``path``.
+        str: ``path``.
 
     Raises:
         NotSupportedOnThisTorch: matplotlib is not installed (the command checks this first).
@@ -133,6 +136,7 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
 
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_write(path, binary=True) as dst:
+        fig.savefig(dst, format="png", dpi=110)
     plt.close(fig)
     return path

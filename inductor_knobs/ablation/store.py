@@ -2,8 +2,10 @@
 
 Whatever runs the jobs (the local threads or Slurm, see :mod:`.runner` and :mod:`.slurm`), every
 record is written here the moment it comes back, one file per run (``run-<index>.json``, the job's
-index in the plan), atomically: a temporary file in the same directory, then :func:`os.replace`, so a
-reader (or a rerun after a crash) sees a whole record or none.  ``plan.json`` holds the plan's jobs.
+index in the plan), atomically (:func:`~inductor_knobs.core._atomic.write_json`: a temporary file in
+the same directory, then :func:`os.replace`), so a reader (or a rerun after a crash) sees a whole
+record or none.  ``plan.json`` holds the plan's jobs.  Under ``--overwrite`` the store is the staging
+directory's (``<out>/.ablate-next/runs``) until the new run has succeeded (see :mod:`.outdir`).
 
 **The resume rule** (``ablate --resume``): the same command on the same ``--out`` runs only the jobs
 that have no record there or whose record failed (``"ok": false``); the others are kept as they are.
@@ -16,11 +18,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core._atomic import write_json
 from ..errors import InvalidKnobValue
 
 #: The directory under ``--out`` that holds the records and the plan.
@@ -30,29 +31,16 @@ RUNS_DIR = "runs"
 PLAN_FILE = "plan.json"
 
 
-def _write_atomically(path: str, data: Any) -> None:
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as dst:
-            json.dump(data, dst, indent=1, default=str)
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def has_runs(out: str) -> bool:
-    """Whether ``out`` holds an earlier ablation's ``runs/plan.json`` (something to resume)."""
+    """Whether ``out`` holds an ablation's ``runs/plan.json`` (something to resume).
+
+    Args:
+        out (str): an ``--out`` directory (or its staging directory, see :mod:`.outdir`).
+
+    Returns:
+        bool: the plan file exists.
+    """
     return os.path.isfile(os.path.join(out, RUNS_DIR, PLAN_FILE))
-
-
-def clear(out: str) -> None:
-    """Remove ``<out>/runs`` (``--overwrite``: start again)."""
-    shutil.rmtree(os.path.join(out, RUNS_DIR), ignore_errors=True)
 
 
 def _difference(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> str:
@@ -70,7 +58,7 @@ class RunStore:
     """The records of one ablation under ``<out>/runs``.
 
     Args:
-        out: the ablation's ``--out`` directory (made if missing).
+        out (str): the directory that holds ``runs/``: ``--out``, or its staging directory (made if missing).
     """
 
     def __init__(self, out: str) -> None:
@@ -100,7 +88,7 @@ class RunStore:
         jobs = json.loads(json.dumps(list(jobs)))  # as the file will hold them (tuples become lists)
         if not resume:
             os.makedirs(self.path, exist_ok=True)
-            _write_atomically(plan_path, {"jobs": jobs})
+            write_json(plan_path, {"jobs": jobs}, indent=1)
             return {}
         try:
             with open(plan_path, encoding="utf-8") as src:
@@ -135,4 +123,4 @@ class RunStore:
 
     def save(self, record: Mapping[str, Any]) -> None:
         """Write one finished run's record (atomically; a later record of the same job replaces it)."""
-        _write_atomically(self.record_path(int(record["index"])), dict(record))
+        write_json(self.record_path(int(record["index"])), dict(record), indent=1)

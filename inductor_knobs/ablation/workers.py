@@ -9,6 +9,13 @@ Every worker runs in its own session (process group), so that a timeout or an in
 it together with anything it started (Inductor's compile workers), and so that a Ctrl-C in the
 terminal reaches only the parent, which then stops the workers itself (:meth:`Workers.stop`).
 
+Every job has a private directory (``ik-ablate-*`` in the parent's temporary directory): its Inductor
+and Triton caches and its temporary directory (``TMPDIR``, ``TEMP`` and ``TMP`` name ``<dir>/tmp``, so
+the C++ compiler's ``cc*.s`` files and anything else the worker or its children leave go there).  The
+directory is removed when the job ends, however it ends: finished, crashed, killed at its timeout, or
+killed on SIGINT/SIGTERM (:meth:`Workers.done`, :meth:`Workers.remove_dirs`), so an interrupted
+ablation leaves nothing in ``$TMPDIR``.
+
 **What is shared: Triton kernel binaries, nothing that decides** (CUDA only).  Triton's cache holds
 compiled binaries keyed by the kernel's source, compile options and target; reusing one replays no
 choice (every process still traces, lowers, autotunes and picks its own kernels).  So repeat 0 of
@@ -32,6 +39,12 @@ from typing import Any
 from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from ..errors import InvalidKnobValue
 from .spec import Arm
+
+#: The variables that name the temporary directory (POSIX, Python's :mod:`tempfile`, compilers).
+TEMP_VARS = ("TMPDIR", "TEMP", "TMP")
+
+#: The job directory's subdirectory that is the worker's temporary directory.
+TEMP_SUBDIR = "tmp"
 
 
 def physical_gpu(index: int, visible: str | None) -> str:
@@ -100,7 +113,8 @@ def worker_env(
     Args:
         arm (Arm): its ``INDUCTOR_KNOBS_*`` variables replace every one of this process's.
         gpu (int | None): this process's GPU index, mapped with :func:`physical_gpu` (None: CPU, unchanged).
-        cache (str): the job's private directory for Inductor's and Triton's caches.
+        cache (str): the job's private directory: Inductor's and Triton's caches, and its temporary
+            files (``TMPDIR``, ``TEMP`` and ``TMP`` name ``<cache>/tmp``, which :meth:`Workers.start` makes).
         emulate (str | None): ``INDUCTOR_KNOBS_EMULATE_SMS`` for the worker, or None.
         kernels (str | None): the ablation's shared Triton kernel directory for this job, or None (private).
         compile_threads (int | None): ``TORCHINDUCTOR_COMPILE_THREADS`` unless this process sets it,
@@ -117,6 +131,9 @@ def worker_env(
     env.update(
         {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": kernels or os.path.join(cache, "triton")}
     )
+    # Everything the worker and what it starts (Inductor's compile workers, the C++ compiler's cc*.s
+    # files) put in the temporary directory goes into the job's own, removed with it however the job ends.
+    env.update(dict.fromkeys(TEMP_VARS, os.path.join(cache, TEMP_SUBDIR)))
     if compile_threads is not None:
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
     # A user workload (``mymodels:factory``) is named relative to the current directory, as the
@@ -239,6 +256,7 @@ class Workers:
             cache = tempfile.mkdtemp(prefix="ik-ablate-")
             self.dirs.add(cache)
             try:
+                os.mkdir(os.path.join(cache, TEMP_SUBDIR))
                 proc = subprocess.Popen(
                     argv,
                     env=env_for(cache),
