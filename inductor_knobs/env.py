@@ -146,6 +146,10 @@ def deactivate_env() -> None:
     runs in that context.  From another thread a cleared pin reads the old value again anyway; a
     rewritten override keeps the knob's value (see :mod:`inductor_knobs.patches.torch_2_12`).
 
+    Raises:
+        KnobsError: before torch 2.12, a knobs block that changes config is active (its exit would put
+            activation's values back in process-global config); nothing is reverted.
+
     Warns:
         StaleConfigHashWarning: another thread or task holds config caches (torch's per-thread
             ``get_hash``/cache-key config) that the change leaves stale.
@@ -161,6 +165,7 @@ def deactivate_env() -> None:
     with _lock:
         if _active is None:
             return
+        _refuse_under_a_process_global_block()
         stale = _stale_caches_message("deactivate_env()")
         out_of_reach: list[str] = getattr(torch_compat.installed(strict=False), "overrides_out_of_reach", list)()
         changes, _active = _active[1], None
@@ -174,6 +179,26 @@ def deactivate_env() -> None:
             f"value: {', '.join(out_of_reach)}. Call deactivate_env() on the thread that called activate_from_env()",
             KnobsWarning,
             stacklevel=2,
+        )
+
+
+def _refuse_under_a_process_global_block() -> None:
+    """Before torch 2.12 a knobs block and env activation write the same process-global config value, so
+    reverting activation under a live block would be undone by the block's own exit (it restores what it
+    found: activation's value).  Refuse instead, changing nothing; from 2.12 the block's value is its own
+    thread's override and activation is reverted under it exactly."""
+    from .core import torch_compat
+    from .core.context import _LIVE
+    from .core.messages import torch_version
+
+    if torch_compat.installed(strict=False).config_is_thread_local:
+        return
+    blocks = [frame.context for frame in list(_LIVE.values()) if frame.context.changes_config]
+    if blocks:
+        raise KnobsError(
+            f"deactivate_env() while {blocks[-1]!r} is active: on this torch ({torch_version()}) Inductor config is "
+            "process-global, so the block's exit would put activation's values back. Exit the block first (nothing "
+            "was reverted)"
         )
 
 

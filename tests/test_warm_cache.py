@@ -19,6 +19,7 @@ WORKER = Path(__file__).with_name("attest_worker.py")
 
 def run_worker(cache_dir: Path) -> dict[str, list[dict[str, object]]]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "TRITON_CACHE_DIR": str(cache_dir / "triton")}
+    env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"  # off by default before torch 2.5 (config.fx_graph_cache)
     env.pop("INDUCTOR_KNOBS_DISABLE", None)
     out = subprocess.run([sys.executable, str(WORKER)], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
