@@ -152,6 +152,15 @@ class KnobsBackend:
     def __repr__(self) -> str:
         return f"KnobsBackend({self.context!r}, config_patches={self.config_patches!r})"
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> KnobsBackend:
+        """The backend itself: one per ``ik.compile`` result, shared by every copy of the model.
+
+        torch 2.4's Dynamo deep-copies a called module to fake tensors
+        (``torch/_dynamo/utils.py:deepcopy_to_fake_tensor``), which reaches this backend through the
+        ``ik.compile`` result's attributes; a copy would fail on its ``threading.local``.
+        """
+        return self
+
     def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
         from torch._inductor import compile_fx as compile_fx_module
 
