@@ -624,6 +624,59 @@ def test_compile_time_is_the_cold_processes_and_the_time_table_sums_the_runs():
     assert report.time_table(old) == [] and summary.summarize(old)[0]["compile_processes"] == 3
 
 
+def _explained(per_arm_runs: dict, device: str = "cpu", **extra) -> str:
+    """The notes of a main job whose runs carry ``per_arm_runs[arm]`` (a dict of record fields) three times."""
+    data = results_of({arm: [[1.0], [1.01], [0.99]] for arm in per_arm_runs}, device=device, main_job=True, **extra)
+    for r in data["runs"]:
+        r.update(per_arm_runs[r["arm"]])
+    return "\n".join(explain.notes(data, summary.summarize(data)))
+
+
+def test_the_notes_claim_only_what_the_runs_measured():
+    """Synthetic records: where no run recorded autotuning, the note says exactly that (autotune_seconds 0),
+    and claims no benchmarked candidates; where the runs recorded it, the note gives their numbers; where
+    this torch could not observe it, the note says it was not measured."""
+    none = {"autotune_seconds": 0.0, "autotune_observed": True, "autotune_ops": 0, "autotune_choices": 0}
+    note = _explained({"default": none, "max-autotune-no-cudagraphs": none})
+    assert (
+        "no autotune benchmarks were recorded in any run of max-autotune-no-cudagraphs (autotune_seconds 0 in all 3 runs)" in note
+    )
+    assert "candidates" not in note and "C++ GEMM template" not in note  # no work that did not happen
+    assert "default's compiled code calls aten.mm×4 (ATen's GEMM kernels)" in note
+    assert "default compiled cold in 2.0 s" in note and "the same GEMM kernels (aten.mm×4)" in note
+
+    tuned = {"autotune_seconds": 1.5, "autotune_observed": True, "autotune_ops": 1, "autotune_choices": 12}
+    note = _explained({"default": none, "max-autotune-no-cudagraphs": {**tuned, "gemm_calls": {"cpp gemm template": 4}}})
+    assert (
+        "max-autotune-no-cudagraphs recorded autotune benchmarks in 3 of 3 runs: 12 candidates over 1 op(s) per run "
+        "(median), autotune_seconds 1.50 s (median)"
+    ) in note
+    assert "calls cpp gemm template×4 (Inductor's C++ GEMM template)" in note and "different GEMM kernels" in note
+
+    unseen = _explained({"default": {"autotune_seconds": 0.0, "autotune_observed": False}})
+    assert "whether default benchmarked GEMM candidates was not measured" in unseen and "no autotune" not in unseen
+    old = _explained({"default": {"autotune_seconds": 0.7}})  # a file from before autotune_choices: seconds only
+    assert "default recorded autotune benchmarks in 3 of 3 runs, autotune_seconds 0.70 s (median)" in old
+    eager = _explained({"eager": {}}, arms=[{"name": "eager", "eager": True}])
+    assert "eager ran eagerly (nothing compiled)" in eager and "autotune" not in eager.split("What the runs")[1]
+
+
+def test_gpu_note_says_what_each_section_measured():
+    section = "emulated T4 (40 SMs, below the gate)"
+    arms = [
+        {"name": "gated@T4", "emulate": "T4", "section": section},
+        {"name": "force_gemm_autotune@T4", "emulate": "T4", "section": section},
+    ]
+    gated = {"autotune_seconds": 0.0, "autotune_observed": True, "autotune_ops": 0, "autotune_choices": 0}
+    forced = {"autotune_seconds": 3.0, "autotune_observed": True, "autotune_ops": 2, "autotune_choices": 40}
+    forced["gemm_calls"] = {"triton template": 3, "aten.mm": 1}
+    note = _explained({"gated@T4": gated, "force_gemm_autotune@T4": forced}, device="cuda", arms=arms, workload="hf:bert-base")
+    assert f"In {section}: gated@T4 compiled cold in 2.0 s; no autotune benchmarks were recorded in any run of gated@T4" in note
+    assert "force_gemm_autotune@T4 recorded autotune benchmarks in 3 of 3 runs: 40 candidates over 2 op(s)" in note
+    assert "calls aten.mm×1, triton template×3 (autotuned Triton GEMM templates; ATen's GEMM kernels)" in note
+    assert "keeps GEMMs on ATen" not in note and "Triton GEMM templates compete" not in note  # claims, not data
+
+
 def test_gpu_note_says_how_to_read_the_sections_and_the_control():
     arms = [
         {"name": "gated@T4", "emulate": "T4", "section": "emulated T4 (40 SMs, below the gate)"},

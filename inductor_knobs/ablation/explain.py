@@ -1,23 +1,45 @@
 """Plain-words notes printed above an ablation's table: what this run can and cannot show.
 
-- On CPU, the SM gate is a CUDA matter: the note says so, and says what the CPU run does show,
-  from the run's own data (compile cost, and whether the arms' compiled code calls the same GEMM
-  kernels).
-- On a GPU, the main job's note says what its sections are (emulated T4 and L4 below the 68-SM gate,
-  and this GPU as the A/A control) and how to read them, or why there is no emulated section.
+Every claim about what the runs did comes from their measured fields, never from what an arm was
+expected to do: compile time (``compile_seconds``), autotuning (``autotune_seconds`` and, where the
+worker could observe it, ``autotune_observed``, ``autotune_ops`` and ``autotune_choices``: the
+candidates benchmarked), and the GEMM implementations the compiled code calls (``gemm_calls``, read
+from the generated code by :mod:`.kernels`).  Where the data cannot tell (a torch that does not report
+autotuning, a file from before a field existed), the note says so instead of guessing.
+
+- On CPU, the SM gate is a CUDA matter: the note says so, and then what each arm measured.
+- On a GPU, the main job's note says how its sections were set up (emulated T4 and L4 below the
+  68-SM gate, this GPU as the A/A control) and what each arm measured there, or why there is no
+  emulated section.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: The knobs that only move the CUDA SM gate (``preset`` covers ``force_gemm_autotune``).
 GATE_KNOBS = ("min_sms", "preset")
 
+#: What each ``gemm_calls`` kind is (:mod:`.kernels` names them).
+GEMM_KINDS = {
+    "triton template": "autotuned Triton GEMM templates",
+    "cpp gemm template": "Inductor's C++ GEMM template",
+    "cutlass template": "CUTLASS GEMM templates",
+    "ck template": "CK GEMM templates",
+}
+
 
 def gemm_summary(calls: Mapping[str, int]) -> str:
-    """``{"aten.mm": 4}`` as ``aten.mm×4``; ``-`` when empty."""
+    """``{"aten.mm": 4}`` as ``aten.mm×4``.
+
+    Args:
+        calls (Mapping[str, int]): GEMM implementation -> calls (a record's ``gemm_calls``).
+
+    Returns:
+        str: the calls, sorted by name; ``-`` when empty.
+    """
     return ", ".join(f"{name}×{count}" for name, count in sorted(calls.items())) or "-"
 
 
@@ -27,39 +49,130 @@ def _touches_gate(results: Mapping[str, Any]) -> bool:
     )
 
 
-def cpu_note(rows: Sequence[Mapping[str, Any]], main_job: bool = False) -> str:
-    """The CPU note, with what the rows show (compile cost, GEMM kernels per arm)."""
-    measured = [r for r in rows if "median_ms" in r]
-    compiled = [r for r in measured if r.get("gemm_calls")]
-    kernels = {gemm_summary(r["gemm_calls"]) for r in compiled}
-    if len(kernels) == 1:
-        same = (
-            f"every compiled arm's code calls the same GEMM kernels ({kernels.pop()}), so latency differences are "
-            "not GEMM choices"
+def autotune_evidence(arm: str, runs: Sequence[Mapping[str, Any]]) -> str:
+    """What the successful runs of one arm recorded about autotuning, in words.
+
+    Args:
+        arm (str): the arm's name.
+        runs (Sequence[Mapping[str, Any]]): the arm's records (failed ones are left out).
+
+    Returns:
+        str: e.g. ``no autotune benchmarks were recorded in any run of default (autotune_seconds 0 in
+        all 3 runs)``, or ``max-autotune recorded autotune benchmarks in 3 of 3 runs: 120 candidates over 4
+        ops, autotune_seconds 2.1 s (median)``; empty when no run of the arm succeeded.
+    """
+    good = [r for r in runs if r.get("ok")]
+    if not good:
+        return ""
+    if any(r.get("autotune_observed") is False for r in good):
+        return (
+            f"this torch does not report autotuning to inductor-knobs, so whether {arm} benchmarked GEMM "
+            "candidates was not measured"
         )
-    elif kernels:
-        same = "the arms' compiled code calls different GEMM kernels (column GEMM kernels)"
+    seconds = [float(r.get("autotune_seconds") or 0.0) for r in good]
+    choices = [int(r["autotune_choices"]) for r in good if isinstance(r.get("autotune_choices"), int)]
+    tuned = [r for r in good if float(r.get("autotune_seconds") or 0.0) > 0 or int(r.get("autotune_choices") or 0) > 0]
+    if not tuned:
+        if len(good) == 1:
+            return f"no autotune benchmarks were recorded in the one run of {arm} (autotune_seconds 0)"
+        return f"no autotune benchmarks were recorded in any run of {arm} (autotune_seconds 0 in all {len(good)} runs)"
+    text = f"{arm} recorded autotune benchmarks in {len(tuned)} of {len(good)} runs"
+    if choices:
+        ops = max(int(r.get("autotune_ops") or 0) for r in good)
+        text += f": {statistics.median(choices):.0f} candidates over {ops} op(s) per run (median)"
+    return text + f", autotune_seconds {statistics.median(seconds):.2f} s (median)"
+
+
+def gemm_evidence(arm: str, row: Mapping[str, Any]) -> str:
+    """What one arm's compiled code calls for its GEMMs (its summary row's ``gemm_calls``), in words.
+
+    Args:
+        arm (str): the arm's name.
+        row (Mapping[str, Any]): its summary row.
+
+    Returns:
+        str: e.g. ``default's compiled code calls aten.mm×4 (ATen's GEMM kernels)``.
+    """
+    calls = row.get("gemm_calls") or {}
+    if not calls:
+        return f"no GEMM call was found in {arm}'s compiled code"
+    kinds = [GEMM_KINDS[k] for k in sorted(calls) if k in GEMM_KINDS]
+    if any(k.startswith("aten.") for k in calls):
+        kinds.append("ATen's GEMM kernels")
+    what = f" ({'; '.join(kinds)})" if kinds else ""
+    varies = " in its first process (the processes differ: see the table)" if row.get("gemm_varies") else ""
+    return f"{arm}'s compiled code calls {gemm_summary(calls)}{what}{varies}"
+
+
+def measured(results: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+    """One arm's measured compile cost, autotuning and GEMM calls, in words (empty if none succeeded).
+
+    Args:
+        results (Mapping[str, Any]): the results (their ``runs`` and ``arms``).
+        row (Mapping[str, Any]): the arm's summary row.
+
+    Returns:
+        str: a sentence without a final full stop.
+    """
+    if "median_ms" not in row:
+        return ""
+    name = str(row["arm"])
+    arm: Mapping[str, Any] = next((a for a in results.get("arms", []) if a.get("name") == name), {})
+    if arm.get("eager"):
+        return f"{name} ran eagerly (nothing compiled)"
+    runs = [r for r in results.get("runs", []) if r.get("arm") == name]
+    parts = [f"{name} compiled cold in {row['compile_seconds']:.1f} s"] if row.get("compile_seconds") is not None else []
+    parts += [autotune_evidence(name, runs), gemm_evidence(name, row)]
+    return "; ".join(p for p in parts if p)
+
+
+def cpu_note(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The CPU note: no SM gate here, then what each arm measured.
+
+    Args:
+        results (Mapping[str, Any]): the results.
+        rows (Sequence[Mapping[str, Any]]): their summary rows.
+
+    Returns:
+        str: one paragraph.
+    """
+    measured_rows = [r for r in rows if "median_ms" in r]
+    kernels = {gemm_summary(r["gemm_calls"]) for r in measured_rows if r.get("gemm_calls")}
+    if len(kernels) == 1 and len(measured_rows) > 1:
+        same = (
+            f" Every compiled arm's code calls the same GEMM kernels ({kernels.pop()}), so their latency "
+            "differences are not GEMM choices."
+        )
+    elif len(kernels) > 1:
+        same = " The arms' compiled code calls different GEMM kernels (column GEMM kernels)."
     else:
-        same = "which GEMM kernels each arm's compiled code calls (column GEMM kernels)"
-    costs = ", ".join(f"{r['arm']} {r['compile_seconds']:.1f} s" for r in measured if r.get("compile_seconds"))
-    cost = f" (cold compile: {costs})" if costs else ""
+        same = ""
     gate = (
         "so the main job on CPU runs no gate arm (`force_gemm_autotune` could change nothing here)"
-        if main_job
+        if results.get("main_job")
         else "`min_sms` and `force_gemm_autotune` only move that gate, so on CPU they cannot change which GEMM runs"
     )
+    facts = [m for m in (measured(results, r) for r in rows) if m]
+    shown = (" What the runs measured: " + "; ".join(facts) + ".") if facts else ""
     return (
         "**This is a CPU run: it tests no SM gate.** torch's `is_big_gpu` gate (68 SMs) decides whether Inductor "
-        f"autotunes Triton GEMM templates on a CUDA GPU; a CPU has no such gate, {gate}. What this run does show: "
-        f"what each arm costs to compile{cost}, where max-autotune compiles and benchmarks C++ GEMM template "
-        f"candidates; that {same}; and whether the arms differ in latency at all (verdict column). What it cannot "
-        "show: whether forcing the gate helps a model on a small GPU. For that, run `inductor-knobs ablate` on a "
-        "CUDA machine."
+        f"autotunes Triton GEMM templates on a CUDA GPU; a CPU has no such gate, {gate}.{shown}{same} The verdict "
+        "column says whether the arms differ in latency at all. What it cannot show: whether forcing the gate helps a "
+        "model on a small GPU. For that, run `inductor-knobs ablate` on a CUDA machine."
     )
 
 
-def gpu_note(results: Mapping[str, Any]) -> str:
-    """The main job's note on a GPU: what its sections are, how to read them, and what is missing."""
+def gpu_note(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The main job's note on a GPU: how its sections were set up, what each arm measured there, and
+    what is missing.
+
+    Args:
+        results (Mapping[str, Any]): the results (``arms`` with ``section`` and ``emulate``, ``runs``).
+        rows (Sequence[Mapping[str, Any]]): their summary rows (none: the setup only).
+
+    Returns:
+        str: one paragraph, or empty.
+    """
     skipped = results.get("emulation_skipped")
     emulated: list[str] = []
     for arm in results.get("arms", []):
@@ -69,25 +182,39 @@ def gpu_note(results: Mapping[str, Any]) -> str:
     if emulated:
         parts.append(
             f"**Does forcing the SM gate help `{results.get('workload')}` on a small GPU?** Sections {', '.join(emulated)}: "
-            "`gated` asks for GEMM autotuning, but torch's 68-SM gate keeps GEMMs on ATen there; "
-            "`force_gemm_autotune` lowers the gate to the section's SM count, so Triton GEMM templates compete. "
-            "The last section is this GPU, above the gate, where both arms autotune alike: an A/A control, where "
-            "the expected verdict is no detectable difference. Read GPU kernel time for the GEMM choice (a small "
-            "model is launch-bound, so its end-to-end latency mostly measures the CPU) and compile s for the price of "
-            "forcing."
+            "`gated` asks for GEMM autotuning with torch's 68-SM gate as it is, which is closed below 68 SMs; "
+            "`force_gemm_autotune` lowers the gate to the section's SM count. The last section is this GPU, above "
+            "the gate, where it is open for both arms: an A/A control, whose expected verdict is no detectable "
+            "difference. Read GPU kernel time for the GEMM choice (a small model is launch-bound, so its end-to-end "
+            "latency mostly measures the CPU) and compile s for the price of forcing."
         )
+    by_section: dict[str, list[str]] = {}
+    for row in rows:
+        fact = measured(results, row)
+        if fact:
+            by_section.setdefault(str(row.get("section") or "this GPU"), []).append(fact)
+    if by_section and emulated:
+        parts.append("What the runs measured: " + " ".join(f"In {s}: {'; '.join(f)}." for s, f in by_section.items()))
     if skipped:
         parts.append(f"**No emulated small-GPU sections:** {skipped}.")
     return " ".join(parts)
 
 
 def notes(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The notes for ``results`` (paragraphs, possibly none)."""
+    """The notes for ``results``.
+
+    Args:
+        results (Mapping[str, Any]): the results.
+        rows (Sequence[Mapping[str, Any]]): their summary rows.
+
+    Returns:
+        list[str]: paragraphs, possibly none (the results' own ``notes`` first).
+    """
     out = list(results.get("notes") or [])
     if results.get("device") == "cpu" and _touches_gate(results):
-        out.append(cpu_note(rows, main_job=bool(results.get("main_job"))))
+        out.append(cpu_note(results, rows))
     elif results.get("device") == "cuda" and results.get("main_job"):
-        note = gpu_note(results)
+        note = gpu_note(results, rows)
         if note:
             out.append(note)
     return out

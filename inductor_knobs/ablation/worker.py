@@ -10,6 +10,10 @@ plus autotune) while recording what every graph compiled with (the compile inter
 attestations, kept in the result), warms up, samples steady-state latency, and prints one JSON object on its last
 stdout line.
 
+For a compiled arm it records what autotuning it saw: ``autotune_observed`` (this torch reports
+autotuning to :func:`inductor_knobs.record_autotune`), ``autotune_ops`` (ops autotuned),
+``autotune_choices`` (candidates benchmarked, cache hits left out) and ``autotune_seconds``.
+
 After the samples it adds, on CUDA, the GPU kernel time per iteration (``torch.profiler``) and the
 SM clock; on every device, the GEMM implementations the compiled code calls (read from its private
 Inductor cache, :mod:`.kernels`) and the CPU seconds of its process tree (for the load rule of
@@ -111,6 +115,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         kernels: dict[str, str] = {}
         compiles = 0
         attestations: list[dict[str, Any]] = []
+        autotune: dict[str, Any] = {}  # what autotuning the compile did, for the report's notes (.explain)
         if compiled:
             from ..core.observe import can_record_autotune
 
@@ -122,9 +127,12 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
                 outs = iteration(fn, keep=True)
                 sync()
             compile_s = time.perf_counter() - start
+            autotune["autotune_observed"] = isinstance(recorder, ik.record_autotune)
             if isinstance(recorder, ik.record_autotune):
                 autotune_s = recorder.benchmark_seconds
                 kernels = {r.signature: r.winner or "none" for r in recorder.records}
+                autotune["autotune_ops"] = len(recorder.records)
+                autotune["autotune_choices"] = sum(len(r.choices) for r in recorder.records if not r.from_cache)
             compiles = sum(e.trigger != "cudagraph_recording" for e in recorder.compiles)
             attestations = [a.to_dict() for a in recorder.attestations]
         else:
@@ -146,6 +154,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         "fingerprint": facts["fingerprint"],
         "compile_seconds": compile_s,
         "autotune_seconds": autotune_s,
+        **autotune,
         "compiles": compiles,
         "samples_ms": samples,
         "peak_memory_bytes": torch.cuda.max_memory_allocated() if on_gpu else _max_rss(),
