@@ -101,15 +101,24 @@ class TorchHooks:
         when it recompiles, else None (see :attr:`reasons_after_start_callbacks`).
 
         The reasons ``get_and_maybe_log_recompilation_reason`` returns (2.5.1 ``_dynamo/guards.py:2777-2787``),
-        from ``get_guard_fail_reason_helper`` (``:2675``), which neither logs nor records the failure.
+        from ``get_guard_fail_reason_helper`` (``:2675``), which neither logs nor records the failure.  On 2.4,
+        which has no such helper, one text saying so (the frame still names the code and its inputs).
         """
         from torch._dynamo.cache_size import is_recompilation
-        from torch._dynamo.guards import get_guard_fail_reason_helper
 
         bound = inspect.signature(compile_fn).bind(*args, **kwargs).arguments
         frame, cache_size, entry = bound.get("frame"), bound.get("cache_size"), bound.get("cache_entry")
         if frame is None or cache_size is None or not is_recompilation(cache_size):
             return None
+        try:
+            from torch._dynamo.guards import get_guard_fail_reason_helper
+        except ImportError:
+            # 2.4 has only get_guard_fail_reason (2.4 guards.py:2486), which appends to guard_failures and calls
+            # the user's guard_fail_fn: asking it here would record every failure twice.  The frame still names
+            # the code and its inputs.
+            import torch
+
+            return [f"a recompile (torch {torch.__version__} gives no side-effect-free guard-failure reason)"], frame
         reasons: list[str] = []
         while entry is not None:
             # The 2.4-2.5 signature (only called there; 2.6+ added arguments, which the type stubs checked here have).

@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 import torch._dynamo
+from packaging.version import Version
 
 import inductor_knobs as ik
 from inductor_knobs.serving.autotune_guard import AutotuneDuringServingWarning
@@ -49,7 +50,9 @@ def test_guard_names_recompile_reason_op_and_shape(fresh_inductor):
     with pytest.raises(ik.AutotuneDuringServing) as caught, ik.no_autotune():
         compiled(torch.randn(4, 204, 64))
     message = str(caught.value)
-    assert "recompile" in message and "expected 56, actual 204" in message
+    assert "recompile" in message
+    if Version(torch.__version__.split("+")[0]) >= Version("2.5"):  # 2.4 has no side-effect-free reason reader
+        assert "expected 56, actual 204" in message
     assert "x=torch.float32[4, 204, 64]" in message
     assert isinstance(caught.value.event, ik.CompileEvent)
     # Nothing stays broken: outside the guard the same call compiles and runs.

@@ -93,6 +93,13 @@ def test_a_missing_hook_warns_and_doctor_lists_it(monkeypatch):
     assert "MISSING on this torch" in doctor.render(report)
 
 
+def _names_recompile_reasons() -> bool:
+    """torch 2.4 has no side-effect-free guard-failure reader (patches/_hooks.py: recompile_reasons_of)."""
+    from packaging.version import Version
+
+    return Version(torch_compat.release_of(torch.__version__)) >= Version("2.5")
+
+
 def test_a_recompile_is_a_stall_named_with_dynamos_reason(fresh_inductor, monkeypatch):
     # Before min_calls a call is a stall only by its hook events: a young collection preempted on a busy
     # machine (over 1 ms of wall time) would make one of the warm calls a stall.  gc is not what this tests.
@@ -106,7 +113,8 @@ def test_a_recompile_is_a_stall_named_with_dynamos_reason(fresh_inductor, monkey
     first, recompile = guard.stalls
     assert first.index == 0 and first.primary == "dynamo_compile" and first.new_shape
     assert recompile.index == 6 and recompile.primary == "dynamo_compile"
-    assert "expected 8, actual 16" in recompile.causes[0].detail
+    if _names_recompile_reasons():
+        assert "expected 8, actual 16" in recompile.causes[0].detail
     assert recompile.inputs == ["torch.float32[16, 4]"]
     assert recompile.baseline_seconds is not None  # the median of the five calls at the seen shape
 
