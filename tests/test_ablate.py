@@ -475,6 +475,28 @@ def test_the_fingerprints_settings_are_what_the_worker_applies(monkeypatch):
     assert job.stamp(dict(record), job_spec)["run_id"] == record["run_id"]  # a record keeps its id
 
 
+def test_the_fingerprints_driver_version_comes_from_the_driver(monkeypatch):
+    """``cuda_driver`` is the CUDA version the driver reports (cuDriverGetVersion: 12080 -> "12.8"); None
+    where no driver library loads.  (On an H100 with driver 580.159.04 and torch 2.11 it read "13.0".)"""
+    import ctypes
+
+    from inductor_knobs.ablation import fingerprint
+
+    class Driver:
+        def cuDriverGetVersion(self, out):
+            out._obj.value = 12080
+            return 0
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Driver())
+    assert fingerprint.driver_version() == "12.8"
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert fingerprint.driver_version() is None
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` still runs (a zombie, exited but not yet reaped by init, does not)."""
     try:

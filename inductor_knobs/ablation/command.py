@@ -106,8 +106,11 @@ def environment(plan: Plan) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand.
 
+    Args:
+        args (argparse.Namespace): the parsed command line (:func:`.options.add_parser`).
+
     Returns:
-        The exit status: 0; 1 if every run failed (or, with ``--strict``, any failed or was NOT
+        int: the exit status: 0; 1 if every run failed (or, with ``--strict``, any failed or was NOT
         APPLIED); 128 + the signal's number (130 SIGINT, 143 SIGTERM) when interrupted.
 
     Raises:
@@ -223,8 +226,15 @@ def _execute(
     (:func:`.runner.execute`), or in one Slurm job per run (:func:`.slurm.execute`, which also fills
     ``results["slurm"]`` with its options, folder and job ids).
 
+    Args:
+        plan (Plan): the ablation.
+        out (str | None): ``--out`` (the Slurm executor's ``<out>/slurm``).
+        jobs (list[dict[str, Any]]): the jobs to run.
+        runs (store.RunStore | None): where every record is kept as it finishes, or None.
+        results (dict[str, Any]): results.json's data (``slurm`` is added for the Slurm executor).
+
     Returns:
-        The new records, by job index.
+        list[dict[str, Any]]: the new records, by job index.
 
     Raises:
         Interrupted: SIGINT or SIGTERM (the workers stopped, the Slurm jobs cancelled).

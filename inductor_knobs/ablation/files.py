@@ -104,8 +104,11 @@ def check(data: Any, source: str) -> dict[str, Any]:
     """``data`` if it looks like a results.json that this module can read.
 
     Args:
-        data: the parsed JSON.
-        source: what to name in the error, e.g. ``--compare 'old/results.json'``.
+        data (Any): the parsed JSON.
+        source (str): what to name in the error, e.g. ``--compare 'old/results.json'``.
+
+    Returns:
+        dict[str, Any]: ``data``.
 
     Raises:
         InvalidKnobValue: not an object, a required key missing, or a newer schema than :data:`SCHEMA`.

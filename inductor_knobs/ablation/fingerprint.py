@@ -182,13 +182,30 @@ def _cuda_facts(device: str) -> dict[str, Any]:
     import torch
 
     props = torch.cuda.get_device_properties(0)  # before the arm's knobs: never an emulated SM count
-    facts.update(gpu=str(props.name), gpu_sms=int(props.multi_processor_count))
-    try:
-        version = int(torch._C._cuda_getDriverVersion())  # type: ignore[attr-defined]
-        facts["cuda_driver"] = f"{version // 1000}.{version % 1000 // 10}"
-    except Exception:  # noqa: BLE001 - a torch without the call: the driver is unknown, not an error
-        pass
+    facts.update(gpu=str(props.name), gpu_sms=int(props.multi_processor_count), cuda_driver=driver_version())
     return facts
+
+
+def driver_version() -> str | None:
+    """The CUDA version the installed driver supports, from the driver itself (``cuDriverGetVersion``).
+
+    Returns:
+        str | None: e.g. ``"13.0"``; None where no CUDA driver library loads or it does not answer.
+    """
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int()
+        try:
+            if library.cuDriverGetVersion(ctypes.byref(version)) == 0:  # CUDA_SUCCESS
+                return f"{version.value // 1000}.{version.value % 1000 // 10}"
+        except (AttributeError, OSError):
+            pass
+    return None
 
 
 def collect(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

@@ -76,7 +76,11 @@ CLOCK_SPREAD = 0.10
 
 
 def cpu_load() -> float | None:
-    """The 1-minute load average, or None where the OS has none (Windows)."""
+    """The 1-minute load average.
+
+    Returns:
+        float | None: the average, or None where the OS has none (Windows).
+    """
     try:
         return float(os.getloadavg()[0])
     except (OSError, AttributeError):
@@ -84,8 +88,15 @@ def cpu_load() -> float | None:
 
 
 def gpu_utilization(index: int) -> int | None:
-    """Percent utilisation of this process's CUDA device ``index`` over NVML's last sample period,
-    or None when it cannot be read cheaply (no ``pynvml``, no NVML, no such device)."""
+    """Percent utilisation of this process's CUDA device ``index`` over NVML's last sample period.
+
+    Args:
+        index (int): the device, as torch numbers it here.
+
+    Returns:
+        int | None: the percentage, or None when it cannot be read cheaply (no ``pynvml``, no NVML,
+        no such device).
+    """
     try:
         import torch
 
@@ -95,7 +106,14 @@ def gpu_utilization(index: int) -> int | None:
 
 
 def threshold(cpu_count: int | None) -> float:
-    """Rule 1's limit on the range of the competing load: ``max(1.0, cpu_count / 4)``."""
+    """Rule 1's limit on the range of the competing load.
+
+    Args:
+        cpu_count (int | None): the machine's logical CPUs (None: unknown, taken as 1).
+
+    Returns:
+        float: ``max(1.0, cpu_count / 4)``.
+    """
     return max(1.0, (cpu_count or 1) / 4)
 
 
@@ -113,8 +131,11 @@ def own_load(at: float, runs: Sequence[Mapping[str, Any]]) -> float:
     ablation started): every run's average runnable count, damped with :data:`LOAD_TAU_S`.
 
     Args:
-        at: seconds since the ablation started.
-        runs: records with ``start_s``, ``end_s`` and optionally ``cpu_seconds``.
+        at (float): seconds since the ablation started.
+        runs (Sequence[Mapping[str, Any]]): records with ``start_s``, ``end_s`` and optionally ``cpu_seconds``.
+
+    Returns:
+        float: runnable tasks.
     """
     total = 0.0
     for run in runs:
@@ -135,6 +156,9 @@ def competing_windows(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, floa
     ``mean = (C(b) - C(a)·d) / (1 - d)``.  Windows are at least 15 s long because the kernel updates
     the average only every 5 s, and the inversion multiplies a reading's noise by ``1 / (1 - d)``
     (about 4.5 at 15 s).
+
+    Args:
+        runs (Sequence[Mapping[str, Any]]): the records of one machine, with their load readings.
 
     Returns:
         ``(label, mean competing load >= 0)`` per window in time order, e.g.

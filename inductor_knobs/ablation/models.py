@@ -43,7 +43,14 @@ EXTRAS = {"hf": ("transformers", "hf", "transformers>=4.40"), "timm": ("timm", "
 
 
 def install_hint(prefix: str) -> str:
-    """The exact command that installs what ``prefix`` (``hf``, ``timm``) needs."""
+    """The exact command that installs what ``prefix`` needs.
+
+    Args:
+        prefix (str): ``hf`` or ``timm``.
+
+    Returns:
+        str: ``pip install '…' (the [extra] extra: pip install 'inductor-knobs[extra]')``.
+    """
     _, extra, requirement = EXTRAS[prefix]
     return f"pip install '{requirement}' (the [{extra}] extra: pip install 'inductor-knobs[{extra}]')"
 
@@ -87,6 +94,15 @@ def _token_workload(make: Callable[[], Any], vocab: int, batch: int, seq: int, d
 
 
 def bert_base(device: str, quick: bool) -> Any:
+    """``hf:bert-base``: ``BertModel(BertConfig())`` with random weights and token ids.
+
+    Args:
+        device (str): ``cuda`` or ``cpu``.
+        quick (bool): the smaller inputs.
+
+    Returns:
+        Any: ``(model, [(input_ids,)])``.
+    """
     from transformers import BertConfig, BertModel
 
     config = BertConfig()  # bert-base-uncased's shape: 12 layers, hidden 768, 12 heads
@@ -97,6 +113,15 @@ def bert_base(device: str, quick: bool) -> Any:
 
 
 def tinyllama_2layer(device: str, quick: bool) -> Any:
+    """``hf:tinyllama-2layer``: a ``LlamaModel`` of TinyLlama-1.1B's layer shape, 2 layers, random weights.
+
+    Args:
+        device (str): ``cuda`` or ``cpu``.
+        quick (bool): the smaller inputs.
+
+    Returns:
+        Any: ``(model, [(input_ids,)])``.
+    """
     from transformers import LlamaConfig, LlamaModel
 
     config = LlamaConfig(
@@ -122,7 +147,14 @@ HF_MODELS: dict[str, tuple[str, Callable[[str, bool], Any]]] = {
 
 
 def timm_model(name: str) -> Callable[[str, bool], Any]:
-    """The factory for ``timm:<name>`` (checked by :func:`check` first)."""
+    """The factory for ``timm:<name>`` (checked by :func:`check` first).
+
+    Args:
+        name (str): the timm model's name.
+
+    Returns:
+        Callable[[str, bool], Any]: ``factory(device, quick)`` returning ``(model, [(images,)])``.
+    """
 
     def factory(device: str, quick: bool) -> Any:
         import timm
@@ -174,13 +206,26 @@ def _unknown(workload: str, name: str, known: list[str], what: str, lister: str)
 
 
 def is_model(workload: str) -> bool:
-    """Whether ``workload`` names a real model (``hf:…`` or ``timm:…``)."""
+    """Whether ``workload`` names a real model.
+
+    Args:
+        workload (str): ``--workload``.
+
+    Returns:
+        bool: it starts with ``hf:`` or ``timm:``.
+    """
     prefix, sep, _ = workload.partition(":")
     return bool(sep) and prefix in EXTRAS
 
 
 def check(workload: str) -> Callable[[str, bool], Any]:
     """Validate ``hf:<name>`` / ``timm:<name>`` in the parent and return its factory.
+
+    Args:
+        workload (str): ``--workload``.
+
+    Returns:
+        Callable[[str, bool], Any]: ``factory(device, quick)``.
 
     Raises:
         InvalidKnobValue: the extra that provides it is not installed (the message names the

@@ -37,7 +37,11 @@ class SlurmOptions:
     sbatch: dict[str, str | bool] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The options as results.json's ``slurm.options`` holds them."""
+        """The options as results.json's ``slurm.options`` holds them.
+
+        Returns:
+            dict[str, Any]: ``partition``, ``gpus_per_job``, ``time_min``, ``account``, ``sbatch``.
+        """
         return {
             "partition": self.partition,
             "gpus_per_job": self.gpus_per_job,

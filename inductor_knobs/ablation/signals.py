@@ -40,12 +40,20 @@ class Interrupted(BaseException):
 
     @property
     def name(self) -> str:
-        """The signal's name, e.g. ``SIGINT``."""
+        """The signal's name.
+
+        Returns:
+            str: e.g. ``SIGINT``.
+        """
         return signal.Signals(self.signum).name
 
     @property
     def status(self) -> int:
-        """The conventional exit status of a process stopped by this signal: 128 + its number."""
+        """The conventional exit status of a process stopped by this signal.
+
+        Returns:
+            int: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+        """
         return 128 + self.signum
 
 

@@ -63,12 +63,20 @@ class Arm:
     emulate: str | None = None
 
     def env(self) -> dict[str, str]:
-        """The ``INDUCTOR_KNOBS_*`` variables that apply this arm's knobs in its process."""
+        """The ``INDUCTOR_KNOBS_*`` variables that apply this arm's knobs in its process.
+
+        Returns:
+            dict[str, str]: ``INDUCTOR_KNOBS_<KNOB>`` -> value, one per knob.
+        """
         return {ENV_PREFIX + k.upper(): v for k, v in self.knobs.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The arm as results.json and the worker's job hold it (``emulate`` only when set, so that
-        files of arms without it keep their earlier form)."""
+        files of arms without it keep their earlier form).
+
+        Returns:
+            dict[str, Any]: ``name``, ``knobs``, ``compile_args``, ``eager`` (and ``emulate``).
+        """
         out = {"name": self.name, "knobs": self.knobs, "compile_args": self.compile_args, "eager": self.eager}
         if self.emulate:
             out["emulate"] = self.emulate
@@ -78,7 +86,7 @@ class Arm:
         """Keys where this arm's knobs override its ``mode`` (the knob wins: knob > options > mode).
 
         Returns:
-            One sentence per overridden key, e.g. ``coordinate_descent_tuning=False overrides
+            list[str]: one sentence per overridden key, e.g. ``coordinate_descent_tuning=False overrides
             mode max-autotune-no-cudagraphs's True``.
         """
         mode = self.compile_args.get("mode")
@@ -111,9 +119,12 @@ def gate_arms(sms: int, emulate: str | None = None, suffix: str = "") -> list[Ar
     runs, and the question the main job answers is the gate's (``--arm ma:mode=max-autotune`` adds them).
 
     Args:
-        sms: the (emulated) GPU's SM count, the ``min_sms`` that opens the gate on it.
-        emulate: SM emulation for these arms (``"T4"``), or None.
-        suffix: appended to every name (``"@T4"``), so that two sections' arms stay distinct.
+        sms (int): the (emulated) GPU's SM count, the ``min_sms`` that opens the gate on it.
+        emulate (str | None): SM emulation for these arms (``"T4"``), or None.
+        suffix (str): appended to every name (``"@T4"``), so that two sections' arms stay distinct.
+
+    Returns:
+        list[Arm]: ``gated`` and ``force_gemm_autotune`` (with ``suffix``).
     """
     return [
         Arm("gated" + suffix, knobs=dict(GATED_KNOBS), emulate=emulate),
@@ -127,7 +138,11 @@ def gate_arms(sms: int, emulate: str | None = None, suffix: str = "") -> list[Ar
 
 def cpu_arms() -> list[Arm]:
     """The main job's arms on CPU, where there is no SM gate to test: ``default`` and
-    ``max-autotune-no-cudagraphs`` (compile cost, and whether the GEMM kernels change)."""
+    ``max-autotune-no-cudagraphs`` (compile cost, and whether the GEMM kernels change).
+
+    Returns:
+        list[Arm]: the two arms.
+    """
     return [Arm("default"), Arm("max-autotune-no-cudagraphs", compile_args={"mode": "max-autotune-no-cudagraphs"})]
 
 
@@ -143,6 +158,14 @@ def _text(value: Any) -> str:
 
 def make_arm(name: str, settings: Mapping[str, Any]) -> Arm:
     """Build and validate one arm from ``{key: value}`` (knobs, compile args, ``eager``).
+
+    Args:
+        name (str): the arm's name.
+        settings (Mapping[str, Any]): knob, ``preset``, ``mode``/``dynamic``/``fullgraph`` and ``eager``
+            values (text or TOML values).
+
+    Returns:
+        Arm: the arm, checked against the installed torch.
 
     Raises:
         UnknownKnob: a key that is neither a knob, ``preset``, a compile argument nor ``eager``,
@@ -222,6 +245,12 @@ def parse_arm(text: str) -> Arm:
     """Parse one ``--arm``: ``NAME:knob=value,knob=value`` (values may hold commas), ``NAME:``
     (compiled, no knobs), or a bare ``eager`` or ``default``.
 
+    Args:
+        text (str): the option's value.
+
+    Returns:
+        Arm: the arm.
+
     Raises:
         InvalidKnobValue: a name with whitespace or ``=``, a setting without ``=``, or a bad value.
         UnknownKnob: another bare name (with the closest bare name, if any), or an unknown key.
@@ -243,6 +272,12 @@ def parse_arm(text: str) -> Arm:
 def parse_grid(items: Iterable[str]) -> list[Arm]:
     """The cartesian product of ``knob=v1,v2`` (or ``knob=v1|v2``) items, one arm per combination.
 
+    Args:
+        items (Iterable[str]): the ``--grid`` values.
+
+    Returns:
+        list[Arm]: one arm per combination (none without items).
+
     Raises:
         InvalidKnobValue: an item without ``=`` or without values.
     """
@@ -257,7 +292,18 @@ def parse_grid(items: Iterable[str]) -> list[Arm]:
 
 
 def grid_arms(axes: Mapping[str, list[Any]]) -> list[Arm]:
-    """One arm per combination of ``axes`` (``{knob: [values]}``), named ``knob=value knob=value``."""
+    """One arm per combination of ``axes``, named ``knob=value knob=value``.
+
+    Args:
+        axes (Mapping[str, list[Any]]): knob -> its values.
+
+    Returns:
+        list[Arm]: the arms (none without axes).
+
+    Raises:
+        InvalidKnobValue: an axis without values, or a bad value.
+        UnknownKnob: an unknown knob.
+    """
     if not axes:
         return []
     for key, values in axes.items():
@@ -274,6 +320,12 @@ def grid_arms(axes: Mapping[str, list[Any]]) -> list[Arm]:
 def load_toml(path: str) -> dict[str, Any]:
     """Read an ablation TOML file: ``{"arms": [Arm...], "workload"?, "repeats"?, "baseline"?, "quick"?,
     "executor"?, "slurm"?}`` (``slurm``: the ``[slurm]`` table as it is; the command validates it).
+
+    Args:
+        path (str): the file (``--config``).
+
+    Returns:
+        dict[str, Any]: the arms and the file's other keys.
 
     Raises:
         InvalidKnobValue: unreadable or invalid TOML, an arm without a name, or no TOML reader
@@ -309,7 +361,14 @@ def load_toml(path: str) -> dict[str, Any]:
 
 
 def check_names(arms: list[Arm]) -> None:
-    """Raise InvalidKnobValue on an empty arm list or duplicate names."""
+    """Refuse an empty arm list and duplicate names.
+
+    Args:
+        arms (list[Arm]): the ablation's arms.
+
+    Raises:
+        InvalidKnobValue: no arms, or a name twice.
+    """
     if not arms:
         raise InvalidKnobValue("the ablation has no arms (an empty grid?)")
     names = [a.name for a in arms]

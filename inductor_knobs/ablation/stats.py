@@ -81,17 +81,33 @@ class Interval:
     processes: tuple[int, ...]
 
     def contains(self, value: float) -> bool:
-        """Whether ``value`` lies in the closed interval."""
+        """Whether ``value`` lies in the closed interval.
+
+        Args:
+            value (float): e.g. 1.0 for a speedup.
+
+        Returns:
+            bool: ``low <= value <= high``.
+        """
         return self.low <= value <= self.high
 
     def verdict(self) -> str:
-        """For a speedup ratio: ``faster`` (interval above 1), ``slower`` (below 1) or
-        ``no detectable difference`` (it contains 1.0)."""
+        """The verdict on a speedup ratio.
+
+        Returns:
+            str: ``faster`` (interval above 1), ``slower`` (below 1) or ``no detectable difference``
+            (it contains 1.0).
+        """
         if self.contains(1.0):
             return NO_DIFFERENCE
         return "faster" if self.low > 1.0 else "slower"
 
     def to_dict(self) -> dict[str, Any]:
+        """The interval as JSON holds it.
+
+        Returns:
+            dict[str, Any]: ``estimate``, ``low``, ``high``, ``confidence``, ``processes``.
+        """
         return {
             "estimate": self.estimate,
             "low": self.low,
@@ -178,8 +194,11 @@ def ratio_interval(baseline: Sequence[float], arm: Sequence[float]) -> Interval 
 def median_interval(values: Sequence[float]) -> Interval | None:
     """The median of per-process medians (ms) with its 95 % percentile-bootstrap interval.
 
+    Args:
+        values (Sequence[float]): one latency (ms) per process.
+
     Returns:
-        The interval, or None with fewer than :data:`MIN_PROCESSES` values.
+        Interval | None: the interval, or None with fewer than :data:`MIN_PROCESSES` values.
 
     Raises:
         ValueError: a latency that is not a positive finite number.

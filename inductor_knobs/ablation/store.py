@@ -66,18 +66,25 @@ class RunStore:
         self.path = os.path.join(out, RUNS_DIR)
 
     def record_path(self, index: int) -> str:
-        """The file of the run with job index ``index``."""
+        """The file of the run with job index ``index``.
+
+        Args:
+            index (int): the job's index in the plan.
+
+        Returns:
+            str: ``<out>/runs/run-<index>.json``.
+        """
         return os.path.join(self.path, f"run-{int(index)}.json")
 
     def begin(self, jobs: list[dict[str, Any]], resume: bool) -> dict[int, dict[str, Any]]:
         """Start (or, with ``resume``, continue) the ablation whose jobs are ``jobs``.
 
         Args:
-            jobs: the plan's jobs (:meth:`.plan.Plan.jobs`), written to ``plan.json``.
-            resume: keep the successful records of an earlier run of the same plan.
+            jobs (list[dict[str, Any]]): the plan's jobs (:meth:`.plan.Plan.jobs`), written to ``plan.json``.
+            resume (bool): keep the successful records of an earlier run of the same plan.
 
         Returns:
-            Job index -> the kept record, for every job of ``jobs`` whose earlier run succeeded
+            dict[int, dict[str, Any]]: job index -> the kept record, for every job of ``jobs`` whose earlier run succeeded
             (empty without ``resume``).
 
         Raises:
@@ -113,7 +120,14 @@ class RunStore:
         return kept
 
     def load(self, index: int) -> dict[str, Any] | None:
-        """The record of job ``index``, or None (none written, or unreadable: it runs again)."""
+        """The record of job ``index``.
+
+        Args:
+            index (int): the job's index in the plan.
+
+        Returns:
+            dict[str, Any] | None: the record, or None (none written, or unreadable: it runs again).
+        """
         try:
             with open(self.record_path(index), encoding="utf-8") as src:
                 record = json.load(src)
@@ -122,5 +136,12 @@ class RunStore:
         return record if isinstance(record, dict) else None
 
     def save(self, record: Mapping[str, Any]) -> None:
-        """Write one finished run's record (atomically; a later record of the same job replaces it)."""
+        """Write one finished run's record (atomically; a later record of the same job replaces it).
+
+        Args:
+            record (Mapping[str, Any]): the record (its ``index`` names the file).
+
+        Raises:
+            OSError: it could not be written (the file is as it was).
+        """
         write_json(self.record_path(int(record["index"])), dict(record), indent=1)

@@ -179,6 +179,12 @@ def resolve(name: str) -> Callable[[str, bool], Any]:
     """The factory for a built-in name, a real model (``hf:…``, ``timm:…``, see :mod:`.models`) or
     ``pkg.module:factory`` (importable from the current directory).
 
+    Args:
+        name (str): ``--workload``.
+
+    Returns:
+        Callable[[str, bool], Any]: ``factory(device, quick)``.
+
     Raises:
         UnknownKnob: not a built-in, not a known model and not an importable ``module:attribute``
             naming a callable.
@@ -203,7 +209,19 @@ def resolve(name: str) -> Callable[[str, bool], Any]:
 
 
 def build(name: str, device: str, quick: bool) -> Workload:
-    """Call the factory and normalise a ``(model, inputs)`` pair into a :class:`Workload`."""
+    """Call the factory and normalise a ``(model, inputs)`` pair into a :class:`Workload`.
+
+    Args:
+        name (str): ``--workload``.
+        device (str): ``cuda`` or ``cpu``.
+        quick (bool): the smaller inputs.
+
+    Returns:
+        Workload: the model and its calls.
+
+    Raises:
+        UnknownKnob, InvalidKnobValue: as :func:`resolve`.
+    """
     made = resolve(name)(device, quick)
     if isinstance(made, Workload):
         return made
