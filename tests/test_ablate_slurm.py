@@ -4,6 +4,7 @@ with scancel, then resumed."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
