@@ -109,7 +109,7 @@ def release_held_locks() -> list[str]:
     sys.settrace raises at the line event CPython emits for a ``with lock:`` statement just before it
     calls the lock's ``__exit__``; no Python code can run a handler there.
     """
-    from inductor_knobs.core import gate, interception, observe
+    from inductor_knobs.core import asked, changes, events, gate, interception, observe
     from inductor_knobs.emulation import sm_view
 
     locks = {
@@ -117,6 +117,10 @@ def release_held_locks() -> list[str]:
         "interception": interception.INTERCEPTION.lock,
         "sm view": sm_view.SM_VIEW_PATCH.lock,
         "observers": observe.OBSERVER_HOOKS.lock,
+        # before torch 2.12 every config block takes a Claim (a hang seen in test_stateful on 2.10.0)
+        "claims": changes._HOLDERS_LOCK,
+        "process asks": asked._PROCESS_LOCK,
+        "event subscribers": events._LOCK,
     }
     held = []
     for name, lock in locks.items():

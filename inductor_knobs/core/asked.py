@@ -57,7 +57,7 @@ class Asked:
 
 _SCOPED: ScopedSlot[Mapping[tuple[str, str], Asked]] = ScopedSlot("inductor_knobs.core.asked", {})
 _PROCESS: dict[tuple[str, str], Asked] = {}
-_PROCESS_LOCK = threading.Lock()
+_PROCESS_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
 
 
 def _merge(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:

@@ -178,7 +178,7 @@ class ConfigChange(Change):
 
 #: Process-global resource -> the owners (thread id, asyncio task id) of the blocks that hold it now.
 _HOLDERS: dict[str, list[tuple[int, int | None]]] = {}
-_HOLDERS_LOCK = threading.Lock()
+_HOLDERS_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
 
 
 class Claim(Change):

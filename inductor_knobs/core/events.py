@@ -56,7 +56,7 @@ class Subscriber:
 
 _MARK_NUMBERS = itertools.count(1)
 _LIVE: tuple[Subscriber, ...] = ()  # replaced whole under the lock, read without it
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
 _MARKS: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("inductor_knobs.event_marks", default=frozenset())
 
 
