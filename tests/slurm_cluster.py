@@ -116,6 +116,19 @@ def _node_hardware() -> tuple[int, int]:
     return cpus, max(1, memory * 9 // 10)
 
 
+def _die_with_parent() -> None:
+    """In the daemon's child, before exec: Linux sends it SIGTERM when the test process dies, so a killed
+    pytest worker (SIGKILL, or SIGTERM that skips fixture teardown) leaves no slurmctld/slurmd/munged behind
+    (seen: daemons of a killed xdist worker still running 46 minutes later)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: teardown alone stops them
+        pass
+
+
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -205,7 +218,8 @@ def running_cluster() -> Iterator[SlurmCluster]:
                 f"--log-file={root / 'log' / 'munged.log'}",
                 f"--seed-file={root / 'munge' / 'munged.seed'}",
             ]
-            procs.append(subprocess.Popen(munged, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+            procs.append(subprocess.Popen(munged, **quiet, preexec_fn=_die_with_parent))
             deadline = time.monotonic() + 15
             while not _munge_works(munge_socket):
                 if procs[-1].poll() is not None or time.monotonic() > deadline:
@@ -219,7 +233,11 @@ def running_cluster() -> Iterator[SlurmCluster]:
         cluster = SlurmCluster(root=root, conf=conf, node=node, partition="debug", cpus=cpus)
         env = cluster.env()
         for daemon in (["slurmctld", "-D", "-f", str(conf)], ["slurmd", "-D", "-f", str(conf), "-N", node]):
-            procs.append(subprocess.Popen(daemon, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    daemon, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+                )
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         state = ""
         while state != "idle":
