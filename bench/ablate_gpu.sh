@@ -12,6 +12,9 @@
 #           default / max-autotune-no-cudagraphs / force_gemm_autotune; plus the same arms on an
 #           emulated T4 on a >= 68-SM GPU).  Budget: <= 5 min on one H200.
 #   twogpu  the same main job with --gpus on two GPUs: the wall time against `main`'s, same format.
+#   allgpus the same main job on every GPU of the host (all CPUs), run right after `main` (which then
+#           runs alone on GPU 0 with its lane's CPUs, as on a one-GPU node), never beside it; prints
+#           both wall times and every arm's speedup intervals side by side (allgpus.compare.txt).
 #   models  for each of MODELS and each section of SECTIONS ("full" or an emulated SM count): arms
 #           `gated` (mode=max-autotune-no-cudagraphs) and `forced` (the same mode plus preset
 #           force_gemm_autotune, i.e. min_sms lowered to 1), --quick inputs, MODEL_PROCS processes per
@@ -102,6 +105,28 @@ part_twogpu() {  # part_twogpu GPU,GPU
     return $rc
 }
 
+part_allgpus() {  # part_allgpus GPU,GPU,...: the main job on all of them, compared with `main`
+    { time ablate allgpus "$1" --out "$OUT/allgpus" --overwrite ${PLOT[@]+"${PLOT[@]}"}; } 2>"$OUT/allgpus.time"
+    local rc=$?
+    "$PYTHON" - "$OUT/main/results.json" "$OUT/allgpus/results.json" <<'PY' | tee "$OUT/allgpus.compare.txt"
+import json, sys
+
+from inductor_knobs.ablation import report, summary
+
+runs = [json.load(open(path)) for path in sys.argv[1:]]
+print("wall seconds: 1 GPU", round(runs[0]["wall_seconds"], 1), "| all GPUs", round(runs[1]["wall_seconds"], 1))
+rows = [{r["arm"]: r for r in summary.summarize(data)} for data in runs]
+for arm in rows[0]:
+    cells = []
+    for key in ("speedup", "kernel_speedup"):
+        for side in rows:
+            r = side.get(arm, {})
+            cells.append(report._interval(r[key], r.get(f"{key}_low"), r.get(f"{key}_high"), ".2f", "x") if key in r else "-")
+    print(f"{arm}: latency 1 GPU {cells[0]} | all {cells[1]}; kernel 1 GPU {cells[2]} | all {cells[3]}")
+PY
+    return $rc
+}
+
 # shellcheck disable=SC2016 # the quoted script expands its own "$1"
 next_section() {  # prints and removes the queue's first line ("MODEL SECTION"), or nothing
     flock "$queue.lock" sh -c 'head -n 1 "$1"; sed -i 1d "$1"' _ "$queue"
@@ -168,6 +193,12 @@ PY
     echo "CPUs $cpus, GPUs $gpu_count"
     "$PYTHON" -m inductor_knobs doctor || true
 } >"$OUT/environment.txt" 2>&1
+
+if want allgpus && [ "$gpu_count" -ge 2 ]; then  # first, and one after the other: their wall times compare
+    want main && part_main 0
+    part_allgpus "$(seq -s, 0 $((gpu_count - 1)))"
+    PARTS=${PARTS//main/}
+fi
 
 : >"$queue"
 if want models; then

@@ -2,6 +2,7 @@
 
     python bench/serving_soak.py --out results/serving-soak          # needs a CUDA GPU and transformers
     python bench/serving_soak.py --device cpu --requests 200 --threads 1 4   # a smoke run of the flow
+    python bench/serving_soak.py --gpus 0 1 2 3 --out results/serving-soak-4gpu  # one served model per GPU
 
 Per model (``bench/serving_real.py``'s random-weight Llama and BERT-base, bf16, inference), one
 process runs the recipe once: ``ik.compile(mode="max-autotune-no-cudagraphs", dynamic=True)``,
@@ -16,6 +17,12 @@ Reported per model and thread count: wrong answers, the process's RSS growth (``
 after the requests), the guard's stalls by cause and unattributed ones, p50/p99/max in ms, and the
 guard's memory before and after (``tracemalloc`` is not used on the GPU: it slows every allocation).
 
+**Several GPUs** (``--gpus 0 1 2 3``): one process per GPU (``CUDA_VISIBLE_DEVICES`` set to it, its own
+empty ``TORCHINDUCTOR_CACHE_DIR``), all started at once, each serving one model (``--models`` taken in
+turn: llama on the first GPU, bert on the second, llama on the third, ...) to its own thread pools, as
+a server with one model replica per GPU does.  The table gets a GPU column; a GPU whose process failed
+is a row that says so, never a missing row.
+
 Writes ``serving_soak.json`` and ``serving_soak.md`` under ``--out``.
 """
 
@@ -23,8 +30,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -116,15 +126,20 @@ def markdown(results: list[dict], env: dict) -> str:
         f"{env['gpu']}, driver {env['driver']}, torch {env['torch']}, triton {env['triton']}, "
         f"transformers {env['transformers']}.",
         "",
-        "| model | threads | requests | wrong | RSS growth MB | p50 ms | p99 ms | max ms | stalls | unattributed | by cause |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| GPU | model | threads | requests | wrong | RSS growth MB | p50 ms | p99 ms | max ms | stalls | unattributed "
+        "| by cause |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
-        for run in result["runs"]:
+        gpu = result.get("gpu", "-")
+        if result.get("error"):
+            lines.append(f"| {gpu} | {result['model']} | - | - | failed: {result['error']} | | | | | | | |")
+        for run in result.get("runs", []):
             r = run["report"]
             causes = ", ".join(f"{k} {v['stalls']}" for k, v in r["by_cause"].items()) or "-"
             lines.append(
-                f"| {result['model']} | {run['threads']} | {run['requests']} | {run['wrong']} | {run['rss_growth_mb']:.1f} | "
+                f"| {gpu} | {result['model']} | {run['threads']} | {run['requests']} | {run['wrong']} | "
+                f"{run['rss_growth_mb']:.1f} | "
                 f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['max_ms']:.2f} | {run['stalls']} | {r['unattributed']} | {causes} |"
             )
     return "\n".join(lines) + "\n"
@@ -137,17 +152,45 @@ def main() -> int:
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--gpus", nargs="+", type=int, help="one process per GPU, each serving one model (see the docstring)")
     args = parser.parse_args()
     serving_real.DEVICE = args.device
-    results = [run_model(model, args.requests, args.threads) for model in args.models]
+    if args.gpus:
+        results = per_gpu(args)
+    else:
+        results = [run_model(model, args.requests, args.threads) for model in args.models]
     env = serving_real.environment()
+    if args.gpus:
+        env["gpus"] = len(args.gpus)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "serving_soak.json").write_text(json.dumps({"environment": env, "results": results}, indent=1, default=str))
     (out / "serving_soak.md").write_text(markdown(results, env))
     print(markdown(results, env))
-    worst = max((run["wrong"] for r in results for run in r["runs"]), default=0)
-    return 1 if worst else 0
+    worst = max((run["wrong"] for r in results for run in r.get("runs", [])), default=0)
+    return 1 if worst or any(r.get("error") for r in results) else 0
+
+
+def per_gpu(args: argparse.Namespace) -> list[dict]:
+    """Run one soak process per GPU at once, each serving one model, and collect their results."""
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="soak-gpus-") as scratch:
+        for i, gpu in enumerate(args.gpus):
+            model = args.models[i % len(args.models)]
+            out = Path(scratch, f"gpu{gpu}")
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor")}
+            argv = [sys.executable, __file__, "--out", str(out), "--models", model, "--requests", str(args.requests)]
+            argv += ["--device", args.device, "--threads", *map(str, args.threads)]
+            procs.append((gpu, model, out, subprocess.Popen(argv, env=env)))
+        results = []
+        for gpu, model, out, proc in procs:
+            proc.wait()
+            try:
+                (result,) = json.loads((out / "serving_soak.json").read_text())["results"]
+            except (OSError, ValueError) as err:
+                result = {"model": model, "error": f"exit {proc.returncode}, no results ({type(err).__name__})"}
+            results.append({**result, "gpu": gpu})
+    return results
 
 
 if __name__ == "__main__":
