@@ -76,7 +76,7 @@ def _entry(label: str, value: object, key: str, entry: object) -> dict[str, Any]
 
 def _fail(label: str, value: object, allowed: str) -> InvalidKnobValue:
     size = len(value) if isinstance(value, Mapping) else "?"
-    shown = value if isinstance(value, (str, os.PathLike)) else f"<table of {size} keys>"
+    shown = os.fspath(value) if isinstance(value, (str, os.PathLike)) else f"<table of {size} keys>"
     return InvalidKnobValue(f"{label}={shown!r} is invalid on torch {torch_version()}: allowed {allowed}")
 
 
