@@ -69,3 +69,19 @@ def test_each_arm_runs_in_a_fresh_process_with_its_own_value(monkeypatch):
     off, on = measure("sdpa_trial_model:build", [8, 16], [12])
     assert (off.avoid_recompile, on.avoid_recompile) == (False, True) and off.probes == on.probes == 1
     assert off.steady_ms > 0 and on.steady_ms > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("builder", ["build_cuda", "build_cuda_bias"])
+def test_gpu_cudnn_attention_reads_the_variable_in_each_fresh_process(monkeypatch, builder):
+    """On a GPU with cuDNN attention (torch 2.9+): each arm's process read its own value (torch's once-per-process
+    warnings say so), and with a mask passed as a bias torch declines the path.  The timings are printed for
+    the lead, not asserted."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    off, on = measure(f"sdpa_trial_model:{builder}", [128, 256, 384, 512], [200, 300, 450])
+    verdict = decide(off, on)
+    print(verdict.text)
+    assert not off.torch_said and any("experimental" in said for said in on.torch_said)
+    assert any("only works without bias" in said for said in on.torch_said) == (builder == "build_cuda_bias")

@@ -48,12 +48,15 @@ class TrialArm:
         steady_ms: median over warmed shapes of the last call's ms.
         new_shape_ms: median over probes of (first call - second call) ms at a shape it had not warmed.
         probes: how many probe shapes it called.
+        torch_said: torch's warnings that name the variable (``"... only works without bias ..."``: the
+            path was not taken), which prove the process read it.
     """
 
     avoid_recompile: bool
     steady_ms: float
     new_shape_ms: float
     probes: int
+    torch_said: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ def decide(
         f"{on.new_shape_ms:.1f} ms with it (measured over {on.probes} probes in fresh processes); the steady call "
         f"went from {off.steady_ms:.2f} ms to {on.steady_ms:.2f} ms ({change:+.0f}%)"
     )
+    said = "; ".join(dict.fromkeys(on.torch_said))
+    if said:
+        measured += f"; torch said: {said}"
     if recommended:
         text = (
             f"{CUDNN_SDPA_AVOID_RECOMPILE_VAR}=1 (ik.knobs(cudnn_sdpa_avoid_recompile=True) entered before CUDA starts, "
@@ -150,11 +156,14 @@ def _arm(spec: str, on: bool, timeout_s: float) -> TrialArm:
     lines = [line[len(RESULT) :] for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"the cuDNN SDPA trial ({CUDNN_SDPA_AVOID_RECOMPILE_VAR}={int(on)}) failed: {done.stderr[-2000:]}")
-    return TrialArm(**json.loads(lines[-1]))
+    found = json.loads(lines[-1])
+    return TrialArm(**{**found, "torch_said": tuple(found.get("torch_said", ()))})
 
 
 def run_arm(fn: Callable[..., Any], factory: Callable[[Any], Any], shapes: Sequence[Any], probes: Sequence[Any]) -> TrialArm:
     """One arm, in this process: warm ``shapes`` (two calls each), then call each probe twice; CUDA synchronised."""
+    import warnings
+
     from .warmup import _as_call
 
     def timed(item: Any) -> float:
@@ -167,18 +176,20 @@ def run_arm(fn: Callable[..., Any], factory: Callable[[Any], Any], shapes: Seque
             torch.cuda.synchronize()
         return 1000 * (time.perf_counter() - start)
 
-    steady = []
-    for shape in shapes:
-        item = factory(shape)
-        timed(item)
-        steady.append(timed(item))
-    paid = []
-    for shape in probes:
-        item = factory(shape)
-        first = timed(item)
-        paid.append(first - timed(item))
+    steady, paid = [], []
+    with warnings.catch_warnings(record=True) as caught:  # torch's TORCH_WARN_ONCE arrive as UserWarning
+        warnings.simplefilter("always")
+        for shape in shapes:
+            item = factory(shape)
+            timed(item)
+            steady.append(timed(item))
+        for shape in probes:
+            item = factory(shape)
+            first = timed(item)
+            paid.append(first - timed(item))
+    said = tuple(dict.fromkeys(str(w.message) for w in caught if CUDNN_SDPA_AVOID_RECOMPILE_VAR in str(w.message)))
     on = os.environ.get(CUDNN_SDPA_AVOID_RECOMPILE_VAR) == "1"
-    return TrialArm(on, statistics.median(steady), statistics.median(paid), len(paid))
+    return TrialArm(on, statistics.median(steady), statistics.median(paid), len(paid), said)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -187,7 +198,7 @@ def main(argv: Sequence[str]) -> int:
     module, _, function = spec["builder"].partition(":")
     fn, factory = getattr(importlib.import_module(module), function)()
     arm = run_arm(fn, factory, spec["shapes"], spec["probes"])
-    print(RESULT + json.dumps(vars(arm)), flush=True)
+    print(RESULT + json.dumps({**vars(arm), "torch_said": list(arm.torch_said)}), flush=True)
     return 0
 
 
