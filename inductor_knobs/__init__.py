@@ -44,6 +44,7 @@ _PUBLIC = {
     "PRESETS": "core.knobs",
     "PatchTargetChanged": "errors",
     "RuntimeEvent": "core.records",
+    "SettingAlreadyRead": "errors",
     "Stall": "serving.stall_report",
     "StallDuringServing": "errors",
     "StallReport": "serving.stall_report",
@@ -161,6 +162,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .errors import NotBlockOwner as NotBlockOwner
     from .errors import NotSupportedOnThisTorch as NotSupportedOnThisTorch
     from .errors import PatchTargetChanged as PatchTargetChanged
+    from .errors import SettingAlreadyRead as SettingAlreadyRead
     from .errors import StallDuringServing as StallDuringServing
     from .errors import StallWarning as StallWarning
     from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion

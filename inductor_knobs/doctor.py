@@ -51,7 +51,33 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     report["modes"] = _modes()
     report["precedence"] = _precedence(torch.__version__)
     report["serving"] = _serving()
+    report["release_knobs"] = _release_knobs(torch.__version__)
     return report
+
+
+#: What each release-dependent knob is, and when torch reads it (patches/_features.py has the sources).
+_RELEASE_KNOBS = {
+    "cudagraph_capture_sizes": "triton.cudagraph_capture_sizes: read at every call of a CUDA-graphed function",
+    "lookup_table": "lookup_table.table via LookupTableChoices: CUDA only; Triton entries need the SM gate open",
+    "cudnn_sdpa_avoid_recompile": "TORCH_CUDNN_SDPA_AVOID_RECOMPILE: read once per process, at the first cuDNN attention call",
+}
+
+
+def _release_knobs(version: str) -> list[dict[str, Any]]:
+    """Per release-dependent knob: whether this torch has it, the first release that does, and its state here."""
+    patches = torch_compat.select(version, strict=False)
+    have = patches.knob_features(torch_compat.release_of(version))
+    cfg = importlib.import_module("torch._inductor.config")
+    state = {
+        "cudagraph_capture_sizes": repr(getattr(cfg.triton, "cudagraph_capture_sizes", None)),
+        "lookup_table": f"{len(getattr(getattr(cfg, 'lookup_table', None), 'table', None) or {})} keys set",
+        "cudnn_sdpa_avoid_recompile": f"variable {patches.read_env('TORCH_CUDNN_SDPA_AVOID_RECOMPILE')!r}, CUDA "
+        + ("started: a block can no longer change it" if patches.cuda_started() else "not started"),
+    }
+    return [
+        {"knob": k, "available": k in have, "since": torch_compat.first_release_with(k), "what": what, "state": state[k]}
+        for k, what in _RELEASE_KNOBS.items()
+    ]
 
 
 def _serving() -> dict[str, Any]:
@@ -359,6 +385,10 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append(f"  SDPA backends enabled, in priority order: {', '.join(sdpa['enabled'])} (knob: sdpa_backends)")
     lines.append(f"  TunableOp: {serving['tunableop']} (knob: tunableop)")
+    lines += ["", "per-shape knobs of newer torch releases:"]
+    for knob in report["release_knobs"]:
+        here = f"yes; now {knob['state']}" if knob["available"] else f"NOT on this torch (needs {knob['since']}+)"
+        lines.append(f"  {knob['knob']:26} {here}: {knob['what']}")
     lines += ["", "torch.compile modes expand to (torch._inductor.list_mode_options):"]
     lines += [f"  {mode:28} {opts}" for mode, opts in report["modes"].items()]
     return "\n".join(lines)

@@ -36,6 +36,11 @@ class KnobNotApplied(KnobsError, RuntimeError):
     a replaced ``is_big_gpu``); the message names the key, both values and the cause."""
 
 
+class SettingAlreadyRead(KnobNotApplied):
+    """A setting torch reads once per process (``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``) may already have been read,
+    so changing it now would not take effect; nothing was applied.  The message says when torch reads it."""
+
+
 class ConcurrentKnobsError(KnobsError, RuntimeError):
     """Knobs were entered from a second thread while torch's config is process-global."""
 
@@ -141,6 +146,17 @@ class MergeRefused(KnobsError, ValueError):
     """``ablate --merge`` refused its files: the same run twice, files of different ablations, or (unless
     ``--allow-mixed``) runs whose fingerprints differ or files without fingerprints; the message names the
     files, the run or arm, and each differing field with both values."""
+
+
+class SettingKeptWarning(KnobsWarning):
+    """A block changed a setting torch reads once per process, and torch may have read it inside the block: the
+    block's exit restores the variable, but torch keeps the value it read for the rest of the process."""
+
+
+class LookupTableUnusedWarning(KnobsWarning):
+    """A compile under ``lookup_table`` where torch cannot use (some of) the table: not a CUDA graph (torch's
+    lookup table is CUDA-only), or its Triton entries while Inductor's Triton GEMM template is not in use
+    (max-autotune off, TRITON not among the GEMM backends, or the SM gate closed)."""
 
 
 class KnobNotAppliedWarning(KnobsWarning):

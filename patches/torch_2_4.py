@@ -13,8 +13,9 @@ Facts (torch 2.4.0 / 2.5.0 wheels, ``torch/`` relative):
 The operations live in one base module per concern beside this one (``_``-prefixed, no ``PATCHES``):
 :mod:`._gate` (the SM gate), :mod:`._config_storage` (config overrides, defaults, types, cache salt),
 :mod:`._gemm_backends` (backends, CUTLASS, NVGEMM), :mod:`._emulation` (SM-count read sites, green
-contexts), :mod:`._process_settings` (SDPA, TunableOp) and :mod:`._hooks` (runtime hooks, feedback
-savers, recompile reasons).  This module sets the 2.4–2.5 facts they read.
+contexts), :mod:`._process_settings` (SDPA, TunableOp), :mod:`._hooks` (runtime hooks, feedback
+savers, recompile reasons) and :mod:`._features` (knobs only some releases have: CUDA graph capture
+sizes, the GEMM lookup table, cuDNN attention's avoid-recompile).  This module sets the 2.4–2.5 facts they read.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from packaging.specifiers import SpecifierSet
 from ._config_storage import ConfigStorage
 from ._config_storage import _as_types as _as_types  # re-exported: torch_2_6 imports it from here
 from ._emulation import SmallGpuEmulation
+from ._features import KnobFeatures
 from ._gate import SmGate
 from ._gemm_backends import GemmBackends
 from ._hooks import TorchHooks
 from ._process_settings import ProcessSettings
 
 
-class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks):
+class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures):
     """What the knobs need to know about one range of torch releases.
 
     Each concern's operations come from its base class (see the module docstring); this class sets
@@ -76,6 +78,9 @@ class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, Proce
     recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reason"  # guards.py:2570
     reasons_after_start_callbacks: ClassVar[bool] = True  # 2.5.1 convert_frame.py:824, then :828-831
     has_cache_artifacts: ClassVar[bool] = False
+
+    # -- release-dependent knobs (:class:`._features.KnobFeatures`): none before 2.8 --
+    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.4": frozenset(), "2.5": frozenset()}
 
 
 PATCHES = TorchPatches()

@@ -14,6 +14,9 @@ Facts (torch 2.8.0–2.11.0 wheels):
   ``_use_template_for_gpu`` and so the gate: 2.10 ``utils.py:1985``); NVGEMM from 2.11
   (``use_nv_universal_gemm_template``, ``utils.py:2182``, which never asks the gate and needs the
   modules ``cutlass`` and ``cutlass_api``: ``ensure_cute_available``/``ensure_nv_universal_gemm_available``).
+- Knobs that arrive in this range (:mod:`._features`): ``triton.cudagraph_capture_sizes`` (2.8),
+  cuDNN attention's ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` (2.9), ``lookup_table.table`` and
+  ``inductor_choices_class`` (2.10).
 - ``torch/cuda/green_contexts.py``: no file in 2.8–2.9; ``GreenContext.create(num_sms, device_id=0)``
   arrives in 2.10 without ``Stream()``; 2.11 adds ``Stream()`` (:45), which small-GPU emulation
   needs.  The class is a Python shim over the C++ ``torch._C._CUDAGreenContext`` and has no way to
@@ -32,6 +35,10 @@ from .torch_2_7 import Torch27
 
 _CK = frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"})
 _GATED = frozenset({"TRITON", "CUTLASS"})
+#: ``triton.cudagraph_capture_sizes`` (2.8 config.py:1107), cuDNN attention's avoid-recompile (2.9
+#: ``libtorch_cuda.so``), ``lookup_table.table`` (2.10 config.py:2234): see :mod:`._features`.
+_SIZES = frozenset({"cudagraph_capture_sizes"})
+_ALL_FEATURES = _SIZES | {"cudnn_sdpa_avoid_recompile", "lookup_table"}
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +75,12 @@ class Torch28(Torch27):
         "2.11": ("cutlass", "cutlass_api"),
     }
     green_context_api: ClassVar[str | None] = "create"
+    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {
+        "2.8": _SIZES,
+        "2.9": _SIZES | {"cudnn_sdpa_avoid_recompile"},
+        "2.10": _ALL_FEATURES,
+        "2.11": _ALL_FEATURES,
+    }
 
     def _green_api_problem(self, green: Any) -> str | None:
         """2.11-2.13: ``GreenContext.create`` takes ``num_sms`` and ``device_id`` (positional-or-keyword

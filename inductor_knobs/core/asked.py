@@ -22,6 +22,10 @@ INDUCTOR_CONFIG = "torch._inductor.config"
 #: compile's cache keys carry ``tag`` (see :func:`_with_salt`); one slot per tag, so salts compose.
 CACHE_SALT = "cache_salt"
 ON_MISMATCH = ("raise", "warn")
+#: The "module" of an asked choices handler: ``Asked(CHOICES_HANDLER, "V.choices", "LookupTableChoices", ...)``
+#: asks that Inductor's choices handler be torch's ``LookupTableChoices`` inside each compile (the
+#: ``lookup_table`` knob); the interception installs it there and attests its class.
+CHOICES_HANDLER = "torch._inductor.virtualized"
 
 #: Precedence ranks of asked values (higher wins; equal ranks: the innermost block wins).
 KNOB, EMULATION = 1, 2

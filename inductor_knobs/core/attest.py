@@ -18,13 +18,14 @@ import importlib
 import inspect
 import warnings
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import KnobNotApplied, KnobNotAppliedWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
-from .asked import INDUCTOR_CONFIG, Asked
+from .asked import CHOICES_HANDLER, INDUCTOR_CONFIG, Asked
 from .attestation import AttestedSetting, CompileAttestation
 from .records import current_compile_id
 from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
@@ -61,19 +62,41 @@ def _attest_cache_hit(snapshot: _Snapshot, config_patches: Mapping[str, Any], ar
     when it computed the cache key, so they are what the cached artifact was built with.
     """
     cfg = importlib.import_module(INDUCTOR_CONFIG)
-    with cfg.patch(dict(config_patches)):
+    with cfg.patch(dict(config_patches)), choices_for(snapshot):
         attestation = dataclasses.replace(_attest(snapshot, args, {}), graph="cached", cache="aot_autograd")
     _deliver(snapshot, attestation)
+
+
+def choices_for(snapshot: _Snapshot) -> AbstractContextManager[Any]:
+    """The lookup table's choices handler for one compile on this thread, when the snapshot asks for it.
+
+    Raises:
+        KnobNotApplied: the thread's handler is someone's own ``InductorChoices`` subclass, which the
+            knob does not replace (torch's ``LookupTableChoices`` is the one that reads the table).
+    """
+    if not any(module == CHOICES_HANDLER for module, _ in snapshot.asked):
+        return nullcontext()
+    try:
+        return snapshot.patches.lookup_handler()
+    except TypeError as err:
+        raise KnobNotApplied(
+            f"lookup_table needs torch's LookupTableChoices as Inductor's choices handler, but this thread's handler "
+            f"is {err} (config.inductor_choices_class or V.set_choices_handler); make it subclass "
+            "torch._inductor.lookup_table.LookupTableChoices, or leave the knob out. Nothing was compiled"
+        ) from None
 
 
 def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompileAttestation:
     patches = snapshot.patches
     settings = []
     for (module, key), asked in sorted(snapshot.asked.items()):
-        if module == SETTINGS_MODULE:  # a process-global torch setting (SDPA backends, TunableOp)
+        if module == SETTINGS_MODULE:  # a process-global torch setting (SDPA backends, TunableOp, an env var)
             seen = read_setting(patches, key)
             matched = setting_matches(patches, key, seen, asked.value)
             cause = None if matched else f"other code set it after the knobs did ({SETTINGS[key].what})"
+        elif module == CHOICES_HANDLER:  # the lookup table's handler, installed by the interception for this compile
+            seen = type(patches.choices_handler()).__name__
+            cause = None if seen == asked.value else f"Inductor's choices handler on this thread is a {seen}"
         else:
             cfg = importlib.import_module(module)
             seen = patches.read_value(cfg, key)

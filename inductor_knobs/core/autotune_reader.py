@@ -3,10 +3,13 @@
 Every read of a torch object is guarded: an IR node without a layout, a choice whose ``info_dict``
 fails or a size without a hint gives an empty or None field, never an error inside a compile.
 Hints come from ``SizeVarAllocator.size_hints`` (torch 2.4-2.11), renamed ``optimization_hints`` (2.11+).
+A choice's place in torch's GEMM lookup table comes from its ``KernelTemplateChoice``
+(``choice.annotations["ktc"]``, 2.10+: ``kernel_template_choice.py:39``) through the patch module.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .records import CHOICE_KINDS, AutotuneRecord, ChoiceTiming, current_compile_id, finite_or_none
@@ -21,7 +24,7 @@ def _record(
     timing: tuple[str, float, float] | None,
 ) -> AutotuneRecord:
     choices = sorted(
-        (_choice(c, t, precompile_times.get(c)) for c, t in timings.items()),
+        (_choice(c, t, precompile_times.get(c), name) for c, t in timings.items()),
         key=lambda c: (c.time_ms is None, c.time_ms or 0.0),
     )
     if not fresh:
@@ -45,7 +48,7 @@ def _record(
     )
 
 
-def _choice(choice: Any, time: float, precompile_seconds: float | None) -> ChoiceTiming:
+def _choice(choice: Any, time: float, precompile_seconds: float | None, op: str = "") -> ChoiceTiming:
     try:
         info = dict(choice.info_dict())
     except Exception:  # noqa: BLE001 - a choice kind whose info_dict fails; report it without params
@@ -62,7 +65,29 @@ def _choice(choice: Any, time: float, precompile_seconds: float | None) -> Choic
         params=params,
         time_ms=finite_or_none(time),
         precompile_ms=None if precompile_seconds is None else 1000.0 * precompile_seconds,
+        **_lookup(choice, op),
     )
+
+
+def _lookup(choice: Any, op: str) -> dict[str, Any]:
+    """The choice's lookup-table key (device-agnostic and per device) and entry, or nothing (see ``ChoiceTiming``)."""
+    annotations = getattr(choice, "annotations", None)
+    ktc = annotations.get("ktc") if isinstance(annotations, dict) else None
+    if ktc is None or not op:
+        return {}
+    from . import torch_compat
+
+    patches = torch_compat.installed(strict=False)
+    try:
+        entry = patches.lookup_entry(ktc)
+        json.dumps(entry)  # torch's format is JSON: a parameter that is not is no entry
+        return {
+            "lookup_key": patches.lookup_key(ktc, op, device=False),
+            "lookup_device_key": patches.lookup_key(ktc, op, device=True),
+            "lookup_entry": entry,
+        }
+    except Exception:  # noqa: BLE001 - a choice torch cannot key or serialise is simply not in the table
+        return {}
 
 
 def _call(node: Any, method: str) -> Any:

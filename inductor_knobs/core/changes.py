@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied
+from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied, SettingAlreadyRead, SettingKeptWarning
 from ..patches.torch_2_4 import TorchPatches
 from ._scope import current_owner, describe_owner
 from ._undo import Change, warn_after_restore
@@ -234,19 +234,31 @@ class SettingChange(Change):
 
     Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
     another thread or asyncio task holds the same setting (a :class:`Claim`): torch has one value per
-    process.  Apply reads the value back and raises :class:`~inductor_knobs.errors.KnobNotApplied`
-    (restoring) if it did not take; revert restores it, then warns with
-    :class:`~inductor_knobs.errors.ExternalChangeWarning` when code outside inductor_knobs changed it
-    inside the block.  Revert is idempotent.
+    process.  For a setting torch reads once per process (``Setting.read_once``), apply refuses a change
+    once torch may have read it (:class:`~inductor_knobs.errors.SettingAlreadyRead`, nothing changed),
+    and revert warns (:class:`~inductor_knobs.errors.SettingKeptWarning`) when torch may have read the
+    block's value inside the block: it keeps that value after the variable is restored.  Apply reads the
+    value back and raises :class:`~inductor_knobs.errors.KnobNotApplied` (restoring) if it did not take;
+    revert restores it, then warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` when code
+    outside inductor_knobs changed it inside the block.  Revert is idempotent.
+
+    Args:
+        patches: the installed torch's patch module.
+        key: the setting (a key of :data:`~inductor_knobs.core.torch_settings.SETTINGS`).
+        value: the knob's value.
+        in_compile: re-applied inside one Inductor compile (a lazily compiled backward), which never runs
+            what reads a ``read_once`` setting: neither refused nor warned about.
     """
 
-    __slots__ = ("_claim", "_prior", "key", "patches", "setting", "value")
+    __slots__ = ("_changed", "_claim", "_prior", "in_compile", "key", "patches", "setting", "value")
 
-    def __init__(self, patches: TorchPatches, key: str, value: object) -> None:
+    def __init__(self, patches: TorchPatches, key: str, value: object, *, in_compile: bool = False) -> None:
         self.patches = patches
         self.key = key
         self.value = value
+        self.in_compile = in_compile
         self.setting = SETTINGS[key]
+        self._changed = False  # a read_once setting that this record changed while torch could not have read it yet
         self._prior: Any = _NOT_READ
         self._claim = Claim(key, f"torch keeps it once per process ({self.setting.what})", f"{key}={value!r}")
 
@@ -256,8 +268,19 @@ class SettingChange(Change):
 
     def apply(self) -> None:
         self._claim.apply()
-        self._prior = self.setting.state(self.patches)
-        self.setting.set(self.patches, self.value)
+        setting = self.setting
+        if setting.read_once is not None and not self.in_compile:
+            differs = not setting.matches(self.patches, setting.value(self.patches), self.value)
+            if differs and setting.maybe_read(self.patches):
+                raise SettingAlreadyRead(
+                    f"{self.key}={self.value!r} cannot take effect now: {setting.read_once}, and CUDA is already "
+                    f"initialised in this process, so that read may have happened. Set it before the first CUDA call "
+                    f"(INDUCTOR_KNOBS_{self.key.upper()}=1 or {setting.what} exported before the process starts, or a "
+                    "block entered before CUDA starts); nothing was changed"
+                )
+            self._changed = differs
+        self._prior = setting.state(self.patches)
+        setting.set(self.patches, self.value)
         found = self.setting.value(self.patches)
         if not self.setting.matches(self.patches, found, self.value):
             self.revert()
@@ -270,6 +293,14 @@ class SettingChange(Change):
                 found = self.setting.value(self.patches)
                 changed = not self.setting.matches(self.patches, found, self.value)
                 self.setting.restore(self.patches, prior)
+                if self._changed and self.setting.maybe_read(self.patches):
+                    self._changed = False
+                    warn_after_restore(
+                        f"{self.key}={self.value!r}: CUDA started inside the block, so torch may have read "
+                        f"{self.setting.what} there ({self.setting.read_once}); the block's exit restored the "
+                        "variable, but torch keeps what it read",
+                        SettingKeptWarning,
+                    )
                 if changed:
                     warn_after_restore(
                         f"{self.key} was changed to {found!r} inside the knobs block (the block set {self.value!r}); "

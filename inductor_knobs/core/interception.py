@@ -61,14 +61,16 @@ from .asked import (
     _PROCESS_LOCK,
     _SCOPED,
     CACHE_SALT,
+    CHOICES_HANDLER,
     INDUCTOR_CONFIG,
     Asked,
     _merge,
     effective_asked,
 )
-from .attest import _attest, _attest_cache_hit, _enforce, _Snapshot
+from .attest import _attest, _attest_cache_hit, _enforce, _Snapshot, choices_for
 from .changes import ConfigChange, SettingChange
 from .knob_values import config_key
+from .lookup_table import warn_unused_table
 from .torch_settings import SETTINGS_MODULE, read_setting, setting_matches
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
@@ -217,16 +219,18 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
         # Events of this graph's compile (autotuning, Triton compiles) go where its forward's went.
         token = events._MARKS.set(snapshot.marks | events.current_marks())
         try:
-            attestation = _attest(snapshot, args, kwargs)
-            snapshot.attested += 1
-            hits = _cache_hits("inductor", "fxgraph_cache_hit")
-            _enforce(snapshot, attestation)  # raises before compiling when a knob did not take
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                if _cache_hits("inductor", "fxgraph_cache_hit") > hits:
-                    attestation = dataclasses.replace(attestation, cache="fx_graph")
-                events.deliver(snapshot.addressed, "attestation", attestation)
+            with choices_for(snapshot):  # the lookup table's handler, for this graph's lowering only
+                attestation = _attest(snapshot, args, kwargs)
+                snapshot.attested += 1
+                hits = _cache_hits("inductor", "fxgraph_cache_hit")
+                _enforce(snapshot, attestation)  # raises before compiling when a knob did not take
+                warn_unused_table(snapshot, args, kwargs)
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    if _cache_hits("inductor", "fxgraph_cache_hit") > hits:
+                        attestation = dataclasses.replace(attestation, cache="fx_graph")
+                    events.deliver(snapshot.addressed, "attestation", attestation)
         finally:
             events._MARKS.reset(token)
             if applied:
@@ -261,7 +265,9 @@ def _config_changes(snapshot: _Snapshot, *, outside_inductor: bool) -> list[Any]
     for (module, key), asked in snapshot.asked.items():
         if module == SETTINGS_MODULE:
             if not outside_inductor and not setting_matches(patches, key, read_setting(patches, key), asked.value):
-                changes.append(SettingChange(patches, key, asked.value))
+                changes.append(SettingChange(patches, key, asked.value, in_compile=True))
+        elif module == CHOICES_HANDLER:
+            continue  # installed around each graph's compile (attest.choices_for), not a value to write
         elif not (outside_inductor and module == INDUCTOR_CONFIG):
             cfg = importlib.import_module(module)
             if patches.read_value(cfg, key) != asked.value:

@@ -43,7 +43,9 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
         spec: a prebuilt :class:`Knobs` (e.g. ``Knobs.from_env()``); keywords override it.
         **kwargs: any :class:`Knobs` field: ``min_sms`` (int SMs), ``max_autotune``,
             ``max_autotune_gemm``, ``gemm_backends``, ``gemm_search_space``,
-            ``coordinate_descent_tuning``, ``cudagraphs``, ``trace``, ``config``, ``strict``.
+            ``coordinate_descent_tuning``, ``cudagraphs``, ``trace``, ``sdpa_backends``, ``tunableop``,
+            ``cudnn_sdpa_avoid_recompile`` (2.9+), ``cudagraph_capture_sizes`` (2.8+), ``lookup_table``
+            (2.10+), ``config``, ``on_mismatch``, ``strict``.
 
     Returns:
         A :class:`KnobsContext`.  ``torch.compile`` compiles at the first call of the

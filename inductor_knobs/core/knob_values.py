@@ -113,6 +113,37 @@ def _check_trace(label: str, value: object) -> bool | str:
     raise _fail(label, value, "True, False or a directory path for trace files")
 
 
+def _check_capture_sizes(label: str, value: object) -> tuple[int | tuple[int, ...], ...]:
+    """``triton.cudagraph_capture_sizes``: the int keys CUDA graph trees record (one symbolic int input: an int
+    each; several: a tuple of ints each), all >= 1; a list is read as a tuple, duplicates dropped."""
+    allowed = "a non-empty tuple of positive ints (or of tuples of positive ints, one per dynamic int input)"
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise _fail(label, value, allowed)
+    sizes: list[int | tuple[int, ...]] = []
+    for item in value:
+        if _positive(item):
+            size: int | tuple[int, ...] = item  # type: ignore[assignment]
+        elif isinstance(item, (tuple, list)) and item and all(_positive(i) for i in item):
+            size = tuple(item)
+        else:
+            raise _fail(label, value, allowed)
+        if size not in sizes:
+            sizes.append(size)
+    if not sizes:
+        raise _fail(label, value, allowed)
+    return tuple(sizes)
+
+
+def _positive(item: object) -> bool:
+    return isinstance(item, int) and not isinstance(item, bool) and item >= 1
+
+
+def _check_lookup_table(label: str, value: object) -> dict[str, list[dict[str, Any]]]:
+    from .lookup_table import load_table
+
+    return load_table(label, value)
+
+
 def _check_on_mismatch(label: str, value: object) -> str:
     if not isinstance(value, str) or value.strip().lower() not in ("raise", "warn"):
         raise _fail(label, value, "'raise' (KnobNotApplied) or 'warn' (KnobNotAppliedWarning)")
@@ -126,6 +157,8 @@ VALUE_CHECKS = {
     "max_autotune_gemm_backends": lambda label, value: _check_backends(label, value),
     "max_autotune_gemm_search_space": lambda label, value: _check_search_space(label, value),
     "trace.debug_dir": lambda label, value: None if value is None else _check_directory(label, value),
+    "triton.cudagraph_capture_sizes": lambda label, value: _check_capture_sizes(label, value),
+    "lookup_table.table": lambda label, value: _check_lookup_table(label, value),
 }
 
 
@@ -160,6 +193,9 @@ CHECKS = {
     "trace": _check_trace,
     "sdpa_backends": _check_sdpa_backends,
     "tunableop": _check_bool,
+    "cudnn_sdpa_avoid_recompile": _check_bool,
+    "cudagraph_capture_sizes": _check_capture_sizes,
+    "lookup_table": _check_lookup_table,
     "config": _check_config,
     "on_mismatch": _check_on_mismatch,
     "strict": _check_bool,

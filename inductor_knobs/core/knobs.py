@@ -42,6 +42,8 @@ CONFIG_KEYS = {
     "gemm_search_space": "max_autotune_gemm_search_space",
     "coordinate_descent_tuning": "coordinate_descent_tuning",
     "cudagraphs": "triton.cudagraphs",
+    "cudagraph_capture_sizes": "triton.cudagraph_capture_sizes",
+    "lookup_table": "lookup_table.table",
 }
 
 
@@ -77,6 +79,23 @@ class Knobs:
             torch's own setting (see :mod:`inductor_knobs.core.torch_settings`).
         tunableop: ``torch.cuda.tunable.enable`` (TunableOp tunes each new GEMM shape on first use).
             Process-wide; CUDA/ROCm builds only.
+        cudnn_sdpa_avoid_recompile: ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` (torch 2.9+): cuDNN attention
+            rounds sequence lengths up to powers of two in its plan cache, so a new length rarely builds a
+            plan, at some cost per steady call.  torch reads the variable once per process, at its first
+            dense cuDNN attention call, and keeps it: a block refuses to change it once CUDA is initialised
+            (:class:`~inductor_knobs.errors.SettingAlreadyRead`) and warns on exit if torch may have read the
+            block's value (:class:`~inductor_knobs.errors.SettingKeptWarning`).  Only calls without an
+            attention bias on BSHD q/k/v take the path.  Process-wide (see
+            :mod:`inductor_knobs.core.torch_settings`).
+        cudagraph_capture_sizes: ``triton.cudagraph_capture_sizes`` (torch 2.8+): the dynamic int sizes
+            CUDA graph trees record (a tuple of ints, or of int tuples for several dynamic ints); others run
+            without a graph.  Inductor reads it at every *call* of the compiled function, on the calling
+            thread, so hold it around the calls (or set it process-wide), not only the compile.
+        lookup_table: ``lookup_table.table`` (torch 2.10+): torch's GEMM lookup table, a mapping or a JSON
+            file path (what ``ik.record_autotune(...).write_lookup_table`` writes).  Inside each compile
+            ``LookupTableChoices`` is made Inductor's choices handler, so the table is used.  CUDA only; an
+            entry applies only to a template in use, so Triton entries need max-autotune(-gemm), TRITON
+            among the backends and the SM gate open (below 68 SMs: ``min_sms``).
         config: any other Inductor config, ``{"dotted.key": value}``, type-checked against
             the installed config when applied.
         on_mismatch: what happens when a knob did not take effect inside a compile (a forcing
@@ -101,6 +120,9 @@ class Knobs:
     trace: bool | str | None = None
     sdpa_backends: str | None = None
     tunableop: bool | None = None
+    cudnn_sdpa_avoid_recompile: bool | None = None
+    cudagraph_capture_sizes: tuple[int | tuple[int, ...], ...] | None = None
+    lookup_table: Any = None
     config: tuple[tuple[str, Any], ...] | Mapping[str, Any] = field(default=())
     on_mismatch: str | None = None
     strict: bool = True
@@ -278,8 +300,13 @@ def _parse_env(var: str, name: str, raw: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as err:
             raise _fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
-    if name in ("gemm_backends", "gemm_search_space", "on_mismatch", "sdpa_backends"):
-        return text
+    if name in ("gemm_backends", "gemm_search_space", "on_mismatch", "sdpa_backends", "lookup_table"):
+        return text  # a lookup table: the path of its JSON file
+    if name == "cudagraph_capture_sizes":
+        try:  # "1,2,4,8", or JSON for tuples: "[[1, 2], [4, 8]]"
+            return json.loads(text) if text.startswith("[") else [int(v) for v in text.split(",")]
+        except ValueError:
+            raise _fail(var, raw, "comma-separated positive ints, or a JSON list such as [[1, 2], [4, 8]]") from None
     lowered = text.lower()
     if lowered in _TRUE:
         return True

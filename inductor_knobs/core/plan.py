@@ -18,7 +18,7 @@ from ..errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorc
 from ..patches.torch_2_4 import TorchPatches
 from . import torch_compat
 from ._undo import Change
-from .asked import CACHE_SALT, INDUCTOR_CONFIG, Asked, by_slot
+from .asked import CACHE_SALT, CHOICES_HANDLER, INDUCTOR_CONFIG, Asked, by_slot
 from .changes import ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange
@@ -160,6 +160,7 @@ def _validate(
 ) -> _Validated:
     """Every check of :func:`plan` that reads torch but changes nothing; raises as :func:`plan` documents."""
     values = config_values(knobs)
+    _check_release(knobs, patches, values, version)
     for key, value in values.items():
         _check_key(patches, cfg, key, value, version)
     warn_no_fallback = False
@@ -175,6 +176,13 @@ def _validate(
             *(Asked(SETTINGS_MODULE, k, v, source, on_mismatch=policy) for k, v in settings),
         ]
     )
+    if values.get(LOOKUP_TABLE_KEY) is not None:
+        # torch reads the table only through LookupTableChoices, which the interception makes the choices handler
+        # inside each compile; the salt keeps those artifacts apart from ones built with the table but torch's
+        # default handler (same config, so the same cache key otherwise).
+        who = sources.get(LOOKUP_TABLE_KEY, source)
+        asked[(CHOICES_HANDLER, "V.choices")] = Asked(CHOICES_HANDLER, "V.choices", "LookupTableChoices", who, on_mismatch=policy)
+        asked[(CACHE_SALT, LOOKUP_SALT)] = Asked(CACHE_SALT, LOOKUP_SALT, True, source, on_mismatch=policy)
     override = None
     if knobs.min_sms is not None:
         torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)
@@ -184,6 +192,32 @@ def _validate(
     groups = config_groups(patches, [(cfg, key, value) for key, value in values.items()])
     writers = config_writers(patches, groups)
     return _Validated(values, settings, asked, override, warn_no_fallback, cfg, groups, writers)
+
+
+#: The Inductor config key of the ``lookup_table`` knob, and the cache salt of a compile that uses it.
+LOOKUP_TABLE_KEY = "lookup_table.table"
+LOOKUP_SALT = "inductor_knobs-lookup-table"
+#: Config keys of the release-dependent knobs, by knob (``config=`` spellings get the same refusal).
+_RELEASE_CONFIG_KEYS = {"triton.cudagraph_capture_sizes": "cudagraph_capture_sizes", LOOKUP_TABLE_KEY: "lookup_table"}
+
+
+def _check_release(knobs: Knobs, patches: TorchPatches, values: Mapping[str, Any], version: str) -> None:
+    """Refuse a knob the installed torch release does not have (``TorchPatches.knob_features``), naming the first
+    release that has it.
+
+    Raises:
+        NotSupportedOnThisTorch: such a knob is set, by name or as its ``config=`` key.
+    """
+    have = patches.knob_features(torch_compat.release_of(version))
+    wanted = {name for key, name in _RELEASE_CONFIG_KEYS.items() if key in values}
+    if knobs.cudnn_sdpa_avoid_recompile is not None:
+        wanted.add("cudnn_sdpa_avoid_recompile")
+    for name in sorted(wanted - have):
+        first = torch_compat.first_release_with(name)
+        raise NotSupportedOnThisTorch(
+            f"{name} needs torch {first} or newer (the first release that has it); the installed torch {version} "
+            "does not. Nothing was applied"
+        )
 
 
 def _check_setting(patches: TorchPatches, key: str, value: object, version: str) -> None:

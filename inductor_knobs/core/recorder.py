@@ -164,6 +164,45 @@ class record_autotune(Collector):
         """Human-readable table (like torch's ``AUTOTUNE mm(...)`` block), ``top`` choices per op."""
         return format_table(self.records, top=top)
 
+    def lookup_table(self, *, top: int = 1, device: bool = True) -> dict[str, list[dict[str, Any]]]:
+        """The recorded choices as torch's GEMM lookup table (``lookup_table.table``, 2.10+): per key, the ``top``
+        fastest (:func:`inductor_knobs.core.lookup_table.table_from_records`).  Load it with
+        ``ik.knobs(lookup_table=...)`` to compile with these choices and, with ``top=1``, no benchmarking.
+
+        Args:
+            top (int): entries per key (>= 1).
+            device (bool): key entries by the GPU's name too (torch tries that key first).
+
+        Returns:
+            dict: the table; empty when no choice had a key (CPU C++ template choices, torch < 2.10).
+
+        Raises:
+            InvalidKnobValue: ``top`` < 1.
+        """
+        from .lookup_table import table_from_records
+
+        return table_from_records(self.records, top=top, device=device)
+
+    def write_lookup_table(self, path: str | os.PathLike[str], *, top: int = 1, device: bool = True) -> int:
+        """Write :meth:`lookup_table` as JSON to ``path`` (atomically); returns the number of keys.
+
+        Raises:
+            InvalidKnobValue: ``top`` < 1, or no recorded choice has a lookup key (nothing to pin).
+            OSError: the file cannot be written.
+        """
+        from ..errors import InvalidKnobValue
+        from .lookup_table import write_table
+        from .messages import torch_version
+
+        table = self.lookup_table(top=top, device=device)
+        if not table:
+            raise InvalidKnobValue(
+                f"write_lookup_table({os.fspath(path)!r}): none of the {len(self.records)} autotuned ops has a choice torch's "
+                f"lookup table can hold on torch {torch_version()} (it needs torch 2.10+ and a KernelTemplateChoice: "
+                "Triton or ATen GEMMs, not the C++ GEMM template)"
+            )
+        return write_table(path, table)
+
     def to_jsonl(self, path: str | os.PathLike[str]) -> int:
         """Write one JSON object per line: ``{"type": "autotune", ...}`` and ``{"type": "compile", ...}``.
 

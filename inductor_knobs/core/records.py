@@ -29,6 +29,11 @@ class ChoiceTiming:
         params: template parameters (BLOCK_M, num_warps, …) as torch describes them.
         time_ms: benchmarked time in milliseconds; None if the choice failed (torch: ``inf``).
         precompile_ms: precompile time in milliseconds where torch reports it (2.11+), else None.
+        lookup_key: the key torch's GEMM lookup table (``lookup_table.table``, 2.10+) finds this choice
+            under, device-agnostic (``"((torch.float16, [64, 128], [128, 1]), ...)+mm"``); None where torch
+            built the choice without a ``KernelTemplateChoice`` (the C++ GEMM template, torch < 2.10).
+        lookup_device_key: the same key with the GPU's name first, which torch tries first (CUDA only).
+        lookup_entry: the choice as a table entry (``template_id``, template parameters, ``template_hash``).
     """
 
     name: str
@@ -36,6 +41,9 @@ class ChoiceTiming:
     params: dict[str, Any]
     time_ms: float | None
     precompile_ms: float | None = None
+    lookup_key: str | None = None
+    lookup_device_key: str | None = None
+    lookup_entry: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,15 @@
-"""Process-global torch settings outside Inductor's config that knobs set: SDPA backends and TunableOp.
+"""Process-global torch settings outside Inductor's config that knobs set: SDPA backends, TunableOp and
+cuDNN attention's avoid-recompile variable.
 
 Both are first-call costs at serving time that are fixed by a setting: cuDNN attention builds an
 execution plan per exact input shape (an SDPA backend order without it has none), and TunableOp
 tunes each new GEMM shape while it is enabled.  torch keeps both in ``at::globalContext()``, one
 value per process (``torch.backends.cuda.enable_*_sdp``, ``torch._C._set_sdp_priority_order``,
-``torch.cuda.tunable.enable``), also on 2.12+ where Inductor config is per thread.  So a block that
+``torch.cuda.tunable.enable``), also on 2.12+ where Inductor config is per thread.  The third is an
+environment variable, ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` (2.9+), which torch reads once per process at
+its first dense cuDNN attention call and keeps (:data:`~inductor_knobs.patches._features.CUDNN_SDPA_AVOID_RECOMPILE_VAR`):
+a block changes it only while that read cannot have happened yet (CUDA not initialised), and says so
+when torch may have read the block's value (``Setting.read_once``).  So a block that
 sets one holds it for the process: a second thread or asyncio task that sets the same one while a
 block holds it gets :class:`~inductor_knobs.errors.ConcurrentKnobsError`, as blocks of two threads do
 on torch < 2.12.
@@ -21,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..patches.torch_2_4 import TorchPatches
 
 #: ``Asked.module`` of these settings: they live in torch's global context, not in a config module.
@@ -43,6 +49,9 @@ class Setting:
             rather than that the value is wrong for it (``InvalidKnobValue``).
         matches: whether a ``value`` read back is the knob's value (equal, unless this torch cannot tell
             them apart).
+        read_once: for a setting torch reads once per process and keeps, when it reads it (for messages);
+            None when torch reads it at every use.
+        maybe_read: for a ``read_once`` setting, whether torch may have read it already in this process.
     """
 
     key: str
@@ -56,6 +65,8 @@ class Setting:
     matches: Callable[[TorchPatches, Any, Any], bool] = lambda patches, found, asked: (
         type(found) is type(asked) and found == asked
     )
+    read_once: str | None = None
+    maybe_read: Callable[[TorchPatches], bool] = lambda patches: False
 
 
 def _sdpa_problem(patches: TorchPatches, value: str) -> str | None:
@@ -84,6 +95,22 @@ SETTINGS = {
         problem=lambda patches, value: patches.tunableop_problem(),
         what="torch.cuda.tunable.enable",
         missing_feature=True,  # a CPU-only build has no TunableOp, whatever the value
+    ),
+    # Which releases have it is asked in plan (TorchPatches.knob_features); on a CPU-only build nothing reads it.
+    "cudnn_sdpa_avoid_recompile": Setting(
+        key="cudnn_sdpa_avoid_recompile",
+        state=lambda patches: patches.read_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR),
+        restore=lambda patches, state: patches.write_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR, state),
+        set=lambda patches, value: patches.write_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR, "1" if value else "0"),
+        value=lambda patches: patches.read_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR) == "1",  # c10::utils::check_env: "1" only
+        problem=lambda patches, value: None,
+        what=f"the environment variable {CUDNN_SDPA_AVOID_RECOMPILE_VAR}",
+        read_once=(
+            f"torch reads {CUDNN_SDPA_AVOID_RECOMPILE_VAR} once per process, at its first dense cuDNN attention call "
+            "(a static in at::native::use_ragged_in_dense, aten/src/ATen/native/cudnn/MHA.cpp, torch 2.9+), and keeps "
+            "that value for the life of the process"
+        ),
+        maybe_read=lambda patches: patches.cuda_started(),
     ),
 }
 

@@ -19,6 +19,7 @@ from ..core.messages import torch_version
 from ..core.recorder import Collector
 from ..errors import InvalidKnobValue
 from .buckets import suggest_buckets
+from .sdpa_trial import TrialArm, decide, measure
 from .signature import _on_cuda
 from .stalls import no_stalls, profiler_cost
 from .warmup_report import ColdCause, WarmupReport, WarmupStep
@@ -52,6 +53,7 @@ def warmup(
     factory: Callable[[Any], Any] | None = None,
     calls_per_input: int = 2,
     probes: Iterable[Any] | str | None = "auto",
+    cudnn_sdpa_trial: str | Callable[[], tuple[TrialArm, TrialArm]] | None = None,
 ) -> WarmupReport:
     """Run a compiled callable over representative inputs so that traffic pays no first-call cost; say what is still cold.
 
@@ -68,6 +70,13 @@ def warmup(
         probes: shapes *not* warmed, passed to ``factory`` after warm-up to measure what a first call
             at an unseen shape costs.  ``"auto"`` (default): with int ``shapes``, the midpoints of the
             three largest gaps between warmed shapes; otherwise none.  None or ``[]``: no probes.
+        cudnn_sdpa_trial: measure ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1`` on this model
+            (:mod:`inductor_knobs.serving.sdpa_trial`): a builder ``"module:function"`` returning
+            ``(fn, factory)``, run over ``shapes`` and the probes in two fresh processes (torch reads the
+            variable once per process), after this warm-up; needs ``shapes`` and probes.  A callable
+            returning the two :class:`~inductor_knobs.serving.sdpa_trial.TrialArm` s (off, on) instead
+            supplies measurements made elsewhere.  The fix is recommended only where it cut the per-shape
+            cost, with its measured steady-state cost beside the gain; ``report.trials`` has both arms.
 
     Returns:
         A :class:`WarmupReport`: per input, the first and last call's seconds, the autotune
@@ -80,7 +89,8 @@ def warmup(
 
     Raises:
         InvalidKnobValue: neither or both of ``inputs`` and ``shapes``/``factory``, ``calls_per_input``
-            < 1, or probes without ``factory``.
+            < 1, probes without ``factory``, or a ``cudnn_sdpa_trial`` builder without shapes and probes.
+        RuntimeError: a ``cudnn_sdpa_trial`` process failed.
         Anything ``fn`` raises.
     """
     if (inputs is None) == (shapes is None) or (shapes is not None and factory is None):
@@ -94,6 +104,11 @@ def warmup(
     probe_list = _probe_shapes(probes, shape_list)
     if probe_list and factory is None:
         raise InvalidKnobValue(f"warmup probes={probes!r} needs shapes=... with factory=... on torch {torch_version()}")
+    if isinstance(cudnn_sdpa_trial, str) and (shape_list is None or not probe_list):
+        raise InvalidKnobValue(
+            f"warmup cudnn_sdpa_trial={cudnn_sdpa_trial!r} needs shapes=... and probes (shapes not warmed) on torch "
+            f"{torch_version()}: each trial process warms the shapes and pays the per-shape cost at the probes"
+        )
     # Warm-up diagnoses every new shape (quiet_after=inf) and keeps every call it makes (history=None).
     guard = no_stalls(on="record", profile="new-shapes", min_calls=10**9, quiet_after=float("inf"), history=None)
     items: Iterable[tuple[Any, Any]] = (
@@ -118,8 +133,15 @@ def warmup(
             f"factory=...), fn compiled without CUDA graphs): {100 * host_share:.0f}% of a steady call is host work "
             "(Python, kernel launches), so the GPU waits for the host and any host slowdown reaches the response"
         )
+    trials = []
+    if cudnn_sdpa_trial is not None:  # measured on this model, in fresh processes: recommended only with a gain
+        arms = cudnn_sdpa_trial() if callable(cudnn_sdpa_trial) else measure(cudnn_sdpa_trial, shape_list or [], probe_list)
+        trials.append(decide(*arms))
+        fixes += [t.text for t in trials if t.recommended]
     seen = guard.seen_shapes()
-    return WarmupReport(steps, probed, steady, cold, fixes, buckets, seen, guard.shape_seconds(), host_share, profiler_seconds)
+    return WarmupReport(
+        steps, probed, steady, cold, fixes, buckets, seen, guard.shape_seconds(), host_share, profiler_seconds, trials
+    )
 
 
 def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:
@@ -219,7 +241,8 @@ def _cold(
         fixes.append(
             "an SDPA backend without per-shape plans: compile and warm under "
             "ik.knobs(sdpa_backends='FLASH_ATTENTION,EFFICIENT_ATTENTION,MATH') (torch.compiler.reset() first); "
-            "its steady state can be slower than cuDNN's: measure it"
+            "its steady state can be slower than cuDNN's: measure it (for cuDNN's own avoid-recompile, "
+            "ik.warmup(cudnn_sdpa_trial='module:builder') measures gain and cost on this model)"
         )
     if "dynamo_compile" in kinds:
         fixes.append("mark the varying dimension dynamic (torch._dynamo.mark_dynamic or torch.compile(dynamic=True))")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
+from .sdpa_trial import TrialVerdict
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class WarmupReport:
             call at the first input's shape: the median of 3 profiled calls less the median of 3
             plain ones, interleaved (at least 0), or None without inputs.  ``ik.no_stalls(warmup=...)``
             names it ``profiler`` in a profiled stall.
+        trials: fixes measured on this model both ways (``ik.warmup(cudnn_sdpa_trial=...)``): each with its
+            gain, its cost and whether ``fixes`` recommends it (only where it measured a gain).
     """
 
     steps: list[WarmupStep]
@@ -107,6 +110,7 @@ class WarmupReport:
     shape_seconds: Mapping[tuple[Any, ...], float] = field(default_factory=dict, repr=False, compare=False)
     host_share: float | None = None
     profiler_seconds: float | None = None
+    trials: list[TrialVerdict] = field(default_factory=list)
 
     @property
     def records(self) -> list[AutotuneRecord]:
@@ -138,6 +142,7 @@ class WarmupReport:
         if self.probes and not self.cold:
             lines.append("no per-shape cost at the probes: shapes between the warmed ones cost what warm ones do")
         lines += [f"fix{' (recommended)' if i == 0 else ''}: {fix}" for i, fix in enumerate(self.fixes)]
+        lines += [f"measured, not recommended: {t.text}" for t in self.trials if not t.recommended]
         if self.records:
             lines += ["", format_table(self.records, top=3)]
         return "\n".join(lines)
@@ -152,4 +157,16 @@ class WarmupReport:
             "cold": [vars(c) for c in self.cold],
             "fixes": self.fixes,
             "recommended_buckets": list(self.recommended_buckets) if self.recommended_buckets else None,
+            "trials": [
+                {
+                    "fix": t.fix,
+                    "off": vars(t.off),
+                    "on": vars(t.on),
+                    "gain_ms": t.gain_ms,
+                    "cost_ms": t.cost_ms,
+                    "recommended": t.recommended,
+                    "text": t.text,
+                }
+                for t in self.trials
+            ],
         }
