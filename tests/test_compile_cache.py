@@ -193,6 +193,16 @@ def test_allow_unsafe_skips_only_the_permission_check(artifacts_api, tmp_path):
         ik.load_compile_cache(path, allow_unsafe=True)
 
 
+def test_edited_header_is_refused_by_its_sha256(fake_load, saved):
+    magic, header_line, payload = saved.read_bytes().split(b"\n", 2)
+    header = json.loads(header_line)
+    header["artifacts"] = {kind: count + 1 for kind, count in header["artifacts"].items()}
+    saved.write_bytes(magic + b"\n" + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
+    with pytest.raises(ik.CompileCacheRefused, match=r"the header does not match its sha256"):
+        ik.load_compile_cache(saved, KNOBS)
+    assert fake_load == []
+
+
 def test_corrupt_payload_is_refused(saved):
     data = saved.read_bytes()
     saved.write_bytes(data[:-10])
@@ -382,6 +392,7 @@ def test_payload_with_no_artifacts_is_refused(artifacts_api, private_dir, privat
 def test_fewer_artifacts_than_the_header_records_is_refused(saved, private_inductor_cache):
     magic, header_line, payload = saved.read_bytes().split(b"\n", 2)
     header = json.loads(header_line)
+    header.pop("header_sha256")  # a header rewritten whole (its sha256 would refuse a partial edit first)
     kind, count = sorted(header["artifacts"].items())[0]
     header["artifacts"][kind] = count + 1
     saved.write_bytes(magic + b"\n" + json.dumps(header).encode() + b"\n" + payload)
