@@ -11,7 +11,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import types
 from pathlib import Path
@@ -55,35 +54,6 @@ def saved_once(tmp_path_factory):
     path = tmp / "compile.cache"
     assert run_worker("save", path, 1, tmp)["benchmarked"] == 1
     return path
-
-
-@pytest.fixture(scope="session")
-def private_base(tmp_path_factory):
-    """A directory whose every ancestor passes load_compile_cache's checks, whatever the machine.
-
-    pytest's base temp (``/tmp/pytest-of-<user>``, 0700, under sticky /tmp) normally does; when
-    ``--basetemp`` or ``TMPDIR`` put it under a group-writable directory (``/work`` on some
-    machines is), fall back to a fresh directory under ``/tmp`` or ``/var/tmp``, else skip: the
-    acceptance tests cannot pass there by design.
-    """
-    uid = os.geteuid()
-    base = tmp_path_factory.mktemp("private")
-    if not compile_cache._unsafe_directories(str(base), uid, str(base)):
-        yield base
-        return
-    for root in ("/tmp", "/var/tmp"):
-        if os.path.isdir(root) and not compile_cache._unsafe_directories(root, uid, root):
-            fallback = Path(tempfile.mkdtemp(prefix="ik-cache-test-", dir=root))
-            yield fallback
-            shutil.rmtree(fallback, ignore_errors=True)
-            return
-    pytest.skip(f"no directory here passes the checks: {compile_cache._unsafe_directories(str(base), uid, str(base))}")
-
-
-@pytest.fixture
-def private_dir(private_base, request):
-    """A fresh directory (mode 0700) per test, inside :func:`private_base`."""
-    return Path(tempfile.mkdtemp(prefix=re.sub(r"\W", "_", request.node.name)[:40] + "-", dir=private_base))
 
 
 @pytest.fixture

@@ -171,6 +171,7 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     label = f"load_compile_cache({where!r})"
     header, payload = read_file(where, allow_unsafe, label)
     refuse_differences(label, header, identity(_knobs_of(knobs)))
+    check_payload(label, header, payload)
     load_payload(label, header, payload)
     return header
 
@@ -218,18 +219,12 @@ def refuse_differences(label: str, header: dict[str, Any], here: dict[str, Any],
         )
 
 
-def load_payload(label: str, header: dict[str, Any], payload: bytes) -> dict[str, int]:
-    """Check ``payload`` against the header's sha256 and counts, then load it into torch's caches.
-
-    Returns:
-        dict[str, int]: the artifacts torch loaded, per kind.
+def check_payload(label: str, header: dict[str, Any], payload: bytes) -> None:
+    """Refuse a payload that does not match the header's sha256, or a header whose artifact counts are malformed.
 
     Raises:
-        CompileCacheRefused: the payload's sha256 or the header's counts are wrong (nothing loaded),
-            or torch loaded nothing or fewer artifacts than the header records.
+        CompileCacheRefused: either problem (nothing is loaded).
     """
-    import torch
-
     if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
         raise CompileCacheRefused(f"{label} refused: the payload does not match its sha256 (truncated or edited)")
     expected = header.get("artifacts", {})
@@ -240,6 +235,20 @@ def load_payload(label: str, header: dict[str, Any], payload: bytes) -> dict[str
             f"{label} refused: the header's artifact counts {expected!r} are malformed "
             "(allowed: an object mapping artifact kinds to counts, as save_compile_cache writes)"
         )
+
+
+def load_payload(label: str, header: dict[str, Any], payload: bytes) -> dict[str, int]:
+    """Load a payload :func:`check_payload` accepted into torch's caches, and check what torch loaded.
+
+    Returns:
+        dict[str, int]: the artifacts torch loaded, per kind.
+
+    Raises:
+        CompileCacheRefused: torch loaded nothing or fewer artifacts than the header records.
+    """
+    import torch
+
+    expected = header.get("artifacts", {})
     # The sha256 only proves the payload is the one the header was written with, not that torch
     # can read it: load_cache_artifacts logs a warning and returns None when deserializing fails
     # (torch/compiler/_cache.py, CacheArtifactManager.deserialize), which used to pass silently.
