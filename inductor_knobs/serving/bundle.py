@@ -216,7 +216,7 @@ def _load(
                 args, kwargs = _as_call(factory(shape))
                 started = _clock()
                 compiled(*args, **kwargs)
-                phase = "compile" if index == 0 else "warm"
+                phase = "compile" if index == 0 else "warmup"
                 seconds[phase] = seconds.get(phase, 0.0) + _clock() - started
                 del args, kwargs
             if spec.graphs is not None:
