@@ -216,6 +216,8 @@ def _load(
                 args, kwargs = _as_call(factory(shape))
                 started = _clock()
                 compiled(*args, **kwargs)
+                if torch.cuda.is_initialized():  # the phase ends when its kernels did (cuDNN plans, first cuBLAS calls)
+                    torch.cuda.synchronize()
                 phase = "compile" if index == 0 else "warmup"
                 seconds[phase] = seconds.get(phase, 0.0) + _clock() - started
                 del args, kwargs
