@@ -8,6 +8,7 @@ python bundle_worker.py load-other PATH         load it for another model (on_co
 
 import json
 import sys
+import warnings
 
 import torch
 
@@ -80,4 +81,6 @@ def main(mode: str, path: str) -> None:
 
 if __name__ == "__main__":
     device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+    # As a strict server runs: any warning of inductor_knobs (a knob not applied, a cold load) is an error.
+    warnings.simplefilter("error", ik.errors.KnobsWarning)
     main(sys.argv[1], sys.argv[2])
