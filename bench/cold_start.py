@@ -204,6 +204,18 @@ def kernel_dirs(triton_cache: Path) -> set[str]:
     return {p.name for p in triton_cache.rglob("*") if p.is_dir() and not p.name.startswith("tmp.") and any(p.glob("*.json"))}
 
 
+def private_directory() -> Path:
+    """A fresh 0700 directory whose every ancestor passes the bundle's safe-file checks (TMPDIR's, else /tmp's)."""
+    from inductor_knobs.serving import compile_cache
+
+    for parent in (None, "/tmp", "/var/tmp"):
+        work = Path(tempfile.mkdtemp(prefix="cold-start-", dir=parent))
+        if not compile_cache._unsafe_directories(str(work), os.geteuid(), str(work)):
+            return work
+        work.rmdir()
+    raise SystemExit("no temporary directory passes ik.load_serving_bundle's checks (yours or root's, not writable by others)")
+
+
 def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args) -> dict:
     """Run one arm in a fresh process on ``caches``' Inductor and Triton directories."""
     triton = caches / "triton"
@@ -325,7 +337,7 @@ def main() -> int:
         return 0
     real.DEVICE = args.device
     env = real.environment()
-    work = Path(tempfile.mkdtemp(prefix="cold-start-"))  # 0700 under /tmp: the bundle's directory passes the checks
+    work = private_directory()
     results = []
     try:
         for model in args.models:
