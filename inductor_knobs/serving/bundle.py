@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue
 from . import bundle_format, compile_cache
@@ -126,7 +127,8 @@ def load_serving_bundle(
         model (Callable): your model with its weights (an ``nn.Module`` or function), not yet compiled.
         factory (Callable[[Any], Any]): the build's factory: shape -> a call's inputs (a tuple/list of
             positional arguments, a mapping of keywords, or one argument), as for ``ik.warmup``.
-        knobs (Knobs | None): the knobs you expect to serve under; must equal the bundle's (None: the bundle's).
+        knobs (Knobs | None): the knobs you serve under (what ``ik.compile`` was given, without the mode's keys);
+            must equal the bundle's, else refused naming each knob (None: the bundle's).
         on_cold (str): ``"raise"`` (default): :class:`~inductor_knobs.errors.ColdStartCompiled` when the
             load compiled an Inductor graph, autotuned or Triton-compiled anything (the proof names each);
             ``"warn"``: a :class:`~inductor_knobs.errors.ColdStartWarning`, and the bundle is returned.
@@ -138,7 +140,8 @@ def load_serving_bundle(
 
     Raises:
         NotSupportedOnThisTorch: torch < 2.7.
-        InvalidKnobValue: ``model`` or ``factory`` not callable, or an unknown ``on_cold``/``on``.
+        InvalidKnobValue: ``model`` or ``factory`` not callable, an unknown ``on_cold``/``on``, or ``knobs``
+            not a ``Knobs``.
         CompileCacheRefused: missing, unsafe (a symbolic link, another owner, writable by others),
             not a bundle, truncated or edited (the header's or the payload's sha256), or built for
             another torch, triton, GPU or knobs (each difference named), with nothing loaded; or torch
@@ -161,14 +164,16 @@ def load_serving_bundle(
         raise _invalid("on_cold", on_cold, " or ".join(repr(o) for o in ON_COLD))
     if on not in REACTIONS:
         raise _invalid("on", on, ", ".join(repr(r) for r in REACTIONS))
+    if knobs is not None and not isinstance(knobs, Knobs):
+        raise _invalid("knobs", knobs, "an ik.Knobs (the knobs ik.compile is given) or None (the bundle's)")
     where = os.fspath(path)
     label = f"load_serving_bundle({where!r})"
     header, payload = compile_cache.read_file(where, allow_unsafe, label)
     spec = bundle_format.decode(label, header)
     compile_cache.check_payload(label, header, payload)
-    if knobs is not None and compile_cache._knobs_of(knobs) != spec.knobs:
+    if knobs is not None and knobs != spec.knobs:
         raise CompileCacheRefused(
-            f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, compile_cache._knobs_of(knobs))}). "
+            f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
             "Rebuild the bundle under the knobs you serve with"
         )
     # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.
@@ -198,7 +203,6 @@ def _load(
     import torch
 
     from ..core.knob_blocks import KnobsContext
-    from ..core.knobs import Knobs
     from .graphs import capture_cuda_graphs
     from .warmup import _as_call
 
