@@ -197,11 +197,13 @@ class ColdStartRecorder(Collector):
         return entered
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        after, triton = _read_counters(), triton_compiles()
-        self.counters = {k: after[k] - self._counters_before.get(k, 0) for k in after}
-        before = self._triton_before
-        self.triton = None if triton is None or before is None else (triton[0] - before[0], triton[1] - before[1])
-        super().__exit__(exc_type, exc, tb)
+        try:  # read while the hooks still hold Triton's listener; the block exits whatever happens here
+            after, triton = _read_counters(), triton_compiles()
+            self.counters = {k: after[k] - self._counters_before.get(k, 0) for k in after}
+            before = self._triton_before
+            self.triton = None if triton is None or before is None else (triton[0] - before[0], triton[1] - before[1])
+        finally:
+            super().__exit__(exc_type, exc, tb)
 
     def proof(self, seconds: dict[str, float] | None = None) -> ColdStartProof:
         """The :class:`ColdStartProof` of the block (call it after the block), with ``seconds`` per phase."""
