@@ -200,6 +200,20 @@ def test_a_bundle_from_another_gpu_torch_and_knob_set_names_each_difference(bund
     nothing_loaded.check()
 
 
+def test_a_bundle_whose_compile_call_this_torch_lacks_is_refused_naming_it_with_the_rest(bundle, nothing_loaded):
+    def from_a_newer_torch(header):
+        header.update(torch="2.99.0")
+        header["serving"]["compile"]["mode"] = "max-autotune-ultra"  # a mode this torch does not know
+
+    rewrite_header(bundle, from_a_newer_torch)
+    with pytest.raises(ik.CompileCacheRefused) as err:
+        load(bundle, nothing_loaded)
+    assert "torch: file '2.99.0'" in str(err.value)
+    assert "knobs_digest: file " in str(err.value) and "does not build here" in str(err.value)
+    assert "max-autotune-ultra" in str(err.value)
+    nothing_loaded.check()
+
+
 def test_knobs_other_than_the_bundles_are_refused_naming_each(bundle, nothing_loaded):
     with pytest.raises(
         ik.CompileCacheRefused, match=r"gemm_backends: bundle 'ATEN,CPP', here 'ATEN'; min_sms: bundle '\(unset\)', here 40"

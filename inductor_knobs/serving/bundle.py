@@ -27,7 +27,7 @@ from typing import Any
 
 from ..core.knobs import Knobs
 from ..core.messages import torch_version
-from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue
+from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
 from . import bundle_format, compile_cache
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .warmup_report import WarmupReport
@@ -176,11 +176,21 @@ def load_serving_bundle(
             f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
             "Rebuild the bundle under the knobs you serve with"
         )
-    # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.
-    compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
+    # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.  A
+    # bundle of another torch may hold knobs or a mode this one lacks: that is one more difference to name.
+    try:
+        compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
+        problem = None
+    except KnobsError as err:
+        compiled, problem = None, err
     env = active_env_knobs()
-    here = {**compile_cache.identity(compile_cache._knobs_of(compiled)), ENV_KNOBS: env.to_dict() if env else None}
+    here = {**compile_cache.identity(compile_cache._knobs_of(compiled) if compiled is not None else spec.knobs)}
+    here[ENV_KNOBS] = env.to_dict() if env else None
+    if problem is not None:
+        here["knobs_digest"] = f"none: the bundle's ik.compile call does not build here ({problem})"
     compile_cache.refuse_differences(label, header, here, (*compile_cache.IDENTITY, ENV_KNOBS))
+    if problem is not None:  # the same digest, yet it does not build (only a hand-made header gets here)
+        raise CompileCacheRefused(f"{label} refused: the bundle's ik.compile call does not build here: {problem}") from problem
     bundle = _load(label, header, payload, spec, compiled, factory)
     bundle.guard = no_stalls(bundle.served, on=on, warmup=spec.report)
     cold = bundle.proof.cold()
