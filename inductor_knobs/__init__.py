@@ -27,6 +27,9 @@ _PUBLIC = {
     "CompileCacheRefused": "errors",
     "CompileEvent": "core.records",
     "CapturedGraphs": "serving.graphs",
+    "ColdStartCompiled": "errors",
+    "ColdStartProof": "serving.cold_start",
+    "ColdStartWarning": "errors",
     "ConcurrentKnobsError": "errors",
     "EmulateGpuContext": "emulation.context",
     "EmulationConflict": "errors",
@@ -61,12 +64,15 @@ _PUBLIC = {
     "knobs": "core.knob_blocks",
     "knobs_report": "core.compile_backend",
     "load_compile_cache": "serving.compile_cache",
+    "load_serving_bundle": "serving.bundle",
     "no_autotune": "serving.autotune_guard",
     "no_stalls": "serving.stalls",
     "pad_to_bucket": "serving.buckets",
     "record_autotune": "core.recorder",
     "record_compiles": "core.recorder",
     "save_compile_cache": "serving.compile_cache",
+    "save_serving_bundle": "serving.bundle",
+    "ServingBundle": "serving.bundle",
     "suggest_buckets": "serving.buckets",
     "warmup": "serving.warmup",
 }
@@ -150,6 +156,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .env import active_env_knobs as active_env_knobs
     from .env import deactivate_env as deactivate_env
     from .errors import AutotuneDuringServing as AutotuneDuringServing
+    from .errors import ColdStartCompiled as ColdStartCompiled
+    from .errors import ColdStartWarning as ColdStartWarning
     from .errors import CompileCacheRefused as CompileCacheRefused
     from .errors import ConcurrentKnobsError as ConcurrentKnobsError
     from .errors import EmulationConflict as EmulationConflict
@@ -170,6 +178,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .serving.buckets import bucket_for as bucket_for
     from .serving.buckets import pad_to_bucket as pad_to_bucket
     from .serving.buckets import suggest_buckets as suggest_buckets
+    from .serving.bundle import ServingBundle as ServingBundle
+    from .serving.bundle import load_serving_bundle as load_serving_bundle
+    from .serving.bundle import save_serving_bundle as save_serving_bundle
+    from .serving.cold_start import ColdStartProof as ColdStartProof
     from .serving.compile_cache import load_compile_cache as load_compile_cache
     from .serving.compile_cache import save_compile_cache as save_compile_cache
     from .serving.graphs import CapturedGraphs as CapturedGraphs

@@ -83,7 +83,7 @@ def _release_knobs(version: str) -> list[dict[str, Any]]:
 def _serving() -> dict[str, Any]:
     """What ``ik.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it exists."""
     from .core import torch_compat
-    from .core.observe import can_record_autotune, runtime_hook_status
+    from .core.observe import _triton_compilation, can_record_autotune, runtime_hook_status
     from .core.records import CAUSES
 
     patches = torch_compat.installed(strict=False)
@@ -96,6 +96,14 @@ def _serving() -> dict[str, Any]:
             "hook": "torch._inductor.select_algorithm.add_feedback_saver",
             "available": can_record_autotune(),
         },
+    )
+    hooks.append(
+        {
+            "cause": "triton_load",
+            "hook": "triton.knobs.compilation.listener (Triton 3.4+: tells a Triton compile from a hit in Triton's cache)",
+            "available": _triton_compilation() is not None,
+            "missing": "MISSING (no Triton, or Triton < 3.4): every timed precompile is named triton_compile",
+        }
     )
     by_profiler = sorted(set(patches.per_shape_ops.values()) | {"tunableop", "aten_first_call"})
     try:
@@ -376,7 +384,8 @@ def render(report: dict[str, Any]) -> str:
     serving = report["serving"]
     lines += ["", "serving guard (ik.no_stalls) names these first-call costs on this torch:"]
     for hook in serving["hooks"]:
-        state = "hook present" if hook["available"] else "MISSING on this torch: shows as a slow op or 'unattributed'"
+        missing = hook.get("missing", "MISSING on this torch: shows as a slow op or 'unattributed'")
+        state = "hook present" if hook["available"] else missing
         lines.append(f"  {hook['cause']:20} {hook['hook']}: {state}")
     lines += [f"  {p['cause']:20} torch.profiler, on calls at new shapes (sampled): {p['what']}" for p in serving["profiled"]]
     sdpa = serving["sdpa"]

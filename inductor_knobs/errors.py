@@ -123,6 +123,24 @@ class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
 
 
+class ColdStartCompiled(KnobsError, RuntimeError):
+    """``ik.load_serving_bundle(on_cold="raise")``: loading the bundle compiled, autotuned or Triton-compiled something cold.
+
+    The bundle was accepted and loaded, and the model is compiled and ready, but the bundle did not
+    cover it (another model or input, another grad mode, an artifact torch could not use); the
+    message names each cold compile, autotune benchmark and Triton compile.
+
+    Attributes:
+        proof: the :class:`~inductor_knobs.serving.cold_start.ColdStartProof` of the load.
+        bundle: the loaded :class:`~inductor_knobs.serving.bundle.ServingBundle` (serve it anyway at your risk).
+    """
+
+    def __init__(self, message: str, proof: object, bundle: object = None) -> None:
+        super().__init__(message)
+        self.proof = proof
+        self.bundle = bundle
+
+
 class PipCutlassUnavailable(KnobsError, RuntimeError):
     """CUTLASS cannot come from ``nvidia-cutlass``: not installed, incomplete, shadowed, or its cache is unsafe.
 
@@ -165,6 +183,10 @@ class KnobNotAppliedWarning(KnobsWarning):
 
 class StallWarning(KnobsWarning):
     """``ik.no_stalls(on="warn")``: a call took longer than its threshold (the message names the causes)."""
+
+
+class ColdStartWarning(KnobsWarning):
+    """``ik.load_serving_bundle(on_cold="warn")``: loading the bundle compiled something cold (see :class:`ColdStartCompiled`)."""
 
 
 class EmulationWarning(KnobsWarning):

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import shutil
 import sys
+import tempfile
 import types
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +16,7 @@ import torch._inductor.config as inductor_config
 import torch._inductor.utils as inductor_utils
 
 from inductor_knobs.core import torch_compat
+from inductor_knobs.serving import compile_cache
 
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
@@ -227,3 +233,32 @@ def _vec_isa_checked_once_for_subprocesses() -> None:
 
 
 _vec_isa_checked_once_for_subprocesses()
+
+
+@pytest.fixture(scope="session")
+def private_base(tmp_path_factory):
+    """A directory whose every ancestor passes the compile cache's safe-file checks, whatever the machine.
+
+    pytest's base temp (``/tmp/pytest-of-<user>``, 0700, under sticky /tmp) normally does; when
+    ``--basetemp`` or ``TMPDIR`` put it under a group-writable directory (``/work`` on some
+    machines is), fall back to a fresh directory under ``/tmp`` or ``/var/tmp``, else skip: the
+    acceptance tests cannot pass there by design.
+    """
+    uid = os.geteuid()
+    base = tmp_path_factory.mktemp("private")
+    if not compile_cache._unsafe_directories(str(base), uid, str(base)):
+        yield base
+        return
+    for root in ("/tmp", "/var/tmp"):
+        if os.path.isdir(root) and not compile_cache._unsafe_directories(root, uid, root):
+            fallback = Path(tempfile.mkdtemp(prefix="ik-cache-test-", dir=root))
+            yield fallback
+            shutil.rmtree(fallback, ignore_errors=True)
+            return
+    pytest.skip(f"no directory here passes the checks: {compile_cache._unsafe_directories(str(base), uid, str(base))}")
+
+
+@pytest.fixture
+def private_dir(private_base, request):
+    """A fresh directory (mode 0700) per test, inside :func:`private_base`."""
+    return Path(tempfile.mkdtemp(prefix=re.sub(r"\W", "_", request.node.name)[:40] + "-", dir=private_base))

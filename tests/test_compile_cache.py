@@ -11,7 +11,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import types
 from pathlib import Path
@@ -55,35 +54,6 @@ def saved_once(tmp_path_factory):
     path = tmp / "compile.cache"
     assert run_worker("save", path, 1, tmp)["benchmarked"] == 1
     return path
-
-
-@pytest.fixture(scope="session")
-def private_base(tmp_path_factory):
-    """A directory whose every ancestor passes load_compile_cache's checks, whatever the machine.
-
-    pytest's base temp (``/tmp/pytest-of-<user>``, 0700, under sticky /tmp) normally does; when
-    ``--basetemp`` or ``TMPDIR`` put it under a group-writable directory (``/work`` on some
-    machines is), fall back to a fresh directory under ``/tmp`` or ``/var/tmp``, else skip: the
-    acceptance tests cannot pass there by design.
-    """
-    uid = os.geteuid()
-    base = tmp_path_factory.mktemp("private")
-    if not compile_cache._unsafe_directories(str(base), uid, str(base)):
-        yield base
-        return
-    for root in ("/tmp", "/var/tmp"):
-        if os.path.isdir(root) and not compile_cache._unsafe_directories(root, uid, root):
-            fallback = Path(tempfile.mkdtemp(prefix="ik-cache-test-", dir=root))
-            yield fallback
-            shutil.rmtree(fallback, ignore_errors=True)
-            return
-    pytest.skip(f"no directory here passes the checks: {compile_cache._unsafe_directories(str(base), uid, str(base))}")
-
-
-@pytest.fixture
-def private_dir(private_base, request):
-    """A fresh directory (mode 0700) per test, inside :func:`private_base`."""
-    return Path(tempfile.mkdtemp(prefix=re.sub(r"\W", "_", request.node.name)[:40] + "-", dir=private_base))
 
 
 @pytest.fixture
@@ -191,6 +161,16 @@ def test_allow_unsafe_skips_only_the_permission_check(artifacts_api, tmp_path):
     path.chmod(0o666)
     with pytest.raises(ik.CompileCacheRefused, match="not an inductor_knobs compile cache"):
         ik.load_compile_cache(path, allow_unsafe=True)
+
+
+def test_edited_header_is_refused_by_its_sha256(fake_load, saved):
+    magic, header_line, payload = saved.read_bytes().split(b"\n", 2)
+    header = json.loads(header_line)
+    header["artifacts"] = {kind: count + 1 for kind, count in header["artifacts"].items()}
+    saved.write_bytes(magic + b"\n" + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
+    with pytest.raises(ik.CompileCacheRefused, match=r"the header does not match its sha256"):
+        ik.load_compile_cache(saved, KNOBS)
+    assert fake_load == []
 
 
 def test_corrupt_payload_is_refused(saved):
@@ -382,6 +362,7 @@ def test_payload_with_no_artifacts_is_refused(artifacts_api, private_dir, privat
 def test_fewer_artifacts_than_the_header_records_is_refused(saved, private_inductor_cache):
     magic, header_line, payload = saved.read_bytes().split(b"\n", 2)
     header = json.loads(header_line)
+    header.pop("header_sha256")  # a header rewritten whole (its sha256 would refuse a partial edit first)
     kind, count = sorted(header["artifacts"].items())[0]
     header["artifacts"][kind] = count + 1
     saved.write_bytes(magic + b"\n" + json.dumps(header).encode() + b"\n" + payload)

@@ -112,6 +112,32 @@ def test_a_failed_capture_names_the_shape_and_keeps_nothing(monkeypatch):
     assert isinstance(caught.value.__cause__, RuntimeError)
 
 
+def test_each_capture_is_published_and_the_capture_shapes_are_kept(monkeypatch):
+    """What ik.save_serving_bundle records (capture_shapes, warmup_calls) and what a recorder hears per capture."""
+    from inductor_knobs.core.recorder import Subscription
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
+
+    def capture(self, torch_, args, kwargs, pool, warmup_calls):
+        self._graphs[graphs._key(args, kwargs)] = ("graph", args, kwargs, None)
+
+    monkeypatch.setattr(graphs.CapturedGraphs, "_capture", capture)
+    heard = []
+
+    class Listener:
+        def on_runtime(self, event):
+            heard.append(event)
+
+    with Subscription(Listener(), hooks=False):
+        captured = ik.capture_cuda_graphs(lambda x: x, shapes=[4, 8], factory=lambda n: torch.ones(1, n), warmup_calls=2)
+    assert captured.capture_shapes == [4, 8] and captured.warmup_calls == 2
+    recorded = [e.detail for e in heard if e.kind == "cudagraph_recording"]
+    assert recorded == [f"ik.capture_cuda_graphs: shape {n} (2 warm-up calls and one capture)" for n in (8, 4)]  # largest first
+
+
 def test_a_cpu_input_is_refused_before_any_capture(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(ik.GraphCaptureFailed, match="shape 4 hold a tensor on cpu"):

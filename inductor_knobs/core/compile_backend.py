@@ -134,7 +134,13 @@ class KnobsBackend:
             ``config_patches`` keys they do not set); what ``ik.save_compile_cache`` records.
         own_knobs (Knobs): ``knobs`` as given: the only values entered.
         config_patches (dict[str, Any]): as given, keys spelled as torch does.
+        recipe (dict[str, Any] | None): the arguments ``ik.compile`` was called with besides the model
+            (``mode``, ``options``, ``torch_compile``: the ``torch.compile`` keywords), so that
+            ``ik.save_serving_bundle`` can compile the same way in another process; None for a
+            backend made directly.
     """
+
+    recipe: dict[str, Any] | None = None
 
     def __init__(
         self, knobs: Knobs, report: KnobsReport | None = None, *, config_patches: Mapping[str, Any] | None = None
@@ -305,6 +311,7 @@ def compile(
     # Only the user's knobs are entered as asked values; the mode's and options' keys reach compile_fx
     # as config_patches, as torch.compile hands them, so a block or env activation wins over them.
     backend = KnobsBackend(knobs, report, config_patches=base)
+    backend.recipe = {"mode": mode, "options": dict(options) if options else None, "torch_compile": dict(torch_compile_kwargs)}
     compiled: Any = torch.compile(model, backend=backend, **torch_compile_kwargs)
     try:
         compiled.knobs_report = lambda: backend.report

@@ -8,6 +8,11 @@ just before the event they belong to (``log_results``' seconds, Dynamo's recompi
 start) are kept per thread (:data:`_THREAD`).  Whether timings came from a cache is read from torch's
 own counter ``counters["inductor"]["select_algorithm_autotune"]``, which torch bumps only when it
 benchmarks.  Timed events read ``time.perf_counter`` through this module's ``time`` (tests replace it).
+
+Triton tells a real compile from a hit in its own cache only to its compilation listener
+(``triton.knobs.compilation.listener``, called with ``cache_hit``; Triton 3.4+, torch 2.8+): the
+listener here counts both (:func:`triton_compiles`), and a timed ``CachingAutotuner.precompile`` in
+which Triton compiled nothing on this thread is named ``triton_load`` instead of ``triton_compile``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class _ThreadState(threading.local):
     timing: tuple[str, float, float] | None = None  # log_results(name, elapse, precompile_elapse)
     reasons: tuple[list[str], str | None, dict[str, str]] | None = None  # the recompile about to start
     compiling: list[tuple[float, CompileEvent | None]] | None = None  # started compiles (start time, event)
+    triton_compiled = 0  # real Triton compiles on this thread (the listener's cache_hit=False calls)
 
 
 _THREAD = _ThreadState()
@@ -49,6 +55,51 @@ class _Hooks:
 
 
 _HOOKS = _Hooks()
+
+
+class _TritonCounts:
+    """Triton's compilation-listener calls, process-wide: real compiles and hits in Triton's own cache."""
+
+    listening = False  # whether the listener is installed (Triton 3.4+ and the hooks held)
+    compiled = 0
+    cache_hits = 0
+
+
+_TRITON = _TritonCounts()
+_TRITON_LOCK = threading.Lock()
+
+
+def triton_compiles() -> tuple[int, int] | None:
+    """``(real compiles, Triton cache hits)`` Triton reported in this process while the hooks were held.
+
+    None while Triton's compilation listener is not installed (Triton < 3.4, no Triton, or no observer
+    hooks held): then a Triton compile cannot be told from a load of a compiled kernel.  A compile in
+    one of Inductor's compile-worker processes is reported there, not here.
+    """
+    with _TRITON_LOCK:
+        return (_TRITON.compiled, _TRITON.cache_hits) if _TRITON.listening else None
+
+
+def _triton_listener(previous: Callable[..., Any] | None) -> Callable[..., Any]:
+    """Triton's compilation listener that counts each compile by ``cache_hit``, then calls ``previous``.
+
+    Triton calls it with keywords only (``src, metadata, metadata_group, times, cache_hit``;
+    ``triton/compiler/compiler.py`` ``compile``, 3.4+) after each ``triton.compile``.
+    """
+
+    def listener(**kwargs: Any) -> None:
+        hit = bool(kwargs.get("cache_hit"))
+        with _TRITON_LOCK:
+            if hit:
+                _TRITON.cache_hits += 1
+            else:
+                _TRITON.compiled += 1
+        if not hit:
+            _THREAD.triton_compiled += 1
+        if previous is not None:
+            previous(**kwargs)
+
+    return listener
 
 
 def _gc_callback(phase: str, info: dict[str, Any]) -> None:
@@ -71,12 +122,16 @@ def _timed_wrapper(kind: str) -> Callable[..., Any]:
         if not events.listeners():
             return wrapped(*args, **kwargs)
         started = time.perf_counter()
+        compiled = _THREAD.triton_compiled
         try:
             return wrapped(*args, **kwargs)
         finally:
             seconds = time.perf_counter() - started
             if seconds >= MIN_EVENT_SECONDS:  # torch < 2.9 calls the descent hook on every template launch
-                events.publish("runtime", RuntimeEvent(kind, seconds, _what(instance, args), started))
+                named = kind
+                if kind == "triton_compile" and _TRITON.listening and _THREAD.triton_compiled == compiled:
+                    named = "triton_load"  # Triton compiled nothing here: kernels from its cache or a worker
+                events.publish("runtime", RuntimeEvent(named, seconds, _what(instance, args), started))
 
     return timed
 

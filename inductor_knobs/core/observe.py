@@ -26,7 +26,9 @@ leaves:
   ``CachingAutotuner.precompile`` (Triton compile) and ``CUDAGraphTreeManager.record_function`` (a
   CUDA graph recording); the patch module lists them (``runtime_hooks``).  They cost nothing on
   the steady-state path: torch calls them only when it pays that cost (for the descent from 2.9 on;
-  before, ``run`` calls it on every launch of a template kernel, and an event under 0.1 ms is dropped).
+  before, ``run`` calls it on every launch of a template kernel, and an event under 0.1 ms is dropped);
+- Triton's compilation listener (``triton.knobs.compilation.listener``, Triton 3.4+), which tells a real
+  Triton compile from a hit in Triton's cache (see :func:`~inductor_knobs.core.hook_callbacks.triton_compiles`).
 
 This module installs and removes them (:data:`OBSERVER_HOOKS`, one :class:`HooksUse` record per
 holder); what each does when torch calls it is :mod:`inductor_knobs.core.hook_callbacks`.
@@ -47,6 +49,7 @@ from ._undo import Change, Step, Undo
 from .hook_callbacks import (
     _HOOKS,
     _THREAD,
+    _TRITON,
     _compile_ended,
     _compile_started,
     _compile_wrapper,
@@ -55,6 +58,7 @@ from .hook_callbacks import (
     _log_results_wrapper,
     _reasons_wrapper,
     _timed_wrapper,
+    _triton_listener,
 )
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"
@@ -76,8 +80,31 @@ def _hook_steps() -> list[Step]:
     else:
         steps += [_wrap_recompile_reasons(patches.recompile_reasons_name), _add_compile_callback]
     steps += [_wrap_timed(path, kind) for kind, path in patches.runtime_hooks(torch_compat.release_of(torch.__version__))]
-    steps.append(_add_gc_callback)
+    steps += [_add_gc_callback, _add_triton_listener]
     return steps
+
+
+def _add_triton_listener(push: Callable[[Undo], None]) -> None:
+    """Count Triton's compiles by whether its own cache served them (``triton.knobs.compilation.listener``).
+
+    Triton has one listener slot (3.4+; absent before, and then nothing is installed): ours calls the
+    listener that was there.  The undo puts that one back only while ours is still installed; a
+    listener installed after ours stays (it may call ours, which then only counts).
+    """
+    compilation = _triton_compilation()
+    if compilation is None:
+        return
+    previous = compilation.listener
+    ours = _triton_listener(previous)
+
+    def undo() -> None:
+        _TRITON.listening = False
+        if compilation.listener is ours:
+            compilation.listener = previous
+
+    push(undo)
+    compilation.listener = ours
+    _TRITON.listening = True
 
 
 def _add_gc_callback(push: Callable[[Undo], None]) -> None:
@@ -112,6 +139,16 @@ def _wrap_timed(path: str, kind: str) -> Step:
         wrap_attribute(path, timed)(push)
 
     return step
+
+
+def _triton_compilation() -> Any:
+    """``triton.knobs.compilation`` when it has the ``listener`` slot (Triton 3.4+), else None (older, or no Triton)."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
+    return compilation if compilation is not None and hasattr(compilation, "listener") else None
 
 
 def runtime_hook_status() -> list[tuple[str, str, bool]]:

@@ -152,8 +152,11 @@ CAUSES = {
     "gemm_autotune": "Inductor GEMM autotune (select_algorithm benchmarking)",
     "runtime_benchmark": "Inductor runtime benchmark of Triton configs (CachingAutotuner.benchmark_all_configs)",
     "coordinate_descent": "Inductor coordinate-descent tuning (CachingAutotuner.coordinate_descent_tuning)",
-    "triton_compile": "Triton kernel compile (CachingAutotuner.precompile)",
-    "cudagraph_recording": "CUDA graph recording of a new shape (CUDAGraphTreeManager.record_function)",
+    "triton_compile": "Triton kernel compile (CachingAutotuner.precompile; with Triton 3.4+, one in which Triton compiled)",
+    "triton_load": "Inductor loaded Triton kernels compiled before (Triton's cache, the FX graph cache's bundle or a compile "
+    "worker): CachingAutotuner.precompile in which Triton compiled nothing (Triton 3.4+)",
+    "cudagraph_recording": "CUDA graph recording of a new shape (CUDAGraphTreeManager.record_function, or a capture "
+    "of ik.capture_cuda_graphs)",
     "cudnn_sdpa_plan": "cuDNN SDPA execution-plan build (one per exact input shape)",
     "cublas_first_call": "cuBLAS/cuBLASLt first call at a new GEMM shape (heuristics, handles, workspace)",
     "tunableop": "TunableOp GEMM tuning (torch.cuda.tunable)",

@@ -13,24 +13,23 @@ Layout: ``MAGIC`` line, header JSON line, then the artifact bytes.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
-import stat
 import tempfile
 from importlib import metadata
-from typing import Any, NoReturn
+from typing import Any
 
 from ..core import torch_compat
-from ..core._safe_paths import unsafe_directories
-from ..core._safe_paths import who as _who
 from ..core.knobs import Knobs
 from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
+from .cache_opener import _open_checked, _unsafe_directories  # noqa: F401 - _unsafe_directories: tests use it here
 
 MAGIC = b"inductor_knobs compile cache v1\n"
 #: Header fields that must match the loading process exactly.
 IDENTITY = ("torch", "triton", "device", "knobs_digest")
+#: The header field that holds the sha256 of the rest of the header (files written before it have none).
+HEADER_SHA = "header_sha256"
 
 
 def identity(knobs: Knobs) -> dict[str, Any]:
@@ -75,21 +74,48 @@ def save_compile_cache(path: str | os.PathLike[str], knobs: Any = None) -> dict[
         CompileCacheRefused: torch recorded no artifacts (nothing compiled, or caches disabled,
             e.g. ``fx_graph_cache=False`` or ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``).
     """
+    _require_artifacts_api("save_compile_cache")
+    payload, header = saved_artifacts(f"save_compile_cache({os.fspath(path)!r})", _knobs_of(knobs))
+    return write_file(path, header, payload)
+
+
+def saved_artifacts(label: str, knobs: Knobs) -> tuple[bytes, dict[str, Any]]:
+    """Every cache artifact torch recorded in this process, and the header that names who built them.
+
+    Args:
+        label (str): who asks, starting the message (``"save_compile_cache('x')"``).
+        knobs (Knobs): the knobs the artifacts were built under.
+
+    Returns:
+        tuple[bytes, dict[str, Any]]: the payload (``torch.compiler.save_cache_artifacts``, torch 2.7+)
+        and the header: :func:`identity`, artifact counts, the payload's sha256.
+
+    Raises:
+        CompileCacheRefused: torch recorded no artifacts.
+    """
     import torch
 
-    _require_artifacts_api("save_compile_cache")
     result = torch.compiler.save_cache_artifacts()
     if result is None:
         raise CompileCacheRefused(
-            f"save_compile_cache({os.fspath(path)!r}): torch {torch.__version__} recorded no cache artifacts in this "
+            f"{label}: torch {torch.__version__} recorded no cache artifacts in this "
             "process; compile something first, with Inductor's caches on (fx_graph_cache, autotune_local_cache)"
         )
     payload, info = result
-    header = {
-        **identity(_knobs_of(knobs)),
-        "artifacts": _artifact_counts(info),
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
-    }
+    header = {**identity(knobs), "artifacts": _artifact_counts(info), "payload_sha256": hashlib.sha256(payload).hexdigest()}
+    return payload, header
+
+
+def write_file(path: str | os.PathLike[str], header: dict[str, Any], payload: bytes) -> dict[str, Any]:
+    """Write ``MAGIC``, the header (with its own sha256, ``header_sha256``) and ``payload`` to ``path``.
+
+    The file is created 0600 beside ``path`` and renamed over it (``os.replace``), so a reader sees
+    the old file or the whole new one.
+
+    Returns:
+        dict[str, Any]: the header as written (``header_sha256`` included).
+    """
+    header = {**header, HEADER_SHA: _header_digest(header)}
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".inductor_knobs-cache-")  # created 0600
     try:
@@ -131,43 +157,95 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
         CompileCacheRefused: the path is a symbolic link; the file is not a regular file, is not
             owned by the current user or is writable by others; a directory on its path is owned by
             another user, is writable by others without the sticky bit, or is reached through a
-            symbolic link another user owns; it is not a cache file; its torch, triton, device or
-            knobs differ from this process's (the message lists each difference); its payload is
-            corrupt; torch (``torch.compiler.load_cache_artifacts``, torch 2.7+: returns ``None``
-            when it cannot deserialize the payload, else a ``CacheInfo``) loaded nothing or fewer
-            artifacts of some kind than the header records.
+            symbolic link another user owns; it is not a cache file; its header does not match its
+            sha256; its torch, triton, device or knobs differ from this process's (the message lists
+            each difference); its payload is corrupt; torch (``torch.compiler.load_cache_artifacts``,
+            torch 2.7+: returns ``None`` when it cannot deserialize the payload, else a ``CacheInfo``)
+            loaded nothing or fewer artifacts of some kind than the header records.
     """
-    import torch
-
     _require_artifacts_api("load_compile_cache")
     where = os.fspath(path)
-    with os.fdopen(_open_checked(where, allow_unsafe), "rb") as src:
+    label = f"load_compile_cache({where!r})"
+    header, payload = read_file(where, allow_unsafe, label)
+    refuse_differences(label, header, identity(_knobs_of(knobs)))
+    check_payload(label, header, payload)
+    load_payload(label, header, payload)
+    return header
+
+
+def read_file(path: str, allow_unsafe: bool, label: str) -> tuple[dict[str, Any], bytes]:
+    """The header and payload of a file :func:`write_file` wrote, read through one checked descriptor.
+
+    Args:
+        path (str): the file, as the caller named it.
+        allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (:func:`_open_checked`).
+        label (str): who asks, starting every message (``"load_compile_cache('x')"``).
+
+    Returns:
+        tuple[dict[str, Any], bytes]: the header (a JSON object) and the payload, not yet checked
+        against this process.
+
+    Raises:
+        CompileCacheRefused: the checks of :func:`_open_checked`; not a file this module wrote; a
+            header whose ``header_sha256`` does not match it (files written before it existed have none).
+    """
+    with os.fdopen(_open_checked(path, allow_unsafe, label), "rb") as src:
         magic, header_line, payload = src.readline(), src.readline(), src.read()
     try:
         header = json.loads(header_line) if magic == MAGIC else None
     except ValueError:
         header = None
     if not isinstance(header, dict):
-        raise CompileCacheRefused(f"load_compile_cache({where!r}): not an inductor_knobs compile cache file")
-    here = identity(_knobs_of(knobs))
-    differences = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in IDENTITY if header.get(key) != here[key]]
+        raise CompileCacheRefused(f"{label}: not an inductor_knobs compile cache file")
+    if HEADER_SHA in header and header[HEADER_SHA] != _header_digest(header):
+        raise CompileCacheRefused(f"{label} refused: the header does not match its sha256 (edited or corrupt)")
+    return header, payload
+
+
+def refuse_differences(label: str, header: dict[str, Any], here: dict[str, Any], fields: tuple[str, ...] = IDENTITY) -> None:
+    """Raise naming every field of ``fields`` whose value in ``header`` differs from ``here``.
+
+    Raises:
+        CompileCacheRefused: one or more fields differ (``"torch: file '2.11.0', here '2.13.0'; ..."``).
+    """
+    differences = [f"{k}: file {header.get(k)!r}, here {here.get(k)!r}" for k in fields if header.get(k) != here.get(k)]
     if differences:
         raise CompileCacheRefused(
-            f"load_compile_cache({where!r}) refused: built for another setup ({'; '.join(differences)}). "
-            f"File knobs: {header.get('knobs')}; here: {here['knobs']}. Rebuild the cache in this setup"
+            f"{label} refused: built for another setup ({'; '.join(differences)}). "
+            f"File knobs: {header.get('knobs')}; here: {here.get('knobs')}. Rebuild the cache in this setup"
         )
+
+
+def check_payload(label: str, header: dict[str, Any], payload: bytes) -> None:
+    """Refuse a payload that does not match the header's sha256, or a header whose artifact counts are malformed.
+
+    Raises:
+        CompileCacheRefused: either problem (nothing is loaded).
+    """
     if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
-        raise CompileCacheRefused(
-            f"load_compile_cache({where!r}) refused: the payload does not match its sha256 (truncated or edited)"
-        )
+        raise CompileCacheRefused(f"{label} refused: the payload does not match its sha256 (truncated or edited)")
     expected = header.get("artifacts", {})
     if not isinstance(expected, dict) or not all(
         isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0 for k, n in expected.items()
     ):
         raise CompileCacheRefused(
-            f"load_compile_cache({where!r}) refused: the header's artifact counts {expected!r} are malformed "
+            f"{label} refused: the header's artifact counts {expected!r} are malformed "
             "(allowed: an object mapping artifact kinds to counts, as save_compile_cache writes)"
         )
+
+
+def load_payload(label: str, header: dict[str, Any], payload: bytes) -> dict[str, int]:
+    """Load a payload :func:`check_payload` accepted into torch's caches, and check what torch loaded.
+
+    Returns:
+        dict[str, int]: the artifacts torch loaded, per kind.
+
+    Raises:
+        CompileCacheRefused: torch loaded nothing or fewer artifacts than the header records.
+    """
+    import torch
+
+    expected = header.get("artifacts", {})
     # The sha256 only proves the payload is the one the header was written with, not that torch
     # can read it: load_cache_artifacts logs a warning and returns None when deserializing fails
     # (torch/compiler/_cache.py, CacheArtifactManager.deserialize), which used to pass silently.
@@ -180,7 +258,7 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     loaded = _artifact_counts(info)
     if info is None or not sum(loaded.values()):
         raise CompileCacheRefused(
-            f"load_compile_cache({where!r}) refused: torch {torch.__version__} loaded no artifacts from the payload "
+            f"{label} refused: torch {torch.__version__} loaded no artifacts from the payload "
             f"(load_cache_artifacts returned {'None: it could not deserialize it' if info is None else 'nothing'}); "
             f"the header records {expected or 'no counts'}. Rebuild the cache with save_compile_cache"
         )
@@ -189,10 +267,16 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
         # Torch has already written the artifacts it did read into its caches; they are the ones
         # the sha256 vouches for, so they are left there, but the caller must know the load is partial.
         raise CompileCacheRefused(
-            f"load_compile_cache({where!r}) refused: torch {torch.__version__} loaded fewer artifacts than the header "
+            f"{label} refused: torch {torch.__version__} loaded fewer artifacts than the header "
             f"records ({'; '.join(short)}). Rebuild the cache with save_compile_cache"
         )
-    return header
+    return loaded
+
+
+def _header_digest(header: dict[str, Any]) -> str:
+    """sha256 of the header's JSON without its own ``header_sha256`` (keys sorted, as written)."""
+    rest = {key: value for key, value in header.items() if key != HEADER_SHA}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
 
 
 def _artifact_counts(info: Any) -> dict[str, int]:
@@ -236,98 +320,3 @@ def _knobs_of(knobs: Any) -> Knobs:
     if backend is not None:
         return backend.knobs  # type: ignore[no-any-return]
     raise InvalidKnobValue(f"knobs={knobs!r} is invalid: allowed an ik.Knobs, an ik.compile result or None")
-
-
-def _open_checked(path: str, allow_unsafe: bool) -> int:
-    """Open ``path`` for reading once and return the descriptor, after the ownership checks.
-
-    Args:
-        path (str): the cache file, as the caller named it.
-        allow_unsafe (bool): skip the checks; the name is then opened as ``open()`` would,
-            following a symbolic link (the behaviour before these checks existed).
-
-    Returns:
-        int: a descriptor open for reading (``O_CLOEXEC``) on the file that was checked; the caller
-        reads header and payload from it, so nothing can be swapped in after the check.
-
-    Raises:
-        CompileCacheRefused: no such file, or one of the problems :func:`load_compile_cache` lists.
-    """
-    if allow_unsafe or not hasattr(os, "getuid"):  # no getuid: Windows, no POSIX ownership to check
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    uid = os.geteuid()  # the identity the file is opened (and later unpickled) with
-    absolute = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-    # The directory holding the given name, not the one holding whatever it resolves to: the name's
-    # own directory decides who can replace the name.  dirname, not abspath/normpath: those fold
-    # ``link/..`` textually, while the kernel goes to the parent of the link's target.
-    problems = _unsafe_directories(os.path.dirname(absolute) or os.sep, uid, path)
-    if problems:
-        _refuse(path, problems)
-    # O_NOFOLLOW: a symbolic link as the last component fails with ELOOP instead of being followed,
-    # so the descriptor is on the very file the directory holds.  O_NONBLOCK: a FIFO planted under
-    # the name must not hang the open (fstat then refuses it); it is harmless on a regular file.
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError as err:
-        raise CompileCacheRefused(f"load_compile_cache({path!r}): no such file") from err
-    except OSError as err:
-        # ELOOP on Linux; EMLINK on FreeBSD; lstat tells a link apart from a too-long chain of them.
-        if err.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(path):
-            try:
-                target = repr(os.readlink(path))
-            except OSError:
-                target = "an unreadable target"
-            raise CompileCacheRefused(
-                f"load_compile_cache({path!r}) refused: the file holds pickled data, i.e. code, and {path!r} is a "
-                f"symbolic link (to {target}), whose target can be swapped between the check and the read; allowed: "
-                "a regular file named directly. Pass the real path, or allow_unsafe=True for a file you trust"
-            ) from err
-        raise
-    try:
-        st = os.fstat(fd)
-        problems = []
-        if not stat.S_ISREG(st.st_mode):
-            problems.append(f"it is not a regular file (mode {st.st_mode:o})")
-        if st.st_uid != uid:
-            problems.append(f"the file is owned by {_who(st.st_uid)}, not by you, {_who(uid)}")
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            problems.append(f"the file is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
-        if problems:
-            _refuse(path, problems)
-    except BaseException:
-        os.close(fd)
-        raise
-    # The file was opened non-blocking only for the FIFO case; reads of a regular file never block,
-    # but clear the flag anyway so the buffered reader sees ordinary semantics.
-    os.set_blocking(fd, True)
-    return fd
-
-
-def _unsafe_directories(directory: str, uid: int, path: str) -> list[str]:
-    """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
-
-    The rule and the walk are :func:`inductor_knobs.core._safe_paths.unsafe_directories` (shared with
-    :mod:`inductor_knobs.core.cutlass_pip`); this adds the ``load_compile_cache(path)`` label and error class.
-
-    Args:
-        directory (str): an absolute path.
-        uid (int): the current (effective) user.
-        path (str): the name the caller gave, for messages.
-
-    Returns:
-        list[str]: one sentence per problem, naming the directory or link.
-
-    Raises:
-        CompileCacheRefused: a directory on the way does not exist or is not a directory, or the
-            walk meets more than 40 symbolic links.
-    """
-    return unsafe_directories(directory, uid, label=f"load_compile_cache({path!r})", error=CompileCacheRefused)
-
-
-def _refuse(path: str, problems: list[str]) -> NoReturn:
-    raise CompileCacheRefused(
-        f"load_compile_cache({path!r}) refused: the file holds pickled data, i.e. code, and {'; '.join(problems)}. "
-        "Fix the ownership/permissions (chmod 600 the file, chmod go-w the directories), "
-        "or pass allow_unsafe=True for a file you trust"
-    )

@@ -57,6 +57,9 @@ class CapturedGraphs:
         fn: the callable the graphs were captured from.
         outputs: ``"copy"`` or ``"static"``.
         shapes: the captured keys, in capture order.
+        capture_shapes: the items given to :func:`capture_cuda_graphs` (``shapes=``), in the order given
+            (what ``ik.save_serving_bundle`` records to capture again in another process).
+        warmup_calls: the warm-up calls per shape before each capture.
         replays: calls served by a replay.
         misses: calls served by ``fn`` because no graph had their shape.
     """
@@ -72,6 +75,8 @@ class CapturedGraphs:
         self._static_caller: int | None = None  # outputs="static": the one thread that may call
         self.replays = 0
         self.misses = 0
+        self.capture_shapes: list[Any] = []
+        self.warmup_calls = 0
 
     @property
     def shapes(self) -> list[tuple[Any, ...]]:
@@ -218,8 +223,10 @@ def capture_cuda_graphs(
     # Largest first: a smaller graph then reuses the pool memory the larger capture freed.
     calls.sort(key=lambda call: -sum(v.numel() for v in (*call[1], *call[2].values()) if isinstance(v, torch.Tensor)))
     captured = CapturedGraphs(fn, outputs)
+    captured.capture_shapes, captured.warmup_calls = shape_list, warmup_calls
     pool = torch.cuda.graph_pool_handle()
     for shape, args, kwargs in calls:
+        started = time.perf_counter()
         try:
             captured._capture(torch, args, kwargs, pool, warmup_calls)
         except Exception as err:
@@ -228,6 +235,10 @@ def capture_cuda_graphs(
                 f"capture_cuda_graphs: capturing shape {shape!r} failed on torch {torch_version()}: {err!r} (an op that "
                 "synchronises with the host or a CPU tensor cannot be captured; nothing stays captured)"
             ) from err
+        # On the compile-event channel, as torch's own graph-tree recordings are: a guard or a recorder
+        # (ik.load_serving_bundle's proof) names every capture with its time.
+        detail = f"ik.capture_cuda_graphs: shape {shape!r} ({warmup_calls} warm-up calls and one capture)"
+        events.publish("runtime", RuntimeEvent("cudagraph_recording", time.perf_counter() - started, detail, started))
     torch.cuda.synchronize()
     return captured
 

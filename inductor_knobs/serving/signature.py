@@ -46,3 +46,57 @@ def _on_cuda(signature: tuple[Any, ...]) -> bool:
 def _describe(signature: tuple[Any, ...]) -> list[str]:
     """``["torch.int64[1, 901]", "attention_mask=torch.int64[1, 901]"]`` for the tensors of a signature."""
     return [f"{name}{part[0]}{list(part[1])}" for name, part in _tensors(signature)]
+
+
+#: Non-tensor argument types a signature can name in a file (a JSON name -> the type); others are left out.
+_PLAIN_TYPES = {t.__name__: t for t in (int, float, bool, str, type(None))}
+
+
+def to_json(signature: tuple[Any, ...]) -> list[Any] | None:
+    """A :func:`_signature` as JSON data (``ik.save_serving_bundle``), or None when it names a type JSON cannot.
+
+    A tensor part is ``{"dtype": "torch.bfloat16", "shape": [1, 128], "device": "cuda:0"}``, a keyword
+    part ``{"name": "input_ids", "tensor": {...}}``, another argument ``{"type": "int"}``.
+    """
+
+    def part(value: Any) -> Any:
+        if isinstance(value, tuple) and len(value) == 3 and not isinstance(value[0], str):
+            dtype, shape, device = value
+            return {"dtype": str(dtype), "shape": [int(d) for d in shape], "device": str(device)}
+        if isinstance(value, type) and value in _PLAIN_TYPES.values():
+            return {"type": value.__name__}
+        raise TypeError(value)
+
+    def keyword(p: Any) -> bool:
+        return isinstance(p, tuple) and isinstance(p[0], str)
+
+    try:
+        return [{"name": p[0], "tensor": part(p[1])} if keyword(p) else part(p) for p in signature]
+    except (TypeError, ValueError):
+        return None
+
+
+def from_json(data: Any) -> tuple[Any, ...]:
+    """The :func:`_signature` that :func:`to_json` wrote, with torch's own dtype, ``Size`` and device objects.
+
+    Raises:
+        ValueError: ``data`` is not what :func:`to_json` writes (an unknown dtype, device or type).
+    """
+    import torch
+
+    def part(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not a signature part")
+        if "type" in value:
+            return _PLAIN_TYPES[value["type"]]
+        dtype = getattr(torch, str(value["dtype"]).rpartition(".")[2], None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{value['dtype']!r} is not a torch dtype")
+        return (dtype, torch.Size(int(d) for d in value["shape"]), torch.device(value["device"]))
+
+    if not isinstance(data, list):
+        raise ValueError(f"{data!r} is not a signature")
+    try:
+        return tuple((p["name"], part(p["tensor"])) if isinstance(p, dict) and "name" in p else part(p) for p in data)
+    except (KeyError, TypeError, RuntimeError) as err:
+        raise ValueError(f"{data!r} is not a signature: {err!r}") from err

@@ -40,6 +40,7 @@ PER_SHAPE = {
     "runtime_benchmark": "Inductor benchmarks Triton configs at a kernel's first run",
     "coordinate_descent": "Inductor's coordinate descent tunes at a kernel's first run",
     "triton_compile": "Triton compiles a kernel for a new specialisation",
+    "triton_load": "Inductor loads compiled Triton kernels for a new specialisation",
     "aten_first_call": "an ATen op is slow at its first call per shape",
     "unattributed": "a first call at a new shape is slow for a reason no hook names",
 }

@@ -1,0 +1,370 @@
+"""Cold start of a serving process: time to first request, plain cold vs torch's caches warm vs a serving bundle (issue 32).
+
+    python bench/cold_start.py --out DIR                         # both models, one after the other, on one GPU
+    CUDA_VISIBLE_DEVICES=0 python bench/cold_start.py --models llama --out DIR/llama &
+    CUDA_VISIBLE_DEVICES=1 python bench/cold_start.py --models bert --out DIR/bert &   # two GPUs in parallel
+    python bench/cold_start.py --device cpu --out /tmp/cs         # a smoke run of the whole flow, tiny models
+
+Models: ``bench/serving_real.py``'s (random weights from configs, no downloads; its ``build`` and
+``make_inputs``): the 2-layer Llama and BERT-base, bf16, inference (``torch.no_grad()``).  The recipe is
+serving_real's ``warmup-fix`` arm: ``mode="max-autotune-no-cudagraphs"``, ``dynamic=True``, requests
+right-padded to the 16 buckets of 128 tokens that its warm-up recommends (``ik.suggest_buckets(128, 2048)``),
+one CUDA graph per bucket (``ik.capture_cuda_graphs``), a warm-up of what is served for the guard's
+baselines, ``gc.freeze()``.  Unlike serving_real it does not first warm the unpadded lengths to find
+the buckets (they are known): for BERT that would compile a second graph (no attention mask) that
+nothing serves.
+
+Arms, each in its own fresh process (the parent takes the time just before it starts the process):
+
+- ``cold``: empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` (fresh directories: a warm
+  ``~/.triton`` or ``/tmp/torchinductor_$USER`` from an earlier run cannot help); the recipe, then the
+  traffic; then it saves the serving bundle (``ik.save_serving_bundle``, after the measurement);
+- ``warm-caches``: the same recipe in a new process on ``cold``'s cache directories: what torch's own
+  caches give on the same machine for free;
+- ``bundle``: new empty cache directories, as on a new host; ``ik.load_serving_bundle`` of ``cold``'s
+  bundle, then the traffic.
+
+Measured per arm: time to first request (from the parent's spawn to the first response: interpreter,
+imports, model build, compile or load, warm-up, capture, ``gc.freeze``, the request), that setup broken
+down, and p50/p99 of the first ``--requests`` (200) requests (seeded random lengths in [128, 2048],
+padded), each timed by ``ik.no_stalls`` (CUDA synchronised).  What was compiled, autotuned,
+Triton-compiled and captured: during setup from a ``ColdStartRecorder`` (``ik.load_serving_bundle``'s
+proof in ``bundle``; Inductor compiles by cache hit or miss from the attestations, torch's cache
+counters, autotune benchmarks, Triton compiles from Triton's listener, captures), during traffic from a
+second recorder and the guard's stalls by cause; and the kernel directories each arm added to its Triton
+cache directory (in ``cold`` every Triton compile, in Inductor's compile workers too, which Triton's
+listener in the serving process does not hear; in ``bundle`` the FX graph cache's Triton bundle writing
+the cubins it carries, not compiles).
+
+GPU budget (the lead's ~10 GPU-minutes): per model ``cold`` is the compile torch pays anyway (Llama's
+plain first request took 131 s on an H100, BERT-base's 201 s), ``warm-caches`` ~20-40 s, ``bundle``
+~10-20 s, plus ~5 s of imports per process: about 3 min (Llama) and 4-5 min (BERT).  Run the two models
+on two GPUs of one host in parallel (each pinned to half the CPUs with ``taskset``: the ``cold`` arm's
+compile workers use them): about 5 minutes of wall time.  Cheaper than serving_real: no unpadded warm-up,
+no probes, no overhead cycles; the traffic is 200 requests of about a millisecond.
+
+Writes ``cold_start.json`` and ``cold_start.md`` under ``--out`` (the bundle and caches live in a
+temporary directory, removed at the end unless ``--keep``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STARTED = time.time()  # this process's Python is up; the parent's spawn time comes in COLD_START_SPAWNED
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import serving_real as real  # noqa: E402 - a sibling script (its top level imports only the standard library)
+
+ARMS = ("cold", "warm-caches", "bundle")
+MODE = "max-autotune-no-cudagraphs"
+#: Sequence lengths of the traffic, and the range the buckets cover: serving_real's on a GPU, tiny on a CPU.
+RANGE = {"cuda": (128, 2048), "cpu": (16, 128)}
+#: Setup phases, in the order a process goes through them (absent ones are 0).
+PHASES = (
+    "interpreter",
+    "import",
+    "build",
+    "check",
+    "load_artifacts",
+    "compile",
+    "warmup",
+    "capture",
+    "warmup_graphs",
+    "gc_freeze",
+)
+
+
+def bucket_sizes(ik, device: str) -> tuple[int, ...]:
+    low, high = RANGE[device]
+    return ik.suggest_buckets(low, high) if device == "cuda" else ik.suggest_buckets(low, high, count=4)
+
+
+def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> dict:
+    """One arm in this (fresh) process; returns what it measured."""
+    spawned = float(os.environ["COLD_START_SPAWNED"])
+    phases = {"interpreter": STARTED - spawned}
+    started = time.time()
+    import torch
+    import transformers  # noqa: F401 - imported here so that its import is timed with torch's
+
+    import inductor_knobs as ik
+    from inductor_knobs.serving.cold_start import ColdStartRecorder
+
+    phases["import"] = time.time() - started
+    real.DEVICE = device
+    started = time.time()
+    net = real.build(model)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    phases["build"] = time.time() - started
+    buckets = bucket_sizes(ik, device)
+
+    def factory(n: int) -> dict:
+        return real.make_inputs(model, n, buckets, n)
+
+    with torch.no_grad():
+        if arm == "bundle":
+            started = time.time()
+            loaded = ik.load_serving_bundle(bundle, net, factory=factory, on_cold="warn", on="record")
+            total = time.time() - started
+            served, guard, setup = loaded.served, loaded.guard, loaded.proof
+            assert loaded.buckets == tuple(buckets), (loaded.buckets, buckets)
+            phases.update(setup.seconds)
+            phases["check"] = total - sum(setup.seconds.values())  # read, sha256s, identity, ik.compile's checks
+        else:
+            with ColdStartRecorder() as recorder:
+                compiled = ik.compile(net, mode=MODE, dynamic=True)
+                started = time.time()
+                warmed = ik.warmup(compiled, shapes=list(buckets), factory=factory, probes=None)
+                phases["compile"] = warmed.steps[0].first_call_seconds  # Dynamo, Inductor (or its caches), autotune
+                phases["warmup"] = time.time() - started - phases["compile"]
+                served = compiled
+                if device == "cuda":
+                    started = time.time()
+                    served = ik.capture_cuda_graphs(compiled, shapes=list(buckets), factory=factory)
+                    phases["capture"] = time.time() - started
+                    started = time.time()
+                    warmed = ik.warmup(served, shapes=list(buckets), factory=factory, probes=None)
+                    phases["warmup_graphs"] = time.time() - started
+            setup = recorder.proof()
+            guard = ik.no_stalls(served, on="record", warmup=warmed, history=None)
+        started = time.time()
+        gc.collect()
+        gc.freeze()
+        phases["gc_freeze"] = time.time() - started
+        low, high = RANGE[device]
+        lengths = random.Random(21).choices(range(low, high + 1), k=requests)
+        first_response = None
+        with ColdStartRecorder() as traffic, guard:
+            for i, n in enumerate(lengths):
+                guard(**real.make_inputs(model, n, buckets, 1000 + i))
+                if first_response is None:
+                    first_response = time.time()
+        saved = None
+        if arm == "cold":
+            started = time.time()
+            header = ik.save_serving_bundle(bundle, served, warmed, buckets=buckets)
+            saved = {"seconds": time.time() - started, "bytes": bundle.stat().st_size, "artifacts": header["artifacts"]}
+    seconds = guard.seconds
+    return {
+        "model": model,
+        "arm": arm,
+        "time_to_first_request_s": first_response - spawned,
+        "phases": phases,
+        "first_request_ms": 1000 * seconds[0],
+        "requests": summary(seconds),
+        "setup": named(setup),
+        "traffic": {**named(traffic.proof()), "stalls": guard.report().to_dict()["by_cause"], "stall_count": guard.stall_count},
+        "setup_proof": setup.to_dict(),
+        "guard_table": guard.report().table(),
+        "cuda_graphs": len(getattr(served, "shapes", ())),
+        "bundle": saved,
+    }
+
+
+def summary(seconds: list[float]) -> dict:
+    ms = sorted(1000 * s for s in seconds)
+    p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
+    p50 = statistics.median(ms)
+    return {"count": len(ms), "p50_ms": p50, "p99_ms": p99, "max_ms": ms[-1], "p99_over_p50": p99 / p50}
+
+
+def named(proof) -> dict:
+    """What a recorder heard, as counts."""
+    return {
+        "dynamo_compiles": len(proof.dynamo_compiles),
+        "inductor_compiles": len(proof.attestations),
+        "inductor_hits": proof.inductor_hits,
+        "inductor_compiled": len(proof.inductor_compiled),
+        "autotune_benchmarks": proof.autotune_benchmarks,
+        "triton_compiled": proof.triton_compiled,
+        "triton_cache_hits": None if proof.triton is None else proof.triton[1],
+        "triton_loads": sum(e.kind == "triton_load" for e in proof.runtime),
+        "captures": proof.captures,
+        "cold": proof.cold(),
+    }
+
+
+def kernel_dirs(triton_cache: Path) -> set[str]:
+    """Triton's kernel directories (one per compiled kernel; ``tmp.*`` are the bundle's writes in progress)."""
+    if not triton_cache.is_dir():
+        return set()
+    return {p.name for p in triton_cache.rglob("*") if p.is_dir() and not p.name.startswith("tmp.") and any(p.glob("*.json"))}
+
+
+def private_directory() -> Path:
+    """A fresh 0700 directory whose every ancestor passes the bundle's safe-file checks (TMPDIR's, else /tmp's)."""
+    from inductor_knobs.serving import compile_cache
+
+    for parent in (None, "/tmp", "/var/tmp"):
+        work = Path(tempfile.mkdtemp(prefix="cold-start-", dir=parent))
+        if not compile_cache._unsafe_directories(str(work), os.geteuid(), str(work)):
+            return work
+        work.rmdir()
+    raise SystemExit("no temporary directory passes ik.load_serving_bundle's checks (yours or root's, not writable by others)")
+
+
+def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args) -> dict:
+    """Run one arm in a fresh process on ``caches``' Inductor and Triton directories."""
+    triton = caches / "triton"
+    before = kernel_dirs(triton)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(triton)}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    result_path = out / f"{model}-{arm}.json"
+    result_path.unlink(missing_ok=True)
+    cmd = [sys.executable, __file__, "--one", model, arm, "--bundle", str(work / f"{model}.bundle"), "--out", str(out)]
+    cmd += ["--requests", str(args.requests), "--device", args.device]
+    env["COLD_START_SPAWNED"] = repr(time.time())
+    try:
+        done = subprocess.run(cmd, env=env, check=False, timeout=args.timeout)
+        code = done.returncode
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+    if code != 0 or not result_path.exists():
+        return {"model": model, "arm": arm, "error": f"exit {code}"}
+    result = json.loads(result_path.read_text())
+    result["triton_kernel_dirs_added"] = len(kernel_dirs(triton) - before)
+    return result
+
+
+def markdown(results: list[dict], env: dict) -> str:
+    lines = [
+        f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, triton {env['triton']}, "
+        f"transformers {env['transformers']}; mode={MODE}, dynamic=True, padded buckets"
+        + (", one CUDA graph per bucket" if env["sms"] else " (CPU: no CUDA graphs; C++ kernels built again from cached source)"),
+        "",
+        "| model | arm | first request s | vs cold | " + " | ".join(PHASES) + " | first req ms | p50 ms | p99 ms | p99/p50 |",
+        "|---|---|---|---|" + "---|" * len(PHASES) + "---|---|---|---|",
+    ]
+    cold = {r["model"]: r.get("time_to_first_request_s") for r in results if r["arm"] == "cold"}
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['arm']} | {r['error']} |")
+            continue
+        base = cold.get(r["model"])
+        ratio = f"{r['time_to_first_request_s'] / base:.3f}" if base else "-"
+        phases = " | ".join(f"{r['phases'].get(p, 0.0):.2f}" for p in PHASES)
+        q = r["requests"]
+        lines.append(
+            f"| {r['model']} | {r['arm']} | {r['time_to_first_request_s']:.2f} | {ratio} | {phases} | "
+            f"{r['first_request_ms']:.2f} | {q['p50_ms']:.2f} | {q['p99_ms']:.2f} | {q['p99_over_p50']:.2f} |"
+        )
+    lines += [
+        "",
+        "What each arm compiled, autotuned and captured (setup / traffic). Triton: compiles Triton's listener heard in the "
+        "serving process (None: Triton < 3.4); kernel dirs: directories the arm added to its Triton cache (in `cold` every "
+        "compile, its compile workers' too; in `bundle` the cubins the FX graph cache's Triton bundle wrote, not compiles).",
+        "",
+        "| model | arm | Dynamo traces | Inductor compiles: cache hits / cold | autotune benchmarks | Triton compiles | "
+        "Triton cache hits / kernel loads | kernel dirs | captures | traffic: compiles, autotune, Triton, stalls (by cause) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if "error" in r:
+            continue
+        s, t = r["setup"], r["traffic"]
+        hits = sum(s["inductor_hits"].values())
+        stalls = ", ".join(f"{k} {v['stalls']}" for k, v in t["stalls"].items()) or "none"
+        lines.append(
+            f"| {r['model']} | {r['arm']} | {s['dynamo_compiles']} | {hits} / {s['inductor_compiled']} | "
+            f"{s['autotune_benchmarks']} | {s['triton_compiled']} | {s['triton_cache_hits']} / {s['triton_loads']} | "
+            f"{r.get('triton_kernel_dirs_added')} | {s['captures']} | {t['dynamo_compiles']}, {t['autotune_benchmarks']}, "
+            f"{t['triton_compiled']}, {t['stall_count']} ({stalls}) |"
+        )
+    lines += ["", "Goals (issue 32), per model:"]
+    for r in results:
+        if r["arm"] != "bundle" or "error" in r:
+            continue
+        base = cold.get(r["model"])
+        s, t, q = r["setup"], r["traffic"], r["requests"]
+        checks = {
+            "time to first request <= 10% of cold": bool(base) and r["time_to_first_request_s"] <= 0.1 * base,
+            "0 autotune benchmarks (setup and traffic)": s["autotune_benchmarks"] == 0 and t["autotune_benchmarks"] == 0,
+            "0 Triton compiles (setup and traffic)": None
+            if s["triton_compiled"] is None
+            else s["triton_compiled"] == 0 and t["triton_compiled"] == 0,
+            "every Inductor compile a cache hit": s["inductor_compiled"] == 0 and s["inductor_compiles"] > 0,
+            "p99 <= 2x p50 of the first requests": q["p99_over_p50"] <= 2.0,
+        }
+        verdict = {True: "yes", False: "NO", None: "n/a (Triton cannot say)"}
+        lines.append(f"- {r['model']}: " + "; ".join(f"{k}: {verdict[ok]}" for k, ok in checks.items()))
+        if r.get("bundle") is None:
+            saved = next((c.get("bundle") for c in results if c["model"] == r["model"] and c["arm"] == "cold"), None)
+            if saved:
+                lines.append(
+                    f"  bundle: {saved['bytes'] / 1e6:.1f} MB, saved in {saved['seconds']:.1f} s, artifacts {saved['artifacts']}"
+                )
+    for r in results:
+        if "error" not in r:
+            lines += [
+                "",
+                f"### {r['model']} / {r['arm']}: guard over the first {r['requests']['count']} requests",
+                "```",
+                r["guard_table"],
+                "```",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", nargs="+", default=list(real.MODELS), choices=real.MODELS)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds per arm's process")
+    parser.add_argument("--keep", action="store_true", help="keep the bundles and cache directories (printed)")
+    parser.add_argument("--one", nargs=2, metavar=("MODEL", "ARM"), help=argparse.SUPPRESS)  # a worker process
+    parser.add_argument("--bundle", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.one:
+        result = run_arm(args.one[0], args.one[1], Path(args.bundle), args.requests, args.device)
+        (out / f"{args.one[0]}-{args.one[1]}.json").write_text(json.dumps(result, indent=1, default=str))
+        return 0
+    real.DEVICE = args.device
+    env = real.environment()
+    work = private_directory()
+    results = []
+    try:
+        for model in args.models:
+            caches = {
+                "cold": work / f"{model}-host-a",
+                "warm-caches": work / f"{model}-host-a",
+                "bundle": work / f"{model}-host-b",
+            }
+            for arm in ARMS:
+                if arm != "cold" and "error" in results[-1] and results[-1]["arm"] == "cold":
+                    results.append({"model": model, "arm": arm, "error": "skipped: the cold arm failed"})
+                    continue
+                started = time.time()
+                results.append(spawn(model, arm, work, caches[arm], out, args))
+                first = results[-1].get("time_to_first_request_s")
+                print(f"{model} {arm}: {time.time() - started:.0f} s, first request at {first} s", flush=True)
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    (out / "cold_start.json").write_text(json.dumps({"environment": env, "arms": results}, indent=1, default=str))
+    text = markdown(results, env)
+    (out / "cold_start.md").write_text(text)
+    print(text.split("\n### ")[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

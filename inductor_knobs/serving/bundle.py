@@ -1,0 +1,263 @@
+"""A serving bundle: one file with everything a fresh serving process needs to serve without compiling anything cold.
+
+After the recipe (``ik.compile``, ``ik.warmup`` over the buckets, ``ik.capture_cuda_graphs``, a warm-up of
+what is served), :func:`save_serving_bundle` writes one file: torch's cache artifacts (FX graph,
+AOTAutograd, autotune; ``torch.compiler.save_cache_artifacts``, torch 2.7+), the knobs and the rest of
+the ``ik.compile`` call, the warmed shapes and buckets, the shapes to capture as CUDA graphs (graphs
+cannot be saved) and the guard's per-shape baselines.  It is a compile-cache file
+(:mod:`inductor_knobs.serving.compile_cache`: one format, one safe opener, one identity check) whose
+header also holds a serving section (:mod:`inductor_knobs.serving.bundle_format`).
+
+In a fresh process :func:`load_serving_bundle` checks the file and its identity (torch, triton, GPU,
+knobs) before anything is loaded, loads the artifacts, compiles the user's model the same way
+(Dynamo still traces: torch has no way around it; every Inductor compile must then be a cache hit),
+captures the graphs, and returns the served callable with a guard seeded from the build's
+baselines, plus the proof of what the load compiled, autotuned, Triton-compiled and captured
+(:class:`~inductor_knobs.serving.cold_start.ColdStartProof`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.knobs import Knobs
+from ..core.messages import torch_version
+from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
+from . import bundle_format, compile_cache
+from .cold_start import ColdStartProof, ColdStartRecorder
+from .warmup_report import WarmupReport
+
+#: What :func:`load_serving_bundle` does when the load compiled something cold.
+ON_COLD = ("raise", "warn")
+#: Header fields besides :data:`compile_cache.IDENTITY` that must match: knobs from ``INDUCTOR_KNOBS_*``.
+ENV_KNOBS = "env_knobs"
+#: The clock the load's phases are timed with (tests replace it).
+_clock = time.perf_counter
+
+
+@dataclass
+class ServingBundle:
+    """What :func:`load_serving_bundle` returns: what to serve, its guard, and the proof of the load.
+
+    Attributes:
+        served: the callable to serve: one CUDA graph per bucket (:class:`~inductor_knobs.serving.graphs.CapturedGraphs`)
+            where the build served graphs, else the compiled model.
+        compiled: the ``ik.compile`` result of the user's model.
+        guard: an ``ik.no_stalls`` of ``served`` seeded with the build's per-shape baselines (warmed
+            shapes are neither new nor profiled); enter it around traffic (``with bundle.guard as served:``).
+        proof: what the load compiled, autotuned, Triton-compiled and captured, with seconds per phase.
+        buckets: the bucket sizes to pad requests to (``ik.pad_to_bucket(x, bundle.buckets, dim=...)``), or None.
+        report: the build's baselines as a :class:`~inductor_knobs.serving.warmup_report.WarmupReport` (no steps).
+        header: the file's header (identity, artifact counts, serving section).
+    """
+
+    served: Any
+    compiled: Any
+    guard: Any
+    proof: ColdStartProof
+    buckets: tuple[int, ...] | None
+    report: WarmupReport
+    header: dict[str, Any] = field(repr=False)
+
+
+def save_serving_bundle(path: str | os.PathLike[str], served: Any, report: Any, *, buckets: Any = None) -> dict[str, Any]:
+    """Write the serving bundle of this process: torch's cache artifacts and how to serve from them (0600, atomically).
+
+    Call it after the recipe, when everything served has been compiled and warmed: the file holds
+    every artifact torch recorded in this process.  The model and its weights are not in it.
+
+    Args:
+        served: what you serve: an ``ik.compile`` result, or ``ik.capture_cuda_graphs`` of one (its
+            captured shapes, warm-up calls and ``outputs`` are recorded, to capture again).
+        report (WarmupReport): ``ik.warmup(served, shapes=..., factory=...)``'s report: its shapes are
+            warmed again at load, its per-shape medians seed the guard.  Build it under
+            ``torch.no_grad()`` as you serve (grad mode is part of what Dynamo and the caches key on).
+        buckets (Sequence[int] | None): the bucket sizes requests are padded to (strictly increasing
+            positive ints); default: the report's shapes when they are all positive ints, else None.
+
+    Returns:
+        dict[str, Any]: the header written (identity, artifact counts, sha256s, serving section).
+
+    Raises:
+        NotSupportedOnThisTorch: torch < 2.7 (no cache artifacts API).
+        InvalidKnobValue: ``served`` or ``report`` is not as above, or a shape, bucket, knob or
+            ``ik.compile`` argument is not plain data that JSON reads back the same.
+        CompileCacheRefused: torch recorded no cache artifacts in this process.
+    """
+    from ..env import active_env_knobs
+
+    compile_cache._require_artifacts_api("save_serving_bundle")
+    label = f"save_serving_bundle({os.fspath(path)!r})"
+    section, compiled = bundle_format.encode(served, report, buckets)
+    payload, header = compile_cache.saved_artifacts(label, compile_cache._knobs_of(compiled))
+    env = active_env_knobs()
+    return compile_cache.write_file(path, {**header, ENV_KNOBS: env.to_dict() if env else None, "serving": section}, payload)
+
+
+def load_serving_bundle(
+    path: str | os.PathLike[str],
+    model: Callable[..., Any],
+    *,
+    factory: Callable[[Any], Any],
+    knobs: Any = None,
+    on_cold: str = "raise",
+    on: str = "raise",
+    allow_unsafe: bool = False,
+) -> ServingBundle:
+    """Serve ``model`` from a bundle in a fresh process: check, load, compile from the caches, capture, guard.
+
+    Nothing is loaded until the file passed every check: the safe-file rules of
+    :func:`~inductor_knobs.serving.compile_cache.load_compile_cache` (opened once without following a
+    link; the file and every directory above it yours or root's and not writable by others), the
+    header's and the payload's sha256, and the identity: torch, triton, GPU (name, capability, SMs),
+    the knobs, and the ``INDUCTOR_KNOBS_*`` knobs active here, each difference named.  Then it loads
+    torch's artifacts, compiles ``model`` as the build did (``ik.compile`` with its knobs, mode,
+    options and ``torch.compile`` arguments) and calls it once per warmed shape under
+    ``torch.no_grad()`` and ``compile_threads=1`` (so every Triton compile happens in this process,
+    where Triton's listener hears it; a bundle that covers the model compiles nothing, and no worker
+    pool starts), captures one CUDA graph per recorded shape, and seeds a guard.
+
+    Args:
+        path (str | os.PathLike[str]): the bundle (:func:`save_serving_bundle`).
+        model (Callable): your model with its weights (an ``nn.Module`` or function), not yet compiled.
+        factory (Callable[[Any], Any]): the build's factory: shape -> a call's inputs (a tuple/list of
+            positional arguments, a mapping of keywords, or one argument), as for ``ik.warmup``.
+        knobs (Knobs | None): the knobs you serve under (what ``ik.compile`` was given, without the mode's keys);
+            must equal the bundle's, else refused naming each knob (None: the bundle's).
+        on_cold (str): ``"raise"`` (default): :class:`~inductor_knobs.errors.ColdStartCompiled` when the
+            load compiled an Inductor graph, autotuned or Triton-compiled anything (the proof names each);
+            ``"warn"``: a :class:`~inductor_knobs.errors.ColdStartWarning`, and the bundle is returned.
+        on (str): the guard's reaction to a stall during traffic (``ik.no_stalls(on=...)``: raise, warn, record).
+        allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (a file you trust).
+
+    Returns:
+        ServingBundle: ``served``, ``guard``, ``proof``, ``buckets``, ``compiled``, ``report``, ``header``.
+
+    Raises:
+        NotSupportedOnThisTorch: torch < 2.7.
+        InvalidKnobValue: ``model`` or ``factory`` not callable, an unknown ``on_cold``/``on``, or ``knobs``
+            not a ``Knobs``.
+        CompileCacheRefused: missing, unsafe (a symbolic link, another owner, writable by others),
+            not a bundle, truncated or edited (the header's or the payload's sha256), or built for
+            another torch, triton, GPU or knobs (each difference named), with nothing loaded; or torch
+            could not load the artifacts (:func:`~inductor_knobs.serving.compile_cache.load_payload`).
+        ColdStartCompiled: ``on_cold="raise"`` and the load compiled something cold (after the load:
+            the model is compiled; ``err.bundle`` holds it).
+        Anything ``factory``, ``model`` or ``ik.capture_cuda_graphs`` raises.
+
+    Relies on ``torch.compiler.load_cache_artifacts`` (2.7+), torch's cache counters and, for Triton
+    compiles, ``triton.knobs.compilation.listener`` (Triton 3.4+; older: ``proof.triton`` is None).
+    """
+    from ..core.compile_backend import compile as ik_compile
+    from ..env import active_env_knobs
+    from .stalls import REACTIONS, no_stalls
+
+    compile_cache._require_artifacts_api("load_serving_bundle")
+    if not callable(model) or not callable(factory):
+        raise _invalid("model/factory", (model, factory), "callables (your model; shape -> its inputs)")
+    if on_cold not in ON_COLD:
+        raise _invalid("on_cold", on_cold, " or ".join(repr(o) for o in ON_COLD))
+    if on not in REACTIONS:
+        raise _invalid("on", on, ", ".join(repr(r) for r in REACTIONS))
+    if knobs is not None and not isinstance(knobs, Knobs):
+        raise _invalid("knobs", knobs, "an ik.Knobs (the knobs ik.compile is given) or None (the bundle's)")
+    where = os.fspath(path)
+    label = f"load_serving_bundle({where!r})"
+    header, payload = compile_cache.read_file(where, allow_unsafe, label)
+    spec = bundle_format.decode(label, header)
+    compile_cache.check_payload(label, header, payload)
+    if knobs is not None and knobs != spec.knobs:
+        raise CompileCacheRefused(
+            f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
+            "Rebuild the bundle under the knobs you serve with"
+        )
+    # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.  A
+    # bundle of another torch may hold knobs or a mode this one lacks: that is one more difference to name.
+    try:
+        compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
+        problem = None
+    except KnobsError as err:
+        compiled, problem = None, err
+    env = active_env_knobs()
+    here = {**compile_cache.identity(compile_cache._knobs_of(compiled) if compiled is not None else spec.knobs)}
+    here[ENV_KNOBS] = env.to_dict() if env else None
+    if problem is not None:
+        here["knobs_digest"] = f"none: the bundle's ik.compile call does not build here ({problem})"
+    compile_cache.refuse_differences(label, header, here, (*compile_cache.IDENTITY, ENV_KNOBS))
+    if problem is not None:  # the same digest, yet it does not build (only a hand-made header gets here)
+        raise CompileCacheRefused(f"{label} refused: the bundle's ik.compile call does not build here: {problem}") from problem
+    bundle = _load(label, header, payload, spec, compiled, factory)
+    bundle.guard = no_stalls(bundle.served, on=on, warmup=spec.report)
+    cold = bundle.proof.cold()
+    if cold:
+        message = (
+            f"{label}: the load compiled cold: {'; '.join(cold)}. The bundle does not cover this model or these inputs "
+            "(another model or config, another grad mode, inputs of other dtypes or shapes): rebuild it with the "
+            "model and factory you serve, or pass on_cold='warn'"
+        )
+        if on_cold == "raise":
+            raise ColdStartCompiled(message, bundle.proof, bundle)
+        warnings.warn(message, ColdStartWarning, stacklevel=2)
+    return bundle
+
+
+def _load(
+    label: str, header: dict[str, Any], payload: bytes, spec: bundle_format.BundleSpec, compiled: Any, factory: Any
+) -> ServingBundle:
+    """Load the artifacts, compile at every warmed shape and capture, all inside one :class:`ColdStartRecorder`."""
+    import torch
+
+    from ..core.knob_blocks import KnobsContext
+    from .graphs import capture_cuda_graphs
+    from .warmup import _as_call
+
+    seconds: dict[str, float] = {}
+    served = compiled
+    with ColdStartRecorder() as recorder:
+        started = _clock()
+        compile_cache.load_payload(label, header, payload)
+        seconds["load_artifacts"] = _clock() - started
+        # compile_threads=1: Inductor then runs every Triton compile (or Triton cache hit) in this
+        # process, where Triton's listener reports it; compile_threads is not in Inductor's cache key
+        # (_cache_config_ignore_prefix in torch/_inductor/config.py, 2.7-2.15).
+        with torch.no_grad(), KnobsContext(Knobs(config={"compile_threads": 1}), source="ik.load_serving_bundle"):
+            for index, shape in enumerate(spec.shapes):
+                args, kwargs = _as_call(factory(shape))
+                started = _clock()
+                compiled(*args, **kwargs)
+                if torch.cuda.is_initialized():  # the phase ends when its kernels did (cuDNN plans, first cuBLAS calls)
+                    torch.cuda.synchronize()
+                phase = "compile" if index == 0 else "warmup"
+                seconds[phase] = seconds.get(phase, 0.0) + _clock() - started
+                del args, kwargs
+            if spec.graphs is not None:
+                started = _clock()
+                served = capture_cuda_graphs(
+                    compiled,
+                    shapes=spec.graphs["shapes"],
+                    factory=factory,
+                    warmup_calls=spec.graphs["warmup_calls"],
+                    outputs=spec.graphs["outputs"],
+                )
+                seconds["capture"] = _clock() - started
+    proof = recorder.proof(seconds)
+    return ServingBundle(served, compiled, None, proof, spec.buckets, spec.report, header)
+
+
+def _knob_differences(built: Any, here: Any) -> str:
+    """``"min_sms: bundle 40, here 68; max_autotune: bundle True, here (unset)"`` for two :class:`Knobs`."""
+    a, b = built.to_dict(), here.to_dict()
+    keys = sorted(k for k in {*a, *b} if a.get(k, _UNSET) != b.get(k, _UNSET))
+    return "; ".join(f"{k}: bundle {a.get(k, '(unset)')!r}, here {b.get(k, '(unset)')!r}" for k in keys)
+
+
+_UNSET = object()
+
+
+def _invalid(name: str, value: object, allowed: str) -> InvalidKnobValue:
+    return InvalidKnobValue(f"load_serving_bundle({name}={value!r}) is invalid on torch {torch_version()}: allowed {allowed}")

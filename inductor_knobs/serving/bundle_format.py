@@ -1,0 +1,188 @@
+"""The serving section of a bundle's header: how to compile, which shapes to warm and capture, and the guard's baselines.
+
+A serving bundle is a compile-cache file (:mod:`inductor_knobs.serving.compile_cache`: ``MAGIC``, one
+JSON header line, torch's cache artifacts) whose header also holds ``"serving"``: plain JSON, never
+pickled, covered by the header's own sha256.  :func:`encode` makes it from what the build process
+served and its ``ik.warmup`` report; :func:`decode` reads it back as a :class:`BundleSpec`, refusing
+anything else.  The model and its weights are the user's: no section holds them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.knobs import Knobs, _canonical
+from ..core.messages import torch_version
+from ..errors import CompileCacheRefused, InvalidKnobValue, KnobsError
+from .buckets import check_buckets
+from .graphs import OUTPUTS, CapturedGraphs
+from .signature import from_json, to_json
+from .warmup_report import WarmupReport
+
+#: The serving section's layout; a reader refuses another.
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class BundleSpec:
+    """A bundle's serving section, decoded.
+
+    Attributes:
+        knobs: the knobs ``ik.compile`` was given (the mode's keys are not in them).
+        mode, options, torch_compile: the rest of the ``ik.compile`` call (``torch_compile``: ``dynamic``, ``fullgraph`` ...).
+        shapes: the items the build's ``ik.warmup`` passed to its factory, in order.
+        buckets: the bucket sizes to pad requests to, or None.
+        graphs: ``{"shapes": [...], "warmup_calls": n, "outputs": "copy"}`` when the build served CUDA graphs.
+        report: the build's per-shape baselines, as a :class:`WarmupReport` without steps (``ik.no_stalls(warmup=...)``).
+    """
+
+    knobs: Knobs
+    mode: str | None
+    options: dict[str, Any] | None
+    torch_compile: dict[str, Any]
+    shapes: list[Any]
+    buckets: tuple[int, ...] | None
+    graphs: dict[str, Any] | None
+    report: WarmupReport
+
+
+def encode(served: Any, report: Any, buckets: Any) -> tuple[dict[str, Any], Any]:
+    """The serving section for ``served`` warmed by ``report``, and the ``ik.compile`` result inside ``served``.
+
+    Raises:
+        InvalidKnobValue: ``served`` is not an ``ik.compile`` result (or ``ik.capture_cuda_graphs`` of
+            one), ``report`` is not an ``ik.warmup(shapes=..., factory=...)`` report, or a shape,
+            bucket or ``ik.compile`` argument is not plain data (JSON) that reads back the same.
+    """
+    graphs = served if isinstance(served, CapturedGraphs) else None
+    compiled = graphs.fn if graphs is not None else served
+    backend = getattr(compiled, "_inductor_knobs_backend", None)
+    recipe = getattr(backend, "recipe", None)
+    if backend is None or recipe is None:
+        raise _invalid("served", served, "an ik.compile result, or ik.capture_cuda_graphs of one (the callable you serve)")
+    if not isinstance(report, WarmupReport) or not report.steps or any(s.shape is None for s in report.steps):
+        raise _invalid("report", report, "the report of ik.warmup(served, shapes=..., factory=...): it names the shapes to warm")
+    shapes = [s.shape for s in report.steps]
+    if buckets is None:
+        ints = sorted(set(shapes)) if all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shapes) else None
+        buckets = tuple(ints) if ints else None
+    else:
+        buckets = check_buckets(buckets)
+    signatures = [sig for sig in (to_json(s) for s in report.signatures) if sig is not None]
+    seconds = [[sig, value] for sig, value in ((to_json(s), v) for s, v in report.shape_seconds.items()) if sig is not None]
+    section = {
+        "version": VERSION,
+        "compile": {
+            "knobs": _plain("knobs", backend.own_knobs.to_dict()),
+            "mode": recipe["mode"],
+            "options": _plain("options", recipe["options"]),
+            "torch_compile": _plain("torch.compile arguments", recipe["torch_compile"]),
+        },
+        "shapes": [_plain("shape", _item(s)) for s in shapes],
+        "buckets": list(buckets) if buckets else None,
+        "graphs": None,
+        "baselines": {
+            "signatures": signatures,
+            "shape_seconds": seconds,
+            "profiler_seconds": report.profiler_seconds,
+            "steady_state_ms": report.steady_state_ms,
+            "host_share": report.host_share,
+        },
+    }
+    if graphs is not None:
+        section["graphs"] = {
+            "shapes": [_plain("capture shape", _item(s)) for s in graphs.capture_shapes],
+            "warmup_calls": graphs.warmup_calls,
+            "outputs": graphs.outputs,
+        }
+    return section, compiled
+
+
+def decode(label: str, header: dict[str, Any]) -> BundleSpec:
+    """The :class:`BundleSpec` of a bundle's header (read by :func:`~inductor_knobs.serving.compile_cache.read_file`).
+
+    Raises:
+        CompileCacheRefused: no serving section (a compile cache, not a bundle), another layout
+            version, no header sha256, or a section that does not read back (the message says which part).
+    """
+    section = header.get("serving")
+    if not isinstance(section, dict):
+        raise CompileCacheRefused(
+            f"{label} refused: a compile cache without a serving section, not a serving bundle (load it with "
+            "ik.load_compile_cache, or write a bundle with ik.save_serving_bundle)"
+        )
+    if section.get("version") != VERSION or "header_sha256" not in header:
+        raise CompileCacheRefused(
+            f"{label} refused: serving section version {section.get('version')!r} (this inductor_knobs reads "
+            f"{VERSION}, with a header sha256); rebuild the bundle with ik.save_serving_bundle"
+        )
+    try:
+        recipe = section["compile"]
+        baselines = section["baselines"]
+        signatures = frozenset(from_json(s) for s in baselines["signatures"])
+        shape_seconds = {from_json(s): float(v) for s, v in baselines["shape_seconds"]}
+        report = WarmupReport(
+            [],
+            steady_state_ms=baselines["steady_state_ms"],
+            signatures=signatures | frozenset(shape_seconds),
+            shape_seconds=shape_seconds,
+            host_share=baselines["host_share"],
+            profiler_seconds=baselines["profiler_seconds"],
+        )
+        graphs = section["graphs"]
+        if graphs is not None:
+            graphs = {**graphs, "shapes": [_unitem(s) for s in graphs["shapes"]]}
+            if graphs["outputs"] not in OUTPUTS or not isinstance(graphs["warmup_calls"], int) or graphs["warmup_calls"] < 1:
+                raise ValueError(f"graphs {graphs!r}")
+        buckets = check_buckets(section["buckets"]) if section["buckets"] is not None else None
+        return BundleSpec(
+            Knobs(**recipe["knobs"]),
+            recipe["mode"],
+            recipe["options"],
+            dict(recipe["torch_compile"]),
+            [_unitem(s) for s in section["shapes"]],
+            buckets,
+            graphs,
+            report,
+        )
+    except (KeyError, TypeError, ValueError, KnobsError) as err:
+        raise CompileCacheRefused(
+            f"{label} refused: its serving section does not read back ({err!r}); rebuild the bundle with ik.save_serving_bundle"
+        ) from err
+
+
+def _item(value: Any) -> Any:
+    """A warm-up shape as JSON data: a tuple is tagged (``{"tuple": [...]}``) so that it reads back as a tuple."""
+    if isinstance(value, tuple):
+        return {"tuple": [_item(v) for v in value]}
+    if isinstance(value, list):
+        return [_item(v) for v in value]
+    return value
+
+
+def _unitem(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"tuple"}:
+        return tuple(_unitem(v) for v in value["tuple"])
+    if isinstance(value, list):
+        return [_unitem(v) for v in value]
+    return value
+
+
+def _plain(name: str, value: Any) -> Any:
+    """``value`` if it is JSON data that reads back the same, type for type (``Knobs.identity``'s rule)."""
+    try:
+        back = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        back = _UNREADABLE
+    if back is _UNREADABLE or _canonical(back) != _canonical(value):
+        raise _invalid(name, value, "plain data that JSON writes and reads back the same (numbers, strings, lists, dicts)")
+    return value
+
+
+_UNREADABLE = object()
+
+
+def _invalid(name: str, value: object, allowed: str) -> InvalidKnobValue:
+    return InvalidKnobValue(f"save_serving_bundle({name}={value!r}) is invalid on torch {torch_version()}: allowed {allowed}")

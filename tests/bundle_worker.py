@@ -1,0 +1,86 @@
+"""Run in a subprocess by test_serving_bundle: build a serving bundle, or load one in a fresh process.
+
+python bundle_worker.py build PATH [cuda]       compile, warm two lengths (on CUDA: capture one graph each), save
+python bundle_worker.py load PATH [cuda]        load the bundle (empty TORCHINDUCTOR_CACHE_DIR), serve one request
+                                                under the guard; print the proof, torch's own counters, the guard
+python bundle_worker.py load-other PATH         load it for another model (on_cold="raise"); print the refusal
+"""
+
+import json
+import sys
+import warnings
+
+import torch
+
+import inductor_knobs as ik
+
+#: The knobs of the build's ik.compile (with mode="max-autotune-no-cudagraphs", dynamic=False); the load reads
+#: them from the bundle.  On a CPU the C++ bmm template makes Inductor autotune (torch 2.6+, AVX2/AVX512).
+KNOBS = {"cpu": ik.Knobs(gemm_backends="ATEN,CPP"), "cuda": ik.Knobs(gemm_backends="ATEN,TRITON")}
+#: Sequence lengths warmed (the "buckets"): one static graph each.
+SHAPES = [48, 56]
+device = "cpu"
+
+
+class Model(torch.nn.Module):
+    def __init__(self, offset: float = 1.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(4, 64, 32))
+        self.offset = offset
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.bmm(x, self.weight)) + self.offset
+
+
+def model(offset: float = 1.0) -> torch.nn.Module:
+    return Model(offset).to(device).eval()
+
+
+def factory(n: int) -> torch.Tensor:
+    return torch.randn(4, n, 64, generator=torch.Generator().manual_seed(n)).to(device)
+
+
+def counters() -> dict:
+    from torch._dynamo.utils import counters as found
+
+    return {f"{group}.{name}": int(value) for group in ("inductor", "aot_autograd") for name, value in found[group].items()}
+
+
+def main(mode: str, path: str) -> None:
+    if mode == "build":
+        compiled = ik.compile(model(), KNOBS[device], mode="max-autotune-no-cudagraphs", dynamic=False)
+        with torch.no_grad(), ik.record_autotune() as rec:
+            report = ik.warmup(compiled, shapes=SHAPES, factory=factory, probes=None)
+            served = compiled
+            if device == "cuda":
+                served = ik.capture_cuda_graphs(compiled, shapes=SHAPES, factory=factory)
+                report = ik.warmup(served, shapes=SHAPES, factory=factory, probes=None)
+        header = ik.save_serving_bundle(path, served, report)
+        print(json.dumps({"benchmarked": len(rec.benchmarked), "buckets": header["serving"]["buckets"], "counters": counters()}))
+    elif mode == "load":
+        bundle = ik.load_serving_bundle(path, model(), factory=factory, on_cold="warn", on="record")
+        with bundle.guard as served, torch.no_grad():
+            served(factory(56))
+        out = {
+            "proof": bundle.proof.to_dict(),
+            "table": bundle.proof.table(),
+            "counters": counters(),
+            "buckets": list(bundle.buckets or ()),
+            "guard_calls": bundle.guard.calls,
+            "guard_stalls": [s.to_dict() for s in bundle.guard.stalls],
+            "replays": getattr(bundle.served, "replays", None),
+        }
+        print(json.dumps(out))
+    else:
+        try:
+            ik.load_serving_bundle(path, model(offset=2.0), factory=factory)
+        except ik.ColdStartCompiled as err:
+            print(json.dumps({"raised": str(err), "proof": err.proof.to_dict(), "counters": counters()}))
+
+
+if __name__ == "__main__":
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+    # As a strict server runs: any warning of inductor_knobs (a knob not applied, a cold load) is an error.
+    warnings.simplefilter("error", ik.errors.KnobsWarning)
+    main(sys.argv[1], sys.argv[2])
