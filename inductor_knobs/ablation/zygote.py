@@ -114,10 +114,10 @@ class _Recorder(os._Environ):  # type: ignore[misc,type-arg]
 
     # A scan of every variable (tqdm looks for its ``TQDM_*`` ones) names none: not counted as reads.
     def items(self) -> Any:
-        return [(self.decodekey(k), self.decodevalue(v)) for k, v in self._data.items()]
+        return [(self.decodekey(k), self.decodevalue(v)) for k, v in self._data.items()]  # type: ignore[attr-defined]
 
     def values(self) -> Any:
-        return [self.decodevalue(v) for v in self._data.values()]
+        return [self.decodevalue(v) for v in self._data.values()]  # type: ignore[attr-defined]
 
     def copy(self) -> dict[str, str]:
         return dict(self.items())

@@ -1,0 +1,194 @@
+"""The ablation's fork server: torch imported once, every run a fresh process of its arm, nothing shared.
+
+The state is read inside the children (tests/forkserver_probe.py): Inductor's config, the gate
+function, Dynamo's and Inductor's in-memory caches, CUDA, the cache directory, the server's modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inductor_knobs.ablation import forkserver, workers, zygote
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _probe_importable(monkeypatch):
+    # The server (and so every child) finds the tests' modules on PYTHONPATH, as a user's workload
+    # module is found from the current directory.
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+
+
+def _run(registry: workers.Workers, module: str, args: list[str], env_for) -> tuple[dict, dict, str]:
+    """Start one child, wait for it, and return its JSON output, the environment it got, and its stderr."""
+    seen: dict = {}
+
+    def env(cache: str) -> dict:
+        seen.update(env_for(cache))
+        return dict(seen)
+
+    started = registry.start(module, args, env)
+    assert started is not None
+    proc, cache = started
+    assert proc.wait(300) == 0, workers.read_output(cache)
+    out, err = workers.read_output(cache)
+    registry.done(proc, cache)
+    assert proc.start["start"] == "forkserver", proc.start
+    return json.loads(out.strip().splitlines()[-1]), seen, err
+
+
+def test_no_state_leaks_from_one_run_to_the_next(monkeypatch):
+    """Two runs from one server: the first applies knobs and compiles; the second finds a fresh process.
+
+    The parent's own INDUCTOR_KNOBS_* must not reach the server either (the package's startup hook would
+    apply them in every process that imports Inductor).
+    """
+    monkeypatch.setenv("INDUCTOR_KNOBS_MAX_AUTOTUNE", "1")  # the parent's, not any run's
+    registry = workers.Workers(preload=forkserver.preload_modules("gemm_mlp", "cpu"))
+    try:
+        server = registry.fork_server()
+        assert server is not None, registry.start_note
+        assert server.facts["forbidden_loaded"] == [] and server.facts["threads"] == 1
+        assert "torch" in server.facts["preloaded"] and not server.facts["cuda_initialized"]
+
+        def knobs(cache: str) -> dict:
+            env = workers.base_env(cache)
+            env.update(INDUCTOR_KNOBS_MAX_AUTOTUNE_GEMM="1", INDUCTOR_KNOBS_MIN_SMS="1")
+            return env
+
+        first, first_env, _ = _run(registry, "forkserver_probe", ["first"], knobs)
+        # The first run changed what it could: config, gate, caches (else the second proves nothing).
+        assert first["max_autotune_gemm"] is True and first["gate"]["wrapt"] is True
+        assert first["dynamo_counters"] and first["inductor_modules"] > 0
+
+        second, env, _ = _run(registry, "forkserver_probe", ["second"], workers.base_env)
+        assert second["cuda_initialized"] is False
+        assert second["inductor_loaded"] == [] and second["knobs_loaded"] == []  # the server never had them
+        assert second["child_facts"]["inductor_in_server"] == [] and second["child_facts"]["server_threads"] == 1
+        assert second["server_environ_knobs"] == []
+        assert second["own_session"] is True
+        assert second["cache_dir"] != first_env["TORCHINDUCTOR_CACHE_DIR"] and second["cache_dir_contents"] == []
+        assert second["tempdir"] == env["TMPDIR"] != first_env["TMPDIR"]  # tempfile's cached answer was reset
+        assert second["gate"]["wrapt"] is False and os.path.join("_inductor", "utils.py:") in second["gate"]["code"]
+            os.path.join("_inductor", "utils.py") + ":" + second["gate"]["code"].rsplit(":", 1)[1]
+        )
+        assert second["dynamo_counters"] == {} and second["inductor_modules"] == 0
+
+        # Inductor's config as a fresh interpreter with the same environment reads it.
+        fresh = subprocess.run(
+            [sys.executable, "-m", "forkserver_probe", "config"], env=env, capture_output=True, text=True, check=True
+        )
+        expected = json.loads(fresh.stdout.strip().splitlines()[-1])
+        differ = {k: (second["config"].get(k), v) for k, v in expected["config"].items() if second["config"].get(k) != v}
+        assert not differ and second["config"].keys() == expected["config"].keys()
+        assert second["gate"] == expected["gate"]  # the unwrapped original, as torch defines it
+    finally:
+        registry.remove_dirs()
+
+
+def test_a_thread_in_the_server_means_new_interpreters(tmp_path, monkeypatch):
+    """A preloaded module that leaves a thread running: fork() would copy only one thread, so the server is
+    refused, and the runs start as new interpreters with the reason in their records."""
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
+    registry = workers.Workers(preload=["starts_a_thread"])
+    try:
+        assert registry.fork_server() is None
+        assert "threads" in registry.start_note and "fork() copies only one" in registry.start_note
+        started = registry.start("forkserver_probe", ["config"], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(300) == 0
+        assert proc.start == {"start": "subprocess", "start_note": registry.start_note}
+        registry.done(proc, cache)
+    finally:
+        registry.remove_dirs()
+
+
+def test_the_guard_keeps_dynamo_and_inductor_out_of_the_server():
+    """Importing Inductor's config in the server is stopped before it starts; what was imported stays."""
+    facts = _facts(["torch", "torch._inductor.config", "json"])
+    assert facts["preloaded"] == ["torch", "json"] and facts["forbidden_loaded"] == []
+    assert facts["stopped"]["torch._inductor.config"].startswith("imports torch._inductor")
+
+
+def test_transformers_is_preloaded_as_far_as_it_goes_without_dynamo():
+    """transformers' BERT modeling module imports torch._dynamo (transformers.masking_utils on 5.x): the
+    guard stops it there, and the server keeps the rest of transformers."""
+    pytest.importorskip("transformers")
+    modules = forkserver.preload_modules("hf:bert-base", "cpu")
+    assert modules[-2:] == ["transformers", "transformers.models.bert.modeling_bert"]
+    facts = _facts(modules + ["sys"])
+    assert facts["forbidden_loaded"] == [] and "transformers" in facts["preloaded"] and "sys" in facts["preloaded"]
+    if "transformers.models.bert.modeling_bert" in facts["stopped"]:
+        assert "torch._dynamo" in facts["stopped"]["transformers.models.bert.modeling_bert"]
+
+
+def _facts(modules: list[str]) -> dict:
+    """What a server reports after preloading ``modules`` (:func:`.zygote.facts`), in a process of its own."""
+    code = "import json, sys; from inductor_knobs.ablation import zygote; print(json.dumps(zygote.facts(sys.argv[1:])))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    done = subprocess.run([sys.executable, "-c", code, *modules], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_failing_or_killed_run_reports_as_a_new_interpreter_would(tmp_path):
+    """Exit statuses come back through the server: a failing module's status and traceback; and a run
+    killed as at its timeout goes with its whole process group (what it started included)."""
+    registry = workers.Workers(preload=["json"])
+    try:
+        assert registry.fork_server() is not None, registry.start_note
+        started = registry.start("forkserver_probe", ["no-such-mode"], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(300) == 1
+        assert "KeyError: 'no-such-mode'" in workers.read_output(cache)[1]
+        registry.done(proc, cache)
+
+        pid_file = tmp_path / "helper.pid"
+        started = registry.start("forkserver_probe", ["sleep", str(pid_file)], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        deadline = time.monotonic() + 120  # a hang guard, not a measurement
+        while not pid_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, workers.read_output(cache)
+            time.sleep(0.05)
+        helper = int(pid_file.read_text())
+        assert os.getpgid(helper) == proc.pid  # the helper is in the run's process group
+        assert proc.wait(0.1) is None  # it sleeps for an hour
+        workers.reap(proc)
+        assert proc.returncode == -signal.SIGKILL
+        registry.done(proc, cache)
+        deadline = time.monotonic() + 10
+        while _alive(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(helper)
+    finally:
+        registry.remove_dirs()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_preload_list_follows_the_workload():
+    assert forkserver.preload_modules("gemm_mlp", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
+    assert forkserver.preload_modules("gemm_mlp", "cuda")[-1] == "triton"
+    assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
+    assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
+    assert all(not zygote.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
