@@ -127,7 +127,7 @@ def test_transformers_is_preloaded_as_far_as_it_goes_without_dynamo():
     pytest.importorskip("transformers")
     modules = forkserver.preload_modules("hf:bert-base", "cpu")
     assert modules[-2:] == ["transformers", "transformers.models.bert.modeling_bert"]
-    facts = _facts(modules + ["sys"])
+    facts = _facts([*modules, "sys"])
     assert facts["forbidden_loaded"] == [] and "transformers" in facts["preloaded"] and "sys" in facts["preloaded"]
     if "transformers.models.bert.modeling_bert" in facts["stopped"]:
         assert "torch._dynamo" in facts["stopped"]["transformers.models.bert.modeling_bert"]
