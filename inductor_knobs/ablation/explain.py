@@ -189,8 +189,7 @@ def gpu_note(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ())
             "`gated` asks for GEMM autotuning with torch's 68-SM gate as it is, which is closed below 68 SMs; "
             "`force_gemm_autotune` lowers the gate to the section's SM count. The last section is this GPU, above "
             "the gate, where it is open for both arms: an A/A control, whose expected verdict is no detectable "
-            "difference. Read GPU kernel time for the GEMM choice and compile s for the price of forcing."
-            + _graphs(results)
+            "difference. Read GPU kernel time for the GEMM choice and compile s for the price of forcing." + _graphs(results)
         )
     bound = latency_bound(rows)
     if bound:
@@ -210,7 +209,7 @@ def gpu_note(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ())
 def _graphs(results: Mapping[str, Any]) -> str:
     knobs = [a.get("knobs") or {} for a in results.get("arms", []) if not a.get("eager")]
     if knobs and all(str(k.get("cudagraphs", "")).lower() in ("1", "true", "yes", "on") for k in knobs):
-        return " Every arm runs Inductor's CUDA graphs (knob `cudagraphs`), as `mode=\"max-autotune\"` would."
+        return ' Every arm runs Inductor\'s CUDA graphs (knob `cudagraphs`), as `mode="max-autotune"` would.'
     return ""
 
 
@@ -311,7 +310,9 @@ def quiet_note(results: Mapping[str, Any]) -> str:
     quiet = next((r["quiet"] for r in runs if isinstance(r.get("quiet"), dict)), None)
     if quiet is None:
         parallel = int(results.get("parallel") or 1)
-        return f"{parallel} processes per GPU compiled at once and measured one at a time beside the others" if parallel > 1 else ""
+        if parallel <= 1:
+            return ""
+        return f"{parallel} processes per GPU compiled at once and measured one at a time beside the others"
     per = " per GPU" if int(quiet.get("lanes") or 1) > 1 else ""
     text = f"latency was measured one process at a time{per} while no worker of this ablation compiled"
     if int(quiet.get("parallel") or 1) > 1:
