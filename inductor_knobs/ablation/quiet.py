@@ -215,7 +215,10 @@ class Quiet:
                 buffers[sock] += data
                 while b"\n" in buffers[sock]:
                     line, buffers[sock] = buffers[sock].split(b"\n", 1)
-                    self._message(sock, line.decode(errors="replace").split())
+                    try:
+                        self._message(sock, line.decode(errors="replace").split())
+                    except Exception:  # noqa: BLE001 - a garbled line must not stop the barrier for everyone
+                        continue
         for sock in list(buffers):
             self._selector.unregister(sock)
             sock.close()
