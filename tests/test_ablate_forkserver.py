@@ -121,6 +121,23 @@ def test_the_guard_keeps_dynamo_and_inductor_out_of_the_server():
     assert facts["stopped"]["torch._inductor.config"].startswith("imports torch._inductor")
 
 
+def test_a_module_stopped_half_way_that_a_run_cannot_import_again_means_new_interpreters(tmp_path, monkeypatch):
+    """A preloaded module that registers an op and then imports torch._dynamo: the guard stops it after the
+    registration, so a run importing it again would register twice.  The server's probe child finds that
+    out, and the server is refused."""
+    (tmp_path / "registers_then_needs_dynamo.py").write_text(
+        "import torch\ntorch.library.define('ik_forkserver_test::twice', '(Tensor x) -> Tensor')\nimport torch._dynamo\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
+    registry = workers.Workers(preload=["torch", "registers_then_needs_dynamo"])
+    try:
+        assert registry.fork_server() is None
+        assert "could not import what the server stopped at" in registry.start_note
+        assert "registers_then_needs_dynamo" in registry.start_note
+    finally:
+        registry.remove_dirs()
+
+
 def test_transformers_is_preloaded_as_far_as_it_goes_without_dynamo():
     """transformers' BERT modeling module imports torch._dynamo (transformers.masking_utils on 5.x): the
     guard stops it there, and the server keeps the rest of transformers."""
@@ -129,6 +146,7 @@ def test_transformers_is_preloaded_as_far_as_it_goes_without_dynamo():
     assert modules[-2:] == ["transformers", "transformers.models.bert.modeling_bert"]
     facts = _facts([*modules, "sys"])
     assert facts["forbidden_loaded"] == [] and "transformers" in facts["preloaded"] and "sys" in facts["preloaded"]
+    assert facts["stopped_import_in_child"] is None  # a run imports the rest of it without trouble
     if "transformers.models.bert.modeling_bert" in facts["stopped"]:
         assert "torch._dynamo" in facts["stopped"]["transformers.models.bert.modeling_bert"]
 

@@ -211,8 +211,11 @@ class ForkServer:
         if facts is None:
             late = f"was not ready after {READY_TIMEOUT_S:.0f} s"
             return "the fork server " + ("exited before it was ready" if self.lost else late) + self._log_tail()
-        if not facts["preloaded"]:
-            return f"the fork server could import none of {', '.join(self.modules)}"
+        first = self.modules[0] if self.modules else ""
+        if not facts["preloaded"] or first in facts["stopped"]:  # torch half-imported: a run would import it again
+            return f"the fork server could not import {first}: {facts['stopped'].get(first, 'nothing was preloaded')}"
+        if facts.get("stopped_import_in_child"):
+            return f"a child of the fork server could not import what the server stopped at: {facts['stopped_import_in_child']}"
         if facts["threads"] != 1 or facts["python_threads"] != 1:
             return (
                 f"the fork server kept {facts['threads']} threads ({facts['python_threads']} Python threads) after importing "

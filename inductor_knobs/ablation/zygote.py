@@ -186,16 +186,14 @@ def facts(modules: list[str]) -> dict[str, Any]:
         dict[str, Any]: :func:`preload`'s keys plus ``threads`` (this process's threads after a fork,
         None without ``/proc``), ``python_threads``, ``forbidden_loaded``, ``cuda_initialized``
         (``torch.cuda.is_initialized()``), ``cuda_driver_loaded`` (``libcuda.so`` mapped: something
-        called into CUDA), ``pid`` and ``total_seconds``.
+        called into CUDA), ``stopped_import_in_child`` (None, or why a child could not import the
+        stopped modules), ``pid`` and ``total_seconds``.
     """
     import threading
 
     start = time.perf_counter()
     out = preload(modules)
-    pid = os.fork()  # see the module docstring: libraries stop their own pools before a fork
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
+    out["stopped_import_in_child"] = _probe(sorted(out["stopped"]))
     torch = sys.modules.get("torch")
     try:
         with open("/proc/self/maps") as maps:
@@ -212,6 +210,43 @@ def facts(modules: list[str]) -> dict[str, Any]:
         total_seconds=round(time.perf_counter() - start, 3),
     )
     return out
+
+
+def _probe(stopped: list[str]) -> str | None:
+    """Fork once (libraries stop their own thread pools before a fork, see the module docstring); the
+    child imports the modules the guard stopped, as every run will, and reports whether it could.
+
+    A module stopped half-way leaves what it did before the forbidden import (a registration, say)
+    in the zygote, and a run that imports it again would meet it twice: such a zygote is refused.
+
+    Returns:
+        str | None: None, or the child's error.
+    """
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        error = ""
+        try:
+            import importlib
+
+            for name in stopped:
+                importlib.import_module(name)
+        except BaseException as err:  # noqa: BLE001 - reported to the zygote, which refuses itself
+            error = f"importing {name} after the server's imports: {type(err).__name__}: {err}"[:2000]
+        os.write(write, error.encode() or b"-")
+        os._exit(0)
+    os.close(write)
+    answer = b""
+    while True:
+        chunk = os.read(read, 4096)
+        if not chunk:
+            break
+        answer += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    text = answer.decode(errors="replace")
+    return None if text == "-" else (text or "the probe child died")
 
 
 def _write(fd: int, message: dict[str, Any]) -> None:
