@@ -19,11 +19,13 @@ through ``transformers.masking_utils`` on transformers 5.17: it stops there, aft
 transformers has been imported.)  Every ``os.environ`` read during the imports is recorded, and the
 parent refuses a zygote that read a variable that differs between runs (:data:`PER_RUN`).
 
-**Threads.**  ``fork()`` copies only the calling thread.  numpy's OpenBLAS starts a thread pool at
-import and stops it itself before every fork (its ``pthread_atfork`` handler); so after the imports
-the zygote forks once and exits that child at once, and then counts its own threads
-(``/proc/self/task``): a thread that is still there survives forks, and the parent falls back to
-starting every run as a new interpreter.
+**Threads, and what was stopped.**  ``fork()`` copies only the calling thread.  numpy's OpenBLAS
+starts a thread pool at import and stops it itself before every fork (its ``pthread_atfork``
+handler); so after the imports the zygote forks once (:func:`_probe`), and then counts its own
+threads (``/proc/self/task``): a thread that is still there survives forks, and the parent falls
+back to starting every run as a new interpreter.  That first child imports the modules the guard
+stopped, as every run will: a module stopped half-way leaves in the zygote what it did before the
+forbidden import, and if a run could not import it again the parent refuses the zygote too.
 
 **A child** (:func:`_become`): ``os.setsid()`` first (its own session and process group, so that a
 ``killpg`` reaches it and Inductor's compile workers; the zygote answers the parent with the pid
