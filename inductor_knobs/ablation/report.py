@@ -256,10 +256,13 @@ def time_table(results: Mapping[str, Any]) -> list[str]:
     wall = results.get("wall_seconds")
     if isinstance(wall, (int, float)) and wall > 0:
         total = sum(p["wall"] for p in every)
+        waited = sum(p["wait"] for p in every)
         parallel = int(results.get("parallel") or 1)
         lines.append(
             f"\nThe runs took {total:.0f} s of process time in {wall:.0f} s of wall time "
-            f"({total / wall:.1f} processes busy on average; up to {parallel} per GPU at once)"
+            f"({total / wall:.1f} processes alive on average; up to {parallel} compiling per GPU at once"
+            + (f"; {waited:.0f} s of the process time was waiting for a quiet turn to measure" if waited >= 0.5 else "")
+            + ")"
             + (
                 f"; before the first run the command spent {results['setup_seconds']:.1f} s (imports, checks, plan)"
                 if isinstance(results.get("setup_seconds"), (int, float))
