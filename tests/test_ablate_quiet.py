@@ -227,3 +227,36 @@ def _children(pid: int) -> list[int]:
             if int(stat[1]) == pid:
                 out.append(int(name))
     return out
+
+
+def _record(index: int, started: float, ready: float, go: float, done: float, **extra) -> dict:
+    spans = {"import": [started, started], "compile": [started, ready], "wait": [ready, go], "extras": [go, done]}
+    record = {"ok": True, "index": index, "started_at": started, "phase_spans": spans, "measure_cpus": [0, 1, 2, 3]}
+    record["quiet"] = {"barrier": True, "parallel": 2, "cap": 4, "lanes": 1}
+    return {**record, **extra}
+
+
+def test_the_report_says_how_the_quiet_was_ensured_and_checks_it():
+    quiet_runs = [_record(0, 0.0, 5.0, 8.0, 9.0), _record(1, 1.0, 7.0, 9.0, 10.0)]
+    text = explain.quiet_note({"runs": quiet_runs})
+    assert "up to 2 compiled at once" in text and "pinned to CPUs 0-3" in text and "no measurement overlapped" in text
+    loud = [_record(0, 0.0, 5.0, 5.5, 9.0), _record(1, 1.0, 7.0, 9.0, 10.0)]  # run 0 measured while run 1 compiled
+    assert explain.quiet_overlaps(loud) == 1 and "**the records' clocks show 1 measurement(s)" in explain.quiet_note(
+        {"runs": loud}
+    )
+    slurm = explain.quiet_note({"executor": "slurm", "runs": quiet_runs})
+    assert "its own Slurm job: there is no barrier across jobs" in slurm
+    server = {
+        "id": "s1",
+        "start_seconds": 2.5,
+        "preloaded": ["sympy", "torch"],
+        "stopped": {"m": "imports torch._dynamo (from x)"},
+    }
+    started = explain.start_note(
+        {"runs": [{"start": "forkserver", "server": server}] * 2 + [{"start": "subprocess", "start_note": "why"}]}
+    )
+    assert started.startswith("2 of 3 runs were forked from a fork server that imported torch, sympy once (2.5 s")
+    assert (
+        "not preloaded: m (imports torch._dynamo (from x))" in started
+        and "1 of 3 runs started as new interpreters (why)" in started
+    )
