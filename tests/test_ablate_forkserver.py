@@ -208,3 +208,41 @@ def test_the_preload_list_follows_the_workload():
     assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
     assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
     assert all(not zygote.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
+
+
+@pytest.mark.gpu
+def test_forked_runs_on_a_gpu_with_cuda_graphs_under_emulation():
+    """On a GPU: the server imports torch and triton without touching CUDA; two runs forked from it (the
+    main job's gate arms, CUDA graphs on, under an emulated T4 where this torch emulates) initialise CUDA
+    themselves, compile, replay their CUDA graphs, match eager and report GPU kernel time."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from inductor_knobs.ablation import job, main_job, spec
+    from inductor_knobs.ablation.plan import Plan
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    presets, _ = main_job._emulated_sections(sms)
+    emulate = "T4" if "T4" in presets else None
+    arms = spec.gate_arms(40 if emulate else sms, emulate=emulate)
+    assert all(a.knobs["cudagraphs"] == "1" for a in arms)
+    plan = Plan(workload="gemm_mlp", arms=arms, repeats=1, device="cuda", gpus=[0], quick=True)
+    registry = workers.Workers(preload=forkserver.preload_modules("gemm_mlp", "cuda"))
+    try:
+        server = registry.fork_server()
+        assert server is not None, registry.start_note
+        assert not server.facts["cuda_initialized"] and not server.facts["cuda_driver_loaded"]
+        assert "triton" in server.facts["preloaded"] and server.facts["forbidden_loaded"] == []
+        for spec_job, arm in zip(plan.jobs(), arms):
+            record = job.run_job(spec_job, arm, 0, 900, registry)
+            assert record is not None and record["ok"], record.get("traceback") if record else None
+            assert record["start"] == "forkserver" and record["start_facts"]["cuda_initialized_at_start"] is False
+            assert not record["mismatch"] and not record["not_applied"], record["not_applied"]
+            assert record["kernel_ms"] and record["kernel_ms"] > 0, record.get("kernel_ms_error")
+            assert any(
+                s["key"] == "triton.cudagraphs" and s["compiled_with"] is True
+                for a in record["attestations"]
+                for s in a["settings"]
+            )
+    finally:
+        registry.remove_dirs()
