@@ -80,6 +80,8 @@ def execute(
     threads_each = max(1, (os.cpu_count() or 1) // (len(lanes) * parallel)) if parallel > 1 else None
     preload = preload_modules(plan.workload, plan.device) if len(jobs) > 1 else None
     workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads_each)
+    if preload is None:
+        workers.start_note = "one run: a fork server would import torch for that one run"
     cap = live_cap(parallel, len(jobs), len(lanes))
     quiet = Quiet(lanes, parallel, cap, len(jobs))
     slots = [lane for lane in lanes for _ in range(cap)]
