@@ -260,7 +260,9 @@ def time_table(results: Mapping[str, Any]) -> list[str]:
         parallel = int(results.get("parallel") or 1)
         lines.append(
             f"\nThe runs took {total:.0f} s of process time in {wall:.0f} s of wall time "
-            f"({total / wall:.1f} processes alive on average; up to {parallel} compiling per GPU at once"
+            f"({total / wall:.1f} processes alive on average; up to {parallel} compiling "
+            + ("per GPU " if results.get("device") == "cuda" else "")
+            + "at once"
             + (f"; {waited:.0f} s of the process time was waiting for a quiet turn to measure" if waited >= 0.5 else "")
             + ")"
             + (
