@@ -194,6 +194,37 @@ def test_a_failing_or_killed_run_reports_as_a_new_interpreter_would(tmp_path):
         registry.remove_dirs()
 
 
+def test_a_server_that_dies_mid_ablation_leaves_its_runs_and_the_rest_start_as_new_interpreters(tmp_path):
+    """The server killed while one of its runs sleeps: that run can still be killed and waited for (its
+    status is unknown: nobody reaps it for us), and the next run starts as a new interpreter, saying why."""
+    registry = workers.Workers(preload=["json"])
+    try:
+        server = registry.fork_server()
+        assert server is not None, registry.start_note
+        pid_file = tmp_path / "helper.pid"
+        started = registry.start("forkserver_probe", ["sleep", str(pid_file)], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        deadline = time.monotonic() + 120  # a hang guard, not a measurement
+        while not pid_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, workers.read_output(cache)
+            time.sleep(0.05)
+        server.proc.kill()
+        server.proc.wait()
+        workers.reap(proc)
+        assert proc.returncode == forkserver.UNKNOWN_EXIT
+        registry.done(proc, cache)
+        started = registry.start("forkserver_probe", ["config"], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(300) == 0 and proc.start["start"] == "subprocess"
+        assert proc.start["start_note"].startswith("the fork server failed")
+        registry.done(proc, cache)
+        assert not _alive(int(pid_file.read_text()))  # the killed run's helper went with its group
+    finally:
+        registry.remove_dirs()
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -330,10 +330,9 @@ class ForkServer:
 
 
 def _exists(pid: int) -> bool:
+    """Whether ``pid`` still runs (an exited child that nobody reaped, a zombie, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True

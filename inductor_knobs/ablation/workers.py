@@ -251,7 +251,11 @@ class Workers:
             directory = os.path.join(self._own_dir(), "server")
             os.makedirs(os.path.join(directory, TEMP_SUBDIR))
             env = base_env(directory, compile_threads=self.compile_threads)
-            server = ForkServer(self.preload, env, os.path.join(directory, "server.log"))
+            try:
+                server = ForkServer(self.preload, env, os.path.join(directory, "server.log"))
+            except OSError as err:  # no process could be started: the runs will say the same
+                self.start_note = f"the fork server did not start: {err}"
+                return None
             with self.lock:
                 self._starting = server  # stop() closes it while it imports
             why = server.wait_ready()
@@ -300,6 +304,7 @@ class Workers:
                     except OSError as error:  # the server died: this and every later run start plainly
                         self.start_note = f"the fork server failed: {error}"
                         self.server = None
+                        server.close()
                 if proc is None:
                     with open(out, "wb") as stdout, open(err, "wb") as stderr:
                         popen = subprocess.Popen(
