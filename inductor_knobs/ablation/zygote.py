@@ -224,8 +224,14 @@ def _probe(stopped: list[str]) -> str | None:
     Returns:
         str | None: None, or the child's error.
     """
+    import warnings
+
     read, write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns when it forks a process with more than one OS thread; this fork is the one
+        # that lets OpenBLAS-like pools stop themselves, and the threads are counted after it.
+        warnings.filterwarnings("ignore", message=".*multi-threaded.*", category=DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         os.close(read)
         error = ""
