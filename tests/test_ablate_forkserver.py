@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from inductor_knobs.ablation import forkserver, workers, zygote
+from inductor_knobs.ablation import forkserver, preload, workers
 
 TESTS = Path(__file__).parent
 
@@ -238,7 +238,7 @@ def test_the_preload_list_follows_the_workload():
     assert forkserver.preload_modules("gemm_mlp", "cuda")[-1] == "triton"
     assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
     assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
-    assert all(not zygote.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
+    assert all(not preload.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
 
 
 @pytest.mark.gpu
