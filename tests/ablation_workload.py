@@ -71,3 +71,24 @@ def helper_process(device, quick):
 
 
 NOT_CALLABLE = 3
+
+
+def slow_second(device, quick):
+    """For the barrier's interruption test: every worker leaves its pid in ``$IK_TEST_PID_DIR``; the
+    first builds at once (it then compiles and waits for its turn to measure), every later one
+    sleeps ``$IK_TEST_SLEEP`` seconds while it builds, so the first waits at the barrier meanwhile.
+    A worker whose model ran (its reference pass, just before it says ``ready``) leaves
+    ``<pid>.ran``."""
+    pid_dir = os.environ["IK_TEST_PID_DIR"]
+    first = not any(name.endswith(".pid") for name in os.listdir(pid_dir))
+    with open(os.path.join(pid_dir, f"{os.getpid()}.pid"), "w") as dst:
+        dst.write(str(os.getpid()))
+    if not first:
+        time.sleep(float(os.environ.get("IK_TEST_SLEEP", "120")))
+    marker = os.path.join(pid_dir, f"{os.getpid()}.ran")
+
+    def model(x):
+        open(marker, "w").close()
+        return x + 1
+
+    return model, [(torch.randn(4, device=device),)]

@@ -774,28 +774,6 @@ def test_worker_outside_its_own_session_touches_no_other_process():
 # -- processes at once, shared kernels ----------------------------------------------------------
 
 
-def test_measurement_lock_lets_one_worker_measure_at_a_time(tmp_path):
-    import threading
-
-    from inductor_knobs.ablation import worker
-
-    path = str(tmp_path / "gpu0.lock")
-    entered = threading.Event()
-
-    def second():
-        with worker._turn(path):
-            entered.set()
-
-    with worker._turn(path):
-        other = threading.Thread(target=second)
-        other.start()
-        assert not entered.wait(0.3)  # flock conflicts between two open files, also in one process
-    assert entered.wait(10)
-    other.join()
-    with worker._turn(None):  # no lock asked for: nothing to wait on
-        pass
-
-
 def test_cold_workers_leave_their_triton_binaries_to_later_repeats(tmp_path):
     registry = workers.Workers(share_kernels=True)
     assert registry.kernels and os.path.isdir(registry.kernels)
@@ -813,23 +791,32 @@ def test_cold_workers_leave_their_triton_binaries_to_later_repeats(tmp_path):
     env = workers.worker_env(spec.Arm("a"), None, str(cache), None, kernels=registry.kernels, compile_threads=4)
     assert env["TRITON_CACHE_DIR"] == registry.kernels and env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(cache))
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "4")
-    lock = registry.measure_lock(0)
-    assert os.path.dirname(lock) == registry.run_dir
     run_dir = registry.run_dir
+    assert os.path.dirname(registry.kernels) == run_dir
     registry.remove_dirs()
     assert run_dir and not os.path.exists(run_dir)
 
 
-def test_a_worker_under_the_measurement_lock_records_its_wait(tmp_path):
-    """--parallel's worker side, on CPU (the command allows --parallel only on CUDA; the mechanism is the same).
+def test_a_worker_through_the_barrier_records_its_wait_and_its_cpus(tmp_path):
+    """The worker's side of the measurement barrier (ablation/quiet.py): an eager arm says ready, gets its
+    turn and its lane's CPUs, and records the phases on the host's monotonic clock."""
+    from inductor_knobs.ablation import quiet
 
-    An eager arm: the lock is taken around the measurement whatever the arm, and nothing compiles meanwhile.
-    """
     plan = plan_for("--device", "cpu", "--workload", "ablation_workload:tiny", "--arm", "eager", "--smoke")
     job_spec = plan.jobs()[0]
     registry = workers.Workers()
-    record = job.run_job(job_spec, plan.arms[0], None, 300, registry, parallel=2, compile_threads=1)
-    registry.remove_dirs()
+    barrier = quiet.Quiet([None], parallel=2, cap=2, jobs=1)
+    try:
+        record = job.run_job(
+            job_spec, plan.arms[0], None, 300, registry, parallel=2, compile_threads=1, barrier=barrier.admit(None)
+        )
+    finally:
+        barrier.close()
+        registry.remove_dirs()
     assert record is not None and record["ok"], record
     assert {"wait", "measure", "compile", "import"} <= set(record["phase_seconds"]) and record["kernel_cache"] == "cold"
     assert "gpu_utilization_before" not in record
+    spans = record["phase_spans"]
+    assert record["started_at"] <= spans["import"][0] <= spans["compile"][1] <= spans["wait"][1] <= spans["extras"][1]
+    assert record["measure_cpus"] == sorted(os.sched_getaffinity(0)) or record.get("pin_error")
+    assert record["start"] == "subprocess" and record["start_facts"] == {"cuda_initialized_at_start": False}

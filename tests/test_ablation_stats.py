@@ -419,7 +419,13 @@ def test_main_job_on_a_big_gpu_emulates_t4_and_l4_and_keeps_an_aa_control(big_gp
     assert plan.quick and plan.iters == 20 and plan.warmup == 3 and plan.profile_iters == 5  # small inputs, full samples
     assert plan.parallel == 4  # 16 CPUs / 4
     knobs = {a.name: a.knobs for a in plan.arms}
-    assert knobs["gated@T4"] == knobs["gated"] == {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON"}
+    assert knobs["gated@T4"] == knobs["gated"] == {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON", "cudagraphs": "1"}
+    # Both arms run CUDA graphs and compile with the same Inductor config: only the gate differs (the A/A stays A/A).
+    from inductor_knobs.core.knobs import Knobs
+    from inductor_knobs.core.plan import config_values
+
+    gated, forced = (config_values(Knobs.from_env(a.env())) for a in plan.arms[-2:])
+    assert gated == forced and gated["triton.cudagraphs"] is True and knobs["force_gemm_autotune"]["cudagraphs"] == "1"
     assert [knobs[f"force_gemm_autotune{s}"]["min_sms"] for s in ("@T4", "@L4", "")] == ["40", "58", "132"]
     emulate = {j["arm"]["name"]: j["emulate"] for j in plan.jobs()}
     assert emulate["gated@T4"] == "T4" and emulate["force_gemm_autotune@L4"] == "L4" and emulate["gated"] is None
@@ -465,11 +471,13 @@ def test_main_job_on_a_gpu_without_transformers_stops_before_anything_runs(big_g
     assert not out.exists()  # nothing half-written
 
 
-@pytest.mark.parametrize(("value", "match"), [("0", ">= 1"), ("2", "needs --device cuda")])
+@pytest.mark.parametrize(("value", "match"), [("0", ">= 1"), ("-1", ">= 1")])
 def test_parallel_is_checked_before_anything_runs(value, match):
     with pytest.raises(InvalidKnobValue, match=match):
         plan_for("--device", "cpu", "--arm", "eager", "--parallel", value)
     assert plan_for("--device", "cpu").parallel == 1
+    # On CPU too: the measurement barrier keeps every measurement away from compiling workers.
+    assert plan_for("--device", "cpu", "--arm", "eager", "--parallel", "2").parallel == 2
 
 
 def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatch, capsys):
@@ -618,8 +626,10 @@ def test_compile_time_is_the_cold_processes_and_the_time_table_sums_the_runs():
     rows = {r["arm"]: r for r in summary.summarize(data)}
     assert rows["forced"]["compile_seconds"] == 60.0 and rows["forced"]["compile_processes"] == 1
     text = report.markdown(data)
-    assert "4 processes per GPU started and compiled at once" in text and "**Where the time went**" in text
-    assert "| all runs (sum) | 6 |" in text and "in 50 s of wall time (5.6 processes busy on average" in text
+    assert "4 processes per GPU compiled at once and measured one at a time beside the others" in text  # no barrier record
+    assert "timed while up to 4 processes compiled at once" in text and "**Where the time went**" in text
+    assert "| all runs (sum) | 6 |" in text and "in 50 s of wall time (5.6 processes alive on average" in text
+    assert "12 s of the process time was waiting for a quiet turn" in text
     old = results_of({"a": [[1.0]] * 3})  # files from before phases were recorded: no table, and all runs are cold
     assert report.time_table(old) == [] and summary.summarize(old)[0]["compile_processes"] == 3
 

@@ -1410,7 +1410,7 @@ def test_ablate_bad_sm_count(no_arm_runs, value):
 def test_ablate_plan_on_the_fake_gpu(no_arm_runs, fake_cuda, transformers_present):
     plan = plan_for("--emulate-sms", "T4", "--device", "cuda")
     assert plan.emulate == "T4" and plan.device == "cuda" and plan.gpus == [0]
-    assert plan.arms[-1].knobs == {"preset": "force_gemm_autotune", "min_sms": "40"}
+    assert plan.arms[-1].knobs == {"preset": "force_gemm_autotune", "min_sms": "40", "cudagraphs": "1"}  # graphs under emulation
     assert {j["emulate"] for j in plan.jobs()} == {"T4"}
     with pytest.raises(InvalidKnobValue, match=rf"allowed 1\.\.{PHYSICAL_SMS}"):
         plan_for("--emulate-sms", str(PHYSICAL_SMS + 1), "--device", "cuda")

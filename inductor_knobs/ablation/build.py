@@ -7,9 +7,9 @@ main job, whose budget is 5 minutes on one H100 or H200 (6 arms × 3 processes) 
 2-core CPU (2 arms × 3 processes); fewer than 3 is an error unless ``--smoke`` (1 process per arm,
 quick inputs, no intervals: does every arm compile, run and match eager?).
 
-**Processes at once** (``--parallel``, GPUs only): that many workers per GPU start, import, build and
-compile at the same time and take turns for warm-up, samples and profiling (a lock per GPU, see
-:mod:`.runner`), so measurements never overlap.  1 by default; the main job on a GPU uses
+**Processes at once** (``--parallel``): that many workers per GPU (or on the CPU) start, build and
+compile at the same time; they measure one at a time, and only while no worker of the ablation
+compiles (the phase barrier of :mod:`.quiet`).  1 by default; the main job on a GPU uses
 :func:`.main_job.main_job_parallel` (4 on a 16-CPU host).
 """
 
@@ -280,16 +280,10 @@ def _parallel(value: int | None, device: str, gpus: list[int], main_job: bool) -
     """``--parallel`` checked, or its default (see the module docstring).
 
     Raises:
-        InvalidKnobValue: below 1, or above 1 on CPU (the measured arms would share the CPUs with
-            compiling ones).
+        InvalidKnobValue: below 1.
     """
     if value is None:
         return main.main_job_parallel(device, gpus) if main_job else 1
     if value < 1:
         raise InvalidKnobValue(f"--parallel={value} is invalid: allowed an int >= 1")
-    if value > 1 and device != "cuda":
-        raise InvalidKnobValue(
-            f"--parallel={value} needs --device cuda: on CPU the measured arm would share the CPUs with the compiling "
-            "ones; allowed 1"
-        )
     return value

@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         print(
             f"ablate: workload {plan.workload}, {len(plan.arms)} arms x {plan.repeats} process(es) on "
             f"{results['environment']['device_name']}"
-            + (f", {plan.parallel} at once per GPU" if plan.parallel > 1 else "")
+            + (f", {plan.parallel} at once per {'GPU' if plan.device == 'cuda' else 'CPU'}" if plan.parallel > 1 else "")
             + (f", shard {plan.shard[0]}/{plan.shard[1]}" if plan.shard[1] > 1 else "")
             + (", one Slurm job per run" if plan.executor == "slurm" else "")
             + (f"; resuming: {len(kept)} of {len(jobs)} runs kept, {len(todo)} to run" if resume else "")

@@ -11,6 +11,10 @@ autotuning, a file from before a field existed), the note says so instead of gue
 - On a GPU, the main job's note says how its sections were set up (emulated T4 and L4 below the
   68-SM gate, this GPU as the A/A control) and what each arm measured there, or why there is no
   emulated section.
+- How the latency was kept apart from compilation (:func:`quiet_note`: the barrier, the CPUs the
+  measuring processes were pinned to, and whether the records' clocks show any overlap) and how the
+  processes started (:func:`start_note`: forked from the fork server, with what it preloaded, or new
+  interpreters and why).
 """
 
 from __future__ import annotations
@@ -185,9 +189,11 @@ def gpu_note(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ())
             "`gated` asks for GEMM autotuning with torch's 68-SM gate as it is, which is closed below 68 SMs; "
             "`force_gemm_autotune` lowers the gate to the section's SM count. The last section is this GPU, above "
             "the gate, where it is open for both arms: an A/A control, whose expected verdict is no detectable "
-            "difference. Read GPU kernel time for the GEMM choice (a small model is launch-bound, so its end-to-end "
-            "latency mostly measures the CPU) and compile s for the price of forcing."
+            "difference. Read GPU kernel time for the GEMM choice and compile s for the price of forcing." + _graphs(results)
         )
+    bound = latency_bound(rows)
+    if bound:
+        parts.append(bound + ".")
     by_section: dict[str, list[str]] = {}
     for row in rows:
         fact = measured(results, row)
@@ -198,6 +204,32 @@ def gpu_note(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ())
     if skipped:
         parts.append(f"**No emulated small-GPU sections:** {skipped}.")
     return " ".join(parts)
+
+
+def _graphs(results: Mapping[str, Any]) -> str:
+    knobs = [a.get("knobs") or {} for a in results.get("arms", []) if not a.get("eager")]
+    if knobs and all(str(k.get("cudagraphs", "")).lower() in ("1", "true", "yes", "on") for k in knobs):
+        return ' Every arm runs Inductor\'s CUDA graphs (knob `cudagraphs`), as `mode="max-autotune"` would.'
+    return ""
+
+
+def latency_bound(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per section, the baseline's GPU kernel time against its latency: is the latency kernel-bound?
+
+    Args:
+        rows (Sequence[Mapping[str, Any]]): the summary rows.
+
+    Returns:
+        str: e.g. ``GPU kernel time against latency per iteration: T4 1.05 of 5.80 ms (mostly host time)``,
+        or empty without kernel times.
+    """
+    parts = []
+    for row in rows:
+        if row.get("arm") == row.get("baseline") and row.get("kernel_ms") and row.get("median_ms"):
+            share = float(row["kernel_ms"]) / float(row["median_ms"])
+            where = "mostly kernel time" if share >= 0.5 else "mostly host time"
+            parts.append(f"{row.get('section') or 'this GPU'} {row['kernel_ms']:.2f} of {row['median_ms']:.2f} ms ({where})")
+    return ("GPU kernel time against latency per iteration: " + "; ".join(parts)) if parts else ""
 
 
 def notes(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -218,3 +250,117 @@ def notes(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list
         if note:
             out.append(note)
     return out
+
+
+def cpu_ranges(cpus: Sequence[int]) -> str:
+    """``[0, 1, 2, 3, 8]`` as ``0-3,8``.
+
+    Args:
+        cpus (Sequence[int]): CPU numbers.
+
+    Returns:
+        str: runs of consecutive CPUs joined with commas.
+    """
+    groups: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if groups and groups[-1][-1] == cpu - 1:
+            groups[-1].append(cpu)
+        else:
+            groups.append([cpu])
+    return ",".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups)
+
+
+def quiet_overlaps(runs: Sequence[Mapping[str, Any]]) -> int | None:
+    """How many times a run's measurement overlapped another run's start, build or compile, from the
+    records' clocks (``started_at`` and the worker's ``phase_spans``, one host's monotonic clock).
+
+    Args:
+        runs (Sequence[Mapping[str, Any]]): the records of one local ablation.
+
+    Returns:
+        int | None: the count of (measuring run, compiling run) pairs that overlap; None when the
+        records do not have the clocks (older files, Slurm, failed runs only).
+    """
+    timed = [r for r in runs if r.get("ok") and r.get("phase_spans") and isinstance(r.get("started_at"), (int, float))]
+    if len(timed) < 2:
+        return None
+    busy = [(r["index"], float(r["started_at"]), float(r["phase_spans"]["compile"][1])) for r in timed]
+    count = 0
+    for r in timed:
+        begin, end = float(r["phase_spans"]["wait"][1]), float(r["phase_spans"]["extras"][1])
+        count += sum(1 for index, a, b in busy if index != r["index"] and a < end and begin < b)
+    return count
+
+
+def quiet_note(results: Mapping[str, Any]) -> str:
+    """How the latency was kept apart from compilation, from the records (see :mod:`.quiet`).
+
+    Args:
+        results (Mapping[str, Any]): the results.
+
+    Returns:
+        str: a sentence, or empty for files from before the barrier with one process at a time.
+    """
+    runs = [r for r in results.get("runs", []) if r.get("ok")]
+    if results.get("executor") == "slurm":
+        return (
+            "each run was its own Slurm job: there is no barrier across jobs, so a run may have measured while another "
+            "job on its node compiled (`--slurm-sbatch-flag exclusive` gives every job a node of its own)"
+        )
+    quiet = next((r["quiet"] for r in runs if isinstance(r.get("quiet"), dict)), None)
+    if quiet is None:
+        parallel = int(results.get("parallel") or 1)
+        if parallel <= 1:
+            return ""
+        return f"{parallel} processes per GPU compiled at once and measured one at a time beside the others"
+    per = " per GPU" if int(quiet.get("lanes") or 1) > 1 else ""
+    text = f"latency was measured one process at a time{per} while no worker of this ablation compiled"
+    if int(quiet.get("parallel") or 1) > 1:
+        text += f" (a phase barrier: up to {quiet['parallel']} compiled at once, and a compiled worker waited for its turn)"
+    pinned = sorted({cpu_ranges(r["measure_cpus"]) for r in runs if r.get("measure_cpus")})
+    errors = sorted({str(r["pin_error"]) for r in runs if r.get("pin_error")})
+    if pinned:
+        text += f"; each measuring process was pinned to CPUs {' or '.join(pinned)}"
+    if errors:
+        text += f"; not pinned where {errors[0]}"
+    overlaps = quiet_overlaps(results.get("runs", []))
+    if overlaps is not None:
+        text += (
+            "; the records' clocks confirm that no measurement overlapped another run's start or compile"
+            if overlaps == 0
+            else f"; **the records' clocks show {overlaps} measurement(s) overlapping another run's compile**"
+        )
+    return text
+
+
+def start_note(results: Mapping[str, Any]) -> str:
+    """How the runs' processes started (:mod:`.forkserver`), from the records.
+
+    Args:
+        results (Mapping[str, Any]): the results.
+
+    Returns:
+        str: a sentence, or empty for files from before the fork server.
+    """
+    runs = [r for r in results.get("runs", []) if r.get("start")]
+    if not runs:
+        return ""
+    forked = [r for r in runs if r["start"] == "forkserver"]
+    servers = {r["server"]["id"]: r["server"] for r in forked if isinstance(r.get("server"), dict)}
+    parts = []
+    if servers:
+        seconds = sum(float(s.get("start_seconds") or 0.0) for s in servers.values())
+        modules = sorted({m for s in servers.values() for m in s.get("preloaded", [])}, key=lambda m: (m != "torch", m))
+        stopped = {m: why for s in servers.values() for m, why in (s.get("stopped") or {}).items()}
+        parts.append(
+            f"{len(forked)} of {len(runs)} runs were forked from a fork server that imported {', '.join(modules)} once "
+            f"({seconds:.1f} s, before the first run, in no run's time), so a run's import column is only what it "
+            "imported itself (Dynamo, Inductor, the knobs)"
+        )
+        if stopped:
+            parts.append("not preloaded: " + "; ".join(f"{m} ({why})" for m, why in sorted(stopped.items())))
+    plain = [r for r in runs if r["start"] != "forkserver"]
+    if plain:
+        why = sorted({str(r["start_note"]) for r in plain if r.get("start_note")})
+        parts.append(f"{len(plain)} of {len(runs)} runs started as new interpreters" + (f" ({'; '.join(why)})" if why else ""))
+    return "; ".join(parts)

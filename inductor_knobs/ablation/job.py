@@ -10,25 +10,28 @@ Around every job the machine's load is read (:mod:`.load`), and every record say
 (``start_s``, ``end_s``: seconds since the executor started), so that the report can tell a load
 that changed.  The records do not depend on the number of GPUs or the executor.
 
-**Processes at once** (``Plan.parallel``, CUDA only): every worker on a GPU takes the GPU's lock file
-(``measure_lock`` in its job, :func:`fcntl.flock`) for its warm-up, samples and profiling, and
-records how long it waited; the GPU utilisation is then not read around runs (the ablation's own
-workers share the GPU).
+**Processes at once** (``Plan.parallel``): the local executor passes each job a ``barrier`` (:mod:`.quiet`)
+through which its worker waits for a turn to measure while nothing of the ablation compiles; with
+several workers per GPU the GPU utilisation is not read around runs (the ablation's own workers
+share the GPU).  Every record says how its process started (``start``: ``forkserver`` with the
+``server`` it was forked from, or ``subprocess``, see :mod:`.workers`) and when (``started_at``,
+``ended_at``: ``time.monotonic()`` in this process, the clock of the worker's ``phase_spans``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import traceback
 from typing import Any
 
 from . import fingerprint, load
 from .spec import Arm
-from .workers import Workers, knob_env, physical_gpu, reap, worker_env
+from .workers import Workers, knob_env, physical_gpu, read_output, reap, worker_env
+
+#: The module every worker runs (``python -m``, or forked from the fork server).
+WORKER = "inductor_knobs.ablation.worker"
 
 #: GPU index -> when (``time.perf_counter()``) this ablation's last worker on it exited, where its
 #: utilisation could be read (see :func:`_readings`).
@@ -80,6 +83,7 @@ def run_job(
     origin: float | None = None,
     parallel: int = 1,
     compile_threads: int | None = None,
+    barrier: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Run one job in a fresh process, in its own session, with a private cache directory.
 
@@ -87,14 +91,16 @@ def run_job(
         job (dict[str, Any]): the job (see :meth:`.plan.Plan.jobs`), passed to the worker as JSON.
         arm (Arm): the job's arm.
         gpu (int | None): this process's GPU index for it, or None on CPU.
-        timeout (float): seconds before the worker and everything it started are killed.
+        timeout (float): seconds before the worker and everything it started are killed (its wait for
+            a turn to measure included).
         workers (Workers | None): the registry that the executor stops on an interruption (None: a
-            private one).
+            private one, whose workers start as new interpreters).
         origin (float | None): the ``time.perf_counter()`` that ``start_s`` and ``end_s`` count from
             (None: now).
-        parallel (int): workers on this GPU at once; above 1 the worker measures under the GPU's lock
-            and the GPU's utilisation is not read.
+        parallel (int): workers on this GPU at once; above 1 the GPU's utilisation is not read.
         compile_threads (int | None): Inductor compile threads for the worker, or None (Inductor's default).
+        barrier (dict[str, Any] | None): the job's place in the measurement barrier
+            (:meth:`.quiet.Quiet.admit`), or None (the worker measures as soon as it has compiled).
 
     Returns:
         dict[str, Any] | None: the record (a crash or timeout is an error record) with the load
@@ -106,41 +112,41 @@ def run_job(
     workers = workers if workers is not None else Workers()
     device = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu is not None else None
     shared = workers.kernels if int(job["repeat"]) > 0 else None
-    if parallel > 1:
-        job = {**job, "measure_lock": workers.measure_lock(gpu)}
-    argv = [sys.executable, "-m", "inductor_knobs.ablation.worker", json.dumps(job)]
+    if barrier is not None:
+        job = {**job, "barrier": barrier}
     watched = gpu if parallel == 1 else None  # with several at once the GPU is busy with our own workers
     before = _readings(watched, "before")
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.monotonic()
     origin = start if origin is None else origin
     started = workers.start(
-        argv, lambda cache: worker_env(arm, gpu, cache, job.get("emulate"), kernels=shared, compile_threads=compile_threads)
+        WORKER,
+        [json.dumps(job)],
+        lambda cache: worker_env(arm, gpu, cache, job.get("emulate"), kernels=shared, compile_threads=compile_threads),
     )
     if started is None:
         return None
     proc, cache = started
-    timed_out = False
     try:
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            stdout, stderr = reap(proc)
+        returncode = proc.wait(timeout)
+        if returncode is None:
+            reap(proc)
     finally:
         if proc.poll() is None:  # an exception on the way: leave nothing running
             reap(proc)
+        stdout, stderr = read_output(cache)
         killed = workers.done(proc, cache, keep_kernels=workers.kernels is not None and shared is None)
-    end = time.perf_counter()
+    end, ended_at = time.perf_counter(), time.monotonic()
     if killed:
         return None
     lines = stdout.strip().splitlines()
     result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
-    if timed_out:
+    if returncode is None:
         result = {"ok": False, "error": f"timed out after {timeout:.0f} s", "traceback": stderr[-3000:]}
     elif result is None:
         result = {"ok": False, "error": f"worker exited {proc.returncode} without a result", "traceback": stderr[-3000:]}
     return {
         **result,
+        **proc.start,
         "arm": arm.name,
         "repeat": job["repeat"],
         "index": job["index"],
@@ -149,6 +155,8 @@ def run_job(
         "wall_seconds": end - start,
         "start_s": start - origin,
         "end_s": end - origin,
+        "started_at": started_at,
+        "ended_at": ended_at,
         "kernel_cache": "shared" if shared else "cold",
         **before,
         **_readings(watched, "after"),
@@ -165,19 +173,20 @@ def call_job(
     origin: float | None = None,
     parallel: int = 1,
     compile_threads: int | None = None,
+    barrier: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """:func:`run_job`, with an exception on the way turned into an error record, and ``shard``, a
     ``run_id`` and a fingerprint (:func:`stamp`) added: the job function that every executor calls.
 
     Args:
-        job, arm, gpu, timeout, workers, origin, parallel, compile_threads: as :func:`run_job`.
+        job, arm, gpu, timeout, workers, origin, parallel, compile_threads, barrier: as :func:`run_job`.
         shard (int): this shard's index (``Plan.shard[0]``), stored in the record.
 
     Returns:
         dict[str, Any] | None: the record, or None if ``workers`` was stopped before or while it ran.
     """
     try:
-        record = run_job(job, arm, gpu, timeout, workers, origin, parallel, compile_threads)
+        record = run_job(job, arm, gpu, timeout, workers, origin, parallel, compile_threads, barrier)
     except Exception as err:  # noqa: BLE001 - a failed run, not a lost one
         tail = traceback.format_exc()[-3000:]
         record = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": tail}
@@ -206,6 +215,8 @@ def run_detached(job: dict[str, Any], arm: Arm, gpu: int | None, timeout: float,
     """
     origin = time.perf_counter() - (time.time() - epoch)
     record = call_job(job, arm, gpu, timeout, shard, origin=origin)
+    if record is not None and record.get("start") == "subprocess":
+        record.setdefault("start_note", "one run per Slurm job: a fork server would import torch for that one run")
     if record is None:  # pragma: no cover - a private registry is never stopped
         record = {"ok": False, "error": "the worker was stopped", "arm": arm.name, "repeat": job["repeat"]}
         record.update(index=job["index"], gpu=gpu, shard=shard)

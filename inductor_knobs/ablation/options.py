@@ -84,8 +84,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--parallel",
         type=int,
-        help="worker processes per GPU at once: they import and compile in parallel and take turns for the "
-        "measurement (a lock per GPU), so measurements never overlap (default 1; the main job on a GPU: "
+        help="worker processes per GPU (or on the CPU) at once: they compile in parallel, then measure one at a "
+        "time while none of them compiles (default 1; the main job on a GPU: "
         f"min({MAX_MAIN_JOB_PARALLEL}, CPUs / {CPUS_PER_PARALLEL_WORKER}))",
     )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per arm process (default 900)")

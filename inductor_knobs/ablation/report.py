@@ -95,12 +95,14 @@ def _head(results: Mapping[str, Any]) -> str:
     )
     if results.get("emulate_sms"):
         head += f"; every arm under emulated {results['emulate_sms']} (SM emulation)"
+    quiet = explain.quiet_note(results)
+    if quiet:
+        head += f"; {quiet}"
     if int(results.get("parallel") or 1) > 1:
         head += (
-            f"; {results['parallel']} processes per GPU started and compiled at once, measurements one at a time; "
-            "compile s is the cold compile of each arm's first process (later processes reused the run's Triton "
-            "binaries), timed while other processes compiled beside it; the load rule checks only SM clocks here "
-            "(--parallel 1 for the full check)"
+            f"; compile s is the cold compile of each arm's first process (later processes reused the run's Triton "
+            f"binaries on a GPU), timed while up to {results['parallel']} processes compiled at once; the load rule "
+            "checks only SM clocks here (--parallel 1 for the full check)"
         )
     if isinstance(results.get("wall_seconds"), (int, float)):
         gpus = results.get("gpus") or []
@@ -202,7 +204,7 @@ PHASES = (
     ("build", "build + eager"),
     ("compile", "compile"),
     ("autotune", "of which autotune"),
-    ("wait", "wait for GPU"),
+    ("wait", "wait for quiet"),
     ("measure", "measure"),
     ("extras", "profile"),
     ("shutdown", "shutdown"),
@@ -254,10 +256,15 @@ def time_table(results: Mapping[str, Any]) -> list[str]:
     wall = results.get("wall_seconds")
     if isinstance(wall, (int, float)) and wall > 0:
         total = sum(p["wall"] for p in every)
+        waited = sum(p["wait"] for p in every)
         parallel = int(results.get("parallel") or 1)
         lines.append(
             f"\nThe runs took {total:.0f} s of process time in {wall:.0f} s of wall time "
-            f"({total / wall:.1f} processes busy on average; up to {parallel} per GPU at once)"
+            f"({total / wall:.1f} processes alive on average; up to {parallel} compiling "
+            + ("per GPU " if results.get("device") == "cuda" else "")
+            + "at once"
+            + (f"; {waited:.0f} s of the process time was waiting for a quiet turn to measure" if waited >= 0.5 else "")
+            + ")"
             + (
                 f"; before the first run the command spent {results['setup_seconds']:.1f} s (imports, checks, plan)"
                 if isinstance(results.get("setup_seconds"), (int, float))
@@ -265,4 +272,7 @@ def time_table(results: Mapping[str, Any]) -> list[str]:
             )
             + "."
         )
+    started = explain.start_note(results)
+    if started:
+        lines.append(f"\n{started[0].upper()}{started[1:]}.")
     return lines

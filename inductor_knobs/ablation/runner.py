@@ -7,12 +7,15 @@ at a time.  A job that crashes or runs past its timeout becomes an error record;
 run.  The records do not depend on the number of GPUs: one GPU or several (``--gpus 0,1``) give the
 same fields, so the command's total ``wall_seconds`` of the two can be compared directly.
 
-**Processes at once** (``Plan.parallel``, CUDA only): each GPU gets that many job threads, so that
-many workers start, import, build and compile on it at once.  Their measurements never overlap:
-every worker takes the GPU's lock file for its warm-up, samples and profiling (see :mod:`.job`).
-What does overlap is one worker's measurement with another's compilation and autotuning (CPU work,
-and short GPU benchmark bursts); the full-GPU A/A control of the main job shows what that costs.
-With several at once, each worker gets ``CPUs / (GPUs × parallel)`` Inductor compile threads.
+**Start-up paid once**: with more than one job, the workers are forked from one fork server that
+imported torch and the workload's libraries once (:mod:`.forkserver`, :meth:`.workers.Workers.start`).
+
+**Processes at once, measured in quiet** (``Plan.parallel``): each lane (a GPU, or the CPU) compiles up
+to ``parallel`` workers at once, and every worker measures only through the phase barrier of
+:mod:`.quiet`: one at a time per lane, pinned to the lane's CPUs, and only while no worker of the
+ablation compiles.  Each lane has :func:`.quiet.live_cap` job threads (workers that have compiled
+wait for their turn, holding a thread each).  With several at once, each worker gets
+``CPUs / (lanes × parallel)`` Inductor compile threads.
 
 On SIGINT or SIGTERM (under :func:`.signals.signals_raise`) :func:`execute` kills every worker's
 process group, removes the temporary directories and raises :class:`.signals.Interrupted` with the
@@ -30,8 +33,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .forkserver import preload_modules
 from .job import call_job
 from .plan import Plan
+from .quiet import Quiet, live_cap
 from .signals import Interrupted, signals_ignored
 from .workers import Workers
 
@@ -69,24 +74,38 @@ def execute(
         pending.put(job)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
-    workers = Workers(share_kernels=plan.device == "cuda")
+    on_gpu = plan.device == "cuda" and bool(plan.gpus)
+    lanes: list[int | None] = list(plan.gpus) if on_gpu else [None]
+    parallel = max(1, plan.parallel)
+    threads_each = max(1, (os.cpu_count() or 1) // (len(lanes) * parallel)) if parallel > 1 else None
+    preload = preload_modules(plan.workload, plan.device) if len(jobs) > 1 else None
+    workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads_each)
+    if preload is None:
+        workers.start_note = "one run: a fork server would import torch for that one run"
+    cap = live_cap(parallel, len(jobs), len(lanes))
+    quiet = Quiet(lanes, parallel, cap, len(jobs))
+    slots = [lane for lane in lanes for _ in range(cap)]
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
     origin = time.perf_counter()
-    on_gpu = plan.device == "cuda" and bool(plan.gpus)
-    parallel = max(1, plan.parallel) if on_gpu else 1
-    slots: list[int | None] = [g for g in plan.gpus for _ in range(parallel)] if on_gpu else [None]
-    threads_each = max(1, (os.cpu_count() or 1) // len(slots)) if parallel > 1 else None
 
     def worker(gpu: int | None) -> None:
         while not workers.stopped:
+            barrier = quiet.admit(gpu)
+            if barrier is None:
+                return
             try:
                 job = pending.get_nowait()
-            except queue.Empty:
+            except queue.Empty:  # pragma: no cover - admit() counts the jobs
+                quiet.finished(barrier)
                 return
             arm = arms[job["arm"]["name"]]
-            record = call_job(job, arm, gpu, plan.timeout, plan.shard[0], workers, origin, parallel, threads_each)
+            try:
+                record = call_job(job, arm, gpu, plan.timeout, plan.shard[0], workers, origin, parallel, threads_each, barrier)
+            finally:
+                quiet.finished(barrier)
             if record is None:  # stopped: the interruption handler reports what finished
                 return
+            record["quiet"] = {"barrier": True, "parallel": parallel, "cap": cap, "lanes": len(lanes)}
             if on_record is not None:
                 try:
                     on_record(record)
@@ -99,6 +118,9 @@ def execute(
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
     try:
+        # The fork server imports once, here, before any run's clock starts (its own cost goes to
+        # every record's ``server``); an interruption meanwhile ends it.
+        workers.fork_server()
         for t in threads:
             t.start()
         for t in threads:
@@ -109,6 +131,7 @@ def execute(
     except (Interrupted, KeyboardInterrupt) as stop:
         with signals_ignored():
             workers.stop()
+            quiet.close()
             deadline = time.monotonic() + 15  # the threads reap their killed workers and remove their directories
             for t in threads:
                 if t.is_alive():
@@ -120,5 +143,6 @@ def execute(
             done = sorted(results, key=lambda r: r["index"])
         raise Interrupted(signum, done, len(jobs)) from None
     finally:
+        quiet.close()
         workers.remove_dirs()
     return sorted(results, key=lambda r: r["index"])

@@ -105,8 +105,11 @@ class Arm:
 
 
 #: The knobs of the main job's ``gated`` arm: GEMM autotuning asked for (ATen and Triton candidates)
-#: with torch's SM gate as it is; ``force_gemm_autotune`` is the same plus ``min_sms``.
-GATED_KNOBS = {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON"}
+#: with torch's SM gate as it is, and Inductor's CUDA graphs (``triton.cudagraphs``) as
+#: ``mode="max-autotune"`` has them (:data:`GRAPH_KNOBS`, the same in both arms, so the A/A control
+#: stays A/A); ``force_gemm_autotune`` is the same plus ``min_sms``.
+GRAPH_KNOBS = {"cudagraphs": "1"}
+GATED_KNOBS = {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON", **GRAPH_KNOBS}
 
 
 def gate_arms(sms: int, emulate: str | None = None, suffix: str = "") -> list[Arm]:
@@ -115,8 +118,11 @@ def gate_arms(sms: int, emulate: str | None = None, suffix: str = "") -> list[Ar
     to this GPU's SM count, so Triton GEMM templates are autotuned too).  Above the gate the two compile
     with the same effective settings: an A/A control.
 
-    CUDA graphs and ``max-autotune``'s pointwise tuning stay out: they do not change which GEMM kernel
-    runs, and the question the main job answers is the gate's (``--arm ma:mode=max-autotune`` adds them).
+    Both arms run Inductor's CUDA graphs (knob ``cudagraphs``, identically, so the A/A control stays A/A):
+    a graph replay launches the whole iteration at once, so latency follows the kernels, as on a real
+    GPU under ``mode="max-autotune"``; under SM emulation the captures go to the emulated partition
+    (:mod:`inductor_knobs.emulation`).  ``max-autotune``'s pointwise tuning stays out: it does not change
+    which GEMM kernel runs, and the question the main job answers is the gate's.
 
     Args:
         sms (int): the (emulated) GPU's SM count, the ``min_sms`` that opens the gate on it.
@@ -130,7 +136,7 @@ def gate_arms(sms: int, emulate: str | None = None, suffix: str = "") -> list[Ar
         Arm("gated" + suffix, knobs=dict(GATED_KNOBS), emulate=emulate),
         Arm(
             "force_gemm_autotune" + suffix,
-            knobs={"preset": "force_gemm_autotune", "min_sms": str(min(max(sms, 1), 1024))},
+            knobs={"preset": "force_gemm_autotune", "min_sms": str(min(max(sms, 1), 1024)), **GRAPH_KNOBS},
             emulate=emulate,
         ),
     ]

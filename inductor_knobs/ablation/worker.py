@@ -19,9 +19,14 @@ SM clock; on every device, the GEMM implementations the compiled code calls (rea
 Inductor cache, :mod:`.kernels`) and the CPU seconds of its process tree (for the load rule of
 :mod:`.load`).  A failure of one of these extras is recorded as ``*_error``, never a failed run.
 
-With ``measure_lock`` in the job (the runner's ``--parallel``), the warm-up, samples and profiling
-happen while holding that file's lock (``fcntl.flock``), so no two workers on one GPU measure at
-once; the wait is the ``wait`` phase.
+With ``barrier`` in the job (the local executor, :mod:`.quiet`), the worker says ``ready`` once it has
+compiled and waits for its turn (the ``wait`` phase), which comes only while no other worker of the
+ablation compiles; it measures (warm-up, samples, profiling) pinned to the CPUs that came with its
+turn (``measure_cpus``), and then says ``measured``.  ``phase_spans`` records every phase's start and
+end on the host's monotonic clock (``time.monotonic()``, one clock for every process), so that the
+quiet can be checked across runs.  ``start_facts`` says what the process started from: a fork of the
+ablation's fork server (:mod:`.zygote`: its threads, whether it had loaded Inductor) or a new
+interpreter, and whether CUDA was initialised when the run began.
 
 Start-up is kept short: an eager arm never imports Dynamo or Inductor (its reference pass and its
 samples need neither), and a compiled arm imports them only when it compiles.
@@ -53,7 +58,8 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
     compiled iteration), ``wait`` (for the GPU's measurement lock, with ``--parallel``), ``measure``
     (warm-up and samples), ``extras`` (profiler, GEMM calls), and, added by :func:`main`,
     ``shutdown`` (counting the CPU time of the process tree).  The parent's ``wall_seconds`` minus
-    their sum is interpreter start-up and exit.
+    their sum is interpreter start-up (or the fork) and exit.  ``phase_spans`` has each phase's
+    ``[start, end]`` in ``time.monotonic()`` seconds.
 
     Args:
         job (dict[str, Any]): the job (:meth:`.plan.Plan.jobs`).
@@ -64,13 +70,14 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         dict[str, Any]: the result record, with ``fingerprint``.
     """
     phases: dict[str, float] = {}
-    mark = time.perf_counter()
+    spans: dict[str, list[float]] = {}
+    mark, stamp = time.perf_counter(), time.monotonic()
 
     def phase(name: str) -> None:
-        nonlocal mark
-        now = time.perf_counter()
-        phases[name] = now - mark
-        mark = now
+        nonlocal mark, stamp
+        now, at = time.perf_counter(), time.monotonic()
+        phases[name], spans[name] = now - mark, [stamp, at]
+        mark, stamp = now, at
 
     import torch
 
@@ -139,7 +146,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
             outs = reference
         diff, scale = _max_abs_diff(outs, reference)
         phase("compile")
-        with _turn(job.get("measure_lock")):
+        with _quiet_turn(job.get("barrier")) as pinned:
             phase("wait")
             for _ in range(job.get("warmup", 3)):
                 iteration(fn)
@@ -163,6 +170,8 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         "tolerance": atol + rtol * scale,
         "mismatch": diff > atol + rtol * scale,
         "phase_seconds": phases,
+        "phase_spans": spans,
+        **pinned,
         "dtype": dtype,
         "attestations": attestations,
         "not_applied": sorted(
@@ -179,20 +188,46 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
 
 
 @contextlib.contextmanager
-def _turn(path: str | None) -> Iterator[None]:
-    """Hold the exclusive lock on ``path`` (None: no lock) for the block; the lock goes with the
-    process, so a worker that dies never leaves the GPU locked."""
-    if path is None:
-        yield
+def _quiet_turn(barrier: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
+    """Wait for this worker's turn to measure (None: no barrier, at once), pin it to the turn's CPUs,
+    and say ``measured`` after the block.  Yields the record's ``measure_cpus`` (and ``pin_error``)."""
+    if barrier is None:
+        yield {"measure_cpus": None}
         return
-    import fcntl
+    from . import quiet
 
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    sock, cpus = quiet.wait_turn(barrier)
+    try:
+        yield _pin(cpus)
+    finally:
+        quiet.done_measuring(sock)
+
+
+def _pin(cpus: list[int]) -> dict[str, Any]:
+    """Pin every thread of this process to ``cpus`` where the OS allows it (new threads inherit it)."""
+    if not cpus:
+        return {"measure_cpus": None, "pin_error": "no CPU set for this lane"}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(tid), cpus)
+        return {"measure_cpus": sorted(os.sched_getaffinity(0))}
+    except (AttributeError, OSError) as err:  # not Linux, or a container that forbids it
+        return {"measure_cpus": None, "pin_error": f"{type(err).__name__}: {err}"}
+
+
+def start_facts() -> dict[str, Any]:
+    """What this process started from (see the module docstring), read before the run imports anything.
+
+    Returns:
+        dict[str, Any]: ``cuda_initialized_at_start`` and, in a child of the fork server, ``server_pid``,
+        ``server_threads`` and ``inductor_in_server`` (:data:`.zygote.CHILD_FACTS`).
+    """
+    zygote = sys.modules.get("inductor_knobs.ablation.zygote")
+    if zygote is not None and zygote.CHILD_FACTS:
+        return {k: v for k, v in zygote.CHILD_FACTS.items() if k != "start"}
+    torch = sys.modules.get("torch")
+    return {"cuda_initialized_at_start": bool(torch is not None and torch.cuda.is_initialized())}
 
 
 def _extras(call: Any, on_gpu: bool, compiled: bool, profile_iters: int) -> dict[str, Any]:
@@ -308,12 +343,14 @@ def main() -> None:
     """
     job = json.loads(sys.argv[1])
     facts: dict[str, Any] = {}
+    started = start_facts()
     try:
         result = run(job, facts)
     except BaseException as err:  # noqa: BLE001 - an arm's crash is data for the report
         result = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-3000:]}
         if "fingerprint" in facts:  # what it ran on and with, as far as it got
             result["fingerprint"] = facts["fingerprint"]
+    result["start_facts"] = started
     start = time.perf_counter()
     others = _session_processes()
     result["cpu_seconds"] = _cpu_seconds(others)

@@ -5,6 +5,13 @@ Each job (arm × repeat) is one ``inductor_knobs.ablation.worker`` process with 
 ``CUDA_VISIBLE_DEVICES`` set to one GPU (the parent's logical GPU ``i`` mapped through the parent's
 own ``CUDA_VISIBLE_DEVICES``, :func:`physical_gpu`).
 
+:meth:`Workers.start` is the one place a worker starts, for the local executor and inside every Slurm
+job.  With ``preload`` (the local executor, more than one run), the workers are forked from the
+ablation's fork server (:mod:`.forkserver`), started on the first :meth:`Workers.start` with the
+environment the runs share (:func:`base_env`); otherwise, or when the server is not safe to fork from
+(its reason is kept in :attr:`Workers.start_note` and every record), each is a new interpreter
+(``python -m``).  Either way a worker's stdout and stderr go to files in its private directory.
+
 Every worker runs in its own session (process group), so that a timeout or an interruption can kill
 it together with anything it started (Inductor's compile workers), and so that a Ctrl-C in the
 terminal reaches only the parent, which then stops the workers itself (:meth:`Workers.stop`).
@@ -30,15 +37,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from typing import Any
 
 from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from ..errors import InvalidKnobValue
+from .forkserver import ForkServer, supported
+from .processes import OUTPUT_FILES, Handle, Started, kill_group, read_output, reap
 from .spec import Arm
+
+__all__ = ["OUTPUT_FILES", "Handle", "Started", "Workers", "kill_group", "read_output", "reap", "worker_env"]
 
 #: The variables that name the temporary directory (POSIX, Python's :mod:`tempfile`, compilers).
 TEMP_VARS = ("TMPDIR", "TEMP", "TMP")
@@ -100,34 +111,21 @@ def knob_env(arm: Arm, emulate: str | None) -> dict[str, str]:
     return env
 
 
-def worker_env(
-    arm: Arm,
-    gpu: int | None,
-    cache: str,
-    emulate: str | None,
-    kernels: str | None = None,
-    compile_threads: int | None = None,
-) -> dict[str, str]:
-    """The environment of one worker process.
+def base_env(cache: str, kernels: str | None = None, compile_threads: int | None = None) -> dict[str, str]:
+    """The environment every process of an ablation shares: this process's, without its
+    ``INDUCTOR_KNOBS_*`` variables, with private caches and temporary directory under ``cache``.
 
     Args:
-        arm (Arm): its ``INDUCTOR_KNOBS_*`` variables replace every one of this process's.
-        gpu (int | None): this process's GPU index, mapped with :func:`physical_gpu` (None: CPU, unchanged).
-        cache (str): the job's private directory: Inductor's and Triton's caches, and its temporary
-            files (``TMPDIR``, ``TEMP`` and ``TMP`` name ``<cache>/tmp``, which :meth:`Workers.start` makes).
-        emulate (str | None): ``INDUCTOR_KNOBS_EMULATE_SMS`` for the worker, or None.
-        kernels (str | None): the ablation's shared Triton kernel directory for this job, or None (private).
-        compile_threads (int | None): ``TORCHINDUCTOR_COMPILE_THREADS`` unless this process sets it,
-            or None.
+        cache (str): a private directory: Inductor's and Triton's caches, and the temporary files
+            (``TMPDIR``, ``TEMP`` and ``TMP`` name ``<cache>/tmp``, which the caller makes).
+        kernels (str | None): the ablation's shared Triton kernel directory, or None (private).
+        compile_threads (int | None): ``TORCHINDUCTOR_COMPILE_THREADS`` unless this process sets it, or None.
 
     Returns:
-        dict[str, str]: a copy of ``os.environ`` with the changes.
-
-    Raises:
-        InvalidKnobValue: ``gpu`` is not among this process's ``CUDA_VISIBLE_DEVICES``.
+        dict[str, str]: a copy of ``os.environ`` with the changes (the fork server's environment,
+        and the base of every worker's, :func:`worker_env`).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env.update(knob_env(arm, emulate))
     env.update(
         {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": kernels or os.path.join(cache, "triton")}
     )
@@ -141,47 +139,43 @@ def worker_env(
     cwd = os.getcwd()
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != cwd]
     env["PYTHONPATH"] = os.pathsep.join([cwd, *rest])
+    return env
+
+
+def worker_env(
+    arm: Arm,
+    gpu: int | None,
+    cache: str,
+    emulate: str | None,
+    kernels: str | None = None,
+    compile_threads: int | None = None,
+) -> dict[str, str]:
+    """The environment of one worker process: :func:`base_env` with the arm's variables and its GPU.
+
+    Args:
+        arm (Arm): its ``INDUCTOR_KNOBS_*`` variables replace every one of this process's.
+        gpu (int | None): this process's GPU index, mapped with :func:`physical_gpu` (None: CPU, unchanged).
+        cache (str): the job's private directory (see :func:`base_env`).
+        emulate (str | None): ``INDUCTOR_KNOBS_EMULATE_SMS`` for the worker, or None.
+        kernels (str | None): the ablation's shared Triton kernel directory for this job, or None (private).
+        compile_threads (int | None): ``TORCHINDUCTOR_COMPILE_THREADS`` unless this process sets it,
+            or None.
+
+    Returns:
+        dict[str, str]: a copy of ``os.environ`` with the changes.
+
+    Raises:
+        InvalidKnobValue: ``gpu`` is not among this process's ``CUDA_VISIBLE_DEVICES``.
+    """
+    env = base_env(cache, kernels, compile_threads)
+    env.update(knob_env(arm, emulate))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     return env
 
 
-def kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL the process group that ``proc`` leads (it was started with ``start_new_session``).
-
-    This also ends what it started, such as Inductor's compile workers, which would otherwise hold
-    its pipes open.
-
-    Args:
-        proc (subprocess.Popen[str]): a worker.
-    """
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # the whole group has exited already
-
-
-def reap(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """Kill ``proc``'s process group and collect its output.
-
-    Args:
-        proc (subprocess.Popen[str]): a worker.
-
-    Returns:
-        tuple[str, str]: its stdout and stderr (empty when a descendant that left the group still
-        held the pipes after 30 s).
-    """
-    kill_group(proc)
-    try:
-        return proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:  # a descendant that left the group still holds the pipes
-        proc.kill()
-        proc.wait()
-        return "", ""
-
-
 class Workers:
-    """The live worker processes and cache directories of one ablation, and its stop switch.
+    """The live worker processes and cache directories of one ablation, its fork server, and its stop switch.
 
     One lock orders :meth:`start` and :meth:`stop`: a worker either starts before ``stop`` (and is
     killed by it) or sees the switch and does not start, so no worker outlives an interruption.
@@ -189,37 +183,38 @@ class Workers:
     Args:
         share_kernels (bool): keep the Triton binaries of cold workers for later repeats (see the
             module docstring).
+        preload (list[str] | None): fork the workers from a server that imported these modules
+            (:func:`.forkserver.preload_modules`); None: start each as a new interpreter.
+        compile_threads (int | None): the workers' ``TORCHINDUCTOR_COMPILE_THREADS`` (the server gets
+            the same, see :func:`base_env`), or None.
+
+    Attributes:
+        start_note (str | None): why the workers are not forked although ``preload`` asked for it.
     """
 
-    def __init__(self, share_kernels: bool = False) -> None:
+    def __init__(self, share_kernels: bool = False, preload: list[str] | None = None, compile_threads: int | None = None) -> None:
         self.lock = threading.Lock()
         self.stopped = False
-        self.procs: dict[int, subprocess.Popen[str]] = {}
+        self.procs: dict[int, Handle] = {}
         self.killed: set[int] = set()
         self.dirs: set[str] = set()
         # The ablation's own directory (made when first needed): the shared Triton kernels and the
-        # GPUs' measurement locks.
+        # fork server's private directory.
         self.run_dir: str | None = None
         self.kernels = os.path.join(self._own_dir(), "kernels") if share_kernels else None
         if self.kernels:
             os.makedirs(self.kernels)
+        self.preload, self.compile_threads = preload, compile_threads
+        self.server: ForkServer | None = None
+        self.start_note: str | None = None
+        self._server_lock = threading.Lock()
+        self._starting: ForkServer | None = None
 
     def _own_dir(self) -> str:
         with self.lock:
             if self.run_dir is None:
                 self.run_dir = tempfile.mkdtemp(prefix="ik-ablate-run-")
             return self.run_dir
-
-    def measure_lock(self, gpu: int | None) -> str:
-        """The lock file that the workers on ``gpu`` take for their measurement.
-
-        Args:
-            gpu (int | None): the GPU index.
-
-        Returns:
-            str: a path in the ablation's own directory.
-        """
-        return os.path.join(self._own_dir(), f"gpu{gpu}.lock")
 
     def keep_kernels(self, cache: str) -> None:
         """Move the Triton binaries a finished cold worker built in ``cache`` into the shared directory.
@@ -239,17 +234,59 @@ class Workers:
                 with contextlib.suppress(OSError):  # another worker put the same kernel there meanwhile
                     os.rename(os.path.join(source, name), target)
 
-    def start(self, argv: list[str], env_for: Any) -> tuple[subprocess.Popen[str], str] | None:
-        """Make a cache directory and start ``argv`` in a new session with ``env_for(directory)``.
+    def fork_server(self) -> ForkServer | None:
+        """The ablation's fork server, started (and judged) on the first call; None when the workers
+        start as new interpreters (no ``preload``, stopped, or the server unfit: :attr:`start_note`).
+
+        Returns:
+            ForkServer | None: the server.
+        """
+        with self._server_lock:
+            if self.preload is None or self.server is not None or self.start_note is not None or self.stopped:
+                return self.server
+            why = supported()
+            if why is not None:
+                self.start_note = why
+                return None
+            directory = os.path.join(self._own_dir(), "server")
+            os.makedirs(os.path.join(directory, TEMP_SUBDIR))
+            env = base_env(directory, compile_threads=self.compile_threads)
+            try:
+                server = ForkServer(self.preload, env, os.path.join(directory, "server.log"))
+            except OSError as err:  # no process could be started: the runs will say the same
+                self.start_note = f"the fork server did not start: {err}"
+                return None
+            with self.lock:
+                self._starting = server  # stop() closes it while it imports
+            why = server.wait_ready()
+            with self.lock:
+                self._starting = None
+                stopped = self.stopped
+            if why is None and not stopped:
+                self.server = server
+            else:
+                self.start_note = why or "the ablation was stopped while its fork server started"
+                server.close()
+            return self.server
+
+    def start(self, module: str, args: list[str], env_for: Any) -> tuple[Handle, str] | None:
+        """Make a job directory and start ``python -m module args`` in a new session with ``env_for(directory)``.
+
+        Forked from the fork server when there is one (:meth:`fork_server`), else a new interpreter;
+        its stdout and stderr go to :data:`OUTPUT_FILES` in the directory (:func:`read_output`).  The
+        handle's ``start`` attribute says which (``{"start": "forkserver", "server": ...}`` or
+        ``{"start": "subprocess", "start_note": ...}``), for the record.
 
         Args:
-            argv (list[str]): the command.
+            module (str): the module to run as ``__main__``.
+            args (list[str]): its arguments.
             env_for (Callable[[str], dict[str, str]]): the worker's environment, given its directory.
 
         Returns:
-            tuple[subprocess.Popen[str], str] | None: the process and its directory, or None once
+            tuple[Started | Forked, str] | None: the process and its directory, or None once
             :meth:`stop` was called.
         """
+        server = self.fork_server()
         with self.lock:
             if self.stopped:
                 return None
@@ -257,14 +294,31 @@ class Workers:
             self.dirs.add(cache)
             try:
                 os.mkdir(os.path.join(cache, TEMP_SUBDIR))
-                proc = subprocess.Popen(
-                    argv,
-                    env=env_for(cache),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    start_new_session=True,  # see the module docstring
-                )
+                env = env_for(cache)
+                out, err = (os.path.join(cache, name) for name in OUTPUT_FILES)
+                proc: Handle = None
+                if server is not None:
+                    try:
+                        proc = server.spawn(module, args, env, os.getcwd(), out, err)
+                        proc.start = {"start": "forkserver", "server": server.describe()}
+                    except OSError as error:  # the server died: this and every later run start plainly
+                        self.start_note = f"the fork server failed: {error}"
+                        self.server = None
+                        server.close()
+                if proc is None:
+                    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+                        popen = subprocess.Popen(
+                            [sys.executable, "-m", module, *args],
+                            env=env,
+                            stdin=subprocess.DEVNULL,
+                            stdout=stdout,
+                            stderr=stderr,
+                            start_new_session=True,  # see the module docstring
+                        )
+                    proc = Started(popen)
+                    proc.start = {"start": "subprocess"}
+                    if self.start_note:
+                        proc.start["start_note"] = self.start_note
             except BaseException:
                 self.dirs.discard(cache)
                 shutil.rmtree(cache, ignore_errors=True)
@@ -272,12 +326,12 @@ class Workers:
             self.procs[proc.pid] = proc
             return proc, cache
 
-    def done(self, proc: subprocess.Popen[str], cache: str, keep_kernels: bool = False) -> bool:
+    def done(self, proc: Handle, cache: str, keep_kernels: bool = False) -> bool:
         """Forget a finished process and remove its directory (with ``keep_kernels``, after moving its
         Triton binaries into the shared directory).
 
         Args:
-            proc (subprocess.Popen[str]): the finished worker.
+            proc (Started | Forked): the finished worker.
             cache (str): its directory.
             keep_kernels (bool): keep its Triton binaries for later repeats.
 
@@ -295,16 +349,23 @@ class Workers:
         return killed
 
     def stop(self) -> None:
-        """Start nothing more and kill every live worker's process group."""
+        """Start nothing more and kill every live worker's process group (and a fork server still starting)."""
         with self.lock:
             self.stopped = True
             for pid, proc in self.procs.items():
                 self.killed.add(pid)
                 kill_group(proc)
+            starting = self._starting
+        if starting is not None:
+            starting.close()
 
     def remove_dirs(self) -> None:
-        """Remove the cache directories of workers whose thread did not get to it, and the
-        ablation's own directory."""
+        """End the fork server, and remove the cache directories of workers whose thread did not get
+        to it and the ablation's own directory."""
+        with self._server_lock:
+            server, self.server = self.server, None
+        if server is not None:
+            server.close()
         with self.lock:
             dirs, self.dirs = set(self.dirs), set()
             own, self.run_dir = self.run_dir, None

@@ -1,0 +1,318 @@
+"""Latency measured in quiet: no process of the ablation on this host compiles while another measures.
+
+The local executor's workers compile several at a time (``--parallel``), so a worker that measured as
+soon as it had compiled would measure beside others that compile, import and autotune, all CPU work
+that a host-bound latency feels.  So every run goes through a phase barrier (:class:`Quiet`):
+
+1. **Compile.**  A job thread asks :meth:`Quiet.admit` before it starts a worker.  A GPU lane (one GPU,
+   or the CPU) admits up to ``parallel`` compiling workers at once and up to ``cap`` live ones.
+2. **Ready.**  A worker that has compiled (and compared with eager) connects to the barrier's socket,
+   says ``ready`` and waits: it has released its compile slot, so the lane may admit the next job.  The
+   wait is the worker's ``wait`` phase; ``compile_seconds`` ended before it.
+3. **Measure.**  When no worker of the ablation is compiling (every live worker is ready, measuring
+   or done) and none can be admitted (every lane holds ``cap`` live workers, or every job has
+   started), the barrier lets the ready workers measure, one at a time per lane (lanes at once, each
+   pinned to its own CPUs), and admits nothing.  A worker says ``measured`` after its samples and
+   its profiling; then the next one on its lane goes.
+4. When every ready worker has measured, admission opens again: the next batch.
+
+``cap`` (:func:`live_cap`): ``parallel`` when it is 1 (compile, measure, next), else
+``2 × parallel``, at most what the host's available memory allows at :data:`GIB_PER_WORKER` per
+live worker, and balanced so that the batches are about equal.  A waiting worker holds its memory
+(and on a GPU its CUDA context and model): ``--parallel 1`` keeps one at a time.
+
+The worker measures pinned to its lane's CPUs (:func:`lane_cpus`: the CPUs this process may use,
+split evenly between the lanes), sent with ``go``.  A worker that dies, or is killed at its timeout,
+at any step leaves the barrier through its job thread (:meth:`Quiet.finished`) or the end of its
+connection, so nobody waits for it.  :meth:`Quiet.close` (an interruption) wakes every thread and
+closes every connection.
+
+The socket is an abstract-namespace Unix socket (Linux): no file to leave behind in ``$TMPDIR``;
+each job is given a random token that it presents with ``ready``.  Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import selectors
+import socket
+import threading
+import uuid
+from typing import Any
+
+#: GiB of host memory counted per live worker for :func:`live_cap` (a process holding torch, a
+#: compiled model and, on a GPU, its CUDA context).
+GIB_PER_WORKER = 4.0
+
+
+def lane_cpus(lanes: int) -> list[list[int]]:
+    """The CPUs of each lane: the CPUs this process may run on, split into ``lanes`` contiguous sets.
+
+    Args:
+        lanes (int): the number of lanes (GPUs used, or 1 on CPU).
+
+    Returns:
+        list[list[int]]: one CPU list per lane (lanes share CPUs only when there are fewer CPUs than
+        lanes); empty lists where the OS cannot say.
+    """
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return [[] for _ in range(lanes)]
+    if len(allowed) < lanes:
+        return [[allowed[i % len(allowed)]] for i in range(lanes)]
+    size = len(allowed) // lanes
+    return [allowed[i * size : (i + 1) * size] for i in range(lanes)]
+
+
+def _available_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as src:
+            for line in src:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def live_cap(parallel: int, jobs: int, lanes: int = 1) -> int:
+    """How many live workers a lane may hold (see the module docstring).
+
+    Args:
+        parallel (int): compiling workers per lane at once.
+        jobs (int): the jobs of the ablation.
+        lanes (int): the lanes.
+
+    Returns:
+        int: at least ``parallel`` (and 1).
+    """
+    parallel = max(1, parallel)
+    if parallel == 1:
+        return 1
+    cap = 2 * parallel
+    memory = _available_gib()
+    if memory is not None:
+        cap = min(cap, max(parallel, int(memory / lanes / GIB_PER_WORKER)))
+    per_lane = max(1, math.ceil(jobs / max(1, lanes)))
+    batches = math.ceil(per_lane / cap)
+    return max(parallel, math.ceil(per_lane / batches))
+
+
+class Quiet:
+    """The phase barrier of one local ablation (see the module docstring).
+
+    Args:
+        lanes (list[Any]): the lane keys (GPU indices, or ``[None]`` on CPU).
+        parallel (int): compiling workers per lane at once.
+        cap (int): live workers per lane (:func:`live_cap`).
+        jobs (int): how many jobs will be admitted in all.
+
+    Attributes:
+        address (str): the socket address the workers connect to (in their job's ``barrier``).
+        cpus (dict): lane -> the CPUs its measuring workers are pinned to (:func:`lane_cpus`).
+    """
+
+    def __init__(self, lanes: list[Any], parallel: int, cap: int, jobs: int) -> None:
+        self.parallel, self.cap, self.remaining = max(1, parallel), max(1, cap), jobs
+        self.cpus = dict(zip(lanes, lane_cpus(len(lanes))))
+        self.cond = threading.Condition()
+        self.closed = False
+        self.measuring_phase = False
+        self.lane_of: dict[str, Any] = {}  # token -> lane, for every live worker
+        self.compiling: set[str] = set()
+        self.ready: dict[Any, list[str]] = {lane: [] for lane in lanes}
+        self.measuring: dict[Any, str | None] = dict.fromkeys(lanes)
+        self.conns: dict[str, socket.socket] = {}
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.address = f"\0inductor-knobs-quiet-{uuid.uuid4().hex}"  # abstract: no file anywhere
+        self.listener.bind(self.address)
+        self.listener.listen()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.listener, selectors.EVENT_READ)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._thread = threading.Thread(target=self._serve, name="ik-quiet", daemon=True)
+        self._thread.start()
+
+    # -- the job threads' side --------------------------------------------------------------
+
+    def admit(self, lane: Any) -> dict[str, Any] | None:
+        """Wait until ``lane`` may start a worker, and count it as compiling.
+
+        Args:
+            lane (Any): the caller's lane.
+
+        Returns:
+            dict[str, Any] | None: the job's ``barrier`` (``address``, ``token``), or None when no job
+            is left to admit or the barrier was closed.
+        """
+        with self.cond:
+            self.cond.wait_for(lambda: self.closed or self.remaining <= 0 or self._admissible(lane))
+            if self.closed or self.remaining <= 0:
+                return None
+            self.remaining -= 1
+            token = uuid.uuid4().hex
+            self.lane_of[token] = lane
+            self.compiling.add(token)
+            return {"address": self.address, "token": token}
+
+    def _admissible(self, lane: Any) -> bool:
+        live = sum(1 for v in self.lane_of.values() if v == lane)
+        compiling = sum(1 for t in self.compiling if self.lane_of[t] == lane)
+        return not self.measuring_phase and compiling < self.parallel and live < self.cap
+
+    def finished(self, barrier: dict[str, Any] | None) -> None:
+        """The worker of ``barrier`` has exited (or never started): it leaves the barrier.
+
+        Args:
+            barrier (dict[str, Any] | None): what :meth:`admit` returned (None: nothing to do).
+        """
+        if barrier is not None:
+            self._leave(barrier["token"], exited=True)
+
+    def close(self) -> None:
+        """Admit nothing more, wake every waiting thread, and close every worker's connection."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._thread.join(5)
+        for sock in (self.listener, self._wake_r, self._wake_w):
+            sock.close()
+
+    # -- the workers' side (the socket thread) ---------------------------------------------------
+
+    def _serve(self) -> None:
+        buffers: dict[socket.socket, bytes] = {}
+        while not self.closed:
+            for key, _ in self._selector.select():
+                sock = key.fileobj
+                if sock is self._wake_r:
+                    continue
+                if sock is self.listener:
+                    conn, _ = self.listener.accept()
+                    buffers[conn] = b""
+                    self._selector.register(conn, selectors.EVENT_READ)
+                    continue
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:  # the worker ended (or died): it leaves the barrier
+                    self._selector.unregister(sock)
+                    buffers.pop(sock, None)
+                    token = next((t for t, c in list(self.conns.items()) if c is sock), None)
+                    sock.close()
+                    if token is not None:
+                        self._leave(token, exited=False)
+                    continue
+                buffers[sock] += data
+                while b"\n" in buffers[sock]:
+                    line, buffers[sock] = buffers[sock].split(b"\n", 1)
+                    try:
+                        self._message(sock, line.decode(errors="replace").split())
+                    except Exception:  # noqa: BLE001 - a garbled line must not stop the barrier for everyone
+                        continue
+        for sock in list(buffers):
+            self._selector.unregister(sock)
+            sock.close()
+        self._selector.close()
+
+    def _message(self, sock: socket.socket, words: list[str]) -> None:
+        with self.cond:
+            if words[:1] == ["ready"] and len(words) == 2 and words[1] in self.compiling:
+                token = words[1]
+                self.compiling.discard(token)
+                self.conns[token] = sock
+                self.ready[self.lane_of[token]].append(token)
+                self._step()
+            elif words[:1] == ["measured"]:
+                found = next((t for t, c in self.conns.items() if c is sock), None)
+                if found is not None:
+                    self._leave(found, exited=False)
+
+    def _leave(self, token: str, exited: bool) -> None:
+        with self.cond:
+            if token not in self.lane_of:  # gone already (a lane key may be None: the CPU's)
+                return
+            lane = self.lane_of[token]
+            self.compiling.discard(token)
+            if token in self.ready[lane]:
+                self.ready[lane].remove(token)
+            if self.measuring[lane] == token:
+                self.measuring[lane] = None
+            self.conns.pop(token, None)
+            if exited:
+                del self.lane_of[token]
+            self._step()
+
+    def _step(self) -> None:
+        """Open the measurement phase, hand out turns, or reopen admission (with ``cond`` held)."""
+        waiting = any(self.ready.values())
+        if not self.measuring_phase and waiting and not self.compiling:
+            lanes_full = all(self._live(lane) >= self.cap for lane in self.ready)
+            if self.remaining <= 0 or lanes_full or self.closed:
+                self.measuring_phase = True
+        if self.measuring_phase:
+            for lane, queue in self.ready.items():
+                if self.measuring[lane] is None and queue:
+                    token = queue.pop(0)
+                    self.measuring[lane] = token
+                    cpus = ",".join(str(c) for c in self.cpus.get(lane) or [])
+                    try:
+                        self.conns[token].sendall(f"go {cpus}\n".encode())
+                    except OSError:  # it died meanwhile: its end of connection follows
+                        self.measuring[lane] = None
+            if not any(self.ready.values()) and not any(m is not None for m in self.measuring.values()):
+                self.measuring_phase = False
+        self.cond.notify_all()
+
+    def _live(self, lane: Any) -> int:
+        return sum(1 for v in self.lane_of.values() if v == lane)
+
+
+def wait_turn(barrier: dict[str, Any]) -> tuple[socket.socket, list[int]]:
+    """The worker's side: say ``ready`` and wait for ``go``.
+
+    Args:
+        barrier (dict[str, Any]): the job's ``barrier`` (``address``, ``token``).
+
+    Returns:
+        tuple[socket.socket, list[int]]: the connection (pass it to :func:`done_measuring`) and the
+        CPUs to measure on (empty: no pinning).
+
+    Raises:
+        RuntimeError: the barrier closed before this worker's turn (the ablation was interrupted).
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(barrier["address"])
+    sock.sendall(f"ready {barrier['token']}\n".encode())
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            sock.close()
+            raise RuntimeError("the ablation's measurement barrier closed before this run's turn")
+        data += chunk
+    words = data.decode().split()
+    cpus = [int(c) for c in words[1].split(",")] if len(words) > 1 and words[1] else []
+    return sock, cpus
+
+
+def done_measuring(sock: socket.socket) -> None:
+    """The worker's side: say ``measured`` (the next worker may measure) and close the connection.
+
+    Args:
+        sock (socket.socket): from :func:`wait_turn`.
+    """
+    try:
+        sock.sendall(b"measured\n")
+    except OSError:
+        pass
+    sock.close()

@@ -1,0 +1,279 @@
+"""The ablation's fork server: torch imported once, every run a fresh process of its arm, nothing shared.
+
+The state is read inside the children (tests/forkserver_probe.py): Inductor's config, the gate
+function, Dynamo's and Inductor's in-memory caches, CUDA, the cache directory, the server's modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inductor_knobs.ablation import forkserver, preload, workers
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _probe_importable(monkeypatch):
+    # The server (and so every child) finds the tests' modules on PYTHONPATH, as a user's workload
+    # module is found from the current directory.
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+
+
+def _run(registry: workers.Workers, module: str, args: list[str], env_for) -> tuple[dict, dict, str]:
+    """Start one child, wait for it, and return its JSON output, the environment it got, and its stderr."""
+    seen: dict = {}
+
+    def env(cache: str) -> dict:
+        seen.update(env_for(cache))
+        return dict(seen)
+
+    started = registry.start(module, args, env)
+    assert started is not None
+    proc, cache = started
+    assert proc.wait(300) == 0, workers.read_output(cache)
+    out, err = workers.read_output(cache)
+    registry.done(proc, cache)
+    assert proc.start["start"] == "forkserver", proc.start
+    return json.loads(out.strip().splitlines()[-1]), seen, err
+
+
+def test_no_state_leaks_from_one_run_to_the_next(monkeypatch):
+    """Two runs from one server: the first applies knobs and compiles; the second finds a fresh process.
+
+    The parent's own INDUCTOR_KNOBS_* must not reach the server either (the package's startup hook would
+    apply them in every process that imports Inductor).
+    """
+    monkeypatch.setenv("INDUCTOR_KNOBS_MAX_AUTOTUNE", "1")  # the parent's, not any run's
+    registry = workers.Workers(preload=forkserver.preload_modules("gemm_mlp", "cpu"))
+    try:
+        server = registry.fork_server()
+        assert server is not None, registry.start_note
+        assert server.facts["forbidden_loaded"] == [] and server.facts["threads"] == 1
+        assert "torch" in server.facts["preloaded"] and not server.facts["cuda_initialized"]
+
+        def knobs(cache: str) -> dict:
+            env = workers.base_env(cache)
+            env.update(INDUCTOR_KNOBS_MAX_AUTOTUNE_GEMM="1", INDUCTOR_KNOBS_MIN_SMS="1")
+            return env
+
+        first, first_env, _ = _run(registry, "forkserver_probe", ["first"], knobs)
+        # The first run changed what it could: config, gate, caches (else the second proves nothing).
+        assert first["max_autotune_gemm"] is True and first["gate"]["wrapt"] is True
+        assert first["dynamo_counters"] and first["inductor_modules"] > 0
+
+        second, env, _ = _run(registry, "forkserver_probe", ["second"], workers.base_env)
+        assert second["cuda_initialized"] is False
+        assert second["inductor_loaded"] == [] and second["knobs_loaded"] == []  # the server never had them
+        assert second["child_facts"]["inductor_in_server"] == [] and second["child_facts"]["server_threads"] == 1
+        assert second["server_environ_knobs"] == []
+        assert second["own_session"] is True
+        assert second["cache_dir"] != first_env["TORCHINDUCTOR_CACHE_DIR"] and second["cache_dir_contents"] == []
+        assert second["tempdir"] == env["TMPDIR"] != first_env["TMPDIR"]  # tempfile's cached answer was reset
+        assert second["gate"]["wrapt"] is False and os.path.join("_inductor", "utils.py:") in second["gate"]["code"]
+        assert second["dynamo_counters"] == {} and second["inductor_modules"] == 0
+
+        # Inductor's config as a fresh interpreter with the same environment reads it.
+        fresh = subprocess.run(
+            [sys.executable, "-m", "forkserver_probe", "config"], env=env, capture_output=True, text=True, check=True
+        )
+        expected = json.loads(fresh.stdout.strip().splitlines()[-1])
+        differ = {k: (second["config"].get(k), v) for k, v in expected["config"].items() if second["config"].get(k) != v}
+        assert not differ and second["config"].keys() == expected["config"].keys()
+        assert second["gate"] == expected["gate"]  # the unwrapped original, as torch defines it
+    finally:
+        registry.remove_dirs()
+
+
+def test_a_thread_in_the_server_means_new_interpreters(tmp_path, monkeypatch):
+    """A preloaded module that leaves a thread running: fork() would copy only one thread, so the server is
+    refused, and the runs start as new interpreters with the reason in their records."""
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
+    registry = workers.Workers(preload=["starts_a_thread"])
+    try:
+        assert registry.fork_server() is None
+        assert "threads" in registry.start_note and "fork() copies only one" in registry.start_note
+        started = registry.start("forkserver_probe", ["config"], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(300) == 0
+        assert proc.start == {"start": "subprocess", "start_note": registry.start_note}
+        registry.done(proc, cache)
+    finally:
+        registry.remove_dirs()
+
+
+def test_the_guard_keeps_dynamo_and_inductor_out_of_the_server():
+    """Importing Inductor's config in the server is stopped before it starts; what was imported stays."""
+    facts = _facts(["torch", "torch._inductor.config", "json"])
+    assert facts["preloaded"] == ["torch", "json"] and facts["forbidden_loaded"] == []
+    assert facts["stopped"]["torch._inductor.config"].startswith("imports torch._inductor")
+
+
+def test_a_module_stopped_half_way_that_a_run_cannot_import_again_means_new_interpreters(tmp_path, monkeypatch):
+    """A preloaded module that registers an op and then imports torch._dynamo: the guard stops it after the
+    registration, so a run importing it again would register twice.  The server's probe child finds that
+    out, and the server is refused."""
+    (tmp_path / "registers_then_needs_dynamo.py").write_text(
+        "import torch\ntorch.library.define('ik_forkserver_test::twice', '(Tensor x) -> Tensor')\nimport torch._dynamo\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
+    registry = workers.Workers(preload=["torch", "registers_then_needs_dynamo"])
+    try:
+        assert registry.fork_server() is None
+        assert "could not import what the server stopped at" in registry.start_note
+        assert "registers_then_needs_dynamo" in registry.start_note
+    finally:
+        registry.remove_dirs()
+
+
+def test_transformers_is_preloaded_as_far_as_it_goes_without_dynamo():
+    """transformers' BERT modeling module imports torch._dynamo (transformers.masking_utils on 5.x): the
+    guard stops it there, and the server keeps the rest of transformers."""
+    pytest.importorskip("transformers")
+    modules = forkserver.preload_modules("hf:bert-base", "cpu")
+    assert modules[-2:] == ["transformers", "transformers.models.bert.modeling_bert"]
+    facts = _facts([*modules, "sys"])
+    assert facts["forbidden_loaded"] == [] and "transformers" in facts["preloaded"] and "sys" in facts["preloaded"]
+    assert facts["stopped_import_in_child"] is None  # a run imports the rest of it without trouble
+    if "transformers.models.bert.modeling_bert" in facts["stopped"]:
+        assert "torch._dynamo" in facts["stopped"]["transformers.models.bert.modeling_bert"]
+
+
+def _facts(modules: list[str]) -> dict:
+    """What a server reports after preloading ``modules`` (:func:`.zygote.facts`), in a process of its own."""
+    code = "import json, sys; from inductor_knobs.ablation import zygote; print(json.dumps(zygote.facts(sys.argv[1:])))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    done = subprocess.run([sys.executable, "-c", code, *modules], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_failing_or_killed_run_reports_as_a_new_interpreter_would(tmp_path):
+    """Exit statuses come back through the server: a failing module's status and traceback; and a run
+    killed as at its timeout goes with its whole process group (what it started included)."""
+    registry = workers.Workers(preload=["json"])
+    try:
+        assert registry.fork_server() is not None, registry.start_note
+        started = registry.start("forkserver_probe", ["no-such-mode"], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(300) == 1
+        assert "KeyError: 'no-such-mode'" in workers.read_output(cache)[1]
+        registry.done(proc, cache)
+
+        pid_file = tmp_path / "helper.pid"
+        started = registry.start("forkserver_probe", ["sleep", str(pid_file)], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        deadline = time.monotonic() + 120  # a hang guard, not a measurement
+        while not pid_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, workers.read_output(cache)
+            time.sleep(0.05)
+        helper = int(pid_file.read_text())
+        assert os.getpgid(helper) == proc.pid  # the helper is in the run's process group
+        assert proc.wait(0.1) is None  # it sleeps for an hour
+        workers.reap(proc)
+        assert proc.returncode == -signal.SIGKILL
+        registry.done(proc, cache)
+        deadline = time.monotonic() + 10
+        while _alive(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(helper)
+    finally:
+        registry.remove_dirs()
+
+
+def test_a_server_that_dies_mid_ablation_leaves_its_runs_and_the_rest_start_as_new_interpreters(tmp_path):
+    """The server killed while one of its runs sleeps: that run can still be killed and waited for (its
+    status is unknown: nobody reaps it for us), and the next run starts as a new interpreter, saying why."""
+    registry = workers.Workers(preload=["json"])
+    try:
+        server = registry.fork_server()
+        assert server is not None, registry.start_note
+        pid_file = tmp_path / "helper.pid"
+        started = registry.start("forkserver_probe", ["sleep", str(pid_file)], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        deadline = time.monotonic() + 120  # a hang guard, not a measurement
+        while not pid_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, workers.read_output(cache)
+            time.sleep(0.05)
+        server.proc.kill()
+        server.proc.wait()
+        workers.reap(proc)
+        assert proc.returncode == forkserver.UNKNOWN_EXIT
+        registry.done(proc, cache)
+        started = registry.start("forkserver_probe", ["config"], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(300) == 0 and proc.start["start"] == "subprocess"
+        assert proc.start["start_note"].startswith("the fork server failed")
+        registry.done(proc, cache)
+        assert not _alive(int(pid_file.read_text()))  # the killed run's helper went with its group
+    finally:
+        registry.remove_dirs()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_preload_list_follows_the_workload():
+    assert forkserver.preload_modules("gemm_mlp", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
+    assert forkserver.preload_modules("gemm_mlp", "cuda")[-1] == "triton"
+    assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
+    assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
+    assert all(not preload.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
+
+
+@pytest.mark.gpu
+def test_forked_runs_on_a_gpu_with_cuda_graphs_under_emulation():
+    """On a GPU: the server imports torch and triton without touching CUDA; two runs forked from it (the
+    main job's gate arms, CUDA graphs on, under an emulated T4 where this torch emulates) initialise CUDA
+    themselves, compile, replay their CUDA graphs, match eager and report GPU kernel time."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from inductor_knobs.ablation import job, main_job, spec
+    from inductor_knobs.ablation.plan import Plan
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    presets, _ = main_job._emulated_sections(sms)
+    emulate = "T4" if "T4" in presets else None
+    arms = spec.gate_arms(40 if emulate else sms, emulate=emulate)
+    assert all(a.knobs["cudagraphs"] == "1" for a in arms)
+    plan = Plan(workload="gemm_mlp", arms=arms, repeats=1, device="cuda", gpus=[0], quick=True)
+    registry = workers.Workers(preload=forkserver.preload_modules("gemm_mlp", "cuda"))
+    try:
+        server = registry.fork_server()
+        assert server is not None, registry.start_note
+        assert not server.facts["cuda_initialized"] and not server.facts["cuda_driver_loaded"]
+        assert "triton" in server.facts["preloaded"] and server.facts["forbidden_loaded"] == []
+        for spec_job, arm in zip(plan.jobs(), arms):
+            record = job.run_job(spec_job, arm, 0, 900, registry)
+            assert record is not None and record["ok"], record.get("traceback") if record else None
+            assert record["start"] == "forkserver" and record["start_facts"]["cuda_initialized_at_start"] is False
+            assert not record["mismatch"] and not record["not_applied"], record["not_applied"]
+            assert record["kernel_ms"] and record["kernel_ms"] > 0, record.get("kernel_ms_error")
+            assert any(
+                s["key"] == "triton.cudagraphs" and s["compiled_with"] is True
+                for a in record["attestations"]
+                for s in a["settings"]
+            )
+    finally:
+        registry.remove_dirs()
