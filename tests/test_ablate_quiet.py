@@ -260,3 +260,18 @@ def test_the_report_says_how_the_quiet_was_ensured_and_checks_it():
         "not preloaded: m (imports torch._dynamo (from x))" in started
         and "1 of 3 runs started as new interpreters (why)" in started
     )
+
+
+def test_worker_counts_follow_the_cpus_this_process_may_run_on(monkeypatch):
+    """Under ``taskset -c 0-7`` on a 64-CPU host the main job sizes its workers for 8 CPUs, not 64."""
+    import os
+
+    from inductor_knobs.ablation import main_job, quiet
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert quiet.usable_cpus() == 8
+    assert main_job.main_job_parallel("cuda", [0]) == 2  # 8 CPUs / 4 per worker
+    assert [len(cpus) for cpus in quiet.lane_cpus(2)] == [4, 4]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert main_job.main_job_parallel("cuda", [0]) == 4  # capped

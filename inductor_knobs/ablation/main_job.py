@@ -14,11 +14,10 @@ tests no gate.
 
 from __future__ import annotations
 
-import os
-
 from ..emulation.emulate import EmulationSpec
 from ..emulation.gpu_presets import PRESETS
 from . import spec
+from .quiet import usable_cpus
 
 #: The small GPUs the main job emulates on a big one, in table order.
 MAIN_JOB_EMULATION = ("T4", "L4")
@@ -87,7 +86,8 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
 
 
 def main_job_parallel(device: str, gpus: list[int]) -> int:
-    """The main job's ``--parallel`` default: 1 on CPU, else min(4, CPUs per GPU / 4).
+    """The main job's ``--parallel`` default: 1 on CPU, else min(4, CPUs per GPU / 4), counting the CPUs this
+    process may run on (:func:`.quiet.usable_cpus`).
 
     Args:
         device (str): ``cuda`` or ``cpu``.
@@ -98,5 +98,5 @@ def main_job_parallel(device: str, gpus: list[int]) -> int:
     """
     if device != "cuda":
         return 1
-    per_gpu = (os.cpu_count() or 1) // max(1, len(gpus))
+    per_gpu = usable_cpus() // max(1, len(gpus))
     return max(1, min(MAX_MAIN_JOB_PARALLEL, per_gpu // CPUS_PER_PARALLEL_WORKER))

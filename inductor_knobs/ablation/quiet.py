@@ -46,6 +46,19 @@ from typing import Any
 GIB_PER_WORKER = 4.0
 
 
+def usable_cpus() -> int:
+    """How many CPUs this process may run on: its affinity mask (``taskset``, a Slurm or container CPU
+    set), not the machine's count, so that a run confined to 16 of 64 CPUs sizes its workers for 16.
+
+    Returns:
+        int: at least 1.
+    """
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def lane_cpus(lanes: int) -> list[list[int]]:
     """The CPUs of each lane: the CPUs this process may run on, split into ``lanes`` contiguous sets.
 

@@ -24,7 +24,6 @@ runs that had finished.
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 from .forkserver import preload_modules
 from .job import call_job
 from .plan import Plan
-from .quiet import Quiet, live_cap
+from .quiet import Quiet, live_cap, usable_cpus
 from .signals import Interrupted, signals_ignored
 from .workers import Workers
 
@@ -77,7 +76,7 @@ def execute(
     on_gpu = plan.device == "cuda" and bool(plan.gpus)
     lanes: list[int | None] = list(plan.gpus) if on_gpu else [None]
     parallel = max(1, plan.parallel)
-    threads_each = max(1, (os.cpu_count() or 1) // (len(lanes) * parallel)) if parallel > 1 else None
+    threads_each = max(1, usable_cpus() // (len(lanes) * parallel)) if parallel > 1 else None
     preload = preload_modules(plan.workload, plan.device) if len(jobs) > 1 else None
     workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads_each)
     if preload is None:

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU runs behind the closing notes of issues 31, 32 and 33, on one host with 4 GPUs (64 CPUs),
+# from the repository root, in three calls; everything goes under $OUT.
+#
+#   OUT=/tmp/out bash bench/session_gpu.sh a   # lanes at once, each GPU with its own 16 CPUs (taskset):
+#                                              #   GPU 0: every GPU test; GPU 1: cold start, Llama;
+#                                              #   GPU 2: cold start, BERT-base; GPU 3: the main job's --smoke
+#   OUT=/tmp/out bash bench/session_gpu.sh b   # the README's main job on GPU 0 alone with CPUs 0-15 (as on a
+#                                              #   one-GPU node), then on all 4 GPUs with all CPUs (ablate_gpu.sh
+#                                              #   parts main + allgpus), one after the other, nothing beside them
+#   OUT=/tmp/out bash bench/session_gpu.sh c   # bench/serving_soak.py, one served model per GPU, 4 GPUs
+#
+# Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
+# scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
+set -uo pipefail
+FINAL=${OUT:?set OUT to the directory for the results}
+PART=${1:?part a, b or c}
+OUT=/tmp/session-$PART
+rm -rf "$OUT" && mkdir -p "$OUT"
+trap 'tar czf "$FINAL/$PART.tgz" -C "$OUT" . ; cp "$OUT/status.txt" "$FINAL/$PART-status.txt" 2>/dev/null' EXIT
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+{
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
+    python3 -c "import torch, triton, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
+    echo "CPUs $(nproc)"
+} >"$OUT/env.txt" 2>&1
+start=$(date +%s)
+lane() { local n=$(($(nproc) / 4)); echo "$(($1 * n))-$(($1 * n + n - 1))"; }
+done_at() { echo "$1: exit $2 after $(($(date +%s) - start)) s" | tee -a "$OUT/status.txt"; }
+
+case "$PART" in
+a)
+    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 520 python3 -m pytest -q -m gpu tests/test_gpu.py \
+        tests/test_ablate_forkserver.py tests/test_release_knobs.py tests/test_sdpa_trial.py tests/test_serving_bundle.py -p no:cacheprovider \
+        -o faulthandler_timeout=200 >"$OUT/gpu_tests.txt" 2>&1; done_at gpu_tests $?) &
+    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 540 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
+        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
+    (CUDA_VISIBLE_DEVICES=2 taskset -c "$(lane 2)" timeout -k 10 540 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
+        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 400 python3 -m inductor_knobs ablate --smoke --out "$OUT/smoke" \
+        --overwrite >"$OUT/smoke.log" 2>&1; done_at smoke $?) &
+    wait
+    tail -n 15 "$OUT/gpu_tests.txt"
+    for m in llama bert; do
+        if [ -f "$OUT/cold_$m/cold_start.md" ]; then head -n 40 "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
+    done
+    tr '\r' '\n' <"$OUT/smoke.log" | grep -v "^ablate " | tail -n 25
+    ;;
+b)
+    PARTS="main allgpus" DEADLINE_S=560 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1
+    done_at ablate_gpu $?
+    cat "$OUT/status.txt" "$OUT/main.time" "$OUT/allgpus.time" "$OUT/allgpus.compare.txt" 2>/dev/null
+    grep -A3 "Where the time went" "$OUT/main.log" | head -5
+    grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
+    ;;
+c)
+    timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1
+    done_at soak $?
+    cat "$OUT/soak/serving_soak.md" 2>/dev/null || tail -n 40 "$OUT/soak.log"
+    ;;
+esac
+cat "$OUT/env.txt"
