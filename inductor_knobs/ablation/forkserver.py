@@ -215,7 +215,7 @@ class ForkServer:
         if not facts["preloaded"] or first in facts["stopped"]:  # torch half-imported: a run would import it again
             return f"the fork server could not import {first}: {facts['stopped'].get(first, 'nothing was preloaded')}"
         if facts.get("stopped_import_in_child"):
-            return f"a child of the fork server could not import what the server stopped at: {facts['stopped_import_in_child']}"
+            return f"a probe child of the fork server failed: {facts['stopped_import_in_child']}"
         if facts["threads"] != 1 or facts["python_threads"] != 1:
             return (
                 f"the fork server kept {facts['threads']} threads ({facts['python_threads']} Python threads) after importing "
@@ -223,8 +223,8 @@ class ForkServer:
             )
         if facts["forbidden_loaded"]:
             return f"the fork server imported {', '.join(facts['forbidden_loaded'][:3])}, which reads a run's settings at import"
-        if facts["cuda_initialized"] or facts["cuda_driver_loaded"]:
-            return "importing the preloaded modules touched CUDA, which a forked child could not use"
+        if facts["cuda_initialized"]:
+            return "importing the preloaded modules initialised CUDA, which a forked child could not use"
         per_run = [k for k in facts["env_read"] if k not in ("TMPDIR", "TEMP", "TMP")]
         if per_run:
             return f"importing the preloaded modules read {', '.join(per_run)}, which differs from run to run"

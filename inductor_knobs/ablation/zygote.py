@@ -38,6 +38,7 @@ in their own sessions until the parent ends them.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -77,13 +78,16 @@ def facts(modules: list[str]) -> dict[str, Any]:
 
     start = time.perf_counter()
     out = preload(modules)
-    out["stopped_import_in_child"] = _probe(sorted(out["stopped"]))
-    torch = sys.modules.get("torch")
     try:
         with open("/proc/self/maps") as maps:
             driver = any("/libcuda.so" in line for line in maps)
     except OSError:
         driver = None
+    # A CUDA build of torch or triton maps libcuda.so at import without initialising it (seen with torch
+    # 2.11+cu130 and triton 3.6 on an H200 host); forking is unsafe only once cuInit ran here, which the
+    # probe child finds out by initialising CUDA itself.
+    out["stopped_import_in_child"] = _probe(sorted(out["stopped"]), use_cuda=driver is not False)
+    torch = sys.modules.get("torch")
     out.update(
         threads=_threads(),
         python_threads=threading.active_count(),
@@ -96,12 +100,28 @@ def facts(modules: list[str]) -> dict[str, Any]:
     return out
 
 
-def _probe(stopped: list[str]) -> str | None:
+def _cuda_in_child() -> str:
+    """In a forked child: initialise CUDA and run one kernel where a GPU is visible; "" if that worked
+    (or no GPU is visible), else the error."""
+    try:
+        torch = importlib.import_module("torch")
+        if torch.cuda.device_count() > 0:
+            torch.ones(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+    except BaseException as err:  # noqa: BLE001 - reported to the zygote, which refuses itself
+        return f"CUDA in a forked child: {type(err).__name__}: {err}"[:2000]
+    return ""
+
+
+def _probe(stopped: list[str], use_cuda: bool = False) -> str | None:
     """Fork once (libraries stop their own thread pools before a fork, see the module docstring); the
-    child imports the modules the guard stopped, as every run will, and reports whether it could.
+    child imports the modules the guard stopped, as every run will, and reports whether it could; with
+    ``use_cuda`` it then initialises CUDA and runs a kernel, as every run on a GPU will.
 
     A module stopped half-way leaves what it did before the forbidden import (a registration, say)
     in the zygote, and a run that imports it again would meet it twice: such a zygote is refused.
+    A zygote in which something initialised the CUDA driver (``cuInit``) gives children that cannot
+    use CUDA ("initialization error"): refused too.
 
     Returns:
         str | None: None, or the child's error.
@@ -124,6 +144,8 @@ def _probe(stopped: list[str]) -> str | None:
                 importlib.import_module(name)
         except BaseException as err:  # noqa: BLE001 - reported to the zygote, which refuses itself
             error = f"importing {name} after the server's imports: {type(err).__name__}: {err}"[:2000]
+        if use_cuda and not error:
+            error = _cuda_in_child()
         os.write(write, error.encode() or b"-")
         os._exit(0)
     os.close(write)
