@@ -124,16 +124,24 @@ def test_a_worker_that_dies_while_others_wait_does_not_block_the_barrier():
         barrier.close()
 
 
-def test_lanes_measure_at_once_and_closing_wakes_every_waiter():
-    """Two GPU lanes, one worker each: once both are ready (nothing compiles, both lanes full), each lane's
-    worker measures, at the same time, with its own CPUs; closing the barrier wakes a thread waiting to start."""
+def test_lanes_measure_one_at_a_time_and_closing_wakes_every_waiter():
+    """Two GPU lanes, one worker each: once both are ready (nothing compiles, both lanes full), the one
+    ready first measures and the other waits until it says ``measured``: one measurement at a time on the
+    whole host; closing the barrier wakes a thread waiting to start."""
     barrier = quiet.Quiet([0, 1], parallel=1, cap=1, jobs=10)
     result: list = []
     try:
-        zero, one = _Fake(barrier.admit(0)), _Fake(barrier.admit(1))
+        zero = _Fake(barrier.admit(0))
+        one_barrier = barrier.admit(1)
+        while not barrier.ready[0]:  # a hang guard is the test's own timeout; this orders the two "ready"s
+            threading.Event().wait(0.01)
+        one = _Fake(one_barrier)
         blocked = threading.Thread(target=lambda: result.append(barrier.admit(0)), daemon=True)  # lane 0 is full
         blocked.start()
-        assert zero.went.wait(30) and one.went.wait(30)
+        assert zero.went.wait(30)
+        assert not one.went.wait(0.5)  # lane 1 waits for lane 0's measurement (a wait, not a timing)
+        zero.release.set()
+        assert one.went.wait(30)
         assert blocked.is_alive()
     finally:
         barrier.close()

@@ -12,7 +12,7 @@ imported torch and the workload's libraries once (:mod:`.forkserver`, :meth:`.wo
 
 **Processes at once, measured in quiet** (``Plan.parallel``): each lane (a GPU, or the CPU) compiles up
 to ``parallel`` workers at once, and every worker measures only through the phase barrier of
-:mod:`.quiet`: one at a time per lane, pinned to the lane's CPUs, and only while no worker of the
+:mod:`.quiet`: one at a time on the whole host, pinned to its lane's CPUs, and only while no worker of the
 ablation compiles.  Each lane has :func:`.quiet.live_cap` job threads (workers that have compiled
 wait for their turn, holding a thread each).  With several at once, each worker gets
 ``CPUs / (lanes × parallel)`` Inductor compile threads.
