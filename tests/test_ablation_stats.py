@@ -411,12 +411,12 @@ def big_gpu(monkeypatch):
 
 def test_main_job_on_a_big_gpu_emulates_t4_and_l4_and_keeps_an_aa_control(big_gpu, transformers_present, monkeypatch):
     big_gpu(132)
-    monkeypatch.setattr(main_job.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(main_job, "usable_cpus", lambda: 16)
     plan = plan_for()
     names = [a.name for a in plan.arms]
     assert names == ["gated@T4", "force_gemm_autotune@T4", "gated@L4", "force_gemm_autotune@L4", "gated", "force_gemm_autotune"]
     assert plan.workload == "hf:bert-base" and plan.repeats == 3 and plan.main_job
-    assert plan.quick and plan.iters == 20 and plan.warmup == 3 and plan.profile_iters == 5  # small inputs, full samples
+    assert plan.quick and plan.iters == 200 and plan.warmup == 3 and plan.profile_iters == 5  # small inputs, 200 samples
     assert plan.parallel == 4  # 16 CPUs / 4
     knobs = {a.name: a.knobs for a in plan.arms}
     assert knobs["gated@T4"] == knobs["gated"] == {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON", "cudagraphs": "1"}

@@ -213,7 +213,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         gpus=gpus,
         quick=quick,
         repeats=count,
-        iters=_positive("iters", args.iters, 5 if fewer_samples else 20),
+        iters=_positive("iters", args.iters, 5 if fewer_samples else main.MAIN_JOB_GPU_ITERS if main_job and gpus else 20),
         warmup=1 if fewer_samples else 3,
         timeout=_timeout(args.timeout),
         shard=_shard(args.shard),

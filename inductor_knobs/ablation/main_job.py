@@ -22,6 +22,12 @@ from .quiet import usable_cpus
 #: The small GPUs the main job emulates on a big one, in table order.
 MAIN_JOB_EMULATION = ("T4", "L4")
 
+#: Latency samples per process of the main job on a GPU (``--iters`` default; 20 elsewhere).  One sample
+#: is about a millisecond there, and with CUDA graphs it spans the kernels plus the host's jitter in
+#: launching them (0.52-0.95 ms within one process of the A/A control on an H200), so the median of 20
+#: samples moved by about 10% between processes of the same arm.
+MAIN_JOB_GPU_ITERS = 200
+
 #: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.
 CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 4, 4
 

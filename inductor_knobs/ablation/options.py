@@ -62,7 +62,7 @@ def add_parser(sub: Any) -> None:
         help=f"processes per arm, interleaved; the unit of the confidence intervals (default {DEFAULT_PROCESSES}; "
         f"{QUICK_PROCESSES} with --quick and for the main job; at least {stats.MIN_PROCESSES} unless --smoke)",
     )
-    p.add_argument("--iters", type=int, help="latency samples per process (default 20; 5 with --quick)")
+    p.add_argument("--iters", type=int, help="latency samples per process (default 20; main job on a GPU 200; 5 with --quick)")
     p.add_argument("--quick", action="store_true", help="small inputs, few samples")
     p.add_argument(
         "--smoke",
