@@ -12,10 +12,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from inductor_knobs import cli
 from inductor_knobs.ablation import forkserver, preload, workers
 
 TESTS = Path(__file__).parent
@@ -192,6 +194,21 @@ def test_a_run_whose_environment_differs_from_what_the_server_read_starts_as_a_n
         registry.remove_dirs()
 
 
+def test_the_proof_that_the_cache_directory_read_at_import_is_not_kept():
+    """``DynamoCache`` as torch 2.13 builds it follows a run's TORCHINDUCTOR_CACHE_DIR; one that keeps the
+    directory it was made with (as older torch releases' did) is found, and the server would be refused."""
+    code = (
+        "import torch._dynamo.package as p\n"
+        "from inductor_knobs.ablation.preload import not_kept_proof\n"
+        "print(repr(not_kept_proof()))\n"
+        "p.DynamoCache = p.DiskDynamoStore('/nonexistent/kept/dynamo')\n"
+        "print(repr(not_kept_proof()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    follows, kept = done.stdout.strip().splitlines()[-2:]
+    assert follows == "''" and "kept the server's cache directory (/nonexistent/kept/dynamo)" in kept
+
+
 def test_a_module_stopped_half_way_that_a_run_cannot_import_again_means_new_interpreters(tmp_path, monkeypatch):
     """A preloaded module that registers an op and then imports torch._inductor.compile_fx: the guard stops it after the
     registration, so a run importing it again would register twice.  The server's probe child finds that
@@ -301,6 +318,97 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+SMOKE = ["ablate", "--device", "cpu", "--workload", "gemm_mlp", "--smoke", "--arm", "eager", "--arm", "default"]
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _tagged(tag: str) -> list[int]:
+    """The live processes whose environment holds ``IK_FORKSERVER_TAG=tag``."""
+    needle = f"IK_FORKSERVER_TAG={tag}".encode()
+    return [pid for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()) if _environ_has(pid, needle) and _alive(pid)]
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def test_a_command_refused_after_its_fork_server_started_leaves_no_process(tmp_path, monkeypatch, capsys):
+    """The fork server starts as soon as the plan is known, before the command's own start-up is done; a
+    bad argument found after that (here --resume on an --out that holds another plan) still ends it and
+    everything it started (its process group)."""
+    servers: list[forkserver.ForkServer] = []
+    original = forkserver.ForkServer.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        servers.append(self)
+
+    monkeypatch.setattr(forkserver.ForkServer, "__init__", recording)
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "plan.json").write_text('{"jobs": []}')
+    assert cli.main([*SMOKE, "--resume", "--out", str(out)]) == cli.ERR
+    assert "this command's plan is not the one in --out" in capsys.readouterr().err
+    assert len(servers) == 1  # it had started
+    server = servers[0]
+    assert server.proc.returncode is not None and _group_alive(server.proc.pid) == []
+    assert not os.path.exists(os.path.dirname(server.log))  # its directory went with it
+
+
+def test_sigint_while_the_fork_server_starts_leaves_no_process(tmp_path):
+    """SIGINT to the command while its fork server imports (the command's start-up, before or at the first
+    run): status 130, and no process of the ablation is left (the server is killed with its group)."""
+    tag = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    env.update(IK_FORKSERVER_TAG=tag, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inductor_knobs", *SMOKE],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's foreground job
+    )
+    try:
+        deadline = time.monotonic() + 300  # a hang guard, not a measurement
+        while not any(b"inductor_knobs.ablation.zygote" in _cmdline(pid) for pid in _tagged(tag)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted by SIGINT" in err, err
+    deadline = time.monotonic() + 10
+    while _tagged(tag) and time.monotonic() < deadline:  # killed processes leave /proc as they are reaped
+        time.sleep(0.05)
+    assert _tagged(tag) == []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def test_the_preload_list_follows_the_workload():

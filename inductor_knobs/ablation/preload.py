@@ -28,7 +28,9 @@ arms need them, and they are seconds of every run's start-up).  Three rules make
   (torch's own flag, and a probe child that initialises CUDA), no cache directory (torch 2.13
   ``torch/_dynamo/package.py`` builds ``DynamoCache`` at import from ``cache_dir()``, which reads
   ``TORCHINDUCTOR_CACHE_DIR`` and makes that directory, but ``DiskDynamoCache.path_prefix()`` asks
-  ``cache_dir()`` again at every use: the value read at import is not kept, see :data:`NOT_KEPT`).
+  ``cache_dir()`` again at every use: the value read at import is not kept, see :data:`NOT_KEPT`;
+  older torch releases kept it in the object, so the zygote's probe child proves it on the installed
+  torch, :func:`not_kept_proof`, and a server where it does not hold is refused).
   What Dynamo and Inductor register at import for later is per process and fork-aware
   (``torch/_inductor/async_compile.py``: an ``atexit`` shutdown of compile-worker pools, of which the
   zygote has none, and a ``register_at_fork`` handler that empties the pool set in every child).
@@ -70,6 +72,32 @@ NOT_KEPT: dict[str, tuple[str, ...]] = {
     "TEMP": ("*",),
     "TMP": ("*",),
 }
+
+
+def not_kept_proof() -> str:
+    """In a forked child of the zygote: check :data:`NOT_KEPT`'s claim on the installed torch, by giving
+    this child another cache directory and asking torch where its import-time objects now point.
+
+    Returns:
+        str: "" when every object keyed on ``TORCHINDUCTOR_CACHE_DIR`` at import follows the new value
+        (or is not loaded), else what did not (the parent then refuses the server).
+    """
+    import shutil
+    import tempfile
+
+    package = sys.modules.get("torch._dynamo.package")
+    cache = getattr(package, "DynamoCache", None)
+    if cache is None or not callable(getattr(cache, "path_prefix", None)):
+        return ""
+    directory = tempfile.mkdtemp(prefix="ik-probe-cache-")
+    try:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = directory
+        where = str(cache.path_prefix())
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    if where.startswith(os.path.realpath(directory)) or where.startswith(directory):
+        return ""
+    return f"torch._dynamo.package.DynamoCache kept the server's cache directory ({where}) for every run"
 
 
 class Stop(BaseException):

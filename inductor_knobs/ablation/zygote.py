@@ -16,7 +16,9 @@ handler); so after the imports the zygote forks once (:func:`_probe`), and then 
 threads (``/proc/self/task``): a thread that is still there survives forks, and the parent falls
 back to starting every run as a new interpreter.  That first child imports the modules the guard
 stopped, as every run will: a module stopped half-way leaves in the zygote what it did before the
-forbidden import, and if a run could not import it again the parent refuses the zygote too.  Of what
+forbidden import, and if a run could not import it again the parent refuses the zygote too; it also
+proves that what the imports built from the cache directory follows a run's own
+(:func:`.preload.not_kept_proof`).  Of what
 Dynamo and Inductor register at import, Inductor's ``register_at_fork`` handler
 (``torch/_inductor/async_compile.py``: it empties the compile-worker pool set in the child) runs in
 every fork, and their ``atexit`` handlers are a fresh interpreter's too (the worker ends with
@@ -53,7 +55,7 @@ import time
 import traceback
 from typing import Any
 
-from .preload import forbidden, preload
+from .preload import forbidden, not_kept_proof, preload
 
 #: What the child knows about where it came from; :mod:`.worker` adds it to its record.
 CHILD_FACTS: dict[str, Any] = {}
@@ -149,6 +151,8 @@ def _probe(stopped: list[str], use_cuda: bool = False) -> str | None:
                 importlib.import_module(name)
         except BaseException as err:  # noqa: BLE001 - reported to the zygote, which refuses itself
             error = f"importing {name} after the server's imports: {type(err).__name__}: {err}"[:2000]
+        if not error:
+            error = not_kept_proof()
         if use_cuda and not error:
             error = _cuda_in_child()
         os.write(write, error.encode() or b"-")
