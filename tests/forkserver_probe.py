@@ -8,6 +8,9 @@ tests/test_ablate_forkserver.py; prints one JSON object.
   directory; then the Inductor config (``config`` below), the gate function and Dynamo's and
   Inductor's in-memory caches.
 - ``config``: only the Inductor config, for a fresh interpreter to compare with.
+- ``attest``: what a run's Inductor compile read, with the knobs activated by the package's startup
+  hook alone (as the ``.pth`` line does in a fresh interpreter: no explicit activation), recorded by
+  ``ik.record_compiles``; and the compile threads Inductor's config holds.
 """
 
 import json
@@ -46,9 +49,12 @@ def _caches() -> dict:
     from torch._dynamo.utils import counters
     from torch._inductor.codecache import PyCodeCache
 
+    package = sys.modules.get("torch._dynamo.package")  # torch >= 2.8: a cache object made at import
+    dynamo_cache = getattr(package, "DynamoCache", None)
     return {
         "dynamo_counters": {k: dict(v) for k, v in counters.items() if v},
         "inductor_modules": len(PyCodeCache.modules) + len(PyCodeCache.modules_no_attr),
+        "dynamo_cache_dir": dynamo_cache.path_prefix() if dynamo_cache is not None else None,
     }
 
 
@@ -70,7 +76,8 @@ def second() -> dict:
     zygote = sys.modules.get("inductor_knobs.ablation.zygote")
     at_start = {
         "cuda_initialized": bool(torch is not None and torch.cuda.is_initialized()),
-        "inductor_loaded": sorted(m for m in sys.modules if m.startswith(("torch._inductor", "torch._dynamo"))),
+        "compiler_modules": sum(m.startswith(("torch._inductor", "torch._dynamo")) for m in sys.modules),
+        "hook_module_loaded": "torch._inductor.compile_fx" in sys.modules,
         "knobs_loaded": sorted(m for m in sys.modules if m.startswith("inductor_knobs.core")),
         "cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"],
         "cache_dir_contents": (
@@ -84,6 +91,25 @@ def second() -> dict:
         ],
     }
     return {**at_start, "config": _config(), "gate": _gate(), **_caches()}
+
+
+def attest() -> dict:
+    import torch
+
+    import inductor_knobs as ik
+
+    hook_module_at_start = "torch._inductor.compile_fx" in sys.modules
+    fn = torch.compile(lambda x: x.sin() + 1)
+    recorder = ik.record_compiles()
+    with recorder:
+        fn(torch.randn(8))
+    import torch._inductor.config as config
+
+    return {
+        "hook_module_at_start": hook_module_at_start,
+        "attestations": [{k: v for k, v in a.to_dict().items() if k != "compile_id"} for a in recorder.attestations],
+        "compile_threads": config.compile_threads,
+    }
 
 
 def sleep() -> dict:
@@ -103,5 +129,5 @@ def sleep() -> dict:
 if __name__ == "__main__":
     mode = sys.argv[1]
     fresh = lambda: {"config": _config(), "gate": _gate()}  # noqa: E731 - a fresh interpreter's view
-    out = {"first": first, "second": second, "sleep": sleep, "config": fresh}[mode]()
+    out = {"first": first, "second": second, "sleep": sleep, "config": fresh, "attest": attest}[mode]()
     print(json.dumps(out))

@@ -12,10 +12,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from inductor_knobs import cli
 from inductor_knobs.ablation import forkserver, preload, workers
 
 TESTS = Path(__file__).parent
@@ -59,6 +61,10 @@ def test_no_state_leaks_from_one_run_to_the_next(monkeypatch):
         assert server is not None, registry.start_note
         assert server.facts["forbidden_loaded"] == [] and server.facts["threads"] == 1
         assert "torch" in server.facts["preloaded"] and not server.facts["cuda_initialized"]
+        # Dynamo and Inductor are in the server (not the startup hook's trigger), and nothing they read
+        # at import differs from run to run.
+        assert {"torch._dynamo", "torch._inductor.graph"} <= set(server.facts["preloaded"]) and not server.facts["stopped"]
+        assert server.facts["env_kept"] == [] and "TORCHINDUCTOR_COMPILE_THREADS" in server.facts["env_read"]
 
         def knobs(cache: str) -> dict:
             env = workers.base_env(cache)
@@ -72,14 +78,18 @@ def test_no_state_leaks_from_one_run_to_the_next(monkeypatch):
 
         second, env, _ = _run(registry, "forkserver_probe", ["second"], workers.base_env)
         assert second["cuda_initialized"] is False
-        assert second["inductor_loaded"] == [] and second["knobs_loaded"] == []  # the server never had them
-        assert second["child_facts"]["inductor_in_server"] == [] and second["child_facts"]["server_threads"] == 1
+        # The server's Dynamo and Inductor, never the startup hook's trigger nor the package's knobs.
+        assert second["compiler_modules"] > 0 and second["hook_module_loaded"] is False and second["knobs_loaded"] == []
+        assert second["child_facts"]["hook_module_in_server"] is False and second["child_facts"]["server_threads"] == 1
+        assert second["child_facts"]["compiler_modules_in_server"] == second["compiler_modules"]
         assert second["server_environ_knobs"] == []
         assert second["own_session"] is True
         assert second["cache_dir"] != first_env["TORCHINDUCTOR_CACHE_DIR"] and second["cache_dir_contents"] == []
         assert second["tempdir"] == env["TMPDIR"] != first_env["TMPDIR"]  # tempfile's cached answer was reset
         assert second["gate"]["wrapt"] is False and os.path.join("_inductor", "utils.py:") in second["gate"]["code"]
         assert second["dynamo_counters"] == {} and second["inductor_modules"] == 0
+        if second["dynamo_cache_dir"] is not None:  # made at the server's import, keyed on no directory
+            assert second["dynamo_cache_dir"].startswith(os.path.realpath(second["cache_dir"]))
 
         # Inductor's config as a fresh interpreter with the same environment reads it.
         fresh = subprocess.run(
@@ -114,41 +124,118 @@ def test_a_thread_in_the_server_means_new_interpreters(tmp_path, monkeypatch):
         registry.remove_dirs()
 
 
-def test_the_guard_keeps_dynamo_and_inductor_out_of_the_server():
-    """Importing Inductor's config in the server is stopped before it starts; what was imported stays."""
-    facts = _facts(["torch", "torch._inductor.config", "json"])
+def test_the_guard_keeps_the_startup_hooks_trigger_out_of_the_server():
+    """Importing ``torch._inductor.compile_fx`` (on whose import a run activates its INDUCTOR_KNOBS_*) in
+    the server is stopped before it starts; what was imported stays.  The server's Dynamo and Inductor
+    do not import it."""
+    facts = _facts(["torch", "torch._inductor.compile_fx", "json"])
     assert facts["preloaded"] == ["torch", "json"] and facts["forbidden_loaded"] == []
-    assert facts["stopped"]["torch._inductor.config"].startswith("imports torch._inductor")
+    assert facts["stopped"]["torch._inductor.compile_fx"].startswith("imports torch._inductor.compile_fx")
+    facts = _facts(forkserver.preload_modules("gemm_mlp", "cpu"))
+    assert facts["stopped"] == {} and facts["forbidden_loaded"] == [] and facts["env_kept"] == []
 
 
-def test_a_module_stopped_half_way_that_a_run_cannot_import_again_means_new_interpreters(tmp_path, monkeypatch):
-    """A preloaded module that registers an op and then imports torch._dynamo: the guard stops it after the
-    registration, so a run importing it again would register twice.  The server's probe child finds that
-    out, and the server is refused."""
-    (tmp_path / "registers_then_needs_dynamo.py").write_text(
-        "import torch\ntorch.library.define('ik_forkserver_test::twice', '(Tensor x) -> Tensor')\nimport torch._dynamo\n"
-    )
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
-    registry = workers.Workers(preload=["torch", "registers_then_needs_dynamo"])
+def test_an_arms_knobs_are_read_inside_a_forked_runs_compile_as_in_a_new_interpreter():
+    """Inductor preloaded in the server: a forked run's INDUCTOR_KNOBS_* (activated by the package's startup
+    hook alone, as in a new interpreter) are what its compile read (``ik.record_compiles``), setting for
+    setting as a new interpreter's with the same environment; and Inductor's compile threads are the
+    ablation's value, read at the server's import."""
+    registry = workers.Workers(preload=forkserver.preload_modules("gemm_mlp", "cpu"), compile_threads=3)
     try:
-        assert registry.fork_server() is None
-        assert "a probe child of the fork server failed: importing" in registry.start_note
-        assert "registers_then_needs_dynamo" in registry.start_note
+        server = registry.fork_server()
+        assert server is not None, registry.start_note
+        assert server.env["TORCHINDUCTOR_COMPILE_THREADS"] == "3"
+
+        def knobs(cache: str) -> dict:
+            env = workers.base_env(cache, compile_threads=3)
+            env.update(INDUCTOR_KNOBS_MAX_AUTOTUNE="1", INDUCTOR_KNOBS_COORDINATE_DESCENT_TUNING="1")
+            return env
+
+        forked, env, _ = _run(registry, "forkserver_probe", ["attest"], knobs)
+        assert forked["hook_module_at_start"] is False and forked["compile_threads"] == 3
+        fresh = subprocess.run(
+            [sys.executable, "-m", "forkserver_probe", "attest"], env=env, capture_output=True, text=True, check=True
+        )
+        expected = json.loads(fresh.stdout.strip().splitlines()[-1])
+        assert forked["attestations"] == expected["attestations"] and expected["compile_threads"] == 3
+        settings = {s["key"]: s for a in forked["attestations"] for s in a["settings"]}
+        assert settings["max_autotune"]["compiled_with"] is True and settings["max_autotune"]["source"] == "env"
+        assert settings["coordinate_descent_tuning"]["compiled_with"] is True
     finally:
         registry.remove_dirs()
 
 
-def test_transformers_is_preloaded_as_far_as_it_goes_without_dynamo():
-    """transformers' BERT modeling module imports torch._dynamo (transformers.masking_utils on 5.x): the
-    guard stops it there, and the server keeps the rest of transformers."""
+def test_a_run_whose_environment_differs_from_what_the_server_read_starts_as_a_new_interpreter(tmp_path, monkeypatch):
+    """A variable read while the server imported (here by a module of the test; in an ablation
+    TORCHINDUCTOR_COMPILE_THREADS by Inductor's config) and set otherwise for a run: the run is not forked,
+    the note names the variable.  A module that reads a run's own variable at import (its cache
+    directory) makes the server unfit at once."""
+    (tmp_path / "reads_a_variable.py").write_text("import os\nVALUE = os.environ.get('IK_FORKSERVER_TEST')\n")
+    (tmp_path / "reads_the_cache_dir.py").write_text("import os\nCACHE = os.environ.get('TRITON_CACHE_DIR')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
+    monkeypatch.setenv("IK_FORKSERVER_TEST", "server")
+    registry = workers.Workers(preload=["reads_a_variable"])
+    try:
+        server = registry.fork_server()
+        assert server is not None and "IK_FORKSERVER_TEST" in server.facts["env_read"], registry.start_note
+        started = registry.start("forkserver_probe", ["config"], lambda c: {**workers.base_env(c), "IK_FORKSERVER_TEST": "run"})
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(300) == 0 and proc.start["start"] == "subprocess"
+        assert "IK_FORKSERVER_TEST differs from the fork server's" in proc.start["start_note"]
+        registry.done(proc, cache)
+    finally:
+        registry.remove_dirs()
+    registry = workers.Workers(preload=["reads_the_cache_dir"])
+    try:
+        assert registry.fork_server() is None
+        assert "TRITON_CACHE_DIR (importing reads_the_cache_dir)" in registry.start_note
+    finally:
+        registry.remove_dirs()
+
+
+def test_the_proof_that_the_cache_directory_read_at_import_is_not_kept():
+    """``DynamoCache`` as torch 2.13 builds it follows a run's TORCHINDUCTOR_CACHE_DIR; one that keeps the
+    directory it was made with (as older torch releases' did) is found, and the server would be refused."""
+    code = (
+        "import torch._dynamo.package as p\n"
+        "from inductor_knobs.ablation.preload import not_kept_proof\n"
+        "print(repr(not_kept_proof()))\n"
+        "p.DynamoCache = p.DiskDynamoStore('/nonexistent/kept/dynamo')\n"
+        "print(repr(not_kept_proof()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    follows, kept = done.stdout.strip().splitlines()[-2:]
+    assert follows == "''" and "kept the server's cache directory (/nonexistent/kept/dynamo)" in kept
+
+
+def test_a_module_stopped_half_way_that_a_run_cannot_import_again_means_new_interpreters(tmp_path, monkeypatch):
+    """A preloaded module that registers an op and then imports torch._inductor.compile_fx: the guard stops it after the
+    registration, so a run importing it again would register twice.  The server's probe child finds that
+    out, and the server is refused."""
+    (tmp_path / "registers_then_needs_compile_fx.py").write_text(
+        "import torch\ntorch.library.define('ik_forkserver_test::twice', '(Tensor x) -> Tensor')\n"
+        "import torch._inductor.compile_fx\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
+    registry = workers.Workers(preload=["torch", "registers_then_needs_compile_fx"])
+    try:
+        assert registry.fork_server() is None
+        assert "a probe child of the fork server failed: importing" in registry.start_note
+        assert "registers_then_needs_compile_fx" in registry.start_note
+    finally:
+        registry.remove_dirs()
+
+
+def test_transformers_bert_is_preloaded_whole():
+    """transformers' BERT modeling module imports torch._dynamo (transformers.masking_utils on 5.x), which
+    the server now holds: it is preloaded whole, reading nothing that differs from run to run."""
     pytest.importorskip("transformers")
     modules = forkserver.preload_modules("hf:bert-base", "cpu")
     assert modules[-2:] == ["transformers", "transformers.models.bert.modeling_bert"]
     facts = _facts([*modules, "sys"])
-    assert facts["forbidden_loaded"] == [] and "transformers" in facts["preloaded"] and "sys" in facts["preloaded"]
-    assert facts["stopped_import_in_child"] is None  # a run imports the rest of it without trouble
-    if "transformers.models.bert.modeling_bert" in facts["stopped"]:
-        assert "torch._dynamo" in facts["stopped"]["transformers.models.bert.modeling_bert"]
+    assert facts["preloaded"] == [*modules, "sys"] and facts["stopped"] == {} and facts["forbidden_loaded"] == []
+    assert facts["env_kept"] == [] and facts["threads"] == 1 and facts["stopped_import_in_child"] is None
 
 
 def _facts(modules: list[str]) -> dict:
@@ -233,11 +320,102 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+SMOKE = ["ablate", "--device", "cpu", "--workload", "gemm_mlp", "--smoke", "--arm", "eager", "--arm", "default"]
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _tagged(tag: str) -> list[int]:
+    """The live processes whose environment holds ``IK_FORKSERVER_TAG=tag``."""
+    needle = f"IK_FORKSERVER_TAG={tag}".encode()
+    return [pid for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()) if _environ_has(pid, needle) and _alive(pid)]
+
+
+def _environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def test_a_command_refused_after_its_fork_server_started_leaves_no_process(tmp_path, monkeypatch, capsys):
+    """The fork server starts as soon as the plan is known, before the command's own start-up is done; a
+    bad argument found after that (here --resume on an --out that holds another plan) still ends it and
+    everything it started (its process group)."""
+    servers: list[forkserver.ForkServer] = []
+    original = forkserver.ForkServer.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        servers.append(self)
+
+    monkeypatch.setattr(forkserver.ForkServer, "__init__", recording)
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "plan.json").write_text('{"jobs": []}')
+    assert cli.main([*SMOKE, "--resume", "--out", str(out)]) == cli.ERR
+    assert "this command's plan is not the one in --out" in capsys.readouterr().err
+    assert len(servers) == 1  # it had started
+    server = servers[0]
+    assert server.proc.returncode is not None and _group_alive(server.proc.pid) == []
+    assert not os.path.exists(os.path.dirname(server.log))  # its directory went with it
+
+
+def test_sigint_while_the_fork_server_starts_leaves_no_process(tmp_path):
+    """SIGINT to the command while its fork server imports (the command's start-up, before or at the first
+    run): status 130, and no process of the ablation is left (the server is killed with its group)."""
+    tag = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    env.update(IK_FORKSERVER_TAG=tag, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inductor_knobs", *SMOKE],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's foreground job
+    )
+    try:
+        deadline = time.monotonic() + 300  # a hang guard, not a measurement
+        while not any(b"inductor_knobs.ablation.zygote" in _cmdline(pid) for pid in _tagged(tag)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted by SIGINT" in err, err
+    deadline = time.monotonic() + 10
+    while _tagged(tag) and time.monotonic() < deadline:  # killed processes leave /proc as they are reaped
+        time.sleep(0.05)
+    assert _tagged(tag) == []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_the_preload_list_follows_the_workload():
-    assert forkserver.preload_modules("gemm_mlp", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
-    assert forkserver.preload_modules("gemm_mlp", "cuda")[-1] == "triton"
+    assert forkserver.preload_modules("gemm_mlp", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
+    assert forkserver.preload_modules("gemm_mlp", "cuda") == ["torch", *forkserver.COMPILER_DEPS, "triton", *forkserver.COMPILER]
     assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
-    assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS]
+    assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
     assert all(not preload.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
 
 
@@ -265,6 +443,7 @@ def test_forked_runs_on_a_gpu_with_cuda_graphs_under_emulation():
         assert server is not None, registry.start_note
         assert not server.facts["cuda_initialized"] and server.facts["stopped_import_in_child"] is None
         assert "triton" in server.facts["preloaded"] and server.facts["forbidden_loaded"] == []
+        assert "torch._inductor.graph" in server.facts["preloaded"] and server.facts["env_kept"] == []
         for spec_job, arm in zip(plan.jobs(), arms):
             record = job.run_job(spec_job, arm, 0, 900, registry)
             assert record is not None and record["ok"], record.get("traceback") if record else None

@@ -61,7 +61,7 @@ def test_no_measurement_overlaps_another_workers_compile():
     for r in runs:
         assert r["quiet"] == {"barrier": True, "parallel": 2, "cap": r["quiet"]["cap"], "lanes": 1}
         assert r["measure_cpus"] == sorted(os.sched_getaffinity(0)) or r.get("pin_error")
-        assert r["start"] == "forkserver" and r["start_facts"]["inductor_in_server"] == []
+        assert r["start"] == "forkserver" and r["start_facts"]["hook_module_in_server"] is False
     assert explain.quiet_overlaps(runs) == 0
     text = explain.quiet_note({"runs": runs, "parallel": 2})
     assert "while no worker of this ablation compiled" in text and "no measurement overlapped" in text

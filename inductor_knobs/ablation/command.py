@@ -33,6 +33,7 @@ and ``--gpus`` inside each shard.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import socket
@@ -45,8 +46,9 @@ from . import compare, files, outdir, report, slurm, store
 from .build import build_plan, check_plot
 from .merge import merge
 from .plan import Plan
-from .runner import execute
+from .runner import early_workers, execute
 from .signals import Interrupted, signals_ignored, signals_raise
+from .workers import Workers
 
 
 def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
@@ -125,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # What the ablation started (its fork server, from the plan on) ends however this returns or raises.
+    with contextlib.ExitStack() as started:
+        return _run_with(args, started)
+
+
+def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
     if args.compare:
         old, new = (files.read(p, "--compare") for p in args.compare)
         for line in compare.differences(old, new):
@@ -147,6 +155,9 @@ def _run(args: argparse.Namespace) -> int:
             target.prepare()
     else:
         plan = build_plan(args)
+        # The fork server imports torch, Dynamo, Inductor and the workload's libraries while the rest of
+        # the start-up (results.json's environment, the run store) goes on; the first run waits for it.
+        workers = started.enter_context(early_workers(plan))
         conflicts = {a.name: a.conflicts() for a in plan.arms}
         for name, items in conflicts.items():
             for item in items:  # shown before anything runs
@@ -177,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         results["setup_seconds"] = start - entered
         try:
-            fresh = _execute(plan, args.out, todo, runs, results)
+            fresh = _execute(plan, args.out, todo, runs, results, workers)
         except Interrupted as stop:
             with signals_ignored():  # a second Ctrl-C must not lose the finished runs
                 results["wall_seconds"] = time.perf_counter() - start
@@ -218,7 +229,12 @@ def _write(target: outdir.Target, results: dict[str, Any], plot: bool, status: i
 
 
 def _execute(
-    plan: Plan, out: str | None, jobs: list[dict[str, Any]], runs: store.RunStore | None, results: dict[str, Any]
+    plan: Plan,
+    out: str | None,
+    jobs: list[dict[str, Any]],
+    runs: store.RunStore | None,
+    results: dict[str, Any],
+    workers: Workers | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``jobs`` with ``plan.executor``; every record is kept in ``runs`` as it finishes.
 
@@ -232,6 +248,8 @@ def _execute(
         jobs (list[dict[str, Any]]): the jobs to run.
         runs (store.RunStore | None): where every record is kept as it finishes, or None.
         results (dict[str, Any]): results.json's data (``slurm`` is added for the Slurm executor).
+        workers (Workers | None): the local executor's workers, their fork server started early
+            (:func:`.runner.early_workers`), or None.
 
     Returns:
         list[dict[str, Any]]: the new records, by job index.
@@ -242,7 +260,7 @@ def _execute(
     """
     save = runs.save if runs is not None else None
     if plan.executor != "slurm":
-        return execute(plan, jobs=jobs, on_record=save)
+        return execute(plan, jobs=jobs, on_record=save, workers=workers)
     assert out is not None and plan.slurm is not None  # build_plan requires both for the Slurm executor
     folder = os.path.abspath(os.path.join(out, "slurm"))
     submitted = slurm.SlurmRun()

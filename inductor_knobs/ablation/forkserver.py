@@ -5,7 +5,8 @@ Each run of an ablation is still a process of its own (the unit of the statistic
 server, in its own session, with its arm's environment applied before anything reads it, its own
 private directories, and nothing of another run (see :mod:`.zygote`, the server's side, for what a
 child does first).  What the runs share is only what importing the preloaded modules left in memory
-(``torch``, not ``torch._dynamo`` or ``torch._inductor``: those read the environment at import).
+(``torch``, Dynamo and Inductor, the workload's libraries), each proven to carry nothing of a run
+(:mod:`.preload`: the environment they read at import is every run's, checked at every fork).
 :func:`preload_modules` derives the list from the workload.
 
 **Why not** ``multiprocessing.get_context("forkserver")``.  It was the first choice; five things
@@ -37,8 +38,10 @@ start as new interpreters.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -55,6 +58,12 @@ SPAWN_TIMEOUT_S = 60.0
 #: Modules that Dynamo and Inductor import first and that read no setting of a run (sympy alone is
 #: about 0.15-0.3 s of every compiled run's start-up).
 COMPILER_DEPS = ("sympy", "torch.fx.experimental.symbolic_shapes")
+
+#: Dynamo and Inductor, as far as :mod:`.preload` allows (not the startup hook's trigger,
+#: ``torch._inductor.compile_fx``): ``torch._inductor.graph`` imports the lowering, the scheduler and the
+#: C++ and Triton code generators (about 1 s of a compiled run's start-up on a CPU, 3 s with transformers
+#: on an H200 host).
+COMPILER = ("torch._dynamo", "torch._inductor.graph")
 
 #: ``hf:<name>`` -> its transformers modeling module.
 HF_MODULES = {
@@ -77,11 +86,13 @@ def preload_modules(workload: str, device: str) -> list[str]:
     Returns:
         list[str]: ``torch``, :data:`COMPILER_DEPS`, ``triton`` on CUDA (Inductor's GPU code
         generator: it reads its settings, ``TRITON_CACHE_DIR`` among them, when used, not at
-        import), and ``transformers`` with the model's modeling module or ``timm``.
+        import), :data:`COMPILER` (every workload, every device: the compiled arms need them), and
+        ``transformers`` with the model's modeling module or ``timm``.
     """
     modules = ["torch", *COMPILER_DEPS]
     if device == "cuda":
         modules.append("triton")
+    modules += COMPILER
     prefix, _, name = workload.partition(":")
     if prefix == "hf":
         modules += ["transformers", HF_MODULES.get(name, "transformers")]
@@ -149,7 +160,7 @@ class ForkServer:
     """
 
     def __init__(self, modules: list[str], env: dict[str, str], log: str) -> None:
-        self.modules, self.id, self.log = list(modules), uuid.uuid4().hex[:12], log
+        self.modules, self.id, self.log, self.env = list(modules), uuid.uuid4().hex[:12], log, dict(env)
         self.facts: dict[str, Any] | None = None
         self.start_seconds: float | None = None
         self.lost = False
@@ -222,13 +233,30 @@ class ForkServer:
                 f"{', '.join(facts['preloaded'])}; fork() copies only one"
             )
         if facts["forbidden_loaded"]:
-            return f"the fork server imported {', '.join(facts['forbidden_loaded'][:3])}, which reads a run's settings at import"
+            return (
+                f"the fork server imported {', '.join(facts['forbidden_loaded'][:3])}, on whose import a run "
+                "activates its INDUCTOR_KNOBS_*"
+            )
         if facts["cuda_initialized"]:
             return "importing the preloaded modules initialised CUDA, which a forked child could not use"
-        per_run = [k for k in facts["env_read"] if k not in ("TMPDIR", "TEMP", "TMP")]
-        if per_run:
-            return f"importing the preloaded modules read {', '.join(per_run)}, which differs from run to run"
+        if facts["env_kept"]:
+            readers = facts["env_readers"]
+            named = ", ".join(f"{k} (importing {', '.join(readers[k])})" for k in facts["env_kept"])
+            return f"importing the preloaded modules read {named}, which differs from run to run"
         return None
+
+    def differs(self, env: dict[str, str]) -> list[str]:
+        """The variables that the server's imports read and whose value in ``env`` is not the server's.
+
+        Args:
+            env (dict[str, str]): a run's whole environment.
+
+        Returns:
+            list[str]: the variables (sorted); the reads of :data:`.preload.NOT_KEPT` are not counted.
+        """
+        facts = self.facts or {}
+        not_kept = set(facts.get("env_readers", {})) - set(facts.get("env_kept", []))
+        return [k for k in facts.get("env_read", []) if k not in not_kept and env.get(k) != self.env.get(k)]
 
     def _log_tail(self) -> str:
         try:
@@ -253,8 +281,12 @@ class ForkServer:
             Forked: the child, already leading its own session.
 
         Raises:
-            OSError: the server is gone, did not answer, or could not fork.
+            OSError: the server is gone, did not answer, or could not fork; or ``env`` differs from the
+                server's in a variable its imports read (:meth:`differs`).
         """
+        differ = self.differs(env)
+        if differ:
+            raise OSError(f"the run's {', '.join(differ[:5])} differs from the fork server's, whose imports read it")
         with self._lock:
             self._next += 1
             rid = self._next
@@ -312,10 +344,19 @@ class ForkServer:
         }
 
     def close(self) -> None:
-        """End the server (its children, in their own sessions, are the caller's to end)."""
+        """End the server (its children, in their own sessions, are the caller's to end).
+
+        A server still importing is killed with its process group (its probe child included) at once:
+        it reads its stdin only once ready, and an ablation refused or interrupted meanwhile must not
+        wait for its imports.
+        """
         with self._cond:
+            starting = self.facts is None and not self.lost
             self.lost = True
             self._cond.notify_all()
+        if starting and self.proc.poll() is None:  # not reaped: its pid is still its process group's
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()

@@ -24,12 +24,13 @@ runs that had finished.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .forkserver import preload_modules
@@ -40,11 +41,66 @@ from .signals import Interrupted, signals_ignored
 from .workers import Workers
 
 
+def _lanes(plan: Plan) -> list[int | None]:
+    """The GPUs of ``plan`` (one lane each), or ``[None]`` (the CPU)."""
+    return list(plan.gpus) if plan.device == "cuda" and plan.gpus else [None]
+
+
+def make_workers(plan: Plan, runs: int) -> Workers:
+    """The :class:`.workers.Workers` of an ablation of ``runs`` runs: its fork server's modules (none for
+    one run: a server would import torch for that one run) and the ablation's Inductor compile threads
+    (with several workers at once per lane, ``CPUs / (lanes x parallel)`` each; else Inductor's own
+    choice, which the server and every run make from the same CPUs: the worker pins itself only to measure).
+
+    Args:
+        plan (Plan): the ablation.
+        runs (int): how many runs it will start.
+
+    Returns:
+        Workers: nothing started yet.
+    """
+    parallel = max(1, plan.parallel)
+    threads = max(1, usable_cpus() // (len(_lanes(plan)) * parallel)) if parallel > 1 else None
+    preload = preload_modules(plan.workload, plan.device) if runs > 1 else None
+    workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads)
+    if preload is None:
+        workers.start_note = "one run: a fork server would import torch for that one run"
+    return workers
+
+
+@contextlib.contextmanager
+def early_workers(plan: Plan) -> Iterator[Workers | None]:
+    """The workers of ``plan`` with their fork server already importing, for the command's own start-up
+    (results.json's environment, the run store) to overlap it; ended however the block ends.
+
+    Only the local executor forks runs; the server starts for a plan of more than one run.  The block's
+    :func:`execute` waits for the server where it forks the first run; a bad argument found inside the
+    block, or SIGINT meanwhile, leaves the block through ``Workers.remove_dirs``, which kills a server
+    still importing with its process group.
+
+    Args:
+        plan (Plan): the ablation.
+
+    Yields:
+        Workers | None: for :func:`execute` (None with the Slurm executor).
+    """
+    if plan.executor == "slurm":
+        yield None
+        return
+    workers = make_workers(plan, len(plan.jobs()))
+    try:
+        workers.start_server()
+        yield workers
+    finally:
+        workers.remove_dirs()
+
+
 def execute(
     plan: Plan,
     progress: bool = True,
     jobs: list[dict[str, Any]] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    workers: Workers | None = None,
 ) -> list[dict[str, Any]]:
     """Run every job of ``plan`` here; one thread per GPU (or one on CPU) takes jobs in order.
 
@@ -55,6 +111,9 @@ def execute(
             ablation passes the missing ones).
         on_record (Callable[[dict[str, Any]], None] | None): called with every record as it finishes
             (in a job thread; :meth:`.store.RunStore.save`).
+        workers (Workers | None): the ablation's workers, their server maybe importing already
+            (:func:`early_workers`); None: :func:`make_workers`.  Their directories and server are
+            removed at the end either way.
 
     Returns:
         list[dict[str, Any]]: one record per job, by job index, each with ``shard`` (this shard's index).
@@ -73,14 +132,11 @@ def execute(
         pending.put(job)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
-    on_gpu = plan.device == "cuda" and bool(plan.gpus)
-    lanes: list[int | None] = list(plan.gpus) if on_gpu else [None]
+    lanes = _lanes(plan)
     parallel = max(1, plan.parallel)
-    threads_each = max(1, usable_cpus() // (len(lanes) * parallel)) if parallel > 1 else None
-    preload = preload_modules(plan.workload, plan.device) if len(jobs) > 1 else None
-    workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads_each)
-    if preload is None:
-        workers.start_note = "one run: a fork server would import torch for that one run"
+    if workers is None:
+        workers = make_workers(plan, len(jobs))
+    threads_each = workers.compile_threads  # the server's and every worker's: one value per ablation
     cap = live_cap(parallel, len(jobs), len(lanes))
     quiet = Quiet(lanes, parallel, cap, len(jobs))
     slots = [lane for lane in lanes for _ in range(cap)]
@@ -117,8 +173,9 @@ def execute(
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
     try:
-        # The fork server imports once, here, before any run's clock starts (its own cost goes to
-        # every record's ``server``); an interruption meanwhile ends it.
+        # The fork server imports once, before any run's clock starts (its own cost goes to every
+        # record's ``server``); started early (early_workers) it has imported while the command set up,
+        # and this waits only for the rest.  An interruption meanwhile ends it.
         workers.fork_server()
         for t in threads:
             t.start()

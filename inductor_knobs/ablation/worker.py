@@ -221,7 +221,7 @@ def start_facts() -> dict[str, Any]:
 
     Returns:
         dict[str, Any]: ``cuda_initialized_at_start`` and, in a child of the fork server, ``server_pid``,
-        ``server_threads`` and ``inductor_in_server`` (:data:`.zygote.CHILD_FACTS`).
+        ``server_threads``, ``hook_module_in_server`` and ``compiler_modules_in_server`` (:data:`.zygote.CHILD_FACTS`).
     """
     zygote = sys.modules.get("inductor_knobs.ablation.zygote")
     if zygote is not None and zygote.CHILD_FACTS:

@@ -234,30 +234,49 @@ class Workers:
                 with contextlib.suppress(OSError):  # another worker put the same kernel there meanwhile
                     os.rename(os.path.join(source, name), target)
 
+    def start_server(self) -> None:
+        """Start the ablation's fork server and return at once: it imports while the caller goes on
+        (:func:`.runner.early_workers`); :meth:`fork_server` waits for it.  Nothing when there is one
+        already, or none is wanted."""
+        with self._server_lock:
+            self._launch()
+
+    def _launch(self) -> None:
+        """Start the server unless one runs or starts, or none is wanted (the caller holds ``_server_lock``)."""
+        if self.preload is None or self.server is not None or self.start_note is not None or self._starting is not None:
+            return
+        why = supported()
+        if why is not None:
+            self.start_note = why
+            return
+        directory = os.path.join(self._own_dir(), "server")
+        os.makedirs(os.path.join(directory, TEMP_SUBDIR), exist_ok=True)
+        env = base_env(directory, compile_threads=self.compile_threads)
+        with self.lock:
+            if self.stopped:
+                return
+            try:
+                # Under the lock: stop() either finds it and closes it, or came first and it never starts.
+                self._starting = ForkServer(self.preload, env, os.path.join(directory, "server.log"))
+            except OSError as err:  # no process could be started: the runs will say the same
+                self.start_note = f"the fork server did not start: {err}"
+
     def fork_server(self) -> ForkServer | None:
-        """The ablation's fork server, started (and judged) on the first call; None when the workers
-        start as new interpreters (no ``preload``, stopped, or the server unfit: :attr:`start_note`).
+        """The ablation's fork server, started on the first call unless :meth:`start_server` started it,
+        waited for and judged; None when the workers start as new interpreters (no ``preload``,
+        stopped, or the server unfit: :attr:`start_note`).
 
         Returns:
             ForkServer | None: the server.
         """
         with self._server_lock:
-            if self.preload is None or self.server is not None or self.start_note is not None or self.stopped:
+            if self.stopped:
                 return self.server
-            why = supported()
-            if why is not None:
-                self.start_note = why
-                return None
-            directory = os.path.join(self._own_dir(), "server")
-            os.makedirs(os.path.join(directory, TEMP_SUBDIR))
-            env = base_env(directory, compile_threads=self.compile_threads)
-            try:
-                server = ForkServer(self.preload, env, os.path.join(directory, "server.log"))
-            except OSError as err:  # no process could be started: the runs will say the same
-                self.start_note = f"the fork server did not start: {err}"
-                return None
+            self._launch()
             with self.lock:
-                self._starting = server  # stop() closes it while it imports
+                server = self._starting  # stop() closes it while it imports
+            if server is None:
+                return self.server
             why = server.wait_ready()
             with self.lock:
                 self._starting = None
@@ -360,8 +379,12 @@ class Workers:
             starting.close()
 
     def remove_dirs(self) -> None:
-        """End the fork server, and remove the cache directories of workers whose thread did not get
-        to it and the ablation's own directory."""
+        """End the fork server (or the one still starting), and remove the cache directories of workers
+        whose thread did not get to it and the ablation's own directory."""
+        with self.lock:
+            starting = self._starting
+        if starting is not None:  # started early and never waited for (a refused or interrupted command)
+            starting.close()
         with self._server_lock:
             server, self.server = self.server, None
         if server is not None:

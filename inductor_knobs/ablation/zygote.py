@@ -5,9 +5,10 @@ Started by :class:`.forkserver.ForkServer` with the environment that every run o
 forks one child per request; each child becomes ``python -m MODULE ARGS...`` with the run's own
 environment.  Standard library only at module level: this module decides what else is imported.
 
-**What the zygote imports** (:mod:`.preload`): the modules it is given, in order, never
-``torch._dynamo`` or ``torch._inductor`` (they read the environment at import), and every
-``os.environ`` read on the way is recorded.
+**What the zygote imports** (:mod:`.preload`): the modules it is given, in order (Dynamo and Inductor
+among them), never the package's startup-hook trigger ``torch._inductor.compile_fx`` (a run's
+``INDUCTOR_KNOBS_*`` activate on its import, in the run), and every ``os.environ`` read on the way is
+recorded with the module that read it, for the parent to compare with every run's environment.
 
 **Threads, and what was stopped.**  ``fork()`` copies only the calling thread.  numpy's OpenBLAS
 starts a thread pool at import and stops it itself before every fork (its ``pthread_atfork``
@@ -15,7 +16,13 @@ handler); so after the imports the zygote forks once (:func:`_probe`), and then 
 threads (``/proc/self/task``): a thread that is still there survives forks, and the parent falls
 back to starting every run as a new interpreter.  That first child imports the modules the guard
 stopped, as every run will: a module stopped half-way leaves in the zygote what it did before the
-forbidden import, and if a run could not import it again the parent refuses the zygote too.
+forbidden import, and if a run could not import it again the parent refuses the zygote too; it also
+proves that what the imports built from the cache directory follows a run's own
+(:func:`.preload.not_kept_proof`).  Of what
+Dynamo and Inductor register at import, Inductor's ``register_at_fork`` handler
+(``torch/_inductor/async_compile.py``: it empties the compile-worker pool set in the child) runs in
+every fork, and their ``atexit`` handlers are a fresh interpreter's too (the worker ends with
+``os._exit`` after killing its session either way).
 
 **A child** (:func:`_become`): ``os.setsid()`` first (its own session and process group, so that a
 ``killpg`` reaches it and Inductor's compile workers; the zygote answers the parent with the pid
@@ -48,7 +55,7 @@ import time
 import traceback
 from typing import Any
 
-from .preload import forbidden, preload
+from .preload import forbidden, not_kept_proof, preload
 
 #: What the child knows about where it came from; :mod:`.worker` adds it to its record.
 CHILD_FACTS: dict[str, Any] = {}
@@ -144,6 +151,8 @@ def _probe(stopped: list[str], use_cuda: bool = False) -> str | None:
                 importlib.import_module(name)
         except BaseException as err:  # noqa: BLE001 - reported to the zygote, which refuses itself
             error = f"importing {name} after the server's imports: {type(err).__name__}: {err}"[:2000]
+        if not error:
+            error = not_kept_proof()
         if use_cuda and not error:
             error = _cuda_in_child()
         os.write(write, error.encode() or b"-")
@@ -190,7 +199,8 @@ def _become(request: dict[str, Any], own_fds: list[int]) -> int:
         server_pid=os.getppid(),
         server_threads=_threads_of(os.getppid()),
         cuda_initialized_at_start=bool(torch is not None and torch.cuda.is_initialized()),
-        inductor_in_server=sorted(m for m in sys.modules if forbidden(m)),
+        hook_module_in_server=any(forbidden(m) for m in sys.modules),
+        compiler_modules_in_server=sum(m.startswith(("torch._dynamo", "torch._inductor")) for m in sys.modules),
     )
     os.environ.clear()
     os.environ.update(request["env"])
