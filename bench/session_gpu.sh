@@ -9,6 +9,9 @@
 #                                              #   one-GPU node), then on all 4 GPUs with all CPUs (ablate_gpu.sh
 #                                              #   parts main + allgpus), one after the other, nothing beside them
 #   OUT=/tmp/out bash bench/session_gpu.sh c   # bench/serving_soak.py, one served model per GPU, 4 GPUs
+#   OUT=/tmp/out bash bench/session_gpu.sh d   # part b again (after the fork server preloaded Inductor),
+#                                              #   then bench/cold_start.py, Llama on GPU 0 and BERT-base on
+#                                              #   GPU 1 at once (their own 16 CPUs each), nothing beside them
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -52,6 +55,21 @@ b)
     cat "$OUT/status.txt" "$OUT/main.time" "$OUT/allgpus.time" "$OUT/allgpus.compare.txt" 2>/dev/null
     grep -A3 "Where the time went" "$OUT/main.log" | head -5
     grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
+    ;;
+d)
+    PARTS="main allgpus" DEADLINE_S=390 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1
+    done_at ablate_gpu $?
+    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 180 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
+        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
+    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 180 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
+        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    wait
+    cat "$OUT/main.time" "$OUT/allgpus.time" "$OUT/allgpus.compare.txt" 2>/dev/null
+    grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
+    grep -E "fork server|started|quiet" "$OUT/main.log" | head -5
+    for m in llama bert; do
+        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,12p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
+    done
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1

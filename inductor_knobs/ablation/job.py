@@ -54,8 +54,15 @@ def _readings(gpu: int | None, when: str) -> dict[str, Any]:
     return out
 
 
+#: How a run started and was measured: a forked run has ``server``, a new interpreter a ``start_note``,
+#: a local run ``quiet`` (the barrier it measured under, set by the runner).
+RECORD_START_KEYS = ("start", "start_note", "server", "quiet")
+
+
 def stamp(record: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
-    """Give ``record`` a ``run_id`` and, if its worker reported none, the fingerprint its parent knows.
+    """Give ``record`` a ``run_id``, if its worker reported none the fingerprint its parent knows, and
+    every key of how it started and was measured (``start``, ``start_note``, ``server``, ``quiet``: None
+    where they do not apply), so that every executor's records have one schema.
 
     Args:
         record (dict[str, Any]): a finished run's record (changed in place).
@@ -65,6 +72,8 @@ def stamp(record: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
         dict[str, Any]: ``record``.
     """
     record.setdefault("run_id", fingerprint.new_run_id())
+    for key in RECORD_START_KEYS:
+        record.setdefault(key, None)
     if not isinstance(record.get("fingerprint"), dict):
         arm = Arm(**job["arm"])
         try:
