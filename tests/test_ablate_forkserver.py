@@ -66,6 +66,10 @@ def test_no_state_leaks_from_one_run_to_the_next(monkeypatch):
         assert {"torch._dynamo", "torch._inductor.graph"} <= set(server.facts["preloaded"]) and not server.facts["stopped"]
         assert server.facts["env_kept"] == [] and "TORCHINDUCTOR_COMPILE_THREADS" in server.facts["env_read"]
 
+        # The server and every run ask NVML, not the CUDA runtime, whether CUDA is there (importing
+        # Inductor asks, and the runtime's answer poisons fork on a CUDA build).
+        assert workers.base_env("/nonexistent")[workers.NVML_CHECK_VAR] == "1"
+
         def knobs(cache: str) -> dict:
             env = workers.base_env(cache)
             env.update(INDUCTOR_KNOBS_MAX_AUTOTUNE_GEMM="1", INDUCTOR_KNOBS_MIN_SMS="1")

@@ -111,6 +111,11 @@ def knob_env(arm: Arm, emulate: str | None) -> dict[str, str]:
     return env
 
 
+#: torch's switch for an NVML-based ``torch.cuda.is_available()`` that does not poison fork
+#: (torch/cuda/__init__.py ``_nvml_based_avail``; see :func:`base_env`).
+NVML_CHECK_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
 def base_env(cache: str, kernels: str | None = None, compile_threads: int | None = None) -> dict[str, str]:
     """The environment every process of an ablation shares: this process's, without its
     ``INDUCTOR_KNOBS_*`` variables, with private caches and temporary directory under ``cache``.
@@ -134,6 +139,12 @@ def base_env(cache: str, kernels: str | None = None, compile_threads: int | None
     env.update(dict.fromkeys(TEMP_VARS, os.path.join(cache, TEMP_SUBDIR)))
     if compile_threads is not None:
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
+    # Importing Dynamo and Inductor calls torch.cuda.is_available(), which by default asks the CUDA
+    # runtime (cudaGetDeviceCount, so cuInit) and poisons fork: on a 4xH100 host (torch 2.11+cu130) every
+    # child of a fork server that had preloaded them failed "Cannot re-initialize CUDA in forked
+    # subprocess" (its probe child found it, and the runs started as new interpreters).  With this
+    # variable torch asks NVML instead, which initialises no CUDA driver; every run gets the same value.
+    env.setdefault(NVML_CHECK_VAR, "1")
     # A user workload (``mymodels:factory``) is named relative to the current directory, as the
     # parent resolved it (workloads.resolve); the worker must find the same module.
     cwd = os.getcwd()
