@@ -354,8 +354,8 @@ def start_note(results: Mapping[str, Any]) -> str:
         stopped = {m: why for s in servers.values() for m, why in (s.get("stopped") or {}).items()}
         parts.append(
             f"{len(forked)} of {len(runs)} runs were forked from a fork server that imported {', '.join(modules)} once "
-            f"({seconds:.1f} s, before the first run, in no run's time), so a run's import column is only what it "
-            "imported itself (Dynamo, Inductor, the knobs)"
+            f"({seconds:.1f} s, while the command set up, in no run's time), so a run's import column is only what "
+            "it imported itself"
         )
         if stopped:
             parts.append("not preloaded: " + "; ".join(f"{m} ({why})" for m, why in sorted(stopped.items())))
