@@ -214,7 +214,7 @@ def _load(
 
     from ..core.knob_blocks import KnobsContext
     from .graphs import capture_cuda_graphs
-    from .warmup import _as_call
+    from .signature import as_call
 
     seconds: dict[str, float] = {}
     served = compiled
@@ -227,7 +227,7 @@ def _load(
         # (_cache_config_ignore_prefix in torch/_inductor/config.py, 2.7-2.15).
         with torch.no_grad(), KnobsContext(Knobs(config={"compile_threads": 1}), source="ik.load_serving_bundle"):
             for index, shape in enumerate(spec.shapes):
-                args, kwargs = _as_call(factory(shape))
+                args, kwargs = as_call(factory(shape))
                 started = _clock()
                 compiled(*args, **kwargs)
                 if torch.cuda.is_initialized():  # the phase ends when its kernels did (cuDNN plans, first cuBLAS calls)

@@ -210,9 +210,9 @@ def capture_cuda_graphs(
 
     if not torch.cuda.is_available():
         raise GraphCaptureFailed(f"capture_cuda_graphs needs a CUDA GPU; torch {torch_version()} sees none")
-    from .warmup import _as_call
+    from .signature import as_call
 
-    calls = [(shape, *_as_call(factory(shape))) for shape in shape_list]
+    calls = [(shape, *as_call(factory(shape))) for shape in shape_list]
     for shape, args, kwargs in calls:
         off = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor) and v.device.type != "cuda"]
         if off:

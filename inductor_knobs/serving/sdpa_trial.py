@@ -164,12 +164,12 @@ def run_arm(fn: Callable[..., Any], factory: Callable[[Any], Any], shapes: Seque
     """One arm, in this process: warm ``shapes`` (two calls each), then call each probe twice; CUDA synchronised."""
     import warnings
 
-    from .warmup import _as_call
+    from .signature import as_call
 
     def timed(item: Any) -> float:
         import torch
 
-        args, kwargs = _as_call(item)
+        args, kwargs = as_call(item)
         start = time.perf_counter()
         fn(*args, **kwargs)
         if torch.cuda.is_available():

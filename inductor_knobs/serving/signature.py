@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -100,3 +101,20 @@ def from_json(data: Any) -> tuple[Any, ...]:
         return tuple((p["name"], part(p["tensor"])) if isinstance(p, dict) and "name" in p else part(p) for p in data)
     except (KeyError, TypeError, RuntimeError) as err:
         raise ValueError(f"{data!r} is not a signature: {err!r}") from err
+
+
+def as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A factory's item as a call's ``(args, kwargs)``: a mapping is keywords, a tuple or list is positional
+    arguments, anything else is the one positional argument (what ``ik.warmup``'s ``factory`` may return).
+
+    Args:
+        item (Any): what the factory returned for one shape.
+
+    Returns:
+        tuple[tuple[Any, ...], dict[str, Any]]: the positional and keyword arguments.
+    """
+    if isinstance(item, Mapping):
+        return (), dict(item)
+    if isinstance(item, (tuple, list)):
+        return tuple(item), {}
+    return (item,), {}

@@ -12,7 +12,7 @@ probes at shapes it did not warm tell what is still cold, and the standard fixes
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core.messages import torch_version
@@ -20,7 +20,7 @@ from ..core.recorder import Collector
 from ..errors import InvalidKnobValue
 from .buckets import suggest_buckets
 from .sdpa_trial import TrialArm, decide, measure
-from .signature import _on_cuda
+from .signature import _on_cuda, as_call
 from .stalls import no_stalls, profiler_cost
 from .warmup_report import ColdCause, WarmupReport, WarmupStep
 
@@ -146,7 +146,7 @@ def warmup(
 
 
 def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:
-    args, kwargs = _as_call(item)
+    args, kwargs = as_call(item)
     with Collector(need_autotune=False) as seen:  # on torch 2.4 a warmup still reports compilations
         first = guard.call(fn, *args, **kwargs)
         del first
@@ -158,14 +158,6 @@ def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item
         guard.profiler_seconds = profiler_cost(fn, args, kwargs)
     host = guard.last_host_seconds
     return WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles, causes, shape, host)
-
-
-def _as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if isinstance(item, Mapping):
-        return (), dict(item)
-    if isinstance(item, (tuple, list)):
-        return tuple(item), {}
-    return (item,), {}
 
 
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
