@@ -28,8 +28,8 @@ A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``P
   merged 2025-08-15).  Only calls without an attention bias whose q, k, v and output are BSHD
   (``x.transpose(1, 2).is_contiguous()``) take the path; others warn once and plan per shape as before.
 
-2.15 (not installable here) is declared as 2.14: the reference notes list ``lookup_table.table`` at
-2.15 ``config.py:3336``, and pytorch's newest ``MHA.cpp`` still has the static.
+2.15.0 (+cu132 wheel, read without installing): ``triton.cudagraph_capture_sizes`` at ``config.py:2156``,
+``lookup_table.table`` at ``config.py:3336``, and ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` in ``libtorch_cuda.so``.
 """
 
 from __future__ import annotations
