@@ -119,11 +119,13 @@ class Forked:
 
     Attributes:
         pid (int): the child's pid, which is also its session and process group id.
+        fork (int): which of the server's children with this pid it is (1 for the first; a pid is reused
+            once the kernel's pids wrap, and an earlier child's exit status must not answer for it).
         returncode (int | None): its exit status once known (``-N``: killed by signal N).
     """
 
-    def __init__(self, server: ForkServer, pid: int) -> None:
-        self.server, self.pid = server, pid
+    def __init__(self, server: ForkServer, pid: int, fork: int = 1) -> None:
+        self.server, self.pid, self.fork = server, pid, fork
         self.returncode: int | None = None
         self.start: dict[str, Any] = {}  # how it started, for the record (set by Workers.start)
 
@@ -137,7 +139,7 @@ class Forked:
             int | None: its exit status, or None if it still runs after ``timeout``.
         """
         if self.returncode is None:
-            self.returncode = self.server.exit_status(self.pid, timeout)
+            self.returncode = self.server.exit_status(self.pid, timeout, self.fork)
         return self.returncode
 
     def poll(self) -> int | None:
@@ -167,7 +169,10 @@ class ForkServer:
         self._lock = threading.Lock()  # one request at a time
         self._cond = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
-        self._exits: dict[int, int] = {}
+        # (pid, fork) -> exit status, taken out when read; fork: how many children the server forked with that pid.
+        self._exits: dict[tuple[int, int], int] = {}
+        self._forks: dict[int, int] = {}
+        self._abandoned: set[int] = set()  # requests spawn() gave up on: a child forked for one is killed
         self._next = 0
         self._start = time.perf_counter()
         with open(log, "w") as err:
@@ -191,9 +196,20 @@ class ForkServer:
                     self.facts = message["ready"]
                     self.start_seconds = time.perf_counter() - self._start
                 elif "exit" in message:
-                    self._exits[int(message["exit"])] = int(message["rc"])
+                    pid = int(message["exit"])
+                    self._exits[(pid, self._forks.get(pid, 1))] = int(message["rc"])
                 else:
-                    self._replies[int(message["id"])] = message
+                    if "pid" in message:  # the zygote answers a fork before it reports that child's exit
+                        pid = int(message["pid"])
+                        message["fork"] = self._forks[pid] = self._forks.get(pid, 0) + 1
+                    rid = int(message["id"])
+                    if rid in self._abandoned:  # nobody holds this child: it must not run the job a second time
+                        self._abandoned.discard(rid)
+                        if "pid" in message:
+                            with contextlib.suppress(OSError):
+                                os.killpg(int(message["pid"]), signal.SIGKILL)  # it leads its own session
+                    else:
+                        self._replies[rid] = message
                 self._cond.notify_all()
         with self._cond:
             self.lost = True
@@ -298,22 +314,30 @@ class ForkServer:
             with self._cond:
                 self._cond.wait_for(lambda: rid in self._replies or self.lost, SPAWN_TIMEOUT_S)
                 reply = self._replies.pop(rid, None)
+                if reply is None:
+                    self._abandoned.add(rid)
         if reply is None:
             raise OSError("the fork server did not answer a fork request")
         if "error" in reply:
             raise OSError(f"the fork server could not fork: {reply['error']}")
-        return Forked(self, int(reply["pid"]))
+        return Forked(self, int(reply["pid"]), int(reply.get("fork", 1)))
 
-    def exit_status(self, pid: int, timeout: float | None) -> int | None:
+    def exit_status(self, pid: int, timeout: float | None, fork: int = 1) -> int | None:
         """The exit status of child ``pid``, waiting up to ``timeout`` seconds (None: no limit).
+
+        Args:
+            pid (int): the child.
+            timeout (float | None): seconds.
+            fork (int): which child with that pid (:attr:`Forked.fork`); its status is given out once.
 
         Returns:
             int | None: the status, :data:`UNKNOWN_EXIT` if the server died and the child is gone, or
             None if it still runs.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        key = (pid, fork)
         with self._cond:
-            while pid not in self._exits:
+            while key not in self._exits:
                 if self.lost:  # nobody reaps it for us now: the child is gone once its pid is
                     if not _exists(pid):
                         return UNKNOWN_EXIT
@@ -324,7 +348,7 @@ class ForkServer:
                 if left is not None and left <= 0:
                     return None
                 self._cond.wait(wait if left is None else min(wait, left))
-            return self._exits[pid]
+            return self._exits.pop(key)
 
     def describe(self) -> dict[str, Any]:
         """What every record of this server's runs says about it (``server`` in the record).
