@@ -67,6 +67,12 @@ NOT_KEPT: dict[str, tuple[str, ...]] = {
     # torch/_dynamo/package.py: ``DynamoCache = DiskDynamoCache(os.path.join(cache_dir(), "dynamo"))``,
     # whose ``path_prefix()`` is ``os.path.join(cache_dir(), "dynamo")`` again at every use.
     "TORCHINDUCTOR_CACHE_DIR": ("torch._dynamo.package",),
+    # torch/_inductor/runtime/benchmarking.py (2.10, 2.11): ``use_experimental_benchmarker = ... and
+    # torch.cuda.is_available()``, which with PYTORCH_NVML_BASED_CUDA_CHECK=1 (every process of an
+    # ablation, workers.base_env) counts the visible GPUs through NVML and so reads the variable.  What
+    # it keeps is whether any GPU is visible: true for the server (the parent's GPUs) and for every run
+    # on a GPU (one of them); on CPU runs the variable is the server's own.
+    "CUDA_VISIBLE_DEVICES": ("torch._inductor.runtime.benchmarking",),
     # tempfile.gettempdir() caches its answer in ``tempfile.tempdir``, which every child resets.
     "TMPDIR": ("*",),
     "TEMP": ("*",),
