@@ -208,6 +208,26 @@ def test_the_variable_inside_the_compile_and_restored_exactly(monkeypatch, patch
 
 
 @needs["cudnn_sdpa_avoid_recompile"]
+@pytest.mark.parametrize("prior", [None, "0"])
+def test_processes_started_inside_the_block_do_not_inherit_the_variable(monkeypatch, patches, prior):
+    """An ablation started inside the block: its runs' environment (the fork server's and each worker's)
+    has the variable as it was before the block, so a baseline arm does not measure with the block's value."""
+    from inductor_knobs.ablation import spec, workers
+
+    monkeypatch.setattr(type(patches), "cuda_started", lambda self: False)
+    if prior is None:
+        monkeypatch.delenv(VAR, raising=False)
+    else:
+        monkeypatch.setenv(VAR, prior)
+    with ik.knobs(cudnn_sdpa_avoid_recompile=True):
+        with ik.knobs(cudnn_sdpa_avoid_recompile=True):  # nested: the outermost block's find counts
+            assert os.environ[VAR] == "1"
+            assert workers.base_env("/nonexistent").get(VAR) == prior
+            assert workers.worker_env(spec.Arm("baseline"), None, "/nonexistent", None).get(VAR) == prior
+    assert os.environ.get(VAR) == prior and workers.base_env("/nonexistent").get(VAR) == prior
+
+
+@needs["cudnn_sdpa_avoid_recompile"]
 def test_once_cuda_started_a_change_is_refused_and_nothing_applied(monkeypatch, patches, cfg):
     monkeypatch.setattr(type(patches), "cuda_started", lambda self: True)  # torch may have read it already
     monkeypatch.delenv(VAR, raising=False)

@@ -44,6 +44,7 @@ import threading
 from typing import Any
 
 from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
+from ..core.torch_settings import environ_before_knobs
 from ..errors import InvalidKnobValue
 from .forkserver import ForkServer, supported
 from .processes import OUTPUT_FILES, Handle, Started, kill_group, read_output, reap
@@ -117,7 +118,8 @@ NVML_CHECK_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def base_env(cache: str, kernels: str | None = None, compile_threads: int | None = None) -> dict[str, str]:
-    """The environment every process of an ablation shares: this process's, without its
+    """The environment every process of an ablation shares: this process's as it was before its live knobs
+    blocks (:func:`~inductor_knobs.core.torch_settings.environ_before_knobs`), without its
     ``INDUCTOR_KNOBS_*`` variables, with private caches and temporary directory under ``cache``.
 
     Args:
@@ -130,7 +132,9 @@ def base_env(cache: str, kernels: str | None = None, compile_threads: int | None
         dict[str, str]: a copy of ``os.environ`` with the changes (the fork server's environment,
         and the base of every worker's, :func:`worker_env`).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    # As before any knobs block of this process: a knob that is an environment variable (cuDNN attention's
+    # avoid-recompile) must not reach runs whose arms choose their own settings.
+    env = {k: v for k, v in environ_before_knobs().items() if not k.startswith(ENV_PREFIX)}
     env.update(
         {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": kernels or os.path.join(cache, "triton")}
     )

@@ -16,7 +16,7 @@ from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied
 from ..patches.torch_2_4 import TorchPatches
 from ._scope import current_owner, describe_owner
 from ._undo import Change, warn_after_restore
-from .torch_settings import SETTINGS
+from .torch_settings import SETTINGS, hold_env, release_env
 from .why_not_applied import diagnose
 
 _NOT_READ = object()  # a SettingChange that has not read the state it replaces (nothing to restore)
@@ -280,6 +280,8 @@ class SettingChange(Change):
                 )
             self._changed = differs
         self._prior = setting.state(self.patches)
+        if setting.env_var is not None:
+            hold_env(setting.env_var, self, self._prior)
         setting.set(self.patches, self.value)
         found = self.setting.value(self.patches)
         if not self.setting.matches(self.patches, found, self.value):
@@ -308,4 +310,6 @@ class SettingChange(Change):
                         ExternalChangeWarning,
                     )
         finally:
+            if self.setting.env_var is not None:
+                release_env(self.setting.env_var, self)
             self._claim.revert()

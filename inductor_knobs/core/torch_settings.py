@@ -22,6 +22,8 @@ inside every compile like a config key (its :class:`~inductor_knobs.core.asked.A
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +54,8 @@ class Setting:
         read_once: for a setting torch reads once per process and keeps, when it reads it (for messages);
             None when torch reads it at every use.
         maybe_read: for a ``read_once`` setting, whether torch may have read it already in this process.
+        env_var: the environment variable that is the setting, or None: every process started inside the
+            block inherits it, so a launcher of fresh processes asks :func:`environ_before_knobs`.
     """
 
     key: str
@@ -67,6 +71,7 @@ class Setting:
     )
     read_once: str | None = None
     maybe_read: Callable[[TorchPatches], bool] = lambda patches: False
+    env_var: str | None = None
 
 
 def _sdpa_problem(patches: TorchPatches, value: str) -> str | None:
@@ -111,8 +116,51 @@ SETTINGS = {
             "that value for the life of the process"
         ),
         maybe_read=lambda patches: patches.cuda_started(),
+        env_var=CUDNN_SDPA_AVOID_RECOMPILE_VAR,
     ),
 }
+
+#: Environment variables that live blocks have set: variable -> the value each block found (None: unset),
+#: outermost first.  Written by :class:`~inductor_knobs.core.changes.SettingChange`.
+_ENV_FOUND: dict[str, list[tuple[object, str | None]]] = {}
+_ENV_LOCK = threading.Lock()
+
+
+def hold_env(var: str, token: object, found: str | None) -> None:
+    """Record that the block of ``token`` set ``var``, which was ``found`` before it."""
+    with _ENV_LOCK:
+        _ENV_FOUND.setdefault(var, []).append((token, found))
+
+
+def release_env(var: str, token: object) -> None:
+    """Forget :func:`hold_env`'s record of ``token`` (idempotent)."""
+    with _ENV_LOCK:
+        held = [entry for entry in _ENV_FOUND.get(var, []) if entry[0] is not token]
+        if held:
+            _ENV_FOUND[var] = held
+        else:
+            _ENV_FOUND.pop(var, None)
+
+
+def environ_before_knobs() -> dict[str, str]:
+    """A copy of ``os.environ`` as it was before the live knobs blocks set their environment variables.
+
+    A knob that is an environment variable (``cudnn_sdpa_avoid_recompile``) would otherwise reach every
+    process started inside its block, such as an ablation's runs, whose arms choose their own settings.
+
+    Returns:
+        dict[str, str]: the environment, each variable a live block set put back to what the outermost
+        such block found (removed where it was unset).
+    """
+    env = dict(os.environ)
+    with _ENV_LOCK:
+        for var, held in _ENV_FOUND.items():
+            found = held[0][1]
+            if found is None:
+                env.pop(var, None)
+            else:
+                env[var] = found
+    return env
 
 
 def read_setting(patches: TorchPatches, key: str) -> Any:
