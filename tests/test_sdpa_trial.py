@@ -62,6 +62,8 @@ def test_a_builder_needs_shapes_and_probes_and_is_refused_before_any_call():
     assert calls == []
     with pytest.raises(InvalidKnobValue, match="allowed 'module:function'"):
         measure("no_colon", [8], [12])
+    with pytest.raises(InvalidKnobValue, match="needs shapes to warm"):  # before: a StatisticsError from the run
+        measure("m:build", [], [12])
 
 
 def test_each_arm_runs_in_a_fresh_process_with_its_own_value(monkeypatch):

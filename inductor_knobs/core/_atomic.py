@@ -1,8 +1,8 @@
 """Files written whole or not at all: a temporary file in the same directory, then :func:`os.replace`.
 
 A reader (or a rerun after a crash, Ctrl-C or a full disk) sees the old file or the new one, never
-part of one, and no temporary file is left behind.  :func:`atomic_write` is the one way the ablation
-writes its files (its run store, results.json, results.csv, results.md, results.png).
+part of one, and no temporary file is left behind.  :func:`atomic_write` is the one way the package
+writes its files (the ablation's run store and results, compile caches and serving bundles).
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from importlib import metadata
 from typing import Any
 
 from ..core import torch_compat
+from ..core._atomic import atomic_write
 from ..core.knobs import Knobs
 from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
 from .cache_opener import _open_checked, _unsafe_directories  # noqa: F401 - _unsafe_directories: tests use it here
@@ -109,22 +109,15 @@ def saved_artifacts(label: str, knobs: Knobs) -> tuple[bytes, dict[str, Any]]:
 def write_file(path: str | os.PathLike[str], header: dict[str, Any], payload: bytes) -> dict[str, Any]:
     """Write ``MAGIC``, the header (with its own sha256, ``header_sha256``) and ``payload`` to ``path``.
 
-    The file is created 0600 beside ``path`` and renamed over it (``os.replace``), so a reader sees
-    the old file or the whole new one.
+    The file is created 0600 beside ``path`` and renamed over it (the package's one atomic writer,
+    :func:`~inductor_knobs.core._atomic.atomic_write`), so a reader sees the old file or the whole new one.
 
     Returns:
         dict[str, Any]: the header as written (``header_sha256`` included).
     """
     header = {**header, HEADER_SHA: _header_digest(header)}
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".inductor_knobs-cache-")  # created 0600
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_write(path, binary=True, mode=0o600) as out:
+        out.write(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
     return header
 
 

@@ -133,11 +133,13 @@ def measure(
         tuple[TrialArm, TrialArm]: the arm without, then with, the variable.
 
     Raises:
-        InvalidKnobValue: a builder not spelled ``module:function``, no probes, or shapes that are not JSON.
+        InvalidKnobValue: a builder not spelled ``module:function``, no shapes, no probes, or shapes that are not JSON.
         RuntimeError: a process failed or printed no result (its stderr's tail is in the message).
     """
     if not isinstance(builder, str) or builder.count(":") != 1 or not all(builder.split(":")):
         raise InvalidKnobValue(f"cudnn_sdpa_trial={builder!r} is invalid on torch {torch_version()}: allowed 'module:function'")
+    if not shapes:
+        raise InvalidKnobValue(f"cudnn_sdpa_trial needs shapes to warm (none given) on torch {torch_version()}")
     if not probes:
         raise InvalidKnobValue(f"cudnn_sdpa_trial needs probe shapes (shapes not warmed) on torch {torch_version()}")
     try:
