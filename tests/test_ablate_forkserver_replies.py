@@ -55,11 +55,11 @@ def test_a_fork_answered_after_the_spawn_timed_out_is_killed_not_left_running(mo
     server = _server_fed([])
     with pytest.raises(OSError, match="did not answer"):
         server.spawn("m", [], {}, "/", "/dev/null", "/dev/null")
-    late = subprocess.Popen(["sleep", "60"], start_new_session=True)  # stands for the late child
+    late = subprocess.Popen(["sleep", "600"], start_new_session=True)  # stands for the late child
     try:
         server.proc.stdout = io.BytesIO((json.dumps({"id": 1, "pid": late.pid}) + "\n").encode())
         server._read()
-        assert late.wait(10) == -signal.SIGKILL
+        assert late.wait(120) == -signal.SIGKILL  # a hang guard: it returns once the kill has landed
     finally:
         if late.poll() is None:
             os.killpg(late.pid, signal.SIGKILL)
