@@ -45,6 +45,7 @@ class Torch214(Torch212):
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.14": ("cutlass", "cutlass.operators")}
     green_context_api: ClassVar[str | None] = "constructor"
     knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": _ALL_FEATURES}
+    coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": False}
     emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (
         *Torch212.emulation_capture_config,
         ("autotune_cudagraph_benchmarking", False),

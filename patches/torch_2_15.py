@@ -54,6 +54,7 @@ class Torch215(Torch214):
     config_patch_restores_unset: ClassVar[bool] = True
     green_context_api: ClassVar[str | None] = "constructor+sm_count"
     knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.15": _ALL_FEATURES}  # as 2.14: see _features
+    coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
 
     def granted_sms(self, context: Any, device_index: int, sms: int) -> int | None:
         """``GreenContext.sm_count`` (``torch/cuda/green_contexts.py:760``): the SMs of the context's

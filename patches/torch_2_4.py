@@ -14,8 +14,9 @@ The operations live in one base module per concern beside this one (``_``-prefix
 :mod:`._gate` (the SM gate), :mod:`._config_storage` (config overrides, defaults, types, cache salt),
 :mod:`._gemm_backends` (backends, CUTLASS, NVGEMM), :mod:`._emulation` (SM-count read sites, green
 contexts), :mod:`._process_settings` (SDPA, TunableOp), :mod:`._hooks` (runtime hooks, feedback
-savers, recompile reasons) and :mod:`._features` (knobs only some releases have: CUDA graph capture
-sizes, the GEMM lookup table, cuDNN attention's avoid-recompile).  This module sets the 2.4–2.5 facts they read.
+savers, recompile reasons), :mod:`._fixes` (torch bugs fixed in a later release) and :mod:`._features`
+(knobs only some releases have: CUDA graph capture sizes, the GEMM lookup table, cuDNN attention's
+avoid-recompile).  This module sets the 2.4–2.5 facts they read.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from ._config_storage import ConfigStorage
 from ._config_storage import _as_types as _as_types  # re-exported: torch_2_6 imports it from here
 from ._emulation import SmallGpuEmulation
 from ._features import KnobFeatures
+from ._fixes import TorchFixes
 from ._gate import SmGate
 from ._gemm_backends import GemmBackends
 from ._hooks import TorchHooks
 from ._process_settings import ProcessSettings
 
 
-class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures):
+class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures, TorchFixes):
     """What the knobs need to know about one range of torch releases.
 
     Each concern's operations come from its base class (see the module docstring); this class sets
@@ -81,6 +83,9 @@ class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, Proce
 
     # -- release-dependent knobs (:class:`._features.KnobFeatures`): none before 2.8 --
     knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.4": frozenset(), "2.5": frozenset()}
+
+    # -- fixes of torch bugs (:class:`._fixes.TorchFixes`): no recheck_autotune_cache before 2.8 --
+    coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}
 
 
 PATCHES = TorchPatches()

@@ -39,6 +39,7 @@ class Torch27(Torch26):
     recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reasons"  # guards.py:2953
     has_cache_artifacts: ClassVar[bool] = True  # compiler/__init__.py:438
     knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.7": frozenset()}
+    coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": False}
     #: ``get_max_num_sms`` (``_inductor/utils.py:1258``, lru_cached) sizes ``NUM_SMS`` from 2.7.
     sm_count_caches: ClassVar[tuple[str, ...]] = (*Torch26.sm_count_caches, "torch._inductor.utils:get_max_num_sms")
 

@@ -81,6 +81,8 @@ class Torch28(Torch27):
         "2.10": _ALL_FEATURES,
         "2.11": _ALL_FEATURES,
     }
+    #: ``recheck_autotune_cache`` tunes a cached coordinate-descent winner again (pytorch#172819): see :mod:`._fixes`.
+    coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
 
     def _green_api_problem(self, green: Any) -> str | None:
         """2.11-2.13: ``GreenContext.create`` takes ``num_sms`` and ``device_id`` (positional-or-keyword

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..core.knobs import Knobs
 from ..core.messages import torch_version
+from ..core.torch_fixes import torch_fixes
 from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
 from . import bundle_format, compile_cache
 from .cold_start import ColdStartProof, ColdStartRecorder
@@ -218,7 +219,7 @@ def _load(
 
     seconds: dict[str, float] = {}
     served = compiled
-    with ColdStartRecorder() as recorder:
+    with ColdStartRecorder() as recorder, torch_fixes():  # cached tuned configs are kept (torch 2.8-2.11: patches/_fixes.py)
         started = _clock()
         compile_cache.load_payload(label, header, payload)
         seconds["load_artifacts"] = _clock() - started

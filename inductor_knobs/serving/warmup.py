@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.messages import torch_version
 from ..core.recorder import Collector
+from ..core.torch_fixes import torch_fixes
 from ..errors import InvalidKnobValue
 from .buckets import suggest_buckets
 from .sdpa_trial import TrialArm, decide, measure
@@ -115,11 +116,12 @@ def warmup(
     items: Iterable[tuple[Any, Any]] = (
         ((None, item) for item in inputs) if inputs is not None else ((s, factory(s)) for s in shape_list or ())  # type: ignore[misc]
     )
-    steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
-    profiler_seconds = guard.profiler_seconds
+    with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.11: patches/_fixes.py)
+        steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
+        profiler_seconds = guard.profiler_seconds
+        probed = [_warm(guard, fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
     warm = [s.last_call_seconds for s in steps] if calls_per_input > 1 else []
     steady = 1000 * statistics.median(warm) if warm else None
-    probed = [_warm(guard, fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
     cold, fixes, buckets = _cold(steps, probed, steady)
     if any(c.kind == "python_gc" for s in steps + probed for c in s.causes):
         fixes.append(

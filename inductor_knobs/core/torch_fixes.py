@@ -1,0 +1,44 @@
+"""Fixes of torch bugs that a later torch release fixed, held while ``ik.warmup`` and ``ik.load_serving_bundle`` run.
+
+The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches._fixes`:
+on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again).  They
+are one :class:`~inductor_knobs.core._patching.SharedPatch`, installed while any warm-up or bundle load
+holds it and restored by identity after the last one: process-wide while held, as torch's own fixed
+code would be, so a compile on another thread in that window gets the later release's behaviour too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from . import torch_compat
+from ._patching import SharedPatch, wrap_attribute
+
+
+@functools.cache  # one step object per fix for the process: it reuses its wrapper while torch's original is the same
+def _steps() -> tuple[Any, ...]:
+    patches = torch_compat.installed(strict=False)  # imports torch
+    fixes = patches.fixes(torch_compat.release_of(sys.modules["torch"].__version__))
+    return tuple(wrap_attribute(path, wrapper) for path, wrapper in fixes)
+
+
+TORCH_FIXES = SharedPatch("fixes of torch bugs fixed in a later release (patches/_fixes.py)", _steps)
+
+
+@contextlib.contextmanager
+def torch_fixes() -> Iterator[None]:
+    """Hold the installed torch's fixes (see the module docstring) for the block; nothing on a torch that needs none.
+
+    Raises:
+        Whatever installing a fix raises (nothing is left installed then).
+    """
+    holder = object()
+    TORCH_FIXES.acquire(holder)
+    try:
+        yield
+    finally:
+        TORCH_FIXES.release(holder)

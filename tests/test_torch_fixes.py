@@ -1,0 +1,139 @@
+"""Fixes of torch bugs (patches/_fixes.py, core/torch_fixes.py): which releases get them, what the fix does to a
+warm-loaded kernel, and that it is installed on torch's class only while a warm-up or bundle load holds it."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+from inductor_knobs.patches import _fixes
+from inductor_knobs.patches.torch_2_4 import PATCHES as T24
+from inductor_knobs.patches.torch_2_8 import PATCHES as T28
+from inductor_knobs.patches.torch_2_12 import PATCHES as T212
+from inductor_knobs.patches.torch_2_15 import PATCHES as T215
+
+import inductor_knobs as ik
+from inductor_knobs.core import torch_compat, torch_fixes
+
+heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+Autotuner = heuristics.CachingAutotuner
+
+
+def test_the_recheck_fix_is_declared_for_exactly_the_releases_that_have_the_bug():
+    # 2.8.0-2.11.0 wheels: ``len(cached_configs) == 1 and len(configs) > 1``; 2.12.0, 2.14.1: fixed (see _fixes)
+    for release in ("2.8", "2.9", "2.10", "2.11"):
+        assert T28.fixes(release) == ((_fixes.RECHECK_PATH, _fixes.recheck_autotune_cache),)
+    for patches, release in ((T24, "2.4"), (T24, "2.5"), (T212, "2.12"), (T212, "2.13"), (T215, "2.15")):
+        assert patches.fixes(release) == ()
+
+
+def _config(block: int, coordesc: bool | None = None) -> SimpleNamespace:
+    config = SimpleNamespace(kwargs={"XBLOCK": block}, num_warps=4, num_stages=1)
+    if coordesc is not None:
+        config.found_by_coordesc = coordesc
+    return config
+
+
+def _kernel(*blocks: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        compile_results=[SimpleNamespace(config=_config(b)) for b in blocks],
+        filename="/cache/ab/kernel.py",
+        inductor_meta={"coordinate_descent_tuning": True},
+        fn=SimpleNamespace(fn=object()),
+        _precompile_config=lambda config: SimpleNamespace(config=config, precompiled=True),
+    )
+
+
+@pytest.fixture
+def cache_says(monkeypatch):
+    """Make torch's ``check_autotune_cache`` answer with a given best config (a hit) or nothing (a miss)."""
+
+    def answer(best):
+        def check(configs, filename, meta):
+            if best is None:
+                return configs, None, {"autotune_cache_state": "miss"}
+            return [best], None, {"autotune_cache_state": "hit"}
+
+        monkeypatch.setattr(heuristics, "check_autotune_cache", check)
+
+    return answer
+
+
+@pytest.mark.parametrize("blocks", [(64,), (32, 64, 128)], ids=["one config", "several configs"])
+def test_a_cached_coordesc_winner_among_the_compiled_configs_is_kept_and_marked(cache_says, blocks):
+    # torch 2.11 skipped the first case and left the second unmarked: run() then tuned the kernel again
+    cache_says(_config(64, coordesc=True))
+    kernel = _kernel(*blocks)
+    _fixes.recheck_autotune_cache(None, kernel, (lambda: None,), {})
+    assert [r.config.kwargs for r in kernel.compile_results] == [{"XBLOCK": 64}]
+    assert kernel.compile_results[0].config.found_by_coordesc is True
+    assert kernel.autotune_cache_info["autotune_cache_state"] == "hit"
+
+
+def test_a_coordesc_winner_not_compiled_is_compiled_once_and_a_miss_changes_nothing(cache_says):
+    cache_says(_config(256, coordesc=True))
+    kernel = _kernel(32, 64)
+    _fixes.recheck_autotune_cache(None, kernel, (), {"reload_kernel_from_src": lambda: None})
+    assert [(r.config.kwargs, r.precompiled) for r in kernel.compile_results] == [({"XBLOCK": 256}, True)]
+    cache_says(None)
+    kernel = _kernel(64)
+    before = kernel.compile_results
+    _fixes.recheck_autotune_cache(None, kernel, (lambda: None,), {})
+    assert kernel.compile_results is before and not hasattr(before[0].config, "found_by_coordesc")
+
+
+@pytest.fixture
+def claims_the_bug(monkeypatch):
+    """The installed torch's patches module declares the recheck fix (as on 2.8-2.11), for this process's steps."""
+    patches = torch_compat.installed(strict=False)
+    monkeypatch.setattr(type(patches), "coordesc_recheck_fix_by_release", {torch_compat.release_of(torch.__version__): True})
+    torch_fixes._steps.cache_clear()
+    yield
+    torch_fixes._steps.cache_clear()
+
+
+def test_the_fix_is_on_torchs_class_only_while_held_and_restored_by_identity_across_threads(claims_the_bug):
+    original = Autotuner.__dict__["recheck_autotune_cache"]
+    seen = []
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def hold():
+        with torch_fixes.torch_fixes():
+            inside.set()
+            leave.wait(60)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert inside.wait(60)
+    with torch_fixes.torch_fixes():  # a second holder: installed once, kept until both left
+        seen.append(Autotuner.__dict__["recheck_autotune_cache"])
+    seen.append(Autotuner.__dict__["recheck_autotune_cache"])
+    leave.set()
+    thread.join(60)
+    assert all(s is not original and s.__wrapped__ is original for s in seen)
+    assert Autotuner.__dict__["recheck_autotune_cache"] is original
+
+
+def test_warmup_holds_the_fix_during_its_calls_and_leaves_torch_as_it_was(claims_the_bug):
+    original = Autotuner.__dict__["recheck_autotune_cache"]
+    during = []
+
+    def model(x):
+        during.append(Autotuner.__dict__["recheck_autotune_cache"])
+        return x + 1
+
+    ik.warmup(model, [torch.ones(2)], calls_per_input=1, probes=None)
+    assert during and all(d is not original for d in during)
+    assert Autotuner.__dict__["recheck_autotune_cache"] is original
+
+
+def test_on_a_torch_without_the_bug_nothing_is_installed():
+    torch_fixes._steps.cache_clear()
+    if torch_compat.installed(strict=False).fixes(torch_compat.release_of(torch.__version__)):
+        pytest.skip(f"torch {torch.__version__} needs the fix")
+    original = Autotuner.__dict__["recheck_autotune_cache"]
+    with torch_fixes.torch_fixes():
+        assert Autotuner.__dict__["recheck_autotune_cache"] is original
