@@ -23,13 +23,13 @@ from .quiet import usable_cpus
 MAIN_JOB_EMULATION = ("T4", "L4")
 
 #: Latency samples per process of the main job on a GPU (``--iters`` default; 20 elsewhere).  One sample
-#: is about a millisecond there, and with CUDA graphs it spans the kernels plus the host's jitter in
-#: launching them (0.52-0.95 ms within one process of the A/A control on an H200), so the median of 20
-#: samples moved by about 10% between processes of the same arm.
+#: is about a millisecond there; 200 cost a fifth of a second per process.
 MAIN_JOB_GPU_ITERS = 200
 
-#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.
-CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 4, 4
+#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.  Four workers compiling
+#: at once kept 4.1 of 16 CPUs busy on average (user + system time over wall time, one H200 with CPUs
+#: 0-15): a forced compile waits on GPU autotune benchmarks as much as on the CPU.
+CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 3, 5
 
 
 def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
@@ -92,7 +92,7 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
 
 
 def main_job_parallel(device: str, gpus: list[int]) -> int:
-    """The main job's ``--parallel`` default: 1 on CPU, else min(4, CPUs per GPU / 4), counting the CPUs this
+    """The main job's ``--parallel`` default: 1 on CPU, else min(5, CPUs per GPU / 3), counting the CPUs this
     process may run on (:func:`.quiet.usable_cpus`).
 
     Args:

@@ -263,22 +263,33 @@ def _max_abs_diff(outs: list[Any], reference: list[Any]) -> tuple[float, float]:
 
 
 def _samples(call: Any, device: str, iters: int) -> list[float]:
-    """Milliseconds per iteration: CUDA events on a GPU, a monotonic clock on CPU."""
+    """Milliseconds per iteration.
+
+    On a GPU: a CUDA event pair around each iteration, the iterations queued back to back and one
+    synchronize at the end (the method of ``triton.testing.do_bench``, without its L2 flush), so a sample
+    is the GPU's time for one iteration, and the host's launch work counts only where the host falls
+    behind the GPU.  A synchronize after every iteration instead made each sample the kernels plus the
+    host's jitter in launching the next one: on an H200 the A/A control's per-process medians then
+    differed by up to 10% (0.67-0.77 ms over 0.52 ms of kernels), with CUDA graphs.  On CPU: a monotonic
+    clock around each call.
+    """
     import torch
 
-    out = []
-    for _ in range(iters):
-        if device.startswith("cuda"):
+    if device.startswith("cuda"):
+        pairs = []
+        for _ in range(iters):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             call()
             end.record()
-            end.synchronize()
-            out.append(float(start.elapsed_time(end)))
-        else:
-            begin = time.perf_counter()
-            call()
-            out.append((time.perf_counter() - begin) * 1e3)
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+        return [float(start.elapsed_time(end)) for start, end in pairs]
+    out = []
+    for _ in range(iters):
+        begin = time.perf_counter()
+        call()
+        out.append((time.perf_counter() - begin) * 1e3)
     return out
 
 
