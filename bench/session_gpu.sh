@@ -12,6 +12,10 @@
 #   OUT=/tmp/out bash bench/session_gpu.sh d   # part b again (after the fork server preloaded Inductor),
 #                                              #   then bench/cold_start.py, Llama on GPU 0 and BERT-base on
 #                                              #   GPU 1 at once (their own 16 CPUs each), nothing beside them
+#   OUT=/tmp/out bash bench/session_gpu.sh e   # lanes at once, each GPU with its own 16 CPUs: GPU 0 the main
+#                                              #   job (ablate_gpu.sh part main, timed); GPU 1 cold start, Llama;
+#                                              #   GPU 2 cold start, BERT-base; GPU 3 every GPU test
+#   OUT=/tmp/out bash bench/session_gpu.sh f   # cold start, Llama on GPU 0 and BERT-base on GPU 1 at once
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -69,6 +73,34 @@ d)
     grep -E "fork server|started|quiet" "$OUT/main.log" | head -5
     for m in llama bert; do
         if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,12p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
+    done
+    ;;
+e)
+    (PARTS="main" DEADLINE_S=420 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1; done_at main $?) &
+    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 480 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
+        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
+    (CUDA_VISIBLE_DEVICES=2 taskset -c "$(lane 2)" timeout -k 10 480 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
+        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 420 python3 -m pytest -q -m gpu tests/test_gpu.py \
+        tests/test_ablate_forkserver.py tests/test_release_knobs.py tests/test_serving_bundle.py -p no:cacheprovider \
+        -o faulthandler_timeout=200 >"$OUT/gpu_tests.txt" 2>&1; done_at gpu_tests $?) &
+    wait
+    cat "$OUT/status.txt" "$OUT/main.time" 2>/dev/null
+    grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
+    grep -E "fork server|forked|quiet" "$OUT/main.log" | head -4
+    tail -n 6 "$OUT/gpu_tests.txt"
+    for m in llama bert; do
+        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,16p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
+    done
+    ;;
+f)
+    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 480 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
+        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
+    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 480 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
+        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    wait
+    for m in llama bert; do
+        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,16p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
     done
     ;;
 c)
