@@ -77,6 +77,7 @@ PHASES = (
     "import",
     "build",
     "check",
+    "restore_triton",
     "load_artifacts",
     "compile",
     "warmup",
@@ -156,7 +157,12 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
         if arm == "cold":
             started = time.time()
             header = ik.save_serving_bundle(bundle, served, warmed, buckets=buckets)
-            saved = {"seconds": time.time() - started, "bytes": bundle.stat().st_size, "artifacts": header["artifacts"]}
+            saved = {
+                "seconds": time.time() - started,
+                "bytes": bundle.stat().st_size,
+                "artifacts": header["artifacts"],
+                "triton_kernels": {k: v for k, v in header["serving"]["triton_kernels"].items() if k != "kernels"},
+            }
     seconds = guard.seconds
     return {
         "model": model,
@@ -192,6 +198,7 @@ def named(proof) -> dict:
         "triton_compiled": proof.triton_compiled,
         "triton_cache_hits": None if proof.triton is None else proof.triton[1],
         "triton_loads": sum(e.kind == "triton_load" for e in proof.runtime),
+        "triton_kernels_restored": proof.triton_kernels_restored,
         "captures": proof.captures,
         "cold": proof.cold(),
     }
@@ -265,11 +272,13 @@ def markdown(results: list[dict], env: dict) -> str:
         "",
         "What each arm compiled, autotuned and captured (setup / traffic). Triton: compiles Triton's listener heard in the "
         "serving process (None: Triton < 3.4); kernel dirs: directories the arm added to its Triton cache (in `cold` every "
-        "compile, its compile workers' too; in `bundle` the cubins the FX graph cache's Triton bundle wrote, not compiles).",
+        "compile, its compile workers' too; in `bundle` the kernels the bundle restored and the cubins the FX graph cache's "
+        "Triton bundle wrote, not compiles); restored: Triton kernels the bundle put into the empty Triton cache.",
         "",
         "| model | arm | Dynamo traces | Inductor compiles: cache hits / cold | autotune benchmarks | Triton compiles | "
-        "Triton cache hits / kernel loads | kernel dirs | captures | traffic: compiles, autotune, Triton, stalls (by cause) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "Triton cache hits / kernel loads | kernel dirs | restored | captures | "
+        "traffic: compiles, autotune, Triton, stalls (by cause) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if "error" in r:
@@ -280,7 +289,8 @@ def markdown(results: list[dict], env: dict) -> str:
         lines.append(
             f"| {r['model']} | {r['arm']} | {s['dynamo_compiles']} | {hits} / {s['inductor_compiled']} | "
             f"{s['autotune_benchmarks']} | {s['triton_compiled']} | {s['triton_cache_hits']} / {s['triton_loads']} | "
-            f"{r.get('triton_kernel_dirs_added')} | {s['captures']} | {t['dynamo_compiles']}, {t['autotune_benchmarks']}, "
+            f"{r.get('triton_kernel_dirs_added')} | {s.get('triton_kernels_restored', 0)} | {s['captures']} | "
+            f"{t['dynamo_compiles']}, {t['autotune_benchmarks']}, "
             f"{t['triton_compiled']}, {t['stall_count']} ({stalls}) |"
         )
     lines += ["", "Goals (issue 32), per model:"]
@@ -304,7 +314,8 @@ def markdown(results: list[dict], env: dict) -> str:
             saved = next((c.get("bundle") for c in results if c["model"] == r["model"] and c["arm"] == "cold"), None)
             if saved:
                 lines.append(
-                    f"  bundle: {saved['bytes'] / 1e6:.1f} MB, saved in {saved['seconds']:.1f} s, artifacts {saved['artifacts']}"
+                    f"  bundle: {saved['bytes'] / 1e6:.1f} MB, saved in {saved['seconds']:.1f} s, "
+                    f"artifacts {saved['artifacts']}, Triton kernels {saved.get('triton_kernels')}"
                 )
     for r in results:
         if "error" not in r:

@@ -15,6 +15,9 @@ A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``P
   ``get_and_maybe_log_recompilation_reason`` (``guards.py:2570`` in 2.4; ``..._reasons`` from 2.7) and,
   in 2.4–2.5, asks it only after the compile-start callbacks ran (2.5.1 ``:824``, then ``:828-831``).
 - ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist from 2.7 (``compiler/__init__.py:438``).
+- The Triton kernels a serving bundle carries (:mod:`inductor_knobs.serving.triton_kernels`): where torch keeps
+  the modules of compiled graphs and which directory its Triton cache is, the same names in the 2.8.0, 2.9.1,
+  2.10.0, 2.11.0, 2.12.0, 2.13.0 and 2.14.1 sources.
 """
 
 from __future__ import annotations
@@ -44,6 +47,21 @@ class TorchHooks:
     reasons_after_start_callbacks: ClassVar[bool]
     #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
     has_cache_artifacts: ClassVar[bool]
+
+    # -- the Triton kernels a serving bundle carries (``serving/triton_kernels.py``) --
+    #: The Python modules of compiled graphs this process loaded: a class-level list that
+    #: ``PyCodeCache.load_by_key_path`` appends to in the top-level process (2.13 ``_inductor/codecache.py:4576``,
+    #: 2.8 ``:3263``); after ``async_compile.wait(globals())`` their globals hold the ``CachingAutotuner`` s.
+    loaded_code_modules: ClassVar[str] = "torch._inductor.codecache:PyCodeCache.modules"
+    #: The autotuner class whose ``launchers`` carry ``cache_hash`` (``triton_hash_to_path_key(binary.hash)``,
+    #: Triton's cache key directory; 2.13 ``_inductor/runtime/triton_heuristics.py:2651``/``:2851``) and whose
+    #: ``triton_meta["device"]`` is the device index (``:454``).
+    autotuner_class: ClassVar[str] = "torch._inductor.runtime.triton_heuristics:CachingAutotuner"
+    #: torch's Triton cache directory of a device index: ``TRITON_CACHE_DIR``, else
+    #: ``<Inductor cache>/triton/<index>``, which ``CachingAutotuner.__init__`` exports as ``TRITON_CACHE_DIR``
+    #: when unset (2.13 ``_inductor/runtime/cache_dir_utils.py:37``, ``triton_heuristics.py:492``); the
+    #: directory ``TritonBundler`` reads and writes (``_inductor/triton_bundler.py``).
+    triton_cache_dir: ClassVar[str] = "torch._inductor.runtime.runtime_utils:triton_cache_dir"
 
     # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
     #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only

@@ -103,6 +103,51 @@ def test_a_fresh_process_compiles_nothing_cold_from_the_bundle(built, tmp_path):
     assert loaded["buckets"] == [48, 56]
     assert loaded["guard_calls"] == 1 and loaded["guard_stalls"] == []
     assert "nothing compiled, autotuned or Triton-compiled cold" in loaded["table"]
+    # A CPU build has no Triton kernels to carry: the field is there, empty, and the load restored none.
+    header, _ = compile_cache.read_file(str(built[0]), False, "test")
+    assert header["serving"]["triton_kernels"] == {"kernels": [], "carried": 0, "bytes": 0, "not_found": 0}
+    assert proof["triton_kernels_restored"] == 0
+
+
+def test_a_bundle_written_before_the_triton_kernels_still_loads(built, private_dir, tmp_path):
+    old = private_dir / "v1.bundle"
+    shutil.copyfile(built[0], old)
+    old.chmod(0o600)
+
+    def version_1(header):
+        header["serving"]["version"] = 1
+        del header["serving"]["triton_kernels"]
+
+    rewrite_header(old, version_1)
+    loaded = run_worker("load", old, tmp_path / "empty")
+    assert loaded["proof"]["cold"] == [] and loaded["proof"]["inductor_compiled"] == 0, loaded["table"]
+    assert loaded["proof"]["triton_kernels_restored"] == 0
+
+
+@pytest.mark.parametrize("key", ["..", "../../escaped", "/tmp/abs"])
+def test_a_bundle_whose_triton_kernel_escapes_the_cache_is_refused_with_nothing_written(
+    bundle, nothing_loaded, monkeypatch, tmp_path, key
+):
+    triton = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton))
+    magic, line, payload = bundle.read_bytes().split(b"\n", 2)
+    header = json.loads(line)
+    header["serving"]["triton_kernels"] = {
+        "kernels": [{"key": key, "device": 0, "files": [["k.cubin", 4]]}],
+        "carried": 1,
+        "bytes": 4,
+        "not_found": 0,
+    }
+    payload += b"ELF!"
+    header["payload_sha256"] = hashlib.sha256(payload).hexdigest()  # a tampered file resealed: only the names can tell
+    header["header_sha256"] = compile_cache._header_digest(header)
+    bundle.write_bytes(magic + b"\n" + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
+    with pytest.raises(
+        ik.CompileCacheRefused, match=rf"load_serving_bundle\('{bundle}'\) refused: its Triton kernels entry names kernel"
+    ):
+        load(bundle, nothing_loaded)
+    nothing_loaded.check()
+    assert not triton.exists() and not (tmp_path.parent / "escaped").exists()
 
 
 def test_a_bundle_that_does_not_cover_the_model_raises_naming_the_cold_compiles(built, tmp_path):
@@ -242,7 +287,7 @@ def test_env_knobs_other_than_the_builds_are_refused(bundle, nothing_loaded):
         (lambda p: p.write_bytes(p.read_bytes()[:20]), "not an inductor_knobs compile cache file"),
         (lambda p: p.write_bytes(b"garbage\n{}\n"), "not an inductor_knobs compile cache file"),
         (lambda p: rewrite_header(p, lambda h: h["serving"].pop("shapes")), "serving section does not read back"),
-        (lambda p: rewrite_header(p, lambda h: h["serving"].update(version=2)), "serving section version 2"),
+        (lambda p: rewrite_header(p, lambda h: h["serving"].update(version=3)), "serving section version 3"),
         (lambda p: rewrite_header(p, lambda h: h.pop("serving")), "a compile cache without a serving section"),
     ],
     ids=[
@@ -433,6 +478,10 @@ def test_on_a_gpu_the_load_compiles_nothing_and_captures_one_graph_per_shape(pri
     proof = loaded["proof"]
     assert proof["inductor_compiled"] == 0 and proof["autotune_benchmarks"] == 0, loaded["table"]
     assert proof["triton_compiled"] in (0, None), loaded["table"]  # None: Triton < 3.4 cannot say
+    # The coordinate-descent winners, compiled after the FX graph cache entry was written, came from the bundle.
+    assert proof["triton_kernels_restored"] >= 1, loaded["table"]
+    header, _ = compile_cache.read_file(str(path), False, "test")
+    assert header["serving"]["triton_kernels"]["carried"] >= proof["triton_kernels_restored"], header["serving"]["triton_kernels"]
     assert proof["captures"] == 2 and loaded["replays"] == 1, loaded["table"]
     assert proof["cold"] == [] and loaded["guard_stalls"] == [], loaded["table"]
 
@@ -450,7 +499,7 @@ def test_a_cold_load_raises_or_warns_by_policy_with_the_proof(bundle, nothing_lo
     miss = types.SimpleNamespace(cache=None, graph="inference", compile_id="0/0")
     cold = ColdStartProof(attestations=[miss])  # type: ignore[list-item]
 
-    def fake_load(label, header, payload, spec, compiled, factory):
+    def fake_load(label, header, payload, spec, compiled, factory, kernels):
         return bundle_module.ServingBundle(compiled, compiled, None, cold, spec.buckets, spec.report, header)
 
     monkeypatch.setattr(bundle_module, "_load", fake_load)

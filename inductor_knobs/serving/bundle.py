@@ -4,12 +4,15 @@ After the recipe (``ik.compile``, ``ik.warmup`` over the buckets, ``ik.capture_c
 what is served), :func:`save_serving_bundle` writes one file: torch's cache artifacts (FX graph,
 AOTAutograd, autotune; ``torch.compiler.save_cache_artifacts``, torch 2.7+), the knobs and the rest of
 the ``ik.compile`` call, the warmed shapes and buckets, the shapes to capture as CUDA graphs (graphs
-cannot be saved) and the guard's per-shape baselines.  It is a compile-cache file
-(:mod:`inductor_knobs.serving.compile_cache`: one format, one safe opener, one identity check) whose
-header also holds a serving section (:mod:`inductor_knobs.serving.bundle_format`).
+cannot be saved), the guard's per-shape baselines, and Triton's cache entries of the kernels served
+(:mod:`inductor_knobs.serving.triton_kernels`: those tuned at their first run are not in torch's
+artifacts).  It is a compile-cache file (:mod:`inductor_knobs.serving.compile_cache`: one format, one
+safe opener, one identity check) whose header also holds a serving section
+(:mod:`inductor_knobs.serving.bundle_format`).
 
 In a fresh process :func:`load_serving_bundle` checks the file and its identity (torch, triton, GPU,
-knobs) before anything is loaded, loads the artifacts, compiles the user's model the same way
+knobs) before anything is loaded, puts the Triton kernels into this process's Triton cache where it
+lacks them, loads the artifacts, compiles the user's model the same way
 (Dynamo still traces: torch has no way around it; every Inductor compile must then be a cache hit),
 captures the graphs, and returns the served callable with a guard seeded from the build's
 baselines, plus the proof of what the load compiled, autotuned, Triton-compiled and captured
@@ -29,7 +32,7 @@ from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..core.torch_fixes import torch_fixes
 from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
-from . import bundle_format, compile_cache
+from . import bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .warmup_report import WarmupReport
 
@@ -70,7 +73,10 @@ def save_serving_bundle(path: str | os.PathLike[str], served: Any, report: Any, 
     """Write the serving bundle of this process: torch's cache artifacts and how to serve from them (0600, atomically).
 
     Call it after the recipe, when everything served has been compiled and warmed: the file holds
-    every artifact torch recorded in this process.  The model and its weights are not in it.
+    every artifact torch recorded in this process, and Triton's cache entry of every kernel loaded in
+    this process (each launcher of each ``CachingAutotuner``; the header's ``serving.triton_kernels``
+    counts those carried, their bytes and those not found, which are skipped).  The model and its
+    weights are not in it.
 
     Args:
         served: what you serve: an ``ik.compile`` result, or ``ik.capture_cuda_graphs`` of one (its
@@ -95,7 +101,8 @@ def save_serving_bundle(path: str | os.PathLike[str], served: Any, report: Any, 
     compile_cache._require_artifacts_api("save_serving_bundle")
     label = f"save_serving_bundle({os.fspath(path)!r})"
     section, compiled = bundle_format.encode(served, report, buckets)
-    payload, header = compile_cache.saved_artifacts(label, compile_cache._knobs_of(compiled))
+    section["triton_kernels"], tail = triton_kernels.pack(triton_kernels.collect())
+    payload, header = compile_cache.saved_artifacts(label, compile_cache._knobs_of(compiled), tail)
     env = active_env_knobs()
     return compile_cache.write_file(path, {**header, ENV_KNOBS: env.to_dict() if env else None, "serving": section}, payload)
 
@@ -116,9 +123,12 @@ def load_serving_bundle(
     :func:`~inductor_knobs.serving.compile_cache.load_compile_cache` (opened once without following a
     link; the file and every directory above it yours or root's and not writable by others), the
     header's and the payload's sha256, and the identity: torch, triton, GPU (name, capability, SMs),
-    the knobs, and the ``INDUCTOR_KNOBS_*`` knobs active here, each difference named.  Then it loads
-    torch's artifacts, compiles ``model`` as the build did (``ik.compile`` with its knobs, mode,
-    options and ``torch.compile`` arguments) and calls it once per warmed shape under
+    the knobs, and the ``INDUCTOR_KNOBS_*`` knobs active here, each difference named, and every name of
+    the Triton kernels carried (plain names, nothing outside the cache directory).  Then it writes the
+    Triton kernels into this process's Triton cache where their key directories do not exist yet
+    (:func:`~inductor_knobs.serving.triton_kernels.restore`; never overwriting), loads torch's
+    artifacts, compiles ``model`` as the build did (``ik.compile`` with its knobs, mode, options and
+    ``torch.compile`` arguments) and calls it once per warmed shape under
     ``torch.no_grad()`` and ``compile_threads=1`` (so every Triton compile happens in this process,
     where Triton's listener hears it; a bundle that covers the model compiles nothing, and no worker
     pool starts), captures one CUDA graph per recorded shape, and seeds a guard.
@@ -144,11 +154,13 @@ def load_serving_bundle(
         InvalidKnobValue: ``model`` or ``factory`` not callable, an unknown ``on_cold``/``on``, or ``knobs``
             not a ``Knobs``.
         CompileCacheRefused: missing, unsafe (a symbolic link, another owner, writable by others),
-            not a bundle, truncated or edited (the header's or the payload's sha256), or built for
+            not a bundle, truncated or edited (the header's or the payload's sha256), a Triton kernel
+            entry with a name that is not a plain name (nothing written), or built for
             another torch, triton, GPU or knobs (each difference named), with nothing loaded; or torch
             could not load the artifacts (:func:`~inductor_knobs.serving.compile_cache.load_payload`).
         ColdStartCompiled: ``on_cold="raise"`` and the load compiled something cold (after the load:
             the model is compiled; ``err.bundle`` holds it).
+        OSError: this process's Triton cache directory cannot be created or written.
         Anything ``factory``, ``model`` or ``ik.capture_cuda_graphs`` raises.
 
     Relies on ``torch.compiler.load_cache_artifacts`` (2.7+), torch's cache counters and, for Triton
@@ -172,6 +184,7 @@ def load_serving_bundle(
     header, payload = compile_cache.read_file(where, allow_unsafe, label)
     spec = bundle_format.decode(label, header)
     compile_cache.check_payload(label, header, payload)
+    payload, kernels = triton_kernels.unpack(label, spec.triton_kernels, payload)
     if knobs is not None and knobs != spec.knobs:
         raise CompileCacheRefused(
             f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
@@ -192,7 +205,7 @@ def load_serving_bundle(
     compile_cache.refuse_differences(label, header, here, (*compile_cache.IDENTITY, ENV_KNOBS))
     if problem is not None:  # the same digest, yet it does not build (only a hand-made header gets here)
         raise CompileCacheRefused(f"{label} refused: the bundle's ik.compile call does not build here: {problem}") from problem
-    bundle = _load(label, header, payload, spec, compiled, factory)
+    bundle = _load(label, header, payload, spec, compiled, factory, kernels)
     bundle.guard = no_stalls(bundle.served, on=on, warmup=spec.report)
     cold = bundle.proof.cold()
     if cold:
@@ -208,9 +221,16 @@ def load_serving_bundle(
 
 
 def _load(
-    label: str, header: dict[str, Any], payload: bytes, spec: bundle_format.BundleSpec, compiled: Any, factory: Any
+    label: str,
+    header: dict[str, Any],
+    payload: bytes,
+    spec: bundle_format.BundleSpec,
+    compiled: Any,
+    factory: Any,
+    kernels: tuple[triton_kernels.Kernel, ...] = (),
 ) -> ServingBundle:
-    """Load the artifacts, compile at every warmed shape and capture, all inside one :class:`ColdStartRecorder`."""
+    """Restore the Triton kernels, load torch's artifacts (``payload``), compile at every warmed shape and capture,
+    all inside one :class:`ColdStartRecorder`."""
     import torch
 
     from ..core.knob_blocks import KnobsContext
@@ -220,6 +240,11 @@ def _load(
     seconds: dict[str, float] = {}
     served = compiled
     with ColdStartRecorder() as recorder, torch_fixes():  # cached tuned configs are kept (torch 2.8-2.11: patches/_fixes.py)
+        started = _clock()
+        # Before torch's artifacts: an FX graph cache hit's TritonBundler then finds these keys present and
+        # leaves them, and recheck_autotune_cache's triton.compile of a tuned config is a Triton cache hit.
+        restored = triton_kernels.restore(kernels)
+        seconds["restore_triton"] = _clock() - started
         started = _clock()
         compile_cache.load_payload(label, header, payload)
         seconds["load_artifacts"] = _clock() - started
@@ -246,7 +271,7 @@ def _load(
                     outputs=spec.graphs["outputs"],
                 )
                 seconds["capture"] = _clock() - started
-    proof = recorder.proof(seconds)
+    proof = recorder.proof(seconds, triton_kernels_restored=restored)
     return ServingBundle(served, compiled, None, proof, spec.buckets, spec.report, header)
 
 

@@ -21,8 +21,11 @@ from .graphs import OUTPUTS, CapturedGraphs
 from .signature import from_json, to_json
 from .warmup_report import WarmupReport
 
-#: The serving section's layout; a reader refuses another.
-VERSION = 1
+#: The serving section's layout written; 2 adds ``"triton_kernels"`` and their bytes after torch's artifacts
+#: (:mod:`inductor_knobs.serving.triton_kernels`).
+VERSION = 2
+#: The layouts a reader accepts (1: no Triton kernels, the whole payload is torch's); it refuses another.
+READS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class BundleSpec:
         buckets: the bucket sizes to pad requests to, or None.
         graphs: ``{"shapes": [...], "warmup_calls": n, "outputs": "copy"}`` when the build served CUDA graphs.
         report: the build's per-shape baselines, as a :class:`WarmupReport` without steps (``ik.no_stalls(warmup=...)``).
+        triton_kernels: the Triton kernels carried, as written (``triton_kernels.pack``; checked by
+            ``triton_kernels.unpack``), or None (a bundle written before them).
     """
 
     knobs: Knobs
@@ -46,6 +51,7 @@ class BundleSpec:
     buckets: tuple[int, ...] | None
     graphs: dict[str, Any] | None
     report: WarmupReport
+    triton_kernels: Any = None
 
 
 def encode(served: Any, report: Any, buckets: Any) -> tuple[dict[str, Any], Any]:
@@ -113,10 +119,10 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
             f"{label} refused: a compile cache without a serving section, not a serving bundle (load it with "
             "ik.load_compile_cache, or write a bundle with ik.save_serving_bundle)"
         )
-    if section.get("version") != VERSION or "header_sha256" not in header:
+    if section.get("version") not in READS or "header_sha256" not in header:
         raise CompileCacheRefused(
             f"{label} refused: serving section version {section.get('version')!r} (this inductor_knobs reads "
-            f"{VERSION}, with a header sha256); rebuild the bundle with ik.save_serving_bundle"
+            f"{' or '.join(map(str, READS))}, with a header sha256); rebuild the bundle with ik.save_serving_bundle"
         )
     try:
         recipe = section["compile"]
@@ -146,6 +152,7 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
             buckets,
             graphs,
             report,
+            section.get("triton_kernels") if section["version"] != 1 else None,
         )
     except (KeyError, TypeError, ValueError, KnobsError) as err:
         raise CompileCacheRefused(

@@ -64,6 +64,8 @@ class ColdStartProof:
         triton: ``(real compiles, Triton cache hits)`` Triton's compilation listener reported over the
             block, or None where Triton cannot say (Triton < 3.4, or no Triton: a CPU build).
         seconds: wall seconds per phase of the block (``{"load_artifacts": 0.4, "compile": 3.1, ...}``).
+        triton_kernels_restored: Triton kernels a serving bundle put into this process's Triton cache
+            (:func:`~inductor_knobs.serving.triton_kernels.restore`; 0 where it carried none or the cache had them).
     """
 
     dynamo_compiles: list[CompileEvent] = field(default_factory=list)
@@ -73,6 +75,7 @@ class ColdStartProof:
     counters: dict[str, int] = field(default_factory=dict)
     triton: tuple[int, int] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    triton_kernels_restored: int = 0
 
     @property
     def inductor_hits(self) -> dict[str, int]:
@@ -135,7 +138,8 @@ class ColdStartProof:
             f"Inductor compiles: {len(self.attestations)}; cache hits: {hits}; compiled cold: {len(self.inductor_compiled)}",
             f"autotune benchmarks: {self.autotune_benchmarks}; GEMM autotune records from the cache: "
             f"{sum(r.from_cache for r in self.autotune)}",
-            f"Triton: {triton}; kernel loads (precompile without a compile): {loads}",
+            f"Triton: {triton}; kernel loads (precompile without a compile): {loads}; "
+            f"kernels the bundle put into Triton's cache: {self.triton_kernels_restored}",
             f"CUDA graphs captured or recorded: {self.captures}",
             "torch counters: " + (", ".join(f"{k} {v}" for k, v in self.counters.items() if v) or "all 0"),
         ]
@@ -157,6 +161,7 @@ class ColdStartProof:
             "runtime": [e.to_dict() for e in self.runtime],
             "triton_compiled": self.triton_compiled,
             "triton_cache_hits": None if self.triton is None else self.triton[1],
+            "triton_kernels_restored": self.triton_kernels_restored,
             "captures": self.captures,
             "counters": dict(self.counters),
             "seconds": dict(self.seconds),
@@ -205,11 +210,12 @@ class ColdStartRecorder(Collector):
         finally:
             super().__exit__(exc_type, exc, tb)
 
-    def proof(self, seconds: dict[str, float] | None = None) -> ColdStartProof:
-        """The :class:`ColdStartProof` of the block (call it after the block), with ``seconds`` per phase."""
+    def proof(self, seconds: dict[str, float] | None = None, *, triton_kernels_restored: int = 0) -> ColdStartProof:
+        """The :class:`ColdStartProof` of the block (call it after the block), with ``seconds`` per phase and
+        the Triton kernels a bundle restored in it."""
         return ColdStartProof(
             list(self.compiles), list(self.attestations), list(self.records), list(self.runtime),
-            dict(self.counters), self.triton, dict(seconds or {}),
+            dict(self.counters), self.triton, dict(seconds or {}), triton_kernels_restored,
         )  # fmt: skip
 
 

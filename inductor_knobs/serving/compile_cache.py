@@ -79,16 +79,18 @@ def save_compile_cache(path: str | os.PathLike[str], knobs: Any = None) -> dict[
     return write_file(path, header, payload)
 
 
-def saved_artifacts(label: str, knobs: Knobs) -> tuple[bytes, dict[str, Any]]:
+def saved_artifacts(label: str, knobs: Knobs, tail: bytes = b"") -> tuple[bytes, dict[str, Any]]:
     """Every cache artifact torch recorded in this process, and the header that names who built them.
 
     Args:
         label (str): who asks, starting the message (``"save_compile_cache('x')"``).
         knobs (Knobs): the knobs the artifacts were built under.
+        tail (bytes): more of the payload, after torch's artifacts (a serving bundle's Triton kernels,
+            :mod:`inductor_knobs.serving.triton_kernels`); the header's sha256 covers it with them.
 
     Returns:
-        tuple[bytes, dict[str, Any]]: the payload (``torch.compiler.save_cache_artifacts``, torch 2.7+)
-        and the header: :func:`identity`, artifact counts, the payload's sha256.
+        tuple[bytes, dict[str, Any]]: the payload (``torch.compiler.save_cache_artifacts``, torch 2.7+,
+        then ``tail``) and the header: :func:`identity`, artifact counts, the payload's sha256.
 
     Raises:
         CompileCacheRefused: torch recorded no artifacts.
@@ -102,6 +104,7 @@ def saved_artifacts(label: str, knobs: Knobs) -> tuple[bytes, dict[str, Any]]:
             "process; compile something first, with Inductor's caches on (fx_graph_cache, autotune_local_cache)"
         )
     payload, info = result
+    payload += tail
     header = {**identity(knobs), "artifacts": _artifact_counts(info), "payload_sha256": hashlib.sha256(payload).hexdigest()}
     return payload, header
 
