@@ -16,6 +16,8 @@
 #                                              #   job (ablate_gpu.sh part main, timed); GPU 1 cold start, Llama;
 #                                              #   GPU 2 cold start, BERT-base; GPU 3 every GPU test
 #   OUT=/tmp/out bash bench/session_gpu.sh f   # cold start, Llama on GPU 0 and BERT-base on GPU 1 at once
+#   OUT=/tmp/out bash bench/session_gpu.sh g   # the main job on GPU 0 alone (CPUs 0-15), then part f beside
+#                                              #   the fork-server and bundle GPU tests on GPU 2
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -101,6 +103,24 @@ f)
     wait
     for m in llama bert; do
         if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,16p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
+    done
+    ;;
+g)
+    PARTS="main" DEADLINE_S=300 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1
+    done_at main $?
+    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 250 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
+        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
+    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 250 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
+        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    (CUDA_VISIBLE_DEVICES=2 taskset -c "$(lane 2)" timeout -k 10 250 python3 -m pytest -q -m gpu tests/test_ablate_forkserver.py \
+        tests/test_serving_bundle.py -p no:cacheprovider -o faulthandler_timeout=200 >"$OUT/gpu_tests.txt" 2>&1; done_at gpu_tests $?) &
+    wait
+    cat "$OUT/main.time" 2>/dev/null
+    grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
+    grep -E "fork server|forked|new interpreters|The runs took" "$OUT/main.log" | head -4
+    tail -n 4 "$OUT/gpu_tests.txt"
+    for m in llama bert; do
+        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '5,20p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
     done
     ;;
 c)

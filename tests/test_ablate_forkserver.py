@@ -424,7 +424,7 @@ def _cmdline(pid: int) -> bytes:
 
 def test_the_preload_list_follows_the_workload():
     assert forkserver.preload_modules("gemm_mlp", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
-    assert forkserver.preload_modules("gemm_mlp", "cuda") == ["torch", *forkserver.COMPILER_DEPS, "triton", *forkserver.COMPILER]
+    assert forkserver.preload_modules("gemm_mlp", "cuda") == ["torch", *forkserver.COMPILER_DEPS, "triton", "torch._dynamo"]
     assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
     assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
     assert all(not preload.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
@@ -468,3 +468,20 @@ def test_forked_runs_on_a_gpu_with_cuda_graphs_under_emulation():
             )
     finally:
         registry.remove_dirs()
+
+
+def test_no_module_a_cuda_server_preloads_asks_cuda_at_import():
+    """A server for CUDA runs must not start CUDA's or NVML's threads: nothing it imports may call
+    ``torch.cuda.is_available()`` (``torch._inductor.graph`` does, through ``runtime/benchmarking.py``)."""
+    pytest.importorskip("transformers")
+    modules = [m for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda") if m not in ("torch", "triton")]
+    code = (
+        "import sys, torch\n"
+        "calls = []\n"
+        "torch.cuda.is_available = lambda: calls.append(1) or False\n"
+        f"for name in {modules!r}: __import__(name)\n"
+        "print(len(calls), 'torch._inductor.runtime.benchmarking' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "False"]

@@ -65,6 +65,13 @@ COMPILER_DEPS = ("sympy", "torch.fx.experimental.symbolic_shapes")
 #: on an H200 host).
 COMPILER = ("torch._dynamo", "torch._inductor.graph")
 
+#: What of :data:`COMPILER` a server for CUDA runs may import: not ``torch._inductor.graph``, which imports
+#: ``torch._inductor.runtime.benchmarking``, whose import asks ``torch.cuda.is_available()`` (2.11
+#: ``runtime/benchmarking.py:19``, ``use_experimental_benchmarker``).  On a GPU host that call starts
+#: threads in the server (through NVML or the CUDA driver), and a server with threads is refused: on a
+#: 4xH200 host every run of the main job then started as a new interpreter (3 threads in the server).
+COMPILER_FOR_CUDA = ("torch._dynamo",)
+
 #: ``hf:<name>`` -> its transformers modeling module.
 HF_MODULES = {
     "bert-base": "transformers.models.bert.modeling_bert",
@@ -86,13 +93,14 @@ def preload_modules(workload: str, device: str) -> list[str]:
     Returns:
         list[str]: ``torch``, :data:`COMPILER_DEPS`, ``triton`` on CUDA (Inductor's GPU code
         generator: it reads its settings, ``TRITON_CACHE_DIR`` among them, when used, not at
-        import), :data:`COMPILER` (every workload, every device: the compiled arms need them), and
+        import), :data:`COMPILER` (:data:`COMPILER_FOR_CUDA` on CUDA; the compiled arms need them), and
         ``transformers`` with the model's modeling module or ``timm``.
     """
     modules = ["torch", *COMPILER_DEPS]
     if device == "cuda":
-        modules.append("triton")
-    modules += COMPILER
+        modules += ["triton", *COMPILER_FOR_CUDA]
+    else:
+        modules += COMPILER
     prefix, _, name = workload.partition(":")
     if prefix == "hf":
         modules += ["transformers", HF_MODULES.get(name, "transformers")]
