@@ -424,7 +424,8 @@ def _cmdline(pid: int) -> bytes:
 
 def test_the_preload_list_follows_the_workload():
     assert forkserver.preload_modules("gemm_mlp", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
-    assert forkserver.preload_modules("gemm_mlp", "cuda") == ["torch", *forkserver.COMPILER_DEPS, "triton", "torch._dynamo"]
+    assert forkserver.preload_modules("gemm_mlp", "cuda") == ["torch", *forkserver.COMPILER_DEPS, "triton"]
+    assert forkserver.preload_modules("hf:bert-base", "cuda")[-1] == "transformers"
     assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
     assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
     assert all(not preload.forbidden(m) for m in forkserver.preload_modules("hf:tinyllama-2layer", "cuda"))
@@ -485,3 +486,22 @@ def test_no_module_a_cuda_server_preloads_asks_cuda_at_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0", "False"]
+
+
+def test_a_server_refused_for_threads_names_the_imports_that_started_them():
+    from types import SimpleNamespace
+
+    from inductor_knobs.ablation.preload import preload
+
+    assert "new_threads" in preload(["json"])  # the preload records it for every import
+    facts = {
+        "preloaded": ["torch", "torch._dynamo"],
+        "stopped": {},
+        "stopped_import_in_child": None,
+        "threads": 3,
+        "python_threads": 1,
+        "new_threads": {"torch._dynamo": 2},
+    }
+    server = SimpleNamespace(facts=facts, modules=["torch", "torch._dynamo"], lost=False)
+    why = forkserver.ForkServer._unsafe(server)
+    assert "kept 3 threads" in why and "threads started by: torch._dynamo +2" in why

@@ -65,12 +65,13 @@ COMPILER_DEPS = ("sympy", "torch.fx.experimental.symbolic_shapes")
 #: on an H200 host).
 COMPILER = ("torch._dynamo", "torch._inductor.graph")
 
-#: What of :data:`COMPILER` a server for CUDA runs may import: not ``torch._inductor.graph``, which imports
+#: What of :data:`COMPILER` a server for CUDA runs may import: nothing.  ``torch._inductor.graph`` imports
 #: ``torch._inductor.runtime.benchmarking``, whose import asks ``torch.cuda.is_available()`` (2.11
-#: ``runtime/benchmarking.py:19``, ``use_experimental_benchmarker``).  On a GPU host that call starts
-#: threads in the server (through NVML or the CUDA driver), and a server with threads is refused: on a
-#: 4xH200 host every run of the main job then started as a new interpreter (3 threads in the server).
-COMPILER_FOR_CUDA = ("torch._dynamo",)
+#: ``runtime/benchmarking.py:19``, ``use_experimental_benchmarker``); on a GPU host that started threads
+#: in the server and every run of the main job started as a new interpreter (4xH200, torch 2.11: 3
+#: threads).  Without it, ``torch._dynamo`` and BERT's modeling module (which imports Dynamo) still left
+#: 2 (4xH100, same torch).  The server without both was forked from on a 4xH200 host (18 of 18 runs).
+COMPILER_FOR_CUDA: tuple[str, ...] = ()
 
 #: ``hf:<name>`` -> its transformers modeling module.
 HF_MODULES = {
@@ -103,7 +104,8 @@ def preload_modules(workload: str, device: str) -> list[str]:
         modules += COMPILER
     prefix, _, name = workload.partition(":")
     if prefix == "hf":
-        modules += ["transformers", HF_MODULES.get(name, "transformers")]
+        # On CUDA not the modeling module: it imports Dynamo (transformers.masking_utils), see COMPILER_FOR_CUDA.
+        modules += ["transformers"] if device == "cuda" else ["transformers", HF_MODULES.get(name, "transformers")]
     elif prefix == "timm":
         modules.append("timm")
     return modules
@@ -252,9 +254,10 @@ class ForkServer:
         if facts.get("stopped_import_in_child"):
             return f"a probe child of the fork server failed: {facts['stopped_import_in_child']}"
         if facts["threads"] != 1 or facts["python_threads"] != 1:
+            started = ", ".join(f"{name} +{n}" for name, n in facts.get("new_threads", {}).items()) or "none seen"
             return (
                 f"the fork server kept {facts['threads']} threads ({facts['python_threads']} Python threads) after importing "
-                f"{', '.join(facts['preloaded'])}; fork() copies only one"
+                f"{', '.join(facts['preloaded'])} (threads started by: {started}); fork() copies only one"
             )
         if facts["forbidden_loaded"]:
             return (

@@ -27,9 +27,10 @@ MAIN_JOB_EMULATION = ("T4", "L4")
 MAIN_JOB_GPU_ITERS = 200
 
 #: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.  Four workers compiling
-#: at once kept 4.1 of 16 CPUs busy on average (user + system time over wall time, one H200 with CPUs
-#: 0-15): a forced compile waits on GPU autotune benchmarks as much as on the CPU.
-CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 3, 5
+#: at once kept 4.1 of 16 CPUs busy on average (one H200 with CPUs 0-15), but the cap is not the CPUs:
+#: every worker compiling autotunes on the same GPU, and with five at once the A/A control's processes
+#: picked GEMM kernels up to 25% slower than each other (0.52-0.65 ms of kernels), with four 1%.
+CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 4, 4
 
 
 def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
@@ -92,7 +93,7 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
 
 
 def main_job_parallel(device: str, gpus: list[int]) -> int:
-    """The main job's ``--parallel`` default: 1 on CPU, else min(5, CPUs per GPU / 3), counting the CPUs this
+    """The main job's ``--parallel`` default: 1 on CPU, else min(4, CPUs per GPU / 4), counting the CPUs this
     process may run on (:func:`.quiet.usable_cpus`).
 
     Args:

@@ -204,7 +204,8 @@ def preload(modules: list[str]) -> dict[str, Any]:
 
     Returns:
         dict[str, Any]: ``preloaded`` (names), ``stopped`` (name -> why), ``seconds`` (name -> import
-        seconds), ``env_read`` (every variable read, sorted; :meth:`.forkserver.ForkServer.spawn`
+        seconds), ``new_threads`` (name -> OS threads its import started, where it started any),
+        ``env_read`` (every variable read, sorted; :meth:`.forkserver.ForkServer.spawn`
         compares them with each run's), ``env_readers`` (the :data:`PER_RUN` or :data:`NOT_KEPT`
         variables read -> the modules whose import read them) and ``env_kept`` (those of them whose
         value may have been kept, :func:`kept_reads`).
@@ -215,10 +216,10 @@ def preload(modules: list[str]) -> dict[str, Any]:
     original = os.environ
     os.environ = _Recorder(original, seen)  # noqa: B003 - the same data, read through a recorder
     sys.meta_path.insert(0, guard)
-    out: dict[str, Any] = {"preloaded": [], "stopped": {}, "seconds": {}}
+    out: dict[str, Any] = {"preloaded": [], "stopped": {}, "seconds": {}, "new_threads": {}}
     try:
         for name in modules:
-            start = time.perf_counter()
+            start, threads = time.perf_counter(), _thread_count()
             try:
                 importlib.import_module(name)
                 out["preloaded"].append(name)
@@ -227,9 +228,19 @@ def preload(modules: list[str]) -> dict[str, Any]:
             except Exception as err:  # noqa: BLE001 - not installed, or broken: the child imports it itself
                 out["stopped"][name] = f"{type(err).__name__}: {err}"
             out["seconds"][name] = round(time.perf_counter() - start, 3)
+            if threads is not None and (after := _thread_count()) is not None and after > threads:
+                out["new_threads"][name] = after - threads  # names the import behind a refusal for threads
     finally:
         sys.meta_path.remove(guard)
         os.environ = original  # noqa: B003 - the object every module saw before
     readers = {k: sorted(v) for k, v in seen.items() if k.startswith(PER_RUN) or k in NOT_KEPT}
     out.update(env_read=sorted(seen), env_readers=readers, env_kept=kept_reads(readers))
     return out
+
+
+def _thread_count() -> int | None:
+    """This process's OS threads (``/proc/self/task``), or None without ``/proc``."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None

@@ -19,7 +19,7 @@ that a host-bound latency feels.  So every run goes through a phase barrier (:cl
 4. When every ready worker has measured, admission opens again: the next batch.
 
 ``cap`` (:func:`live_cap`): ``parallel`` when it is 1 (compile, measure, next), else
-``3 × parallel`` (the main job's 18 runs in two batches of 9 with 4 or 5 compiling at once), at most
+``3 × parallel`` (the main job's 18 runs in two batches of 9 with 4 compiling at once), at most
 what the host's available memory allows at :data:`GIB_PER_WORKER` per live worker, and balanced so
 that the batches are about equal.  A waiting worker holds its memory (and on a GPU its CUDA context
 and model): ``--parallel 1`` keeps one at a time.
