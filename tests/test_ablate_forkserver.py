@@ -455,7 +455,8 @@ def test_forked_runs_on_a_gpu_with_cuda_graphs_under_emulation():
         assert server is not None, registry.start_note
         assert not server.facts["cuda_initialized"] and server.facts["stopped_import_in_child"] is None
         assert "triton" in server.facts["preloaded"] and server.facts["forbidden_loaded"] == []
-        assert "torch._inductor.graph" in server.facts["preloaded"] and server.facts["env_kept"] == []
+        # not Inductor's graph on CUDA: its import asks torch.cuda.is_available() (forkserver.COMPILER_FOR_CUDA)
+        assert "torch._inductor.graph" not in server.facts["preloaded"] and server.facts["env_kept"] == []
         for spec_job, arm in zip(plan.jobs(), arms):
             record = job.run_job(spec_job, arm, 0, 900, registry)
             assert record is not None and record["ok"], record.get("traceback") if record else None

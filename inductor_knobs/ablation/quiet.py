@@ -19,10 +19,11 @@ that a host-bound latency feels.  So every run goes through a phase barrier (:cl
 4. When every ready worker has measured, admission opens again: the next batch.
 
 ``cap`` (:func:`live_cap`): ``parallel`` when it is 1 (compile, measure, next), else
-``3 × parallel`` (the main job's 18 runs in two batches of 9 with 4 compiling at once), at most
-what the host's available memory allows at :data:`GIB_PER_WORKER` per live worker, and balanced so
-that the batches are about equal.  A waiting worker holds its memory (and on a GPU its CUDA context
-and model): ``--parallel 1`` keeps one at a time.
+``2 × parallel``, at most what the host's available memory allows at :data:`GIB_PER_WORKER` per live
+worker, and balanced so that the batches are about equal.  (``3 × parallel``, the main job's 18 runs in
+two batches of 9 on one GPU, took 247 s against 200 s in three batches of 6 on a 4xH200 host: the
+repeat-0 forced compile beside more live workers took 98 s against 57 s.)  A waiting worker holds its
+memory (and on a GPU its CUDA context and model): ``--parallel 1`` keeps one at a time.
 
 The worker measures pinned to its lane's CPUs (:func:`lane_cpus`: the CPUs this process may use,
 split evenly between the lanes), sent with ``go``.  A worker that dies, or is killed at its timeout,
@@ -108,7 +109,7 @@ def live_cap(parallel: int, jobs: int, lanes: int = 1) -> int:
     parallel = max(1, parallel)
     if parallel == 1:
         return 1
-    cap = 3 * parallel
+    cap = 2 * parallel
     memory = _available_gib()
     if memory is not None:
         cap = min(cap, max(parallel, int(memory / lanes / GIB_PER_WORKER)))
@@ -142,7 +143,6 @@ class Quiet:
         self.ready: dict[Any, list[str]] = {lane: [] for lane in lanes}
         self.measuring: dict[Any, str | None] = dict.fromkeys(lanes)
         self.order: dict[str, int] = {}  # token -> when it became ready (measurement order)
-        self.compiled: set[str] = set()  # every token that said ready, kept after it leaves
         self._ready_count = itertools.count()
         self.conns: dict[str, socket.socket] = {}
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -182,10 +182,6 @@ class Quiet:
         live = sum(1 for v in self.lane_of.values() if v == lane)
         compiling = sum(1 for t in self.compiling if self.lane_of[t] == lane)
         return not self.measuring_phase and compiling < self.parallel and live < self.cap
-
-    def said_ready(self, token: str) -> bool:
-        """Whether the worker admitted with ``token`` has compiled (said ``ready``), now or before it left."""
-        return token in self.compiled
 
     def finished(self, barrier: dict[str, Any] | None) -> None:
         """The worker of ``barrier`` has exited (or never started): it leaves the barrier.
@@ -256,7 +252,6 @@ class Quiet:
                 self.conns[token] = sock
                 self.ready[self.lane_of[token]].append(token)
                 self.order[token] = next(self._ready_count)
-                self.compiled.add(token)
                 self._step()
             elif words[:1] == ["measured"]:
                 found = next((t for t, c in self.conns.items() if c is sock), None)

@@ -17,13 +17,6 @@ ablation compiles.  Each lane has :func:`.quiet.live_cap` job threads (workers t
 wait for their turn, holding a thread each).  With several at once, each worker gets
 ``CPUs / (lanes × parallel)`` Inductor compile threads.
 
-**Later repeats after their arm's first** (:class:`JobOrder`): a job thread takes the first job, in the
-interleaved order, that is a repeat 0 or whose arm's repeat 0 has compiled (said ``ready``) or ended;
-only when there is none does it take the first job left.  Repeats >= 1 share the Triton binaries
-repeat 0 leaves when it exits (:mod:`.workers`), so in a batch that holds every repeat 0 the free
-places go to the arms that compile fastest, and the slow arms' later repeats fall to the next batch,
-where their repeat 0's binaries are there: the main job on one GPU runs its 18 runs in two batches of
-9, not three of 6, without a forced repeat compiling its Triton kernels cold a second time.
 
 On SIGINT or SIGTERM (under :func:`.signals.signals_raise`) :func:`execute` kills every worker's
 process group, removes the temporary directories and raises :class:`.signals.Interrupted` with the
@@ -33,6 +26,7 @@ runs that had finished.
 from __future__ import annotations
 
 import contextlib
+import queue
 import signal
 import sys
 import threading
@@ -143,7 +137,9 @@ def execute(
     threads_each = workers.compile_threads  # the server's and every worker's: one value per ablation
     cap = live_cap(parallel, len(jobs), len(lanes))
     quiet = Quiet(lanes, parallel, cap, len(jobs))
-    pending = JobOrder(jobs, quiet.said_ready)
+    pending: queue.Queue[dict[str, Any]] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
     slots = [lane for lane in lanes for _ in range(cap)]
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
     origin = time.perf_counter()
@@ -153,15 +149,15 @@ def execute(
             barrier = quiet.admit(gpu)
             if barrier is None:
                 return
-            job = pending.take(barrier["token"])
-            if job is None:  # pragma: no cover - admit() counts the jobs
+            try:
+                job = pending.get_nowait()
+            except queue.Empty:  # pragma: no cover - admit() counts the jobs
                 quiet.finished(barrier)
                 return
             arm = arms[job["arm"]["name"]]
             try:
                 record = call_job(job, arm, gpu, plan.timeout, plan.shard[0], workers, origin, parallel, threads_each, barrier)
             finally:
-                pending.ended(job)
                 quiet.finished(barrier)
             if record is None:  # stopped: the interruption handler reports what finished
                 return
@@ -207,46 +203,3 @@ def execute(
         quiet.close()
         workers.remove_dirs()
     return sorted(results, key=lambda r: r["index"])
-
-
-class JobOrder:
-    """The jobs not yet started, handed out later repeats after their arm's first (see the module docstring).
-
-    Args:
-        jobs (list[dict[str, Any]]): the jobs, in the interleaved order.
-        said_ready (Callable[[str], bool]): whether the worker of a barrier token has compiled
-            (:meth:`.quiet.Quiet.said_ready`).
-
-    Thread-safe: one lock.
-    """
-
-    def __init__(self, jobs: list[dict[str, Any]], said_ready: Callable[[str], bool]) -> None:
-        self.left = list(jobs)
-        self.said_ready = said_ready
-        self.lock = threading.Lock()
-        #: Arms whose repeat 0 is among the jobs -> its barrier token once started (None before).
-        self.first: dict[str, str | None] = {j["arm"]["name"]: None for j in jobs if j.get("repeat", 0) == 0}
-        self.first_ended: set[str] = set()
-
-    def _compiled(self, arm: str) -> bool:
-        if arm not in self.first:  # its repeat 0 is not in this run (a resumed ablation)
-            return True
-        token = self.first[arm]
-        return arm in self.first_ended or (token is not None and self.said_ready(token))
-
-    def take(self, token: str) -> dict[str, Any] | None:
-        """The next job for the worker admitted with ``token`` (None: none left)."""
-        with self.lock:
-            if not self.left:
-                return None
-            pick = next((i for i, j in enumerate(self.left) if j.get("repeat", 0) == 0 or self._compiled(j["arm"]["name"])), 0)
-            job = self.left.pop(pick)
-            if job.get("repeat", 0) == 0:
-                self.first[job["arm"]["name"]] = token
-            return job
-
-    def ended(self, job: dict[str, Any]) -> None:
-        """``job``'s worker has ended (finished, failed or killed): a repeat 0 no longer holds up its arm."""
-        with self.lock:
-            if job.get("repeat", 0) == 0:
-                self.first_ended.add(job["arm"]["name"])
