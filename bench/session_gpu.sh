@@ -36,23 +36,29 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMER
 start=$(date +%s)
 lane() { local n=$(($(nproc) / 4)); echo "$(($1 * n))-$(($1 * n + n - 1))"; }
 done_at() { echo "$1: exit $2 after $(($(date +%s) - start)) s" | tee -a "$OUT/status.txt"; }
+cold_start() {  # cold_start GPU MODEL SECONDS: bench/cold_start.py for one model on one lane (parts e, f, g)
+    CUDA_VISIBLE_DEVICES=$1 taskset -c "$(lane "$1")" timeout -k 10 "$3" python3 bench/cold_start.py --models "$2" \
+        --out "$OUT/cold_$2" >"$OUT/cold_$2.log" 2>&1
+    done_at "cold_$2" $?
+}
+show_cold_starts() {
+    for m in llama bert; do
+        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,20p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
+    done
+}
 
 case "$PART" in
 a)
     (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 520 python3 -m pytest -q -m gpu tests/test_gpu.py \
         tests/test_ablate_forkserver.py tests/test_release_knobs.py tests/test_sdpa_trial.py tests/test_serving_bundle.py -p no:cacheprovider \
         -o faulthandler_timeout=200 >"$OUT/gpu_tests.txt" 2>&1; done_at gpu_tests $?) &
-    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 540 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
-        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
-    (CUDA_VISIBLE_DEVICES=2 taskset -c "$(lane 2)" timeout -k 10 540 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
-        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    cold_start 1 llama 540 &
+    cold_start 2 bert 540 &
     (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 400 python3 -m inductor_knobs ablate --smoke --out "$OUT/smoke" \
         --overwrite >"$OUT/smoke.log" 2>&1; done_at smoke $?) &
     wait
     tail -n 15 "$OUT/gpu_tests.txt"
-    for m in llama bert; do
-        if [ -f "$OUT/cold_$m/cold_start.md" ]; then head -n 40 "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
-    done
+    show_cold_starts
     tr '\r' '\n' <"$OUT/smoke.log" | grep -v "^ablate " | tail -n 25
     ;;
 b)
@@ -65,24 +71,18 @@ b)
 d)
     PARTS="main allgpus" DEADLINE_S=390 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1
     done_at ablate_gpu $?
-    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 180 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
-        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
-    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 180 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
-        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    cold_start 0 llama 180 &
+    cold_start 1 bert 180 &
     wait
     cat "$OUT/main.time" "$OUT/allgpus.time" "$OUT/allgpus.compare.txt" 2>/dev/null
     grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
     grep -E "fork server|started|quiet" "$OUT/main.log" | head -5
-    for m in llama bert; do
-        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,12p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
-    done
+    show_cold_starts
     ;;
 e)
     (PARTS="main" DEADLINE_S=420 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1; done_at main $?) &
-    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 480 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
-        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
-    (CUDA_VISIBLE_DEVICES=2 taskset -c "$(lane 2)" timeout -k 10 480 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
-        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    cold_start 1 llama 480 &
+    cold_start 2 bert 480 &
     (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 420 python3 -m pytest -q -m gpu tests/test_gpu.py \
         tests/test_ablate_forkserver.py tests/test_release_knobs.py tests/test_serving_bundle.py -p no:cacheprovider \
         -o faulthandler_timeout=200 >"$OUT/gpu_tests.txt" 2>&1; done_at gpu_tests $?) &
@@ -91,27 +91,19 @@ e)
     grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
     grep -E "fork server|forked|quiet" "$OUT/main.log" | head -4
     tail -n 6 "$OUT/gpu_tests.txt"
-    for m in llama bert; do
-        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,16p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
-    done
+    show_cold_starts
     ;;
 f)
-    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 480 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
-        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
-    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 480 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
-        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    cold_start 0 llama 480 &
+    cold_start 1 bert 480 &
     wait
-    for m in llama bert; do
-        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,16p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
-    done
+    show_cold_starts
     ;;
 g)
     PARTS="main" DEADLINE_S=300 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1
     done_at main $?
-    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 250 python3 bench/cold_start.py --models llama --out "$OUT/cold_llama" \
-        >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
-    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 250 python3 bench/cold_start.py --models bert --out "$OUT/cold_bert" \
-        >"$OUT/cold_bert.log" 2>&1; done_at cold_bert $?) &
+    cold_start 0 llama 250 &
+    cold_start 1 bert 250 &
     (CUDA_VISIBLE_DEVICES=2 taskset -c "$(lane 2)" timeout -k 10 250 python3 -m pytest -q -m gpu tests/test_ablate_forkserver.py \
         tests/test_serving_bundle.py -p no:cacheprovider -o faulthandler_timeout=200 >"$OUT/gpu_tests.txt" 2>&1; done_at gpu_tests $?) &
     wait
@@ -119,9 +111,7 @@ g)
     grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
     grep -E "fork server|forked|new interpreters|The runs took" "$OUT/main.log" | head -4
     tail -n 4 "$OUT/gpu_tests.txt"
-    for m in llama bert; do
-        if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '5,20p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
-    done
+    show_cold_starts
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1

@@ -258,3 +258,28 @@ def test_the_restore_writes_into_torchs_triton_cache_dir_when_triton_cache_dir_i
     # torch's triton_cache_dir(0): what CachingAutotuner.__init__ then exports as TRITON_CACHE_DIR.
     assert sorted(p.name for p in (tmp_path / "inductor" / "triton" / "0").iterdir()) == [KEY_A, KEY_B]
     assert os.environ.get("TRITON_CACHE_DIR") is None  # the restore sets no variable of the process
+
+
+def test_four_threads_restoring_at_once_write_each_key_once_and_whole(served, monkeypatch, tmp_path):
+    """Serving processes (or threads) loading bundles into one Triton cache at the same moment: one of them
+    writes each key, the others find it there; no reader sees part of a kernel, no staging directory stays."""
+    import threading
+
+    kernels = triton_kernels.unpack("x", *_packed())[1]
+    here = tmp_path / "shared-triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(here))
+    start, written = threading.Barrier(4), []
+
+    def load() -> None:
+        start.wait(60)
+        written.append(triton_kernels.restore(kernels))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(written) == 2 and len(written) == 4
+    assert sorted(p.name for p in here.iterdir()) == [KEY_A, KEY_B]
+    for kernel in kernels:
+        assert files_of(here / kernel.key).keys() == {name for name, _ in kernel.files}

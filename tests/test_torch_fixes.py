@@ -137,3 +137,16 @@ def test_on_a_torch_without_the_bug_nothing_is_installed():
     original = Autotuner.__dict__["recheck_autotune_cache"]
     with torch_fixes.torch_fixes():
         assert Autotuner.__dict__["recheck_autotune_cache"] is original
+
+
+def test_a_fix_whose_torch_function_is_absent_installs_nothing_and_warmup_still_runs(monkeypatch):
+    patches = torch_compat.installed(strict=False)
+    missing = (("torch._no_such_module:Thing.method", _fixes.recheck_autotune_cache),)
+    monkeypatch.setattr(type(patches), "fixes", lambda self, release: missing)
+    torch_fixes._steps.cache_clear()
+    try:
+        assert torch_fixes._steps() == ()
+        report = ik.warmup(lambda x: x + 1, [torch.ones(2)], calls_per_input=1, probes=None)
+        assert len(report.steps) == 1 and torch_fixes.TORCH_FIXES.users == 0
+    finally:
+        torch_fixes._steps.cache_clear()

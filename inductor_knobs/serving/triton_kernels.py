@@ -230,20 +230,10 @@ def plain_name(name: Any) -> bool:
 
 def _launched() -> tuple[Any, list[tuple[int, str]]] | None:
     """torch's ``triton_cache_dir`` and the ``(device, key)`` of every launcher loaded, deduplicated; None without them."""
-    from ..core import torch_compat
-    from ..core._patching import resolve
-
-    hooks = torch_compat.installed()
-    cache_dir = _torch_function("triton_cache_dir")
-    try:
-        owner, name = resolve(hooks.loaded_code_modules)
-        modules = list(getattr(owner, name))
-        owner, name = resolve(hooks.autotuner_class)
-        autotuner = getattr(owner, name)
-    except (ImportError, AttributeError):  # no Triton: triton_heuristics does not import
+    cache_dir, loaded, autotuner = (_torch_function(a) for a in ("triton_cache_dir", "loaded_code_modules", "autotuner_class"))
+    if cache_dir is None or loaded is None or autotuner is None:  # no Triton: triton_heuristics does not import
         return None
-    if cache_dir is None:
-        return None
+    modules = list(loaded)
     keys: dict[tuple[int, str], None] = {}
     for module in modules:
         for value in list(vars(module).values()):
