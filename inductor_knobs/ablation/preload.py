@@ -219,7 +219,7 @@ def preload(modules: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"preloaded": [], "stopped": {}, "seconds": {}, "new_threads": {}}
     try:
         for name in modules:
-            start, threads = time.perf_counter(), _thread_count()
+            start, threads = time.perf_counter(), thread_count()
             try:
                 importlib.import_module(name)
                 out["preloaded"].append(name)
@@ -228,7 +228,7 @@ def preload(modules: list[str]) -> dict[str, Any]:
             except Exception as err:  # noqa: BLE001 - not installed, or broken: the child imports it itself
                 out["stopped"][name] = f"{type(err).__name__}: {err}"
             out["seconds"][name] = round(time.perf_counter() - start, 3)
-            if threads is not None and (after := _thread_count()) is not None and after > threads:
+            if threads is not None and (after := thread_count()) is not None and after > threads:
                 out["new_threads"][name] = after - threads  # names the import behind a refusal for threads
     finally:
         sys.meta_path.remove(guard)
@@ -238,8 +238,12 @@ def preload(modules: list[str]) -> dict[str, Any]:
     return out
 
 
-def _thread_count() -> int | None:
-    """This process's OS threads (``/proc/self/task``), or None without ``/proc``."""
+def thread_count() -> int | None:
+    """This process's OS threads (``/proc/self/task``).
+
+    Returns:
+        int | None: the count, or None without ``/proc``.
+    """
     try:
         return len(os.listdir("/proc/self/task"))
     except OSError:

@@ -17,7 +17,6 @@ ablation compiles.  Each lane has :func:`.quiet.live_cap` job threads (workers t
 wait for their turn, holding a thread each).  With several at once, each worker gets
 ``CPUs / (lanes × parallel)`` Inductor compile threads.
 
-
 On SIGINT or SIGTERM (under :func:`.signals.signals_raise`) :func:`execute` kills every worker's
 process group, removes the temporary directories and raises :class:`.signals.Interrupted` with the
 runs that had finished.
@@ -128,6 +127,9 @@ def execute(
 
     arms = {a.name: a for a in plan.arms}
     jobs = plan.jobs() if jobs is None else jobs
+    pending: queue.Queue[dict[str, Any]] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
     lanes = _lanes(plan)
@@ -137,9 +139,6 @@ def execute(
     threads_each = workers.compile_threads  # the server's and every worker's: one value per ablation
     cap = live_cap(parallel, len(jobs), len(lanes))
     quiet = Quiet(lanes, parallel, cap, len(jobs))
-    pending: queue.Queue[dict[str, Any]] = queue.Queue()
-    for job in jobs:
-        pending.put(job)
     slots = [lane for lane in lanes for _ in range(cap)]
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
     origin = time.perf_counter()

@@ -55,17 +55,10 @@ import time
 import traceback
 from typing import Any
 
-from .preload import forbidden, not_kept_proof, preload
+from .preload import forbidden, not_kept_proof, preload, thread_count
 
 #: What the child knows about where it came from; :mod:`.worker` adds it to its record.
 CHILD_FACTS: dict[str, Any] = {}
-
-
-def _threads() -> int | None:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return None
 
 
 def facts(modules: list[str]) -> dict[str, Any]:
@@ -96,7 +89,7 @@ def facts(modules: list[str]) -> dict[str, Any]:
     out["stopped_import_in_child"] = _probe(sorted(out["stopped"]), use_cuda=driver is not False)
     torch = sys.modules.get("torch")
     out.update(
-        threads=_threads(),
+        threads=thread_count(),
         python_threads=threading.active_count(),
         forbidden_loaded=sorted(m for m in sys.modules if forbidden(m)),
         cuda_initialized=bool(torch is not None and torch.cuda.is_initialized()),
