@@ -15,6 +15,8 @@ A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``P
   ``get_and_maybe_log_recompilation_reason`` (``guards.py:2570`` in 2.4; ``..._reasons`` from 2.7) and,
   in 2.4–2.5, asks it only after the compile-start callbacks ran (2.5.1 ``:824``, then ``:828-831``).
 - ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist from 2.7 (``compiler/__init__.py:438``).
+- What autotuning times on the GPU, one candidate per call (:attr:`TorchHooks.autotune_benchmark_hooks`), which an
+  ablation's workers take turns at per GPU (:mod:`inductor_knobs.ablation.autotune_lock`).
 - The Triton kernels a serving bundle carries (:mod:`inductor_knobs.serving.triton_kernels`): where torch keeps
   the modules of compiled graphs and which directory its Triton cache is, the same names in the 2.8.0, 2.9.1,
   2.10.0, 2.11.0, 2.12.0, 2.13.0 and 2.14.1 sources.
@@ -62,6 +64,14 @@ class TorchHooks:
     #: when unset (2.13 ``_inductor/runtime/cache_dir_utils.py:37``, ``triton_heuristics.py:492``); the
     #: directory ``TritonBundler`` reads and writes (``_inductor/triton_bundler.py``).
     triton_cache_dir: ClassVar[str] = "torch._inductor.runtime.runtime_utils:triton_cache_dir"
+
+    # -- one autotune benchmark at a time per GPU (``ablation/autotune_lock.py``) --
+    #: The functions that time one candidate on the GPU: ``CachingAutotuner.bench`` (one Triton config, for a
+    #: runtime autotune or a coordinate-descent step; 2.8.0 ``_inductor/runtime/triton_heuristics.py:760``, 2.10.0
+    #: ``:863``, 2.11.0 ``:927``, 2.12.0 ``:947``, 2.13.0 ``:1211``, 2.14.1 ``:1471``) and, from 2.8 (:mod:`.torch_2_8`),
+    #: ``AlgorithmSelectorCache.benchmark_choice`` (one GEMM choice, ATen or template; a classmethod, 2.8.0
+    #: ``_inductor/select_algorithm.py:2632``, 2.10.0 ``:3522``, 2.11.0 ``:3719``, 2.13.0 ``:4841``).
+    autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = ("torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",)
 
     # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
     #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only

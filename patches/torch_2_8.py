@@ -81,6 +81,10 @@ class Torch28(Torch27):
         "2.10": _ALL_FEATURES,
         "2.11": _ALL_FEATURES,
     }
+    autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = (
+        "torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",
+        "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choice",
+    )
     #: ``recheck_autotune_cache`` tunes a cached coordinate-descent winner again (pytorch#172819): see :mod:`._fixes`.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
 

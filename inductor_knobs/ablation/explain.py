@@ -317,6 +317,13 @@ def quiet_note(results: Mapping[str, Any]) -> str:
     text = f"latency was measured one process at a time{per} while no worker of this ablation compiled"
     if int(quiet.get("parallel") or 1) > 1:
         text += f" (a phase barrier: up to {quiet['parallel']} compiled at once, and a compiled worker waited for its turn)"
+    turns = [r for r in runs if r.get("autotune_lock_turns") is not None]
+    if turns:
+        waited = sum(float(r.get("autotune_lock_wait_seconds") or 0.0) for r in turns)
+        text += (
+            f"; the workers sharing a GPU autotuned one benchmark at a time ({sum(int(r['autotune_lock_turns']) for r in turns)} "
+            f"turns in {len(turns)} runs, {waited:.1f} s waited in all, counted in their compile time)"
+        )
     pinned = sorted({cpu_ranges(r["measure_cpus"]) for r in runs if r.get("measure_cpus")})
     errors = sorted({str(r["pin_error"]) for r in runs if r.get("pin_error")})
     if pinned:

@@ -123,6 +123,8 @@ def run_job(
     shared = workers.kernels if int(job["repeat"]) > 0 else None
     if barrier is not None:
         job = {**job, "barrier": barrier}
+        if gpu is not None and parallel > 1:  # workers share this GPU: they take turns at autotune benchmarks
+            job["gpu_lock"] = workers.gpu_lock_path(gpu)
     watched = gpu if parallel == 1 else None  # with several at once the GPU is busy with our own workers
     before = _readings(watched, "before")
     start, started_at = time.perf_counter(), time.monotonic()

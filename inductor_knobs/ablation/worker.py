@@ -12,7 +12,9 @@ stdout line.
 
 For a compiled arm it records what autotuning it saw: ``autotune_observed`` (this torch reports
 autotuning to :func:`inductor_knobs.record_autotune`), ``autotune_ops`` (ops autotuned),
-``autotune_choices`` (candidates benchmarked, cache hits left out) and ``autotune_seconds``.
+``autotune_choices`` (candidates benchmarked, cache hits left out) and ``autotune_seconds``.  With
+``gpu_lock`` in the job (workers sharing a GPU), every autotune benchmark of its compile waits for its
+turn at the GPU (:mod:`.autotune_lock`): ``autotune_lock_turns`` and ``autotune_lock_wait_seconds``.
 
 After the samples it adds, on CUDA, the GPU kernel time per iteration (``torch.profiler``) and the
 SM clock; on every device, the GEMM implementations the compiled code calls (read from its private
@@ -125,15 +127,19 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         autotune: dict[str, Any] = {}  # what autotuning the compile did, for the report's notes (.explain)
         if compiled:
             from ..core.observe import can_record_autotune
+            from .autotune_lock import benchmarks_in_turn
 
             fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
             recorder = ik.record_autotune() if can_record_autotune() else ik.record_compiles()
             sync()
             start = time.perf_counter()
-            with recorder:
+            with benchmarks_in_turn(job.get("gpu_lock")) as lock, recorder:
                 outs = iteration(fn, keep=True)
                 sync()
             compile_s = time.perf_counter() - start
+            if lock is not None:  # part of compile_seconds: the turns at the GPU shared with other workers
+                autotune["autotune_lock_wait_seconds"] = lock.waited_seconds
+                autotune["autotune_lock_turns"] = lock.turns
             autotune["autotune_observed"] = isinstance(recorder, ik.record_autotune)
             if isinstance(recorder, ik.record_autotune):
                 autotune_s = recorder.benchmark_seconds

@@ -231,6 +231,18 @@ class Workers:
                 self.run_dir = tempfile.mkdtemp(prefix="ik-ablate-run-")
             return self.run_dir
 
+    def gpu_lock_path(self, gpu: int) -> str:
+        """The lock file the workers on this process's GPU ``gpu`` take turns at autotune benchmarks with
+        (:mod:`.autotune_lock`), in the ablation's own directory.
+
+        Args:
+            gpu (int): this process's GPU index.
+
+        Returns:
+            str: the path (the worker creates the file).
+        """
+        return os.path.join(self._own_dir(), f"gpu-{int(gpu)}.lock")
+
     def keep_kernels(self, cache: str) -> None:
         """Move the Triton binaries a finished cold worker built in ``cache`` into the shared directory.
 

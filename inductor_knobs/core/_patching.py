@@ -79,6 +79,15 @@ def resolve(path: str) -> tuple[Any, str]:
     return _owner(module_name, parents), name
 
 
+def present(path: str) -> bool:
+    """Whether ``path`` (``module:Class.attr``) can be found here: its module imports and has the attribute."""
+    try:
+        owner, name = resolve(path)
+        return hasattr(owner, name)
+    except (ImportError, AttributeError):
+        return False
+
+
 def _parse(path: str) -> tuple[str, list[str], str]:
     module_name, _, dotted = path.partition(":")
     *parents, name = dotted.split(".")

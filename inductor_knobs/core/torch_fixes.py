@@ -16,24 +16,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import torch_compat
-from ._patching import SharedPatch, resolve, wrap_attribute
+from ._patching import SharedPatch, present, wrap_attribute
 
 
 @functools.cache  # one step object per fix for the process: it reuses its wrapper while torch's original is the same
 def _steps() -> tuple[Any, ...]:
     patches = torch_compat.installed(strict=False)  # imports torch
     fixes = patches.fixes(torch_compat.release_of(sys.modules["torch"].__version__))
-    return tuple(wrap_attribute(path, wrapper) for path, wrapper in fixes if _present(path))
-
-
-def _present(path: str) -> bool:
-    """Whether the torch function a fix replaces can be found here (a build whose module does not import has
-    nothing to fix, and a warm-up must not fail for a fix)."""
-    try:
-        owner, name = resolve(path)
-        return hasattr(owner, name)
-    except (ImportError, AttributeError):
-        return False
+    # A build whose module does not import has nothing to fix, and a warm-up must not fail for a fix.
+    return tuple(wrap_attribute(path, wrapper) for path, wrapper in fixes if present(path))
 
 
 TORCH_FIXES = SharedPatch("fixes of torch bugs fixed in a later release (patches/_fixes.py)", _steps)

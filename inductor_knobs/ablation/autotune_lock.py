@@ -1,0 +1,139 @@
+"""One autotune benchmark at a time per GPU, across the workers of an ablation.
+
+Why: with several workers compiling on one GPU, one worker's autotune benchmarks ran beside another's,
+so it timed its candidates on a shared GPU and picked differently.  On an H200 (torch 2.11.0, main job,
+run r of ``docs/measurements.md``) the A/A control's repeat-0 processes, which compiled while the
+forced arms of the emulated T4 and L4 autotuned on the same GPU, picked GEMM kernels that took 0.77
+and 0.81 ms per iteration against 0.52-0.53 ms for the other processes of their arms, and the A/A
+interval came out [0.68-1.55].
+
+How: the runner gives every worker on a GPU the same lock file (in the ablation's own temporary
+directory, one per physical GPU).  While the worker compiles it holds :func:`benchmarks_in_turn`: every
+call of a torch function that times one candidate on the GPU (the installed torch's
+``autotune_benchmark_hooks`` in ``patches/``: a GEMM choice, ATen or template, and a Triton config of a
+runtime autotune or a coordinate-descent step) first takes an exclusive ``flock`` on that file.  So the
+workers take turns per candidate; their compiling, code generation and Triton compiles (CPU work)
+still overlap.  What it does not cover: another worker's eager reference pass or first compiled
+iteration (milliseconds of GPU work) may still run beside a benchmark.
+
+The lock is the kernel's: it goes with the process however the process ends (a crash, a kill at its
+timeout), so a dead worker never holds it.  It is opened ``O_CLOEXEC``, so Inductor's compile
+subprocesses do not inherit it.  In a worker it is re-entrant (a benchmark inside a benchmark takes it
+once) and serialises the worker's own threads.  The time spent waiting for it is counted
+(:attr:`GpuLock.waited_seconds`); it is part of the worker's compile time, and the record says how much.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..core import torch_compat
+from ..core._patching import SharedPatch, present, wrap_attribute
+
+
+class GpuLock:
+    """An exclusive ``flock`` on one file, re-entrant within the process, that counts its waiting.
+
+    Args:
+        path (str): the lock file (created if missing, never followed if a symlink).
+
+    Raises:
+        OSError: the file cannot be opened or created (a symlink at ``path`` included).
+
+    Attributes:
+        waited_seconds (float): seconds spent waiting for the lock, in total.
+        turns (int): how many times the lock was taken (outermost holds only).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self._mutex = threading.RLock()  # one thread of this process at a time; re-entrant for nesting
+        self._depth = 0
+        self.waited_seconds = 0.0
+        self.turns = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock for the block (a nested hold in the same thread takes it once)."""
+        with self._mutex:
+            if self._depth == 0:
+                start = time.perf_counter()
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                self.waited_seconds += time.perf_counter() - start
+                self.turns += 1
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        """Close the file (which releases the lock if held)."""
+        os.close(self._fd)
+
+
+#: The lock the wrappers take while :func:`benchmarks_in_turn` holds one (one per process: a worker runs one job).
+_CURRENT: list[GpuLock] = []
+
+
+def _in_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if not _CURRENT:  # installed but not held (another holder of the shared patch has gone): pass through
+        return wrapped(*args, **kwargs)
+    with _CURRENT[-1].held():
+        return wrapped(*args, **kwargs)
+
+
+@functools.cache  # one step object per hook for the process: it reuses its wrapper while torch's original is the same
+def _steps() -> tuple[Any, ...]:
+    patches = torch_compat.installed(strict=False)  # imports torch
+    # A build without one of them (an older release's GEMM autotuning) benchmarks nothing there to order.
+    return tuple(wrap_attribute(path, _in_turn) for path in patches.autotune_benchmark_hooks if present(path))
+
+
+AUTOTUNE_TURNS = SharedPatch("one autotune benchmark at a time per GPU (ablation/autotune_lock.py)", _steps)
+
+
+@contextlib.contextmanager
+def benchmarks_in_turn(path: str | None) -> Iterator[GpuLock | None]:
+    """Inside the block, every autotune benchmark of this process first takes the lock at ``path``.
+
+    Args:
+        path (str | None): the GPU's lock file (the same for every worker on that GPU); None: nothing
+            changes (one worker at a time, or on CPU).
+
+    Yields:
+        GpuLock | None: the lock, for its ``waited_seconds`` and ``turns``; None when ``path`` is None.
+
+    Raises:
+        OSError: the lock file cannot be opened (nothing is installed then).
+
+    Relies on the installed torch's ``autotune_benchmark_hooks`` (``patches/_hooks.py``, ``patches/torch_2_8.py``),
+    each installed only where it exists (imports torch and its Inductor).
+    """
+    if path is None:
+        yield None
+        return
+    lock = GpuLock(path)
+    holder = object()
+    try:
+        # release() is idempotent per holder, so an interrupt anywhere in here still leaves nothing installed.
+        AUTOTUNE_TURNS.acquire(holder)
+        _CURRENT.append(lock)
+        yield lock
+    finally:
+        with contextlib.suppress(ValueError):  # not appended: acquire failed or was interrupted
+            _CURRENT.remove(lock)
+        try:
+            AUTOTUNE_TURNS.release(holder)
+        finally:
+            lock.close()

@@ -1,0 +1,208 @@
+"""One autotune benchmark at a time per GPU (inductor_knobs/ablation/autotune_lock.py).
+
+Checked where it matters: inside torch's own benchmark functions (the lock is held when their bodies
+run, seen through a second open file description, as another worker would see it), across processes,
+and torch's functions put back by identity afterwards.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from inductor_knobs.ablation import autotune_lock, explain
+from inductor_knobs.core import torch_compat
+
+select_algorithm = pytest.importorskip("torch._inductor.select_algorithm")
+triton_heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+
+
+def _held_by_someone(path: str) -> bool:
+    """Whether another open file description holds the lock (as another worker process would find it)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+class _Seen(Exception):
+    pass
+
+
+def _benchmark_choice_body_sees(path: str) -> bool:
+    """Call torch's real ``AlgorithmSelectorCache.benchmark_choice``; its body calls ``choice.benchmark``,
+    which reports whether the lock is held at that moment."""
+    seen: list[bool] = []
+
+    class Choice:
+        def benchmark(self, *inputs: object, out: torch.Tensor) -> float:
+            seen.append(_held_by_someone(path))
+            return 1.0
+
+    class Tensors:
+        def unpack(self) -> tuple[list[torch.Tensor], torch.Tensor]:
+            return [torch.zeros(2)], torch.zeros(2)
+
+    class Args:
+        expected = None
+
+        def get_benchmark_tensors(self, extern: bool) -> Tensors:
+            return Tensors()
+
+    select_algorithm.AlgorithmSelectorCache.benchmark_choice(Choice(), Args())
+    return seen[0]
+
+
+def _bench_body_sees(path: str) -> bool:
+    """Call torch's real ``CachingAutotuner.bench`` on a bare instance; its body asks for the device
+    interface, which reports whether the lock is held then."""
+    tuner = object.__new__(triton_heuristics.CachingAutotuner)
+    tuner.custom_kernel = False
+    tuner.inductor_meta = {}
+
+    def device_interface() -> None:
+        raise _Seen(_held_by_someone(path))
+
+    tuner.get_device_interface = device_interface  # type: ignore[method-assign]
+
+    class Launcher:
+        n_spills = None
+
+    with pytest.raises(_Seen) as seen:
+        tuner.bench(Launcher())
+    return bool(seen.value.args[0])
+
+
+def _originals() -> dict[str, object]:
+    return {
+        "benchmark_choice": select_algorithm.AlgorithmSelectorCache.__dict__["benchmark_choice"],
+        "bench": triton_heuristics.CachingAutotuner.__dict__["bench"],
+    }
+
+
+def test_the_lock_is_held_inside_torchs_benchmark_functions_and_only_in_the_block(tmp_path):
+    hooks = torch_compat.installed().autotune_benchmark_hooks
+    assert "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choice" in hooks
+    path = str(tmp_path / "gpu-0.lock")
+    before = _originals()
+    with autotune_lock.benchmarks_in_turn(path) as lock:
+        assert lock is not None
+        assert not _held_by_someone(path)  # only while a benchmark runs
+        assert _benchmark_choice_body_sees(path)
+        assert _bench_body_sees(path)
+        assert not _held_by_someone(path)
+        assert lock.turns == 2
+    after = _originals()
+    assert all(after[name] is before[name] for name in before)  # torch's own objects again, by identity
+    assert not _bench_body_sees(path) and not _benchmark_choice_body_sees(path)
+
+
+def test_no_path_changes_nothing(tmp_path):
+    before = _originals()
+    with autotune_lock.benchmarks_in_turn(None) as lock:
+        assert lock is None
+        assert all(_originals()[name] is before[name] for name in before)
+
+
+def test_nested_benchmarks_take_the_lock_once(tmp_path):
+    lock = autotune_lock.GpuLock(str(tmp_path / "l"))
+    try:
+        with lock.held(), lock.held():
+            assert _held_by_someone(lock.path)
+        assert not _held_by_someone(lock.path) and lock.turns == 1
+    finally:
+        lock.close()
+
+
+def test_a_symlinked_lock_file_is_refused_and_nothing_is_installed(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("another user's file")
+    link = tmp_path / "gpu-0.lock"
+    link.symlink_to(target)
+    before = _originals()
+    with pytest.raises(OSError), autotune_lock.benchmarks_in_turn(str(link)):
+        pass
+    assert all(_originals()[name] is before[name] for name in before)
+    assert autotune_lock.AUTOTUNE_TURNS.users == 0
+
+
+#: Another worker: takes the lock, says so, and holds it until its stdin closes.
+_HOLDER = """
+import sys
+from inductor_knobs.ablation.autotune_lock import GpuLock
+lock = GpuLock(sys.argv[1])
+with lock.held():
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def _other_worker(path: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_worker_waits_while_another_process_benchmarks_and_a_dead_one_holds_nothing(tmp_path):
+    path = str(tmp_path / "gpu-0.lock")
+    other = _other_worker(path)
+    try:
+        assert _held_by_someone(path)  # the other worker's benchmark: this one would wait
+        assert other.stdin is not None
+        other.stdin.close()
+        assert other.wait(60) == 0
+        assert not _held_by_someone(path)
+    finally:
+        other.kill()
+        other.wait()
+    # A worker killed while it benchmarks leaves no lock behind (the kernel drops it with the process).
+    killed = _other_worker(path)
+    killed.kill()
+    killed.wait()
+    assert not _held_by_someone(path)
+
+
+def test_the_report_says_the_workers_took_turns():
+    runs = [
+        {
+            "ok": True,
+            "index": i,
+            "quiet": {"barrier": True, "parallel": 4, "cap": 6, "lanes": 1},
+            "autotune_lock_turns": 10,
+            "autotune_lock_wait_seconds": 1.5,
+        }
+        for i in range(2)
+    ]
+    text = explain.quiet_note({"runs": runs})
+    assert "autotuned one benchmark at a time (20 turns in 2 runs, 3.0 s waited in all" in text
+
+
+def test_a_compiling_worker_takes_turns_through_the_jobs_lock_and_records_them(tmp_path, monkeypatch):
+    """The worker's side, in this process: a compiled arm's compile runs under the job's ``gpu_lock`` (the
+    record counts the turns, none on CPU without autotuning) and torch's functions are its own afterwards."""
+    from inductor_knobs import cli
+    from inductor_knobs.ablation import build, options, worker
+
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    parser = cli.argparse.ArgumentParser()
+    options.add_parser(parser.add_subparsers(dest="command"))
+    argv = ["ablate", "--device", "cpu", "--workload", "ablation_workload:tiny", "--smoke"]
+    argv += ["--arm", "ma:mode=max-autotune-no-cudagraphs"]
+    plan = build.build_plan(parser.parse_args(argv))
+    job = {**plan.jobs()[0], "gpu_lock": str(tmp_path / "gpu-0.lock")}
+    before = _originals()
+    record = worker.run(job)
+    assert record["ok"], record
+    assert record["autotune_lock_turns"] == 0 and record["autotune_lock_wait_seconds"] == 0.0
+    assert all(_originals()[name] is before[name] for name in before)
