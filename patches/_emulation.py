@@ -9,6 +9,8 @@ encodes (``torch/`` relative):
   is bound to it at import (``_dynamo/device_interface.py:194`` in 2.4, ``:341`` in 2.15).  Emulation
   wraps both and clears the ``functools`` caches that hold a count read earlier (``sm_count_caches``:
   ``_inductor/utils.py:972`` in 2.4; more from 2.6 and 2.7) and the compile workers' dict.
+- ``_inductor/codecache.py``'s ``CacheBase.get_local_cache_path``: the GEMM autotune timings' file, one per device
+  name; emulation gives the emulated GPU its own (:attr:`SmallGpuEmulation.autotune_local_cache_path`).
 - ``torch/cuda/green_contexts.py``: no ``GreenContext`` with ``Stream()`` before 2.11 (2.10 has
   ``create`` and ``set_context`` only), so this base refuses; the era modules name the API
   (``green_context_api``) and make the context: ``create(num_sms=, device_id=)`` in 2.11–2.13
@@ -56,6 +58,14 @@ class SmallGpuEmulation:
     )
     #: ``functools`` caches that hold an SM count read earlier (``_inductor/utils.py:972`` in 2.4).
     sm_count_caches: ClassVar[tuple[str, ...]]
+    #: Where Inductor keeps GEMM autotune timings on disk: ``CacheBase.get_local_cache_path`` (a staticmethod,
+    #: ``_inductor/codecache.py``: 2.8.0 ``:242``, 2.9.1 ``:219``, 2.10.0 ``:232``, 2.11.0 ``:219``, 2.12.0 ``:226``,
+    #: 2.13.0 ``:319``, 2.14.1 ``:364``), one file per "system" (device name, CUDA and Triton versions) that
+    #: ``PersistentCache.lookup`` reads before it benchmarks a GEMM's choices and writes after.  A real T4 has a
+    #: file of its own (another device name); emulation gives the emulated GPU one too (:mod:`..emulation.sm_view`),
+    #: so a GEMM seen again in the process is not benchmarked again, as on that GPU, and the whole GPU never
+    #: reads timings measured on fewer SMs.
+    autotune_local_cache_path: ClassVar[str] = "torch._inductor.codecache:CacheBase.get_local_cache_path"
     #: The dict in which compile workers cache every device's properties.
     device_properties_dict_cache: ClassVar[str] = "torch._dynamo.device_interface:caching_worker_device_properties"
 

@@ -23,6 +23,7 @@ import torch._inductor.utils as inductor_utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch._dynamo.device_interface import CudaInterface
+from torch._inductor.codecache import CacheBase, PersistentCache
 from torch._inductor.runtime.hints import DeviceProperties
 
 import inductor_knobs as ik
@@ -99,6 +100,7 @@ def torch_state() -> dict[str, Any]:
         "graph.__init__": torch.cuda.graphs.graph.__dict__["__init__"],
         "cache_key_tag": compiler_config.cache_key_tag,
         "autotune_local_cache": inductor_config.autotune_local_cache,
+        "CacheBase.get_local_cache_path": CacheBase.__dict__["get_local_cache_path"],
         "autotune_in_subproc": inductor_config.autotune_in_subproc,
         "raw cache_key_tag": patches.read_override(compiler_config, "cache_key_tag"),
         "raw autotune_local_cache": patches.read_override(inductor_config, "autotune_local_cache"),
@@ -113,6 +115,7 @@ IDENTITY_KEYS = (
     "compile_fx",
     "CUDAGraphTreeManager.__init__",
     "graph.__init__",
+    "CacheBase.get_local_cache_path",
 )
 
 
@@ -464,6 +467,54 @@ def salt_of_a_compile() -> str:
     return inductor_compile_fx.compile_fx("gm", inner_compile=lambda gm, inputs: compiler_config.cache_key_tag)
 
 
+class _Choice:
+    """A GEMM choice as ``PersistentCache.lookup`` sees it: a ``hash_key``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def hash_key(self) -> str:
+        return self.name
+
+
+def _benchmarks(choices: list[_Choice], op: str = "mm", inputs: str = "[('cuda', 'torch.bfloat16', 64, 64)]") -> int:
+    """How many times torch's own ``PersistentCache.lookup`` (Inductor's GEMM autotune cache) benchmarks ``choices``."""
+    ran = []
+
+    def benchmark(cs: list[_Choice]) -> dict[_Choice, float]:
+        ran.append(cs)
+        return {c: 1.0 for c in cs}
+
+    PersistentCache().lookup(choices, op, inputs, benchmark)
+    return len(ran)
+
+
+def test_an_emulated_gpu_reuses_its_own_autotune_timings_and_never_the_whole_gpus(fake_cuda, tmp_path, monkeypatch):
+    """Torch's GEMM autotune cache, read inside torch: a GEMM seen again under the same emulation is not
+    benchmarked again (as on a real small GPU; emulation used to turn that cache off, and BERT-base's 96
+    GEMMs were each benchmarked), another SM count or the whole GPU does not see those timings, and the
+    whole GPU's own file is untouched."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # the fake GPU on a CPU build: torch names the system by it
+    CacheBase.get_system.cache_clear()
+    CacheBase.get_local_cache_path.cache_clear()
+    assert inductor_config.autotune_local_cache is True  # torch's default
+    choices = [_Choice("aten_mm"), _Choice("triton_mm_1")]
+    whole = CacheBase.get_local_cache_path()
+    with ik.emulate_gpu(sms=40):
+        t4 = CacheBase.get_local_cache_path()
+        assert t4 != whole and t4.parent == whole.parent and t4.name.endswith("-inductor_knobs-emulate-40sm-0")
+        assert _benchmarks(choices) == 1
+        assert _benchmarks(choices) == 0  # the same GEMM again: torch's cache answered
+    assert CacheBase.get_local_cache_path() == whole
+    assert not whole.exists() and t4.exists()
+    assert _benchmarks(choices) == 1  # the whole GPU measures its own
+    with ik.emulate_gpu(sms=58):
+        assert _benchmarks(choices) == 1  # another emulated GPU too
+    CacheBase.get_system.cache_clear()
+    CacheBase.get_local_cache_path.cache_clear()
+
+
 def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda, monkeypatch):
     monkeypatch.setattr(inductor_compile_fx, "compile_fx", FakeCompileFx())
     before = torch_state()
@@ -487,7 +538,7 @@ def test_inductor_sees_the_emulated_sm_count_and_it_all_reverts(fake_cuda, monke
         assert fake_cuda.green[40].waited_on == [fake_cuda.default_stream]
         # config
         assert inductor_config.autotune_in_subproc is False
-        assert inductor_config.autotune_local_cache is False
+        assert inductor_config.autotune_local_cache is True  # on, in a file of the emulated GPU's own
         assert "emulate-40sm" in salt_of_a_compile() and "emulate" not in compiler_config.cache_key_tag
         # the getters and compile_fx are wrapped
         assert torch.cuda.get_device_properties is not before["get_device_properties"]

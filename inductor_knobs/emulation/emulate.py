@@ -32,6 +32,11 @@ class EmulationSpec:
     preset: str | None = None
     device_index: int | None = None
 
+    def cache_tag(self) -> str:
+        """What keeps this emulation's compiled graphs and autotune timings apart from another GPU's (the FX graph
+        cache key's salt, the suffix of Inductor's autotune timings file)."""
+        return f"inductor_knobs-emulate-{self.sms}sm-{self.shared_memory_per_block or 0}"
+
     def label(self) -> str:
         smem = f", {self.shared_memory_per_block // 1024} KB smem/block" if self.shared_memory_per_block else ""
         return f"{self.preset + ': ' if self.preset else ''}{self.sms} SMs{smem}"

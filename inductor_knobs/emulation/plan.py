@@ -17,8 +17,8 @@ Three things make an honest emulator, and each is one undo record:
 Around them, config changes: the capture paths that make a stream of their own are not taken
 (``triton.cudagraph_trees=True``; from 2.14 ``autotune_cudagraph_benchmarking=False``: the patch
 modules' ``emulation_capture_config``), autotune in this process (a subprocess would run on the
-whole GPU), no reuse of autotune results or compiled graphs from other SM counts (cache-key salt,
-``autotune_local_cache=False``).
+whole GPU), no reuse of autotune results or compiled graphs from other SM counts (a cache-key salt, and
+a GEMM autotune timings file of the emulated GPU's own, :mod:`inductor_knobs.emulation.sm_view`).
 
 The SM view is process-wide while any emulation is active (the caches it clears are process-wide),
 so two emulations of different GPUs at once are refused.  The stream is per thread, as torch's
@@ -93,7 +93,7 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
             stacklevel=3,
         )
     cfg = importlib.import_module(INDUCTOR_CONFIG)
-    salt = f"inductor_knobs-emulate-{spec.sms}sm-{spec.shared_memory_per_block or 0}"
+    salt = spec.cache_tag()
     source = f"emulate_gpu({spec.label()})"
     changes: list[Change] = [InterceptionUse(patches)]
     # Every CUDA graph Inductor captures goes through a path CaptureStreamChange redirects to the green
@@ -103,10 +103,10 @@ def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[
         for key, value in patches.emulation_capture_config
     ]
     asked.append(Asked(CACHE_SALT, salt, True, source))  # written at each compile (interception._with_salt)
-    # Benchmarks in a subprocess would run on the whole GPU; cached timings come from other SM counts.
-    for key in ("autotune_in_subproc", "autotune_local_cache"):
-        changes.append(ConfigChange(patches, [(cfg, key, False)], process_wide=process_wide))
-        asked.append(Asked(INDUCTOR_CONFIG, key, False, source, EMULATION))
+    # Benchmarks in a subprocess would run on the whole GPU.  (Autotune timings stay cached: the SM view gives
+    # the emulated GPU a timings file of its own, as a real one of another name has.)
+    changes.append(ConfigChange(patches, [(cfg, "autotune_in_subproc", False)], process_wide=process_wide))
+    asked.append(Asked(INDUCTOR_CONFIG, "autotune_in_subproc", False, source, EMULATION))
     changes += [
         AskChange(patches, by_slot(asked), process_wide=process_wide),
         SmViewChange(patches, spec),
