@@ -177,7 +177,43 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
         "guard_table": guard.report().table(),
         "cuda_graphs": len(getattr(served, "shapes", ())),
         "bundle": saved,
+        "tuned_kernels": tuned_kernels(),
     }
+
+
+def tuned_kernels() -> list[dict]:
+    """Every loaded Triton kernel with more than one compiled config or a coordinate-descent result: its configs,
+    its launchers' Triton cache keys and what torch's autotune cache said (which config a process compiles after
+    loading a cached graph, and whether another process compiled the same binary)."""
+    import sys
+
+    codecache = sys.modules.get("torch._inductor.codecache")
+    found = []
+    for module in list(getattr(getattr(codecache, "PyCodeCache", None), "modules", ())):
+        for name, value in list(vars(module).items()):
+            results = getattr(value, "compile_results", None)
+            launchers = getattr(value, "launchers", None)
+            if launchers is None or not hasattr(value, "autotune_cache_info"):
+                continue
+            coordesc = any(getattr(getattr(x, "config", None), "found_by_coordesc", False) for x in launchers)
+            if len(results or ()) <= 1 and not coordesc and len(launchers) <= 1:
+                continue
+            found.append(
+                {
+                    "kernel": name,
+                    "compiled_configs": [str(getattr(r, "config", r)) for r in results or ()],
+                    "launchers": [
+                        {
+                            "config": str(x.config),
+                            "found_by_coordesc": getattr(x.config, "found_by_coordesc", False),
+                            "cache_hash": getattr(x, "cache_hash", None),
+                        }
+                        for x in launchers
+                    ],
+                    "autotune_cache_info": {k: str(v) for k, v in (getattr(value, "autotune_cache_info", None) or {}).items()},
+                }
+            )
+    return found
 
 
 def summary(seconds: list[float]) -> dict:

@@ -18,6 +18,8 @@
 #   OUT=/tmp/out bash bench/session_gpu.sh f   # cold start, Llama on GPU 0 and BERT-base on GPU 1 at once
 #   OUT=/tmp/out bash bench/session_gpu.sh g   # the main job on GPU 0 alone (CPUs 0-15), then part f beside
 #                                              #   the fork-server and bundle GPU tests on GPU 2
+#   OUT=/tmp/out bash bench/session_gpu.sh h   # lanes at once: GPU 0 the main job (timed); GPU 2 the fork-server,
+#                                              #   release-knob and bundle GPU tests; GPU 3 tests/test_gpu.py
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -112,6 +114,19 @@ g)
     grep -E "fork server|forked|new interpreters|The runs took" "$OUT/main.log" | head -4
     tail -n 4 "$OUT/gpu_tests.txt"
     show_cold_starts
+    ;;
+h)
+    (PARTS="main" DEADLINE_S=420 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1; done_at main $?) &
+    (CUDA_VISIBLE_DEVICES=2 taskset -c "$(lane 2)" timeout -k 10 540 python3 -m pytest -q -rf --tb=short -m gpu \
+        tests/test_ablate_forkserver.py tests/test_release_knobs.py tests/test_serving_bundle.py -p no:cacheprovider \
+        >"$OUT/gpu_tests_serving.txt" 2>&1; done_at gpu_tests_serving $?) &
+    (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 540 python3 -m pytest -q -rf --tb=short -m gpu \
+        tests/test_gpu.py -p no:cacheprovider >"$OUT/gpu_tests.txt" 2>&1; done_at gpu_tests $?) &
+    wait
+    cat "$OUT/status.txt" "$OUT/main.time" 2>/dev/null
+    grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
+    grep -E "fork server|forked|new interpreters|The runs took|autotuned one" "$OUT/main.log" | head -4
+    tail -n 25 "$OUT/gpu_tests.txt" "$OUT/gpu_tests_serving.txt"
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1

@@ -424,7 +424,7 @@ def _cmdline(pid: int) -> bytes:
 
 def test_the_preload_list_follows_the_workload():
     assert forkserver.preload_modules("gemm_mlp", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
-    assert forkserver.preload_modules("gemm_mlp", "cuda") == ["torch", *forkserver.COMPILER_DEPS, "triton"]
+    assert forkserver.preload_modules("gemm_mlp", "cuda") == ["torch", *forkserver.COMPILER_DEPS, "triton", "torch._dynamo"]
     assert forkserver.preload_modules("hf:bert-base", "cuda")[-1] == "transformers"
     assert forkserver.preload_modules("timm:resnet50", "cpu")[-1] == "timm"
     assert forkserver.preload_modules("mymodels:factory", "cpu") == ["torch", *forkserver.COMPILER_DEPS, *forkserver.COMPILER]
@@ -455,8 +455,9 @@ def test_forked_runs_on_a_gpu_with_cuda_graphs_under_emulation():
         assert server is not None, registry.start_note
         assert not server.facts["cuda_initialized"] and server.facts["stopped_import_in_child"] is None
         assert "triton" in server.facts["preloaded"] and server.facts["forbidden_loaded"] == []
-        # not Inductor's graph on CUDA: its import asks torch.cuda.is_available() (forkserver.COMPILER_FOR_CUDA)
+        # Dynamo, not Inductor's graph on CUDA: its import asks torch.cuda.is_available() (forkserver.COMPILER_FOR_CUDA)
         assert "torch._inductor.graph" not in server.facts["preloaded"] and server.facts["env_kept"] == []
+        assert "torch._dynamo" in server.facts["preloaded"]
         for spec_job, arm in zip(plan.jobs(), arms):
             record = job.run_job(spec_job, arm, 0, 900, registry)
             assert record is not None and record["ok"], record.get("traceback") if record else None

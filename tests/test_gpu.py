@@ -141,6 +141,29 @@ def test_emulation_confines_eager_and_compiled_gemms_and_reverts(fresh_inductor)
     assert inductor_utils.is_big_gpu(0) is (physical >= 68)
 
 
+@requires_cuda
+def test_an_emulated_gpu_benchmarks_a_gemm_once_as_a_real_small_gpu_would(fresh_inductor):
+    """Three GEMMs of one shape under an emulated T4 with the gate lifted: the second is answered by Inductor's
+    autotune cache (torch's counter of benchmark runs) as often as on the whole GPU; before, emulation turned that
+    cache off and every GEMM of a model was benchmarked again."""
+    from torch._dynamo.utils import counters
+
+    a = torch.randn(1024, 768, device="cuda", dtype=torch.bfloat16)
+    w1, w2, w3 = (torch.randn(768, 768, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+
+    def three_gemms(x):
+        return x @ w1 @ w2 @ w3
+
+    runs = {}
+    for label, emulation in (("whole", None), ("T4", "T4")):
+        torch._dynamo.reset()
+        counters.clear()
+        with ik.emulate_gpu(emulation) if emulation else ik.knobs(), ik.force_gemm_autotune(min_sms=1, backends="ATEN,TRITON"):
+            torch.compile(three_gemms, mode="max-autotune-no-cudagraphs")(a)
+        runs[label] = counters["inductor"]["select_algorithm_autotune"]
+    assert runs["T4"] == runs["whole"] < 3, runs
+
+
 try:
     import triton
     import triton.language as tl

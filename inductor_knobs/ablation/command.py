@@ -38,7 +38,9 @@ import datetime
 import os
 import socket
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import InvalidKnobValue
@@ -75,7 +77,7 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
         "shard": list(plan.shard),
         "gpus": list(plan.gpus) if plan.device == "cuda" else [],
         "emulate_sms": plan.emulate,
-        "environment": environment(plan),
+        "environment": environment(plan, doctor=False),
         "machine": {"host": socket.gethostname(), "cpu_count": os.cpu_count()},
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "runs": [],
@@ -83,18 +85,18 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
     }
 
 
-def environment(plan: Plan) -> dict[str, Any]:
+def environment(plan: Plan, doctor: bool = True) -> dict[str, Any]:
     """The torch version, the device's name and ``doctor``'s report, for results.json.
 
     Args:
         plan (Plan): the ablation.
+        doctor (bool): collect ``doctor``'s report (seconds: it imports Dynamo and Inductor); without it the
+            entry is None, for :func:`_doctor_meanwhile` to fill.
 
     Returns:
         dict[str, Any]: ``torch``, ``device_name`` and ``doctor``.
     """
     import torch
-
-    from .. import doctor
 
     if plan.device == "cuda" and plan.gpus:
         name = torch.cuda.get_device_name(plan.gpus[0])
@@ -102,7 +104,35 @@ def environment(plan: Plan) -> dict[str, Any]:
         name = "the Slurm jobs' GPUs"
     else:
         name = f"CPU ({torch.backends.cpu.get_cpu_capability()})"
-    return {"torch": torch.__version__, "device_name": name, "doctor": doctor.collect()}
+    return {"torch": torch.__version__, "device_name": name, "doctor": _doctor() if doctor else None}
+
+
+def _doctor() -> dict[str, Any]:
+    from .. import doctor
+
+    return doctor.collect()
+
+
+@contextlib.contextmanager
+def _doctor_meanwhile(environment: dict[str, Any]) -> Iterator[None]:
+    """Collect ``doctor``'s report into ``environment`` on a thread while the block runs (the runs: the report
+    took seconds of the command's set-up on a GPU host, before any run could start), and wait for it at the end.
+    A report that fails is recorded as ``{"error": ...}``, never raised: it must not cost the runs."""
+    done: dict[str, Any] = {}
+
+    def collect() -> None:
+        try:
+            done["report"] = _doctor()
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            done["report"] = {"error": f"{type(err).__name__}: {err}"}
+
+    thread = threading.Thread(target=collect, name="inductor-knobs-doctor", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+        environment["doctor"] = done.get("report")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -188,7 +218,8 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
         start = time.perf_counter()
         results["setup_seconds"] = start - entered
         try:
-            fresh = _execute(plan, args.out, todo, runs, results, workers)
+            with _doctor_meanwhile(results["environment"]):
+                fresh = _execute(plan, args.out, todo, runs, results, workers)
         except Interrupted as stop:
             with signals_ignored():  # a second Ctrl-C must not lose the finished runs
                 results["wall_seconds"] = time.perf_counter() - start

@@ -65,13 +65,14 @@ COMPILER_DEPS = ("sympy", "torch.fx.experimental.symbolic_shapes")
 #: on an H200 host).
 COMPILER = ("torch._dynamo", "torch._inductor.graph")
 
-#: What of :data:`COMPILER` a server for CUDA runs may import: nothing.  ``torch._inductor.graph`` imports
+#: What of :data:`COMPILER` a server for CUDA runs may import: Dynamo.  ``torch._inductor.graph`` imports
 #: ``torch._inductor.runtime.benchmarking``, whose import asks ``torch.cuda.is_available()`` (2.11
-#: ``runtime/benchmarking.py:19``, ``use_experimental_benchmarker``); on a GPU host that started threads
-#: in the server and every run of the main job started as a new interpreter (4xH200, torch 2.11: 3
-#: threads).  Without it, ``torch._dynamo`` and BERT's modeling module (which imports Dynamo) still left
-#: 2 (4xH100, same torch).  The server without both was forked from on a 4xH200 host (18 of 18 runs).
-COMPILER_FOR_CUDA: tuple[str, ...] = ()
+#: ``runtime/benchmarking.py:19``, ``use_experimental_benchmarker``); on a GPU host that started a CUDA driver
+#: thread in the server (``cuda00001800007``, H100, torch 2.11, ``bench/probe_import_threads.py``), so every run
+#: would start as a new interpreter.  ``torch._dynamo`` started none there; BERT's modeling module did (15 threads
+#: and jemalloc's), so it is not preloaded on CUDA either (:func:`preload_modules`).  The zygote still counts the
+#: threads, and refuses a server that has more than one.
+COMPILER_FOR_CUDA: tuple[str, ...] = ("torch._dynamo",)
 
 #: ``hf:<name>`` -> its transformers modeling module.
 HF_MODULES = {
@@ -104,7 +105,7 @@ def preload_modules(workload: str, device: str) -> list[str]:
         modules += COMPILER
     prefix, _, name = workload.partition(":")
     if prefix == "hf":
-        # On CUDA not the modeling module: it imports Dynamo (transformers.masking_utils), see COMPILER_FOR_CUDA.
+        # On CUDA not the modeling module: importing it started threads on a GPU host, see COMPILER_FOR_CUDA.
         modules += ["transformers"] if device == "cuda" else ["transformers", HF_MODULES.get(name, "transformers")]
     elif prefix == "timm":
         modules.append("timm")
