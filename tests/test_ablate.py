@@ -820,3 +820,32 @@ def test_a_worker_through_the_barrier_records_its_wait_and_its_cpus(tmp_path):
     assert record["started_at"] <= spans["import"][0] <= spans["compile"][1] <= spans["wait"][1] <= spans["extras"][1]
     assert record["measure_cpus"] == sorted(os.sched_getaffinity(0)) or record.get("pin_error")
     assert record["start"] == "subprocess" and record["start_facts"] == {"cuda_initialized_at_start": False}
+
+
+def test_doctors_report_is_collected_while_the_runs_go_and_never_costs_them(monkeypatch):
+    """results.json's ``doctor`` entry comes from a thread started before the runs (command._doctor_meanwhile):
+    filled after the block; a report that fails or never comes is recorded as an error, not raised."""
+    import threading
+
+    from inductor_knobs.ablation import command
+
+    environment: dict = {"doctor": None}
+    with command._doctor_meanwhile(environment):
+        pass
+    assert environment["doctor"]["versions"]
+
+    def broken() -> dict:
+        raise RuntimeError("no NVML")
+
+    monkeypatch.setattr(command, "_doctor", broken)
+    with command._doctor_meanwhile(environment):
+        pass
+    assert environment["doctor"] == {"error": "RuntimeError: no NVML"}
+
+    never = threading.Event()
+    monkeypatch.setattr(command, "_doctor", lambda: never.wait(60) or {})
+    monkeypatch.setattr(command, "DOCTOR_WAIT_S", 0.01)
+    with command._doctor_meanwhile(environment):
+        pass
+    never.set()
+    assert environment["doctor"] == {"error": "doctor did not finish within 0 s"}

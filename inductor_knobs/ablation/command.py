@@ -107,6 +107,10 @@ def environment(plan: Plan, doctor: bool = True) -> dict[str, Any]:
     return {"torch": torch.__version__, "device_name": name, "doctor": _doctor() if doctor else None}
 
 
+#: Seconds the command waits for ``doctor``'s report after the runs (:func:`_doctor_meanwhile`).
+DOCTOR_WAIT_S = 60.0
+
+
 def _doctor() -> dict[str, Any]:
     from .. import doctor
 
@@ -131,8 +135,11 @@ def _doctor_meanwhile(environment: dict[str, Any]) -> Iterator[None]:
     try:
         yield
     finally:
-        thread.join()
-        environment["doctor"] = done.get("report")
+        # A second Ctrl-C here must not lose the finished runs (the handler after this block keeps them), and a
+        # report that never comes must not hold the results back: at most DOCTOR_WAIT_S, then it is left out.
+        with signals_ignored():
+            thread.join(DOCTOR_WAIT_S)
+        environment["doctor"] = done.get("report", {"error": f"doctor did not finish within {DOCTOR_WAIT_S:.0f} s"})
 
 
 def run(args: argparse.Namespace) -> int:
