@@ -185,8 +185,6 @@ def tuned_kernels() -> list[dict]:
     """Every loaded Triton kernel with more than one compiled config or a coordinate-descent result: its configs,
     its launchers' Triton cache keys and what torch's autotune cache said (which config a process compiles after
     loading a cached graph, and whether another process compiled the same binary)."""
-    import sys
-
     codecache = sys.modules.get("torch._inductor.codecache")
     found = []
     for module in list(getattr(getattr(codecache, "PyCodeCache", None), "modules", ())):

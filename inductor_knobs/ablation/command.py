@@ -77,7 +77,7 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
         "shard": list(plan.shard),
         "gpus": list(plan.gpus) if plan.device == "cuda" else [],
         "emulate_sms": plan.emulate,
-        "environment": environment(plan, doctor=False),
+        "environment": environment(plan),
         "machine": {"host": socket.gethostname(), "cpu_count": os.cpu_count()},
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "runs": [],
@@ -85,16 +85,15 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
     }
 
 
-def environment(plan: Plan, doctor: bool = True) -> dict[str, Any]:
-    """The torch version, the device's name and ``doctor``'s report, for results.json.
+def environment(plan: Plan) -> dict[str, Any]:
+    """The torch version and the device's name for results.json, and a ``doctor`` entry that
+    :func:`_doctor_meanwhile` fills while the runs go (the report takes seconds: it imports Dynamo and Inductor).
 
     Args:
         plan (Plan): the ablation.
-        doctor (bool): collect ``doctor``'s report (seconds: it imports Dynamo and Inductor); without it the
-            entry is None, for :func:`_doctor_meanwhile` to fill.
 
     Returns:
-        dict[str, Any]: ``torch``, ``device_name`` and ``doctor``.
+        dict[str, Any]: ``torch``, ``device_name`` and ``doctor`` (None until filled).
     """
     import torch
 
@@ -104,7 +103,7 @@ def environment(plan: Plan, doctor: bool = True) -> dict[str, Any]:
         name = "the Slurm jobs' GPUs"
     else:
         name = f"CPU ({torch.backends.cpu.get_cpu_capability()})"
-    return {"torch": torch.__version__, "device_name": name, "doctor": _doctor() if doctor else None}
+    return {"torch": torch.__version__, "device_name": name, "doctor": None}
 
 
 #: Seconds the command waits for ``doctor``'s report after the runs (:func:`_doctor_meanwhile`).
