@@ -49,6 +49,9 @@ class TorchHooks:
     reasons_after_start_callbacks: ClassVar[bool]
     #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
     has_cache_artifacts: ClassVar[bool]
+    #: ``torch._inductor.aoti_compile_and_package``/``aoti_load_package`` exist with the keywords
+    #: ``serving/aot_package.py`` passes (2.7+; ``package_path``/``inductor_configs`` keyword-only).
+    has_aot_packages: ClassVar[bool]
 
     # -- the Triton kernels a serving bundle carries (``serving/triton_kernels.py``) --
     #: The Python modules of compiled graphs this process loaded: a class-level list that

@@ -80,6 +80,7 @@ class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, Proce
     recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reason"  # guards.py:2570
     reasons_after_start_callbacks: ClassVar[bool] = True  # 2.5.1 convert_frame.py:824, then :828-831
     has_cache_artifacts: ClassVar[bool] = False
+    has_aot_packages: ClassVar[bool] = False  # from 2.7 (torch_2_7.py)
 
     # -- release-dependent knobs (:class:`._features.KnobFeatures`): none before 2.8 --
     knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.4": frozenset(), "2.5": frozenset()}

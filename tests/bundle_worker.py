@@ -4,6 +4,10 @@ python bundle_worker.py build PATH [cuda]       compile, warm two lengths (on CU
 python bundle_worker.py load PATH [cuda]        load the bundle (empty TORCHINDUCTOR_CACHE_DIR), serve one request
                                                 under the guard; print the proof, torch's own counters, the guard
 python bundle_worker.py load-other PATH         load it for another model (on_cold="raise"); print the refusal
+python bundle_worker.py build-aot PATH [cuda]   the same recipe, saved as an AOTInductor package (aot=True)
+python bundle_worker.py load-aot PATH [cuda]    load that bundle without the model; serve a warmed and an unwarmed
+                                                length under the guard; print the proof, the counters and the errors
+                                                against the eager model
 """
 
 import json
@@ -44,11 +48,12 @@ def factory(n: int) -> torch.Tensor:
 def counters() -> dict:
     from torch._dynamo.utils import counters as found
 
-    return {f"{group}.{name}": int(value) for group in ("inductor", "aot_autograd") for name, value in found[group].items()}
+    groups = ("inductor", "aot_autograd", "stats")
+    return {f"{group}.{name}": int(value) for group in groups for name, value in found[group].items()}
 
 
 def main(mode: str, path: str) -> None:
-    if mode == "build":
+    if mode in ("build", "build-aot"):
         compiled = ik.compile(model(), KNOBS[device], mode="max-autotune-no-cudagraphs", dynamic=False)
         with torch.no_grad(), ik.record_autotune() as rec:
             report = ik.warmup(compiled, shapes=SHAPES, factory=factory, probes=None)
@@ -56,12 +61,18 @@ def main(mode: str, path: str) -> None:
             if device == "cuda":
                 served = ik.capture_cuda_graphs(compiled, shapes=SHAPES, factory=factory)
                 report = ik.warmup(served, shapes=SHAPES, factory=factory, probes=None)
-        header = ik.save_serving_bundle(path, served, report)
+        aot = {"aot": True, "factory": factory} if mode == "build-aot" else {}
+        header = ik.save_serving_bundle(path, served, report, **aot)
         print(json.dumps({"benchmarked": len(rec.benchmarked), "buckets": header["serving"]["buckets"], "counters": counters()}))
-    elif mode == "load":
-        bundle = ik.load_serving_bundle(path, model(), factory=factory, on_cold="warn", on="record")
+    elif mode in ("load", "load-aot"):
+        aot = mode == "load-aot"
+        bundle = ik.load_serving_bundle(path, None if aot else model(), factory=factory, on_cold="warn", on="record")
+        errors = {}
         with bundle.guard as served, torch.no_grad():
-            served(factory(56))
+            answer = served(factory(56))
+            if aot:  # a length inside the exported range that was never warmed: the package serves it too
+                errors = {n: float((served(factory(n)) - model()(factory(n))).abs().max()) for n in (52,)}
+                errors[56] = float((answer - model()(factory(56))).abs().max())
         out = {
             "proof": bundle.proof.to_dict(),
             "table": bundle.proof.table(),
@@ -70,6 +81,7 @@ def main(mode: str, path: str) -> None:
             "guard_calls": bundle.guard.calls,
             "guard_stalls": [s.to_dict() for s in bundle.guard.stalls],
             "replays": getattr(bundle.served, "replays", None),
+            "errors": errors,
         }
         print(json.dumps(out))
     else:

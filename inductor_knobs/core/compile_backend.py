@@ -300,13 +300,8 @@ def compile(
         raise InvalidKnobValue(
             f"ik.compile(knobs={knobs!r}) is invalid on torch {torch.__version__}: allowed an ik.Knobs or None"
         )
-    base = mode_options(mode, torch_compile_kwargs.get("dynamic"))
-    sources = {key: f"mode:{mode}" for key in base}
-    for key, value in _normalise(options).items():
-        base[key], sources[key] = value, "options"
+    merged, base, sources = _recipe(knobs, mode, options, torch_compile_kwargs.get("dynamic"))
     own = set(config_values(knobs))
-    merged = knobs.merged(Knobs(config={k: v for k, v in base.items() if k not in own}))
-    plan(merged)  # validate everything against the live torch now; plan changes nothing
     report = KnobsReport(_settings(merged, own, sources), merged)
     # Only the user's knobs are entered as asked values; the mode's and options' keys reach compile_fx
     # as config_patches, as torch.compile hands them, so a block or env activation wins over them.
@@ -319,6 +314,35 @@ def compile(
     except AttributeError:  # pragma: no cover - a result that takes no attributes
         pass
     return compiled
+
+
+def compiled_knobs(
+    knobs: Knobs, *, mode: str | None = None, options: Mapping[str, Any] | None = None, dynamic: Any = None
+) -> Knobs:
+    """The knobs ``ik.compile(model, knobs, mode=mode, options=options, dynamic=dynamic)`` compiles under, checked.
+
+    What its result's backend records as ``knobs`` (``knobs`` plus the mode's and options' keys they do
+    not set), without a model: ``ik.load_serving_bundle`` checks an AOT bundle's identity with it.
+
+    Raises:
+        UnknownKnob, InvalidKnobValue, UnsupportedTorchVersion, PatchTargetChanged: as for :func:`compile`.
+    """
+    return _recipe(knobs, mode, options, dynamic)[0]
+
+
+def _recipe(
+    knobs: Knobs, mode: str | None, options: Mapping[str, Any] | None, dynamic: Any
+) -> tuple[Knobs, dict[str, Any], dict[str, str]]:
+    """The merged knobs (validated against the live torch; ``plan`` changes nothing), the mode's and
+    options' config keys, and each key's source."""
+    base = mode_options(mode, dynamic)
+    sources = {key: f"mode:{mode}" for key in base}
+    for key, value in _normalise(options).items():
+        base[key], sources[key] = value, "options"
+    own = set(config_values(knobs))
+    merged = knobs.merged(Knobs(config={k: v for k, v in base.items() if k not in own}))
+    plan(merged)
+    return merged, base, sources
 
 
 def knobs_report(compiled: Any) -> KnobsReport:

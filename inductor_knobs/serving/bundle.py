@@ -21,6 +21,7 @@ baselines, plus the proof of what the load compiled, autotuned, Triton-compiled 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import warnings
@@ -32,7 +33,7 @@ from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..core.torch_fixes import torch_fixes
 from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
-from . import bundle_format, compile_cache, triton_kernels
+from . import aot_package, bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .warmup_report import WarmupReport
 
@@ -69,7 +70,9 @@ class ServingBundle:
     header: dict[str, Any] = field(repr=False)
 
 
-def save_serving_bundle(path: str | os.PathLike[str], served: Any, report: Any, *, buckets: Any = None) -> dict[str, Any]:
+def save_serving_bundle(
+    path: str | os.PathLike[str], served: Any, report: Any, *, buckets: Any = None, aot: bool = False, factory: Any = None
+) -> dict[str, Any]:
     """Write the serving bundle of this process: torch's cache artifacts and how to serve from them (0600, atomically).
 
     Call it after the recipe, when everything served has been compiled and warmed: the file holds
@@ -77,6 +80,13 @@ def save_serving_bundle(path: str | os.PathLike[str], served: Any, report: Any, 
     this process (each launcher of each ``CachingAutotuner``; the header's ``serving.triton_kernels``
     counts those carried, their bytes and those not found, which are skipped).  The model and its
     weights are not in it.
+
+    With ``aot=True`` the file holds instead an AOTInductor package of the model
+    (:mod:`inductor_knobs.serving.aot_package`): the model exported over the report's shapes (the
+    sizes that vary across them become dynamic, from their smallest to their largest) and compiled
+    once more, ahead of time, under the same knobs, mode and options, with its weights.  A serving
+    process then needs neither the model's code nor Dynamo, and compiles nothing.  The guard's
+    baselines are still the report's (the same Inductor config; not measured again).
 
     Args:
         served: what you serve: an ``ik.compile`` result, or ``ik.capture_cuda_graphs`` of one (its
@@ -86,30 +96,50 @@ def save_serving_bundle(path: str | os.PathLike[str], served: Any, report: Any, 
             ``torch.no_grad()`` as you serve (grad mode is part of what Dynamo and the caches key on).
         buckets (Sequence[int] | None): the bucket sizes requests are padded to (strictly increasing
             positive ints); default: the report's shapes when they are all positive ints, else None.
+        aot (bool): write an AOTInductor package of the model instead of torch's cache artifacts
+            (torch 2.7+; the build compiles the model again, which takes about as long as its first compile).
+        factory (Callable[[Any], Any] | None): with ``aot=True``, the report's factory (shape -> a call's
+            inputs): the export's example inputs and the sizes that vary come from its calls.
 
     Returns:
         dict[str, Any]: the header written (identity, artifact counts, sha256s, serving section).
 
     Raises:
-        NotSupportedOnThisTorch: torch < 2.7 (no cache artifacts API).
-        InvalidKnobValue: ``served`` or ``report`` is not as above, or a shape, bucket, knob or
-            ``ik.compile`` argument is not plain data that JSON reads back the same.
-        CompileCacheRefused: torch recorded no cache artifacts in this process.
+        NotSupportedOnThisTorch: torch < 2.7 (no cache artifacts API; no AOTInductor packages).
+        InvalidKnobValue: ``served``, ``report``, ``aot`` or ``factory`` is not as above, or a shape,
+            bucket, knob or ``ik.compile`` argument is not plain data that JSON reads back the same; with
+            ``aot=True``, ``served`` is not of an ``nn.Module``, the factory's calls differ in more than
+            tensor sizes, or ``torch.export``/AOTInductor failed (torch's message included).
+        CompileCacheRefused: torch recorded no cache artifacts in this process (``aot=False``).
     """
     from ..env import active_env_knobs
 
-    compile_cache._require_artifacts_api("save_serving_bundle")
     label = f"save_serving_bundle({os.fspath(path)!r})"
+    if aot is not True and aot is not False:
+        raise _invalid("aot", aot, "True or False", "save_serving_bundle")
+    if aot:
+        aot_package.require(label)
+        if not callable(factory):
+            raise _invalid("factory", factory, "the report's factory (shape -> its inputs) with aot=True", "save_serving_bundle")
+    else:
+        compile_cache._require_artifacts_api("save_serving_bundle")
     section, compiled = bundle_format.encode(served, report, buckets)
-    section["triton_kernels"], tail = triton_kernels.pack(triton_kernels.collect())
-    payload, header = compile_cache.saved_artifacts(label, compile_cache._knobs_of(compiled), tail)
+    knobs = compile_cache._knobs_of(compiled)
+    if aot:
+        payload = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
+        section["aot"] = {"bytes": len(payload)}
+        section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
+        header = {**compile_cache.identity(knobs), "artifacts": {}, "payload_sha256": hashlib.sha256(payload).hexdigest()}
+    else:
+        section["triton_kernels"], tail = triton_kernels.pack(triton_kernels.collect())
+        payload, header = compile_cache.saved_artifacts(label, knobs, tail)
     env = active_env_knobs()
     return compile_cache.write_file(path, {**header, ENV_KNOBS: env.to_dict() if env else None, "serving": section}, payload)
 
 
 def load_serving_bundle(
     path: str | os.PathLike[str],
-    model: Callable[..., Any],
+    model: Callable[..., Any] | None = None,
     *,
     factory: Callable[[Any], Any],
     knobs: Any = None,
@@ -133,9 +163,17 @@ def load_serving_bundle(
     where Triton's listener hears it; a bundle that covers the model compiles nothing, and no worker
     pool starts), captures one CUDA graph per recorded shape, and seeds a guard.
 
+    An AOT bundle (``save_serving_bundle(..., aot=True)``) carries the model compiled and its weights:
+    ``model`` is then None, and instead of restoring caches and compiling, the load hands the package to
+    ``torch._inductor.aoti_load_package`` (:func:`~inductor_knobs.serving.aot_package.load`); no Dynamo
+    trace, Inductor compile, Triton compile or autotune happens.  The identity checks are the same (the
+    knobs compared are what ``ik.compile`` would compile under here,
+    :func:`~inductor_knobs.core.compile_backend.compiled_knobs`).
+
     Args:
         path (str | os.PathLike[str]): the bundle (:func:`save_serving_bundle`).
-        model (Callable): your model with its weights (an ``nn.Module`` or function), not yet compiled.
+        model (Callable | None): your model with its weights (an ``nn.Module`` or function), not yet
+            compiled; None for an AOT bundle (it serves the weights it was built with).
         factory (Callable[[Any], Any]): the build's factory: shape -> a call's inputs (a tuple/list of
             positional arguments, a mapping of keywords, or one argument), as for ``ik.warmup``.
         knobs (Knobs | None): the knobs you serve under (what ``ik.compile`` was given, without the mode's keys);
@@ -152,7 +190,7 @@ def load_serving_bundle(
     Raises:
         NotSupportedOnThisTorch: torch < 2.7.
         InvalidKnobValue: ``model`` or ``factory`` not callable, an unknown ``on_cold``/``on``, or ``knobs``
-            not a ``Knobs``.
+            not a ``Knobs``; a model given for an AOT bundle, or none for another (after the file's checks).
         CompileCacheRefused: missing, unsafe (a symbolic link, another owner, writable by others),
             not a bundle, truncated or edited (the header's or the payload's sha256), a Triton kernel
             entry with a name that is not a plain name (nothing written), or built for
@@ -163,16 +201,17 @@ def load_serving_bundle(
         OSError: this process's Triton cache directory cannot be created or written.
         Anything ``factory``, ``model`` or ``ik.capture_cuda_graphs`` raises.
 
-    Relies on ``torch.compiler.load_cache_artifacts`` (2.7+), torch's cache counters and, for Triton
+    Relies on ``torch.compiler.load_cache_artifacts`` (2.7+) or ``torch._inductor.aoti_load_package``
+    (2.7+: ``has_aot_packages`` in ``patches/torch_2_7.py``), torch's cache counters and, for Triton
     compiles, ``triton.knobs.compilation.listener`` (Triton 3.4+; older: ``proof.triton`` is None).
     """
     from ..core.compile_backend import compile as ik_compile
+    from ..core.compile_backend import compiled_knobs
     from ..env import active_env_knobs
     from .stalls import REACTIONS, no_stalls
 
-    compile_cache._require_artifacts_api("load_serving_bundle")
-    if not callable(model) or not callable(factory):
-        raise _invalid("model/factory", (model, factory), "callables (your model; shape -> its inputs)")
+    if not (model is None or callable(model)) or not callable(factory):
+        raise _invalid("model/factory", (model, factory), "callables (your model, None for an AOT bundle; shape -> its inputs)")
     if on_cold not in ON_COLD:
         raise _invalid("on_cold", on_cold, " or ".join(repr(o) for o in ON_COLD))
     if on not in REACTIONS:
@@ -183,6 +222,14 @@ def load_serving_bundle(
     label = f"load_serving_bundle({where!r})"
     header, payload = compile_cache.read_file(where, allow_unsafe, label)
     spec = bundle_format.decode(label, header)
+    if spec.aot is not None:
+        aot_package.require(label)
+        if model is not None:
+            raise _invalid("model", model, "None: this AOT bundle serves the model and weights it was built with")
+    else:
+        compile_cache._require_artifacts_api("load_serving_bundle")
+        if model is None:
+            raise _invalid("model", None, "your model: this bundle holds torch's caches, not the model (aot=True bundles do)")
     compile_cache.check_payload(label, header, payload)
     payload, kernels = triton_kernels.unpack(label, spec.triton_kernels, payload)
     if knobs is not None and knobs != spec.knobs:
@@ -193,12 +240,17 @@ def load_serving_bundle(
     # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.  A
     # bundle of another torch may hold knobs or a mode this one lacks: that is one more difference to name.
     try:
-        compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
+        if model is None:
+            built = compiled_knobs(spec.knobs, mode=spec.mode, options=spec.options, dynamic=spec.torch_compile.get("dynamic"))
+            compiled = None
+        else:
+            compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
+            built = compile_cache._knobs_of(compiled)
         problem = None
     except KnobsError as err:
-        compiled, problem = None, err
+        built, problem = spec.knobs, err
     env = active_env_knobs()
-    here = {**compile_cache.identity(compile_cache._knobs_of(compiled) if compiled is not None else spec.knobs)}
+    here = {**compile_cache.identity(built)}
     here[ENV_KNOBS] = env.to_dict() if env else None
     if problem is not None:
         here["knobs_digest"] = f"none: the bundle's ik.compile call does not build here ({problem})"
@@ -230,7 +282,8 @@ def _load(
     kernels: tuple[triton_kernels.Kernel, ...] = (),
 ) -> ServingBundle:
     """Restore the Triton kernels, load torch's artifacts (``payload``), compile at every warmed shape and capture,
-    all inside one :class:`ColdStartRecorder`."""
+    all inside one :class:`ColdStartRecorder`; for an AOT bundle, load its package instead of the first two
+    (``compiled`` is None then, and becomes the package's callable)."""
     import torch
 
     from ..core.knob_blocks import KnobsContext
@@ -241,13 +294,18 @@ def _load(
     served = compiled
     with ColdStartRecorder() as recorder, torch_fixes():  # cached tuned configs are kept (torch 2.8-2.11: patches/_fixes.py)
         started = _clock()
-        # Before torch's artifacts: an FX graph cache hit's TritonBundler then finds these keys present and
-        # leaves them, and recheck_autotune_cache's triton.compile of a tuned config is a Triton cache hit.
-        restored = triton_kernels.restore(kernels)
-        seconds["restore_triton"] = _clock() - started
-        started = _clock()
-        compile_cache.load_payload(label, header, payload)
-        seconds["load_artifacts"] = _clock() - started
+        if spec.aot is not None:
+            compiled = served = aot_package.load(label, payload)
+            restored = 0
+            seconds["load_package"] = _clock() - started
+        else:
+            # Before torch's artifacts: an FX graph cache hit's TritonBundler then finds these keys present and
+            # leaves them, and recheck_autotune_cache's triton.compile of a tuned config is a Triton cache hit.
+            restored = triton_kernels.restore(kernels)
+            seconds["restore_triton"] = _clock() - started
+            started = _clock()
+            compile_cache.load_payload(label, header, payload)
+            seconds["load_artifacts"] = _clock() - started
         # compile_threads=1: Inductor then runs every Triton compile (or Triton cache hit) in this
         # process, where Triton's listener reports it; compile_threads is not in Inductor's cache key
         # (_cache_config_ignore_prefix in torch/_inductor/config.py, 2.7-2.15).
@@ -258,7 +316,7 @@ def _load(
                 compiled(*args, **kwargs)
                 if torch.cuda.is_initialized():  # the phase ends when its kernels did (cuDNN plans, first cuBLAS calls)
                     torch.cuda.synchronize()
-                phase = "compile" if index == 0 else "warmup"
+                phase = "compile" if index == 0 and spec.aot is None else "warmup"
                 seconds[phase] = seconds.get(phase, 0.0) + _clock() - started
                 del args, kwargs
             if spec.graphs is not None:
@@ -285,5 +343,5 @@ def _knob_differences(built: Any, here: Any) -> str:
 _UNSET = object()
 
 
-def _invalid(name: str, value: object, allowed: str) -> InvalidKnobValue:
-    return InvalidKnobValue(f"load_serving_bundle({name}={value!r}) is invalid on torch {torch_version()}: allowed {allowed}")
+def _invalid(name: str, value: object, allowed: str, label: str = "load_serving_bundle") -> InvalidKnobValue:
+    return InvalidKnobValue(f"{label}({name}={value!r}) is invalid on torch {torch_version()}: allowed {allowed}")

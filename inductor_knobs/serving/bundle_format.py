@@ -22,10 +22,11 @@ from .signature import from_json, to_json
 from .warmup_report import WarmupReport
 
 #: The serving section's layout written; 2 adds ``"triton_kernels"`` and their bytes after torch's artifacts
-#: (:mod:`inductor_knobs.serving.triton_kernels`).
-VERSION = 2
+#: (:mod:`inductor_knobs.serving.triton_kernels`); 3 adds ``"aot"``: the payload is an AOTInductor package
+#: (:mod:`inductor_knobs.serving.aot_package`) instead of torch's artifacts, or None.
+VERSION = 3
 #: The layouts a reader accepts (1: no Triton kernels, the whole payload is torch's); it refuses another.
-READS = (1, 2)
+READS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class BundleSpec:
         report: the build's per-shape baselines, as a :class:`WarmupReport` without steps (``ik.no_stalls(warmup=...)``).
         triton_kernels: the Triton kernels carried, as written (``triton_kernels.pack``; checked by
             ``triton_kernels.unpack``), or None (a bundle written before them).
+        aot: ``{"bytes": n}`` when the payload is an AOTInductor package of the model (``aot=True``), else None.
     """
 
     knobs: Knobs
@@ -52,6 +54,7 @@ class BundleSpec:
     graphs: dict[str, Any] | None
     report: WarmupReport
     triton_kernels: Any = None
+    aot: dict[str, Any] | None = None
 
 
 def encode(served: Any, report: Any, buckets: Any) -> tuple[dict[str, Any], Any]:
@@ -89,6 +92,7 @@ def encode(served: Any, report: Any, buckets: Any) -> tuple[dict[str, Any], Any]
         "shapes": [_plain("shape", _item(s)) for s in shapes],
         "buckets": list(buckets) if buckets else None,
         "graphs": None,
+        "aot": None,
         "baselines": {
             "signatures": signatures,
             "shape_seconds": seconds,
@@ -143,6 +147,9 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
             if graphs["outputs"] not in OUTPUTS or not isinstance(graphs["warmup_calls"], int) or graphs["warmup_calls"] < 1:
                 raise ValueError(f"graphs {graphs!r}")
         buckets = check_buckets(section["buckets"]) if section["buckets"] is not None else None
+        aot = section["aot"] if section["version"] >= 3 else None
+        if aot is not None and (not isinstance(aot, dict) or type(aot.get("bytes")) is not int or aot["bytes"] < 1):
+            raise ValueError(f"aot {aot!r}")
         return BundleSpec(
             Knobs(**recipe["knobs"]),
             recipe["mode"],
@@ -153,6 +160,7 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
             graphs,
             report,
             section.get("triton_kernels") if section["version"] != 1 else None,
+            aot,
         )
     except (KeyError, TypeError, ValueError, KnobsError) as err:
         raise CompileCacheRefused(

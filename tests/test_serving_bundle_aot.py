@@ -1,0 +1,231 @@
+"""ik.save_serving_bundle(aot=True) / ik.load_serving_bundle(path, None): an AOTInductor package serves in a fresh
+process with no Dynamo trace, no Inductor compile and no autotune, proven from torch's own counters; every bundle
+that does not fit is refused with nothing loaded (AOTInductor's loader never called).
+
+The bundle is built once per module in a subprocess (bundle_worker.py build-aot) and loaded in a second fresh
+process on an empty TORCHINDUCTOR_CACHE_DIR, as on a new serving host.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from test_serving_bundle import rewrite_header, run_worker
+
+import inductor_knobs as ik
+from inductor_knobs.core import torch_compat
+from inductor_knobs.errors import InvalidKnobValue
+from inductor_knobs.serving import aot_package, compile_cache
+
+
+@pytest.fixture(scope="module")
+def built_aot(private_base, tmp_path_factory):
+    """The AOT bundle, built once in its own process (its autotuning is the control for the load)."""
+    if not torch_compat.installed().has_aot_packages:
+        pytest.skip(f"torch {torch.__version__} has no AOTInductor packages")
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("Inductor's C++ GEMM template needs AVX2 or AVX512")
+    path = private_base / "model-aot.bundle"
+    result = run_worker("build-aot", path, tmp_path_factory.mktemp("inductor-build-aot"))
+    assert result["benchmarked"] == 2, result
+    return path
+
+
+@pytest.fixture
+def aot_bundle(built_aot, private_dir):
+    path = private_dir / "model-aot.bundle"
+    path.write_bytes(built_aot.read_bytes())
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def nothing_loaded(monkeypatch, tmp_path):
+    """Refusals run here: spies on AOTInductor's loader and torch's cache loader, a model that records calls."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-in-process"))
+    loads: list[object] = []
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda *a, **k: loads.append(a))
+    from bundle_worker import Model
+
+    calls = []
+
+    class Recorded(Model):
+        def forward(self, x):
+            calls.append(x.shape)
+            return super().forward(x)
+
+    def check():
+        assert loads == [], "a package or cache artifacts were loaded"
+        assert calls == [], "the model ran"
+
+    return types.SimpleNamespace(model=Recorded(), check=check)
+
+
+def load(path, model=None, **kwargs):
+    from bundle_worker import factory
+
+    return ik.load_serving_bundle(path, model, factory=factory, **kwargs)
+
+
+# --- the round trip ------------------------------------------------------------------------------------
+
+
+def test_a_fresh_process_serves_the_package_without_dynamo_inductor_or_autotune(built_aot, tmp_path):
+    cache = tmp_path / "empty-inductor-cache"
+    loaded = run_worker("load-aot", built_aot, cache)
+    proof, counters = loaded["proof"], loaded["counters"]
+    # torch's own counters in the serving process: Dynamo captured no graph, Inductor looked nothing up.
+    assert counters.get("stats.unique_graphs", 0) == 0 and counters.get("stats.calls_captured", 0) == 0, counters
+    assert not [k for k, n in counters.items() if n and k.startswith(("inductor.", "aot_autograd."))], counters
+    assert proof["dynamo_compiles"] == [] and proof["inductor_compiles"] == 0 and proof["attestations"] == []
+    assert proof["autotune_benchmarks"] == 0 and proof["autotune"] == [] and proof["cold"] == []
+    assert "load_package" in proof["seconds"] and "load_artifacts" not in proof["seconds"]
+    # Inductor compiled no graph: the only C++ it built are torch's own CPU ISA probes (cpu_vec_isa's check_build).
+    written = sorted(p.name for p in cache.rglob("*") if p.is_file() and p.suffix not in (".lock",)) if cache.exists() else []
+    assert all(p.endswith((".cpp", ".so")) for p in written), written
+    assert all(cpp.read_text() in isa_probes() for cpp in cache.rglob("*.cpp")), written
+    # The package answers as the eager model does, at a warmed length and at one inside the range it never saw.
+    assert loaded["errors"] == {"52": pytest.approx(0.0, abs=1e-5), "56": pytest.approx(0.0, abs=1e-5)}
+    assert loaded["buckets"] == [48, 56] and loaded["guard_calls"] == 2
+    # A CPU call of a fresh AOTInductor model can be slow on the host (its thread pool), never cold.
+    for stall in loaded["guard_stalls"]:
+        assert {c["kind"] for c in stall["causes"]} <= {"host_slower", "python_gc"}, stall
+    header, payload = compile_cache.read_file(str(built_aot), False, "test")
+    assert header["serving"]["aot"] == {"bytes": len(payload)} and header["artifacts"] == {}
+    assert header["serving"]["triton_kernels"]["carried"] == 0
+
+
+def isa_probes() -> set[str]:
+    """The C++ programs torch compiles to probe the CPU's vector ISA (``torch/_inductor/cpu_vec_isa.py``'s ``*_code``)."""
+    from torch._inductor import cpu_vec_isa
+
+    classes = [c for c in vars(cpu_vec_isa).values() if isinstance(c, type)]
+    return {v for c in classes for k, v in vars(c).items() if k.endswith("_code") and isinstance(v, str)}
+
+
+def test_the_package_makes_the_warmed_lengths_one_dynamic_dimension():
+    from bundle_worker import Model, factory
+
+    calls = [((factory(n),), {}) for n in (48, 56, 64)]
+    spec = aot_package.dynamic_shapes("test", Model(), calls)
+    (dim,) = spec["x"].values()
+    assert list(spec["x"]) == [1] and (dim.min, dim.max) == (48, 64)
+    assert aot_package.dynamic_shapes("test", Model(), calls[:1]) is None  # one length: a static export
+
+
+def test_inputs_whose_sizes_move_together_share_one_dimension():
+    class Two(torch.nn.Module):
+        def forward(self, ids, mask, scale=1.0):
+            return ids * mask * scale
+
+    def call(n):
+        return (), {"ids": torch.ones(1, n), "mask": torch.ones(1, n), "scale": 2.0}
+
+    spec = aot_package.dynamic_shapes("test", Two(), [call(8), call(16)])
+    assert spec["ids"][1] is spec["mask"][1] and spec["scale"] is None
+    with pytest.raises(InvalidKnobValue, match=r"test: factory='scale'.*non-tensor arguments equal at every shape"):
+        aot_package.dynamic_shapes("test", Two(), [call(8), ((), {**call(16)[1], "scale": 3.0})])
+    with pytest.raises(InvalidKnobValue, match=r"tensors of one dtype and number of dimensions"):
+        aot_package.dynamic_shapes("test", Two(), [call(8), ((), {**call(16)[1], "mask": torch.ones(1, 16, 1)})])
+
+
+# --- what does not fit is refused, with nothing loaded ----------------------------------------------------
+
+
+def test_a_model_given_for_an_aot_bundle_is_refused(aot_bundle, nothing_loaded):
+    with pytest.raises(InvalidKnobValue, match=r"model=.*allowed None: this AOT bundle serves the model and weights"):
+        load(aot_bundle, nothing_loaded.model)
+    nothing_loaded.check()
+
+
+def test_no_model_for_a_cache_bundle_is_refused(private_dir, aot_bundle, nothing_loaded):
+    rewrite_header(aot_bundle, lambda h: h["serving"].update(aot=None))
+    with pytest.raises(InvalidKnobValue, match=r"model=None.*allowed your model: this bundle holds torch's caches"):
+        load(aot_bundle)
+    nothing_loaded.check()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("torch", "2.99.0"), ("device", "cuda:NVIDIA H200 sm_90 132 SMs"), ("knobs_digest", "0123456789abcdef")],
+)
+def test_a_foreign_aot_bundle_is_refused_naming_the_difference(aot_bundle, nothing_loaded, field, value):
+    rewrite_header(aot_bundle, lambda h: h.update({field: value}))
+    with pytest.raises(ik.CompileCacheRefused, match=rf"refused: built for another setup \(.*{field}: file {value!r}, here "):
+        load(aot_bundle)
+    nothing_loaded.check()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:-100]), "the payload does not match its sha256"),
+        (lambda p: rewrite_header(p, lambda h: h["serving"].update(aot={"bytes": "many"})), "serving section does not read back"),
+        (lambda p: rewrite_header(p, lambda h: h["serving"].update(aot=[1])), "serving section does not read back"),
+    ],
+    ids=["truncated", "aot-bytes", "aot-type"],
+)
+def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, message):
+    damage(aot_bundle)
+    with pytest.raises(ik.CompileCacheRefused, match=message):
+        load(aot_bundle)
+    nothing_loaded.check()
+
+
+def test_a_package_aotinductor_cannot_load_is_refused_naming_its_error(aot_bundle, private_dir):
+    import hashlib
+
+    magic, line, _ = aot_bundle.read_bytes().split(b"\n", 2)
+    garbage = b"not a zip archive"
+    aot_bundle.write_bytes(magic + b"\n" + line + b"\n" + garbage)
+    rewrite_header(aot_bundle, lambda h: h.update(payload_sha256=hashlib.sha256(garbage).hexdigest()))
+    with pytest.raises(ik.CompileCacheRefused, match=r"refused: AOTInductor could not load the package: "):
+        load(aot_bundle)
+
+
+def test_an_output_class_not_imported_here_is_named_with_the_fix(aot_bundle, monkeypatch):
+    def unregistered(path):
+        raise NotImplementedError("Deserializing transformers.modeling_outputs.X in pytree is not registered.")
+
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", unregistered)
+    with pytest.raises(ik.CompileCacheRefused, match=r"is not registered\.\. .*`import transformers\.modeling_outputs` before"):
+        load(aot_bundle)
+
+
+def test_an_aot_bundle_on_a_torch_without_packages_names_the_release(aot_bundle, nothing_loaded, monkeypatch):
+    lacking = types.SimpleNamespace(has_aot_packages=False)
+    monkeypatch.setattr(torch_compat, "installed", lambda: lacking)
+    with pytest.raises(ik.NotSupportedOnThisTorch, match=r"aoti_compile_and_package/aoti_load_package \(torch 2\.7\+\)"):
+        load(aot_bundle)
+    nothing_loaded.check()
+
+
+def test_save_refuses_bad_aot_arguments_before_compiling(tmp_path):
+    report = ik.warmup(lambda x: x, shapes=[1], factory=torch.zeros, probes=None)
+    with pytest.raises(InvalidKnobValue, match=r"save_serving_bundle\(aot='yes'\).*allowed True or False"):
+        ik.save_serving_bundle(tmp_path / "b", object(), report, aot="yes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidKnobValue, match=r"save_serving_bundle\(factory=None\).*with aot=True"):
+        ik.save_serving_bundle(tmp_path / "b", object(), report, aot=True)
+    not_a_module = types.SimpleNamespace(_inductor_knobs_backend=None)
+    with pytest.raises(InvalidKnobValue, match=r"served=.*an ik.compile result of an nn.Module"):
+        aot_package.build("save_serving_bundle('b')", not_a_module, torch.zeros, [1])
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_package_compiles_nothing_and_captures_one_graph_per_shape(private_dir, tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    path = private_dir / "gpu-aot.bundle"
+    run_worker("build-aot", path, tmp_path / "build", "cuda")
+    loaded = run_worker("load-aot", path, tmp_path / "empty", "cuda")  # empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR
+    proof = loaded["proof"]
+    assert proof["dynamo_compiles"] == [] and proof["inductor_compiles"] == 0, loaded["table"]
+    assert proof["autotune_benchmarks"] == 0 and proof["triton_compiled"] in (0, None), loaded["table"]
+    assert not any((tmp_path / "empty" / "triton").rglob("*.cubin")), "Triton compiled a kernel"
+    assert proof["captures"] == 2 and loaded["replays"] >= 1, loaded["table"]
+    assert proof["cold"] == [], loaded["table"]
+    assert max(loaded["errors"].values()) < 1e-3, loaded["errors"]
