@@ -18,11 +18,15 @@ Arms, each in its own fresh process (the parent takes the time just before it st
 
 - ``cold``: empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` (fresh directories: a warm
   ``~/.triton`` or ``/tmp/torchinductor_$USER`` from an earlier run cannot help); the recipe, then the
-  traffic; then it saves the serving bundle (``ik.save_serving_bundle``, after the measurement);
+  traffic; then it saves the serving bundle and the AOT bundle (``ik.save_serving_bundle``, after the measurement);
 - ``warm-caches``: the same recipe in a new process on ``cold``'s cache directories: what torch's own
   caches give on the same machine for free;
 - ``bundle``: new empty cache directories, as on a new host; ``ik.load_serving_bundle`` of ``cold``'s
-  bundle, then the traffic.
+  bundle, then the traffic;
+- ``aot``: new empty cache directories; ``ik.load_serving_bundle(path, None, ...)`` of the AOT bundle
+  (``aot=True``: an AOTInductor package of the model, its weights included) that ``cold`` also built
+  after its measurement: no model build and no model code (only ``transformers.modeling_outputs``, whose
+  classes the package's output spec names), no Dynamo, no compile; then the traffic.
 
 Measured per arm: time to first request (from the parent's spawn to the first response: interpreter,
 imports, model build, compile or load, warm-up, capture, ``gc.freeze``, the request), that setup broken
@@ -67,7 +71,7 @@ STARTED = time.time()  # this process's Python is up; the parent's spawn time co
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_real as real  # noqa: E402 - a sibling script (its top level imports only the standard library)
 
-ARMS = ("cold", "warm-caches", "bundle", "aot")
+ARMS = ("cold", "aot", "bundle", "warm-caches")
 MODE = "max-autotune-no-cudagraphs"
 #: Sequence lengths of the traffic, and the range the buckets cover: serving_real's on a GPU, tiny on a CPU.
 RANGE = {"cuda": (128, 2048), "cpu": (16, 128)}

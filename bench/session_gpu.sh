@@ -20,6 +20,9 @@
 #                                              #   the fork-server and bundle GPU tests on GPU 2
 #   OUT=/tmp/out bash bench/session_gpu.sh h   # lanes at once: GPU 0 the main job (timed); GPU 2 the fork-server,
 #                                              #   release-knob and bundle GPU tests; GPU 3 tests/test_gpu.py
+#   OUT=/tmp/out bash bench/session_gpu.sh i   # lanes at once: GPU 0 the main job (timed); GPU 1 cold start, Llama;
+#                                              #   GPU 2 cold start, BERT-base (both with the aot arm); GPU 3 the
+#                                              #   bundle, AOT bundle and autotune-lock GPU tests
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -127,6 +130,23 @@ h)
     grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
     grep -E "fork server|forked|new interpreters|The runs took|autotuned one" "$OUT/main.log" | head -4
     tail -n 25 "$OUT/gpu_tests.txt" "$OUT/gpu_tests_serving.txt"
+    ;;
+i)
+    (PARTS="main" DEADLINE_S=420 OUT="$OUT" PYTHON=python3 bash bench/ablate_gpu.sh >"$OUT/ablate_gpu.log" 2>&1; done_at main $?) &
+    cold_start 1 llama 540 &
+    cold_start 2 bert 540 &
+    (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 540 python3 -m pytest -q -rf --tb=short -m gpu \
+        tests/test_serving_bundle_aot.py tests/test_serving_bundle.py -p no:cacheprovider >"$OUT/gpu_tests.txt" 2>&1
+        done_at gpu_tests $?
+        python3 -m pytest -q -rf --tb=short tests/test_ablate_autotune_lock.py -p no:cacheprovider >>"$OUT/gpu_tests.txt" 2>&1
+        done_at lock_tests $?) &
+    wait
+    cat "$OUT/status.txt" "$OUT/main.time" 2>/dev/null
+    grep -E "^\| (gated|force|all runs)" "$OUT/main.log" | tail -n 8
+    grep -E "fork server|forked|The runs took|autotuned one" "$OUT/main.log" | head -4
+    tail -n 12 "$OUT/gpu_tests.txt"
+    show_cold_starts
+    for m in llama bert; do grep -E "^- |AOT bundle|bundle:" "$OUT/cold_$m/cold_start.md" 2>/dev/null; done
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1

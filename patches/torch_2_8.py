@@ -81,9 +81,19 @@ class Torch28(Torch27):
         "2.10": _ALL_FEATURES,
         "2.11": _ALL_FEATURES,
     }
+    #: Besides ``bench`` and ``benchmark_choice``: the ``benchmark_gpu`` of both benchmarkers Inductor may use
+    #: (``runtime/benchmarking.py``'s ``benchmarker`` is a ``TritonBenchmarker`` or, with
+    #: ``use_experimental_benchmarker``, an ``InductorBenchmarker``, whose method does not call its parent's),
+    #: which every GPU timing goes through, the epilogue-fusion benchmarks that pick each layer's final
+    #: kernel included (``codegen/triton.py`` ``benchmark_codegened_module`` and ``scheduler.py``: they call
+    #: ``benchmarker.benchmark_gpu`` in 2.8, ``benchmarker.benchmark`` -> ``benchmark_gpu`` from 2.10).  Own
+    #: methods of those classes: 2.8.0 ``:148``/``:208``, 2.10.0 ``:255``/``:324``, 2.12.0 ``:350``/``:431``,
+    #: 2.13.0 ``:492``/``:592``, 2.14.1 ``:513``/``:635``, 2.15.0 ``:531``/``:662``.
     autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = (
         "torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",
         "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choice",
+        "torch._inductor.runtime.benchmarking:TritonBenchmarker.benchmark_gpu",
+        "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu",
     )
     #: ``recheck_autotune_cache`` tunes a cached coordinate-descent winner again (pytorch#172819): see :mod:`._fixes`.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}

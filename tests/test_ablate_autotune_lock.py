@@ -84,10 +84,31 @@ def _bench_body_sees(path: str) -> bool:
     return bool(seen.value.args[0])
 
 
+def _benchmark_gpu_body_sees(path: str) -> bool:
+    """Call torch's real ``TritonBenchmarker.benchmark_gpu`` (every GPU timing of Inductor, the epilogue-fusion
+    benchmarks included); its body calls Triton's ``do_bench``, here one that reports whether the lock is held."""
+    from torch._inductor.runtime import benchmarking
+
+    timer = benchmarking.TritonBenchmarker()
+    seen: list[bool] = []
+
+    def do_bench(fn: object, return_mode: str = "median") -> float:
+        seen.append(_held_by_someone(path))
+        return 1.0
+
+    timer.__dict__["triton_do_bench"] = do_bench  # the cached_property's slot: no Triton needed
+    timer.benchmark_gpu(lambda: None)
+    return seen[0]
+
+
 def _originals() -> dict[str, object]:
+    from torch._inductor.runtime import benchmarking
+
     return {
         "benchmark_choice": select_algorithm.AlgorithmSelectorCache.__dict__["benchmark_choice"],
         "bench": triton_heuristics.CachingAutotuner.__dict__["bench"],
+        "triton_benchmark_gpu": benchmarking.TritonBenchmarker.__dict__["benchmark_gpu"],
+        "inductor_benchmark_gpu": benchmarking.InductorBenchmarker.__dict__["benchmark_gpu"],
     }
 
 
@@ -101,11 +122,14 @@ def test_the_lock_is_held_inside_torchs_benchmark_functions_and_only_in_the_bloc
         assert not _held_by_someone(path)  # only while a benchmark runs
         assert _benchmark_choice_body_sees(path)
         assert _bench_body_sees(path)
+        assert _benchmark_gpu_body_sees(path)
         assert not _held_by_someone(path)
-        assert lock.turns == 2
+        assert lock.turns == 3
+        during = _originals()
+        assert all(during[name] is not before[name] for name in before)  # each of torch's timers is wrapped
     after = _originals()
     assert all(after[name] is before[name] for name in before)  # torch's own objects again, by identity
-    assert not _bench_body_sees(path) and not _benchmark_choice_body_sees(path)
+    assert not _bench_body_sees(path) and not _benchmark_choice_body_sees(path) and not _benchmark_gpu_body_sees(path)
 
 
 def test_no_path_changes_nothing(tmp_path):

@@ -10,11 +10,14 @@ interval came out [0.68-1.55].
 How: the runner gives every worker on a GPU the same lock file (in the ablation's own temporary
 directory, one per physical GPU).  While the worker compiles it holds :func:`benchmarks_in_turn`: every
 call of a torch function that times one candidate on the GPU (the installed torch's
-``autotune_benchmark_hooks`` in ``patches/``: a GEMM choice, ATen or template, and a Triton config of a
-runtime autotune or a coordinate-descent step) first takes an exclusive ``flock`` on that file.  So the
-workers take turns per candidate; their compiling, code generation and Triton compiles (CPU work)
-still overlap.  What it does not cover: another worker's eager reference pass or first compiled
-iteration (milliseconds of GPU work) may still run beside a benchmark.
+``autotune_benchmark_hooks`` in ``patches/``: a GEMM choice, ATen or template, a Triton config of a
+runtime autotune or a coordinate-descent step, and from 2.8 every GPU timing of Inductor's benchmarker,
+so also the epilogue-fusion benchmarks that decide which of the best GEMM choices each layer finally
+runs) first takes an exclusive ``flock`` on that file.  So the workers take turns per candidate; their
+compiling, code generation and Triton compiles (CPU work) still overlap.  What it does not cover:
+another worker's eager reference pass or first compiled iteration (milliseconds of GPU work) may
+still run beside a benchmark.  (torch 2.13+ also offers ``runtime/benchmarking.py``'s
+``set_gpu_benchmark_lock_context``; the wrappers serve every release from 2.8 alike.)
 
 The lock is the kernel's: it goes with the process however the process ends (a crash, a kill at its
 timeout), so a dead worker never holds it.  It is opened ``O_CLOEXEC``, so Inductor's compile
