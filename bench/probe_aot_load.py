@@ -1,0 +1,82 @@
+"""Where a CUDA AOTInductor package of ik.save_serving_bundle(aot=True) crashes its loading process, if it does.
+
+    python bench/probe_aot_load.py --out DIR      # on a CUDA machine; one subprocess per step, faulthandler on
+
+Builds tests/bundle_worker.py's model as an AOT bundle (build-aot, cuda), then loads it in fresh processes,
+each going one step further: the package alone through torch (``aoti_load_package`` of the extracted
+``.pt2``, then a call per warmed length, then a CUDA graph captured of one call), and the whole
+``ik.load_serving_bundle``.  Each step's exit status and last lines go to ``DIR/probe_aot_load.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = {
+    "load": "m = torch._inductor.aoti_load_package(PT2)",
+    "call": "m = torch._inductor.aoti_load_package(PT2)\nfor n in SHAPES: m(factory(n)); torch.cuda.synchronize()",
+    "call-after-unlink": (
+        "m = torch._inductor.aoti_load_package(PT2)\nos.unlink(PT2)\nfor n in SHAPES: m(factory(n)); torch.cuda.synchronize()"
+    ),
+    "capture": (
+        "m = torch._inductor.aoti_load_package(PT2)\nx = factory(56)\ns = torch.cuda.Stream()\n"
+        "s.wait_stream(torch.cuda.current_stream())\nwith torch.cuda.stream(s):\n    m(x); m(x)\n"
+        "torch.cuda.current_stream().wait_stream(s)\ng = torch.cuda.CUDAGraph()\n"
+        "with torch.cuda.graph(g):\n    y = m(x)\ng.replay(); torch.cuda.synchronize(); print('replayed')"
+    ),
+    "ik-load": "b = ik.load_serving_bundle(BUNDLE, None, factory=factory, on_cold='warn', on='record')\nprint(b.proof.table())",
+}
+PRELUDE = """import os, sys, torch
+sys.path.insert(0, {tests!r})
+import bundle_worker
+bundle_worker.device = "cuda"
+from bundle_worker import factory, SHAPES
+import inductor_knobs as ik
+PT2, BUNDLE = {pt2!r}, {bundle!r}
+print("step start", flush=True)
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="probe-aot-"))
+    bundle = work / "m.bundle"
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", "TORCHINDUCTOR_CACHE_DIR": str(work / "build")}
+    built = subprocess.run([sys.executable, str(ROOT / "tests" / "bundle_worker.py"), "build-aot", str(bundle), "cuda"],
+                           env=env, capture_output=True, text=True)  # fmt: skip
+    results = {"build": {"exit": built.returncode, "tail": built.stderr[-3000:]}}
+    if built.returncode == 0:
+        sys.path.insert(0, str(ROOT))
+        from inductor_knobs.serving import compile_cache
+
+        _, payload = compile_cache.read_file(str(bundle), False, "probe")
+        for step, body in STEPS.items():
+            pt2 = work / f"{step}.pt2"
+            pt2.write_bytes(payload)
+            code = PRELUDE.format(tests=str(ROOT / "tests"), pt2=str(pt2), bundle=str(bundle)) + body
+            env_step = {
+                **env,
+                "TORCHINDUCTOR_CACHE_DIR": str(work / f"cache-{step}"),
+                "TRITON_CACHE_DIR": str(work / f"triton-{step}"),
+            }
+            done = subprocess.run([sys.executable, "-c", code], env=env_step, capture_output=True, text=True, timeout=300)
+            results[step] = {"exit": done.returncode, "stdout": done.stdout[-2000:], "stderr": done.stderr[-4000:]}
+            print(step, done.returncode, flush=True)
+    (out / "probe_aot_load.json").write_text(json.dumps(results, indent=1))
+    print(json.dumps({k: v["exit"] for k, v in results.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
