@@ -13,14 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = {
     "load": "m = torch._inductor.aoti_load_package(PT2)",
+    "load-no-isa-probe": "os.environ['TORCHINDUCTOR_VEC_ISA_OK'] = '1'\nm = torch._inductor.aoti_load_package(PT2)",
     "call": "m = torch._inductor.aoti_load_package(PT2)\nfor n in SHAPES: m(factory(n)); torch.cuda.synchronize()",
     "call-after-unlink": (
         "m = torch._inductor.aoti_load_package(PT2)\nos.unlink(PT2)\nfor n in SHAPES: m(factory(n)); torch.cuda.synchronize()"
@@ -47,6 +50,7 @@ print("step start", flush=True)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", nargs="+", default=list(STEPS), choices=list(STEPS))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -62,6 +66,8 @@ def main() -> int:
 
         _, payload = compile_cache.read_file(str(bundle), False, "probe")
         for step, body in STEPS.items():
+            if step not in args.steps:
+                continue
             pt2 = work / f"{step}.pt2"
             pt2.write_bytes(payload)
             code = PRELUDE.format(tests=str(ROOT / "tests"), pt2=str(pt2), bundle=str(bundle)) + body
@@ -70,9 +76,18 @@ def main() -> int:
                 "TORCHINDUCTOR_CACHE_DIR": str(work / f"cache-{step}"),
                 "TRITON_CACHE_DIR": str(work / f"triton-{step}"),
             }
-            done = subprocess.run([sys.executable, "-c", code], env=env_step, capture_output=True, text=True, timeout=300)
-            results[step] = {"exit": done.returncode, "stdout": done.stdout[-2000:], "stderr": done.stderr[-4000:]}
-            print(step, done.returncode, flush=True)
+            command = [sys.executable, "-X", "faulthandler", "-c", code]
+            if shutil.which("gdb") and step == "load":  # the C++ stack of a crash inside the loader
+                command = ["gdb", "-q", "-batch", "-ex", "run", "-ex", "bt 25", "--args", *command]
+            started = time.time()
+            try:
+                done = subprocess.run(command, env=env_step, capture_output=True, text=True, timeout=150)
+                results[step] = {"exit": done.returncode, "stdout": done.stdout[-5000:], "stderr": done.stderr[-4000:]}
+            except subprocess.TimeoutExpired as err:
+                results[step] = {"exit": "timeout", "stdout": str(err.stdout)[-3000:], "stderr": str(err.stderr)[-3000:]}
+            results[step]["seconds"] = time.time() - started
+            print(step, results[step]["exit"], f"{results[step]['seconds']:.0f} s", flush=True)
+            (out / "probe_aot_load.json").write_text(json.dumps(results, indent=1))  # after each step: a crash keeps the rest
     (out / "probe_aot_load.json").write_text(json.dumps(results, indent=1))
     print(json.dumps({k: v["exit"] for k, v in results.items()}))
     return 0
