@@ -22,6 +22,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = {
+    "contents": (
+        "import zipfile, time\nfor i in zipfile.ZipFile(PT2).infolist(): print(i.filename, i.file_size)\n"
+        "t = time.time()\nmd = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(PT2, 'model')\n"
+        "print('metadata', round(time.time() - t, 2), md, flush=True)"
+    ),
     "load": "m = torch._inductor.aoti_load_package(PT2)",
     "load-no-isa-probe": "os.environ['TORCHINDUCTOR_VEC_ISA_OK'] = '1'\nm = torch._inductor.aoti_load_package(PT2)",
     "call": "m = torch._inductor.aoti_load_package(PT2)\nfor n in SHAPES: m(factory(n)); torch.cuda.synchronize()",
