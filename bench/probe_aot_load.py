@@ -28,6 +28,8 @@ STEPS = {
         "print('metadata', round(time.time() - t, 2), md, flush=True)"
     ),
     "load": "m = torch._inductor.aoti_load_package(PT2)",
+    "load-cuda-first": "torch.zeros(1, device='cuda')\ntorch.cuda.synchronize()\nm = torch._inductor.aoti_load_package(PT2)",
+    "load-single-threaded": "m = torch._inductor.aoti_load_package(PT2, run_single_threaded=True)\nprint('loaded')",
     "load-no-isa-probe": "os.environ['TORCHINDUCTOR_VEC_ISA_OK'] = '1'\nm = torch._inductor.aoti_load_package(PT2)",
     "call": "m = torch._inductor.aoti_load_package(PT2)\nfor n in SHAPES: m(factory(n)); torch.cuda.synchronize()",
     "call-after-unlink": (

@@ -20,6 +20,8 @@
 #                                              #   the fork-server and bundle GPU tests on GPU 2
 #   OUT=/tmp/out bash bench/session_gpu.sh h   # lanes at once: GPU 0 the main job (timed); GPU 2 the fork-server,
 #                                              #   release-knob and bundle GPU tests; GPU 3 tests/test_gpu.py
+#   OUT=/tmp/out bash bench/session_gpu.sh j   # the README's main job four times at once, one run per GPU with
+#                                              #   its own 16 CPUs (replicates of its wall time and intervals)
 #   OUT=/tmp/out bash bench/session_gpu.sh i   # lanes at once: GPU 0 the main job (timed); GPU 1 cold start, Llama;
 #                                              #   GPU 2 cold start, BERT-base (both with the aot arm); GPU 3 the
 #                                              #   bundle, AOT bundle and autotune-lock GPU tests
@@ -147,6 +149,19 @@ i)
     tail -n 12 "$OUT/gpu_tests.txt"
     show_cold_starts
     for m in llama bert; do grep -E "^- |AOT bundle|bundle:" "$OUT/cold_$m/cold_start.md" 2>/dev/null; done
+    ;;
+j)
+    for g in 0 1 2 3; do  # the README's main job, four independent runs at once, each alone on its GPU and 16 CPUs
+        (CUDA_VISIBLE_DEVICES=$g taskset -c "$(lane "$g")" timeout -k 10 500 /usr/bin/time -f "wall %e s" \
+            python3 -m inductor_knobs ablate --out "$OUT/main$g" --overwrite >"$OUT/main$g.log" 2>&1
+            done_at "main$g" $?) &
+    done
+    wait
+    cat "$OUT/status.txt"
+    for g in 0 1 2 3; do
+        echo "== GPU $g: $(grep -E '^wall ' "$OUT/main$g.log")"
+        grep -E "^\| (gated|force)" "$OUT/main$g.log" | cut -c1-190 | head -n 6
+    done
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1
