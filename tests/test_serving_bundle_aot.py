@@ -113,6 +113,8 @@ def test_the_package_makes_the_warmed_lengths_one_dynamic_dimension():
     spec = aot_package.dynamic_shapes("test", Model(), calls)
     (dim,) = spec["x"].values()
     assert list(spec["x"]) == [1] and (dim.min, dim.max) == (48, 64)
+    program = torch.export.export(Model(), calls[0][0], dynamic_shapes=spec, strict=False)
+    assert aot_package._dynamic_inputs(program) == 1  # torch's own program: the length stayed symbolic
     assert aot_package.dynamic_shapes("test", Model(), calls[:1]) is None  # one length: a static export
 
 
@@ -126,6 +128,8 @@ def test_inputs_whose_sizes_move_together_share_one_dimension():
 
     spec = aot_package.dynamic_shapes("test", Two(), [call(8), call(16)])
     assert spec["ids"][1] is spec["mask"][1] and spec["scale"] is None
+    program = torch.export.export(Two(), (), call(8)[1], dynamic_shapes=spec, strict=False)
+    assert aot_package._dynamic_inputs(program) == 2
     with pytest.raises(InvalidKnobValue, match=r"test: factory='scale'.*non-tensor arguments equal at every shape"):
         aot_package.dynamic_shapes("test", Two(), [call(8), ((), {**call(16)[1], "scale": 3.0})])
     with pytest.raises(InvalidKnobValue, match=r"tensors of one dtype and number of dimensions"):
@@ -216,6 +220,12 @@ def test_save_refuses_bad_aot_arguments_before_compiling(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.xfail(
+    torch.__version__.startswith("2.11."),
+    reason="torch 2.11.0+cu130's AOTIModelPackageLoader segfaulted loading every CUDA package on the GPU host "
+    "(bench/probe_aot_load.py, 2026-11-26): the load process dies before anything is served",
+    strict=False,
+)
 def test_on_a_gpu_the_package_compiles_nothing_and_captures_one_graph_per_shape(private_dir, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

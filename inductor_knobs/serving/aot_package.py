@@ -91,6 +91,8 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
         with KnobsContext(backend.own_knobs, source=label):
             try:
                 program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
+                if dynamic and not _dynamic_inputs(program):
+                    raise ValueError(f"export fixed every dimension the shapes vary in ({dynamic}) to the example's size")
                 torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
             except Exception as err:  # torch.export's and AOTInductor's many error types: the user needs torch's words
                 raise _invalid(label, "aot", True, f"a model torch.export and AOTInductor accept; torch said: {err}") from err
@@ -106,6 +108,10 @@ def dynamic_shapes(label: str, module: Any, calls: Sequence[tuple[Sequence[Any],
     Two dimensions whose sizes were equal in every call share one ``Dim`` (``input_ids`` and
     ``attention_mask``'s sequence), as export demands of sizes it finds equal.  Keys are the
     ``forward`` parameter names the calls bind to (``inspect.Signature.bind``), as export reads them.
+    Where this torch has them (``Dim.AUTO(min=, max=)``, 2.8+), the dimensions are ``AUTO`` hints with
+    that range: export then keeps a guard it cannot prove over the range (a 2-layer Llama of
+    transformers 5.17 under torch 2.11 made ``min(128*s, 256*s) == 128*s``) as a runtime check instead
+    of refusing the range; :func:`build` then checks that each stayed dynamic.
 
     Returns:
         dict[str, Any] | None: the spec; None when no size varies (a static export).
@@ -139,10 +145,35 @@ def dynamic_shapes(label: str, module: Any, calls: Sequence[tuple[Sequence[Any],
             sizes = tuple(int(v.shape[axis]) for v in values)
             if len(set(sizes)) > 1:
                 if sizes not in dims:
-                    dims[sizes] = torch.export.Dim(f"d{len(dims)}", min=min(sizes), max=max(sizes))
+                    dims[sizes] = _dimension(len(dims), min(sizes), max(sizes))
                 entry[axis] = dims[sizes]
         spec[name] = entry or None
     return spec if dims else None
+
+
+def _dimension(index: int, low: int, high: int) -> Any:
+    """``Dim.AUTO(min=low, max=high)`` where torch takes a range on the hint, else ``Dim(f"d{index}", ...)``."""
+    import torch
+
+    auto = getattr(torch.export.Dim, "AUTO", None)
+    try:
+        return auto(min=low, max=high)  # type: ignore[misc]
+    except TypeError:  # no hint or a hint without a range (before 2.8): a named dimension
+        return torch.export.Dim(f"d{index}", min=low, max=high)
+
+
+def _dynamic_inputs(program: Any) -> int:
+    """How many dimensions of the exported program's user inputs are symbolic (``ExportedProgram.graph_signature
+    .user_inputs`` names their placeholders; each placeholder's ``meta["val"]`` is a fake tensor)."""
+    import torch
+
+    user = set(program.graph_signature.user_inputs)
+    count = 0
+    for node in program.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" and node.name in user else None
+        if isinstance(value, torch.Tensor):
+            count += sum(not isinstance(size, int) for size in value.shape)
+    return count
 
 
 def load(label: str, package: bytes) -> Any:
