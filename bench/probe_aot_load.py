@@ -21,7 +21,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNNER = """import zipfile, tempfile, glob, ctypes
+d = tempfile.mkdtemp()
+zipfile.ZipFile(PT2).extractall(d)
+so = glob.glob(d + "/**/*.wrapper.so", recursive=True)[0]
+print("so", so, flush=True)
+"""
 STEPS = {
+    "dlopen": RUNNER + "ctypes.CDLL(so)\nprint('dlopened', flush=True)",
+    "runner": (
+        RUNNER + "r = torch._C._aoti.AOTIModelContainerRunnerCuda(so, 1, 'cuda', os.path.dirname(so))\n"
+        "print('constructed', r.get_call_spec(), flush=True)\nout = r.run([factory(56)])\ntorch.cuda.synchronize()\n"
+        "print('ran', out[0].shape, flush=True)"
+    ),
     "contents": (
         "import zipfile, time\nfor i in zipfile.ZipFile(PT2).infolist(): print(i.filename, i.file_size)\n"
         "t = time.time()\nmd = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(PT2, 'model')\n"
