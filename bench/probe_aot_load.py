@@ -28,6 +28,18 @@ so = glob.glob(d + "/**/*.wrapper.so", recursive=True)[0]
 print("so", so, flush=True)
 """
 STEPS = {
+    # torch alone, no inductor_knobs in either process: a package of the same model, built and loaded by torch.
+    "plain-torch": (
+        "import subprocess\nbuild = (\n"
+        "    'import sys, torch\\nsys.path.insert(0, %r)\\nimport bundle_worker\\nbundle_worker.device = \"cuda\"\\n'\n"
+        "    'm = bundle_worker.model()\\nx = bundle_worker.factory(56)\\n'\n"
+        "    'ep = torch.export.export(m, (x,), strict=False)\\n'\n"
+        "    'print(torch._inductor.aoti_compile_and_package(ep, package_path=%r))' % (sys.path[0], PT2 + '.plain.pt2'))\n"
+        "print(subprocess.run([sys.executable, '-c', build], capture_output=True, text=True).stdout[-300:], flush=True)\n"
+        "load = 'import torch\\nm = torch._inductor.aoti_load_package(%r)\\nprint(\"plain loaded\")' % (PT2 + '.plain.pt2')\n"
+        "done = subprocess.run([sys.executable, '-X', 'faulthandler', '-c', load], capture_output=True, text=True)\n"
+        "print('plain load exit', done.returncode, done.stdout[-200:], done.stderr[-1500:], flush=True)"
+    ),
     "dlopen": RUNNER + "ctypes.CDLL(so)\nprint('dlopened', flush=True)",
     "runner": (
         RUNNER + "r = torch._C._aoti.AOTIModelContainerRunnerCuda(so, 1, 'cuda', os.path.dirname(so))\n"
