@@ -94,6 +94,8 @@ class Torch28(Torch27):
         "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choice",
         "torch._inductor.runtime.benchmarking:TritonBenchmarker.benchmark_gpu",
         "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu",
+        # 2.13+ (``use_torch_profiler_benchmarker``): its own method, 2.13.0 ``:721``, 2.14.1 ``:788``, 2.15.0 ``:815``.
+        "torch._inductor.runtime.benchmarking:TorchProfilerBenchmarker.benchmark_gpu",
     )
     #: ``recheck_autotune_cache`` tunes a cached coordinate-descent winner again (pytorch#172819): see :mod:`._fixes`.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}

@@ -67,12 +67,17 @@ def main(mode: str, path: str) -> None:
     elif mode in ("load", "load-aot"):
         aot = mode == "load-aot"
         bundle = ik.load_serving_bundle(path, None if aot else model(), factory=factory, on_cold="warn", on="record")
-        errors = {}
+        errors, refused = {}, None
         with bundle.guard as served, torch.no_grad():
             answer = served(factory(56))
             if aot:  # a length inside the exported range that was never warmed: the package serves it too
                 errors = {n: float((served(factory(n)) - model()(factory(n))).abs().max()) for n in (52,)}
                 errors[56] = float((answer - model()(factory(56))).abs().max())
+                try:
+                    served(factory(40))
+                    refused = ""
+                except ik.errors.InvalidKnobValue as err:
+                    refused = str(err)
         out = {
             "proof": bundle.proof.to_dict(),
             "table": bundle.proof.table(),
@@ -82,6 +87,7 @@ def main(mode: str, path: str) -> None:
             "guard_stalls": [s.to_dict() for s in bundle.guard.stalls],
             "replays": getattr(bundle.served, "replays", None),
             "errors": errors,
+            "refused": refused if aot else None,
         }
         print(json.dumps(out))
     else:

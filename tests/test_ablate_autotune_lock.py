@@ -109,6 +109,11 @@ def _originals() -> dict[str, object]:
         "bench": triton_heuristics.CachingAutotuner.__dict__["bench"],
         "triton_benchmark_gpu": benchmarking.TritonBenchmarker.__dict__["benchmark_gpu"],
         "inductor_benchmark_gpu": benchmarking.InductorBenchmarker.__dict__["benchmark_gpu"],
+        **(
+            {"profiler_benchmark_gpu": benchmarking.TorchProfilerBenchmarker.__dict__["benchmark_gpu"]}
+            if "benchmark_gpu" in getattr(benchmarking, "TorchProfilerBenchmarker", object).__dict__
+            else {}
+        ),
     }
 
 

@@ -89,12 +89,15 @@ def test_a_fresh_process_serves_the_package_without_dynamo_inductor_or_autotune(
     assert all(cpp.read_text() in isa_probes() for cpp in cache.rglob("*.cpp")), written
     # The package answers as the eager model does, at a warmed length and at one inside the range it never saw.
     assert loaded["errors"] == {"52": pytest.approx(0.0, abs=1e-5), "56": pytest.approx(0.0, abs=1e-5)}
+    assert "dimension 1 = 40 is not served by this package" in loaded["refused"]  # below the warmed lengths
     assert loaded["buckets"] == [48, 56] and loaded["guard_calls"] == 2
     # A CPU call of a fresh AOTInductor model can be slow on the host (its thread pool), never cold.
     for stall in loaded["guard_stalls"]:
         assert {c["kind"] for c in stall["causes"]} <= {"host_slower", "python_gc"}, stall
     header, payload = compile_cache.read_file(str(built_aot), False, "test")
-    assert header["serving"]["aot"] == {"bytes": len(payload)} and header["artifacts"] == {}
+    assert header["serving"]["aot"]["bytes"] == len(payload) and header["artifacts"] == {}
+    warmed = {"ndim": 3, "sizes": [[4, 4], [48, 56], [64, 64]]}  # what the package accepts: the lengths warmed
+    assert header["serving"]["aot"]["inputs"] == {"positional": [warmed], "keywords": {}}
     assert header["serving"]["triton_kernels"]["carried"] == 0
 
 
@@ -113,8 +116,10 @@ def test_the_package_makes_the_warmed_lengths_one_dynamic_dimension():
     spec = aot_package.dynamic_shapes("test", Model(), calls)
     (dim,) = spec["x"].values()
     assert list(spec["x"]) == [1] and (dim.min, dim.max) == (48, 64)
-    program = torch.export.export(Model(), calls[0][0], dynamic_shapes=spec, strict=False)
-    assert aot_package._dynamic_inputs(program) == 1  # torch's own program: the length stayed symbolic
+    program = torch.export.export(Model(), calls[-1][0], dynamic_shapes=spec, strict=False)
+    aot_package._check_export("test", program, calls, spec)  # torch's own program serves every warmed length
+    (bounds,) = program.range_constraints.values()
+    assert bounds.lower <= 48 and bounds.upper >= 64
     assert aot_package.dynamic_shapes("test", Model(), calls[:1]) is None  # one length: a static export
 
 
@@ -128,12 +133,63 @@ def test_inputs_whose_sizes_move_together_share_one_dimension():
 
     spec = aot_package.dynamic_shapes("test", Two(), [call(8), call(16)])
     assert spec["ids"][1] is spec["mask"][1] and spec["scale"] is None
-    program = torch.export.export(Two(), (), call(8)[1], dynamic_shapes=spec, strict=False)
-    assert aot_package._dynamic_inputs(program) == 2
+    program = torch.export.export(Two(), (), call(16)[1], dynamic_shapes=spec, strict=False)
+    aot_package._check_export("test", program, [call(8), call(16)], spec)
+    with pytest.raises(InvalidKnobValue, match=r"test: factory=.*calls that bind to Two\.forward\(ids, mask, scale=1\.0\)"):
+        aot_package.dynamic_shapes("test", Two(), [((1, 2, 3, 4), {})])
+    with pytest.raises(InvalidKnobValue, match=r"factory='ids'.*each tensor passed as its own argument of forward"):
+        aot_package.dynamic_shapes("test", Two(), [((), {"ids": (torch.ones(1, 8),), "mask": torch.ones(1, 8)})])
     with pytest.raises(InvalidKnobValue, match=r"test: factory='scale'.*non-tensor arguments equal at every shape"):
         aot_package.dynamic_shapes("test", Two(), [call(8), ((), {**call(16)[1], "scale": 3.0})])
     with pytest.raises(InvalidKnobValue, match=r"tensors of one dtype and number of dimensions"):
         aot_package.dynamic_shapes("test", Two(), [call(8), ((), {**call(16)[1], "mask": torch.ones(1, 16, 1)})])
+
+
+class Branching(torch.nn.Module):
+    """Takes another branch past length 50: export narrows the length's range to one side of it."""
+
+    def forward(self, x):
+        return x * 2 if x.shape[1] > 50 else x * 3
+
+
+class SizeAsValue(torch.nn.Module):
+    """Uses the length as a number: export fixes it to the example's."""
+
+    def forward(self, y):
+        return y * int(y.shape[1])
+
+
+@pytest.mark.parametrize(
+    ("model", "lengths", "message"),
+    [
+        (Branching(), (48, 56, 64), r"export serves every warmed shape"),
+        (SizeAsValue(), (3, 5), r"export serves every warmed shape"),
+    ],
+    ids=["narrowed", "fixed"],
+)
+def test_an_export_that_would_serve_warmed_sizes_wrongly_is_refused(model, lengths, message):
+    calls = [((torch.ones(2, n),), {}) for n in lengths]
+    spec = aot_package.dynamic_shapes("save_serving_bundle('b')", model, calls)
+    program = torch.export.export(model, calls[-1][0], dynamic_shapes=spec, strict=False)
+    with pytest.raises(InvalidKnobValue, match=message):
+        aot_package._check_export("save_serving_bundle('b')", program, calls, spec)
+
+
+def test_the_package_refuses_calls_it_was_not_exported_for_before_running_them():
+    ran = []
+    calls = [((torch.ones(4, n, 64),), {"scale": torch.ones(1)}) for n in (48, 56)]
+    checked = aot_package.ShapeCheckedPackage(lambda *a, **k: ran.append(a) or "out", aot_package.accepted(calls))
+    assert checked(torch.ones(4, 52, 64), scale=torch.ones(1)) == "out"  # inside the warmed range
+    refusals = [
+        ((torch.ones(4, 40, 64),), {"scale": torch.ones(1)}, r"argument 0 dimension 1 = 40 .*allowed 48\.\.56"),
+        ((torch.ones(4, 48, 32),), {"scale": torch.ones(1)}, r"argument 0 dimension 2 = 32 .*allowed 64"),
+        ((torch.ones(48, 64),), {"scale": torch.ones(1)}, r"argument 0 = torch.Size\(\[48, 64\]\).*3 dimensions"),
+        ((torch.ones(4, 48, 64),), {}, r"arguments = 1 positional, keywords \[\].*keywords \['scale'\]"),
+    ]
+    for args, kwargs, message in refusals:
+        with pytest.raises(InvalidKnobValue, match=message):
+            checked(*args, **kwargs)
+    assert len(ran) == 1  # nothing refused reached the package
 
 
 # --- what does not fit is refused, with nothing loaded ----------------------------------------------------
@@ -169,13 +225,24 @@ def test_a_foreign_aot_bundle_is_refused_naming_the_difference(aot_bundle, nothi
         (lambda p: p.write_bytes(p.read_bytes()[:-100]), "the payload does not match its sha256"),
         (lambda p: rewrite_header(p, lambda h: h["serving"].update(aot={"bytes": "many"})), "serving section does not read back"),
         (lambda p: rewrite_header(p, lambda h: h["serving"].update(aot=[1])), "serving section does not read back"),
+        (
+            lambda p: rewrite_header(p, lambda h: h["serving"]["aot"]["inputs"]["positional"].append({"ndim": 1, "sizes": []})),
+            "serving section does not read back",
+        ),
+        (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(bytes=1)), r"package is \d+ bytes, the header says 1"),
     ],
-    ids=["truncated", "aot-bytes", "aot-type"],
+    ids=["truncated", "aot-bytes", "aot-type", "aot-inputs", "aot-length"],
 )
 def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, message):
     damage(aot_bundle)
     with pytest.raises(ik.CompileCacheRefused, match=message):
         load(aot_bundle)
+    nothing_loaded.check()
+
+
+def test_load_compile_cache_refuses_an_aot_bundle_by_name(aot_bundle, nothing_loaded):
+    with pytest.raises(ik.CompileCacheRefused, match=r"an AOT serving bundle holds a package.*ik.load_serving_bundle"):
+        ik.load_compile_cache(aot_bundle)
     nothing_loaded.check()
 
 
@@ -185,7 +252,12 @@ def test_a_package_aotinductor_cannot_load_is_refused_naming_its_error(aot_bundl
     magic, line, _ = aot_bundle.read_bytes().split(b"\n", 2)
     garbage = b"not a zip archive"
     aot_bundle.write_bytes(magic + b"\n" + line + b"\n" + garbage)
-    rewrite_header(aot_bundle, lambda h: h.update(payload_sha256=hashlib.sha256(garbage).hexdigest()))
+
+    def foreign_payload(header):
+        header.update(payload_sha256=hashlib.sha256(garbage).hexdigest())
+        header["serving"]["aot"]["bytes"] = len(garbage)
+
+    rewrite_header(aot_bundle, foreign_payload)
     with pytest.raises(ik.CompileCacheRefused, match=r"refused: AOTInductor could not load the package: "):
         load(aot_bundle)
 

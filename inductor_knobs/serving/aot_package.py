@@ -49,8 +49,15 @@ def require(what: str) -> None:
         )
 
 
-def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequence[Any]) -> bytes:
-    """Export the model inside ``compiled`` over ``shapes`` and compile it with AOTInductor; the ``.pt2`` bytes.
+def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequence[Any]) -> tuple[bytes, dict[str, Any]]:
+    """Export the model inside ``compiled`` over ``shapes`` and compile it with AOTInductor.
+
+    After the export and before the compile, the exported program must serve what was warmed: every
+    warmed call runs through ``program.module()`` (whose pre-hook checks the inputs against the
+    program's range constraints and fixed sizes), and every size that varies must have stayed one plain
+    symbol whose range covers the warmed sizes.  ``Dim.AUTO`` lets export narrow a range or fix a size
+    where the model branches on it; such a package would serve the other sizes wrongly (AOTInductor
+    checks its inputs only under ``AOTI_RUNTIME_CHECK_INPUTS=1``), so it is refused.
 
     Args:
         label (str): who asks, starting every message.
@@ -59,14 +66,16 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
         shapes (Sequence[Any]): the warmed shapes; the dimensions that vary across them become dynamic.
 
     Returns:
-        bytes: the package.
+        tuple[bytes, dict[str, Any]]: the package, and what it accepts (:func:`accepted`: per input its
+        number of dimensions and each size's ``[low, high]``), which :func:`load` checks at every call.
 
     Raises:
         InvalidKnobValue: ``compiled`` does not hold an ``nn.Module``, ``factory`` is not callable, its
-            calls differ in anything but tensor sizes, or ``torch.export``/AOTInductor failed on the
-            model (the message holds torch's error).
+            calls differ in anything but tensor sizes, export narrowed or fixed a size the warmed
+            shapes vary in, or ``torch.export``/AOTInductor failed on the model (torch's message included).
 
     Relies on ``torch.export.export(mod, args, kwargs, dynamic_shapes=..., strict=False)``,
+    ``ExportedProgram.module()``/``range_constraints``/``graph_signature.user_inputs``,
     ``torch.export.Dim`` and ``torch._inductor.aoti_compile_and_package(ep, package_path=...,
     inductor_configs=...)`` (the same keywords in torch 2.7.0, 2.13.0 and 2.15.0).
     """
@@ -82,6 +91,7 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     calls = [as_call(factory(shape)) for shape in shapes]
     args, kwargs = calls[-1]  # the last warmed shape: bucket lists grow, so its sizes are least likely to equal a fixed one
     dynamic = dynamic_shapes(label, module, calls)
+    contract = accepted(calls)
     backend = compiled._inductor_knobs_backend
     own = set(config_values(backend.own_knobs))
     configs = {key: value for key, value in backend.config_patches.items() if key not in own}
@@ -91,15 +101,66 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
         with KnobsContext(backend.own_knobs, source=label):
             try:
                 program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
-                if dynamic and not _dynamic_inputs(program):
-                    raise ValueError(f"export fixed every dimension the shapes vary in ({dynamic}) to the example's size")
+            except Exception as err:  # torch.export's many error types: the user needs torch's words
+                raise _invalid(label, "aot", True, f"a model torch.export accepts; torch said: {err}") from err
+            _check_export(label, program, calls, dynamic)
+            try:
                 torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
-            except Exception as err:  # torch.export's and AOTInductor's many error types: the user needs torch's words
-                raise _invalid(label, "aot", True, f"a model torch.export and AOTInductor accept; torch said: {err}") from err
+            except Exception as err:  # AOTInductor's many error types
+                raise _invalid(label, "aot", True, f"a model AOTInductor compiles; torch said: {err}") from err
         with open(path, "rb") as src:
-            return src.read()
+            return src.read(), contract
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def accepted(calls: Sequence[tuple[Sequence[Any], dict[str, Any]]]) -> dict[str, Any]:
+    """What a package exported over ``calls`` serves: per positional argument and keyword, None for a
+    non-tensor, else ``{"ndim": n, "sizes": [[low, high], ...]}`` over the calls (low == high: a fixed size)."""
+    import torch
+
+    def entry(values: list[Any]) -> dict[str, Any] | None:
+        if not isinstance(values[0], torch.Tensor):
+            return None
+        sizes = [[min(int(v.shape[a]) for v in values), max(int(v.shape[a]) for v in values)] for a in range(values[0].dim())]
+        return {"ndim": values[0].dim(), "sizes": sizes}
+
+    first_args, first_kwargs = calls[0]
+    return {
+        "positional": [entry([c[0][i] for c in calls]) for i in range(len(first_args))],
+        "keywords": {name: entry([c[1][name] for c in calls]) for name in first_kwargs},
+    }
+
+
+def _check_export(label: str, program: Any, calls: Sequence[tuple[Sequence[Any], dict[str, Any]]], dynamic: Any) -> None:
+    """Refuse a program that does not serve every warmed call, or whose varying sizes export narrowed or fixed."""
+    import torch
+
+    exported = program.module()
+    for args, kwargs in calls:
+        try:
+            exported(*args, **kwargs)
+        except Exception as err:  # export's input checks raise AssertionError, RuntimeError, ValueError ...
+            raise _invalid(label, "aot", True, f"a model whose export serves every warmed shape; torch said: {err}") from err
+    if not dynamic:
+        return
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    for name, axes in dynamic.items():
+        node = placeholders.get(name) if name in program.graph_signature.user_inputs else None
+        value = node.meta.get("val") if node is not None else None
+        if not isinstance(value, torch.Tensor) or not axes:
+            continue  # an input export named otherwise: the warmed calls above still checked it
+        for axis, dim in axes.items():
+            size = value.shape[axis]
+            expr = getattr(getattr(size, "node", None), "expr", None)
+            bounds = program.range_constraints.get(expr) if expr is not None and expr.is_Symbol else None
+            if bounds is None or int(bounds.lower) > dim.min or bounds.upper < dim.max:
+                raise _invalid(
+                    label, "aot", True,
+                    f"a model whose export keeps {name}[{axis}] dynamic over {dim.min}..{dim.max} (the warmed sizes); "
+                    f"export made it {size} with range {bounds}: the model branches on that size, so the package "
+                    "would serve other sizes with the wrong branch. Warm only sizes on one side of the branch",
+                )  # fmt: skip
 
 
 def dynamic_shapes(label: str, module: Any, calls: Sequence[tuple[Sequence[Any], dict[str, Any]]]) -> dict[str, Any] | None:
@@ -111,7 +172,7 @@ def dynamic_shapes(label: str, module: Any, calls: Sequence[tuple[Sequence[Any],
     Where this torch has them (``Dim.AUTO(min=, max=)``, 2.8+), the dimensions are ``AUTO`` hints with
     that range: export then keeps a guard it cannot prove over the range (a 2-layer Llama of
     transformers 5.17 under torch 2.11 made ``min(128*s, 256*s) == 128*s``) as a runtime check instead
-    of refusing the range; :func:`build` then checks that each stayed dynamic.
+    of refusing the range; :func:`build` then checks that each stayed dynamic over the warmed sizes.
 
     Returns:
         dict[str, Any] | None: the spec; None when no size varies (a static export).
@@ -123,7 +184,11 @@ def dynamic_shapes(label: str, module: Any, calls: Sequence[tuple[Sequence[Any],
     import torch
 
     signature = inspect.signature(module.forward)
-    bound = [signature.bind(*args, **kwargs).arguments for args, kwargs in calls]
+    try:
+        bound = [signature.bind(*args, **kwargs).arguments for args, kwargs in calls]
+    except TypeError as err:
+        allowed = f"calls that bind to {type(module).__name__}.forward{signature} ({err})"
+        raise _invalid(label, "factory", calls[0], allowed) from err
     first = bound[0]
     if any(list(b) != list(first) for b in bound):
         raise _invalid(label, "factory", "...", "calls that pass the same arguments at every shape")
@@ -134,6 +199,8 @@ def dynamic_shapes(label: str, module: Any, calls: Sequence[tuple[Sequence[Any],
             raise _invalid(label, "factory", name, "inputs passed as named parameters of forward (not through *args or **kwargs)")
         values = [b[name] for b in bound]
         if not isinstance(value, torch.Tensor):
+            if any(isinstance(leaf, torch.Tensor) for v in values for leaf in torch.utils._pytree.tree_leaves(v)):
+                raise _invalid(label, "factory", name, "each tensor passed as its own argument of forward, not in a container")
             if any(v != value for v in values):
                 raise _invalid(label, "factory", name, "non-tensor arguments equal at every shape (AOTInductor fixes them)")
             spec[name] = None
@@ -162,44 +229,94 @@ def _dimension(index: int, low: int, high: int) -> Any:
         return torch.export.Dim(f"d{index}", min=low, max=high)
 
 
-def _dynamic_inputs(program: Any) -> int:
-    """How many dimensions of the exported program's user inputs are symbolic (``ExportedProgram.graph_signature
-    .user_inputs`` names their placeholders; each placeholder's ``meta["val"]`` is a fake tensor)."""
-    import torch
-
-    user = set(program.graph_signature.user_inputs)
-    count = 0
-    for node in program.graph.nodes:
-        value = node.meta.get("val") if node.op == "placeholder" and node.name in user else None
-        if isinstance(value, torch.Tensor):
-            count += sum(not isinstance(size, int) for size in value.shape)
-    return count
-
-
-def load(label: str, package: bytes) -> Any:
-    """Load a package :func:`build` made; the callable AOTInductor runs (nothing compiles).
+def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPackage:
+    """Load a package :func:`build` made; the callable AOTInductor runs (nothing compiles), checked per call.
 
     The bytes go to a file in a fresh private directory (``mkdtemp``: 0700, a new name, so no other user's
     file or link can stand in for it), which is removed once loaded: AOTInductor has unpacked it by then.
 
+    Args:
+        label (str): who asks, starting every message.
+        package (bytes): the ``.pt2`` package.
+        contract (dict[str, Any]): what it accepts (:func:`accepted`, as the bundle recorded it).
+
     Raises:
-        CompileCacheRefused: AOTInductor could not load the package (the message holds torch's error).
+        CompileCacheRefused: AOTInductor could not load the package, or this process lacks a class its
+            input or output spec names (the message names the module to import).
     """
     import torch
 
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     try:
         path = os.path.join(scratch, "model.pt2")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as out:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            out = os.fdopen(descriptor, "wb")
+        except BaseException:
+            os.close(descriptor)
+            raise
+        with out:
             out.write(package)
         try:
             model = torch._inductor.aoti_load_package(path)
             _read_call_spec(model)
-            return model
         except Exception as err:  # AOTInductor's loader raises RuntimeError and others from C++
             raise CompileCacheRefused(f"{label} refused: AOTInductor could not load the package: {err}{_hint(err)}") from err
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return ShapeCheckedPackage(model, contract)
+
+
+class ShapeCheckedPackage:
+    """An AOTInductor model that refuses a call its package was not exported for, before running it.
+
+    AOTInductor's generated code checks its inputs only when ``AOTI_RUNTIME_CHECK_INPUTS`` is set (read
+    once per process, ``codegen/cpp_wrapper_cpu.py``), and otherwise runs a call of another rank or an
+    out-of-range size on memory that does not fit it.  This checks each tensor's number of dimensions and
+    sizes against what the build warmed (:func:`accepted`): a few comparisons per call.
+
+    Args:
+        model: what ``torch._inductor.aoti_load_package`` returned.
+        contract (dict[str, Any]): :func:`accepted`'s record.
+
+    Raises (on a call):
+        InvalidKnobValue: another number of positional arguments or other keywords than the build's, a
+            tensor of another rank, or a size outside the warmed range; naming the input, the size and the range.
+    """
+
+    def __init__(self, model: Any, contract: dict[str, Any]) -> None:
+        self.model = model
+        self.contract = contract
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        positional, keywords = self.contract["positional"], self.contract["keywords"]
+        if len(args) != len(positional) or set(kwargs) != set(keywords):
+            given = f"{len(args)} positional, keywords {sorted(kwargs)}"
+            allowed = f"{len(positional)} positional, keywords {sorted(keywords)} (as the build's factory)"
+            raise _refused("arguments", given, allowed)
+        for where, value, entry in (
+            *((f"argument {i}", v, e) for i, (v, e) in enumerate(zip(args, positional))),
+            *((repr(k), v, keywords[k]) for k, v in kwargs.items()),
+        ):
+            if entry is not None:
+                _check_tensor(where, value, entry)
+        return self.model(*args, **kwargs)
+
+
+def _check_tensor(where: str, value: Any, entry: dict[str, Any]) -> None:
+    shape = getattr(value, "shape", None)
+    if shape is None or len(shape) != entry["ndim"]:
+        raise _refused(where, getattr(value, "shape", value), f"a tensor of {entry['ndim']} dimensions")
+    for axis, (size, (low, high)) in enumerate(zip(shape, entry["sizes"])):
+        if not low <= size <= high:
+            allowed = f"{low}" if low == high else f"{low}..{high} (the warmed sizes' range)"
+            raise _refused(f"{where} dimension {axis}", size, allowed)
+
+
+def _refused(where: str, value: object, allowed: str) -> InvalidKnobValue:
+    return InvalidKnobValue(
+        f"AOT bundle call: {where} = {value} is not served by this package on torch {torch_version()}: allowed {allowed}"
+    )
 
 
 def _read_call_spec(model: Any) -> None:

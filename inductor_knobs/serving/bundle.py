@@ -126,8 +126,8 @@ def save_serving_bundle(
     section, compiled = bundle_format.encode(served, report, buckets)
     knobs = compile_cache._knobs_of(compiled)
     if aot:
-        payload = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
-        section["aot"] = {"bytes": len(payload)}
+        payload, contract = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
+        section["aot"] = {"bytes": len(payload), "inputs": contract}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = {**compile_cache.identity(knobs), "artifacts": {}, "payload_sha256": hashlib.sha256(payload).hexdigest()}
     else:
@@ -232,6 +232,10 @@ def load_serving_bundle(
             raise _invalid("model", None, "your model: this bundle holds torch's caches, not the model (aot=True bundles do)")
     compile_cache.check_payload(label, header, payload)
     payload, kernels = triton_kernels.unpack(label, spec.triton_kernels, payload)
+    if spec.aot is not None and spec.aot["bytes"] != len(payload):
+        raise CompileCacheRefused(
+            f"{label} refused: the AOT package is {len(payload)} bytes, the header says {spec.aot['bytes']}"
+        )
     if knobs is not None and knobs != spec.knobs:
         raise CompileCacheRefused(
             f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
@@ -295,7 +299,7 @@ def _load(
     with ColdStartRecorder() as recorder, torch_fixes():  # cached tuned configs are kept (torch 2.8-2.11: patches/_fixes.py)
         started = _clock()
         if spec.aot is not None:
-            compiled = served = aot_package.load(label, payload)
+            compiled = served = aot_package.load(label, payload, spec.aot["inputs"])
             restored = 0
             seconds["load_package"] = _clock() - started
         else:

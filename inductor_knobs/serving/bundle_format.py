@@ -42,7 +42,8 @@ class BundleSpec:
         report: the build's per-shape baselines, as a :class:`WarmupReport` without steps (``ik.no_stalls(warmup=...)``).
         triton_kernels: the Triton kernels carried, as written (``triton_kernels.pack``; checked by
             ``triton_kernels.unpack``), or None (a bundle written before them).
-        aot: ``{"bytes": n}`` when the payload is an AOTInductor package of the model (``aot=True``), else None.
+        aot: ``{"bytes": n, "inputs": ...}`` when the payload is an AOTInductor package of the model
+            (``aot=True``; ``inputs``: what it accepts, :func:`~inductor_knobs.serving.aot_package.accepted`), else None.
     """
 
     knobs: Knobs
@@ -148,7 +149,7 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
                 raise ValueError(f"graphs {graphs!r}")
         buckets = check_buckets(section["buckets"]) if section["buckets"] is not None else None
         aot = section["aot"] if section["version"] >= 3 else None
-        if aot is not None and (not isinstance(aot, dict) or type(aot.get("bytes")) is not int or aot["bytes"] < 1):
+        if aot is not None and not _aot_section(aot):
             raise ValueError(f"aot {aot!r}")
         return BundleSpec(
             Knobs(**recipe["knobs"]),
@@ -166,6 +167,37 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
         raise CompileCacheRefused(
             f"{label} refused: its serving section does not read back ({err!r}); rebuild the bundle with ik.save_serving_bundle"
         ) from err
+
+
+def _aot_section(aot: Any) -> bool:
+    """Whether ``aot`` is ``{"bytes": n >= 1, "inputs": {"positional": [entry, ...], "keywords": {name: entry}}}``,
+    each entry None or ``{"ndim": n, "sizes": [[low, high] x n]}`` with ints ``0 <= low <= high``."""
+
+    def integer(value: Any) -> bool:
+        return type(value) is int and value >= 0
+
+    def entry(value: Any) -> bool:
+        if value is None:
+            return True
+        if not isinstance(value, dict) or set(value) != {"ndim", "sizes"} or not integer(value["ndim"]):
+            return False
+        sizes = value["sizes"]
+        return (
+            isinstance(sizes, list)
+            and len(sizes) == value["ndim"]
+            and all(isinstance(r, list) and len(r) == 2 and integer(r[0]) and integer(r[1]) and r[0] <= r[1] for r in sizes)
+        )
+
+    if not isinstance(aot, dict) or set(aot) != {"bytes", "inputs"} or not integer(aot["bytes"]) or aot["bytes"] < 1:
+        return False
+    inputs = aot["inputs"]
+    return (
+        isinstance(inputs, dict)
+        and set(inputs) == {"positional", "keywords"}
+        and isinstance(inputs["positional"], list)
+        and isinstance(inputs["keywords"], dict)
+        and all(entry(e) for e in (*inputs["positional"], *inputs["keywords"].values()))
+    )
 
 
 def _item(value: Any) -> Any:
