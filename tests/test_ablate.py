@@ -827,12 +827,17 @@ def test_doctors_report_is_collected_while_the_runs_go_and_never_costs_them(monk
     filled after the block; a report that fails or never comes is recorded as an error, not raised."""
     import threading
 
+    from inductor_knobs import doctor
     from inductor_knobs.ablation import command
 
+    # The report comes from a child process: no thread of this one touches torch (its C++ thread-locals
+    # aborted a command that finished while such a thread was ending).
+    monkeypatch.setattr(doctor, "collect", lambda *a, **k: pytest.fail("doctor.collect ran in the command's process"))
     environment: dict = {"doctor": None}
     with command._doctor_meanwhile(environment):
         pass
-    assert environment["doctor"]["versions"]
+    assert environment["doctor"]["versions"]["torch"] == __import__("torch").__version__
+    monkeypatch.undo()
 
     def broken() -> dict:
         raise RuntimeError("no NVML")

@@ -111,9 +111,32 @@ DOCTOR_WAIT_S = 60.0
 
 
 def _doctor() -> dict[str, Any]:
-    from .. import doctor
+    """``doctor``'s report, from ``python -m inductor_knobs doctor --json`` in a child process.
 
-    return doctor.collect()
+    Not in this process: a thread that used torch leaves C++ thread-locals (``at::impl::ThreadLocalPythonObjects``)
+    whose destructor takes the GIL after the Python thread has ended, and if the command is finishing then
+    (interpreter finalisation), CPython ends that pthread inside the destructor and libstdc++ aborts
+    ("terminate called without an active exception"): seen after a Ctrl-C during the fork server's start,
+    the core's stack in ``start_thread -> __call_tls_dtors -> ~ThreadLocalPythonObjects -> take_gil``.
+    The child inherits the command's environment, so the report is the same; it is killed after
+    :data:`DOCTOR_WAIT_S` (``subprocess.run``'s timeout).
+
+    Raises:
+        RuntimeError: the child printed no JSON report (its exit status and the end of its stderr).
+        subprocess.TimeoutExpired: it took longer than :data:`DOCTOR_WAIT_S`.
+    """
+    import json
+    import subprocess
+
+    command = [sys.executable, "-m", "inductor_knobs", "doctor", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=DOCTOR_WAIT_S, check=False, stdin=subprocess.DEVNULL)
+    try:  # exit status 1 still prints the report (a bad INDUCTOR_KNOBS_* variable): the JSON decides
+        report = json.loads(done.stdout)
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        raise RuntimeError(f"doctor exited {done.returncode} without a report: {done.stderr.strip()[-500:]}")
+    return report
 
 
 @contextlib.contextmanager
