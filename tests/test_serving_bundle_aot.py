@@ -294,8 +294,8 @@ def test_save_refuses_bad_aot_arguments_before_compiling(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.xfail(
     torch.__version__.startswith("2.11."),
-    reason="torch 2.11.0+cu130's AOTIModelPackageLoader segfaulted loading every CUDA package on the GPU host "
-    "(bench/probe_aot_load.py, 2026-11-26): the load process dies before anything is served",
+    reason="torch 2.11.0+cu130's AOTIModelPackageLoader segfaulted loading every CUDA package this builds on the GPU "
+    "host (bench/probe_aot_load.py, 2026-11-26): the load process dies before anything is served",
     strict=False,
 )
 def test_on_a_gpu_the_package_compiles_nothing_and_captures_one_graph_per_shape(private_dir, tmp_path):
