@@ -169,7 +169,8 @@ def dynamic_shapes(label: str, module: Any, calls: Sequence[tuple[Sequence[Any],
     Two dimensions whose sizes were equal in every call share one ``Dim`` (``input_ids`` and
     ``attention_mask``'s sequence), as export demands of sizes it finds equal.  Keys are the
     ``forward`` parameter names the calls bind to (``inspect.Signature.bind``), as export reads them.
-    Where this torch has them (``Dim.AUTO(min=, max=)``, 2.8+), the dimensions are ``AUTO`` hints with
+    Where this torch takes a range on them (``Dim.AUTO(min=, max=)``: 2.13.0 does, 2.7.0's hints are a
+    plain enum; the releases between were not checked, so it is probed), the dimensions are ``AUTO`` hints with
     that range: export then keeps a guard it cannot prove over the range (a 2-layer Llama of
     transformers 5.17 under torch 2.11 made ``min(128*s, 256*s) == 128*s``) as a runtime check instead
     of refusing the range; :func:`build` then checks that each stayed dynamic over the warmed sizes.
@@ -225,7 +226,7 @@ def _dimension(index: int, low: int, high: int) -> Any:
     auto = getattr(torch.export.Dim, "AUTO", None)
     try:
         return auto(min=low, max=high)  # type: ignore[misc]
-    except TypeError:  # no hint or a hint without a range (before 2.8): a named dimension
+    except TypeError:  # no hint, or a hint without a range (2.7): a named dimension, as strict as Dim always was
         return torch.export.Dim(f"d{index}", min=low, max=high)
 
 

@@ -21,7 +21,6 @@ baselines, plus the proof of what the load compiled, autotuned, Triton-compiled 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import warnings
@@ -129,7 +128,7 @@ def save_serving_bundle(
         payload, contract = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
         section["aot"] = {"bytes": len(payload), "inputs": contract}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
-        header = {**compile_cache.identity(knobs), "artifacts": {}, "payload_sha256": hashlib.sha256(payload).hexdigest()}
+        header = compile_cache.payload_header(knobs, payload, {})
     else:
         section["triton_kernels"], tail = triton_kernels.pack(triton_kernels.collect())
         payload, header = compile_cache.saved_artifacts(label, knobs, tail)

@@ -105,8 +105,13 @@ def saved_artifacts(label: str, knobs: Knobs, tail: bytes = b"") -> tuple[bytes,
         )
     payload, info = result
     payload += tail
-    header = {**identity(knobs), "artifacts": _artifact_counts(info), "payload_sha256": hashlib.sha256(payload).hexdigest()}
-    return payload, header
+    return payload, payload_header(knobs, payload, _artifact_counts(info))
+
+
+def payload_header(knobs: Knobs, payload: bytes, artifacts: dict[str, int]) -> dict[str, Any]:
+    """The header fields that name who built ``payload``: :func:`identity`, torch's artifact counts per kind
+    (``{}`` for a payload that holds none, an AOT bundle's package) and the payload's sha256."""
+    return {**identity(knobs), "artifacts": artifacts, "payload_sha256": hashlib.sha256(payload).hexdigest()}
 
 
 def write_file(path: str | os.PathLike[str], header: dict[str, Any], payload: bytes) -> dict[str, Any]:
