@@ -26,6 +26,7 @@ d = tempfile.mkdtemp()
 zipfile.ZipFile(PT2).extractall(d)
 so = glob.glob(d + "/**/*.wrapper.so", recursive=True)[0]
 print("so", so, flush=True)
+for j in glob.glob(d + "/**/*.json", recursive=True): print(j, open(j).read()[:1500], flush=True)
 """
 STEPS = {
     # torch alone, no inductor_knobs in either process: a package of the same model, built and loaded by torch.
@@ -112,8 +113,9 @@ def main() -> int:
                 command = ["gdb", "-q", "-batch", "-ex", "run", "-ex", "bt 25", "--args", *command]
             started = time.time()
             try:
-                done = subprocess.run(command, env=env_step, capture_output=True, text=True, timeout=150)
-                results[step] = {"exit": done.returncode, "stdout": done.stdout[-5000:], "stderr": done.stderr[-4000:]}
+                done = subprocess.run(command, env=env_step, capture_output=True, text=True, errors="replace", timeout=150)
+                results[step] = {"exit": done.returncode, "stdout": done.stdout[-5000:]}
+                results[step].update(stderr_head=done.stderr[:4000], stderr=done.stderr[-4000:])
             except subprocess.TimeoutExpired as err:
                 results[step] = {"exit": "timeout", "stdout": str(err.stdout)[-3000:], "stderr": str(err.stderr)[-3000:]}
             results[step]["seconds"] = time.time() - started

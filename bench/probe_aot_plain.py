@@ -43,7 +43,8 @@ def main() -> int:
         path = str(work / f"{name}.pt2")
         steps = (("build", BUILD.format(tests=TESTS, path=path, configs=configs)), ("load", LOAD.format(path=path)))
         for step, code in steps:
-            done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True, timeout=240)
+            command = [sys.executable, "-X", "faulthandler", "-c", code]
+            done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=240)
             results[f"{name}/{step}"] = {"exit": done.returncode, "stdout": done.stdout[-500:], "stderr": done.stderr[-1500:]}
             print(name, step, done.returncode, flush=True)
             (out / "probe_aot_plain.json").write_text(json.dumps(results, indent=1))

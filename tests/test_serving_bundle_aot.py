@@ -291,13 +291,36 @@ def test_save_refuses_bad_aot_arguments_before_compiling(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-@pytest.mark.gpu
-@pytest.mark.xfail(
-    torch.__version__.startswith("2.11."),
-    reason="torch 2.11.0+cu130's AOTIModelPackageLoader segfaulted loading every CUDA package this builds on the GPU "
-    "host (bench/probe_aot_load.py, 2026-11-26): the load process dies before anything is served",
-    strict=False,
+@pytest.mark.parametrize(
+    ("code", "how"),
+    [
+        ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "died of signal 11"),  # the GPU host's loader crash
+        ("raise RuntimeError('no such archive')", "exited with status 1"),
+        ("import time; time.sleep(120)", "did not finish in 1 s"),
+    ],
 )
+def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypatch, code, how):
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", code)
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_S", 1)
+
+    def compile_and_package(program, package_path, inductor_configs):  # AOTInductor's minutes, skipped
+        open(package_path, "wb").close()
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    model = ik.compile(torch.nn.Linear(4, 4))
+    report = ik.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
+    with pytest.raises(InvalidKnobValue, match=rf"aot=True.*a fresh process can load.*{how}.*C\+\+ compiler is .*CXX="):
+        ik.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=lambda n: torch.randn(n, 4))
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_load_check_loads_a_real_package_in_a_child(built_aot, tmp_path):
+    _, payload = compile_cache.read_file(str(built_aot), False, "test")
+    (tmp_path / "m.pt2").write_bytes(payload)
+    aot_package.check_loads("test", str(tmp_path / "m.pt2"))  # raises unless a fresh process loaded it
+
+
+@pytest.mark.gpu
 def test_on_a_gpu_the_package_compiles_nothing_and_captures_one_graph_per_shape(private_dir, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

@@ -25,6 +25,8 @@ import inspect
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +36,9 @@ from ..core.messages import torch_version
 from ..core.plan import config_values
 from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
 from .signature import as_call
+
+LOAD_CHECK_S = 300  # a fresh process importing torch and loading a package: seconds, minutes on a loaded host
+LOAD_CHECK_CODE = "import sys, torch\ntorch._inductor.aoti_load_package(sys.argv[1])"
 
 
 def require(what: str) -> None:
@@ -108,10 +113,57 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
                 torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
             except Exception as err:  # AOTInductor's many error types
                 raise _invalid(label, "aot", True, f"a model AOTInductor compiles; torch said: {err}") from err
+        check_loads(label, path)
         with open(path, "rb") as src:
             return src.read(), contract
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_loads(label: str, path: str) -> None:
+    """Load the package at ``path`` in a fresh process, so that a package that crashes its loader is never saved.
+
+    Seen on an H100 host (torch 2.11.0+cu130): Inductor's C++ compiler there, ``/opt/gcc/bin/g++``, linked
+    libstdc++ statically into the package's wrapper library; loading it into a process that already has
+    torch's dynamic libstdc++ died of SIGSEGV in ``std::regex`` (``parse_device_str``, the
+    ``AOTInductorModel`` constructor), for a package torch alone built as much as for ours.  The same
+    package built with ``CXX=/usr/bin/g++`` (dynamic libstdc++) loaded.  A crash cannot be caught in the
+    process that loads, so the check runs in a child: ``python -c "torch._inductor.aoti_load_package(path)"``,
+    a few seconds beside the build's minutes.
+
+    Raises:
+        InvalidKnobValue: the child did not load the package (died of a signal, raised, or ran past
+            ``LOAD_CHECK_S`` seconds); naming how, Inductor's C++ compiler, and the child's last words.
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD_CHECK_CODE, path], capture_output=True, text=True, errors="replace", timeout=LOAD_CHECK_S
+        )
+    except subprocess.TimeoutExpired:
+        how, words = f"did not finish in {LOAD_CHECK_S} s", ""
+    else:
+        if done.returncode == 0:
+            return
+        how = f"died of signal {-done.returncode}" if done.returncode < 0 else f"exited with status {done.returncode}"
+        words = " ".join(done.stderr.split()[-60:])
+    allowed = (
+        f"a package a fresh process can load; loading the one just built {how}. Inductor's C++ compiler is "
+        f"{_cpp_compiler()}: one that links libstdc++ statically into the package makes packages that crash at "
+        "load (seen with /opt/gcc/bin/g++ on torch 2.11); set CXX to a g++ that links it dynamically "
+        f"(CXX=/usr/bin/g++ there) and build again. The loading process said: {words or '(nothing)'}"
+    )
+    raise _invalid(label, "aot", True, allowed)
+
+
+def _cpp_compiler() -> str:
+    """The C++ compiler Inductor builds with (``cpp_builder.get_cpp_compiler`` in torch 2.13; ``CXX`` sets it), or
+    "unknown (why)" where this torch lacks that function or finds no compiler."""
+    from torch._inductor import cpp_builder
+
+    try:
+        return str(cpp_builder.get_cpp_compiler())
+    except Exception as err:  # noqa: BLE001 - a message part: AttributeError (no such function) or torch's no-compiler error
+        return f"unknown ({err})"
 
 
 def accepted(calls: Sequence[tuple[Sequence[Any], dict[str, Any]]]) -> dict[str, Any]:
