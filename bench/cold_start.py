@@ -399,6 +399,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--models", nargs="+", default=list(real.MODELS), choices=real.MODELS)
+    parser.add_argument(
+        "--arms", nargs="+", default=list(ARMS), choices=ARMS, help="cold runs first always: it builds the bundles"
+    )
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per arm's process")
@@ -424,7 +427,7 @@ def main() -> int:
                 "bundle": work / f"{model}-host-b",
                 "aot": work / f"{model}-host-c",
             }
-            for arm in ARMS:
+            for arm in ("cold", *(a for a in ARMS if a in args.arms and a != "cold")):
                 if arm != "cold" and "error" in results[-1] and results[-1]["arm"] == "cold":
                     results.append({"model": model, "arm": arm, "error": "skipped: the cold arm failed"})
                     continue

@@ -25,8 +25,8 @@
 #   OUT=/tmp/out bash bench/session_gpu.sh i   # lanes at once: GPU 0 the main job (timed); GPU 1 cold start, Llama;
 #                                              #   GPU 2 cold start, BERT-base (both with the aot arm); GPU 3 the
 #                                              #   bundle, AOT bundle and autotune-lock GPU tests
-#   OUT=/tmp/out bash bench/session_gpu.sh k llama   # one-GPU node, all its CPUs: bench/cold_start.py for one
-#   OUT=/tmp/out bash bench/session_gpu.sh k bert    #   model with the aot arm; after bert, the AOT bundle GPU test
+#   OUT=/tmp/out bash bench/session_gpu.sh k llama bert   # one-GPU node, all its CPUs: bench/cold_start.py for
+#                                              #   each model in turn (arms $ARMS, default all), then the AOT bundle GPU test
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -171,23 +171,24 @@ c)
     cat "$OUT/soak/serving_soak.md" 2>/dev/null || tail -n 40 "$OUT/soak.log"
     ;;
 k)
-    MODEL=${2:?part k needs a model: llama or bert}
-    # The GPU host's first g++ on PATH (/opt/gcc/bin/g++) links libstdc++ statically into AOTInductor's wrapper
-    # library, and every package it builds crashes its loader (aot_package.check_loads says so); its system g++ links
-    # libstdc++ dynamically.  Only AOTInductor's C++ wrapper and Inductor's CPU ISA probes use this compiler.
-    if [ -x /usr/bin/g++ ] && [ "$(command -v g++)" != /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi
+    shift
+    # The GPU host sets CXX=/opt/gcc/bin/g++, which links libstdc++ statically into AOTInductor's wrapper library:
+    # every package it builds crashes its loader (aot_package.check_loads refuses to save it).  Its system g++
+    # links libstdc++ dynamically.  Only AOTInductor's C++ wrapper and Inductor's CPU ISA probes use this compiler.
+    if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi
     echo "CXX=${CXX:-g++ from PATH}" >>"$OUT/env.txt"
-    timeout -k 10 $([ "$MODEL" = bert ] && echo 400 || echo 560) python3 bench/cold_start.py --models "$MODEL" \
-        --out "$OUT/cold_$MODEL" >"$OUT/cold_$MODEL.log" 2>&1
-    done_at "cold_$MODEL" $?
-    if [ "$MODEL" = bert ]; then
-        timeout -k 10 150 python3 -m pytest -q -rf --tb=short -m gpu tests/test_serving_bundle_aot.py -p no:cacheprovider \
-            >"$OUT/gpu_tests.txt" 2>&1
-        done_at gpu_tests $?
-        tail -n 12 "$OUT/gpu_tests.txt"
-    fi
+    for MODEL in "$@"; do
+        # shellcheck disable=SC2086
+        timeout -k 10 "${MODEL_TIMEOUT_S:-400}" python3 bench/cold_start.py --models "$MODEL" --arms ${ARMS:-cold aot bundle warm-caches} \
+            --out "$OUT/cold_$MODEL" >"$OUT/cold_$MODEL.log" 2>&1
+        done_at "cold_$MODEL" $?
+        if [ -f "$OUT/cold_$MODEL/cold_start.md" ]; then sed -n '3,30p' "$OUT/cold_$MODEL/cold_start.md"; else tail -n 30 "$OUT/cold_$MODEL.log"; fi
+    done
+    timeout -k 10 "${TEST_TIMEOUT_S:-150}" python3 -m pytest -q -rf --tb=short -m gpu tests/test_serving_bundle_aot.py \
+        -p no:cacheprovider >"$OUT/gpu_tests.txt" 2>&1
+    done_at gpu_tests $?
+    tail -n 12 "$OUT/gpu_tests.txt"
     cat "$OUT/status.txt"
-    if [ -f "$OUT/cold_$MODEL/cold_start.md" ]; then sed -n '3,40p' "$OUT/cold_$MODEL/cold_start.md"; else tail -n 30 "$OUT/cold_$MODEL.log"; fi
     ;;
 esac
 cat "$OUT/env.txt"
