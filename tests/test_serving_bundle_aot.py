@@ -263,7 +263,7 @@ def test_a_package_aotinductor_cannot_load_is_refused_naming_its_error(aot_bundl
 
 
 def test_an_output_class_not_imported_here_is_named_with_the_fix(aot_bundle, monkeypatch):
-    def unregistered(path):
+    def unregistered(path, run_single_threaded):
         raise NotImplementedError("Deserializing transformers.modeling_outputs.X in pytree is not registered.")
 
     monkeypatch.setattr(torch._inductor, "aoti_load_package", unregistered)
@@ -289,6 +289,28 @@ def test_save_refuses_bad_aot_arguments_before_compiling(tmp_path):
     with pytest.raises(InvalidKnobValue, match=r"served=.*an ik.compile result of an nn.Module"):
         aot_package.build("save_serving_bundle('b')", not_a_module, torch.zeros, [1])
     assert not (tmp_path / "b").exists()
+
+
+def test_the_package_serves_one_call_at_a_time_from_many_threads():
+    import threading
+    import time
+
+    inside, most = [0], [0]
+
+    def model(x):  # stands in for a runner loaded with run_single_threaded=True
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.001)
+        inside[0] -= 1
+        return x
+
+    served = aot_package.ShapeCheckedPackage(model, aot_package.accepted([((torch.zeros(2),), {})]))
+    threads = [threading.Thread(target=lambda: [served(torch.zeros(2)) for _ in range(20)]) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1
 
 
 @pytest.mark.parametrize(

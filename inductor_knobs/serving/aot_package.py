@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTo
 from .signature import as_call
 
 LOAD_CHECK_S = 300  # a fresh process importing torch and loading a package: seconds, minutes on a loaded host
-LOAD_CHECK_CODE = "import sys, torch\ntorch._inductor.aoti_load_package(sys.argv[1])"
+LOAD_CHECK_CODE = "import sys, torch\ntorch._inductor.aoti_load_package(sys.argv[1], run_single_threaded=True)"
 
 
 def require(what: str) -> None:
@@ -311,7 +312,10 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
         with out:
             out.write(package)
         try:
-            model = torch._inductor.aoti_load_package(path)
+            # Single-threaded: the runner's own thread synchronisation (a pool of model instances handed out under a
+            # lock, waiting on CUDA events) conflicts with capturing a CUDA graph of a call (aoti_load_package's
+            # docstring, 2.7.0 to 2.15.0); ShapeCheckedPackage serialises the calls instead.
+            model = torch._inductor.aoti_load_package(path, run_single_threaded=True)
             _read_call_spec(model)
         except Exception as err:  # AOTInductor's loader raises RuntimeError and others from C++
             raise CompileCacheRefused(f"{label} refused: AOTInductor could not load the package: {err}{_hint(err)}") from err
@@ -326,7 +330,9 @@ class ShapeCheckedPackage:
     AOTInductor's generated code checks its inputs only when ``AOTI_RUNTIME_CHECK_INPUTS`` is set (read
     once per process, ``codegen/cpp_wrapper_cpu.py``), and otherwise runs a call of another rank or an
     out-of-range size on memory that does not fit it.  This checks each tensor's number of dimensions and
-    sizes against what the build warmed (:func:`accepted`): a few comparisons per call.
+    sizes against what the build warmed (:func:`accepted`): a few comparisons per call.  Calls from several
+    threads run one at a time: :func:`load` loads the package single-threaded, so that a CUDA graph can be
+    captured of a call.
 
     Args:
         model: what ``torch._inductor.aoti_load_package`` returned.
@@ -340,6 +346,7 @@ class ShapeCheckedPackage:
     def __init__(self, model: Any, contract: dict[str, Any]) -> None:
         self.model = model
         self.contract = contract
+        self._one_at_a_time = threading.Lock()  # a runner loaded single-threaded serves one call at a time
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         positional, keywords = self.contract["positional"], self.contract["keywords"]
@@ -353,7 +360,8 @@ class ShapeCheckedPackage:
         ):
             if entry is not None:
                 _check_tensor(where, value, entry)
-        return self.model(*args, **kwargs)
+        with self._one_at_a_time:
+            return self.model(*args, **kwargs)
 
 
 def _check_tensor(where: str, value: Any, entry: dict[str, Any]) -> None:
