@@ -15,8 +15,9 @@ A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``P
   ``get_and_maybe_log_recompilation_reason`` (``guards.py:2570`` in 2.4; ``..._reasons`` from 2.7) and,
   in 2.4–2.5, asks it only after the compile-start callbacks ran (2.5.1 ``:824``, then ``:828-831``).
 - ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist from 2.7 (``compiler/__init__.py:438``).
-- What autotuning times on the GPU, one candidate per call (:attr:`TorchHooks.autotune_benchmark_hooks`), which an
-  ablation's workers take turns at per GPU (:mod:`inductor_knobs.ablation.autotune_lock`).
+- What autotuning times on the GPU, a candidate or a GEMM shape's candidates per call
+  (:attr:`TorchHooks.autotune_benchmark_hooks`), which an ablation's workers take turns at per GPU
+  (:mod:`inductor_knobs.ablation.autotune_lock`).
 - The Triton kernels a serving bundle carries (:mod:`inductor_knobs.serving.triton_kernels`): where torch keeps
   the modules of compiled graphs and which directory its Triton cache is, the same names in the 2.8.0, 2.9.1,
   2.10.0, 2.11.0, 2.12.0, 2.13.0 and 2.14.1 sources.

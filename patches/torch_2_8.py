@@ -91,6 +91,10 @@ class Torch28(Torch27):
     #: 2.13.0 ``:492``/``:592``, 2.14.1 ``:513``/``:635``, 2.15.0 ``:531``/``:662``.
     autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = (
         "torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",
+        # Every candidate of one GEMM shape, timed back to back in one turn (its own classmethod, 2.8.0 ``:2653``,
+        # 2.10.0 ``:3665``, 2.12.0 ``:4813``, 2.13.0 ``:4992``, 2.14.1 ``:5257``, 2.15.0 ``:5449``): another worker's
+        # benchmark between two candidates of one shape changed the GPU they were compared on.
+        "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choices",
         "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choice",
         "torch._inductor.runtime.benchmarking:TritonBenchmarker.benchmark_gpu",
         "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu",

@@ -13,8 +13,11 @@ call of a torch function that times one candidate on the GPU (the installed torc
 ``autotune_benchmark_hooks`` in ``patches/``: a GEMM choice, ATen or template, a Triton config of a
 runtime autotune or a coordinate-descent step, and from 2.8 every GPU timing of Inductor's benchmarker,
 so also the epilogue-fusion benchmarks that decide which of the best GEMM choices each layer finally
-runs) first takes an exclusive ``flock`` on that file.  So the workers take turns per candidate; their
-compiling, code generation and Triton compiles (CPU work) still overlap.  What it does not cover:
+runs) first takes an exclusive ``flock`` on that file.  From 2.8 the whole set of one GEMM shape's
+candidates (``AlgorithmSelectorCache.benchmark_choices``) is one turn: its candidates are timed back to
+back on the same GPU, as in a process alone, rather than with another worker's benchmarks between them.
+So the workers take turns per GEMM shape and per other timing; their compiling, code generation and
+Triton compiles (CPU work) still overlap.  What it does not cover:
 another worker's eager reference pass or first compiled iteration (milliseconds of GPU work) may
 still run beside a benchmark.  (torch 2.13+ also offers ``runtime/benchmarking.py``'s
 ``set_gpu_benchmark_lock_context``; the wrappers serve every release from 2.8 alike.)

@@ -146,6 +146,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
                 kernels = {r.signature: r.winner or "none" for r in recorder.records}
                 autotune["autotune_ops"] = len(recorder.records)
                 autotune["autotune_choices"] = sum(len(r.choices) for r in recorder.records if not r.from_cache)
+                autotune["autotune_benchmarked_ops"] = sum(1 for r in recorder.records if not r.from_cache and r.choices)
             compiles = sum(e.trigger != "cudagraph_recording" for e in recorder.compiles)
             attestations = [a.to_dict() for a in recorder.attestations]
         else:
