@@ -108,7 +108,9 @@ def save_serving_bundle(
         InvalidKnobValue: ``served``, ``report``, ``aot`` or ``factory`` is not as above, or a shape,
             bucket, knob or ``ik.compile`` argument is not plain data that JSON reads back the same; with
             ``aot=True``, ``served`` is not of an ``nn.Module``, the factory's calls differ in more than
-            tensor sizes, or ``torch.export``/AOTInductor failed (torch's message included).
+            tensor sizes, ``torch.export``/AOTInductor failed (torch's message included), or a fresh
+            process could not load the package built (:func:`~inductor_knobs.serving.aot_package.check_loads`:
+            how it died and Inductor's C++ compiler named; nothing written).
         CompileCacheRefused: torch recorded no cache artifacts in this process (``aot=False``).
     """
     from ..env import active_env_knobs
