@@ -40,9 +40,9 @@ class _Seen(Exception):
     pass
 
 
-def _benchmark_choice_body_sees(path: str) -> bool:
-    """Call torch's real ``AlgorithmSelectorCache.benchmark_choice``; its body calls ``choice.benchmark``,
-    which reports whether the lock is held at that moment."""
+def _choices_that_see(path: str, count: int) -> tuple[list[object], object, list[bool]]:
+    """``count`` GEMM candidates whose ``benchmark`` reports whether the lock is held as it runs (appended to
+    the returned list), and the autotune arguments torch's ``benchmark_choice`` unpacks for them."""
     seen: list[bool] = []
 
     class Choice:
@@ -60,31 +60,20 @@ def _benchmark_choice_body_sees(path: str) -> bool:
         def get_benchmark_tensors(self, extern: bool) -> Tensors:
             return Tensors()
 
-    select_algorithm.AlgorithmSelectorCache.benchmark_choice(Choice(), Args())
+    return [Choice() for _ in range(count)], Args(), seen
+
+
+def _benchmark_choice_body_sees(path: str) -> bool:
+    """Call torch's real ``AlgorithmSelectorCache.benchmark_choice``; its body calls ``choice.benchmark``."""
+    (choice,), args, seen = _choices_that_see(path, 1)
+    select_algorithm.AlgorithmSelectorCache.benchmark_choice(choice, args)
     return seen[0]
 
 
 def _benchmark_choices_bodies_see(path: str) -> list[bool]:
-    """Call torch's real ``AlgorithmSelectorCache.benchmark_choices`` on three candidates of one shape; each
-    candidate's ``benchmark`` reports whether the lock is held as it runs."""
-    seen: list[bool] = []
-
-    class Choice:
-        def benchmark(self, *inputs: object, out: torch.Tensor) -> float:
-            seen.append(_held_by_someone(path))
-            return 1.0
-
-    class Tensors:
-        def unpack(self) -> tuple[list[torch.Tensor], torch.Tensor]:
-            return [torch.zeros(2)], torch.zeros(2)
-
-    class Args:
-        expected = None
-
-        def get_benchmark_tensors(self, extern: bool) -> Tensors:
-            return Tensors()
-
-    select_algorithm.AlgorithmSelectorCache.benchmark_choices([Choice(), Choice(), Choice()], Args())
+    """Call torch's real ``AlgorithmSelectorCache.benchmark_choices`` on three candidates of one shape."""
+    choices, args, seen = _choices_that_see(path, 3)
+    select_algorithm.AlgorithmSelectorCache.benchmark_choices(choices, args)
     return seen
 
 

@@ -264,6 +264,7 @@ def test_a_package_aotinductor_cannot_load_is_refused_naming_its_error(aot_bundl
 
 def test_an_output_class_not_imported_here_is_named_with_the_fix(aot_bundle, monkeypatch):
     def unregistered(path, run_single_threaded):
+        assert run_single_threaded is True  # the runner's own synchronisation conflicts with capturing CUDA graphs
         raise NotImplementedError("Deserializing transformers.modeling_outputs.X in pytree is not registered.")
 
     monkeypatch.setattr(torch._inductor, "aoti_load_package", unregistered)
@@ -331,7 +332,8 @@ def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypa
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
     model = ik.compile(torch.nn.Linear(4, 4))
     report = ik.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
-    with pytest.raises(InvalidKnobValue, match=rf"aot=True.*a fresh process can load.*{how}.*C\+\+ compiler is .*CXX="):
+    fix = r"\. Inductor's C\+\+ compiler is .*CXX=" if "signal" in how else r"\. The loading process said"
+    with pytest.raises(InvalidKnobValue, match=rf"aot=True.*a fresh process can load; loading the one just built {how}{fix}"):
         ik.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=lambda n: torch.randn(n, 4))
     assert not (tmp_path / "b").exists()
 

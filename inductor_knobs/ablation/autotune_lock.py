@@ -17,8 +17,10 @@ runs) first takes an exclusive ``flock`` on that file.  From 2.8 the whole set o
 candidates (``AlgorithmSelectorCache.benchmark_choices``) is one turn: its candidates are timed back to
 back on the same GPU, as in a process alone, rather than with another worker's benchmarks between them.
 So the workers take turns per GEMM shape and per other timing; their compiling, code generation and
-Triton compiles (CPU work) still overlap.  What it does not cover:
-another worker's eager reference pass or first compiled iteration (milliseconds of GPU work) may
+Triton compiles (CPU work) still overlap.  Outside the lock: candidates torch times in its autotune
+subprocess (``autotune_in_subproc``, ``select_algorithm.py benchmark_in_sub_process``: the Triton and
+CUTLASS ones; the lock file is closed on exec and no hook is installed there), and pipelined
+autotuning's.  Also not covered: another worker's eager reference pass or first compiled iteration (milliseconds of GPU work) may
 still run beside a benchmark.  (torch 2.13+ also offers ``runtime/benchmarking.py``'s
 ``set_gpu_benchmark_lock_context``; the wrappers serve every release from 2.8 alike.)
 

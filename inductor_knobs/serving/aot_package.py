@@ -21,7 +21,6 @@ apply to the autotuning AOTInductor runs at build time.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import re
@@ -131,30 +130,47 @@ def check_loads(label: str, path: str) -> None:
     ``AOTInductorModel`` constructor), for a package torch alone built as much as for ours.  The same
     package built with ``CXX=/usr/bin/g++`` (dynamic libstdc++) loaded.  A crash cannot be caught in the
     process that loads, so the check runs in a child: ``python -c "torch._inductor.aoti_load_package(path)"``,
-    a few seconds beside the build's minutes.
+    a few seconds beside the build's minutes.  The child runs in the package's directory with its
+    temporary directory there (the loader unpacks into it, and a crash leaves what it unpacked: the
+    build's scratch directory is removed after), and its weights take GPU memory beside this process's,
+    whose cached free blocks are released first (``torch.cuda.empty_cache``).
 
     Raises:
         InvalidKnobValue: the child did not load the package (died of a signal, raised, or ran past
-            ``LOAD_CHECK_S`` seconds); naming how, Inductor's C++ compiler, and the child's last words.
+            ``LOAD_CHECK_S`` seconds); naming how and the child's last words, and for a death by a signal
+            Inductor's C++ compiler and what to set ``CXX`` to.
     """
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    scratch = os.path.dirname(path)
+    env = {**os.environ, **dict.fromkeys(("TMPDIR", "TEMP", "TMP"), scratch)}
+    command = [sys.executable, "-c", LOAD_CHECK_CODE, path]
     try:
         done = subprocess.run(
-            [sys.executable, "-c", LOAD_CHECK_CODE, path], capture_output=True, text=True, errors="replace", timeout=LOAD_CHECK_S
+            command, capture_output=True, text=True, errors="replace", timeout=LOAD_CHECK_S, cwd=scratch, env=env
         )
-    except subprocess.TimeoutExpired:
-        how, words = f"did not finish in {LOAD_CHECK_S} s", ""
+    except subprocess.TimeoutExpired as err:  # its stderr so far: bytes (or None), not decoded on a timeout
+        how, crashed = f"did not finish in {LOAD_CHECK_S} s", False
+        said = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else str(err.stderr or "")
     else:
         if done.returncode == 0:
             return
-        how = f"died of signal {-done.returncode}" if done.returncode < 0 else f"exited with status {done.returncode}"
-        words = " ".join(done.stderr.split()[-60:])
-    allowed = (
-        f"a package a fresh process can load; loading the one just built {how}. Inductor's C++ compiler is "
-        f"{_cpp_compiler()}: one that links libstdc++ statically into the package makes packages that crash at "
-        "load (seen with /opt/gcc/bin/g++ on torch 2.11); set CXX to a g++ that links it dynamically "
-        f"(CXX=/usr/bin/g++ there) and build again. The loading process said: {words or '(nothing)'}"
-    )
-    raise _invalid(label, "aot", True, allowed)
+        crashed = done.returncode < 0
+        how = f"died of signal {-done.returncode}" if crashed else f"exited with status {done.returncode}"
+        said = done.stderr
+    words = " ".join(said.split()[-60:]) or "(nothing)"
+    allowed = f"a package a fresh process can load; loading the one just built {how}"
+    if crashed:
+        allowed += (
+            f". Inductor's C++ compiler is {_cpp_compiler()}: one that links libstdc++ statically into the package "
+            "makes packages that crash at load (seen with /opt/gcc/bin/g++ on torch 2.11); set CXX to a g++ that "
+            "links it dynamically (CXX=/usr/bin/g++ there) and build again"
+        )
+    elif "out of memory" in words.lower():
+        allowed += ": the GPU had no room for a second copy of the weights beside this process; free GPU memory and build again"
+    raise _invalid(label, "aot", True, f"{allowed}. The loading process said: {words}")
 
 
 def _cpp_compiler() -> str:
@@ -316,33 +332,13 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
             # Single-threaded: the runner's own thread synchronisation (a pool of model instances handed out under a
             # lock, waiting on CUDA events) conflicts with capturing a CUDA graph of a call (aoti_load_package's
             # docstring, 2.7.0 to 2.15.0); ShapeCheckedPackage serialises the calls instead.
-            with _no_isa_probe_builds():
-                model = torch._inductor.aoti_load_package(path, run_single_threaded=True)
+            model = torch._inductor.aoti_load_package(path, run_single_threaded=True)
             _read_call_spec(model)
         except Exception as err:  # AOTInductor's loader raises RuntimeError and others from C++
             raise CompileCacheRefused(f"{label} refused: AOTInductor could not load the package: {err}{_hint(err)}") from err
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return ShapeCheckedPackage(model, contract)
-
-
-def _no_isa_probe_builds() -> Any:
-    """A ``config.patch`` under which torch's package loader compiles no C++ ISA probes.
-
-    The loader compares the package's CPU ISA with this host's only to log a mismatch
-    (``export/pt2_archive/_package.py _load_aoti`` -> ``codecache.get_device_information`` ->
-    ``cpu_vec_isa.pick_vec_isa``, torch 2.13.0), and on an empty ``TORCHINDUCTOR_CACHE_DIR`` that builds
-    probe programs with the C++ compiler.  ``cpp.vec_isa_ok=True`` (``TORCHINDUCTOR_VEC_ISA_OK``, in the
-    2.8.0 to 2.15.0 configs) keeps the check against the CPU's flags and skips the base builds; the AVX512
-    classes' own bf16/VNNI/AMX probes still build.  On the 2-core CPU machine (torch 2.13.0, AVX512) a load
-    of the test bundle took 6.3 s with 6 builds, 1.9 s with 3.  The list it makes is cached for the process
-    (``valid_vec_isa_list``), so a later Inductor CPU compile in this process trusts the compiler too.
-    """
-    from torch._inductor import config
-
-    if not hasattr(config.cpp, "vec_isa_ok"):
-        return contextlib.nullcontext()
-    return config.patch({"cpp.vec_isa_ok": True})
 
 
 class ShapeCheckedPackage:
