@@ -54,6 +54,7 @@ temporary directory, removed at the end unless ``--keep``).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import os
@@ -101,6 +102,8 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
     """One arm in this (fresh) process; returns what it measured."""
     spawned = float(os.environ["COLD_START_SPAWNED"])
     phases = {"interpreter": STARTED - spawned}
+    if arm in ("aot", "bundle"):  # seconds, not minutes: every 20 s every thread's stack to the log says where it stands
+        faulthandler.dump_traceback_later(20, repeat=True)
     started = time.time()
     import torch
 

@@ -10,6 +10,7 @@ python bundle_worker.py load-aot PATH [cuda]    load that bundle without the mod
                                                 against the eager model
 """
 
+import faulthandler
 import json
 import sys
 import warnings
@@ -66,6 +67,8 @@ def main(mode: str, path: str) -> None:
         print(json.dumps({"benchmarked": len(rec.benchmarked), "buckets": header["serving"]["buckets"], "counters": counters()}))
     elif mode in ("load", "load-aot"):
         aot = mode == "load-aot"
+        # Every 20 s, every thread's stack to stderr, which the test shows: a load that hangs says where.
+        faulthandler.dump_traceback_later(20, repeat=True)
         bundle = ik.load_serving_bundle(path, None if aot else model(), factory=factory, on_cold="warn", on="record")
         errors, refused = {}, None
         with bundle.guard as served, torch.no_grad():

@@ -33,11 +33,17 @@ WORKER = Path(__file__).with_name("bundle_worker.py")
 sys.path.insert(0, str(WORKER.parent))
 
 
-def run_worker(mode: str, path: Path, cache: Path, *extra: str) -> dict:
-    """One fresh process on its own (empty) Inductor and Triton cache directories."""
+def run_worker(mode: str, path: Path, cache: Path, *extra: str, timeout: float = 900) -> dict:
+    """One fresh process on its own (empty) Inductor and Triton cache directories; one that runs past ``timeout``
+    seconds fails the test with what it wrote to stderr (a loading worker dumps its stacks there every 20 s)."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
     env.pop("INDUCTOR_KNOBS_DISABLE", None)
-    out = subprocess.run([sys.executable, str(WORKER), mode, str(path), *extra], env=env, capture_output=True, text=True)
+    command = [sys.executable, str(WORKER), mode, str(path), *extra]
+    try:
+        out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        said = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else str(err.stderr)
+        pytest.fail(f"{mode} ran past {timeout} s; its stderr ends: {said[-6000:]}")
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
