@@ -8,6 +8,7 @@ process on an empty TORCHINDUCTOR_CACHE_DIR, as on a new serving host.
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
@@ -230,14 +231,37 @@ def test_a_foreign_aot_bundle_is_refused_naming_the_difference(aot_bundle, nothi
             "serving section does not read back",
         ),
         (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(bytes=1)), r"package is \d+ bytes, the header says 1"),
+        (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(cpu_flags="avx2")), "section does not read back"),
     ],
-    ids=["truncated", "aot-bytes", "aot-type", "aot-inputs", "aot-length"],
+    ids=["truncated", "aot-bytes", "aot-type", "aot-inputs", "aot-length", "aot-cpu-flags"],
 )
 def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, message):
     damage(aot_bundle)
     with pytest.raises(ik.CompileCacheRefused, match=message):
         load(aot_bundle)
     nothing_loaded.check()
+
+
+def test_the_bundle_records_the_build_cpus_extensions(aot_bundle):
+    header = json.loads(aot_bundle.read_bytes().split(b"\n", 2)[1])
+    assert header["serving"]["aot"]["cpu_flags"] == aot_package.cpu_isa_flags()
+
+
+def test_a_bundle_built_on_a_cpu_with_an_extension_this_one_lacks_is_refused(aot_bundle, nothing_loaded):
+    if aot_package.cpu_isa_flags() is None:
+        pytest.skip("no /proc/cpuinfo flags here")
+    rewrite_header(aot_bundle, lambda h: h["serving"]["aot"].update(cpu_flags=["avx2", "avx512_future", "amx_future"]))
+    with pytest.raises(ik.CompileCacheRefused, match=r"built on a CPU with amx_future, avx512_future, which this CPU lacks"):
+        load(aot_bundle)
+    nothing_loaded.check()
+
+
+def test_cpu_flags_are_the_instruction_set_extensions_of_the_first_processor(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 sse4_2 hypervisor fma amx_tile\n\nprocessor\t: 1\nflags\t: avx512f\n")
+    assert aot_package.cpu_isa_flags(str(cpuinfo)) == ["amx_tile", "avx2", "fma", "sse4_2"]
+    assert aot_package.cpu_isa_flags(str(tmp_path / "missing")) is None
+    aot_package.check_cpu("test", None)  # nothing recorded: nothing to compare
 
 
 def test_load_compile_cache_refuses_an_aot_bundle_by_name(aot_bundle, nothing_loaded):

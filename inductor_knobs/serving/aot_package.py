@@ -121,6 +121,56 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+#: ``/proc/cpuinfo`` flags of x86-64 instruction-set extensions that code built with ``-march=native`` may use.
+ISA_FLAG_PREFIXES = (
+    "sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "vaes", "vpclmulqdq", "gfni", "sha_ni", "adx", "popcnt",
+    "movbe", "abm", "lzcnt", "aes", "pclmulqdq",
+)  # fmt: skip
+
+
+def cpu_isa_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
+    """The instruction-set extensions this CPU reports: the ``flags`` of the first processor in ``cpuinfo``
+    that start with one of :data:`ISA_FLAG_PREFIXES`, sorted; None where the file cannot be read or has no flags
+    (not Linux, not x86-64).
+
+    Why: AOTInductor compiles the package's wrapper (and a CPU package's kernels) with ``-march=native``
+    (``cpp_builder``, torch 2.11 and 2.13 command lines), so a host whose CPU lacks one of the build host's
+    extensions may die of SIGILL running it, and torch's loader at most logs the difference (2.13
+    ``_load_aoti``; 2.7 compares nothing).
+    """
+    try:
+        with open(cpuinfo) as src:
+            for line in src:
+                if line.startswith("flags"):
+                    return sorted(f for f in line.partition(":")[2].split() if f.startswith(ISA_FLAG_PREFIXES))
+    except OSError:
+        return None
+    return None
+
+
+def check_cpu(label: str, built: list[str] | None) -> None:
+    """Refuse a package built on a CPU with an instruction-set extension this one lacks (see :func:`cpu_isa_flags`).
+
+    Args:
+        label (str): who asks, starting the message.
+        built (list[str] | None): the build host's :func:`cpu_isa_flags`, as the bundle recorded them (None:
+            not recorded or not known there, nothing to compare).
+
+    Raises:
+        CompileCacheRefused: naming the extensions this CPU lacks; nothing is loaded.
+    """
+    here = cpu_isa_flags()
+    if built is None or here is None:
+        return
+    missing = sorted(set(built) - set(here))
+    if missing:
+        raise CompileCacheRefused(
+            f"{label} refused: built on a CPU with {', '.join(missing)}, which this CPU lacks; the package's code is "
+            "compiled for the build host's CPU (-march=native) and may die of an illegal instruction here. Rebuild "
+            "the bundle on a host with this host's CPU"
+        )
+
+
 def check_loads(label: str, path: str) -> None:
     """Load the package at ``path`` in a fresh process, so that a package that crashes its loader is never saved.
 

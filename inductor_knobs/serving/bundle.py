@@ -128,7 +128,7 @@ def save_serving_bundle(
     knobs = compile_cache._knobs_of(compiled)
     if aot:
         payload, contract = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
-        section["aot"] = {"bytes": len(payload), "inputs": contract}
+        section["aot"] = {"bytes": len(payload), "inputs": contract, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = compile_cache.payload_header(knobs, payload, {})
     else:
@@ -195,8 +195,10 @@ def load_serving_bundle(
         CompileCacheRefused: missing, unsafe (a symbolic link, another owner, writable by others),
             not a bundle, truncated or edited (the header's or the payload's sha256), a Triton kernel
             entry with a name that is not a plain name (nothing written), or built for
-            another torch, triton, GPU or knobs (each difference named), with nothing loaded; or torch
-            could not load the artifacts (:func:`~inductor_knobs.serving.compile_cache.load_payload`).
+            another torch, triton, GPU or knobs (each difference named), or an AOT bundle built on a CPU
+            with an instruction-set extension this one lacks (:func:`~inductor_knobs.serving.aot_package.check_cpu`),
+            with nothing loaded; or torch could not load the artifacts
+            (:func:`~inductor_knobs.serving.compile_cache.load_payload`).
         ColdStartCompiled: ``on_cold="raise"`` and the load compiled something cold (after the load:
             the model is compiled; ``err.bundle`` holds it).
         OSError: this process's Triton cache directory cannot be created or written.
@@ -237,6 +239,8 @@ def load_serving_bundle(
         raise CompileCacheRefused(
             f"{label} refused: the AOT package is {len(payload)} bytes, the header says {spec.aot['bytes']}"
         )
+    if spec.aot is not None:
+        aot_package.check_cpu(label, spec.aot.get("cpu_flags"))
     if knobs is not None and knobs != spec.knobs:
         raise CompileCacheRefused(
             f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
