@@ -66,9 +66,16 @@ STEPS = {
         "torch.cuda.current_stream().wait_stream(s)\ng = torch.cuda.CUDAGraph()\n"
         "with torch.cuda.graph(g):\n    y = m(x)\ng.replay(); torch.cuda.synchronize(); print('replayed')"
     ),
+    "capture-single-threaded": (  # as ik.load_serving_bundle loads it
+        "m = torch._inductor.aoti_load_package(PT2, run_single_threaded=True)\nx = factory(56)\ns = torch.cuda.Stream()\n"
+        "s.wait_stream(torch.cuda.current_stream())\nwith torch.cuda.stream(s):\n    m(x); m(x)\n"
+        "torch.cuda.current_stream().wait_stream(s)\ng = torch.cuda.CUDAGraph()\n"
+        "with torch.cuda.graph(g):\n    y = m(x)\ng.replay(); torch.cuda.synchronize(); print('replayed')"
+    ),
     "ik-load": "b = ik.load_serving_bundle(BUNDLE, None, factory=factory, on_cold='warn', on='record')\nprint(b.proof.table())",
 }
-PRELUDE = """import os, sys, torch
+PRELUDE = """import faulthandler, os, sys, torch
+faulthandler.dump_traceback_later(15, repeat=True)  # a step that hangs says where, every 15 s
 sys.path.insert(0, {tests!r})
 import bundle_worker
 bundle_worker.device = "cuda"
@@ -83,6 +90,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", nargs="+", default=list(STEPS), choices=list(STEPS))
+    parser.add_argument("--step-timeout", type=float, default=150, help="seconds per step's process")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -113,11 +121,14 @@ def main() -> int:
                 command = ["gdb", "-q", "-batch", "-ex", "run", "-ex", "bt 25", "--args", *command]
             started = time.time()
             try:
-                done = subprocess.run(command, env=env_step, capture_output=True, text=True, errors="replace", timeout=150)
+                done = subprocess.run(
+                    command, env=env_step, capture_output=True, text=True, errors="replace", timeout=args.step_timeout
+                )
                 results[step] = {"exit": done.returncode, "stdout": done.stdout[-5000:]}
                 results[step].update(stderr_head=done.stderr[:4000], stderr=done.stderr[-4000:])
             except subprocess.TimeoutExpired as err:
-                results[step] = {"exit": "timeout", "stdout": str(err.stdout)[-3000:], "stderr": str(err.stderr)[-3000:]}
+                said = [v.decode(errors="replace") if isinstance(v, bytes) else str(v or "") for v in (err.stdout, err.stderr)]
+                results[step] = {"exit": "timeout", "stdout": said[0][-3000:], "stderr": said[1][-4000:]}
             results[step]["seconds"] = time.time() - started
             print(step, results[step]["exit"], f"{results[step]['seconds']:.0f} s", flush=True)
             (out / "probe_aot_load.json").write_text(json.dumps(results, indent=1))  # after each step: a crash keeps the rest

@@ -27,6 +27,9 @@
 #                                              #   bundle, AOT bundle and autotune-lock GPU tests
 #   OUT=/tmp/out bash bench/session_gpu.sh k llama bert   # one-GPU node, all its CPUs: bench/cold_start.py for
 #                                              #   each model in turn (arms $ARMS, default all), then the AOT bundle GPU test
+#   OUT=/tmp/out bash bench/session_gpu.sh l   # one-GPU node: where an AOT load stands (probe_aot_load.py steps
+#                                              #   call, capture, ik-load; CXX=/usr/bin/g++), then the README's
+#                                              #   main job (timed) with the per-shape autotune turns
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -188,6 +191,21 @@ k)
         -p no:cacheprovider >"$OUT/gpu_tests.txt" 2>&1
     done_at gpu_tests $?
     tail -n 12 "$OUT/gpu_tests.txt"
+    cat "$OUT/status.txt"
+    ;;
+l)
+    if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi  # see part k
+    timeout -k 10 300 python3 bench/probe_aot_load.py --out "$OUT/probe" --step-timeout 40 \
+        --steps contents call capture capture-single-threaded ik-load \
+        >"$OUT/probe.log" 2>&1
+    done_at probe $?
+    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); [print(k, v.get('exit'), round(v.get('seconds', 0)), \
+        (v.get('stderr') or v.get('tail') or '')[-600:]) for k, v in d.items()]" "$OUT/probe/probe_aot_load.json" 2>&1 | tail -c 5000
+    timeout -k 10 270 /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --out "$OUT/main" --overwrite >"$OUT/main.log" 2>&1
+    done_at main $?
+    grep -E "^wall " "$OUT/main.log"
+    grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
+    grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
     cat "$OUT/status.txt"
     ;;
 esac
