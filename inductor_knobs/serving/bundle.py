@@ -235,11 +235,11 @@ def load_serving_bundle(
             raise _invalid("model", None, "your model: this bundle holds torch's caches, not the model (aot=True bundles do)")
     compile_cache.check_payload(label, header, payload)
     payload, kernels = triton_kernels.unpack(label, spec.triton_kernels, payload)
-    if spec.aot is not None and spec.aot["bytes"] != len(payload):
-        raise CompileCacheRefused(
-            f"{label} refused: the AOT package is {len(payload)} bytes, the header says {spec.aot['bytes']}"
-        )
     if spec.aot is not None:
+        if spec.aot["bytes"] != len(payload):
+            raise CompileCacheRefused(
+                f"{label} refused: the AOT package is {len(payload)} bytes, the header says {spec.aot['bytes']}"
+            )
         aot_package.check_cpu(label, spec.aot.get("cpu_flags"))
     if knobs is not None and knobs != spec.knobs:
         raise CompileCacheRefused(
