@@ -36,10 +36,14 @@ from ..core import torch_compat
 from ..core.messages import torch_version
 from ..core.plan import config_values
 from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
+from . import aot_isa
 from .signature import as_call
 
 LOAD_CHECK_S = 300  # a fresh process importing torch and loading a package: seconds, minutes on a loaded host
-LOAD_CHECK_CODE = "import sys, torch\ntorch._inductor.aoti_load_package(sys.argv[1], run_single_threaded=True)"
+#: The load check's child: ``python -c LOAD_CHECK_CODE path isa`` (isa "" where not recorded).
+LOAD_CHECK_CODE = (
+    "import sys\nfrom inductor_knobs.serving import aot_package\naot_package.load_file(sys.argv[1], sys.argv[2] or None)"
+)
 
 
 def require(what: str) -> None:
@@ -114,7 +118,7 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
                 torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
             except Exception as err:  # AOTInductor's many error types
                 raise _invalid(label, "aot", True, f"a model AOTInductor compiles; torch said: {err}") from err
-        check_loads(label, path)
+        check_loads(label, path, aot_isa.picked())
         with open(path, "rb") as src:
             return src.read(), contract
     finally:
@@ -171,7 +175,7 @@ def check_cpu(label: str, built: list[str] | None) -> None:
         )
 
 
-def check_loads(label: str, path: str) -> None:
+def check_loads(label: str, path: str, isa: str | None) -> None:
     """Load the package at ``path`` in a fresh process, so that a package that crashes its loader is never saved.
 
     Seen on an H100 host (torch 2.11.0+cu130): Inductor's C++ compiler there, ``/opt/gcc/bin/g++``, linked
@@ -183,7 +187,8 @@ def check_loads(label: str, path: str) -> None:
     a few seconds beside the build's minutes.  The child runs in the package's directory with its
     temporary directory there (the loader unpacks into it, and a crash leaves what it unpacked: the
     build's scratch directory is removed after), and its weights take GPU memory beside this process's,
-    whose cached free blocks are released first (``torch.cuda.empty_cache``).
+    whose cached free blocks are released first (``torch.cuda.empty_cache``).  It loads as a serving process
+    does (:func:`load_file`, ``isa`` standing in for torch's CPU ISA probes).
 
     Raises:
         InvalidKnobValue: the child did not load the package (died of a signal, raised, or ran past
@@ -196,7 +201,7 @@ def check_loads(label: str, path: str) -> None:
         torch.cuda.empty_cache()
     scratch = os.path.dirname(path)
     env = {**os.environ, **dict.fromkeys(("TMPDIR", "TEMP", "TMP"), scratch)}
-    command = [sys.executable, "-c", LOAD_CHECK_CODE, path]
+    command = [sys.executable, "-c", LOAD_CHECK_CODE, path, isa or ""]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, errors="replace", timeout=LOAD_CHECK_S, cwd=scratch, env=env
@@ -350,7 +355,28 @@ def _dimension(index: int, low: int, high: int) -> Any:
         return torch.export.Dim(f"d{index}", min=low, max=high)
 
 
-def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPackage:
+def load_file(path: str, isa: str | None) -> Any:
+    """``torch._inductor.aoti_load_package(path, run_single_threaded=True)``, with ``isa`` (the build host's
+    :func:`~inductor_knobs.serving.aot_isa.picked`, or None) standing in for torch's CPU ISA probes
+    (:func:`~inductor_knobs.serving.aot_isa.recorded`).
+
+    Single-threaded: the runner's own thread synchronisation (a pool of model instances handed out under a
+    lock, waiting on CUDA events) conflicts with capturing a CUDA graph of a call (``aoti_load_package``'s
+    docstring, 2.7.0 to 2.15.0); :class:`ShapeCheckedPackage` serialises the calls instead.
+
+    Returns:
+        Any: what ``aoti_load_package`` returned.
+
+    Raises:
+        Exception: whatever AOTInductor's loader raises (RuntimeError and others from C++).
+    """
+    import torch
+
+    with aot_isa.recorded(isa):
+        return torch._inductor.aoti_load_package(path, run_single_threaded=True)
+
+
+def load(label: str, package: bytes, contract: dict[str, Any], isa: str | None = None) -> ShapeCheckedPackage:
     """Load a package :func:`build` made; the callable AOTInductor runs (nothing compiles), checked per call.
 
     The bytes go to a file in a fresh private directory (``mkdtemp``: 0700, a new name, so no other user's
@@ -360,12 +386,12 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
         label (str): who asks, starting every message.
         package (bytes): the ``.pt2`` package.
         contract (dict[str, Any]): what it accepts (:func:`accepted`, as the bundle recorded it).
+        isa (str | None): the build host's vector ISA as the bundle recorded it (:func:`load_file`).
 
     Raises:
         CompileCacheRefused: AOTInductor could not load the package, or this process lacks a class its
             input or output spec names (the message names the module to import).
     """
-    import torch
 
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     try:
@@ -379,10 +405,7 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
         with out:
             out.write(package)
         try:
-            # Single-threaded: the runner's own thread synchronisation (a pool of model instances handed out under a
-            # lock, waiting on CUDA events) conflicts with capturing a CUDA graph of a call (aoti_load_package's
-            # docstring, 2.7.0 to 2.15.0); ShapeCheckedPackage serialises the calls instead.
-            model = torch._inductor.aoti_load_package(path, run_single_threaded=True)
+            model = load_file(path, isa)
             _read_call_spec(model)
         except Exception as err:  # AOTInductor's loader raises RuntimeError and others from C++
             raise CompileCacheRefused(f"{label} refused: AOTInductor could not load the package: {err}{_hint(err)}") from err

@@ -32,7 +32,7 @@ from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..core.torch_fixes import torch_fixes
 from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
-from . import aot_package, bundle_format, compile_cache, triton_kernels
+from . import aot_isa, aot_package, bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .warmup_report import WarmupReport
 
@@ -128,7 +128,12 @@ def save_serving_bundle(
     knobs = compile_cache._knobs_of(compiled)
     if aot:
         payload, contract = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
-        section["aot"] = {"bytes": len(payload), "inputs": contract, "cpu_flags": aot_package.cpu_isa_flags()}
+        section["aot"] = {
+            "bytes": len(payload),
+            "inputs": contract,
+            "cpu_flags": aot_package.cpu_isa_flags(),
+            "cpu_isa": aot_isa.picked(),
+        }
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = compile_cache.payload_header(knobs, payload, {})
     else:
@@ -304,7 +309,7 @@ def _load(
     with ColdStartRecorder() as recorder, torch_fixes():  # cached tuned configs are kept (torch 2.8-2.11: patches/_fixes.py)
         started = _clock()
         if spec.aot is not None:
-            compiled = served = aot_package.load(label, payload, spec.aot["inputs"])
+            compiled = served = aot_package.load(label, payload, spec.aot["inputs"], spec.aot.get("cpu_isa"))
             restored = 0
             seconds["load_package"] = _clock() - started
         else:
