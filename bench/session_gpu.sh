@@ -30,6 +30,10 @@
 #   OUT=/tmp/out bash bench/session_gpu.sh l   # one-GPU node: where an AOT load stands (probe_aot_load.py steps
 #                                              #   call, capture, ik-load; CXX=/usr/bin/g++), then the README's
 #                                              #   main job (timed) with the per-shape autotune turns
+#   OUT=/tmp/out bash bench/session_gpu.sh m   # one-GPU node: the main job with --parallel 6 (timed), then the
+#                                              #   A/A control alone with --parallel 1 (bench/aa_alone.toml)
+#   OUT=/tmp/out bash bench/session_gpu.sh n   # one-GPU node: profile of an AOT bundle's load in a fresh process
+#                                              #   (bench/profile_aot_load.py), then the main job with --parallel 6
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -204,6 +208,44 @@ l)
     python3 -c "import json, sys; d = json.load(open(sys.argv[1])); [print(k, v.get('exit'), round(v.get('seconds', 0)), \
         (v.get('stderr') or v.get('tail') or '')[-600:]) for k, v in d.items()]" "$OUT/probe/probe_aot_load.json" 2>&1 | tail -c 5000
     timeout -k 10 270 /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --out "$OUT/main" --overwrite >"$OUT/main.log" 2>&1
+    done_at main $?
+    grep -E "^wall " "$OUT/main.log"
+    grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
+    grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
+    cat "$OUT/status.txt"
+    ;;
+m)
+    # The README's main job with --parallel 6 (timed), then the A/A control alone (bench/aa_alone.toml) with
+    # --parallel 1: how much the GEMM picks and kernel times of one arm's processes spread with nothing beside them.
+    timeout -k 10 "${MAIN_TIMEOUT_S:-280}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --parallel "${PARALLEL:-6}" \
+        --out "$OUT/main" --overwrite >"$OUT/main.log" 2>&1
+    done_at main $?
+    grep -E "^wall " "$OUT/main.log"
+    grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
+    grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
+    timeout -k 10 "${AA_TIMEOUT_S:-290}" python3 -m inductor_knobs ablate --config bench/aa_alone.toml --parallel 1 --iters 200 \
+        --out "$OUT/aa" --overwrite >"$OUT/aa.log" 2>&1
+    done_at aa $?
+    grep -E "^\| (gated|force)" "$OUT/aa.log" | cut -c1-300
+    for f in "$OUT"/main/runs/run-*.json "$OUT"/aa/runs/run-*.json; do
+        python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-3], d.get('arm'), d.get('repeat'), \
+            round(d.get('kernel_ms') or 0, 4), d.get('gemm_calls'), round(d.get('autotune_seconds') or 0, 1))" "$f" 2>/dev/null
+    done
+    cat "$OUT/status.txt"
+    ;;
+n)
+    # Where a fresh process's AOT bundle load spends its time (the tests' small model; empty caches), then the
+    # README's main job with --parallel $PARALLEL (default 6; timed).
+    if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi  # see part k
+    (cd tests && timeout -k 10 200 python3 bundle_worker.py build-aot "$OUT/tiny.bundle" cuda >"$OUT/tiny_build.log" 2>&1)
+    done_at tiny_build $?
+    TORCHINDUCTOR_CACHE_DIR="$OUT/empty-inductor" TRITON_CACHE_DIR="$OUT/empty-triton" timeout -k 10 120 \
+        python3 -X importtime bench/profile_aot_load.py "$OUT/tiny.bundle" --device cuda >"$OUT/profile.log" 2>"$OUT/importtime.log"
+    done_at profile $?
+    head -c 6000 "$OUT/profile.log"
+    grep "^import time:" "$OUT/importtime.log" | sort -t'|' -k2 -n -r | head -n 40
+    timeout -k 10 "${MAIN_TIMEOUT_S:-300}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --parallel "${PARALLEL:-6}" \
+        --out "$OUT/main" --overwrite >"$OUT/main.log" 2>&1
     done_at main $?
     grep -E "^wall " "$OUT/main.log"
     grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
