@@ -73,6 +73,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_real as real  # noqa: E402 - a sibling script (its top level imports only the standard library)
 
 ARMS = ("cold", "aot", "bundle", "warm-caches")
+#: The packages whose Python the arms import (torch's compile stack, the models' library, this project's).
+BYTECODE_PACKAGES = ("torch", "functorch", "transformers", "triton", "sympy", "mpmath", "networkx", "jinja2", "inductor_knobs")
 MODE = "max-autotune-no-cudagraphs"
 #: Sequence lengths of the traffic, and the range the buckets cover: serving_real's on a GPU, tiny on a CPU.
 RANGE = {"cuda": (128, 2048), "cpu": (16, 128)}
@@ -102,6 +104,7 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
     """One arm in this (fresh) process; returns what it measured."""
     spawned = float(os.environ["COLD_START_SPAWNED"])
     phases = {"interpreter": STARTED - spawned}
+    faulthandler.enable()  # a fatal signal (SIGSEGV) prints every thread's Python stack
     if arm in ("aot", "bundle"):  # seconds, not minutes: every 20 s every thread's stack to the log says where it stands
         faulthandler.dump_traceback_later(20, repeat=True)
     started = time.time()
@@ -284,12 +287,56 @@ def private_directory() -> Path:
     raise SystemExit("no temporary directory passes ik.load_serving_bundle's checks (yours or root's, not writable by others)")
 
 
+def host_bytecode(work: Path) -> dict:
+    """Compile the bytecode of :data:`BYTECODE_PACKAGES` once, before any arm, as ``pip install`` does by default.
+
+    Why: on the GPU host the installed torch had no bytecode Python could use, so every process compiled
+    about 1,500 modules from source (``builtins.compile``: 4.4 s of a 7.4 s AOT bundle load in
+    ``bench/profile_aot_load.py``, H100 host, torch 2.11), a cost a host that pip-installed torch does not
+    pay, and one that would hide what a cold start costs.  The bytecode goes to a ``PYTHONPYCACHEPREFIX``
+    directory under ``work`` that every arm's process uses (nothing in site-packages changes); every arm,
+    ``cold`` included, gets the same.
+
+    Returns:
+        dict: the prefix, the seconds compileall took, its exit status, and whether torch's own
+        ``__init__`` had usable bytecode beside it (``installed_bytecode``) and its directory was writable.
+    """
+    import importlib.util
+
+    prefix = work / "pycache"
+    dirs = []
+    for name in BYTECODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs.extend(spec.submodule_search_locations)
+    torch_init = importlib.util.find_spec("torch").origin
+    cached = importlib.util.cache_from_source(torch_init)
+    installed = os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(torch_init)
+    started = time.time()
+    done = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "-j", "0", *dirs],
+        env={**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return {
+        "prefix": str(prefix),
+        "seconds": round(time.time() - started, 1),
+        "exit": done.returncode,  # nonzero when some file of a package does not compile (test data): expected
+        "installed_bytecode": installed,
+        "torch_dir_writable": os.access(os.path.dirname(torch_init), os.W_OK),
+    }
+
+
 def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args) -> dict:
     """Run one arm in a fresh process on ``caches``' Inductor and Triton directories."""
     triton = caches / "triton"
     before = kernel_dirs(triton)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(triton)}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    if args.bytecode:
+        env["PYTHONPYCACHEPREFIX"] = args.bytecode["prefix"]
     result_path = out / f"{model}-{arm}.json"
     result_path.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--one", model, arm, "--bundle", str(work / f"{model}.bundle"), "--out", str(out)]
@@ -314,7 +361,13 @@ def markdown(results: list[dict], env: dict) -> str:
     lines = [
         f"{env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, triton {env['triton']}, "
         f"transformers {env['transformers']}; mode={MODE}, dynamic=True, padded buckets"
-        + (", one CUDA graph per bucket" if env["sms"] else " (CPU: no CUDA graphs; C++ kernels built again from cached source)"),
+        + (", one CUDA graph per bucket" if env["sms"] else " (CPU: no CUDA graphs; C++ kernels built again from cached source)")
+        + (
+            f"; the packages' bytecode compiled once before the arms ({env['host_bytecode']['seconds']} s; torch's installed "
+            f"bytecode usable: {env['host_bytecode']['installed_bytecode']})"
+            if env.get("host_bytecode")
+            else ""
+        ),
         "",
         "| model | arm | first request s | vs cold | " + " | ".join(PHASES) + " | first req ms | p50 ms | p99 ms | p99/p50 |",
         "|---|---|---|---|" + "---|" * len(PHASES) + "---|---|---|---|",
@@ -409,6 +462,9 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per arm's process")
     parser.add_argument("--keep", action="store_true", help="keep the bundles and cache directories (printed)")
+    parser.add_argument(
+        "--no-host-bytecode", action="store_true", help="do not compile the packages' bytecode before the arms (host_bytecode)"
+    )
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "ARM"), help=argparse.SUPPRESS)  # a worker process
     parser.add_argument("--bundle", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -422,7 +478,11 @@ def main() -> int:
     env = real.environment()
     work = private_directory()
     results = []
+    args.bytecode = None
     try:
+        if not args.one and not args.no_host_bytecode:
+            args.bytecode = env["host_bytecode"] = host_bytecode(work)
+            print(f"host bytecode: {args.bytecode}", flush=True)
         for model in args.models:
             caches = {
                 "cold": work / f"{model}-host-a",
