@@ -27,10 +27,14 @@ MAIN_JOB_EMULATION = ("T4", "L4")
 MAIN_JOB_GPU_ITERS = 200
 
 #: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.  Four workers compiling
-#: at once kept 4.1 of 16 CPUs busy on average (one H200 with CPUs 0-15), but the cap is not the CPUs:
-#: every worker compiling autotunes on the same GPU, and with five at once the A/A control's processes
-#: picked GEMM kernels up to 25% slower than each other (0.52-0.65 ms of kernels), with four 1%.
-CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 4, 4
+#: at once kept 4.1 of 16 CPUs busy on average (one H200 with CPUs 0-15).  Since every autotune benchmark
+#: takes its turn on the GPU per GEMM shape (:mod:`.autotune_lock`), six at once on a one-H100 node (16 CPUs,
+#: torch 2.11) ran the main job in 142.5 s (``/usr/bin/time``), and the spread of each arm's kernel time
+#: over its 3 processes was a coefficient of variation of 1.1-7.0%, 19.1% for one arm (forced L4: one process
+#: picked ATen for half its GEMMs); the same session's run with four took 239.8 s, right after a probe
+#: whose timed-out children may still have run, so not a clean comparison.  (Before the per-shape turns,
+#: five at once made the A/A control's processes pick GEMM kernels up to 25% slower than each other.)
+CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 2, 6
 
 
 def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
@@ -93,7 +97,7 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
 
 
 def main_job_parallel(device: str, gpus: list[int]) -> int:
-    """The main job's ``--parallel`` default: 1 on CPU, else min(4, CPUs per GPU / 4), counting the CPUs this
+    """The main job's ``--parallel`` default: 1 on CPU, else min(6, CPUs per GPU / 2), counting the CPUs this
     process may run on (:func:`.quiet.usable_cpus`).
 
     Args:
