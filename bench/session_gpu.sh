@@ -57,6 +57,16 @@ cold_start() {  # cold_start GPU MODEL SECONDS: bench/cold_start.py for one mode
         --out "$OUT/cold_$2" >"$OUT/cold_$2.log" 2>&1
     done_at "cold_$2" $?
 }
+main_job_timed() {  # main_job_timed SECONDS [ablate options...]: the README's main job, timed, and its headline lines
+    local limit=$1
+    shift
+    timeout -k 10 "$limit" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate "$@" --out "$OUT/main" --overwrite \
+        >"$OUT/main.log" 2>&1
+    done_at main $?
+    grep -E "^wall " "$OUT/main.log"
+    grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
+    grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
+}
 show_cold_starts() {
     for m in llama bert; do
         if [ -f "$OUT/cold_$m/cold_start.md" ]; then sed -n '3,20p' "$OUT/cold_$m/cold_start.md"; else tail -n 20 "$OUT/cold_$m.log"; fi
@@ -207,22 +217,13 @@ l)
     done_at probe $?
     python3 -c "import json, sys; d = json.load(open(sys.argv[1])); [print(k, v.get('exit'), round(v.get('seconds', 0)), \
         (v.get('stderr') or v.get('tail') or '')[-600:]) for k, v in d.items()]" "$OUT/probe/probe_aot_load.json" 2>&1 | tail -c 5000
-    timeout -k 10 270 /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --out "$OUT/main" --overwrite >"$OUT/main.log" 2>&1
-    done_at main $?
-    grep -E "^wall " "$OUT/main.log"
-    grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
-    grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
+    main_job_timed 270
     cat "$OUT/status.txt"
     ;;
 m)
     # The README's main job with --parallel 6 (timed), then the A/A control alone (bench/aa_alone.toml) with
     # --parallel 1: how much the GEMM picks and kernel times of one arm's processes spread with nothing beside them.
-    timeout -k 10 "${MAIN_TIMEOUT_S:-280}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --parallel "${PARALLEL:-6}" \
-        --out "$OUT/main" --overwrite >"$OUT/main.log" 2>&1
-    done_at main $?
-    grep -E "^wall " "$OUT/main.log"
-    grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
-    grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
+    main_job_timed "${MAIN_TIMEOUT_S:-280}" --parallel "${PARALLEL:-6}"
     timeout -k 10 "${AA_TIMEOUT_S:-290}" python3 -m inductor_knobs ablate --config bench/aa_alone.toml --parallel 1 --iters 200 \
         --out "$OUT/aa" --overwrite >"$OUT/aa.log" 2>&1
     done_at aa $?
@@ -244,12 +245,7 @@ n)
     done_at profile $?
     head -c 6000 "$OUT/profile.log"
     grep "^import time:" "$OUT/importtime.log" | sort -t'|' -k2 -n -r | head -n 40
-    timeout -k 10 "${MAIN_TIMEOUT_S:-300}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --parallel "${PARALLEL:-6}" \
-        --out "$OUT/main" --overwrite >"$OUT/main.log" 2>&1
-    done_at main $?
-    grep -E "^wall " "$OUT/main.log"
-    grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
-    grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
+    main_job_timed "${MAIN_TIMEOUT_S:-300}" --parallel "${PARALLEL:-6}"
     cat "$OUT/status.txt"
     ;;
 esac
