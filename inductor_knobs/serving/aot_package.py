@@ -201,6 +201,10 @@ def check_loads(label: str, path: str, isa: str | None) -> None:
         torch.cuda.empty_cache()
     scratch = os.path.dirname(path)
     env = {**os.environ, **dict.fromkeys(("TMPDIR", "TEMP", "TMP"), scratch)}
+    # The child imports this package (LOAD_CHECK_CODE) from wherever this process found it, also when that was
+    # a sys.path entry this process added itself rather than an installed package.
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     command = [sys.executable, "-c", LOAD_CHECK_CODE, path, isa or ""]
     try:
         done = subprocess.run(
