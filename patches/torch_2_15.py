@@ -56,6 +56,10 @@ class Torch215(Torch214):
     knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.15": _ALL_FEATURES}  # as 2.14: see _features
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
 
+    def aot_loader_args(self, path: str) -> tuple[Any, ...]:
+        # _inductor/package/package.py:148: a sixth argument, use_stream_affinity (False in load_package).
+        return (path, "model", True, 1, -1, False)
+
     def granted_sms(self, context: Any, device_index: int, sms: int) -> int | None:
         """``GreenContext.sm_count`` (``torch/cuda/green_contexts.py:760``): the SMs of the context's
         own resource, as the driver granted them; the cuda-python query if it is unreadable."""

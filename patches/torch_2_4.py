@@ -22,7 +22,7 @@ avoid-recompile).  This module sets the 2.4–2.5 facts they read.
 from __future__ import annotations
 
 import inspect
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
@@ -81,6 +81,11 @@ class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, Proce
     reasons_after_start_callbacks: ClassVar[bool] = True  # 2.5.1 convert_frame.py:824, then :828-831
     has_cache_artifacts: ClassVar[bool] = False
     has_aot_packages: ClassVar[bool] = False  # from 2.7 (torch_2_7.py)
+
+    def aot_loader_args(self, path: str) -> tuple[Any, ...]:
+        """The positional arguments of ``torch._C._aoti.AOTIModelPackageLoader`` for the package at ``path``: its
+        model ``"model"``, run single-threaded, as torch's own ``load_package`` passes them (2.7+ only)."""
+        raise NotImplementedError(f"torch {self.torch_range} has no AOTInductor packages")
 
     # -- release-dependent knobs (:class:`._features.KnobFeatures`): none before 2.8 --
     knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.4": frozenset(), "2.5": frozenset()}

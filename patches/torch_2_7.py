@@ -47,6 +47,10 @@ class Torch27(Torch26):
     #: ``get_max_num_sms`` (``_inductor/utils.py:1258``, lru_cached) sizes ``NUM_SMS`` from 2.7.
     sm_count_caches: ClassVar[tuple[str, ...]] = (*Torch26.sm_count_caches, "torch._inductor.utils:get_max_num_sms")
 
+    def aot_loader_args(self, path: str) -> tuple[Any, ...]:
+        # _inductor/package/package.py:307: (path, model_name, run_single_threaded).
+        return (path, "model", True)
+
     def gate_device(self, index: Any) -> torch.device:
         import torch
         from torch._inductor.utils import get_gpu_type

@@ -104,6 +104,11 @@ class Torch28(Torch27):
     #: ``recheck_autotune_cache`` tunes a cached coordinate-descent winner again (pytorch#172819): see :mod:`._fixes`.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
 
+    def aot_loader_args(self, path: str) -> tuple[Any, ...]:
+        # (path, model_name, run_single_threaded, num_runners, device_index): _inductor/package/package.py
+        # :129 in 2.8.0-2.12.0, :138 in 2.14.1 (the binding takes exactly five in 2.13.0).
+        return (path, "model", True, 1, -1)
+
     def _green_api_problem(self, green: Any) -> str | None:
         """2.11-2.13: ``GreenContext.create`` takes ``num_sms`` and ``device_id`` (positional-or-keyword
         in 2.11, keyword-only from 2.12: ``torch/cuda/green_contexts.py:GreenContext.create``)."""

@@ -73,6 +73,10 @@ def main(mode: str, path: str) -> None:
         errors, refused = {}, None
         with bundle.guard as served, torch.no_grad():
             answer = served(factory(56))
+            # What the load and a warmed call imported (an unwarmed call below starts torch's profiler, whose
+            # prepare_trace imports torch._inductor: ``hasattr(torch, "_inductor")``, profiler.py in 2.13).
+            heavy = ("torch._inductor", "torch._dynamo", "triton")
+            imported = sorted(m for m in heavy if m in sys.modules)
             if aot:  # a length inside the exported range that was never warmed: the package serves it too
                 errors = {n: float((served(factory(n)) - model()(factory(n))).abs().max()) for n in (52,)}
                 errors[56] = float((answer - model()(factory(56))).abs().max())
@@ -82,6 +86,7 @@ def main(mode: str, path: str) -> None:
                 except ik.errors.InvalidKnobValue as err:
                     refused = str(err)
         out = {
+            "imported": imported,
             "proof": bundle.proof.to_dict(),
             "table": bundle.proof.table(),
             "counters": counters(),

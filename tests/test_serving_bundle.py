@@ -430,6 +430,8 @@ def fake_triton(monkeypatch):
 
     compilation = types.SimpleNamespace(listener=previous)
     monkeypatch.setattr(observe, "_triton_compilation", lambda: compilation)
+    # Imported, as the listener's hook waits for Triton's import (on_import).
+    monkeypatch.setitem(sys.modules, "triton", sys.modules.get("triton") or types.ModuleType("triton"))
     return types.SimpleNamespace(compilation=compilation, previous=previous, calls=previous_calls)
 
 

@@ -79,6 +79,109 @@ def resolve(path: str) -> tuple[Any, str]:
     return _owner(module_name, parents), name
 
 
+def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
+    """A step that runs ``steps()`` (all or nothing) once ``module`` is imported: at once if it is, else
+    right after its import, in the importing thread, if the patch still holds then.
+
+    Why: a hook's target module is imported only to install the hook otherwise, and Inductor's and
+    Dynamo's modules cost seconds to import (``torch._inductor.select_algorithm`` imports Dynamo and
+    1,400 modules: 1.4 s on this project's CI machine, several on a GPU host without bytecode), which
+    a process that never compiles (one loading an AOT bundle) need not pay.  Nothing of a module can run
+    before its import ends, so a hook installed then misses nothing.
+
+    How: one ``wrapt.register_post_import_hook`` per module name for the process (not one per install,
+    so installs that come and go while the module is never imported hold no memory); it runs the steps of
+    every install still waiting.  A module that another thread is importing now is waited for
+    (``importlib.import_module``).  The undo drops a waiting install, or undoes its steps.  The hook
+    never raises (an exception in it would fail the user's import): a step that fails leaves nothing of
+    its install, and :func:`import_hook_failures` keeps the error.  Blind spot: an import that another
+    thread began before the hook was registered and that had not yet put the module in ``sys.modules``
+    (between its ``find_spec`` and ``module_from_spec``) goes unseen until the next install.
+    """
+
+    def step(push: Callable[[Undo], None]) -> None:
+        waiting = _OnImport(module, steps)
+        push(waiting.cancel)
+        waiting.arm()
+
+    return step
+
+
+class _OnImport:
+    """One install of :func:`on_import`: waiting for ``module``, then holding the undos of its steps."""
+
+    def __init__(self, module: str, steps: Callable[[], Sequence[Step]]) -> None:
+        self.module = module
+        self.steps = steps
+        self.lock = threading.Lock()
+        self.undos: list[Undo] = []
+        self.live = True
+        self.fired = False
+
+    def arm(self) -> None:
+        with _WAITING_LOCK:
+            imported = self.module in sys.modules
+            if not imported:
+                first = self.module not in _WAITING
+                _WAITING.setdefault(self.module, []).append(self)
+        if imported:  # or being imported by another thread: wait for it (never under a lock of ours)
+            self.fire(importlib.import_module(self.module))
+            return
+        if first:
+            wrapt.register_post_import_hook(_imported, self.module)  # may call _imported at once (a race)
+        if self.module in sys.modules:  # imported meanwhile by an import wrapt's finder did not see
+            _imported(importlib.import_module(self.module))
+
+    def fire(self, module: Any) -> None:
+        with self.lock:
+            if self.live and not self.fired:
+                self.fired = True
+                apply_all(self.steps(), self.undos)
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.live = False
+            with _WAITING_LOCK:
+                _remove_by_identity(_WAITING.get(self.module, []), self)
+            revert_all(self.undos)
+
+
+#: Installs waiting for their module, by module name (one wrapt hook each while the list exists).
+_WAITING: dict[str, list[_OnImport]] = {}
+_WAITING_LOCK = threading.Lock()
+_IMPORT_HOOK_FAILURES: list[str] = []
+
+
+def _imported(module: Any) -> None:
+    """wrapt's post-import hook: fire every install waiting for ``module``; never raises (see :func:`on_import`)."""
+    try:
+        name = module.__name__
+        # From the importing thread (wrapt calls this as the import ends) this returns at once; from
+        # another (wrapt's register saw a module still being imported) it waits for that import.
+        module = importlib.import_module(name)
+        with _WAITING_LOCK:
+            waiting = _WAITING.pop(name, [])
+        for install in waiting:
+            try:
+                install.fire(module)
+            except Exception as err:  # noqa: BLE001 - an import hook must not fail the import
+                _IMPORT_HOOK_FAILURES.append(f"{name}: {type(err).__name__}: {err}")
+    except Exception as err:  # noqa: BLE001 - as above
+        _IMPORT_HOOK_FAILURES.append(f"{getattr(module, '__name__', module)!r}: {type(err).__name__}: {err}")
+
+
+def import_hook_failures() -> list[str]:
+    """Errors of hooks that :func:`on_import` installed from an import, oldest first (for ``doctor`` and tests)."""
+    return list(_IMPORT_HOOK_FAILURES)
+
+
+def _remove_by_identity(items: list[Any], item: object) -> None:
+    for i, candidate in enumerate(items):
+        if candidate is item:
+            del items[i]
+            return
+
+
 def present(path: str) -> bool:
     """Whether ``path`` (``module:Class.attr``) can be found here: its module imports and has the attribute."""
     try:

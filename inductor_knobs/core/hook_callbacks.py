@@ -61,6 +61,7 @@ class _TritonCounts:
     """Triton's compilation-listener calls, process-wide: real compiles and hits in Triton's own cache."""
 
     listening = False  # whether the listener is installed (Triton 3.4+ and the hooks held)
+    waiting = False  # whether the hooks wait for an installed Triton's import (it compiled nothing yet)
     compiled = 0
     cache_hits = 0
 
@@ -73,11 +74,13 @@ def triton_compiles() -> tuple[int, int] | None:
     """``(real compiles, Triton cache hits)`` Triton reported in this process while the hooks were held.
 
     None while Triton's compilation listener is not installed (Triton < 3.4, no Triton, or no observer
-    hooks held): then a Triton compile cannot be told from a load of a compiled kernel.  A compile in
+    hooks held): then a Triton compile cannot be told from a load of a compiled kernel.  While the hooks
+    wait for an installed Triton's first import, the counts (which move only under the listener) hold:
+    a Triton not imported compiled nothing.  A compile in
     one of Inductor's compile-worker processes is reported there, not here.
     """
     with _TRITON_LOCK:
-        return (_TRITON.compiled, _TRITON.cache_hits) if _TRITON.listening else None
+        return (_TRITON.compiled, _TRITON.cache_hits) if _TRITON.listening or _TRITON.waiting else None
 
 
 def _triton_listener(previous: Callable[..., Any] | None) -> Callable[..., Any]:

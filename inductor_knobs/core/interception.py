@@ -54,7 +54,7 @@ from typing import Any
 
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
-from ._patching import SharedPatch, wrap_attribute
+from ._patching import SharedPatch, on_import, wrap_attribute
 from ._undo import Change, apply_all, revert_all
 from .asked import (
     _PROCESS,
@@ -278,10 +278,13 @@ def _config_changes(snapshot: _Snapshot, *, outside_inductor: bool) -> list[Any]
 # No sweep of other modules: torch reaches compile_fx through the module attribute at call time
 # (torch.compile's _TorchCompileInductorWrapper, the "inductor" Dynamo backend, compile_fx's own
 # recursion), and a sweep of sys.modules would cost every block a millisecond.  One step object for
-# the process: it keeps the wrapper it made, so installing again (every block) reuses it.
+# the process: it keeps the wrapper it made, so installing again (every block) reuses it.  Installed
+# when compile_fx is imported (on_import): nothing compiles before that, and a process that never
+# compiles (an AOT bundle's) never imports Inductor for it.
 @functools.cache
 def _steps() -> tuple[Any, ...]:
-    return (wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept),)
+    wrapper = wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept)
+    return (on_import(COMPILE_FX_MODULE, lambda: [wrapper]),)
 
 
 INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _steps)

@@ -36,15 +36,18 @@ holder); what each does when torch calls it is :mod:`inductor_knobs.core.hook_ca
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
+import importlib.util
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import DriftWarning
 from . import torch_compat
-from ._patching import SharedPatch, resolve, wrap_attribute
+from ._patching import SharedPatch, on_import, resolve, wrap_attribute
 from ._undo import Change, Step, Undo
 from .hook_callbacks import (
     _HOOKS,
@@ -63,25 +66,55 @@ from .hook_callbacks import (
 
 SELECT_ALGORITHM = "torch._inductor.select_algorithm"
 CONVERT_FRAME = "torch._dynamo.convert_frame"
+DYNAMO = "torch._dynamo"
 
 
 def _hook_steps() -> list[Step]:
+    """The install steps, each deferred to its module's import (:func:`~._patching.on_import`): entering an
+    observer imports neither Inductor nor Dynamo nor Triton, and a process that never imports them (one
+    serving an AOT bundle) never pays for them; nothing of a module can run before its import installs
+    the hooks there."""
     import torch
-    from torch._dynamo.utils import counters
 
     patches = torch_compat.installed()
-    _HOOKS.arity = patches.feedback_saver_arity(torch_compat.release_of(torch.__version__))
-    _HOOKS.autotune_count = counters["inductor"]["select_algorithm_autotune"]
+    release = torch_compat.release_of(torch.__version__)
+    _HOOKS.arity = patches.feedback_saver_arity(release)
     steps: list[Step] = []
     if _HOOKS.arity:
-        steps += [_add_feedback_saver, _wrap_log_results]
+        steps.append(on_import(SELECT_ALGORITHM, lambda: [_read_autotune_count, _add_feedback_saver, _wrap_log_results]))
     if patches.reasons_after_start_callbacks:  # 2.4-2.5: read them as _compile starts
-        steps += [wrap_attribute(f"{CONVERT_FRAME}:_compile", _compile_wrapper), _add_compile_callback]
+        steps.append(on_import(CONVERT_FRAME, lambda: [wrap_attribute(f"{CONVERT_FRAME}:_compile", _compile_wrapper)]))
     else:
-        steps += [_wrap_recompile_reasons(patches.recompile_reasons_name), _add_compile_callback]
-    steps += [_wrap_timed(path, kind) for kind, path in patches.runtime_hooks(torch_compat.release_of(torch.__version__))]
-    steps += [_add_gc_callback, _add_triton_listener]
+        steps.append(on_import(CONVERT_FRAME, lambda: [_wrap_recompile_reasons(patches.recompile_reasons_name)]))
+    steps.append(on_import(DYNAMO, lambda: [_add_compile_callback]))
+    for kind, path in patches.runtime_hooks(release):
+        steps.append(on_import(path.partition(":")[0], functools.partial(_timed_steps, path, kind)))
+    steps += [_add_gc_callback, _await_triton, on_import("triton", lambda: [_add_triton_listener])]
     return steps
+
+
+def _timed_steps(path: str, kind: str) -> list[Step]:
+    return [_wrap_timed(path, kind)]
+
+
+def _read_autotune_count(push: Callable[[Undo], None]) -> None:
+    """Start from torch's autotune counter as it is (the feedback saver tells a fresh benchmark by its rise)."""
+    from torch._dynamo.utils import counters
+
+    _HOOKS.autotune_count = counters["inductor"]["select_algorithm_autotune"]
+
+
+def _await_triton(push: Callable[[Undo], None]) -> None:
+    """While an installed Triton is not imported yet, it has compiled nothing here: say so (``(0, 0)`` counts
+    from :func:`~.hook_callbacks.triton_compiles`) until its import installs the listener."""
+    if "triton" in sys.modules or importlib.util.find_spec("triton") is None:
+        return
+
+    def undo() -> None:
+        _TRITON.waiting = False
+
+    push(undo)
+    _TRITON.waiting = True
 
 
 def _add_triton_listener(push: Callable[[Undo], None]) -> None:
@@ -91,6 +124,7 @@ def _add_triton_listener(push: Callable[[Undo], None]) -> None:
     listener that was there.  The undo puts that one back only while ours is still installed; a
     listener installed after ours stays (it may call ours, which then only counts).
     """
+    _TRITON.waiting = False  # imported: from now on only the listener can say
     compilation = _triton_compilation()
     if compilation is None:
         return
@@ -283,7 +317,7 @@ class HooksUse(Change):
                 f"{torch.__version__} does not have (it arrived in torch 2.5)"
             )
         with OBSERVER_HOOKS.lock:
-            if OBSERVER_HOOKS.users:
+            if OBSERVER_HOOKS.users and DYNAMO in sys.modules:
                 _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
             OBSERVER_HOOKS.acquire(self)
 

@@ -6,10 +6,11 @@ of a 118 s cold start for a 2-layer Llama, most of it fixed costs of ``torch.com
 (``ik.save_serving_bundle(..., aot=True)``) holds instead the ``.pt2`` package AOTInductor makes of the
 exported model (``torch.export.export`` then ``torch._inductor.aoti_compile_and_package``, torch 2.7+):
 the wrapper and kernels compiled to one shared library, the weights beside it.  A serving process loads
-it with ``torch._inductor.aoti_load_package``: no model code, no Dynamo, no Inductor compile, no Triton
-compile and no autotune happen there, by construction.  It still needs the classes of the model's outputs:
-the package's output spec names them (``transformers.modeling_outputs.CausalLMOutputWithPast`` ...), and
-torch's pytree reads it back only once the module that registers them is imported.
+it with torch's C++ loader (:func:`load_file`): no model code, no Dynamo, no Inductor compile, no Triton
+compile and no autotune happen there, by construction, and neither Inductor nor Dynamo is even imported.
+It still needs the classes of the model's outputs: the package's output spec names them
+(``transformers.modeling_outputs.CausalLMOutputWithPast`` ...), and torch's pytree reads it back only once
+the module that registers them is imported.
 
 What the build fixes for good: the weights (the bundle carries them as built), and the range of each
 dimension that varies across the warmed shapes (one ``torch.export.Dim`` per distinct set of sizes, from
@@ -36,14 +37,11 @@ from ..core import torch_compat
 from ..core.messages import torch_version
 from ..core.plan import config_values
 from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
-from . import aot_isa
 from .signature import as_call
 
 LOAD_CHECK_S = 300  # a fresh process importing torch and loading a package: seconds, minutes on a loaded host
-#: The load check's child: ``python -c LOAD_CHECK_CODE path isa`` (isa "" where not recorded).
-LOAD_CHECK_CODE = (
-    "import sys\nfrom inductor_knobs.serving import aot_package\naot_package.load_file(sys.argv[1], sys.argv[2] or None)"
-)
+#: The load check's child: ``python -c LOAD_CHECK_CODE path``.
+LOAD_CHECK_CODE = "import sys\nfrom inductor_knobs.serving import aot_package\naot_package.load_file(sys.argv[1])"
 
 
 def require(what: str) -> None:
@@ -118,7 +116,7 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
                 torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
             except Exception as err:  # AOTInductor's many error types
                 raise _invalid(label, "aot", True, f"a model AOTInductor compiles; torch said: {err}") from err
-        check_loads(label, path, aot_isa.picked())
+        check_loads(label, path)
         with open(path, "rb") as src:
             return src.read(), contract
     finally:
@@ -175,7 +173,7 @@ def check_cpu(label: str, built: list[str] | None) -> None:
         )
 
 
-def check_loads(label: str, path: str, isa: str | None) -> None:
+def check_loads(label: str, path: str) -> None:
     """Load the package at ``path`` in a fresh process, so that a package that crashes its loader is never saved.
 
     Seen on an H100 host (torch 2.11.0+cu130): Inductor's C++ compiler there, ``/opt/gcc/bin/g++``, linked
@@ -183,12 +181,11 @@ def check_loads(label: str, path: str, isa: str | None) -> None:
     torch's dynamic libstdc++ died of SIGSEGV in ``std::regex`` (``parse_device_str``, the
     ``AOTInductorModel`` constructor), for a package torch alone built as much as for ours.  The same
     package built with ``CXX=/usr/bin/g++`` (dynamic libstdc++) loaded.  A crash cannot be caught in the
-    process that loads, so the check runs in a child: ``python -c "torch._inductor.aoti_load_package(path)"``,
+    process that loads, so the check runs in a child that loads it as a serving process does (:func:`load_file`),
     a few seconds beside the build's minutes.  The child runs in the package's directory with its
     temporary directory there (the loader unpacks into it, and a crash leaves what it unpacked: the
     build's scratch directory is removed after), and its weights take GPU memory beside this process's,
-    whose cached free blocks are released first (``torch.cuda.empty_cache``).  It loads as a serving process
-    does (:func:`load_file`, ``isa`` standing in for torch's CPU ISA probes).
+    whose cached free blocks are released first (``torch.cuda.empty_cache``).
 
     Raises:
         InvalidKnobValue: the child did not load the package (died of a signal, raised, or ran past
@@ -205,7 +202,7 @@ def check_loads(label: str, path: str, isa: str | None) -> None:
     # a sys.path entry this process added itself rather than an installed package.
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-c", LOAD_CHECK_CODE, path, isa or ""]
+    command = [sys.executable, "-c", LOAD_CHECK_CODE, path]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, errors="replace", timeout=LOAD_CHECK_S, cwd=scratch, env=env
@@ -359,28 +356,32 @@ def _dimension(index: int, low: int, high: int) -> Any:
         return torch.export.Dim(f"d{index}", min=low, max=high)
 
 
-def load_file(path: str, isa: str | None) -> Any:
-    """``torch._inductor.aoti_load_package(path, run_single_threaded=True)``, with ``isa`` (the build host's
-    :func:`~inductor_knobs.serving.aot_isa.picked`, or None) standing in for torch's CPU ISA probes
-    (:func:`~inductor_knobs.serving.aot_isa.recorded`).
+def load_file(path: str) -> Any:
+    """torch's C++ loader of the package at ``path`` (``torch._C._aoti.AOTIModelPackageLoader``), single-threaded.
+
+    The loader itself, not ``torch._inductor.aoti_load_package``: that one imports Inductor and Dynamo (seconds
+    of a serving process's start, 1,400 modules) and, from 2.10, compares the package's CPU ISA with this
+    host's (``_load_aoti`` -> ``get_device_information`` -> ``pick_vec_isa``), which on an empty Inductor
+    cache compiles one C++ probe per ISA and loads each in a child Python, only to log a difference
+    (:func:`check_cpu` has refused a CPU lacking an extension of the build host's already).  The
+    arguments are torch's own ``load_package``'s, per release (``aot_loader_args`` in ``patches/``).
 
     Single-threaded: the runner's own thread synchronisation (a pool of model instances handed out under a
     lock, waiting on CUDA events) conflicts with capturing a CUDA graph of a call (``aoti_load_package``'s
     docstring, 2.7.0 to 2.15.0); :class:`ShapeCheckedPackage` serialises the calls instead.
 
     Returns:
-        Any: what ``aoti_load_package`` returned.
+        Any: the ``AOTIModelPackageLoader``.
 
     Raises:
         Exception: whatever AOTInductor's loader raises (RuntimeError and others from C++).
     """
     import torch
 
-    with aot_isa.recorded(isa):
-        return torch._inductor.aoti_load_package(path, run_single_threaded=True)
+    return torch._C._aoti.AOTIModelPackageLoader(*torch_compat.installed().aot_loader_args(path))
 
 
-def load(label: str, package: bytes, contract: dict[str, Any], isa: str | None = None) -> ShapeCheckedPackage:
+def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPackage:
     """Load a package :func:`build` made; the callable AOTInductor runs (nothing compiles), checked per call.
 
     The bytes go to a file in a fresh private directory (``mkdtemp``: 0700, a new name, so no other user's
@@ -390,7 +391,6 @@ def load(label: str, package: bytes, contract: dict[str, Any], isa: str | None =
         label (str): who asks, starting every message.
         package (bytes): the ``.pt2`` package.
         contract (dict[str, Any]): what it accepts (:func:`accepted`, as the bundle recorded it).
-        isa (str | None): the build host's vector ISA as the bundle recorded it (:func:`load_file`).
 
     Raises:
         CompileCacheRefused: AOTInductor could not load the package, or this process lacks a class its
@@ -409,13 +409,11 @@ def load(label: str, package: bytes, contract: dict[str, Any], isa: str | None =
         with out:
             out.write(package)
         try:
-            model = load_file(path, isa)
-            _read_call_spec(model)
+            return ShapeCheckedPackage(load_file(path), contract)
         except Exception as err:  # AOTInductor's loader raises RuntimeError and others from C++
             raise CompileCacheRefused(f"{label} refused: AOTInductor could not load the package: {err}{_hint(err)}") from err
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return ShapeCheckedPackage(model, contract)
 
 
 class ShapeCheckedPackage:
@@ -428,8 +426,14 @@ class ShapeCheckedPackage:
     threads run one at a time: :func:`load` loads the package single-threaded, so that a CUDA graph can be
     captured of a call.
 
+    A call is torch's ``AOTICompiledModel.__call__`` (2.7 ``_inductor/package/package.py:245``, 2.15
+    ``export/pt2_archive/_package.py:739``) with the package's input and output specs read once, here, rather
+    than at every call: flatten ``(args, kwargs)`` by the input spec (``torch.export._tree_utils.reorder_kwargs``
+    puts the keywords in its order), pass the tensors to ``loader.boxed_run``, rebuild the outputs by the
+    output spec.  Reading them here also makes an output class this process lacks fail the load, not a request.
+
     Args:
-        model: what ``torch._inductor.aoti_load_package`` returned.
+        loader: what :func:`load_file` returned.
         contract (dict[str, Any]): :func:`accepted`'s record.
 
     Raises (on a call):
@@ -437,9 +441,17 @@ class ShapeCheckedPackage:
             tensor of another rank, or a size outside the warmed range; naming the input, the size and the range.
     """
 
-    def __init__(self, model: Any, contract: dict[str, Any]) -> None:
-        self.model = model
+    def __init__(self, loader: Any, contract: dict[str, Any]) -> None:
+        import torch
+        from torch.export._tree_utils import reorder_kwargs
+        from torch.utils import _pytree
+
+        self.loader = loader
         self.contract = contract
+        in_spec, out_spec = loader.get_call_spec()
+        self._in_spec, self._out_spec = _pytree.treespec_loads(in_spec), _pytree.treespec_loads(out_spec)
+        self._flatten, self._unflatten, self._reorder = _pytree.tree_flatten, _pytree.tree_unflatten, reorder_kwargs
+        self._tensor = torch.Tensor
         self._one_at_a_time = threading.Lock()  # a runner loaded single-threaded serves one call at a time
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -454,8 +466,11 @@ class ShapeCheckedPackage:
         ):
             if entry is not None:
                 _check_tensor(where, value, entry)
+        flat = self._flatten((args, self._reorder(kwargs, self._in_spec)))[0]
+        tensors = [x for x in flat if isinstance(x, self._tensor)]
         with self._one_at_a_time:
-            return self.model(*args, **kwargs)
+            outputs = self.loader.boxed_run(tensors)
+        return self._unflatten(outputs, self._out_spec)
 
 
 def _check_tensor(where: str, value: Any, entry: dict[str, Any]) -> None:
@@ -472,17 +487,6 @@ def _refused(where: str, value: object, allowed: str) -> InvalidKnobValue:
     return InvalidKnobValue(
         f"AOT bundle call: {where} = {value} is not served by this package on torch {torch_version()}: allowed {allowed}"
     )
-
-
-def _read_call_spec(model: Any) -> None:
-    """Read the package's input and output specs now, as every call will (``AOTICompiledModel.__call__``:
-    ``pytree.treespec_loads(loader.get_call_spec()[i])``, 2.7 ``_inductor/package/package.py:246``, 2.13
-    ``export/pt2_archive/_package.py``), so that an output class this process lacks fails the load, not a request."""
-    from torch.utils import _pytree
-
-    get_call_spec = getattr(getattr(model, "loader", None), "get_call_spec", None)
-    for spec in get_call_spec() if get_call_spec is not None else ():
-        _pytree.treespec_loads(spec)
 
 
 def _hint(err: Exception) -> str:

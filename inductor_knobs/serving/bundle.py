@@ -21,6 +21,7 @@ baselines, plus the proof of what the load compiled, autotuned, Triton-compiled 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -32,7 +33,7 @@ from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..core.torch_fixes import torch_fixes
 from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
-from . import aot_isa, aot_package, bundle_format, compile_cache, triton_kernels
+from . import aot_package, bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .warmup_report import WarmupReport
 
@@ -132,7 +133,6 @@ def save_serving_bundle(
             "bytes": len(payload),
             "inputs": contract,
             "cpu_flags": aot_package.cpu_isa_flags(),
-            "cpu_isa": aot_isa.picked(),
         }
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = compile_cache.payload_header(knobs, payload, {})
@@ -214,7 +214,6 @@ def load_serving_bundle(
     compiles, ``triton.knobs.compilation.listener`` (Triton 3.4+; older: ``proof.triton`` is None).
     """
     from ..core.compile_backend import compile as ik_compile
-    from ..core.compile_backend import compiled_knobs
     from ..env import active_env_knobs
     from .stalls import REACTIONS, no_stalls
 
@@ -253,9 +252,12 @@ def load_serving_bundle(
         )
     # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.  A
     # bundle of another torch may hold knobs or a mode this one lacks: that is one more difference to name.
+    # An AOT bundle's knobs acted at its build, and nothing compiles here: the knobs it recorded are checked
+    # as recorded (with the torch version, which fixes the mode's keys), without importing Inductor for
+    # its mode table.
     try:
         if model is None:
-            built = compiled_knobs(spec.knobs, mode=spec.mode, options=spec.options, dynamic=spec.torch_compile.get("dynamic"))
+            built = Knobs(**header["knobs"]) if isinstance(header.get("knobs"), dict) else Knobs()
             compiled = None
         else:
             compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
@@ -306,10 +308,16 @@ def _load(
 
     seconds: dict[str, float] = {}
     served = compiled
-    with ColdStartRecorder() as recorder, torch_fixes():  # cached tuned configs are kept (torch 2.8-2.11: patches/_fixes.py)
+    # An AOT bundle's load compiles nothing: it needs neither torch's fixes nor a config key, so it imports
+    # neither Inductor nor Dynamo (the recorder's hooks wait for their import: seconds of a cold start).
+    aot = spec.aot is not None
+    fixes = contextlib.nullcontext() if aot else torch_fixes()  # cached tuned configs kept (2.8-2.11: patches/_fixes.py)
+    one_thread = Knobs(config={"compile_threads": 1})
+    threads = contextlib.nullcontext() if aot else KnobsContext(one_thread, source="ik.load_serving_bundle")
+    with ColdStartRecorder() as recorder, fixes:
         started = _clock()
         if spec.aot is not None:
-            compiled = served = aot_package.load(label, payload, spec.aot["inputs"], spec.aot.get("cpu_isa"))
+            compiled = served = aot_package.load(label, payload, spec.aot["inputs"])
             restored = 0
             seconds["load_package"] = _clock() - started
         else:
@@ -323,7 +331,7 @@ def _load(
         # compile_threads=1: Inductor then runs every Triton compile (or Triton cache hit) in this
         # process, where Triton's listener reports it; compile_threads is not in Inductor's cache key
         # (_cache_config_ignore_prefix in torch/_inductor/config.py, 2.7-2.15).
-        with torch.no_grad(), KnobsContext(Knobs(config={"compile_threads": 1}), source="ik.load_serving_bundle"):
+        with torch.no_grad(), threads:
             for index, shape in enumerate(spec.shapes):
                 args, kwargs = as_call(factory(shape))
                 started = _clock()

@@ -171,7 +171,7 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
 
 def _aot_section(aot: Any) -> bool:
     """Whether ``aot`` is ``{"bytes": n >= 1, "inputs": {"positional": [entry, ...], "keywords": {name: entry}},
-    "cpu_flags": [str, ...] or None, "cpu_isa": str or None}`` (``cpu_flags`` and ``cpu_isa`` may be absent),
+    "cpu_flags": [str, ...] or None}`` (``cpu_flags`` may be absent),
     each entry None or ``{"ndim": n, "sizes": [[low, high] x n]}`` with ints ``0 <= low <= high``."""
 
     def integer(value: Any) -> bool:
@@ -191,15 +191,13 @@ def _aot_section(aot: Any) -> bool:
 
     if (
         not isinstance(aot, dict)
-        or set(aot) - {"cpu_flags", "cpu_isa"} != {"bytes", "inputs"}
+        or set(aot) - {"cpu_flags"} != {"bytes", "inputs"}
         or not integer(aot["bytes"])
         or aot["bytes"] < 1
     ):
         return False
     flags = aot.get("cpu_flags")  # absent in a bundle saved before it was recorded: nothing to compare then
     if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
-        return False
-    if not isinstance(aot.get("cpu_isa"), (str, type(None))):
         return False
     inputs = aot["inputs"]
     return (

@@ -23,6 +23,8 @@ reads the build's benchmarks there.  Autotune benchmarks are counted from the fe
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,8 +222,11 @@ class ColdStartRecorder(Collector):
 
 
 def _read_counters() -> dict[str, int]:
-    from torch._dynamo.utils import counters
-
+    """torch's :data:`TORCH_COUNTERS` now; all 0 while Dynamo's utils are not imported (they count from their import)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is None:
+        return dict.fromkeys(TORCH_COUNTERS, 0)
+    counters = importlib.import_module("torch._dynamo.utils").counters  # waits if another thread imports it now
     out = {}
     for name in TORCH_COUNTERS:
         group, key = name.split(".", 1)

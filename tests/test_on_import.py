@@ -1,0 +1,194 @@
+"""_patching.on_import: hooks wait for their module's import, miss nothing of it, and hold nothing while waiting.
+
+The modules here are written to ``tmp_path`` under names no other test imports, so each test sees a module
+that is not imported yet; the last test checks the real thing in a fresh process: an observer entered before
+Inductor is imported hears the compile that imports it, and nothing of Inductor or Dynamo is imported for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+import wrapt.importer
+
+from inductor_knobs.core import _patching
+from inductor_knobs.core._patching import SharedPatch, import_hook_failures, on_import
+
+
+@pytest.fixture
+def module_dir(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names: list[str] = []
+
+    def write(body: str = "VALUE = 1\n") -> str:
+        name = f"ik_on_import_{uuid.uuid4().hex[:10]}"
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+        names.append(name)
+        importlib.invalidate_caches()
+        return name
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def _patch(name: str, seen: list[str]) -> SharedPatch:
+    def step(push):
+        module = sys.modules[name]
+        push(lambda: setattr(module, "VALUE", 1))
+        seen.append("installed")
+        module.VALUE = 2
+
+    return SharedPatch(f"test {name}", lambda: [on_import(name, lambda: [step])])
+
+
+def test_a_hook_waits_for_the_import_and_is_there_before_anything_of_the_module_runs(module_dir):
+    name = module_dir()
+    seen: list[str] = []
+    patch, holder = _patch(name, seen), object()
+    patch.acquire(holder)
+    assert seen == [] and name not in sys.modules  # installing imported nothing
+    module = importlib.import_module(name)
+    assert seen == ["installed"] and module.VALUE == 2  # in place as the import returned
+    patch.release(holder)
+    assert module.VALUE == 1 and name not in _patching._WAITING
+
+
+def test_a_hook_released_before_the_import_does_nothing_when_the_module_comes(module_dir):
+    name = module_dir()
+    seen: list[str] = []
+    patch, holder = _patch(name, seen), object()
+    patch.acquire(holder)
+    patch.release(holder)
+    assert importlib.import_module(name).VALUE == 1 and seen == []
+
+
+def test_installs_that_come_and_go_while_the_module_never_imports_hold_no_memory(module_dir):
+    name = module_dir()
+    patch, holder = _patch(name, []), object()
+    for _ in range(200):  # a recorder entered per request, for days, on a host where Triton is never imported
+        patch.acquire(holder)
+        patch.release(holder)
+    assert _patching._WAITING.get(name, []) == []
+    assert len(wrapt.importer._post_import_hooks.get(name) or []) == 1  # one wrapt hook per module, not per install
+
+
+def test_an_imported_module_gets_the_hook_at_once(module_dir):
+    name = module_dir()
+    module = importlib.import_module(name)
+    seen: list[str] = []
+    patch, holder = _patch(name, seen), object()
+    patch.acquire(holder)
+    assert seen == ["installed"] and module.VALUE == 2
+    patch.release(holder)
+    assert module.VALUE == 1
+
+
+def test_a_failing_hook_does_not_fail_the_import_even_under_w_error(module_dir):
+    name = module_dir()
+
+    def step(push):
+        warnings.warn("drift seen in an import hook", UserWarning, stacklevel=1)
+
+    patch, holder = SharedPatch("failing", lambda: [on_import(name, lambda: [step])]), object()
+    patch.acquire(holder)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert importlib.import_module(name).VALUE == 1  # the user's import went through
+    finally:
+        patch.release(holder)
+    assert any(name in failure and "drift seen" in failure for failure in import_hook_failures())
+
+
+def test_a_module_another_thread_is_importing_is_waited_for(module_dir):
+    """Arming while another thread is inside the module's import: the hook lands once that import ends."""
+    gate = threading.Event()
+    started = threading.Event()
+    holder_module = module_dir("VALUE = 0\n")
+    name = module_dir(
+        f"""
+        import {holder_module} as _h
+        _h.started.set()
+        _h.gate.wait(30)
+        VALUE = 1
+        """
+    )
+    helper = importlib.import_module(holder_module)
+    helper.started, helper.gate = started, gate
+    importer = threading.Thread(target=importlib.import_module, args=(name,))
+    importer.start()
+    assert started.wait(30)  # the module is in sys.modules now, half executed
+    seen: list[str] = []
+    patch, holder = _patch(name, seen), object()
+    arming = threading.Thread(target=patch.acquire, args=(holder,))
+    arming.start()
+    arming.join(0.5)
+    assert seen == []  # nothing ran on the half-imported module
+    gate.set()
+    importer.join(30)
+    arming.join(30)
+    assert seen == ["installed"] and sys.modules[name].VALUE == 2
+    patch.release(holder)
+    assert sys.modules[name].VALUE == 1
+
+
+FRESH = """
+import sys, json
+import torch
+import inductor_knobs as ik
+from inductor_knobs.serving.cold_start import ColdStartRecorder
+
+heavy = ("torch._inductor", "torch._dynamo", "torch._inductor.select_algorithm")
+with ColdStartRecorder() as rec:
+    entered = [m for m in heavy if m in sys.modules]
+    from torch._inductor import compile_fx
+    import torch._inductor.select_algorithm as sa
+    from inductor_knobs.core import hook_callbacks, interception
+    inside = {
+        "compile_fx wrapped": type(compile_fx.compile_fx).__name__,
+        "saver": any(f is hook_callbacks._feedback_saver for f in sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns),
+    }
+    fn = torch.compile(lambda x: torch.sin(x) + 1, backend="inductor")
+    fn(torch.randn(8))
+after = {
+    "compile_fx": type(compile_fx.compile_fx).__name__,
+    "saver": any(f is hook_callbacks._feedback_saver for f in sa._ALGORITHM_SELECTOR_CACHE.feedback_saver_fns),
+}
+proof = rec.proof()
+print(json.dumps({"entered": entered, "inside": inside, "after": after, "dynamo": len(proof.dynamo_compiles),
+                  "attestations": len(proof.attestations), "misses": proof.counters.get("inductor.fxgraph_cache_miss", 0)
+                  + proof.counters.get("inductor.fxgraph_cache_hit", 0)}))
+"""
+
+
+def test_an_observer_entered_before_inductor_is_imported_hears_the_compile_that_imports_it(tmp_path):
+    env_root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=env_root,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")},
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+            "PYTHONPATH": env_root,
+        },
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["entered"] == []  # entering the recorder imported neither Inductor nor Dynamo
+    assert out["inside"] == {"compile_fx wrapped": "FunctionWrapper", "saver": True}  # installed by the import
+    assert out["after"] == {"compile_fx": "function", "saver": False}  # and removed at exit, by identity
+    assert out["dynamo"] == 1 and out["attestations"] == 1 and out["misses"] == 1  # the compile was heard
