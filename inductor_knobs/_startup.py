@@ -65,6 +65,11 @@ class _ActivatingLoader:
 
     def exec_module(self, module: "Any") -> None:
         self._loader.exec_module(module)
+        # Its code has run: say so before activating (importlib clears the flag only once this returns), so
+        # that the hooks activation installs on this module (on_import) install now, not after the import.
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec._initializing = False
         activate()
 
     def __getattr__(self, name: str) -> "Any":  # get_source, get_filename, … for tracebacks and tools

@@ -112,7 +112,8 @@ def test_a_failing_hook_does_not_fail_the_import_even_under_w_error(module_dir):
 
 
 def test_a_module_another_thread_is_importing_is_waited_for(module_dir):
-    """Arming while another thread is inside the module's import: the hook lands once that import ends."""
+    """Arming while another thread is inside the module's import: nothing runs on the half-imported module,
+    the block enters at once, and the hook lands once that import ends."""
     gate = threading.Event()
     started = threading.Event()
     holder_module = module_dir("VALUE = 0\n")
@@ -135,9 +136,13 @@ def test_a_module_another_thread_is_importing_is_waited_for(module_dir):
     arming.start()
     arming.join(0.5)
     assert seen == []  # nothing ran on the half-imported module
+    assert not arming.is_alive()  # entering did not wait for the import (its lock could be needed there)
     gate.set()
     importer.join(30)
-    arming.join(30)
+    for _ in range(600):  # a poller fires the install once the import ended
+        if seen:
+            break
+        threading.Event().wait(0.05)
     assert seen == ["installed"] and sys.modules[name].VALUE == 2
     patch.release(holder)
     assert sys.modules[name].VALUE == 1
@@ -192,3 +197,105 @@ def test_an_observer_entered_before_inductor_is_imported_hears_the_compile_that_
     assert out["inside"] == {"compile_fx wrapped": "FunctionWrapper", "saver": True}  # installed by the import
     assert out["after"] == {"compile_fx": "function", "saver": False}  # and removed at exit, by identity
     assert out["dynamo"] == 1 and out["attestations"] == 1 and out["misses"] == 1  # the compile was heard
+
+
+def test_no_deadlock_when_the_module_being_imported_takes_the_patch_at_its_end(module_dir):
+    """As the startup hook does inside compile_fx's import (env activation takes the interception's lock):
+    another thread that enters the patch meanwhile must not wait for that import under the patch's lock."""
+    seen: list[str] = []
+    started, gate = threading.Event(), threading.Event()
+    name = module_dir("VALUE = 1\n")  # written first: the second module needs its name
+    patch = _patch(name, seen)
+    helper = module_dir("VALUE = 0\n")
+    importlib.import_module(helper).hooks = (started, gate, patch)
+    (Path(sys.modules[helper].__file__).parent / f"{name}.py").write_text(
+        f"import {helper} as _h\n_h.hooks[0].set()\n_h.hooks[1].wait(30)\nVALUE = 1\n_h.hooks[2].acquire('activation')\n"
+    )
+    importlib.invalidate_caches()
+    importer = threading.Thread(target=importlib.import_module, args=(name,), daemon=True)
+    importer.start()
+    assert started.wait(30)
+    entering = threading.Thread(target=patch.acquire, args=("block",), daemon=True)
+    entering.start()
+    entering.join(5)
+    assert not entering.is_alive()  # entered without waiting for the import
+    gate.set()
+    importer.join(30)
+    assert not importer.is_alive(), "deadlock: the import waited for the patch's lock"
+    for _ in range(600):  # the install that found the module half imported fires once the import ended
+        if seen:
+            break
+        threading.Event().wait(0.05)
+    assert seen == ["installed"] and sys.modules[name].VALUE == 2
+    patch.release("block")
+    patch.release("activation")
+    assert sys.modules[name].VALUE == 1
+
+
+def test_an_interrupt_while_registering_the_hook_does_not_lose_it_for_later_installs(module_dir, monkeypatch):
+    name = module_dir()
+    seen: list[str] = []
+    patch, holder = _patch(name, seen), object()
+    real = wrapt.register_post_import_hook
+    calls = []
+
+    def interrupted_once(hook, module):
+        calls.append(module)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(hook, module)
+
+    monkeypatch.setattr(wrapt, "register_post_import_hook", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        patch.acquire(holder)
+    assert patch.users == 0 and _patching._WAITING.get(name, []) == []  # the interrupted install left nothing
+    patch.acquire(holder)
+    assert importlib.import_module(name).VALUE == 2 and seen == ["installed"]
+    patch.release(holder)
+
+
+def test_an_interrupt_inside_the_import_hook_leaves_every_install_waiting_for_the_next_import(module_dir):
+    name = module_dir()
+    seen: list[str] = []
+    first, holder_a, holder_b = [True], object(), object()
+
+    def interrupting(push):
+        if first[0]:
+            first[0] = False
+            raise KeyboardInterrupt
+
+    a = SharedPatch("interrupting", lambda: [on_import(name, lambda: [interrupting])])
+    b = _patch(name, seen)
+    b.acquire(holder_b)
+    a.acquire(holder_a)
+    with pytest.raises(KeyboardInterrupt):
+        importlib.import_module(name)
+    assert name not in sys.modules  # Python dropped the module whose import failed
+    for _ in range(200):  # the poller hands the installs back to a fresh wrapt hook
+        if name in _patching._HOOKED:
+            break
+        threading.Event().wait(0.01)
+    module = importlib.import_module(name)
+    assert module.VALUE == 2 and seen[-1] == "installed"
+    b.release(holder_b)
+    a.release(holder_a)
+    assert module.VALUE == 1
+
+
+def test_a_hook_failure_is_told_at_the_next_block_entry(module_dir):
+    name = module_dir()
+
+    def failing(push):
+        raise RuntimeError("torch moved it")
+
+    patch, holder = SharedPatch("failing", lambda: [on_import(name, lambda: [failing])]), object()
+    patch.acquire(holder)
+    try:
+        importlib.import_module(name)
+    finally:
+        patch.release(holder)
+    with pytest.warns(UserWarning, match=rf"{name}: RuntimeError: torch moved it"):
+        _patching.warn_import_hook_failures(UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _patching.warn_import_hook_failures(UserWarning)  # told once

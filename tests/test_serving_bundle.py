@@ -429,7 +429,7 @@ def fake_triton(monkeypatch):
         previous_calls.append(kwargs["cache_hit"])
 
     compilation = types.SimpleNamespace(listener=previous)
-    monkeypatch.setattr(observe, "_triton_compilation", lambda: compilation)
+    monkeypatch.setattr(observe, "_triton_compilation", lambda *triton: compilation)
     # Imported, as the listener's hook waits for Triton's import (on_import).
     monkeypatch.setitem(sys.modules, "triton", sys.modules.get("triton") or types.ModuleType("triton"))
     return types.SimpleNamespace(compilation=compilation, previous=previous, calls=previous_calls)

@@ -81,22 +81,30 @@ def resolve(path: str) -> tuple[Any, str]:
 
 def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
     """A step that runs ``steps()`` (all or nothing) once ``module`` is imported: at once if it is, else
-    right after its import, in the importing thread, if the patch still holds then.
+        right after its import, in the importing thread, if the patch still holds then.
 
-    Why: a hook's target module is imported only to install the hook otherwise, and Inductor's and
-    Dynamo's modules cost seconds to import (``torch._inductor.select_algorithm`` imports Dynamo and
-    1,400 modules: 1.4 s on this project's CI machine, several on a GPU host without bytecode), which
-    a process that never compiles (one loading an AOT bundle) need not pay.  Nothing of a module can run
-    before its import ends, so a hook installed then misses nothing.
+        Why: a hook's target module is imported only to install the hook otherwise, and Inductor's and
+        Dynamo's modules cost seconds to import (``torch._inductor.select_algorithm`` imports Dynamo and
+        1,400 modules: 1.4 s on this project's CI machine, several on a GPU host without bytecode), which
+        a process that never compiles (one loading an AOT bundle) need not pay.  Nothing of a module can run
+        before its import ends, so a hook installed then misses nothing.
 
-    How: one ``wrapt.register_post_import_hook`` per module name for the process (not one per install,
-    so installs that come and go while the module is never imported hold no memory); it runs the steps of
-    every install still waiting.  A module that another thread is importing now is waited for
-    (``importlib.import_module``).  The undo drops a waiting install, or undoes its steps.  The hook
-    never raises (an exception in it would fail the user's import): a step that fails leaves nothing of
-    its install, and :func:`import_hook_failures` keeps the error.  Blind spot: an import that another
-    thread began before the hook was registered and that had not yet put the module in ``sys.modules``
-    (between its ``find_spec`` and ``module_from_spec``) goes unseen until the next install.
+        How: one ``wrapt.register_post_import_hook`` per module name and import (not one per install, so
+        installs that come and go while the module is never imported hold no memory); it runs the steps of
+        every install still waiting.  Nothing here waits for an import while a lock is held (the install runs
+        under its :class:`SharedPatch`'s lock, which the importing thread may need: the startup hook activates
+        ``INDUCTOR_KNOBS_*`` inside ``compile_fx``'s import, once its code has run): the steps read modules from
+        ``sys.modules``, and an install that finds its module still being imported is handed to a thread
+        that polls until that import ends, then fires it (the steps never run on a half-imported module: a
+    module's own code could still overwrite what they patched).  The steps must not import.  The undo drops a waiting
+        install, or undoes its steps.  The hook never raises an error into the user's import: a step that fails
+        leaves nothing of its install, :func:`import_hook_failures` keeps the error and the next block entry
+        reports it (:func:`warn_import_hook_failures`); an interrupt is re-raised after the other installs
+        fired, and every install goes back to waiting (Python drops the module whose import failed; an import
+    run again within milliseconds gets the hooks from the poller, just after its code ran).  Blind
+        spot: an import that another thread began before the hook was registered and that had not yet put
+        the module in ``sys.modules`` (between its ``find_spec`` and ``module_from_spec``) goes unseen until
+        the next install.
     """
 
     def step(push: Callable[[Undo], None]) -> None:
@@ -105,6 +113,11 @@ def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
         waiting.arm()
 
     return step
+
+
+def initializing(module: Any) -> bool:
+    """Whether ``module`` is still being imported (``__spec__._initializing``, set by importlib around its code)."""
+    return getattr(getattr(module, "__spec__", None), "_initializing", False) is True
 
 
 class _OnImport:
@@ -119,24 +132,26 @@ class _OnImport:
         self.fired = False
 
     def arm(self) -> None:
-        with _WAITING_LOCK:
-            imported = self.module in sys.modules
-            if not imported:
-                first = self.module not in _WAITING
-                _WAITING.setdefault(self.module, []).append(self)
-        if imported:  # or being imported by another thread: wait for it (never under a lock of ours)
-            self.fire(importlib.import_module(self.module))
+        module = sys.modules.get(self.module)
+        if module is not None and not initializing(module):
+            self.fire()
             return
-        if first:
-            wrapt.register_post_import_hook(_imported, self.module)  # may call _imported at once (a race)
-        if self.module in sys.modules:  # imported meanwhile by an import wrapt's finder did not see
-            _imported(importlib.import_module(self.module))
+        with _WAITING_LOCK:
+            _WAITING.setdefault(self.module, []).append(self)
+        _notify_when_imported(self.module)
 
-    def fire(self, module: Any) -> None:
+    def fire(self) -> None:
+        """Run the steps (all or nothing) unless undone or done; the module's code has run."""
         with self.lock:
             if self.live and not self.fired:
-                self.fired = True
                 apply_all(self.steps(), self.undos)
+                self.fired = True
+
+    def reset(self) -> None:
+        """Undo the steps and wait again (the module they patched was dropped: its import failed)."""
+        with self.lock:
+            revert_all(self.undos)
+            self.fired = False
 
     def cancel(self) -> None:
         with self.lock:
@@ -144,35 +159,121 @@ class _OnImport:
             with _WAITING_LOCK:
                 _remove_by_identity(_WAITING.get(self.module, []), self)
             revert_all(self.undos)
+            self.fired = False
 
 
-#: Installs waiting for their module, by module name (one wrapt hook each while the list exists).
+#: Installs waiting for their module, by module name.
 _WAITING: dict[str, list[_OnImport]] = {}
+#: Module names with a wrapt post-import hook registered and not yet called.
+_HOOKED: set[str] = set()
 _WAITING_LOCK = threading.Lock()
 _IMPORT_HOOK_FAILURES: list[str] = []
+_REPORTED = [0]  # how many of the failures a block entry has warned of
+
+
+def _notify_when_imported(name: str) -> None:
+    """Make the installs waiting for ``name`` fire when its import ends: a wrapt post-import hook, or, for a
+    module another thread is importing now (its loader was found before any hook existed), a poller."""
+    if sys.modules.get(name) is None:
+        with _WAITING_LOCK:
+            register = name not in _HOOKED
+        if register:  # outside the lock: wrapt calls _imported at once if the module appeared meanwhile
+            _REGISTERING.active = True  # such a call may see another thread's import half done
+            try:
+                wrapt.register_post_import_hook(_imported, name)
+            finally:
+                _REGISTERING.active = False
+            with _WAITING_LOCK:
+                _HOOKED.add(name)
+        if sys.modules.get(name) is None:
+            return
+    module = sys.modules.get(name)
+    if module is None or not initializing(module):
+        if module is not None:
+            _fire_waiting(module)
+        return
+    threading.Thread(target=_poll_import, args=(name,), name="inductor_knobs import waiter", daemon=True).start()
+
+
+def _poll_import(name: str, interval: float = 0.005) -> None:
+    """Wait, without any lock, until another thread's import of ``name`` ends; then fire what waits for it."""
+    import time
+
+    module = sys.modules.get(name)
+    while module is not None and initializing(module):
+        time.sleep(interval)
+        module = sys.modules.get(name)
+    if module is None:  # that import failed: wait for the next one
+        _notify_when_imported(name)
+    else:
+        _fire_waiting(module)
 
 
 def _imported(module: Any) -> None:
-    """wrapt's post-import hook: fire every install waiting for ``module``; never raises (see :func:`on_import`)."""
-    try:
-        name = module.__name__
-        # From the importing thread (wrapt calls this as the import ends) this returns at once; from
-        # another (wrapt's register saw a module still being imported) it waits for that import.
-        module = importlib.import_module(name)
-        with _WAITING_LOCK:
-            waiting = _WAITING.pop(name, [])
+    """wrapt's post-import hook: called as ``module``'s import ends (its code has run), or at once from
+    ``register_post_import_hook`` when the module is in ``sys.modules`` already, maybe half imported by
+    another thread (then :func:`_notify_when_imported`, after the register, hands it to a poller)."""
+    if not (getattr(_REGISTERING, "active", False) and initializing(module)):
+        _fire_waiting(module)
+
+
+class _Registering(threading.local):
+    active = False
+
+
+_REGISTERING = _Registering()
+
+
+def _fire_waiting(module: Any) -> None:
+    """Fire every install waiting for ``module``.
+
+    Never raises an error into the import (see :func:`on_import`); an interrupt is re-raised once the
+    other installs fired, with every install waiting again for the next import.
+    """
+    name = getattr(module, "__name__", None)
+    with _WAITING_LOCK:
+        _HOOKED.discard(str(name))
+        waiting = _WAITING.pop(str(name), [])
+    again: list[_OnImport] = []
+    interrupted: BaseException | None = None
+    for install in waiting:
+        try:
+            install.fire()
+        except Exception as err:  # noqa: BLE001 - an import hook must not fail the import
+            _IMPORT_HOOK_FAILURES.append(f"{name}: {type(err).__name__}: {err}")
+        except BaseException as err:  # noqa: BLE001 - the user's interrupt: re-raised below
+            interrupted = interrupted or err
+            again.append(install)
+    if interrupted is not None:  # Python drops the module: every install waits for the next import
         for install in waiting:
-            try:
-                install.fire(module)
-            except Exception as err:  # noqa: BLE001 - an import hook must not fail the import
-                _IMPORT_HOOK_FAILURES.append(f"{name}: {type(err).__name__}: {err}")
-    except Exception as err:  # noqa: BLE001 - as above
-        _IMPORT_HOOK_FAILURES.append(f"{getattr(module, '__name__', module)!r}: {type(err).__name__}: {err}")
+            install.reset()
+        again = waiting
+    live = [install for install in again if install.live]
+    if live:
+        with _WAITING_LOCK:
+            _WAITING.setdefault(str(name), []).extend(live)
+        try:
+            _notify_when_imported(str(name))
+        except Exception as err:  # noqa: BLE001 - as above
+            _IMPORT_HOOK_FAILURES.append(f"{name}: {type(err).__name__}: {err}")
+    if interrupted is not None:
+        raise interrupted
 
 
 def import_hook_failures() -> list[str]:
     """Errors of hooks that :func:`on_import` installed from an import, oldest first (for ``doctor`` and tests)."""
     return list(_IMPORT_HOOK_FAILURES)
+
+
+def warn_import_hook_failures(category: type[Warning]) -> None:
+    """Warn (``category``) of each hook failure no block entry has warned of yet: an import hook cannot raise
+    (:func:`on_import`), so a block entry says it, and under ``-W error`` refuses to enter."""
+    with _WAITING_LOCK:
+        fresh, _REPORTED[0] = _IMPORT_HOOK_FAILURES[_REPORTED[0] :], len(_IMPORT_HOOK_FAILURES)
+    for failure in fresh:
+        warnings.warn(
+            f"a hook inductor_knobs installs when torch imports a module failed there: {failure}", category, stacklevel=3
+        )
 
 
 def _remove_by_identity(items: list[Any], item: object) -> None:

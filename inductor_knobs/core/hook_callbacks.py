@@ -17,6 +17,7 @@ which Triton compiled nothing on this thread is named ``triton_load`` instead of
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import warnings
@@ -80,7 +81,9 @@ def triton_compiles() -> tuple[int, int] | None:
     one of Inductor's compile-worker processes is reported there, not here.
     """
     with _TRITON_LOCK:
-        return (_TRITON.compiled, _TRITON.cache_hits) if _TRITON.listening or _TRITON.waiting else None
+        # waiting holds only while Triton is not imported: an install that never fired must not vouch for it
+        waiting = _TRITON.waiting and "triton" not in sys.modules
+        return (_TRITON.compiled, _TRITON.cache_hits) if _TRITON.listening or waiting else None
 
 
 def _triton_listener(previous: Callable[..., Any] | None) -> Callable[..., Any]:

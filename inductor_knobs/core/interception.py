@@ -52,9 +52,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import DriftWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
-from ._patching import SharedPatch, on_import, wrap_attribute
+from ._patching import SharedPatch, on_import, warn_import_hook_failures, wrap_attribute
 from ._undo import Change, apply_all, revert_all
 from .asked import (
     _PROCESS,
@@ -307,6 +308,7 @@ class InterceptionUse(Change):
         return f"use {INTERCEPTION.name}"
 
     def apply(self) -> None:
+        warn_import_hook_failures(DriftWarning)  # an import hook cannot raise: its failures are told here
         _HOLDERS_PATCHES[0] = self.patches
         INTERCEPTION.acquire(self)
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from ..errors import DriftWarning
 from . import torch_compat
-from ._patching import SharedPatch, on_import, resolve, wrap_attribute
+from ._patching import SharedPatch, initializing, on_import, resolve, warn_import_hook_failures, wrap_attribute
 from ._undo import Change, Step, Undo
 from .hook_callbacks import (
     _HOOKS,
@@ -99,8 +99,7 @@ def _timed_steps(path: str, kind: str) -> list[Step]:
 
 def _read_autotune_count(push: Callable[[Undo], None]) -> None:
     """Start from torch's autotune counter as it is (the feedback saver tells a fresh benchmark by its rise)."""
-    from torch._dynamo.utils import counters
-
+    counters = sys.modules["torch._dynamo.utils"].counters  # imported by select_algorithm (steps do not import)
     _HOOKS.autotune_count = counters["inductor"]["select_algorithm_autotune"]
 
 
@@ -124,8 +123,8 @@ def _add_triton_listener(push: Callable[[Undo], None]) -> None:
     listener that was there.  The undo puts that one back only while ours is still installed; a
     listener installed after ours stays (it may call ours, which then only counts).
     """
+    compilation = _triton_compilation(sys.modules["triton"])
     _TRITON.waiting = False  # imported: from now on only the listener can say
-    compilation = _triton_compilation()
     if compilation is None:
         return
     previous = compilation.listener
@@ -175,12 +174,14 @@ def _wrap_timed(path: str, kind: str) -> Step:
     return step
 
 
-def _triton_compilation() -> Any:
-    """``triton.knobs.compilation`` when it has the ``listener`` slot (Triton 3.4+), else None (older, or no Triton)."""
-    try:
-        import triton
-    except ImportError:
-        return None
+def _triton_compilation(triton: Any = None) -> Any:
+    """``triton.knobs.compilation`` of ``triton`` (None: import it, for ``doctor``) when it has the ``listener``
+    slot (Triton 3.4+), else None (older, or no Triton)."""
+    if triton is None:
+        try:
+            triton = importlib.import_module("triton")
+        except ImportError:
+            return None
     compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
     return compilation if compilation is not None and hasattr(compilation, "listener") else None
 
@@ -202,7 +203,7 @@ def runtime_hook_status() -> list[tuple[str, str, bool]]:
 
 
 def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
-    sa = importlib.import_module(SELECT_ALGORITHM)
+    sa = sys.modules[SELECT_ALGORITHM]
     # By identity: clear_feedback_savers (2.9+) would drop other people's savers too.
     push(lambda: _remove_feedback_saver(sa))
     sa.add_feedback_saver(_feedback_saver)
@@ -216,7 +217,7 @@ def _remove_feedback_saver(sa: Any) -> None:
 
 
 def _wrap_log_results(push: Callable[[Undo], None]) -> None:
-    cls = importlib.import_module(SELECT_ALGORITHM).AlgorithmSelectorCache
+    cls = sys.modules[SELECT_ALGORITHM].AlgorithmSelectorCache
     if not isinstance(cls.__dict__.get("log_results"), staticmethod):
         warnings.warn(
             "AlgorithmSelectorCache.log_results is not a staticmethod on this torch; autotune records "
@@ -230,7 +231,7 @@ def _wrap_log_results(push: Callable[[Undo], None]) -> None:
 
 def _wrap_recompile_reasons(name: str) -> Step:
     def step(push: Callable[[Undo], None]) -> None:
-        if not callable(getattr(importlib.import_module(CONVERT_FRAME), name, None)):
+        if not callable(getattr(sys.modules[CONVERT_FRAME], name, None)):
             warnings.warn(
                 f"{CONVERT_FRAME}.{name} does not exist on this torch; compile events will not carry Dynamo's recompile reasons",
                 DriftWarning,
@@ -252,9 +253,7 @@ def _add_compile_callback(push: Callable[[Undo], None]) -> None:
 
 
 def _register_compile_callback() -> None:
-    import torch._dynamo
-
-    handler = torch._dynamo.callback_handler
+    handler = sys.modules[DYNAMO].callback_handler  # imported (steps do not import: see on_import)
     if not any(cb is _compile_started for cb in handler.start_callbacks):
         handler.register_start_callback(_compile_started)
     if not any(cb is _compile_ended for cb in handler.end_callbacks):
@@ -262,10 +261,10 @@ def _register_compile_callback() -> None:
 
 
 def _drop_compile_callback() -> None:
-    import torch._dynamo
-
-    _remove(torch._dynamo.callback_handler.start_callbacks, _compile_started)
-    _remove(torch._dynamo.callback_handler.end_callbacks, _compile_ended)
+    handler = getattr(sys.modules.get(DYNAMO), "callback_handler", None)
+    if handler is not None:
+        _remove(handler.start_callbacks, _compile_started)
+        _remove(handler.end_callbacks, _compile_ended)
 
 
 def _remove(items: list[Any], item: object) -> None:
@@ -316,8 +315,10 @@ class HooksUse(Change):
                 f"autotune records need torch.{SELECT_ALGORITHM}.add_feedback_saver, which torch "
                 f"{torch.__version__} does not have (it arrived in torch 2.5)"
             )
+        warn_import_hook_failures(DriftWarning)  # an import hook cannot raise: its failures are told here
         with OBSERVER_HOOKS.lock:
-            if OBSERVER_HOOKS.users and DYNAMO in sys.modules:
+            dynamo = sys.modules.get(DYNAMO)
+            if OBSERVER_HOOKS.users and dynamo is not None and not initializing(dynamo):
                 _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
             OBSERVER_HOOKS.acquire(self)
 
