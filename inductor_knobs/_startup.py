@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 HOOK_MODULE = "torch._inductor.compile_fx"
 _registered = False
+#: The module whose code has run while activation runs inside its import (for core/_patching.initializing).
+executed = None
 
 
 def bootstrap() -> None:
@@ -64,13 +66,16 @@ class _ActivatingLoader:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: "Any") -> None:
+        global executed
         self._loader.exec_module(module)
-        # Its code has run: say so before activating (importlib clears the flag only once this returns), so
-        # that the hooks activation installs on this module (on_import) install now, not after the import.
-        spec = getattr(module, "__spec__", None)
-        if spec is not None:
-            spec._initializing = False
-        activate()
+        # Its code has run, though importlib still marks it as being imported until this returns: the hooks
+        # activation installs on it (core/_patching.py on_import reads `executed`) install now.  Other
+        # importers keep waiting for the import lock, so no compile starts before activation ends.
+        executed = module
+        try:
+            activate()
+        finally:
+            executed = None
 
     def __getattr__(self, name: str) -> "Any":  # get_source, get_filename, … for tracebacks and tools
         return getattr(self._loader, name)

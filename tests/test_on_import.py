@@ -25,6 +25,15 @@ from inductor_knobs.core import _patching
 from inductor_knobs.core._patching import SharedPatch, import_hook_failures, on_import
 
 
+@pytest.fixture(autouse=True)
+def _drain_hook_failures():
+    """The failures a test provokes are told at the next block entry: not in another test's."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _patching.warn_import_hook_failures(UserWarning)
+
+
 @pytest.fixture
 def module_dir(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -299,3 +308,92 @@ def test_a_hook_failure_is_told_at_the_next_block_entry(module_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _patching.warn_import_hook_failures(UserWarning)  # told once
+
+
+def _waiters() -> int:
+    return sum(t.name == "inductor_knobs import waiter" for t in threading.enumerate())
+
+
+def test_one_poller_per_module_however_many_blocks_enter_during_a_long_import(module_dir):
+    started, gate = threading.Event(), threading.Event()
+    helper = module_dir("VALUE = 0\n")
+    name = module_dir(f"import {helper} as _h\n_h.hooks[0].set()\n_h.hooks[1].wait(30)\nVALUE = 1\n")
+    importlib.import_module(helper).hooks = (started, gate)
+    importer = threading.Thread(target=importlib.import_module, args=(name,), daemon=True)
+    importer.start()
+    assert started.wait(30)
+    seen: list[str] = []
+    patch, held = _patch(name, seen), object()
+    patch.acquire(held)  # one install stays until the end
+    most = 0
+    for _ in range(300):  # a block entered per request on other threads while Inductor imports
+        holder = object()
+        patch.acquire(holder)
+        patch.release(holder)
+        most = max(most, _waiters())
+    assert most <= 1 and seen == []
+    gate.set()
+    importer.join(30)
+    for _ in range(600):
+        if seen:
+            break
+        threading.Event().wait(0.05)
+    assert seen == ["installed"] and sys.modules[name].VALUE == 2
+    patch.release(held)
+
+
+def test_an_import_no_hook_saw_is_caught_up_by_the_next_install(module_dir):
+    name = module_dir()
+    first: list[str] = []
+    second: list[str] = []
+    one, two = _patch(name, first), _patch(name, second)
+    one.acquire("one")  # waits, behind a wrapt hook
+    path = Path(sys.path[0]) / f"{name}.py"  # imported past every finder, as an import begun before the hook was
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    assert first == []
+    two.acquire("two")
+    assert first == ["installed"] and second == ["installed"] and module.VALUE == 2
+    two.release("two")
+    one.release("one")
+    assert module.VALUE == 1
+
+
+def test_activation_inside_compile_fx_import_installs_at_once_and_other_importers_wait_for_it(module_dir, monkeypatch):
+    """The startup hook's loader (inductor_knobs/_startup.py) on a stand-in for compile_fx: the activation's
+    installs fire in the importing thread, and another thread's import returns only once activation ended."""
+    from inductor_knobs import _startup
+
+    name = module_dir()
+    seen: list[str] = []
+    patch = _patch(name, seen)
+    timeline: list[str] = []
+    activating = threading.Event()
+
+    def activate() -> None:
+        patch.acquire("activation")
+        timeline.append(f"activated, installed={seen == ['installed']}, poller={_waiters()}")
+        activating.set()
+        threading.Event().wait(0.5)
+        timeline.append("activation ends")
+
+    monkeypatch.setattr(_startup, "HOOK_MODULE", name)
+    monkeypatch.setattr(_startup, "activate", activate)
+    finder = _startup._AfterImport()
+    sys.meta_path.insert(0, finder)
+    try:
+        importer = threading.Thread(target=importlib.import_module, args=(name,), daemon=True)
+        importer.start()
+        assert activating.wait(30)
+        other = threading.Thread(target=lambda: (importlib.import_module(name), timeline.append("other import returned")))
+        other.start()
+        importer.join(30)
+        other.join(30)
+    finally:  # a finder left behind would activate at the real compile_fx import of a later test
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+    assert timeline == ["activated, installed=True, poller=0", "activation ends", "other import returned"]
+    assert _startup.executed is None and sys.modules[name].VALUE == 2
+    patch.release("activation")

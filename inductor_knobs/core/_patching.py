@@ -81,30 +81,32 @@ def resolve(path: str) -> tuple[Any, str]:
 
 def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
     """A step that runs ``steps()`` (all or nothing) once ``module`` is imported: at once if it is, else
-        right after its import, in the importing thread, if the patch still holds then.
+    right after its import, in the importing thread, if the patch still holds then.
 
-        Why: a hook's target module is imported only to install the hook otherwise, and Inductor's and
-        Dynamo's modules cost seconds to import (``torch._inductor.select_algorithm`` imports Dynamo and
-        1,400 modules: 1.4 s on this project's CI machine, several on a GPU host without bytecode), which
-        a process that never compiles (one loading an AOT bundle) need not pay.  Nothing of a module can run
-        before its import ends, so a hook installed then misses nothing.
+    Why: a hook's target module is imported only to install the hook otherwise, and Inductor's and
+    Dynamo's modules cost seconds to import (``torch._inductor.select_algorithm`` imports Dynamo and
+    1,400 modules: 1.4 s on this project's CI machine, several on a GPU host without bytecode), which
+    a process that never compiles (one loading an AOT bundle) need not pay.  Nothing of a module can run
+    before its import ends, so a hook installed then misses nothing.
 
-        How: one ``wrapt.register_post_import_hook`` per module name and import (not one per install, so
-        installs that come and go while the module is never imported hold no memory); it runs the steps of
-        every install still waiting.  Nothing here waits for an import while a lock is held (the install runs
-        under its :class:`SharedPatch`'s lock, which the importing thread may need: the startup hook activates
-        ``INDUCTOR_KNOBS_*`` inside ``compile_fx``'s import, once its code has run): the steps read modules from
-        ``sys.modules``, and an install that finds its module still being imported is handed to a thread
-        that polls until that import ends, then fires it (the steps never run on a half-imported module: a
-    module's own code could still overwrite what they patched).  The steps must not import.  The undo drops a waiting
-        install, or undoes its steps.  The hook never raises an error into the user's import: a step that fails
-        leaves nothing of its install, :func:`import_hook_failures` keeps the error and the next block entry
-        reports it (:func:`warn_import_hook_failures`); an interrupt is re-raised after the other installs
-        fired, and every install goes back to waiting (Python drops the module whose import failed; an import
-    run again within milliseconds gets the hooks from the poller, just after its code ran).  Blind
-        spot: an import that another thread began before the hook was registered and that had not yet put
-        the module in ``sys.modules`` (between its ``find_spec`` and ``module_from_spec``) goes unseen until
-        the next install.
+    How: one ``wrapt.register_post_import_hook`` per module name and import (not one per install, so
+    installs that come and go while the module is never imported hold no memory); it runs the steps of
+    every install still waiting.  Nothing here waits for an import while a lock is held (the install runs
+    under its :class:`SharedPatch`'s lock, which the importing thread may need: the startup hook activates
+    ``INDUCTOR_KNOBS_*`` inside ``compile_fx``'s import, once its code has run): the steps read modules from
+    ``sys.modules``, and an install that finds its module still being imported (:func:`initializing`) is
+    handed to one polling thread per module, which fires every install waiting once that import ends (the
+    steps never run on a half-imported module: its own code could still overwrite what they patched).
+    The steps must not import.  The undo drops a waiting install, or undoes its steps.
+
+    The hook never raises an error into the user's import: a step that fails leaves nothing of its install,
+    :func:`import_hook_failures` keeps the error and the next block entry reports it
+    (:func:`warn_import_hook_failures`).  An interrupt is re-raised after the other installs fired, and every
+    install goes back to waiting (Python drops the module whose import failed; an import run again within
+    milliseconds gets the hooks from the poller, just after its code ran).  Blind spot: an import that
+    another thread began before the hook was registered and that had not yet put the module in
+    ``sys.modules`` (between its ``find_spec`` and ``module_from_spec``) goes unseen until the next install
+    of a hook on that module, which then fires every install waiting for it.
     """
 
     def step(push: Callable[[Undo], None]) -> None:
@@ -116,8 +118,13 @@ def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
 
 
 def initializing(module: Any) -> bool:
-    """Whether ``module`` is still being imported (``__spec__._initializing``, set by importlib around its code)."""
-    return getattr(getattr(module, "__spec__", None), "_initializing", False) is True
+    """Whether ``module`` is still being imported (``__spec__._initializing``, which importlib sets until its
+    loader returns), unless its code has run and the startup hook activates inside its import
+    (``inductor_knobs._startup.executed``)."""
+    if getattr(getattr(module, "__spec__", None), "_initializing", False) is not True:
+        return False
+    startup = sys.modules.get("inductor_knobs._startup")
+    return startup is None or getattr(startup, "executed", None) is not module
 
 
 class _OnImport:
@@ -135,6 +142,8 @@ class _OnImport:
         module = sys.modules.get(self.module)
         if module is not None and not initializing(module):
             self.fire()
+            if _WAITING.get(self.module):  # installs left by an import no hook saw: theirs too, now
+                _fire_waiting(module)
             return
         with _WAITING_LOCK:
             _WAITING.setdefault(self.module, []).append(self)
@@ -166,6 +175,8 @@ class _OnImport:
 _WAITING: dict[str, list[_OnImport]] = {}
 #: Module names with a wrapt post-import hook registered and not yet called.
 _HOOKED: set[str] = set()
+#: Module names a poller thread watches (another thread is importing them).
+_POLLING: set[str] = set()
 _WAITING_LOCK = threading.Lock()
 _IMPORT_HOOK_FAILURES: list[str] = []
 _REPORTED = [0]  # how many of the failures a block entry has warned of
@@ -192,7 +203,16 @@ def _notify_when_imported(name: str) -> None:
         if module is not None:
             _fire_waiting(module)
         return
-    threading.Thread(target=_poll_import, args=(name,), name="inductor_knobs import waiter", daemon=True).start()
+    with _WAITING_LOCK:  # one poller per module: it fires every install waiting when the import ends
+        if name in _POLLING:
+            return
+        _POLLING.add(name)
+    try:
+        threading.Thread(target=_poll_import, args=(name,), name="inductor_knobs import waiter", daemon=True).start()
+    except BaseException:
+        with _WAITING_LOCK:
+            _POLLING.discard(name)
+        raise
 
 
 def _poll_import(name: str, interval: float = 0.005) -> None:
@@ -203,6 +223,8 @@ def _poll_import(name: str, interval: float = 0.005) -> None:
     while module is not None and initializing(module):
         time.sleep(interval)
         module = sys.modules.get(name)
+    with _WAITING_LOCK:  # before firing: an install queued from now on starts a poller or fires itself
+        _POLLING.discard(name)
     if module is None:  # that import failed: wait for the next one
         _notify_when_imported(name)
     else:
