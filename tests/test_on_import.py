@@ -143,7 +143,7 @@ def test_a_module_another_thread_is_importing_is_waited_for(module_dir):
     patch, holder = _patch(name, seen), object()
     arming = threading.Thread(target=patch.acquire, args=(holder,))
     arming.start()
-    arming.join(0.5)
+    arming.join(30)  # entering does not wait for the import (its gate is still closed): it returns at once
     assert seen == []  # nothing ran on the half-imported module
     assert not arming.is_alive()  # entering did not wait for the import (its lock could be needed there)
     gate.set()

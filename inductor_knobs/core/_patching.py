@@ -110,9 +110,16 @@ def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
     """
 
     def step(push: Callable[[Undo], None]) -> None:
+        found = sys.modules.get(module)
+        if found is not None and not initializing(found):  # imported: the plain steps, on the caller's undo list
+            for each in steps():
+                each(push)
+            if _WAITING.get(module):  # installs left by an import no hook saw: theirs too, now
+                _fire_waiting(found)
+            return
         waiting = _OnImport(module, steps)
         push(waiting.cancel)
-        waiting.arm()
+        waiting.wait()
 
     return step
 
@@ -138,13 +145,8 @@ class _OnImport:
         self.live = True
         self.fired = False
 
-    def arm(self) -> None:
-        module = sys.modules.get(self.module)
-        if module is not None and not initializing(module):
-            self.fire()
-            if _WAITING.get(self.module):  # installs left by an import no hook saw: theirs too, now
-                _fire_waiting(module)
-            return
+    def wait(self) -> None:
+        """Queue for the module's import (or for the end of another thread's import of it)."""
         with _WAITING_LOCK:
             _WAITING.setdefault(self.module, []).append(self)
         _notify_when_imported(self.module)
@@ -166,7 +168,7 @@ class _OnImport:
         with self.lock:
             self.live = False
             with _WAITING_LOCK:
-                _remove_by_identity(_WAITING.get(self.module, []), self)
+                remove_by_identity(_WAITING.get(self.module, []), self)
             revert_all(self.undos)
             self.fired = False
 
@@ -235,7 +237,7 @@ def _imported(module: Any) -> None:
     """wrapt's post-import hook: called as ``module``'s import ends (its code has run), or at once from
     ``register_post_import_hook`` when the module is in ``sys.modules`` already, maybe half imported by
     another thread (then :func:`_notify_when_imported`, after the register, hands it to a poller)."""
-    if not (getattr(_REGISTERING, "active", False) and initializing(module)):
+    if not (_REGISTERING.active and initializing(module)):
         _fire_waiting(module)
 
 
@@ -290,6 +292,8 @@ def import_hook_failures() -> list[str]:
 def warn_import_hook_failures(category: type[Warning]) -> None:
     """Warn (``category``) of each hook failure no block entry has warned of yet: an import hook cannot raise
     (:func:`on_import`), so a block entry says it, and under ``-W error`` refuses to enter."""
+    if _REPORTED[0] == len(_IMPORT_HOOK_FAILURES):  # every block entry asks: no lock when nothing is new
+        return
     with _WAITING_LOCK:
         fresh, _REPORTED[0] = _IMPORT_HOOK_FAILURES[_REPORTED[0] :], len(_IMPORT_HOOK_FAILURES)
     for failure in fresh:
@@ -298,7 +302,8 @@ def warn_import_hook_failures(category: type[Warning]) -> None:
         )
 
 
-def _remove_by_identity(items: list[Any], item: object) -> None:
+def remove_by_identity(items: list[Any], item: object) -> None:
+    """Delete the first element of ``items`` that is ``item`` (not one that merely equals it), if any."""
     for i, candidate in enumerate(items):
         if candidate is item:
             del items[i]

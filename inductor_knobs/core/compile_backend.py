@@ -316,20 +316,6 @@ def compile(
     return compiled
 
 
-def compiled_knobs(
-    knobs: Knobs, *, mode: str | None = None, options: Mapping[str, Any] | None = None, dynamic: Any = None
-) -> Knobs:
-    """The knobs ``ik.compile(model, knobs, mode=mode, options=options, dynamic=dynamic)`` compiles under, checked.
-
-    What its result's backend records as ``knobs`` (``knobs`` plus the mode's and options' keys they do
-    not set), without a model: ``ik.load_serving_bundle`` checks an AOT bundle's identity with it.
-
-    Raises:
-        UnknownKnob, InvalidKnobValue, UnsupportedTorchVersion, PatchTargetChanged: as for :func:`compile`.
-    """
-    return _recipe(knobs, mode, options, dynamic)[0]
-
-
 def _recipe(
     knobs: Knobs, mode: str | None, options: Mapping[str, Any] | None, dynamic: Any
 ) -> tuple[Knobs, dict[str, Any], dict[str, str]]:

@@ -47,7 +47,15 @@ from typing import Any
 
 from ..errors import DriftWarning
 from . import torch_compat
-from ._patching import SharedPatch, initializing, on_import, resolve, warn_import_hook_failures, wrap_attribute
+from ._patching import (
+    SharedPatch,
+    initializing,
+    on_import,
+    remove_by_identity,
+    resolve,
+    warn_import_hook_failures,
+    wrap_attribute,
+)
 from ._undo import Change, Step, Undo
 from .hook_callbacks import (
     _HOOKS,
@@ -103,10 +111,16 @@ def _read_autotune_count(push: Callable[[Undo], None]) -> None:
     _HOOKS.autotune_count = counters["inductor"]["select_algorithm_autotune"]
 
 
+@functools.cache
+def _triton_installed() -> bool:
+    """Whether Triton can be imported here (a search of ``sys.path``: once per process, not per block)."""
+    return importlib.util.find_spec("triton") is not None
+
+
 def _await_triton(push: Callable[[Undo], None]) -> None:
     """While an installed Triton is not imported yet, it has compiled nothing here: say so (``(0, 0)`` counts
     from :func:`~.hook_callbacks.triton_compiles`) until its import installs the listener."""
-    if "triton" in sys.modules or importlib.util.find_spec("triton") is None:
+    if "triton" in sys.modules or not _triton_installed():
         return
 
     def undo() -> None:
@@ -147,7 +161,7 @@ def _add_gc_callback(push: Callable[[Undo], None]) -> None:
     thread that triggered it.  A full (generation 2) collection walks every tracked object: in a
     process that holds a model, its compiled graphs and transformers, tens of milliseconds.
     """
-    push(lambda: _remove(gc.callbacks, _gc_callback))
+    push(lambda: remove_by_identity(gc.callbacks, _gc_callback))
     gc.callbacks.append(_gc_callback)
 
 
@@ -213,7 +227,7 @@ def _remove_feedback_saver(sa: Any) -> None:
     """Undo of :func:`_add_feedback_saver`, safe when ``add_feedback_saver`` failed before it made the selector cache."""
     cache = getattr(sa, "_ALGORITHM_SELECTOR_CACHE", None)
     if cache is not None:
-        _remove(cache.feedback_saver_fns, _feedback_saver)
+        remove_by_identity(cache.feedback_saver_fns, _feedback_saver)
 
 
 def _wrap_log_results(push: Callable[[Undo], None]) -> None:
@@ -263,15 +277,8 @@ def _register_compile_callback() -> None:
 def _drop_compile_callback() -> None:
     handler = getattr(sys.modules.get(DYNAMO), "callback_handler", None)
     if handler is not None:
-        _remove(handler.start_callbacks, _compile_started)
-        _remove(handler.end_callbacks, _compile_ended)
-
-
-def _remove(items: list[Any], item: object) -> None:
-    for i, candidate in enumerate(items):
-        if candidate is item:
-            del items[i]
-            return
+        remove_by_identity(handler.start_callbacks, _compile_started)
+        remove_by_identity(handler.end_callbacks, _compile_ended)
 
 
 OBSERVER_HOOKS = SharedPatch("autotune/compile observer hooks", _hook_steps)

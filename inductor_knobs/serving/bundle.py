@@ -171,10 +171,10 @@ def load_serving_bundle(
 
     An AOT bundle (``save_serving_bundle(..., aot=True)``) carries the model compiled and its weights:
     ``model`` is then None, and instead of restoring caches and compiling, the load hands the package to
-    ``torch._inductor.aoti_load_package`` (:func:`~inductor_knobs.serving.aot_package.load`); no Dynamo
-    trace, Inductor compile, Triton compile or autotune happens.  The identity checks are the same (the
-    knobs compared are what ``ik.compile`` would compile under here,
-    :func:`~inductor_knobs.core.compile_backend.compiled_knobs`).
+    torch's C++ loader (:func:`~inductor_knobs.serving.aot_package.load`); no Dynamo trace, Inductor
+    compile, Triton compile or autotune happens, and neither Inductor nor Dynamo is imported.  The identity
+    checks are the same, with the knobs the bundle recorded (they acted at its build; the torch version,
+    compared too, fixes its mode's keys).
 
     Args:
         path (str | os.PathLike[str]): the bundle (:func:`save_serving_bundle`).

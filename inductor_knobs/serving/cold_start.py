@@ -223,8 +223,7 @@ class ColdStartRecorder(Collector):
 
 def _read_counters() -> dict[str, int]:
     """torch's :data:`TORCH_COUNTERS` now; all 0 while Dynamo's utils are not imported (they count from their import)."""
-    dynamo_utils = sys.modules.get("torch._dynamo.utils")
-    if dynamo_utils is None:
+    if "torch._dynamo.utils" not in sys.modules:
         return dict.fromkeys(TORCH_COUNTERS, 0)
     counters = importlib.import_module("torch._dynamo.utils").counters  # waits if another thread imports it now
     out = {}
