@@ -48,6 +48,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMER
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
     python3 -c "import torch, triton, transformers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
     echo "CPUs $(nproc)"
+    lscpu | grep -E "Model name|MHz|^CPU\(s\)|NUMA node"
+    nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv
 } >"$OUT/env.txt" 2>&1
 start=$(date +%s)
 lane() { local n=$(($(nproc) / 4)); echo "$(($1 * n))-$(($1 * n + n - 1))"; }

@@ -58,6 +58,9 @@ class GpuLock:
     Attributes:
         waited_seconds (float): seconds spent waiting for the lock, in total.
         turns (int): how many times the lock was taken (outermost holds only).
+        held_seconds (float): seconds the lock was held, in total (what the other workers waited behind).
+        longest_hold_seconds (float): the longest single hold.
+        longest_hold_what (str): the torch function of the longest hold (``AlgorithmSelectorCache.benchmark_choices``).
     """
 
     def __init__(self, path: str) -> None:
@@ -67,15 +70,21 @@ class GpuLock:
         self._depth = 0
         self.waited_seconds = 0.0
         self.turns = 0
+        self.held_seconds = 0.0
+        self.longest_hold_seconds = 0.0
+        self.longest_hold_what = ""
+        self._taken_at = 0.0
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold the lock for the block (a nested hold in the same thread takes it once)."""
+    def held(self, what: str = "") -> Iterator[None]:
+        """Hold the lock for the block (a nested hold in the same thread takes it once); ``what`` names
+        the timed function for :attr:`longest_hold_what`."""
         with self._mutex:
             if self._depth == 0:
                 start = time.perf_counter()
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
-                self.waited_seconds += time.perf_counter() - start
+                self._taken_at = time.perf_counter()
+                self.waited_seconds += self._taken_at - start
                 self.turns += 1
             self._depth += 1
             try:
@@ -84,6 +93,10 @@ class GpuLock:
                 self._depth -= 1
                 if self._depth == 0:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    hold = time.perf_counter() - self._taken_at
+                    self.held_seconds += hold
+                    if hold > self.longest_hold_seconds:
+                        self.longest_hold_seconds, self.longest_hold_what = hold, what
 
     def close(self) -> None:
         """Close the file (which releases the lock if held)."""
@@ -97,7 +110,7 @@ _CURRENT: list[GpuLock] = []
 def _in_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if not _CURRENT:  # installed but not held (another holder of the shared patch has gone): pass through
         return wrapped(*args, **kwargs)
-    with _CURRENT[-1].held():
+    with _CURRENT[-1].held(getattr(wrapped, "__qualname__", "")):
         return wrapped(*args, **kwargs)
 
 

@@ -103,8 +103,51 @@ def gemm_calls(cache_dir: str | None) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def gpu_kernel_times(call: Callable[[], Any], iterations: int) -> dict[str, float]:
+    """GPU time per iteration of every kernel (and device memcpy/memset) over ``iterations`` calls.
+
+    Kernels of the same name add up: ``{"triton_tem_fused_addmm_0": 0.0051, "ampere_bf16_s16816gemm…": …}``.
+    Which kernels differ between two processes of one arm shows what their GEMM picks cost in the model.
+
+    Args:
+        call: one iteration of the workload (already warmed up).
+        iterations: how many to profile (>= 1).
+
+    Returns:
+        dict[str, float]: kernel name -> milliseconds of device time per iteration.
+
+    Raises:
+        RuntimeError: the profiler recorded no device activity (CUPTI unavailable).
+
+    Relies on ``torch.profiler.profile(activities=[ProfilerActivity.CUDA])`` and its events'
+    ``self_device_time_total`` (``self_cuda_time_total`` before torch 2.4's rename: the kernel's own
+    ``time_range`` is used where the property is missing).
+    """
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iterations):
+            call()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = collections.defaultdict(float)
+    seen = False
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA or getattr(event, "is_user_annotation", False):
+            continue
+        seen = True
+        # What torch's own profiler table totals as "Self CUDA".
+        value = getattr(event, "self_device_time_total", None)
+        totals[str(getattr(event, "name", "?"))] += float(value if value is not None else event.time_range.elapsed_us())
+    if not seen:
+        raise RuntimeError("torch.profiler recorded no CUDA kernels (is CUPTI available?)")
+    return {name: us / 1e3 / iterations for name, us in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
 def gpu_kernel_ms(call: Callable[[], Any], iterations: int) -> float:
-    """Sum of GPU kernel durations per iteration, in milliseconds, over ``iterations`` calls.
+    """Sum of GPU kernel durations per iteration, in milliseconds (:func:`gpu_kernel_times`, summed).
 
     Args:
         call: one iteration of the workload (already warmed up).
@@ -116,25 +159,4 @@ def gpu_kernel_ms(call: Callable[[], Any], iterations: int) -> float:
     Raises:
         RuntimeError: the profiler recorded no device activity (CUPTI unavailable).
     """
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iterations):
-            call()
-        torch.cuda.synchronize()
-    total_us = 0.0
-    seen = False
-    for event in prof.events():
-        if event.device_type != DeviceType.CUDA or getattr(event, "is_user_annotation", False):
-            continue
-        seen = True
-        # What torch's own profiler table totals as "Self CUDA"; a release without the property
-        # (before the cuda -> device rename) gets the kernel's own time range, the same number.
-        value = getattr(event, "self_device_time_total", None)
-        total_us += float(value if value is not None else event.time_range.elapsed_us())
-    if not seen:
-        raise RuntimeError("torch.profiler recorded no CUDA kernels (is CUPTI available?)")
-    return total_us / 1e3 / iterations
+    return sum(gpu_kernel_times(call, iterations).values())

@@ -49,6 +49,9 @@ from pathlib import Path
 from typing import Any
 
 #: (rtol, atol) per dtype for "outputs match eager"; GEMM algorithms differ in summation order.
+#: Kernels per record in ``kernel_top_ms`` (the costliest), and choices per op in ``autotune_fastest``.
+TOP_KERNELS, TOP_CHOICES = 12, 3
+
 TOLERANCES = {"torch.float32": (1e-3, 1e-3), "torch.bfloat16": (4e-2, 4e-2), "torch.float16": (1e-2, 1e-2)}
 
 
@@ -140,6 +143,9 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
             if lock is not None:  # part of compile_seconds: the turns at the GPU shared with other workers
                 autotune["autotune_lock_wait_seconds"] = lock.waited_seconds
                 autotune["autotune_lock_turns"] = lock.turns
+                autotune["autotune_lock_held_seconds"] = lock.held_seconds
+                autotune["autotune_lock_longest_hold_seconds"] = lock.longest_hold_seconds
+                autotune["autotune_lock_longest_hold_what"] = lock.longest_hold_what
             autotune["autotune_observed"] = isinstance(recorder, ik.record_autotune)
             if isinstance(recorder, ik.record_autotune):
                 autotune_s = recorder.benchmark_seconds
@@ -147,6 +153,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
                 autotune["autotune_ops"] = len(recorder.records)
                 autotune["autotune_choices"] = sum(len(r.choices) for r in recorder.records if not r.from_cache)
                 autotune["autotune_benchmarked_ops"] = sum(1 for r in recorder.records if not r.from_cache and r.choices)
+                autotune["autotune_fastest"] = _fastest_choices(recorder.records)
             compiles = sum(e.trigger != "cudagraph_recording" for e in recorder.compiles)
             attestations = [a.to_dict() for a in recorder.attestations]
         else:
@@ -237,6 +244,14 @@ def start_facts() -> dict[str, Any]:
     return {"cuda_initialized_at_start": bool(torch is not None and torch.cuda.is_initialized())}
 
 
+def _fastest_choices(records: list[Any]) -> dict[str, list[list[Any]]]:
+    """Per benchmarked op (its signature), the :data:`TOP_CHOICES` fastest choices as ``[name, ms]``: how
+    close the winner was, and whether another process of the arm timed the same candidates alike."""
+    return {
+        r.signature: [[c.name, c.time_ms] for c in r.choices[:TOP_CHOICES]] for r in records if not r.from_cache and r.choices
+    }
+
+
 def _extras(call: Any, on_gpu: bool, compiled: bool, profile_iters: int) -> dict[str, Any]:
     """GPU kernel time, SM clock and GEMM calls; each failure is recorded, never raised."""
     from . import kernels
@@ -246,7 +261,10 @@ def _extras(call: Any, on_gpu: bool, compiled: bool, profile_iters: int) -> dict
         import torch
 
         try:
-            out["kernel_ms"] = kernels.gpu_kernel_ms(call, max(1, profile_iters))
+            times = kernels.gpu_kernel_times(call, max(1, profile_iters))
+            out["kernel_ms"] = sum(times.values())
+            # The costliest kernels, so that two processes of one arm can be told apart by what they run.
+            out["kernel_top_ms"] = dict(list(times.items())[:TOP_KERNELS])
         except Exception as err:  # noqa: BLE001 - a profiler failure must not lose the latency samples
             out["kernel_ms_error"] = f"{type(err).__name__}: {err}"
         try:
