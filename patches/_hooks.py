@@ -76,6 +76,10 @@ class TorchHooks:
     #: ``AlgorithmSelectorCache.benchmark_choice`` (one GEMM choice, ATen or template; a classmethod, 2.8.0
     #: ``_inductor/select_algorithm.py:2632``, 2.10.0 ``:3522``, 2.11.0 ``:3719``, 2.13.0 ``:4841``).
     autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = ("torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",)
+    #: Timers whose first argument is the callable they time (``benchmark_gpu(self, _callable, ...)``, 2.8+):
+    #: the lock runs that callable once before the turn, so what its first call does lazily (a GEMM template's
+    #: Triton compile, its module load) happens outside the turn.  None before 2.8.
+    autotune_timing_hooks: ClassVar[tuple[str, ...]] = ()
 
     # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
     #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only

@@ -81,24 +81,24 @@ class Torch28(Torch27):
         "2.10": _ALL_FEATURES,
         "2.11": _ALL_FEATURES,
     }
-    #: Besides ``bench`` and ``benchmark_choice``: the ``benchmark_gpu`` of both benchmarkers Inductor may use
+    #: From 2.8 every GPU timing of Inductor goes through the ``benchmark_gpu`` of the benchmarker it uses
     #: (``runtime/benchmarking.py``'s ``benchmarker`` is a ``TritonBenchmarker`` or, with
-    #: ``use_experimental_benchmarker``, an ``InductorBenchmarker``, whose method does not call its parent's),
-    #: which every GPU timing goes through, the epilogue-fusion benchmarks that pick each layer's final
-    #: kernel included (``codegen/triton.py`` ``benchmark_codegened_module`` and ``scheduler.py``: they call
-    #: ``benchmarker.benchmark_gpu`` in 2.8, ``benchmarker.benchmark`` -> ``benchmark_gpu`` from 2.10).  Own
-    #: methods of those classes: 2.8.0 ``:148``/``:208``, 2.10.0 ``:255``/``:324``, 2.12.0 ``:350``/``:431``,
-    #: 2.13.0 ``:492``/``:592``, 2.14.1 ``:513``/``:635``, 2.15.0 ``:531``/``:662``.
-    autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = (
-        "torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",
-        # Every candidate of one GEMM shape, timed back to back in one turn (its own classmethod, 2.8.0 ``:2653``,
-        # 2.10.0 ``:3665``, 2.12.0 ``:4813``, 2.13.0 ``:4992``, 2.14.1 ``:5257``, 2.15.0 ``:5449``): another worker's
-        # benchmark between two candidates of one shape changed the GPU they were compared on.
-        "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choices",
-        "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choice",
+    #: ``use_experimental_benchmarker``, an ``InductorBenchmarker``, whose method does not call its parent's;
+    #: 2.13+ adds ``TorchProfilerBenchmarker`` with ``use_torch_profiler_benchmarker``): a GEMM choice, ATen or
+    #: template (``AlgorithmSelectorCache.benchmark_choice`` -> ``choice.benchmark`` -> ``do_bench``), a Triton
+    #: config of a runtime autotune or a coordinate-descent step (``CachingAutotuner.bench`` ->
+    #: ``benchmarker.benchmark_gpu``), and the epilogue-fusion benchmarks that pick each layer's final kernel
+    #: (``codegen/triton.py`` ``benchmark_codegened_module`` and ``scheduler.py``).  So those methods are the
+    #: turns, and nothing around them: a GEMM template's first call compiles its Triton kernel on the main
+    #: thread (``CachingAutotuner.run`` -> ``precompile``, seen on an H100 with torch 2.11: 15-18 s of one
+    #: process's ``benchmark_choices`` in ``make_cubin``), which a turn around ``benchmark_choices`` held while
+    #: every other worker waited.  Own methods of those classes: 2.8.0 ``:148``/``:208``, 2.10.0
+    #: ``:255``/``:324``, 2.12.0 ``:350``/``:431``, 2.13.0 ``:492``/``:592``/``:721``, 2.14.1
+    #: ``:513``/``:635``/``:788``, 2.15.0 ``:531``/``:662``/``:815``.
+    autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = ()
+    autotune_timing_hooks: ClassVar[tuple[str, ...]] = (
         "torch._inductor.runtime.benchmarking:TritonBenchmarker.benchmark_gpu",
         "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu",
-        # 2.13+ (``use_torch_profiler_benchmarker``): its own method, 2.13.0 ``:721``, 2.14.1 ``:788``, 2.15.0 ``:815``.
         "torch._inductor.runtime.benchmarking:TorchProfilerBenchmarker.benchmark_gpu",
     )
     #: ``recheck_autotune_cache`` tunes a cached coordinate-descent winner again (pytorch#172819): see :mod:`._fixes`.

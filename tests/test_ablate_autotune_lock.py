@@ -11,6 +11,8 @@ import fcntl
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -97,29 +99,37 @@ def _bench_body_sees(path: str) -> bool:
     return bool(seen.value.args[0])
 
 
-def _benchmark_gpu_body_sees(path: str) -> bool:
-    """Call torch's real ``TritonBenchmarker.benchmark_gpu`` (every GPU timing of Inductor, the epilogue-fusion
-    benchmarks included); its body calls Triton's ``do_bench``, here one that reports whether the lock is held."""
+def _benchmark_gpu_sees(path: str) -> tuple[list[bool], list[bool]]:
+    """Call torch's real ``TritonBenchmarker.benchmark_gpu`` (every GPU timing of Inductor from 2.8, the GEMM
+    choices and the epilogue-fusion benchmarks included); its body calls Triton's ``do_bench``, here one that
+    reports whether the lock is held and calls the timed callable, which reports it too.
+
+    Returns:
+        whether the lock was held at each call of the timed callable, and inside ``do_bench``.
+    """
     from torch._inductor.runtime import benchmarking
 
     timer = benchmarking.TritonBenchmarker()
-    seen: list[bool] = []
+    calls: list[bool] = []
+    bodies: list[bool] = []
 
-    def do_bench(fn: object, return_mode: str = "median") -> float:
-        seen.append(_held_by_someone(path))
+    def timed() -> None:
+        calls.append(_held_by_someone(path))
+
+    def do_bench(fn: Callable[[], None], return_mode: str = "median") -> float:
+        bodies.append(_held_by_someone(path))
+        fn()
         return 1.0
 
     timer.__dict__["triton_do_bench"] = do_bench  # the cached_property's slot: no Triton needed
-    timer.benchmark_gpu(lambda: None)
-    return seen[0]
+    timer.benchmark_gpu(timed)
+    return calls, bodies
 
 
 def _originals() -> dict[str, object]:
     from torch._inductor.runtime import benchmarking
 
     return {
-        "benchmark_choice": select_algorithm.AlgorithmSelectorCache.__dict__["benchmark_choice"],
-        "benchmark_choices": select_algorithm.AlgorithmSelectorCache.__dict__["benchmark_choices"],
         "bench": triton_heuristics.CachingAutotuner.__dict__["bench"],
         "triton_benchmark_gpu": benchmarking.TritonBenchmarker.__dict__["benchmark_gpu"],
         "inductor_benchmark_gpu": benchmarking.InductorBenchmarker.__dict__["benchmark_gpu"],
@@ -131,27 +141,89 @@ def _originals() -> dict[str, object]:
     }
 
 
-def test_the_lock_is_held_inside_torchs_benchmark_functions_and_only_in_the_block(tmp_path):
-    hooks = torch_compat.installed().autotune_benchmark_hooks
-    assert "torch._inductor.select_algorithm:AlgorithmSelectorCache.benchmark_choice" in hooks
+def test_every_gpu_timing_is_a_turn_and_its_first_call_runs_before_it(tmp_path, monkeypatch):
+    """From 2.8 the turns are the benchmarkers' ``benchmark_gpu`` and nothing around them: a GEMM template's first
+    call (which compiles its Triton kernel lazily) runs before the lock is taken, the timing holds it, and a
+    GEMM shape's ``benchmark_choices`` (seconds of such compiles on a GPU) holds nothing."""
+    patches = torch_compat.installed()
+    assert "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu" in patches.autotune_timing_hooks
+    assert not any("select_algorithm" in hook for hook in patches.autotune_benchmark_hooks + patches.autotune_timing_hooks)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)  # the wait for the GPU after the first call
     path = str(tmp_path / "gpu-0.lock")
     before = _originals()
-    with autotune_lock.benchmarks_in_turn(path) as lock:
+    with autotune_lock.benchmarks_in_turn(path, clock=lambda: 1980.0) as lock:
         assert lock is not None
         assert not _held_by_someone(path)  # only while a benchmark runs
-        assert _benchmark_choice_body_sees(path)
-        assert _bench_body_sees(path)
-        assert _benchmark_gpu_body_sees(path)
+        calls, bodies = _benchmark_gpu_sees(path)
+        assert calls == [False, True] and bodies == [True]  # first call outside the turn, then timed inside it
+        assert _benchmark_choices_bodies_see(path) == [False, False, False]
+        assert _benchmark_choice_body_sees(path) is False
         assert not _held_by_someone(path)
-        assert lock.turns == 3
-        assert _benchmark_choices_bodies_see(path) == [True, True, True]
-        assert lock.turns == 4  # one GEMM shape's three candidates in one turn, back to back
+        assert lock.turns == 1 and lock.clocks == [1980.0] and lock.longest_hold_what.endswith("benchmark_gpu")
+        with lock.held():  # a timing nested in this thread's own turn makes no extra first call
+            calls, bodies = _benchmark_gpu_sees(path)
+        assert calls == [True] and bodies == [True]
         during = _originals()
-        assert all(during[name] is not before[name] for name in before)  # each of torch's timers is wrapped
+        # Each of torch's timers is wrapped; from 2.8 CachingAutotuner.bench times through benchmark_gpu, unwrapped.
+        assert all(during[name] is not before[name] for name in before if name != "bench")
+        assert during["bench"] is before["bench"]
     after = _originals()
     assert all(after[name] is before[name] for name in before)  # torch's own objects again, by identity
-    assert not _bench_body_sees(path) and not _benchmark_choice_body_sees(path) and not _benchmark_gpu_body_sees(path)
-    assert _benchmark_choices_bodies_see(path) == [False, False, False]
+    assert _benchmark_gpu_sees(path) == ([False], [False])
+    assert not _bench_body_sees(path)
+
+
+def test_a_first_call_that_fails_is_left_to_torchs_own_handling(tmp_path, monkeypatch):
+    """A candidate whose first call raises (an invalid launch configuration) is still timed by torch, which meets
+    the same error there and handles it (``inf``: the candidate is skipped)."""
+    from torch._inductor.runtime import benchmarking
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    timer = benchmarking.TritonBenchmarker()
+    seen: list[str] = []
+
+    def timed() -> None:
+        seen.append("call")
+        raise RuntimeError("invalid configuration argument")
+
+    def do_bench(fn: Callable[[], None], return_mode: str = "median") -> float:
+        seen.append("timing")
+        fn()
+        return 1.0
+
+    timer.__dict__["triton_do_bench"] = do_bench
+    with autotune_lock.benchmarks_in_turn(str(tmp_path / "gpu-0.lock")):
+        try:
+            result = timer.benchmark_gpu(timed)
+        except RuntimeError:  # 2.11 TritonBenchmarker lets it rise (to benchmark_choice, which skips the choice)
+            result = None
+    assert result in (float("inf"), None)  # torch's own handling (2.13: inf, the candidate is skipped)
+    assert seen == ["call", "timing", "call"]
+
+
+def test_a_thread_timing_while_another_thread_holds_the_turn_waits_for_it(tmp_path, monkeypatch):
+    """``GpuLock.mine`` is per thread: a second thread's timing makes its own first call and waits for the turn."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    path = str(tmp_path / "gpu-0.lock")
+    with autotune_lock.benchmarks_in_turn(path) as lock:
+        assert lock is not None
+        result: list[tuple[list[bool], list[bool]]] = []
+        started = threading.Event()
+
+        def other_timing() -> None:
+            started.set()
+            result.append(_benchmark_gpu_sees(path))
+
+        with lock.held():
+            assert lock.mine()
+            other = threading.Thread(target=other_timing)
+            other.start()
+            assert started.wait(60)
+            assert not result  # its timing cannot finish while this thread holds the turn
+        other.join(60)
+        assert not lock.mine()
+    # Its first call ran at once (while this thread held the turn); its timing waited for the turn.
+    assert result == [([True, True], [True])]
 
 
 def test_no_path_changes_nothing(tmp_path):
@@ -251,9 +323,8 @@ def test_a_compiling_worker_takes_turns_through_the_jobs_lock_and_records_them(t
     before = _originals()
     record = worker.run(job)
     assert record["ok"], record
-    # A CPU's benchmarks go through benchmark_choices (locked once per GEMM shape, its candidates back to back inside)
-    # and benchmark_cpu (not a GPU timing): one turn per shape benchmarked.
-    # (torch 2.11 on the GPU host's CPU autotunes addmm; torch 2.13 on this project's CPU machine autotunes nothing.)
-    assert record["autotune_lock_turns"] == record["autotune_benchmarked_ops"], record
+    # A CPU's benchmarks go through benchmark_cpu, no GPU timing: no turns (torch 2.11 on the GPU host's CPU
+    # autotunes addmm; torch 2.13 on this project's CPU machine autotunes nothing).
+    assert record["autotune_lock_turns"] == 0 and record["autotune_lock_held_seconds"] == 0, record
     assert record["autotune_choices"] >= record["autotune_benchmarked_ops"], record
     assert all(_originals()[name] is before[name] for name in before)

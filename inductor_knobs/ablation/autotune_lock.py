@@ -9,20 +9,27 @@ interval came out [0.68-1.55].
 
 How: the runner gives every worker on a GPU the same lock file (in the ablation's own temporary
 directory, one per physical GPU).  While the worker compiles it holds :func:`benchmarks_in_turn`: every
-call of a torch function that times one candidate on the GPU (the installed torch's
-``autotune_benchmark_hooks`` in ``patches/``: a GEMM choice, ATen or template, a Triton config of a
-runtime autotune or a coordinate-descent step, and from 2.8 every GPU timing of Inductor's benchmarker,
-so also the epilogue-fusion benchmarks that decide which of the best GEMM choices each layer finally
-runs) first takes an exclusive ``flock`` on that file.  From 2.8 the whole set of one GEMM shape's
-candidates (``AlgorithmSelectorCache.benchmark_choices``) is one turn: its candidates are timed back to
-back on the same GPU, as in a process alone, rather than with another worker's benchmarks between them.
-So the workers take turns per GEMM shape and per other timing; their compiling, code generation and
-Triton compiles (CPU work) still overlap.  Outside the lock: candidates torch times in its autotune
-subprocess (``autotune_in_subproc``, ``select_algorithm.py benchmark_in_sub_process``: the Triton and
-CUTLASS ones; the lock file is closed on exec and no hook is installed there), and pipelined
-autotuning's.  Also not covered: another worker's eager reference pass or first compiled iteration
-(milliseconds of GPU work) may still run beside a benchmark.  (torch 2.13+ also offers ``runtime/benchmarking.py``'s
-``set_gpu_benchmark_lock_context``; the wrappers serve every release from 2.8 alike.)
+call of a torch function that times on the GPU (the installed torch's hooks in ``patches/``: before 2.8
+``CachingAutotuner.bench``, a Triton config of a runtime autotune or a coordinate-descent step; from 2.8
+the ``benchmark_gpu`` of Inductor's benchmarkers, which every GPU timing goes through: a GEMM choice, ATen
+or template, a Triton config, and the epilogue-fusion benchmarks that decide which of the best GEMM
+choices each layer finally runs) first takes an exclusive ``flock`` on that file.  So the workers take
+turns per timing; their compiling, code generation and Triton compiles (CPU work) overlap.
+
+**What happens lazily at a candidate's first call is outside the turn** (2.8+, ``autotune_timing_hooks``):
+the wrapper runs the timed callable once, and waits for the GPU, before it takes the lock.  On an H100
+(torch 2.11, the main job) a GEMM template's first call compiled its Triton kernel on the worker's main
+thread (``CachingAutotuner.run`` -> ``precompile`` -> ``make_cubin``): 15-18 s inside one GEMM shape's
+``benchmark_choices``, which the turns of the sixth and seventh sessions held (one turn per shape), while
+five other workers waited for it (194-211 s of waiting in a run; the run's wall time grew from 142 s to
+182-212 s).  The extra call is one more warm-up of the candidate, which the benchmarker makes anyway.
+
+Outside the lock: candidates torch times in its autotune subprocess (``autotune_in_subproc``,
+``select_algorithm.py benchmark_in_sub_process``: the Triton and CUTLASS ones; the lock file is closed on
+exec and no hook is installed there), and pipelined autotuning's.  Also not covered: another worker's
+eager reference pass or first compiled iteration (milliseconds of GPU work) may still run beside a
+benchmark.  (torch 2.13+ also offers ``runtime/benchmarking.py``'s ``set_gpu_benchmark_lock_context``;
+the wrappers serve every release from 2.8 alike.)
 
 The lock is the kernel's: it goes with the process however the process ends (a crash, a kill at its
 timeout), so a dead worker never holds it.  It is opened ``O_CLOEXEC``, so Inductor's compile
@@ -39,7 +46,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..core import torch_compat
@@ -51,6 +58,8 @@ class GpuLock:
 
     Args:
         path (str): the lock file (created if missing, never followed if a symlink).
+        clock (Callable[[], float] | None): read at the start of every turn (the GPU's SM clock in MHz,
+            ``torch.cuda.clock_rate``), kept in :attr:`clocks`; a failing read is skipped.  None: not read.
 
     Raises:
         OSError: the file cannot be opened or created (a symlink at ``path`` included).
@@ -60,11 +69,14 @@ class GpuLock:
         turns (int): how many times the lock was taken (outermost holds only).
         held_seconds (float): seconds the lock was held, in total (what the other workers waited behind).
         longest_hold_seconds (float): the longest single hold.
-        longest_hold_what (str): the torch function of the longest hold (``AlgorithmSelectorCache.benchmark_choices``).
+        longest_hold_what (str): the torch function of the longest hold (``InductorBenchmarker.benchmark_gpu``).
+        clocks (list[float]): what ``clock`` read at the start of each turn.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, clock: Callable[[], float] | None = None) -> None:
         self.path = path
+        self._clock = clock
+        self.clocks: list[float] = []
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._mutex = threading.RLock()  # one thread of this process at a time; re-entrant for nesting
         self._depth = 0
@@ -86,6 +98,9 @@ class GpuLock:
                 self._taken_at = time.perf_counter()
                 self.waited_seconds += self._taken_at - start
                 self.turns += 1
+                if self._clock is not None:
+                    with contextlib.suppress(Exception):  # no NVML: the clock is optional
+                        self.clocks.append(float(self._clock()))
             self._depth += 1
             try:
                 yield
@@ -97,6 +112,15 @@ class GpuLock:
                     self.held_seconds += hold
                     if hold > self.longest_hold_seconds:
                         self.longest_hold_seconds, self.longest_hold_what = hold, what
+
+    def mine(self) -> bool:
+        """Whether the calling thread holds the lock now (inside :meth:`held`)."""
+        if not self._mutex.acquire(blocking=False):
+            return False  # another thread of this process holds it
+        try:
+            return self._depth > 0
+        finally:
+            self._mutex.release()
 
     def close(self) -> None:
         """Close the file (which releases the lock if held)."""
@@ -114,23 +138,40 @@ def _in_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[st
         return wrapped(*args, **kwargs)
 
 
+def _first_call_then_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``benchmark_gpu(_callable, ...)``: run ``_callable`` once and wait for the GPU, then time it in turn."""
+    if _CURRENT and not _CURRENT[-1].mine():  # not nested in this thread's own turn
+        timed = args[0] if args else kwargs.get("_callable")
+        if callable(timed):
+            import torch
+
+            try:
+                timed()
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - the timing below meets the same error, and torch handles it there
+                pass
+    return _in_turn(wrapped, instance, args, kwargs)
+
+
 @functools.cache  # one step object per hook for the process: it reuses its wrapper while torch's original is the same
 def _steps() -> tuple[Any, ...]:
     patches = torch_compat.installed(strict=False)  # imports torch
     # A build without one of them (an older release's GEMM autotuning) benchmarks nothing there to order.
-    return tuple(wrap_attribute(path, _in_turn) for path in patches.autotune_benchmark_hooks if present(path))
+    plain = tuple(wrap_attribute(path, _in_turn) for path in patches.autotune_benchmark_hooks if present(path))
+    return plain + tuple(wrap_attribute(path, _first_call_then_turn) for path in patches.autotune_timing_hooks if present(path))
 
 
 AUTOTUNE_TURNS = SharedPatch("one autotune benchmark at a time per GPU (ablation/autotune_lock.py)", _steps)
 
 
 @contextlib.contextmanager
-def benchmarks_in_turn(path: str | None) -> Iterator[GpuLock | None]:
+def benchmarks_in_turn(path: str | None, clock: Callable[[], float] | None = None) -> Iterator[GpuLock | None]:
     """Inside the block, every autotune benchmark of this process first takes the lock at ``path``.
 
     Args:
         path (str | None): the GPU's lock file (the same for every worker on that GPU); None: nothing
             changes (one worker at a time, or on CPU).
+        clock (Callable[[], float] | None): passed to :class:`GpuLock` (read at every turn's start).
 
     Yields:
         GpuLock | None: the lock, for its ``waited_seconds`` and ``turns``; None when ``path`` is None.
@@ -138,13 +179,14 @@ def benchmarks_in_turn(path: str | None) -> Iterator[GpuLock | None]:
     Raises:
         OSError: the lock file cannot be opened (nothing is installed then).
 
-    Relies on the installed torch's ``autotune_benchmark_hooks`` (``patches/_hooks.py``, ``patches/torch_2_8.py``),
-    each installed only where it exists (imports torch and its Inductor).
+    Relies on the installed torch's ``autotune_benchmark_hooks`` and ``autotune_timing_hooks``
+    (``patches/_hooks.py``, ``patches/torch_2_8.py``), each installed only where it exists (imports torch
+    and its Inductor).
     """
     if path is None:
         yield None
         return
-    lock = GpuLock(path)
+    lock = GpuLock(path, clock)
     holder = object()
     try:
         # release() is idempotent per holder, so an interrupt anywhere in here still leaves nothing installed.

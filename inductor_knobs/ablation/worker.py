@@ -136,7 +136,8 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
             recorder = ik.record_autotune() if can_record_autotune() else ik.record_compiles()
             sync()
             start = time.perf_counter()
-            with benchmarks_in_turn(job.get("gpu_lock")) as lock, recorder:
+            clock = torch.cuda.clock_rate if on_gpu else None
+            with benchmarks_in_turn(job.get("gpu_lock"), clock) as lock, recorder:
                 outs = iteration(fn, keep=True)
                 sync()
             compile_s = time.perf_counter() - start
@@ -146,6 +147,9 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
                 autotune["autotune_lock_held_seconds"] = lock.held_seconds
                 autotune["autotune_lock_longest_hold_seconds"] = lock.longest_hold_seconds
                 autotune["autotune_lock_longest_hold_what"] = lock.longest_hold_what
+                if lock.clocks:  # the SM clock (MHz, NVML's recent average) as each turn began: min, median, max
+                    clocks = sorted(lock.clocks)
+                    autotune["autotune_turn_clock_mhz"] = [clocks[0], clocks[len(clocks) // 2], clocks[-1]]
             autotune["autotune_observed"] = isinstance(recorder, ik.record_autotune)
             if isinstance(recorder, ik.record_autotune):
                 autotune_s = recorder.benchmark_seconds
