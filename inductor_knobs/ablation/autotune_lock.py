@@ -51,7 +51,6 @@ from typing import Any
 
 from ..core import torch_compat
 from ..core._patching import SharedPatch, present, wrap_attribute
-from .graph_timing import GraphTiming
 
 
 class GpuLock:
@@ -128,42 +127,30 @@ class GpuLock:
         os.close(self._fd)
 
 
-#: What the wrappers use while :func:`benchmarks_in_turn` is active (one per process: a worker runs one job):
-#: the GPU's lock (None: no turns, one worker alone) and the graph timing (None: torch's own timing).
-_CURRENT: list[tuple[GpuLock | None, GraphTiming | None]] = []
+#: The lock the wrappers take while :func:`benchmarks_in_turn` holds one (one per process: a worker runs one job).
+_CURRENT: list[GpuLock] = []
 
 
 def _in_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    lock = _CURRENT[-1][0] if _CURRENT else None
-    if lock is None:  # no turns (or installed but not held: another holder of the shared patch has gone)
+    if not _CURRENT:  # installed but not held (another holder of the shared patch has gone): pass through
         return wrapped(*args, **kwargs)
-    with lock.held(getattr(wrapped, "__qualname__", "")):
+    with _CURRENT[-1].held(getattr(wrapped, "__qualname__", "")):
         return wrapped(*args, **kwargs)
 
 
 def _first_call_then_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``benchmark_gpu(_callable, ...)``: call ``_callable`` once and wait for the GPU, capture it as a CUDA graph
-    where graph timing is on, then time it (or its graph's replay) in turn."""
-    lock, graphs = _CURRENT[-1] if _CURRENT else (None, None)
-    timed = args[0] if args else kwargs.get("_callable")
-    if not callable(timed) or (lock is not None and lock.mine()):  # not ours to prepare, or nested in our own turn
-        return _in_turn(wrapped, instance, args, kwargs)
-    import torch
+    """``benchmark_gpu(_callable, ...)``: run ``_callable`` once and wait for the GPU, then time it in turn."""
+    if _CURRENT and not _CURRENT[-1].mine():  # not nested in this thread's own turn
+        timed = args[0] if args else kwargs.get("_callable")
+        if callable(timed):
+            import torch
 
-    try:
-        timed()
-        torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001 - the timing below meets the same error, and torch handles it there
-        return _in_turn(wrapped, instance, args, kwargs)
-    graph = graphs.capture(timed) if graphs is not None else None
-    if graph is None:
-        return _in_turn(wrapped, instance, args, kwargs)
-    try:
-        if args:
-            return _in_turn(wrapped, instance, (graph.replay, *args[1:]), kwargs)
-        return _in_turn(wrapped, instance, args, {**kwargs, "_callable": graph.replay})
-    finally:
-        graph.reset()  # its memory pool goes now, not at the next collection
+            try:
+                timed()
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - the timing below meets the same error, and torch handles it there
+                pass
+    return _in_turn(wrapped, instance, args, kwargs)
 
 
 @functools.cache  # one step object per hook for the process: it reuses its wrapper while torch's original is the same
@@ -178,18 +165,13 @@ AUTOTUNE_TURNS = SharedPatch("one autotune benchmark at a time per GPU (ablation
 
 
 @contextlib.contextmanager
-def benchmarks_in_turn(
-    path: str | None, clock: Callable[[], float] | None = None, graphs: GraphTiming | None = None
-) -> Iterator[GpuLock | None]:
-    """Inside the block, every autotune timing of this process first takes the lock at ``path``, and with
-    ``graphs`` is taken as a CUDA graph replay (:mod:`.graph_timing`).
+def benchmarks_in_turn(path: str | None, clock: Callable[[], float] | None = None) -> Iterator[GpuLock | None]:
+    """Inside the block, every autotune benchmark of this process first takes the lock at ``path``.
 
     Args:
-        path (str | None): the GPU's lock file (the same for every worker on that GPU); None: no turns (one
-            worker at a time, or on CPU).
+        path (str | None): the GPU's lock file (the same for every worker on that GPU); None: nothing
+            changes (one worker at a time, or on CPU).
         clock (Callable[[], float] | None): passed to :class:`GpuLock` (read at every turn's start).
-        graphs (GraphTiming | None): time each candidate as a graph replay and count them there (torch 2.8+,
-            a GPU); None: as torch times it.
 
     Yields:
         GpuLock | None: the lock, for its ``waited_seconds`` and ``turns``; None when ``path`` is None.
@@ -199,24 +181,22 @@ def benchmarks_in_turn(
 
     Relies on the installed torch's ``autotune_benchmark_hooks`` and ``autotune_timing_hooks``
     (``patches/_hooks.py``, ``patches/torch_2_8.py``), each installed only where it exists (imports torch
-    and its Inductor).  Nothing is installed when ``path`` and ``graphs`` are both None.
+    and its Inductor).
     """
-    if path is None and graphs is None:
+    if path is None:
         yield None
         return
-    lock = GpuLock(path, clock) if path is not None else None
-    current = (lock, graphs)
+    lock = GpuLock(path, clock)
     holder = object()
     try:
         # release() is idempotent per holder, so an interrupt anywhere in here still leaves nothing installed.
         AUTOTUNE_TURNS.acquire(holder)
-        _CURRENT.append(current)
+        _CURRENT.append(lock)
         yield lock
     finally:
         with contextlib.suppress(ValueError):  # not appended: acquire failed or was interrupted
-            _CURRENT.remove(current)
+            _CURRENT.remove(lock)
         try:
             AUTOTUNE_TURNS.release(holder)
         finally:
-            if lock is not None:
-                lock.close()
+            lock.close()

@@ -131,15 +131,13 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         if compiled:
             from ..core.observe import can_record_autotune
             from .autotune_lock import benchmarks_in_turn
-            from .graph_timing import GraphTiming
 
             fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
             recorder = ik.record_autotune() if can_record_autotune() else ik.record_compiles()
             sync()
             start = time.perf_counter()
             clock = torch.cuda.clock_rate if on_gpu else None
-            graphs = GraphTiming() if on_gpu else None  # every arm's candidates timed as graph replays
-            with benchmarks_in_turn(job.get("gpu_lock"), clock, graphs) as lock, recorder:
+            with benchmarks_in_turn(job.get("gpu_lock"), clock) as lock, recorder:
                 outs = iteration(fn, keep=True)
                 sync()
             compile_s = time.perf_counter() - start
@@ -152,8 +150,6 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
                 if lock.clocks:  # the SM clock (MHz, NVML's recent average) as each turn began: min, median, max
                     clocks = sorted(lock.clocks)
                     autotune["autotune_turn_clock_mhz"] = [clocks[0], clocks[len(clocks) // 2], clocks[-1]]
-            if graphs is not None:
-                autotune.update(graphs.to_record())
             autotune["autotune_observed"] = isinstance(recorder, ik.record_autotune)
             if isinstance(recorder, ik.record_autotune):
                 autotune_s = recorder.benchmark_seconds
