@@ -32,6 +32,7 @@
 #                                              #   main job (timed) with the per-shape autotune turns
 #   OUT=/tmp/out bash bench/session_gpu.sh m   # one-GPU node: the main job with --parallel 6 (timed), then the
 #                                              #   A/A control alone with --parallel 1 (bench/aa_alone.toml)
+#   OUT=/tmp/out bash bench/session_gpu.sh p   # one-GPU node: the main job alone with --parallel 6 (timed), per-run lines
 #   OUT=/tmp/out bash bench/session_gpu.sh n   # one-GPU node: profile of an AOT bundle's load in a fresh process
 #                                              #   (bench/profile_aot_load.py), then the main job with --parallel 6
 #
@@ -233,6 +234,16 @@ m)
     for f in "$OUT"/main/runs/run-*.json "$OUT"/aa/runs/run-*.json; do
         python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-3], d.get('arm'), d.get('repeat'), \
             round(d.get('kernel_ms') or 0, 4), d.get('gemm_calls'), round(d.get('autotune_seconds') or 0, 1))" "$f" 2>/dev/null
+    done
+    cat "$OUT/status.txt"
+    ;;
+p)
+    # The README's main job alone with --parallel $PARALLEL (default 6; timed), and each run's kernel time, picks and lock use.
+    main_job_timed "${MAIN_TIMEOUT_S:-280}" --parallel "${PARALLEL:-6}"
+    for f in "$OUT"/main/runs/run-*.json; do
+        python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(d.get('arm'), d.get('repeat'), round(d.get('kernel_ms') or 0, 4), \
+            d.get('gemm_calls'), round(d.get('autotune_seconds') or 0, 1), round(d.get('autotune_lock_wait_seconds') or 0, 1), \
+            round(d.get('autotune_lock_longest_hold_seconds') or 0, 2))" "$f" 2>/dev/null
     done
     cat "$OUT/status.txt"
     ;;
