@@ -9,7 +9,8 @@ empty Inductor and Triton caches, and in each compiles one ``nn.Linear`` of BERT
 (``ik.record_autotune``), then times the compiled call two ways: CUDA events around 200 back-to-back calls
 (GPU time per call, launch-bound if the host is slow) and the host's own time per call.
 
-    python bench/probe_autotune_spread.py --processes 8
+    python bench/probe_autotune_spread.py --processes 8             # as torch times candidates
+    python bench/probe_autotune_spread.py --processes 16 --queued   # alternating with the ablation's queued timing
 
 Prints one line per process: the winner and its timing, the median timing of the Triton candidates, the
 fastest ATen candidate, and the compiled call's GPU and host microseconds per call.
@@ -31,13 +32,16 @@ def child() -> None:
     import torch
 
     import inductor_knobs as ik
+    from inductor_knobs.ablation.autotune_lock import benchmarks_in_turn
+    from inductor_knobs.ablation.worker import QUEUE_US
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(768, 768, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(128, 768, device="cuda", dtype=torch.bfloat16)
     f = torch.compile(lin, mode="max-autotune-no-cudagraphs")
+    queue_us = QUEUE_US if os.environ.get("IK_PROBE_QUEUED") == "1" else 0.0
     started = time.perf_counter()
-    with torch.no_grad(), ik.record_autotune() as rec:
+    with torch.no_grad(), benchmarks_in_turn(None, queue_us=queue_us), ik.record_autotune() as rec:
         f(x)
     compile_s = time.perf_counter() - started
     rows = [c for r in rec.benchmarked for c in r.choices if c.time_ms]
@@ -77,16 +81,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--queued", action="store_true", help="alternate torch's timing and the ablation's queued timing")
     args = parser.parse_args()
     if args.child:
         child()
         return
     for i in range(args.processes):
+        # With --queued, alternate: even processes as torch times, odd ones with each timing's launch queued first
+        # (inductor_knobs/ablation/queued_timing.py, as every ablation worker on a GPU times its candidates).
+        queued = args.queued and i % 2 == 1
         with tempfile.TemporaryDirectory(prefix="ik-spread-") as tmp:
             env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor", "TRITON_CACHE_DIR": f"{tmp}/triton"}
+            env["IK_PROBE_QUEUED"] = "1" if queued else "0"
             out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, timeout=300)
             line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-500:]
-            print(f"process {i}: {line}", flush=True)
+            print(f"process {i} ({'queued' if queued else 'torch'} timing): {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,9 @@ class TorchHooks:
     #: the lock runs that callable once before the turn, so what its first call does lazily (a GEMM template's
     #: Triton compile, its module load) happens outside the turn.  None before 2.8.
     autotune_timing_hooks: ClassVar[tuple[str, ...]] = ()
+    #: Makers of the CUDA event pairs a timing is taken between (``InductorBenchmarker.get_event_pairs``, 2.8+):
+    #: their start events queue a GPU spin first (``ablation/queued_timing.py``).  None before 2.8.
+    autotune_event_hooks: ClassVar[tuple[str, ...]] = ()
 
     # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
     #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only

@@ -101,6 +101,12 @@ class Torch28(Torch27):
         "torch._inductor.runtime.benchmarking:InductorBenchmarker.benchmark_gpu",
         "torch._inductor.runtime.benchmarking:TorchProfilerBenchmarker.benchmark_gpu",
     )
+    #: ``InductorBenchmarker.get_event_pairs(iters)`` (``iters, device_type`` in 2.13.0 and 2.15.0), which its ``benchmark_gpu``
+    #: calls for the estimate and for the timed loop: 2.8.0 ``runtime/benchmarking.py:184``, 2.11.0 ``:305``,
+    #: 2.15.0 ``:610``.
+    autotune_event_hooks: ClassVar[tuple[str, ...]] = (
+        "torch._inductor.runtime.benchmarking:InductorBenchmarker.get_event_pairs",
+    )
     #: ``recheck_autotune_cache`` tunes a cached coordinate-descent winner again (pytorch#172819): see :mod:`._fixes`.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
 

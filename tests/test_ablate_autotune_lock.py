@@ -328,3 +328,46 @@ def test_a_compiling_worker_takes_turns_through_the_jobs_lock_and_records_them(t
     assert record["autotune_lock_turns"] == 0 and record["autotune_lock_held_seconds"] == 0, record
     assert record["autotune_choices"] >= record["autotune_benchmarked_ops"], record
     assert all(_originals()[name] is before[name] for name in before)
+
+
+def test_queued_timing_spins_before_each_start_event_and_only_in_the_block(tmp_path, monkeypatch):
+    """With ``queue_us`` the start event of every pair Inductor's benchmarker makes first queues a GPU spin of that
+    length (in 2 GHz cycles), then records; end events, elapsed times and everything outside the block are torch's."""
+    from torch._inductor.runtime import benchmarking
+
+    from inductor_knobs.ablation import queued_timing
+
+    original = benchmarking.InductorBenchmarker.__dict__["get_event_pairs"]
+    spins: list[int] = []
+    monkeypatch.setattr(torch.cuda, "_sleep", spins.append)
+
+    class Event:
+        def __init__(self) -> None:
+            self.recorded = 0
+
+        def record(self) -> None:
+            self.recorded += 1
+
+        def elapsed_time(self, end: object) -> float:
+            return 0.25
+
+    def pairs(self: object, iters: int, *rest: object) -> list[tuple[Event, Event]]:
+        return [(Event(), Event()) for _ in range(iters)]
+
+    monkeypatch.setattr(benchmarking.InductorBenchmarker, "get_event_pairs", pairs)
+    timer = benchmarking.InductorBenchmarker.__new__(benchmarking.InductorBenchmarker)
+    with autotune_lock.benchmarks_in_turn(None, queue_us=60.0) as lock:
+        assert lock is None  # no turns without a lock file, only the queued timing
+        made = timer.get_event_pairs(3)
+        for start, end in made:
+            start.record()
+            end.record()
+        assert spins == [60 * queued_timing.CYCLES_PER_US] * 3
+        assert [start.recorded for start, _ in made] == [1, 1, 1] and all(end.recorded == 1 for _, end in made)
+        assert made[0][0].elapsed_time(made[0][1]) == 0.25
+        assert benchmarking.InductorBenchmarker.__dict__["get_event_pairs"] is not pairs
+    assert benchmarking.InductorBenchmarker.__dict__["get_event_pairs"] is pairs  # torch's (here: the stand-in) again
+    plain = timer.get_event_pairs(2)
+    plain[0][0].record()
+    assert len(spins) == 3 and not isinstance(plain[0][0], queued_timing.QueuedStart)
+    assert original is not None

@@ -51,6 +51,7 @@ from typing import Any
 
 from ..core import torch_compat
 from ..core._patching import SharedPatch, present, wrap_attribute
+from .queued_timing import queued_pairs
 
 
 class GpuLock:
@@ -127,20 +128,24 @@ class GpuLock:
         os.close(self._fd)
 
 
-#: The lock the wrappers take while :func:`benchmarks_in_turn` holds one (one per process: a worker runs one job).
-_CURRENT: list[GpuLock] = []
+#: What the wrappers use while :func:`benchmarks_in_turn` is active (one per process: a worker runs one job):
+#: the GPU's lock (None: no turns, one worker alone) and the spin queued before each timing's start, in
+#: microseconds (0: torch's own timing; :mod:`.queued_timing`).
+_CURRENT: list[tuple[GpuLock | None, float]] = []
 
 
 def _in_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if not _CURRENT:  # installed but not held (another holder of the shared patch has gone): pass through
+    lock = _CURRENT[-1][0] if _CURRENT else None
+    if lock is None:  # no turns (or installed but not held: another holder of the shared patch has gone)
         return wrapped(*args, **kwargs)
-    with _CURRENT[-1].held(getattr(wrapped, "__qualname__", "")):
+    with lock.held(getattr(wrapped, "__qualname__", "")):
         return wrapped(*args, **kwargs)
 
 
 def _first_call_then_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``benchmark_gpu(_callable, ...)``: run ``_callable`` once and wait for the GPU, then time it in turn."""
-    if _CURRENT and not _CURRENT[-1].mine():  # not nested in this thread's own turn
+    lock = _CURRENT[-1][0] if _CURRENT else None
+    if lock is not None and not lock.mine():  # not nested in this thread's own turn
         timed = args[0] if args else kwargs.get("_callable")
         if callable(timed):
             import torch
@@ -153,25 +158,38 @@ def _first_call_then_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kw
     return _in_turn(wrapped, instance, args, kwargs)
 
 
+def _queued_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``get_event_pairs(iters, ...)``: torch's pairs, each start event queueing a spin first (:mod:`.queued_timing`)."""
+    pairs = wrapped(*args, **kwargs)
+    queue_us = _CURRENT[-1][1] if _CURRENT else 0.0
+    return queued_pairs(pairs, queue_us) if queue_us > 0 else pairs
+
+
 @functools.cache  # one step object per hook for the process: it reuses its wrapper while torch's original is the same
 def _steps() -> tuple[Any, ...]:
     patches = torch_compat.installed(strict=False)  # imports torch
     # A build without one of them (an older release's GEMM autotuning) benchmarks nothing there to order.
     plain = tuple(wrap_attribute(path, _in_turn) for path in patches.autotune_benchmark_hooks if present(path))
-    return plain + tuple(wrap_attribute(path, _first_call_then_turn) for path in patches.autotune_timing_hooks if present(path))
+    timing = tuple(wrap_attribute(path, _first_call_then_turn) for path in patches.autotune_timing_hooks if present(path))
+    return plain + timing + tuple(wrap_attribute(path, _queued_events) for path in patches.autotune_event_hooks if present(path))
 
 
 AUTOTUNE_TURNS = SharedPatch("one autotune benchmark at a time per GPU (ablation/autotune_lock.py)", _steps)
 
 
 @contextlib.contextmanager
-def benchmarks_in_turn(path: str | None, clock: Callable[[], float] | None = None) -> Iterator[GpuLock | None]:
-    """Inside the block, every autotune benchmark of this process first takes the lock at ``path``.
+def benchmarks_in_turn(
+    path: str | None, clock: Callable[[], float] | None = None, queue_us: float = 0.0
+) -> Iterator[GpuLock | None]:
+    """Inside the block, every autotune timing of this process first takes the lock at ``path``, and with
+    ``queue_us`` starts its clock only once the candidate's launch is queued (:mod:`.queued_timing`).
 
     Args:
-        path (str | None): the GPU's lock file (the same for every worker on that GPU); None: nothing
-            changes (one worker at a time, or on CPU).
+        path (str | None): the GPU's lock file (the same for every worker on that GPU); None: no turns (one
+            worker at a time, or on CPU).
         clock (Callable[[], float] | None): passed to :class:`GpuLock` (read at every turn's start).
+        queue_us (float): microseconds of GPU spin queued before each timing's start event (torch 2.8+,
+            ``InductorBenchmarker``); 0: torch's own timing.
 
     Yields:
         GpuLock | None: the lock, for its ``waited_seconds`` and ``turns``; None when ``path`` is None.
@@ -179,24 +197,26 @@ def benchmarks_in_turn(path: str | None, clock: Callable[[], float] | None = Non
     Raises:
         OSError: the lock file cannot be opened (nothing is installed then).
 
-    Relies on the installed torch's ``autotune_benchmark_hooks`` and ``autotune_timing_hooks``
-    (``patches/_hooks.py``, ``patches/torch_2_8.py``), each installed only where it exists (imports torch
-    and its Inductor).
+    Relies on the installed torch's ``autotune_benchmark_hooks``, ``autotune_timing_hooks`` and
+    ``autotune_event_hooks`` (``patches/_hooks.py``, ``patches/torch_2_8.py``), each installed only where it
+    exists (imports torch and its Inductor).  Nothing is installed when ``path`` is None and ``queue_us`` 0.
     """
-    if path is None:
+    if path is None and queue_us <= 0:
         yield None
         return
-    lock = GpuLock(path, clock)
+    lock = GpuLock(path, clock) if path is not None else None
+    current = (lock, max(0.0, queue_us))
     holder = object()
     try:
         # release() is idempotent per holder, so an interrupt anywhere in here still leaves nothing installed.
         AUTOTUNE_TURNS.acquire(holder)
-        _CURRENT.append(lock)
+        _CURRENT.append(current)
         yield lock
     finally:
         with contextlib.suppress(ValueError):  # not appended: acquire failed or was interrupted
-            _CURRENT.remove(lock)
+            _CURRENT.remove(current)
         try:
             AUTOTUNE_TURNS.release(holder)
         finally:
-            lock.close()
+            if lock is not None:
+                lock.close()
