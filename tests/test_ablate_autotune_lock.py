@@ -202,28 +202,38 @@ def test_a_first_call_that_fails_is_left_to_torchs_own_handling(tmp_path, monkey
 
 
 def test_a_thread_timing_while_another_thread_holds_the_turn_waits_for_it(tmp_path, monkeypatch):
-    """``GpuLock.mine`` is per thread: a second thread's timing makes its own first call and waits for the turn."""
+    """``GpuLock.mine`` is per thread: a second thread's timing makes its first call at once, without waiting for
+    the turn another thread of the worker holds, and its timing then waits for that turn."""
+    from torch._inductor.runtime import benchmarking
+
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     path = str(tmp_path / "gpu-0.lock")
+    calls: list[bool] = []
+    bodies: list[bool] = []
+    first_called = threading.Event()
+
+    def timed() -> None:
+        calls.append(_held_by_someone(path))
+        first_called.set()
+
+    def do_bench(fn: Callable[[], None], return_mode: str = "median") -> float:
+        bodies.append(_held_by_someone(path))
+        fn()
+        return 1.0
+
+    timer = benchmarking.TritonBenchmarker()
+    timer.__dict__["triton_do_bench"] = do_bench
     with autotune_lock.benchmarks_in_turn(path) as lock:
         assert lock is not None
-        result: list[tuple[list[bool], list[bool]]] = []
-        started = threading.Event()
-
-        def other_timing() -> None:
-            started.set()
-            result.append(_benchmark_gpu_sees(path))
-
+        other = threading.Thread(target=timer.benchmark_gpu, args=(timed,))
         with lock.held():
             assert lock.mine()
-            other = threading.Thread(target=other_timing)
             other.start()
-            assert started.wait(60)
-            assert not result  # its timing cannot finish while this thread holds the turn
+            assert first_called.wait(60)  # its first call ran while this thread held the turn
+            assert calls == [True] and bodies == []  # and its timing waits for the turn
         other.join(60)
-        assert not lock.mine()
-    # Its first call ran at once (while this thread held the turn); its timing waited for the turn.
-    assert result == [([True, True], [True])]
+        assert not other.is_alive() and not lock.mine()
+    assert calls == [True, True] and bodies == [True]
 
 
 def test_no_path_changes_nothing(tmp_path):
