@@ -7,6 +7,7 @@ and torch's functions put back by identity afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -355,7 +356,7 @@ def test_queued_timing_spins_before_each_start_event_and_only_in_the_block(tmp_p
         def __init__(self) -> None:
             self.recorded = 0
 
-        def record(self) -> None:
+        def record(self, stream: object = None) -> None:
             self.recorded += 1
 
         def elapsed_time(self, end: object) -> float:
@@ -375,9 +376,13 @@ def test_queued_timing_spins_before_each_start_event_and_only_in_the_block(tmp_p
         assert spins == [60 * queued_timing.CYCLES_PER_US] * 3
         assert [start.recorded for start, _ in made] == [1, 1, 1] and all(end.recorded == 1 for _, end in made)
         assert made[0][0].elapsed_time(made[0][1]) == 0.25
+        side: list[object] = []
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: side.append(s) or contextlib.nullcontext())
+        made[1][0].record("a stream")  # an event recorded on a given stream gets its spin there
+        assert side == ["a stream"] and len(spins) == 4
         assert benchmarking.InductorBenchmarker.__dict__["get_event_pairs"] is not pairs
     assert benchmarking.InductorBenchmarker.__dict__["get_event_pairs"] is pairs  # torch's (here: the stand-in) again
     plain = timer.get_event_pairs(2)
     plain[0][0].record()
-    assert len(spins) == 3 and not isinstance(plain[0][0], queued_timing.QueuedStart)
+    assert len(spins) == 4 and not isinstance(plain[0][0], queued_timing.QueuedStart)
     assert original is not None

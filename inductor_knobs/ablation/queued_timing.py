@@ -23,6 +23,7 @@ their own timing.  Under ``ik.emulate_gpu`` the spin runs on the emulation's str
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 #: Cycles per microsecond the spin is counted in: a 2 GHz clock (an H100's SM clock is at most 1.98 GHz).
@@ -44,9 +45,12 @@ class QueuedStart:
         self._cycles = cycles
 
     def record(self, *args: Any, **kwargs: Any) -> None:
+        """Queue the spin on the stream the event records on (the current one unless given), then record."""
         import torch
 
-        torch.cuda._sleep(self._cycles)
+        stream = args[0] if args else kwargs.get("stream")
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            torch.cuda._sleep(self._cycles)
         self._event.record(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
