@@ -193,13 +193,16 @@ def test_a_first_call_that_fails_is_left_to_torchs_own_handling(tmp_path, monkey
         return 1.0
 
     timer.__dict__["triton_do_bench"] = do_bench
-    with autotune_lock.benchmarks_in_turn(str(tmp_path / "gpu-0.lock")):
+    path = str(tmp_path / "gpu-0.lock")
+    with autotune_lock.benchmarks_in_turn(path) as lock:
+        assert lock is not None
         try:
             result = timer.benchmark_gpu(timed)
         except RuntimeError:  # 2.11 TritonBenchmarker lets it rise (to benchmark_choice, which skips the choice)
             result = None
     assert result in (float("inf"), None)  # torch's own handling (2.13: inf, the candidate is skipped)
     assert seen == ["call", "timing", "call"]
+    assert lock.turns == 0  # torch's second try (which would compile again) ran outside the turn
 
 
 def test_a_thread_timing_while_another_thread_holds_the_turn_waits_for_it(tmp_path, monkeypatch):
@@ -386,3 +389,45 @@ def test_queued_timing_spins_before_each_start_event_and_only_in_the_block(tmp_p
     plain[0][0].record()
     assert len(spins) == 4 and not isinstance(plain[0][0], queued_timing.QueuedStart)
     assert original is not None
+
+
+def test_an_interrupt_while_a_turn_begins_releases_the_lock(tmp_path):
+    """A KeyboardInterrupt in the turn's own accounting (here: the clock read) still releases the flock."""
+
+    def clock() -> float:
+        raise KeyboardInterrupt
+
+    lock = autotune_lock.GpuLock(str(tmp_path / "gpu-0.lock"), clock)
+    try:
+        with pytest.raises(KeyboardInterrupt), lock.held():
+            pass
+        assert not _held_by_someone(lock.path) and not lock.mine()
+    finally:
+        lock.close()
+
+
+def test_no_first_call_where_torch_refuses_the_timing(tmp_path, monkeypatch):
+    """In Inductor's deterministic mode torch refuses unvetted timings; the candidate is then not called first either."""
+    from torch._inductor import config
+    from torch._inductor.runtime import benchmarking
+
+    if not hasattr(config, "deterministic"):
+        pytest.skip(f"torch {torch.__version__} has no config.deterministic")
+    monkeypatch.setattr(config, "deterministic", True)
+    calls: list[str] = []
+    timer = benchmarking.TritonBenchmarker()
+    timer.__dict__["triton_do_bench"] = lambda fn, return_mode="median": 1.0
+    with autotune_lock.benchmarks_in_turn(str(tmp_path / "gpu-0.lock")):
+        with pytest.raises(RuntimeError, match="deterministic"):
+            timer.benchmark_gpu(lambda: calls.append("call"))
+    assert calls == []
+
+
+def test_inductors_default_gpu_benchmarker_is_the_one_wrapped_with_the_first_call():
+    """On a GPU torch 2.8-2.15 time through ``InductorBenchmarker`` (``use_experimental_benchmarker``): its
+    ``benchmark_gpu`` gets the first call and the turn, and its event pairs the queued start."""
+    from torch._inductor.runtime import benchmarking
+
+    with autotune_lock.benchmarks_in_turn(None, queue_us=60.0):
+        assert benchmarking.InductorBenchmarker.__dict__["benchmark_gpu"]._self_wrapper is autotune_lock._first_call_then_turn
+        assert benchmarking.InductorBenchmarker.__dict__["get_event_pairs"]._self_wrapper is autotune_lock._queued_events

@@ -24,7 +24,9 @@ thread (``CachingAutotuner.run`` -> ``precompile`` -> ``make_cubin``): 15-18 s i
 five other workers waited for it (194-211 s of waiting in a run; the run's wall time grew from 142 s to
 182-212 s).  The extra call is one more warm-up of the candidate, which the benchmarker makes anyway.
 
-Outside the lock: candidates torch times in its autotune subprocess (``autotune_in_subproc``,
+Outside the lock: the timings torch takes with ``do_bench_using_profiling`` directly (only with
+``profile_bandwidth_with_do_bench_using_profiling`` on), candidates torch times in its autotune subprocess
+(``autotune_in_subproc``,
 ``select_algorithm.py benchmark_in_sub_process``: the Triton and CUTLASS ones; the lock file is closed on
 exec and no hook is installed there), and pipelined autotuning's.  Also not covered: another worker's
 eager reference pass or first compiled iteration (milliseconds of GPU work) may still run beside a
@@ -93,17 +95,20 @@ class GpuLock:
         """Hold the lock for the block (a nested hold in the same thread takes it once); ``what`` names
         the timed function for :attr:`longest_hold_what`."""
         with self._mutex:
-            if self._depth == 0:
+            outermost = self._depth == 0
+            if outermost:
                 start = time.perf_counter()
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
-                self._taken_at = time.perf_counter()
-                self.waited_seconds += self._taken_at - start
-                self.turns += 1
-                if self._clock is not None:
-                    with contextlib.suppress(Exception):  # no NVML: the clock is optional
-                        self.clocks.append(float(self._clock()))
+            # From here every exit (an interrupt in the accounting or the clock read included) releases the flock.
             self._depth += 1
             try:
+                if outermost:
+                    self._taken_at = time.perf_counter()
+                    self.waited_seconds += self._taken_at - start
+                    self.turns += 1
+                    if self._clock is not None:
+                        with contextlib.suppress(Exception):  # no NVML: the clock is optional
+                            self.clocks.append(float(self._clock()))
                 yield
             finally:
                 self._depth -= 1
@@ -143,19 +148,33 @@ def _in_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[st
 
 
 def _first_call_then_turn(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``benchmark_gpu(_callable, ...)``: run ``_callable`` once and wait for the GPU, then time it in turn."""
-    lock = _CURRENT[-1][0] if _CURRENT else None
-    if lock is not None and not lock.mine():  # not nested in this thread's own turn
-        timed = args[0] if args else kwargs.get("_callable")
-        if callable(timed):
-            import torch
+    """``benchmark_gpu(_callable, ...)``: run ``_callable`` once and wait for the GPU, then time it in turn.
 
-            try:
-                timed()
-                torch.cuda.synchronize()
-            except Exception:  # noqa: BLE001 - the timing below meets the same error, and torch handles it there
-                pass
+    The first call is one launch of the candidate (microseconds of GPU work), which may land beside another
+    worker's timing: at most one of that timing's iterations, of which torch keeps the fastest.  Not made where
+    torch would refuse the timing (``config.deterministic`` without ``is_vetted_benchmarking``).  A first call that
+    fails leaves the candidate to torch's own handling outside the turn: its second try would compile again.
+    """
+    lock = _CURRENT[-1][0] if _CURRENT else None
+    timed = args[0] if args else kwargs.get("_callable")
+    if lock is None or lock.mine() or not callable(timed) or _benchmarking_banned(kwargs):
+        return _in_turn(wrapped, instance, args, kwargs)  # no turns, nested in this thread's own turn, or not ours
+    import torch
+
+    try:
+        timed()
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - torch meets the same error in its own call and handles it (inf, skipped)
+        return wrapped(*args, **kwargs)
     return _in_turn(wrapped, instance, args, kwargs)
+
+
+def _benchmarking_banned(kwargs: dict[str, Any]) -> bool:
+    """Whether torch's ``may_ban_benchmarking()`` will refuse this timing: ``config.deterministic`` where the release
+    has it (2.11.0 ``runtime/benchmarking.py:64``; 2.8.0 has neither)."""
+    from torch._inductor import config
+
+    return bool(getattr(config, "deterministic", False)) and not kwargs.get("is_vetted_benchmarking", False)
 
 
 def _queued_events(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -48,7 +48,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-#: (rtol, atol) per dtype for "outputs match eager"; GEMM algorithms differ in summation order.
 #: Microseconds of GPU spin queued before each autotune timing's start event on a GPU (:mod:`.queued_timing`):
 #: longer than a Triton template's launch from a slow host thread (the compiled call of one GEMM took 42-87 us
 #: of host time on one H100 node, torch 2.11, Dynamo's guards included).
@@ -57,6 +56,7 @@ QUEUE_US = 60.0
 #: Kernels per record in ``kernel_top_ms`` (the costliest), and choices per op in ``autotune_fastest``.
 TOP_KERNELS, TOP_CHOICES = 12, 3
 
+#: (rtol, atol) per dtype for "outputs match eager"; GEMM algorithms differ in summation order.
 TOLERANCES = {"torch.float32": (1e-3, 1e-3), "torch.bfloat16": (4e-2, 4e-2), "torch.float16": (1e-2, 1e-2)}
 
 
