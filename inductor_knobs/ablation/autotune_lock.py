@@ -28,9 +28,9 @@ Outside the lock: the timings torch takes with ``do_bench_using_profiling`` dire
 ``profile_bandwidth_with_do_bench_using_profiling`` on), candidates torch times in its autotune subprocess
 (``autotune_in_subproc``, ``select_algorithm.py benchmark_in_sub_process``: the Triton and CUTLASS ones; the
 lock file is closed on exec and no hook is installed there), and pipelined autotuning's.  The first call of a
-candidate is one launch (microseconds of GPU work) that may land beside another worker's timing.  Also not covered: another worker's
-eager reference pass or first compiled iteration (milliseconds of GPU work) may still run beside a
-benchmark.  (torch 2.13+ also offers ``runtime/benchmarking.py``'s ``set_gpu_benchmark_lock_context``;
+candidate is one launch (microseconds of GPU work) that may land beside another worker's timing.  Also not
+covered: another worker's eager reference pass or first compiled iteration (milliseconds of GPU work) may still
+run beside a benchmark.  (torch 2.13+ also offers ``runtime/benchmarking.py``'s ``set_gpu_benchmark_lock_context``;
 the wrappers serve every release from 2.8 alike.)
 
 The lock is the kernel's: it goes with the process however the process ends (a crash, a kill at its
