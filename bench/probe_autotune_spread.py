@@ -33,7 +33,7 @@ def child() -> None:
 
     import inductor_knobs as ik
     from inductor_knobs.ablation.autotune_lock import benchmarks_in_turn
-    from inductor_knobs.ablation.worker import QUEUE_US
+    from inductor_knobs.ablation.queued_timing import QUEUE_US
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(768, 768, device="cuda", dtype=torch.bfloat16)

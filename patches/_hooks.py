@@ -70,11 +70,9 @@ class TorchHooks:
     triton_cache_dir: ClassVar[str] = "torch._inductor.runtime.runtime_utils:triton_cache_dir"
 
     # -- one autotune benchmark at a time per GPU (``ablation/autotune_lock.py``) --
-    #: The functions that time one candidate on the GPU: ``CachingAutotuner.bench`` (one Triton config, for a
-    #: runtime autotune or a coordinate-descent step; 2.8.0 ``_inductor/runtime/triton_heuristics.py:760``, 2.10.0
-    #: ``:863``, 2.11.0 ``:927``, 2.12.0 ``:947``, 2.13.0 ``:1211``, 2.14.1 ``:1471``) and, from 2.8 (:mod:`.torch_2_8`),
-    #: ``AlgorithmSelectorCache.benchmark_choice`` (one GEMM choice, ATen or template; a classmethod, 2.8.0
-    #: ``_inductor/select_algorithm.py:2632``, 2.10.0 ``:3522``, 2.11.0 ``:3719``, 2.13.0 ``:4841``).
+    #: The functions that time one candidate on the GPU, each call one turn: before 2.8 ``CachingAutotuner.bench``
+    #: (one Triton config, for a runtime autotune or a coordinate-descent step).  From 2.8 (:mod:`.torch_2_8`)
+    #: none: every GPU timing goes through the benchmarkers' ``benchmark_gpu`` (``autotune_timing_hooks``).
     autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = ("torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",)
     #: Timers whose first argument is the callable they time (``benchmark_gpu(self, _callable, ...)``, 2.8+):
     #: the lock runs that callable once before the turn, so what its first call does lazily (a GEMM template's

@@ -596,10 +596,10 @@ def test_gpu_kernel_time_sums_device_kernels_per_iteration(monkeypatch):
         FakeProfile.iterations += 1
 
     FakeProfile.iterations = 0
-    assert kernels.gpu_kernel_ms(call, 4) == pytest.approx(0.4)  # (300 + 100) us per iteration
+    assert sum(kernels.gpu_kernel_times(call, 4).values()) == pytest.approx(0.4)  # (300 + 100) us per iteration
     FakeProfile.iterations = 0  # no kernels recorded at all
     with pytest.raises(RuntimeError, match="no CUDA kernels"):
-        kernels.gpu_kernel_ms(lambda: None, 1)
+        kernels.gpu_kernel_times(lambda: None, 1)
 
 
 def test_a_failing_profiler_never_fails_the_run():

@@ -7,8 +7,9 @@
   template), ``cutlass template``.  It works on every device and every torch the package
   supports, including CPU, where the autotune feedback hook reports nothing; where the code
   cannot be read it returns ``{}``.
-- :func:`gpu_kernel_ms` sums the durations of the GPU kernels (and device memcpy/memset) of a few
-  iterations with ``torch.profiler`` (``ProfilerActivity.CUDA``) and returns the sum per iteration.
+- :func:`gpu_kernel_times` gives the durations of the GPU kernels (and device memcpy/memset) of a few
+  iterations with ``torch.profiler`` (``ProfilerActivity.CUDA``), per kernel name and per iteration; their
+  sum is the record's ``kernel_ms``.
   Beside end-to-end latency it shows the GEMMs' own time even where launch overhead dominates.
   Kernels on concurrent streams add up, so it can exceed the latency.
 """
@@ -120,8 +121,8 @@ def gpu_kernel_times(call: Callable[[], Any], iterations: int) -> dict[str, floa
         RuntimeError: the profiler recorded no device activity (CUPTI unavailable).
 
     Relies on ``torch.profiler.profile(activities=[ProfilerActivity.CUDA])`` and its events'
-    ``self_device_time_total`` (``self_cuda_time_total`` before torch 2.4's rename: the kernel's own
-    ``time_range`` is used where the property is missing).
+    ``self_device_time_total``; a release without the property (before the cuda -> device rename) gets the
+    kernel's own ``time_range``, the same number.
     """
     import torch
     from torch.autograd import DeviceType
@@ -144,19 +145,3 @@ def gpu_kernel_times(call: Callable[[], Any], iterations: int) -> dict[str, floa
     if not seen:
         raise RuntimeError("torch.profiler recorded no CUDA kernels (is CUPTI available?)")
     return {name: us / 1e3 / iterations for name, us in sorted(totals.items(), key=lambda kv: -kv[1])}
-
-
-def gpu_kernel_ms(call: Callable[[], Any], iterations: int) -> float:
-    """Sum of GPU kernel durations per iteration, in milliseconds (:func:`gpu_kernel_times`, summed).
-
-    Args:
-        call: one iteration of the workload (already warmed up).
-        iterations: how many to profile (>= 1).
-
-    Returns:
-        Milliseconds of device time per iteration.
-
-    Raises:
-        RuntimeError: the profiler recorded no device activity (CUPTI unavailable).
-    """
-    return sum(gpu_kernel_times(call, iterations).values())

@@ -26,6 +26,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+#: Microseconds of GPU spin every ablation worker on a GPU queues before each timing's start event: longer than
+#: a Triton template's launch from a slow host thread (the compiled call of one GEMM took 42-87 us of host time
+#: on one H100 node, torch 2.11, Dynamo's guards included).
+QUEUE_US = 60.0
+
 #: Cycles per microsecond the spin is counted in: a 2 GHz clock (an H100's SM clock is at most 1.98 GHz).
 CYCLES_PER_US = 2000
 

@@ -48,11 +48,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-#: Microseconds of GPU spin queued before each autotune timing's start event on a GPU (:mod:`.queued_timing`):
-#: longer than a Triton template's launch from a slow host thread (the compiled call of one GEMM took 42-87 us
-#: of host time on one H100 node, torch 2.11, Dynamo's guards included).
-QUEUE_US = 60.0
-
 #: Kernels per record in ``kernel_top_ms`` (the costliest), and choices per op in ``autotune_fastest``.
 TOP_KERNELS, TOP_CHOICES = 12, 3
 
@@ -136,6 +131,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         if compiled:
             from ..core.observe import can_record_autotune
             from .autotune_lock import benchmarks_in_turn
+            from .queued_timing import QUEUE_US
 
             fn = torch.compile(work.model, **job["arm"].get("compile_args", {}))
             recorder = ik.record_autotune() if can_record_autotune() else ik.record_compiles()
