@@ -33,6 +33,9 @@
 #   OUT=/tmp/out bash bench/session_gpu.sh m   # one-GPU node: the main job with --parallel 6 (timed), then the
 #                                              #   A/A control alone with --parallel 1 (bench/aa_alone.toml)
 #   OUT=/tmp/out bash bench/session_gpu.sh p   # one-GPU node: the main job alone with --parallel 6 (timed), per-run lines
+#   OUT=/tmp/out bash bench/session_gpu.sh r   # one-GPU node: variants of the main job (timed) one after the other:
+#                                              #   VARIANTS="main onebatch parallel9" (as a new user runs it; every run
+#                                              #   live at once, bench/ablate_cap.py 18; --parallel 9)
 #   OUT=/tmp/out bash bench/session_gpu.sh n   # one-GPU node: profile of an AOT bundle's load in a fresh process
 #                                              #   (bench/profile_aot_load.py), then the main job with --parallel 6
 #
@@ -69,6 +72,15 @@ main_job_timed() {  # main_job_timed SECONDS [ablate options...]: the README's m
     grep -E "^wall " "$OUT/main.log"
     grep -E "^\| (gated|force)" "$OUT/main.log" | cut -c1-200
     grep -E "autotuned one|The runs took" "$OUT/main.log" | cut -c1-400
+}
+ablate_timed() {  # ablate_timed NAME SECONDS COMMAND...: one main-job variant into $OUT/NAME, timed, its headline lines
+    local name=$1 limit=$2
+    shift 2
+    timeout -k 10 "$limit" /usr/bin/time -f "wall %e s" "$@" --out "$OUT/$name" --overwrite >"$OUT/$name.log" 2>&1
+    done_at "$name" $?
+    grep -E "^wall " "$OUT/$name.log"
+    grep -E "^\| (gated|force)" "$OUT/$name.log" | cut -c1-200
+    grep -E "The runs took" "$OUT/$name.log" | cut -c1-400
 }
 show_cold_starts() {
     for m in llama bert; do
@@ -244,6 +256,19 @@ p)
         python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(d.get('arm'), d.get('repeat'), round(d.get('kernel_ms') or 0, 4), \
             d.get('gemm_calls'), round(d.get('autotune_seconds') or 0, 1), round(d.get('autotune_lock_wait_seconds') or 0, 1), \
             round(d.get('autotune_lock_longest_hold_seconds') or 0, 2))" "$f" 2>/dev/null
+    done
+    cat "$OUT/status.txt"
+    ;;
+r)
+    # Variants of the main job one after the other, $VARIANTS (default "main onebatch"): main (as a new user runs
+    # it), onebatch (every run live at once: bench/ablate_cap.py 18, one batch of the quiet barrier), parallelN
+    # (--parallel N): where the barrier's batches leave the GPU's compile slots idle.
+    for v in ${VARIANTS:-main onebatch}; do
+        case "$v" in
+        main) ablate_timed main "${MAIN_TIMEOUT_S:-250}" python3 -m inductor_knobs ablate ;;
+        onebatch) ablate_timed onebatch "${MAIN_TIMEOUT_S:-250}" python3 bench/ablate_cap.py 18 ablate ;;
+        parallel*) ablate_timed "$v" "${MAIN_TIMEOUT_S:-250}" python3 -m inductor_knobs ablate --parallel "${v#parallel}" ;;
+        esac
     done
     cat "$OUT/status.txt"
     ;;

@@ -854,3 +854,22 @@ def test_doctors_report_is_collected_while_the_runs_go_and_never_costs_them(monk
         pass
     never.set()
     assert environment["doctor"] == {"error": "doctor did not finish within 0 s"}
+
+
+def test_a_later_repeat_is_labelled_shared_only_when_kept_binaries_were_there(monkeypatch):
+    """With every run live in one batch of the barrier, no run has kept its Triton binaries when the later repeats
+    start: they compile cold and their records say so (the report's compile column counts them)."""
+    from inductor_knobs.ablation import job as job_module
+
+    monkeypatch.setattr(job_module, "WORKER", "this")  # a module that exits at once: the label is set before it runs
+    registry = workers.Workers(share_kernels=True)
+    arm = spec.Arm("a")
+    later = {"index": 1, "repeat": 1, "arm": arm.to_dict()}
+    try:
+        assert job_module.run_job(later, arm, None, 60, registry)["kernel_cache"] == "cold"  # nothing kept yet
+        (Path(registry.kernels) / "abc").mkdir()
+        assert job_module.run_job(later, arm, None, 60, registry)["kernel_cache"] == "shared"
+        first = {"index": 0, "repeat": 0, "arm": arm.to_dict()}
+        assert job_module.run_job(first, arm, None, 60, registry)["kernel_cache"] == "cold"  # repeat 0 never shares
+    finally:
+        registry.remove_dirs()

@@ -432,3 +432,35 @@ def test_inductors_default_gpu_benchmarker_is_the_one_wrapped_with_the_first_cal
     with autotune_lock.benchmarks_in_turn(None, queue_us=60.0):
         assert benchmarking.InductorBenchmarker.__dict__["benchmark_gpu"]._self_wrapper is autotune_lock._first_call_then_turn
         assert benchmarking.InductorBenchmarker.__dict__["get_event_pairs"]._self_wrapper is autotune_lock._queued_events
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_queued_timing_times_the_kernel_and_not_a_slow_host():
+    """On a GPU, torch's real ``InductorBenchmarker``: a small kernel whose launch follows 50 us of host work (a slow
+    host thread, as a worker beside others compiling is) times as the kernel alone under the queued timing, the same
+    as from a fast host; torch's own timing of it waited for the host."""
+    import time
+
+    from torch._inductor.runtime.benchmarking import InductorBenchmarker
+
+    from inductor_knobs.ablation import queued_timing
+
+    x = torch.zeros(1 << 16, device="cuda")
+
+    def fast() -> None:
+        x.add_(1.0)
+
+    def slow() -> None:
+        until = time.perf_counter_ns() + 50_000  # host work before the launch, shorter than the 60 us spin
+        while time.perf_counter_ns() < until:
+            pass
+        x.add_(1.0)
+
+    timer = InductorBenchmarker()
+    torch_slow = timer.benchmark_gpu(slow)
+    with autotune_lock.benchmarks_in_turn(None, queue_us=queued_timing.QUEUE_US):
+        queued_fast, queued_slow = timer.benchmark_gpu(fast), timer.benchmark_gpu(slow)
+    # ms; an add of 64K floats takes a few microseconds on any recent GPU
+    assert queued_slow <= 1.5 * queued_fast + 0.002, (queued_fast, queued_slow, torch_slow)
+    assert torch_slow >= queued_slow + 0.015, (queued_fast, queued_slow, torch_slow)

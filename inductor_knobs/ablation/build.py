@@ -10,7 +10,7 @@ quick inputs, no intervals: does every arm compile, run and match eager?).
 **Processes at once** (``--parallel``): that many workers per GPU (or on the CPU) start, build and
 compile at the same time; they measure one at a time, and only while no worker of the ablation
 compiles (the phase barrier of :mod:`.quiet`).  1 by default; the main job on a GPU uses
-:func:`.main_job.main_job_parallel` (4 on a 16-CPU host).
+:func:`.main_job.main_job_parallel` (9 on a 16-CPU host).
 """
 
 from __future__ import annotations

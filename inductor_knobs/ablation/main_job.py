@@ -26,15 +26,15 @@ MAIN_JOB_EMULATION = ("T4", "L4")
 #: is about a millisecond there; 200 cost a fifth of a second per process.
 MAIN_JOB_GPU_ITERS = 200
 
-#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap.  Four workers compiling
-#: at once kept 4.1 of 16 CPUs busy on average (one H200 with CPUs 0-15).  Since every autotune benchmark
-#: takes its turn on the GPU per GEMM shape (:mod:`.autotune_lock`), six at once on a one-H100 node (16 CPUs,
-#: torch 2.11) ran the main job in 142.5 s (``/usr/bin/time``), and the spread of each arm's kernel time
-#: over its 3 processes was a coefficient of variation of 1.1-7.0%, 19.1% for one arm (forced L4: one process
-#: picked ATen for half its GEMMs); the same session's run with four took 239.8 s, right after a probe
-#: whose timed-out children may still have run, so not a clean comparison.  (Before the per-shape turns,
-#: five at once made the A/A control's processes pick GEMM kernels up to 25% slower than each other.)
-CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 2, 6
+#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap: 9 on a 16-CPU GPU node, half
+#: the main job's 18 runs, so that the phase barrier's live cap (2 x parallel, :func:`.quiet.live_cap`) holds all
+#: of them in one batch and no compile slot waits for a batch's slowest compile.  Measured on one node of one
+#: H100 (16 CPUs, torch 2.11, triton 3.6), one run each, one after another (``bench/session_gpu.sh r``): 6 at once
+#: (two batches of 9) 162.2 s and 179.2 s wall; 6 at once in one batch of 18 (``bench/ablate_cap.py 18``) 155.0 s;
+#: 9 at once 132.4 s; 12 at once 131.7 s; 18 at once 126.2 s.  The A/A control was "no detectable difference"
+#: within ±5% in each.  More than 9 gained little and made every cold compile slower (the forced arms' 56 s at 9,
+#: 78 s at 12, 93 s at 18, timed beside the others).
+CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 1.75, 9
 
 
 def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
@@ -97,7 +97,7 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
 
 
 def main_job_parallel(device: str, gpus: list[int]) -> int:
-    """The main job's ``--parallel`` default: 1 on CPU, else min(6, CPUs per GPU / 2), counting the CPUs this
+    """The main job's ``--parallel`` default: 1 on CPU, else min(9, CPUs per GPU / 1.75), counting the CPUs this
     process may run on (:func:`.quiet.usable_cpus`).
 
     Args:
@@ -110,4 +110,4 @@ def main_job_parallel(device: str, gpus: list[int]) -> int:
     if device != "cuda":
         return 1
     per_gpu = usable_cpus() // max(1, len(gpus))
-    return max(1, min(MAX_MAIN_JOB_PARALLEL, per_gpu // CPUS_PER_PARALLEL_WORKER))
+    return max(1, min(MAX_MAIN_JOB_PARALLEL, int(per_gpu / CPUS_PER_PARALLEL_WORKER)))

@@ -99,9 +99,12 @@ def _head(results: Mapping[str, Any]) -> str:
     if quiet:
         head += f"; {quiet}"
     if int(results.get("parallel") or 1) > 1:
+        runs = results.get("runs") or []
+        shared = sum(1 for r in runs if r.get("kernel_cache") == "shared")
         head += (
-            f"; compile s is the cold compile of each arm's first process (later processes reused the run's Triton "
-            f"binaries on a GPU), timed while up to {results['parallel']} processes compiled at once; the load rule "
+            "; compile s is the median over each arm's processes that compiled with empty caches"
+            + (f" (the {shared} of {len(runs)} runs that reused earlier runs' Triton binaries are left out)" if shared else "")
+            + f", timed while up to {results['parallel']} processes compiled at once; the load rule "
             "checks only SM clocks here (--parallel 1 for the full check)"
         )
     if isinstance(results.get("wall_seconds"), (int, float)):
