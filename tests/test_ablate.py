@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -859,17 +860,48 @@ def test_doctors_report_is_collected_while_the_runs_go_and_never_costs_them(monk
 def test_a_later_repeat_is_labelled_shared_only_when_kept_binaries_were_there(monkeypatch):
     """With every run live in one batch of the barrier, no run has kept its Triton binaries when the later repeats
     start: they compile cold and their records say so (the report's compile column counts them)."""
-    from inductor_knobs.ablation import job as job_module
-
-    monkeypatch.setattr(job_module, "WORKER", "this")  # a module that exits at once: the label is set before it runs
+    monkeypatch.setattr(job, "WORKER", "this")  # a module that exits at once: the label is set before it runs
     registry = workers.Workers(share_kernels=True)
     arm = spec.Arm("a")
     later = {"index": 1, "repeat": 1, "arm": arm.to_dict()}
     try:
-        assert job_module.run_job(later, arm, None, 60, registry)["kernel_cache"] == "cold"  # nothing kept yet
+        assert job.run_job(later, arm, None, 60, registry)["kernel_cache"] == "cold"  # nothing kept yet
         (Path(registry.kernels) / "abc").mkdir()
-        assert job_module.run_job(later, arm, None, 60, registry)["kernel_cache"] == "shared"
+        assert job.run_job(later, arm, None, 60, registry)["kernel_cache"] == "shared"
         first = {"index": 0, "repeat": 0, "arm": arm.to_dict()}
-        assert job_module.run_job(first, arm, None, 60, registry)["kernel_cache"] == "cold"  # repeat 0 never shares
+        assert job.run_job(first, arm, None, 60, registry)["kernel_cache"] == "cold"  # repeat 0 never shares
     finally:
+        registry.remove_dirs()
+
+
+def test_what_a_worker_leaves_running_is_killed_before_its_directory_goes(tmp_path, monkeypatch):
+    """A worker that exits while a process it started still writes into its directory (as Inductor's compile
+    workers go on after a worker that crashed mid-compile): the job's end kills that process and only then
+    removes the directory, so nothing is left in ``$TMPDIR``."""
+    (tmp_path / "leaves_a_writer.py").write_text(
+        "import os, subprocess, sys, time\n"
+        "marker = os.path.join(os.environ['TMPDIR'], 'writer.pid')\n"
+        "code = 'import os, sys, time\\n'\\\n"
+        '    \'open(sys.argv[1] + ".tmp", "w").write(str(os.getpid())); os.rename(sys.argv[1] + ".tmp", sys.argv[1])\\n\'\\\n'
+        "    'while True:\\n    os.makedirs(os.path.join(sys.argv[2], \"inductor\"), exist_ok=True); time.sleep(0.01)\\n'\n"
+        "subprocess.Popen([sys.executable, '-c', code, marker, os.path.dirname(os.environ['TMPDIR'])])\n"
+        "while not os.path.exists(marker):\n    time.sleep(0.01)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    registry = workers.Workers()
+    writer = None
+    try:
+        started = registry.start("leaves_a_writer", [], workers.base_env)
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(120) == 0, workers.read_output(cache)
+        writer = int((Path(cache) / workers.TEMP_SUBDIR / "writer.pid").read_text())
+        registry.done(proc, cache)
+        stat = Path(f"/proc/{writer}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # killed, not running
+        assert not os.path.exists(cache)
+    finally:
+        if writer is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(writer, signal.SIGKILL)
         registry.remove_dirs()

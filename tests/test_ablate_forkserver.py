@@ -48,7 +48,17 @@ def _run(registry: workers.Workers, module: str, args: list[str], env_for) -> tu
     return json.loads(out.strip().splitlines()[-1]), seen, err
 
 
-def test_no_state_leaks_from_one_run_to_the_next(monkeypatch):
+def _elsewhere(env: dict, directory: Path) -> dict:
+    """``env`` with every path into the run's own directory (gone once the run is done) moved into ``directory``:
+    a new interpreter compiling with the same settings must not recreate the run's directory in ``$TMPDIR``."""
+    own = os.path.dirname(env["TMPDIR"])
+    moved = {k: str(directory) + v[len(own) :] for k, v in env.items() if v == own or v.startswith(own + os.sep)}
+    for path in moved.values():
+        os.makedirs(path, exist_ok=True)
+    return {**env, **moved}
+
+
+def test_no_state_leaks_from_one_run_to_the_next(monkeypatch, tmp_path):
     """Two runs from one server: the first applies knobs and compiles; the second finds a fresh process.
 
     The parent's own INDUCTOR_KNOBS_* must not reach the server either (the package's startup hook would
@@ -97,7 +107,11 @@ def test_no_state_leaks_from_one_run_to_the_next(monkeypatch):
 
         # Inductor's config as a fresh interpreter with the same environment reads it.
         fresh = subprocess.run(
-            [sys.executable, "-m", "forkserver_probe", "config"], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-m", "forkserver_probe", "config"],
+            env=_elsewhere(env, tmp_path),
+            capture_output=True,
+            text=True,
+            check=True,
         )
         expected = json.loads(fresh.stdout.strip().splitlines()[-1])
         differ = {k: (second["config"].get(k), v) for k, v in expected["config"].items() if second["config"].get(k) != v}
@@ -139,7 +153,7 @@ def test_the_guard_keeps_the_startup_hooks_trigger_out_of_the_server():
     assert facts["stopped"] == {} and facts["forbidden_loaded"] == [] and facts["env_kept"] == []
 
 
-def test_an_arms_knobs_are_read_inside_a_forked_runs_compile_as_in_a_new_interpreter():
+def test_an_arms_knobs_are_read_inside_a_forked_runs_compile_as_in_a_new_interpreter(tmp_path):
     """Inductor preloaded in the server: a forked run's INDUCTOR_KNOBS_* (activated by the package's startup
     hook alone, as in a new interpreter) are what its compile read (``ik.record_compiles``), setting for
     setting as a new interpreter's with the same environment; and Inductor's compile threads are the
@@ -158,7 +172,11 @@ def test_an_arms_knobs_are_read_inside_a_forked_runs_compile_as_in_a_new_interpr
         forked, env, _ = _run(registry, "forkserver_probe", ["attest"], knobs)
         assert forked["hook_module_at_start"] is False and forked["compile_threads"] == 3
         fresh = subprocess.run(
-            [sys.executable, "-m", "forkserver_probe", "attest"], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-m", "forkserver_probe", "attest"],
+            env=_elsewhere(env, tmp_path),
+            capture_output=True,
+            text=True,
+            check=True,
         )
         expected = json.loads(fresh.stdout.strip().splitlines()[-1])
         assert forked["attestations"] == expected["attestations"] and expected["compile_threads"] == 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from typing import Any
 
 #: The files in the job directory that take the worker's stdout and stderr.
@@ -65,6 +66,49 @@ def kill_group(proc: Handle) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # the whole group has exited already
+
+
+def end_group(proc: Handle, wait_s: float = 10.0) -> None:
+    """SIGKILL what is left of the process group of ``proc``, which has exited, and wait until none of it runs.
+
+    Why: a process the worker started outlives a worker that dies, and may write into the job's directory after
+    the runner removed it, leaving it in ``$TMPDIR``.  Inductor's compile workers are such processes: torch's
+    ``SubprocPool`` starts them in the worker's process group, and their watchdog notices a dead parent only
+    every 60 s (``torch/_inductor/compile_worker/utils.py``, ``_async_compile_initializer``, checked in torch 2.13).
+    Called right after the worker was reaped: the group's id cannot name another group while any process of it
+    lives (Linux keeps the number reserved), and once none lives the call finds nothing.
+
+    Args:
+        proc (Started | Forked): a worker whose exit status is known (else nothing is done).
+        wait_s (float): seconds to wait, at most, for the killed processes to go (a hang guard; they go at once).
+    """
+    if proc.returncode is None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return  # nothing of the group is left
+    deadline = time.monotonic() + wait_s
+    while _group_runs(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie writes nothing: it is not counted); False where
+    ``/proc`` cannot say."""
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return False
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def reap(proc: Handle) -> None:

@@ -47,7 +47,7 @@ from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from ..core.torch_settings import environ_before_knobs
 from ..errors import InvalidKnobValue
 from .forkserver import ForkServer, supported
-from .processes import OUTPUT_FILES, Handle, Started, kill_group, read_output, reap
+from .processes import OUTPUT_FILES, Handle, Started, end_group, kill_group, read_output, reap
 from .spec import Arm
 
 __all__ = ["OUTPUT_FILES", "Handle", "Started", "Workers", "kill_group", "read_output", "reap", "worker_env"]
@@ -373,8 +373,10 @@ class Workers:
             return proc, cache
 
     def done(self, proc: Handle, cache: str, keep_kernels: bool = False) -> bool:
-        """Forget a finished process and remove its directory (with ``keep_kernels``, after moving its
-        Triton binaries into the shared directory).
+        """Forget a finished process, kill what is left of its process group (:func:`.processes.end_group`:
+        Inductor's compile workers outlive a worker that exits while they compile, and would write into the
+        directory after it is gone), and remove its directory (with ``keep_kernels``, after moving its Triton
+        binaries into the shared directory).
 
         Args:
             proc (Started | Forked): the finished worker.
@@ -387,6 +389,7 @@ class Workers:
         with self.lock:
             self.procs.pop(proc.pid, None)
             killed = proc.pid in self.killed
+        end_group(proc)  # its compile workers may still write into the directory
         if keep_kernels and not killed:
             self.keep_kernels(cache)
         shutil.rmtree(cache, ignore_errors=True)
