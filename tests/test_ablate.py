@@ -896,12 +896,53 @@ def test_what_a_worker_leaves_running_is_killed_before_its_directory_goes(tmp_pa
         proc, cache = started
         assert proc.wait(120) == 0, workers.read_output(cache)
         writer = int((Path(cache) / workers.TEMP_SUBDIR / "writer.pid").read_text())
+        removed_after: list[bool] = []
+        rmtree = workers.shutil.rmtree
+
+        def remove(path, *args, **kwargs):  # the writer must be gone before its directory is
+            removed_after.append(not _runs(writer))
+            rmtree(path, *args, **kwargs)
+
+        monkeypatch.setattr(workers.shutil, "rmtree", remove)
         registry.done(proc, cache)
-        stat = Path(f"/proc/{writer}/stat")
-        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # killed, not running
-        assert not os.path.exists(cache)
+        assert removed_after == [True] and not _runs(writer) and not os.path.exists(cache)
     finally:
-        if writer is not None:
-            with contextlib.suppress(ProcessLookupError):
+        if writer is not None and _runs(writer):
+            with contextlib.suppress(OSError):
                 os.kill(writer, signal.SIGKILL)
+        registry.remove_dirs()
+
+
+def _runs(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_process_that_took_a_finished_workers_number_is_not_killed():
+    """The worker's number given to a new process that leads its own group (another worker, a fork-server child)
+    before the job's end: the job's end signals nothing, since Linux would not hand out a number that a live
+    process of the old group still held.  The number is forced through ``ns_last_pid`` (root only)."""
+    last_pid = Path("/proc/sys/kernel/ns_last_pid")
+    if not os.access(last_pid, os.W_OK):
+        pytest.skip("forcing a process number needs a writable /proc/sys/kernel/ns_last_pid (root)")
+    registry = workers.Workers()
+    other = None
+    try:
+        started = registry.start("this", [], workers.base_env)  # exits at once, leaving nothing in its group
+        assert started is not None
+        proc, cache = started
+        assert proc.wait(120) == 0
+        last_pid.write_text(str(proc.pid - 1))
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        if other.pid != proc.pid:
+            pytest.skip("another process took the number first")
+        registry.done(proc, cache)
+        assert other.poll() is None and not os.path.exists(cache)
+    finally:
+        if other is not None:
+            other.kill()
+            other.wait()
         registry.remove_dirs()

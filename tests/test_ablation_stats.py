@@ -635,6 +635,25 @@ def test_compile_time_is_the_cold_processes_and_the_time_table_sums_the_runs():
     assert report.time_table(old) == [] and summary.summarize(old)[0]["compile_processes"] == 3
 
 
+def test_an_arm_whose_cold_runs_all_failed_says_its_compile_time_is_not_cold():
+    """Only runs that reused kept Triton binaries finished: their compile time stands in, and the table's heading
+    and the arm's note say so instead of calling it cold."""
+    data = results_of({"gated": [[2.0], [2.1], [2.2]], "forced": [[1.0], [1.1], [1.2]]}, parallel=4)
+    for r in data["runs"]:
+        r.update(kernel_cache="cold" if r["repeat"] == 0 else "shared", compile_seconds=60.0 if r["repeat"] == 0 else 20.0)
+        if r["arm"] == "forced" and r["repeat"] == 0:
+            r.update(ok=False, error="worker exited -11 without a result")
+    rows = {r["arm"]: r for r in summary.summarize(data)}
+    assert rows["gated"]["compile_cold"] and rows["gated"]["compile_seconds"] == 60.0
+    assert rows["forced"]["compile_cold"] is False and rows["forced"]["compile_seconds"] == 20.0
+    text = report.markdown(data)
+    assert "forced's is from runs that reused them (no cold run of it finished)" in text
+    assert "gated's is from" not in text
+    assert explain.measured(data, rows["forced"]).startswith(
+        "forced compiled reusing earlier runs' Triton binaries (no cold run of it finished) in 20.0 s"
+    )
+
+
 def _explained(per_arm_runs: dict, device: str = "cpu", **extra) -> str:
     """The notes of a main job whose runs carry ``per_arm_runs[arm]`` (a dict of record fields) three times."""
     data = results_of({arm: [[1.0], [1.01], [0.99]] for arm in per_arm_runs}, device=device, main_job=True, **extra)

@@ -75,15 +75,18 @@ def end_group(proc: Handle, wait_s: float = 10.0) -> None:
     the runner removed it, leaving it in ``$TMPDIR``.  Inductor's compile workers are such processes: torch's
     ``SubprocPool`` starts them in the worker's process group, and their watchdog notices a dead parent only
     every 60 s (``torch/_inductor/compile_worker/utils.py``, ``_async_compile_initializer``, checked in torch 2.13).
-    Called right after the worker was reaped: the group's id cannot name another group while any process of it
-    lives (Linux keeps the number reserved), and once none lives the call finds nothing.
+    The worker has been reaped, so its number may have been given to a new process (the fork server's children
+    and other workers lead their own groups).  Linux keeps the number reserved while any process of the old group
+    lives, so a process holding it now means the old group is gone: nothing is signalled then.  What is left
+    open is a new process taking the number, leading its own group and exiting, all between the worker's exit
+    and this call, with that group's other processes still running.
 
     Args:
         proc (Started | Forked): a worker whose exit status is known (else nothing is done).
         wait_s (float): seconds to wait, at most, for the killed processes to go (a hang guard; they go at once).
     """
-    if proc.returncode is None:
-        return
+    if proc.returncode is None or os.path.exists(f"/proc/{proc.pid}"):
+        return  # still running (not ours to end here), or its number is another process's now
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -82,7 +82,7 @@ def _verdict(row: Mapping[str, Any], loaded: bool) -> str:
     return verdict + " (see LOAD WARNING)" if loaded and verdict in ("faster", "slower") else verdict
 
 
-def _head(results: Mapping[str, Any]) -> str:
+def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
     env = results.get("environment", {})
     # --smoke with --repeats >= 3 still has enough processes for intervals (summarize computes them).
     repeats = int(results.get("repeats") or 0)
@@ -104,6 +104,11 @@ def _head(results: Mapping[str, Any]) -> str:
         head += (
             "; compile s is the median over each arm's processes that compiled with empty caches"
             + (f" (the {shared} of {len(runs)} runs that reused earlier runs' Triton binaries are left out)" if shared else "")
+            + "".join(
+                f"; {r['arm']}'s is from runs that reused them (no cold run of it finished)"
+                for r in rows
+                if r.get("compile_cold") is False
+            )
             + f", timed while up to {results['parallel']} processes compiled at once; the load rule "
             "checks only SM clocks here (--parallel 1 for the full check)"
         )
@@ -168,7 +173,7 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
     """
     rows = rows if rows is not None else summarize(results)
     warnings = load_warnings(results)
-    lines = [_head(results)]
+    lines = [_head(results, rows)]
     if results.get("mixed"):
         lines += ["", _mixed(results["mixed"])]
     for note in explain.notes(results, rows):
