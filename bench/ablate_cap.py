@@ -13,5 +13,5 @@ from inductor_knobs.cli import main
 
 if __name__ == "__main__":
     cap = int(sys.argv[1])
-    runner.live_cap = lambda parallel, jobs, lanes=1: max(cap, parallel)
+    runner.live_cap = lambda parallel, jobs, lanes=1, gpu_gib=None: max(cap, parallel)
     sys.exit(main(sys.argv[2:]))

@@ -170,6 +170,16 @@ def test_the_main_jobs_18_runs_go_in_three_balanced_batches(monkeypatch):
     assert quiet.live_cap(4, 18) == 4
 
 
+def test_the_gpus_memory_bounds_the_live_workers(monkeypatch):
+    """Nine at once (the main job's default on 16 CPUs): one batch of 18 on an 80 GiB GPU, two of 9 on a 24 GiB card
+    (18 CUDA contexts and models would not fit), never fewer than compile at once."""
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 120.0)
+    assert quiet.live_cap(9, 18, gpu_gib=79.1) == 18
+    assert quiet.live_cap(9, 18, gpu_gib=23.6) == 9
+    assert quiet.live_cap(9, 18, gpu_gib=4.0) == 9
+    assert quiet.live_cap(9, 18) == 18  # CPU: host memory only
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"

@@ -20,12 +20,13 @@ that a host-bound latency feels.  So every run goes through a phase barrier (:cl
 
 ``cap`` (:func:`live_cap`): ``parallel`` when it is 1 (compile, measure, next), else
 ``2 × parallel``, at most what the host's available memory allows at :data:`GIB_PER_WORKER` per live
-worker, and balanced so that the batches are about equal.  Every batch ends with compile slots idle
-while its slowest worker compiles, so fewer batches are faster once the autotune turns are short: on a
-one-H100 node (torch 2.11) the main job's 18 runs with 6 compiling at once took 162-179 s in two batches
-of 9 and 155 s in one batch of 18 (:mod:`.main_job` chooses 9 at once there, one batch: 132 s).  (Three
-sessions earlier, with one autotune turn per GEMM shape held for up to 18 s, more live workers had been
-slower: 247 s in two batches of 9 against 200 s in three of 6 on a 4xH200 host.)  A waiting worker holds its
+worker and what the GPU's memory allows at :data:`GPU_GIB_PER_WORKER`, and balanced so that the batches
+are about equal.  Every batch ends with compile slots idle while its slowest worker compiles, so fewer
+batches are faster once the autotune turns are short: on a one-H100 node (torch 2.11) the main job's 18
+runs with 6 compiling at once took 162-179 s in two batches of 9 and 155 s in one batch of 18
+(:mod:`.main_job` chooses 9 at once there, one batch: 132 s).  (Three sessions earlier, with one autotune
+turn per GEMM shape held for up to 18 s, more live workers had been slower: 247 s in two batches of 9
+against 200 s in three of 6 on a 4xH200 host.)  A waiting worker holds its
 memory (and on a GPU its CUDA context and model): ``--parallel 1`` keeps one at a time.
 
 The worker measures pinned to its lane's CPUs (:func:`lane_cpus`: the CPUs this process may use,
@@ -52,6 +53,11 @@ from typing import Any
 #: GiB of host memory counted per live worker for :func:`live_cap` (a process holding torch, a
 #: compiled model and, on a GPU, its CUDA context).
 GIB_PER_WORKER = 4.0
+
+#: GiB of GPU memory counted per live worker on a GPU for :func:`live_cap`: its CUDA context, model and autotune
+#: buffers.  The main job's BERT-base workers peaked at 461 MiB in torch's allocator on an H100 (torch 2.11),
+#: beside a CUDA context of several hundred MiB; 2 GiB keeps 18 live workers off a 24 GiB card (12 at most).
+GPU_GIB_PER_WORKER = 2.0
 
 
 def usable_cpus() -> int:
@@ -98,13 +104,14 @@ def _available_gib() -> float | None:
     return None
 
 
-def live_cap(parallel: int, jobs: int, lanes: int = 1) -> int:
+def live_cap(parallel: int, jobs: int, lanes: int = 1, gpu_gib: float | None = None) -> int:
     """How many live workers a lane may hold (see the module docstring).
 
     Args:
         parallel (int): compiling workers per lane at once.
         jobs (int): the jobs of the ablation.
         lanes (int): the lanes.
+        gpu_gib (float | None): the memory of the smallest GPU of the lanes, in GiB; None on CPU.
 
     Returns:
         int: at least ``parallel`` (and 1).
@@ -116,6 +123,8 @@ def live_cap(parallel: int, jobs: int, lanes: int = 1) -> int:
     memory = _available_gib()
     if memory is not None:
         cap = min(cap, max(parallel, int(memory / lanes / GIB_PER_WORKER)))
+    if gpu_gib is not None:
+        cap = min(cap, max(parallel, int(gpu_gib / GPU_GIB_PER_WORKER)))
     per_lane = max(1, math.ceil(jobs / max(1, lanes)))
     batches = math.ceil(per_lane / cap)
     return max(parallel, math.ceil(per_lane / batches))

@@ -46,6 +46,16 @@ def _lanes(plan: Plan) -> list[int | None]:
     return list(plan.gpus) if plan.device == "cuda" and plan.gpus else [None]
 
 
+def _gpu_gib(plan: Plan) -> float | None:
+    """The memory of the smallest GPU of ``plan``, in GiB (``torch.cuda.get_device_properties``, which makes no
+    CUDA context), or None on CPU."""
+    if plan.device != "cuda" or not plan.gpus:
+        return None
+    import torch
+
+    return min(torch.cuda.get_device_properties(g).total_memory for g in plan.gpus) / 2**30
+
+
 def make_workers(plan: Plan, runs: int) -> Workers:
     """The :class:`.workers.Workers` of an ablation of ``runs`` runs: its fork server's modules (none for
     one run: a server would import torch for that one run) and the ablation's Inductor compile threads
@@ -137,7 +147,7 @@ def execute(
     if workers is None:
         workers = make_workers(plan, len(jobs))
     threads_each = workers.compile_threads  # the server's and every worker's: one value per ablation
-    cap = live_cap(parallel, len(jobs), len(lanes))
+    cap = live_cap(parallel, len(jobs), len(lanes), _gpu_gib(plan))
     quiet = Quiet(lanes, parallel, cap, len(jobs))
     slots = [lane for lane in lanes for _ in range(cap)]
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
