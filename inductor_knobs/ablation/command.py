@@ -38,9 +38,7 @@ import datetime
 import os
 import socket
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ..errors import InvalidKnobValue
@@ -87,7 +85,7 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
 
 def environment(plan: Plan) -> dict[str, Any]:
     """The torch version and the device's name for results.json, and a ``doctor`` entry that
-    :func:`_doctor_meanwhile` fills while the runs go (the report takes seconds: it imports Dynamo and Inductor).
+    :class:`_Doctor` fills before the runs (the report takes seconds: it imports Dynamo and Inductor).
 
     Args:
         plan (Plan): the ablation.
@@ -106,62 +104,57 @@ def environment(plan: Plan) -> dict[str, Any]:
     return {"torch": torch.__version__, "device_name": name, "doctor": None}
 
 
-#: Seconds the command waits for ``doctor``'s report after the runs (:func:`_doctor_meanwhile`).
+#: Seconds the command waits for ``doctor``'s report before the runs (:class:`_Doctor`).
 DOCTOR_WAIT_S = 60.0
 
 
-def _doctor() -> dict[str, Any]:
-    """``doctor``'s report, from ``python -m inductor_knobs doctor --json`` in a child process.
+class _Doctor:
+    """``doctor``'s report, from ``python -m inductor_knobs doctor --json`` in a child process started at once.
 
-    Not in this process: a thread that used torch leaves C++ thread-locals (``at::impl::ThreadLocalPythonObjects``)
-    whose destructor takes the GIL after the Python thread has ended, and if the command is finishing then
-    (interpreter finalisation), CPython ends that pthread inside the destructor and libstdc++ aborts
-    ("terminate called without an active exception"): seen after a Ctrl-C during the fork server's start,
-    the core's stack in ``start_thread -> __call_tls_dtors -> ~ThreadLocalPythonObjects -> take_gil``.
-    The child inherits the command's environment, so the report is the same; it is killed after
-    :data:`DOCTOR_WAIT_S` (``subprocess.run``'s timeout).
-
-    Raises:
-        RuntimeError: the child printed no JSON report (its exit status and the end of its stderr).
-        subprocess.TimeoutExpired: it took longer than :data:`DOCTOR_WAIT_S`.
+    It runs while the command sets up and the fork server imports, and :meth:`report` waits for it before the
+    first run: the child imports torch, Dynamo and Inductor (seconds of CPU), and beside a measuring run it
+    makes that run's latency wrong (the CPU main job, 2 cores, torch 2.13: the first run's samples took 64 ms
+    against 2.7 ms while it ran beside them).  Not in this process: a thread that used torch leaves C++
+    thread-locals (``at::impl::ThreadLocalPythonObjects``) whose destructor takes the GIL after the Python thread
+    has ended, and if the command is finishing then, libstdc++ aborts ("terminate called without an active
+    exception", seen after a Ctrl-C during the fork server's start).  The child inherits the command's
+    environment, so the report is the same.  :meth:`close` kills it if it still runs (a refused or interrupted
+    command leaves no process).
     """
-    import json
-    import subprocess
 
-    command = [sys.executable, "-m", "inductor_knobs", "doctor", "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=DOCTOR_WAIT_S, check=False, stdin=subprocess.DEVNULL)
-    try:  # exit status 1 still prints the report (a bad INDUCTOR_KNOBS_* variable): the JSON decides
-        report = json.loads(done.stdout)
-    except ValueError:
-        report = None
-    if not isinstance(report, dict):
-        raise RuntimeError(f"doctor exited {done.returncode} without a report: {done.stderr.strip()[-500:]}")
-    return report
+    def __init__(self) -> None:
+        import subprocess
 
+        command = [sys.executable, "-m", "inductor_knobs", "doctor", "--json"]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
-@contextlib.contextmanager
-def _doctor_meanwhile(environment: dict[str, Any]) -> Iterator[None]:
-    """Collect ``doctor``'s report into ``environment`` on a thread while the block runs (the runs: the report
-    took seconds of the command's set-up on a GPU host, before any run could start), and wait for it at the end.
-    A report that fails is recorded as ``{"error": ...}``, never raised: it must not cost the runs."""
-    done: dict[str, Any] = {}
+    def report(self) -> dict[str, Any]:
+        """Wait (at most :data:`DOCTOR_WAIT_S`) and return the report, or ``{"error": ...}``: a report that fails
+        is recorded, never raised, since it must not cost the runs."""
+        import json
+        import subprocess
 
-    def collect() -> None:
         try:
-            done["report"] = _doctor()
-        except Exception as err:  # noqa: BLE001 - see the docstring
-            done["report"] = {"error": f"{type(err).__name__}: {err}"}
+            out, err = self.proc.communicate(timeout=DOCTOR_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return {"error": f"doctor did not finish within {DOCTOR_WAIT_S:.0f} s"}
+        try:  # exit status 1 still prints the report (a bad INDUCTOR_KNOBS_* variable): the JSON decides
+            report = json.loads(out)
+        except ValueError:
+            report = None
+        if not isinstance(report, dict):
+            return {"error": f"RuntimeError: doctor exited {self.proc.returncode} without a report: {err.strip()[-500:]}"}
+        return report
 
-    thread = threading.Thread(target=collect, name="inductor-knobs-doctor", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        # A second Ctrl-C here must not lose the finished runs (the handler after this block keeps them), and a
-        # report that never comes must not hold the results back: at most DOCTOR_WAIT_S, then it is left out.
-        with signals_ignored():
-            thread.join(DOCTOR_WAIT_S)
-        environment["doctor"] = done.get("report", {"error": f"doctor did not finish within {DOCTOR_WAIT_S:.0f} s"})
+    def close(self) -> None:
+        """Kill the child if it still runs, and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,6 +207,8 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
             target.prepare()
     else:
         plan = build_plan(args)
+        doctor = _Doctor()
+        started.callback(doctor.close)
         # The fork server imports torch, Dynamo, Inductor and the workload's libraries while the rest of
         # the start-up (results.json's environment, the run store) goes on; the first run waits for it.
         workers = started.enter_context(early_workers(plan))
@@ -247,8 +242,8 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
         start = time.perf_counter()
         results["setup_seconds"] = start - entered
         try:
-            with _doctor_meanwhile(results["environment"]):
-                fresh = _execute(plan, args.out, todo, runs, results, workers)
+            results["environment"]["doctor"] = doctor.report()  # before the runs: see _Doctor
+            fresh = _execute(plan, args.out, todo, runs, results, workers)
         except Interrupted as stop:
             with signals_ignored():  # a second Ctrl-C must not lose the finished runs
                 results["wall_seconds"] = time.perf_counter() - start
