@@ -841,6 +841,19 @@ def test_doctors_report_comes_from_a_child_and_never_costs_the_runs(monkeypatch,
     assert child.report() == {"error": "RuntimeError: doctor exited 1 without a report: "}
     child.close()
 
+    mixed = tmp_path / "mixed"  # a native library's bytes that are not UTF-8 on stderr: replaced, not raised
+    mixed.write_text("#!/bin/sh\nprintf '\\377' >&2\necho '{\"versions\": {}}'\n")
+    mixed.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(mixed))
+    child = command._Doctor()
+    assert child.report() == {"versions": {}}
+    child.close()
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "missing"))
+    child = command._Doctor()  # no process: recorded, not raised
+    assert child.report()["error"].startswith("FileNotFoundError")
+    child.close()
+
     hang = tmp_path / "hang"
     hang.write_text("#!/bin/sh\nexec sleep 600\n")
     hang.chmod(0o755)
@@ -876,6 +889,25 @@ def test_doctors_child_has_ended_before_the_first_run_starts(monkeypatch, tmp_pa
     assert cli.main(["ablate", "--smoke", "--device", "cpu", "--arm", "eager", "--out", str(tmp_path / "out")]) == 0
     assert len(children) == 1 and ended_first == [True]
     assert json.loads((tmp_path / "out" / "results.json").read_text())["environment"]["doctor"]["versions"]
+
+
+def test_an_interrupt_while_waiting_for_doctor_is_recorded_and_kills_the_child(monkeypatch, tmp_path):
+    """SIGTERM while the command waits for doctor's report, before any run: the partial results say why the report
+    is missing, and the child is gone."""
+    from inductor_knobs.ablation import command
+
+    children: list = []
+
+    def interrupted(self) -> dict:
+        children.append(self)
+        raise signals.Interrupted(signal.SIGTERM, [], 0)
+
+    monkeypatch.setattr(command._Doctor, "report", interrupted)
+    argv = ["ablate", "--smoke", "--device", "cpu", "--arm", "eager", "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 128 + signal.SIGTERM
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["environment"]["doctor"] == {"error": "interrupted by SIGTERM before the report came"} and data["partial"]
+    assert children and children[0].proc.poll() is not None  # killed when the command ended
 
 
 def test_a_later_repeat_is_labelled_shared_only_when_kept_binaries_were_there(monkeypatch):

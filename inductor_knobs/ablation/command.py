@@ -126,7 +126,19 @@ class _Doctor:
         import subprocess
 
         command = [sys.executable, "-m", "inductor_knobs", "doctor", "--json"]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        self.proc: subprocess.Popen[str] | None = None
+        self.failed: str | None = None
+        try:  # bytes that are not UTF-8 (a native library's message) are replaced, never raised
+            self.proc = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+            )
+        except OSError as err:  # no process could be started: recorded by report()
+            self.failed = f"{type(err).__name__}: {err}"
 
     def report(self) -> dict[str, Any]:
         """Wait (at most :data:`DOCTOR_WAIT_S`) and return the report, or ``{"error": ...}``: a report that fails
@@ -134,11 +146,16 @@ class _Doctor:
         import json
         import subprocess
 
+        if self.proc is None:
+            return {"error": self.failed or "doctor did not start"}
         try:
             out, err = self.proc.communicate(timeout=DOCTOR_WAIT_S)
         except subprocess.TimeoutExpired:
             self.close()
             return {"error": f"doctor did not finish within {DOCTOR_WAIT_S:.0f} s"}
+        except Exception as error:  # noqa: BLE001 - see above: recorded, never raised
+            self.close()
+            return {"error": f"{type(error).__name__}: {error}"}
         try:  # exit status 1 still prints the report (a bad INDUCTOR_KNOBS_* variable): the JSON decides
             report = json.loads(out)
         except ValueError:
@@ -149,6 +166,8 @@ class _Doctor:
 
     def close(self) -> None:
         """Kill the child if it still runs, and reap it."""
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -243,9 +262,13 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
         results["setup_seconds"] = start - entered
         try:
             results["environment"]["doctor"] = doctor.report()  # before the runs: see _Doctor
+            start = time.perf_counter()  # the runs' clock: waiting for the report is set-up
+            results["setup_seconds"] = start - entered
             fresh = _execute(plan, args.out, todo, runs, results, workers)
         except Interrupted as stop:
             with signals_ignored():  # a second Ctrl-C must not lose the finished runs
+                if results["environment"].get("doctor") is None:
+                    results["environment"]["doctor"] = {"error": f"interrupted by {stop.name} before the report came"}
                 results["wall_seconds"] = time.perf_counter() - start
                 done = sorted([*kept.values(), *stop.runs], key=lambda r: r["index"])
                 return _interrupted(target, results, Interrupted(stop.signum, done, len(jobs)))

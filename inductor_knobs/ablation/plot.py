@@ -34,7 +34,8 @@ def _label(index: int, row: dict[str, Any], compile_of: dict[str, Any]) -> str:
     base = compile_of.get(row.get("baseline", ""))
     cost = ""
     if row.get("baseline") != row["arm"] and base is not None and row.get("compile_seconds") is not None:
-        cost = f"\ncompile {base:.0f} s -> {row['compile_seconds']:.0f} s (cold)"
+        how = "cold" if row.get("compile_cold", True) else "reused binaries"
+        cost = f"\ncompile {base:.0f} s -> {row['compile_seconds']:.0f} s ({how})"
     return f"{index} {row['arm']}{section}{cost}"
 
 

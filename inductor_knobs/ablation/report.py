@@ -104,14 +104,13 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
         head += (
             "; compile s is the median over each arm's processes that compiled with empty caches"
             + (f" (the {shared} of {len(runs)} runs that reused earlier runs' Triton binaries are left out)" if shared else "")
-            + "".join(
-                f"; {r['arm']}'s is from runs that reused them (no cold run of it finished)"
-                for r in rows
-                if r.get("compile_cold") is False
-            )
             + f", timed while up to {results['parallel']} processes compiled at once; the load rule "
             "checks only SM clocks here (--parallel 1 for the full check)"
         )
+    not_cold = [str(r["arm"]) for r in rows if r.get("compile_cold") is False]
+    if not_cold:
+        reused = "is from runs that reused earlier runs' Triton binaries (no cold run finished)"
+        head += f"; compile s of {', '.join(not_cold)} {reused}"
     if isinstance(results.get("wall_seconds"), (int, float)):
         gpus = results.get("gpus") or []
         head += f"; whole run {results['wall_seconds']:.0f} s" + (f" on {len(gpus)} GPU(s)" if gpus else "")
