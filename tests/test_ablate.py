@@ -317,6 +317,9 @@ def test_compare_and_merge():
     old, new = fake_results([2.0] * 4, [1.0] * 4), fake_results([2.0] * 4, [0.5] * 4, other_kernel="triton_mm_7")
     text = compare.compare(old, new)
     assert "| b | 1.0000 | 0.5000 | 0.500 |" in text and "mm(8x8, 8x8)" in text
+    assert "| 1.00 | 1.00 |" in text and "reused binaries" not in text
+    new["runs"][1]["kernel_cache"] = "shared"  # b's only run reused kept Triton binaries: its compile time is marked
+    assert "| 1.00 | 1.00 (reused binaries) |" in compare.compare(old, new)
     part0, part1 = shards(fingerprinted(old))
     merged = merge.merge([part1, part0])
     assert [r["index"] for r in merged["runs"]] == [0, 1, 2] and "mixed" not in merged

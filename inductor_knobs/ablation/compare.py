@@ -42,9 +42,15 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
             changed.append(f"GEMM calls {old_calls} -> {new_calls}")
         lines.append(
             f"| {row['arm']} | {prev['median_ms']:.4f} | {row['median_ms']:.4f} | {row['median_ms'] / prev['median_ms']:.3f} | "
-            f"{ci} | {verdict} | {prev['compile_seconds']:.2f} | {row['compile_seconds']:.2f} | {', '.join(changed) or 'none'} |"
+            f"{ci} | {verdict} | {_compile_cell(prev)} | {_compile_cell(row)} | {', '.join(changed) or 'none'} |"
         )
     return "\n".join(lines)
+
+
+def _compile_cell(row: dict[str, Any]) -> str:
+    """An arm's compile seconds, marked where they come from runs that reused kept Triton binaries (no cold run
+    finished: ``compile_cold`` False, see :mod:`.summary`)."""
+    return f"{row['compile_seconds']:.2f}" + ("" if row.get("compile_cold", True) else " (reused binaries)")
 
 
 def _settings(arm: dict[str, Any]) -> dict[str, Any]:
