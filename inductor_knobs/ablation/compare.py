@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import explain, stats
-from .summary import summarize
+from .summary import compile_source, summarize
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -50,7 +50,8 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
 def _compile_cell(row: dict[str, Any]) -> str:
     """An arm's compile seconds, marked where they come from runs that reused kept Triton binaries (no cold run
     finished: ``compile_cold`` False, see :mod:`.summary`)."""
-    return f"{row['compile_seconds']:.2f}" + ("" if row.get("compile_cold", True) else " (reused binaries)")
+    source = compile_source(row)
+    return f"{row['compile_seconds']:.2f}" + ("" if source == "cold" else f" ({source})")
 
 
 def _settings(arm: dict[str, Any]) -> dict[str, Any]:

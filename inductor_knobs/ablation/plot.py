@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core._atomic import atomic_write
+from .summary import compile_source
 
 #: Inches of figure height per arm (and the least height).
 ROW_INCHES, MIN_INCHES = 0.42, 3.2
@@ -34,8 +35,7 @@ def _label(index: int, row: dict[str, Any], compile_of: dict[str, Any]) -> str:
     base = compile_of.get(row.get("baseline", ""))
     cost = ""
     if row.get("baseline") != row["arm"] and base is not None and row.get("compile_seconds") is not None:
-        how = "cold" if row.get("compile_cold", True) else "reused binaries"
-        cost = f"\ncompile {base:.0f} s -> {row['compile_seconds']:.0f} s ({how})"
+        cost = f"\ncompile {base:.0f} s -> {row['compile_seconds']:.0f} s ({compile_source(row)})"
     return f"{index} {row['arm']}{section}{cost}"
 
 

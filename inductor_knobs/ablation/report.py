@@ -10,7 +10,7 @@ from typing import Any
 
 from . import explain, load, stats
 from .merge import describe
-from .summary import section_of, summarize
+from .summary import compile_source, section_of, summarize
 
 #: Processes per arm below which the table says its intervals are indicative (see :mod:`.stats`).
 NOMINAL_PROCESSES = 5
@@ -107,7 +107,7 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
             + f", timed while up to {results['parallel']} processes compiled at once; the load rule "
             "checks only SM clocks here (--parallel 1 for the full check)"
         )
-    not_cold = [str(r["arm"]) for r in rows if r.get("compile_cold") is False]
+    not_cold = [str(r["arm"]) for r in rows if compile_source(r) != "cold"]
     if not_cold:
         reused = "is from runs that reused earlier runs' Triton binaries (no cold run finished)"
         head += f"; compile s of {', '.join(not_cold)} {reused}"

@@ -47,8 +47,9 @@ def _lanes(plan: Plan) -> list[int | None]:
 
 
 def _gpu_gib(plan: Plan) -> float | None:
-    """The memory of the smallest GPU of ``plan``, in GiB (``torch.cuda.get_device_properties``, which makes no
-    CUDA context), or None on CPU."""
+    """The memory of the smallest GPU of ``plan``, in GiB (``torch.cuda.get_device_properties``: this process
+    initialised CUDA already when the plan read the GPUs' SM counts; the fork server is a separate interpreter),
+    or None on CPU."""
     if plan.device != "cuda" or not plan.gpus:
         return None
     import torch

@@ -33,6 +33,12 @@ def _baseline_of(results: Mapping[str, Any], arm: Mapping[str, Any]) -> str:
     return str(arm.get("baseline") or results["baseline"])
 
 
+def compile_source(row: Mapping[str, Any]) -> str:
+    """Where a row's ``compile_seconds`` came from: ``cold`` (runs with empty caches), or ``reused binaries``
+    where none of the arm's cold runs finished (``compile_cold`` False; rows of older files count as cold)."""
+    return "cold" if row.get("compile_cold", True) else "reused binaries"
+
+
 def _row(arm: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
     good = [r for r in runs if r.get("ok")]
     row: dict[str, Any] = {"arm": arm["name"], "section": arm.get("section") or "", "runs": len(runs)}

@@ -45,8 +45,9 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
+
+from .processes import stat_fields
 
 #: Kernels per record in ``kernel_top_ms`` (the costliest), and choices per op in ``autotune_fastest``.
 TOP_KERNELS, TOP_CHOICES = 12, 3
@@ -344,18 +345,10 @@ def _session_processes() -> list[int] | None:
     found = []
     for name in names:
         if name.isdigit() and int(name) != me:
-            fields = _stat_fields(int(name))
+            fields = stat_fields(int(name))
             if fields is not None and len(fields) > 3 and fields[3] == str(me):  # stat field 6: the session id
                 found.append(int(name))
     return found
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (field 3 on), or None if it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
 
 
 def _cpu_seconds(others: list[int] | None) -> float:
@@ -372,7 +365,7 @@ def _cpu_seconds(others: list[int] | None) -> float:
     total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
     ticks = os.sysconf("SC_CLK_TCK")
     for pid in others or ():
-        fields = _stat_fields(pid)
+        fields = stat_fields(pid)
         if fields is not None:
             total += sum(int(f) for f in fields[11:15]) / ticks
     return total
