@@ -55,29 +55,27 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     return report
 
 
-#: What each release-dependent knob is, and when torch reads it (patches/_features.py has the sources).
-_RELEASE_KNOBS = {
-    "cudagraph_capture_sizes": "triton.cudagraph_capture_sizes: read at every call of a CUDA-graphed function",
-    "lookup_table": "lookup_table.table via LookupTableChoices: CUDA only; Triton entries need the SM gate open",
-    "cudnn_sdpa_avoid_recompile": "TORCH_CUDNN_SDPA_AVOID_RECOMPILE: read once per process, at the first cuDNN attention call",
-}
-
-
 def _release_knobs(version: str) -> list[dict[str, Any]]:
-    """Per release-dependent knob: whether this torch has it, the first release that does, and its state here."""
-    patches = torch_compat.select(version, strict=False)
-    have = patches.knob_features(torch_compat.release_of(version))
+    """Per knob that only some releases have (its row's ``since``/``until``): whether this torch has it, the releases
+    that do, what it is, and its Inductor config key's value here when it has one."""
+    from .core.knobs import KNOBS, Config
+
+    release = torch_compat.release_of(version)
     cfg = importlib.import_module("torch._inductor.config")
-    state = {
-        "cudagraph_capture_sizes": repr(getattr(cfg.triton, "cudagraph_capture_sizes", None)),
-        "lookup_table": f"{len(getattr(getattr(cfg, 'lookup_table', None), 'table', None) or {})} keys set",
-        "cudnn_sdpa_avoid_recompile": f"variable {patches.read_env('TORCH_CUDNN_SDPA_AVOID_RECOMPILE')!r}, CUDA "
-        + ("started: a block can no longer change it" if patches.cuda_started() else "not started"),
-    }
-    return [
-        {"knob": k, "available": k in have, "since": torch_compat.first_release_with(k), "what": what, "state": state[k]}
-        for k, what in _RELEASE_KNOBS.items()
-    ]
+    patches = torch_compat.select(version, strict=False)
+    rows = []
+    for name, row in KNOBS.items():
+        if row.since is None and row.until is None:
+            continue
+        if isinstance(row.changes, Config):
+            value = patches.read_value(cfg, row.changes.key) if row.on(release) else "absent"
+            state = f"{len(value)} keys set" if isinstance(value, dict) else repr(value)
+        else:
+            state = "process setting"
+        rows.append(
+            {"knob": name, "available": row.on(release), "since": row.since, "until": row.until, "what": row.summary, "state": state}
+        )
+    return rows
 
 
 def _serving() -> dict[str, Any]:

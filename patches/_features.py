@@ -1,9 +1,9 @@
-"""Knobs that exist only from some torch release: which releases have each, and torch's own pieces they use.
+"""Torch's own pieces that the release-dependent knobs use, and the facts behind their rows' ``since=``.
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  Every era module sets
-``knob_features_by_release`` for each release of its range; the facts, checked in the release wheels
-(``torch/`` relative; the C++ one in ``libtorch_cuda.so`` of the Linux CUDA wheels and in
+:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  Which releases have a knob is its row's
+``since=``/``until=`` in the knob table (:data:`inductor_knobs.core.knobs.KNOBS`); the facts, checked in the
+release wheels (``torch/`` relative; the C++ one in ``libtorch_cuda.so`` of the Linux CUDA wheels and in
 ``aten/src/ATen/native/cudnn/MHA.cpp``):
 
 - ``cudagraph_capture_sizes``: ``_inductor/config.py`` ``class triton``
@@ -36,25 +36,14 @@ from __future__ import annotations
 
 import os
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, ClassVar
-
-from ._release_tables import by_release
+from typing import Any
 
 #: The environment variable torch's cuDNN attention reads once per process (see the module docstring).
 CUDNN_SDPA_AVOID_RECOMPILE_VAR = "TORCH_CUDNN_SDPA_AVOID_RECOMPILE"
-#: Knobs that only some releases have (what ``knob_features_by_release`` lists).
-RELEASE_KNOBS = ("cudagraph_capture_sizes", "lookup_table", "cudnn_sdpa_avoid_recompile")
 
 
 class KnobFeatures:
-    """Which release-dependent knobs the installed torch has, and the torch pieces they use (see the module docstring)."""
-
-    #: Per minor release, the knobs of :data:`RELEASE_KNOBS` that release has.
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]]
-
-    def knob_features(self, release: str) -> frozenset[str]:
-        """The release-dependent knobs torch ``release`` (``"2.13"``) has; the newest known if unlisted."""
-        return frozenset(by_release(self.knob_features_by_release, release))
+    """The torch pieces the release-dependent knobs use (see the module docstring)."""
 
     def read_env(self, name: str) -> str | None:
         """The process environment's value of ``name`` (None when unset): what torch's C++ ``getenv`` reads."""

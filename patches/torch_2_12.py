@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from .torch_2_8 import _ALL_FEATURES, Torch28
+from .torch_2_8 import Torch28
 
 _BACKENDS = frozenset({"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "CKTILE", "CPP"})
 _GATED = frozenset({"TRITON", "CUTLASS", "CUTEDSL"})
@@ -65,7 +65,6 @@ class Torch212(Torch28):
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13")}
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {r: _GATED for r in ("2.12", "2.13")}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {r: ("cutlass", "cutlass_api") for r in ("2.12", "2.13")}
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {r: _ALL_FEATURES for r in ("2.12", "2.13")}
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # pytorch#173391: see _fixes
 
     def read_override(self, cfg: ModuleType, key: str) -> object:

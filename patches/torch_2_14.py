@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from .torch_2_8 import _ALL_FEATURES, _takes_keywords
+from .torch_2_8 import _takes_keywords
 from .torch_2_12 import _BACKENDS, _GATED, Torch212
 
 
@@ -44,7 +44,6 @@ class Torch214(Torch212):
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": _GATED}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.14": ("cutlass", "cutlass.operators")}
     green_context_api: ClassVar[str | None] = "constructor"
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": _ALL_FEATURES}
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": False}
     emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (
         *Torch212.emulation_capture_config,

@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from .torch_2_8 import _ALL_FEATURES
 from .torch_2_12 import _BACKENDS, _GATED
 from .torch_2_14 import Torch214
 
@@ -53,7 +52,6 @@ class Torch215(Torch214):
     gate_checked_last: ClassVar[bool] = True
     config_patch_restores_unset: ClassVar[bool] = True
     green_context_api: ClassVar[str | None] = "constructor+sm_count"
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.15": _ALL_FEATURES}  # as 2.14: see _features
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
 
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:

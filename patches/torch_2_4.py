@@ -88,7 +88,6 @@ class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, Proce
         raise NotImplementedError(f"torch {self.torch_range} has no AOTInductor packages")
 
     # -- release-dependent knobs (:class:`._features.KnobFeatures`): none before 2.8 --
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.4": frozenset(), "2.5": frozenset()}
 
     # -- fixes of torch bugs (:class:`._fixes.TorchFixes`): no recheck_autotune_cache before 2.8 --
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}

@@ -50,7 +50,6 @@ class Torch26(TorchPatches):
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.6": ()}
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.6": 4}  # select_algorithm.py:1912
     reasons_after_start_callbacks: ClassVar[bool] = False  # convert_frame.py:891, callbacks from :986
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.6": frozenset()}
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.6": False}
 
     def gate_device(self, index: Any) -> torch.device:

@@ -42,7 +42,6 @@ class Torch27(Torch26):
     #: ``:235`` ``aoti_load_package(path)``; the same keywords at 2.13 :57/:241 and 2.15 :64/:257.  Not
     #: checked in 2.6 (no 2.6 wheel was reachable), so it is off there; 2.5's takes ``(ep, args, kwargs)``.
     has_aot_packages: ClassVar[bool] = True
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.7": frozenset()}
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": False}
     #: ``get_max_num_sms`` (``_inductor/utils.py:1258``, lru_cached) sizes ``NUM_SMS`` from 2.7.
     sm_count_caches: ClassVar[tuple[str, ...]] = (*Torch26.sm_count_caches, "torch._inductor.utils:get_max_num_sms")

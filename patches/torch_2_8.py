@@ -35,10 +35,6 @@ from .torch_2_7 import Torch27
 
 _CK = frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"})
 _GATED = frozenset({"TRITON", "CUTLASS"})
-#: ``triton.cudagraph_capture_sizes`` (2.8 config.py:1107), cuDNN attention's avoid-recompile (2.9
-#: ``libtorch_cuda.so``), ``lookup_table.table`` (2.10 config.py:2234): see :mod:`._features`.
-_SIZES = frozenset({"cudagraph_capture_sizes"})
-_ALL_FEATURES = _SIZES | {"cudnn_sdpa_avoid_recompile", "lookup_table"}
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +71,6 @@ class Torch28(Torch27):
         "2.11": ("cutlass", "cutlass_api"),
     }
     green_context_api: ClassVar[str | None] = "create"
-    knob_features_by_release: ClassVar[dict[str, frozenset[str]]] = {
-        "2.8": _SIZES,
-        "2.9": _SIZES | {"cudnn_sdpa_avoid_recompile"},
-        "2.10": _ALL_FEATURES,
-        "2.11": _ALL_FEATURES,
-    }
     #: From 2.8 every GPU timing of Inductor goes through the ``benchmark_gpu`` of the benchmarker it uses
     #: (``runtime/benchmarking.py``'s ``benchmarker`` is a ``TritonBenchmarker`` or, with
     #: ``use_experimental_benchmarker``, an ``InductorBenchmarker``, whose method does not call its parent's;

@@ -22,6 +22,7 @@ from inductor_knobs.patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR as V
 
 import inductor_knobs as ik
 from inductor_knobs.core import torch_compat
+from inductor_knobs.core.knobs import KNOBS, Config, Knob
 from inductor_knobs.errors import (
     ConcurrentKnobsError,
     InvalidKnobValue,
@@ -34,7 +35,7 @@ from inductor_knobs.errors import (
 WORKER = Path(__file__).with_name("lookup_worker.py")
 RELEASE = torch_compat.release_of(torch.__version__)
 TORCH = re.escape(torch.__version__)
-HAVE = torch_compat.installed().knob_features(RELEASE)
+HAVE = {name for name, row in KNOBS.items() if row.on(RELEASE)}
 needs = {
     name: pytest.mark.skipif(name not in HAVE, reason=f"torch {torch.__version__} has no {name}")
     for name in ("cudagraph_capture_sizes", "lookup_table", "cudnn_sdpa_avoid_recompile")
@@ -69,22 +70,21 @@ def _sin(x):
         ("2.11.0", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
         ("2.13.0+cpu", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
         ("2.14.1", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
-        ("2.15.0", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
+        (
+            "2.15.0",
+            {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table", "cudagraph_dynamic_shape_rerecord_limit"},
+        ),
     ],
 )
-def test_each_release_declares_the_knobs_it_has(version, features):
-    assert torch_compat.select(version).knob_features(torch_compat.release_of(version)) == features
+def test_each_release_has_the_knobs_its_rows_declare(version, features):
+    release = torch_compat.release_of(version)
+    assert {name for name, row in KNOBS.items() if row.since or row.until if row.on(release)} == features
 
 
-def test_the_first_release_of_each_knob():
-    assert torch_compat.first_release_with("cudagraph_capture_sizes") == "2.8"
-    assert torch_compat.first_release_with("cudnn_sdpa_avoid_recompile") == "2.9"
-    assert torch_compat.first_release_with("lookup_table") == "2.10"
-
-
-def test_the_installed_config_has_exactly_the_declared_keys(cfg):
-    assert ("triton.cudagraph_capture_sizes" in cfg._config) == ("cudagraph_capture_sizes" in HAVE)
-    assert ("lookup_table.table" in cfg._config) == ("lookup_table" in HAVE)
+def test_the_installed_config_has_exactly_the_config_keys_the_rows_declare(cfg):
+    for name, row in KNOBS.items():
+        if isinstance(row.changes, Config):
+            assert (row.changes.key in cfg._config) == row.on(RELEASE), name
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_the_installed_config_has_exactly_the_declared_keys(cfg):
     ],
 )
 def test_a_release_without_the_knob_refuses_it_naming_the_release_and_applies_nothing(monkeypatch, patches, cfg, kwargs, first):
-    monkeypatch.setattr(type(patches), "knob_features", lambda self, release: frozenset())  # as torch 2.7 declares
+    monkeypatch.setattr(Knob, "on", lambda self, release: self.since is None)  # as torch 2.7 has them
     before = cfg.max_autotune
     with pytest.raises(NotSupportedOnThisTorch, match=rf"needs torch {first} or newer.*{TORCH}.*Nothing was applied"):
         with ik.knobs(max_autotune=not before, **kwargs):

@@ -12,16 +12,19 @@ checks the rest against the live config before anything is changed.  ``None`` al
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import Version
+
 from ..errors import InvalidKnobValue, UnknownKnob
-from .knob_values import CHECKS, MAX_SMS, _fail
+from . import knob_values as checks
+from .knob_values import MAX_SMS
+from .knob_values import fail as _fail
 from .messages import _unknown_message, torch_version
 
 ENV_PREFIX = "INDUCTOR_KNOBS_"
@@ -34,20 +37,263 @@ PRESETS: dict[str, dict[str, Any]] = {
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
-#: Knob name -> the Inductor config key it sets.
-CONFIG_KEYS = {
-    "max_autotune": "max_autotune",
-    "max_autotune_gemm": "max_autotune_gemm",
-    "gemm_backends": "max_autotune_gemm_backends",
-    "gemm_search_space": "max_autotune_gemm_search_space",
-    "coordinate_descent_tuning": "coordinate_descent_tuning",
-    "cudagraphs": "triton.cudagraphs",
-    "cudagraph_capture_sizes": "triton.cudagraph_capture_sizes",
-    "lookup_table": "lookup_table.table",
+#: The Inductor config key that makes a compile bypass the FX graph and AOTAutograd caches (a knob whose row
+#: says ``cache="bypass"`` sets it while it is on): ``force_disable_caches`` (``_inductor/config.py``; an alias of
+#: ``torch.compiler.config.force_disable_caches`` from 2.6), read by ``FxGraphCache`` and ``AOTAutogradCache``.
+CACHE_BYPASS_KEY = "force_disable_caches"
+
+#: What a cache hit does to a knob (a row's ``cache``):
+#: ``keyed``: torch's own cache keys cover its config keys, so a hit was built with the same value;
+#: ``salted``: the keys do not cover it, so inductor_knobs adds a salt naming its value to every compile's keys;
+#: ``bypass``: its effect happens only while Inductor generates code (trace files), so the caches are off while it is on;
+#: ``runtime``: torch reads it when the compiled code runs, so a cached artifact gets it too;
+#: ``none``: not a setting of torch (how the other knobs are applied).
+CACHE_RULES = ("keyed", "salted", "bypass", "runtime", "none")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A knob that sets Inductor config keys: ``key`` to the knob's value, plus what ``extra`` derives from it."""
+
+    key: str
+    extra: Callable[[Any], dict[str, Any]] | None = None
+
+    def values(self, value: Any) -> dict[str, Any]:
+        """The ``{dotted key: value}`` this knob sets for ``value``."""
+        if self.extra is None:
+            return {self.key: value}
+        return self.extra(value)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A knob of the ``torch._inductor.utils.is_big_gpu`` override (:mod:`inductor_knobs.core.gate`)."""
+
+
+@dataclass(frozen=True)
+class ProcessSetting:
+    """A knob that is a process-global torch setting (:data:`inductor_knobs.core.torch_settings.SETTINGS`)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A knob that sets nothing in torch: how the other knobs are applied and checked."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One row of the knob table: everything the package knows about one knob.
+
+    Attributes:
+        check: ``(label, value) -> normalised value``; raises :class:`~inductor_knobs.errors.InvalidKnobValue`.
+        changes: what it changes in torch: :class:`Config` keys, the :class:`Gate`, a :class:`ProcessSetting`, or
+            nothing (:class:`Policy`).
+        parse: ``(variable, text) -> value`` for its ``INDUCTOR_KNOBS_<NAME>`` variable (then ``check`` runs).
+        since: the first torch release that has it (``"2.10"``), or None for every supported release.
+        until: the last torch release that has it, or None.
+        cache: what a cache hit does to it (:data:`CACHE_RULES`); the same rule is used for salting,
+            attestation, a bundle's identity and a measurement's fingerprint.
+        default: its value when not given (None: leave torch's value alone).
+        summary: one line for ``doctor`` and the reference table.
+    """
+
+    check: Callable[[str, object], Any]
+    changes: Config | Gate | ProcessSetting | Policy
+    parse: Callable[[str, str], Any]
+    summary: str
+    since: str | None = None
+    until: str | None = None
+    cache: str = "keyed"
+    default: Any = None
+
+    def on(self, release: str) -> bool:
+        """Whether torch ``release`` (``"2.13"``) has this knob."""
+        version = Version(release)
+        return (self.since is None or version >= Version(self.since)) and (self.until is None or version <= Version(self.until))
+
+
+def _parse_bool(var: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise _fail(var, raw, "one of " + "/".join(sorted(_TRUE | _FALSE)))
+
+
+def _parse_text(var: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _parse_int(var: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise _fail(var, raw, f"an int SM count from 1 to {MAX_SMS}") from None
+
+
+def _parse_json(var: str, raw: str) -> Any:
+    try:
+        return json.loads(raw.strip())
+    except json.JSONDecodeError as err:
+        raise _fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
+
+
+def _parse_trace(var: str, raw: str) -> bool | str:
+    lowered = raw.strip().lower()
+    return True if lowered in _TRUE else False if lowered in _FALSE else raw.strip()
+
+
+def _parse_sizes(var: str, raw: str) -> Any:
+    text = raw.strip()
+    try:  # "1,2,4,8", or JSON for tuples: "[[1, 2], [4, 8]]"
+        return json.loads(text) if text.startswith("[") else [int(v) for v in text.split(",")]
+    except ValueError:
+        raise _fail(var, raw, "comma-separated positive ints, or a JSON list such as [[1, 2], [4, 8]]") from None
+
+
+def _parse_count(var: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise _fail(var, raw, "a positive int") from None
+
+
+def _trace_keys(value: Any) -> dict[str, Any]:
+    keys: dict[str, Any] = {"trace.enabled": bool(value)}
+    if isinstance(value, str):
+        keys["trace.debug_dir"] = value
+    return keys
+
+
+def _check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
+    return checks.check_config(label, value, VALUE_CHECKS)
+
+
+def _check_debug_dir(label: str, value: object) -> str | None:
+    return None if value is None else checks.check_directory(label, value)
+
+
+#: The knob table: one row per knob, in the order ``Knobs`` lists them.  Validation, apply and revert,
+#: precedence, cache salting, attestation, ``INDUCTOR_KNOBS_*`` parsing, ``doctor`` and the reference table
+#: all read these rows; nothing else lists knobs.  Release facts are in ``patches/_features.py``.
+KNOBS: dict[str, Knob] = {
+    "min_sms": Knob(
+        checks.check_min_sms, Gate(), _parse_int, "open the GEMM-template SM gate (is_big_gpu) at this many SMs", cache="salted"
+    ),
+    "gate_rocm_xpu": Knob(checks.check_bool, Gate(), _parse_bool, "apply min_sms to ROCm and XPU devices too", cache="salted"),
+    "max_autotune": Knob(checks.check_bool, Config("max_autotune"), _parse_bool, "max_autotune"),
+    "max_autotune_gemm": Knob(checks.check_bool, Config("max_autotune_gemm"), _parse_bool, "max_autotune_gemm"),
+    "gemm_backends": Knob(
+        checks.check_backends, Config("max_autotune_gemm_backends"), _parse_text, "max_autotune_gemm_backends (ATEN,TRITON,...)"
+    ),
+    "gemm_search_space": Knob(
+        checks.check_search_space, Config("max_autotune_gemm_search_space"), _parse_text, "max_autotune_gemm_search_space"
+    ),
+    "coordinate_descent_tuning": Knob(
+        checks.check_bool, Config("coordinate_descent_tuning"), _parse_bool, "coordinate_descent_tuning"
+    ),
+    "cudagraphs": Knob(checks.check_bool, Config("triton.cudagraphs"), _parse_bool, "triton.cudagraphs"),
+    "trace": Knob(
+        checks.check_trace,
+        Config("trace.enabled", extra=_trace_keys),
+        _parse_trace,
+        "trace.enabled (a path also sets trace.debug_dir); compiles bypass the caches while it is on",
+        cache="bypass",
+    ),
+    "sdpa_backends": Knob(
+        checks.check_sdpa_backends,
+        ProcessSetting(),
+        _parse_text,
+        "SDPA backends in priority order (process-wide); Dynamo traces the chosen kernel into the graph",
+        cache="salted",
+    ),
+    "tunableop": Knob(
+        checks.check_bool, ProcessSetting(), _parse_bool, "torch.cuda.tunable.enable (process-wide)", cache="runtime"
+    ),
+    "cudnn_sdpa_avoid_recompile": Knob(
+        checks.check_bool,
+        ProcessSetting(),
+        _parse_bool,
+        "TORCH_CUDNN_SDPA_AVOID_RECOMPILE (read once per process by cuDNN attention)",
+        since="2.9",
+        cache="runtime",
+    ),
+    "cudagraph_capture_sizes": Knob(
+        checks.check_capture_sizes,
+        Config("triton.cudagraph_capture_sizes"),
+        _parse_sizes,
+        "triton.cudagraph_capture_sizes (read at every call)",
+        since="2.8",
+    ),
+    "cudagraph_dynamic_shape_rerecord_limit": Knob(
+        checks.check_positive_int,
+        Config("triton.cudagraph_dynamic_shape_rerecord_limit"),
+        _parse_count,
+        "triton.cudagraph_dynamic_shape_rerecord_limit: CUDA graphs recorded per function before new sizes run without",
+        since="2.15",
+    ),
+    "lookup_table": Knob(
+        checks.check_lookup_table,
+        Config("lookup_table.table"),
+        _parse_text,
+        "lookup_table.table (a mapping or a JSON file), used through LookupTableChoices",
+        since="2.10",
+        cache="salted",
+    ),
+    "config": Knob(
+        _check_config, Policy(), _parse_json, "any other Inductor config, {dotted.key: value}", cache="none", default=()
+    ),
+    "on_mismatch": Knob(
+        checks.check_on_mismatch, Policy(), _parse_text, "'raise' or 'warn' when a knob did not take effect", cache="none"
+    ),
+    "strict": Knob(checks.check_bool, Policy(), _parse_bool, "refuse an unrecognised torch or gate", cache="none", default=True),
 }
 
+#: Knob name -> the Inductor config key it sets (knobs of one key).
+CONFIG_KEYS = {name: row.changes.key for name, row in KNOBS.items() if isinstance(row.changes, Config)}
+#: Inductor config key -> the knob that sets it, so ``config={key: ...}`` gets the knob's check and cache rule.
+KNOB_OF_KEY = {key: name for name, key in CONFIG_KEYS.items()}
 
-@dataclass(frozen=True, eq=False)
+
+#: Inductor config keys whose ``config=`` values get a check beyond torch's declared type: the check of the
+#: knob that sets the key (``config={"max_autotune_gemm_backends": ...}`` is checked like ``gemm_backends=``).
+VALUE_CHECKS: dict[str, Callable[[str, object], Any]] = {
+    **{
+        row.changes.key: row.check
+        for row in KNOBS.values()
+        if isinstance(row.changes, Config) and row.check is not checks.check_bool
+    },
+    "trace.debug_dir": _check_debug_dir,
+}
+del VALUE_CHECKS["trace.enabled"]  # trace's check admits a path, which only the named knob turns into two keys
+
+
+def knob_config(name: str, value: Any) -> dict[str, Any]:
+    """The Inductor config keys the knob ``name`` sets to ``value``, with the cache bypass its row asks for.
+
+    Args:
+        name (str): a knob of :data:`KNOBS`.
+        value (Any): its (checked) value, not None.
+
+    Returns:
+        dict[str, Any]: ``{dotted key: value}``; empty for a knob that sets no config key.
+    """
+    row = KNOBS[name]
+    if not isinstance(row.changes, Config):
+        return {}
+    keys = row.changes.values(value)
+    if row.cache == "bypass" and value:
+        keys[CACHE_BYPASS_KEY] = True
+    return keys
+
+
+def cache_rule(key: str) -> str:
+    """The cache rule (:data:`CACHE_RULES`) of an Inductor config key: its knob's, else ``keyed``."""
+    name = KNOB_OF_KEY.get(key)
+    return KNOBS[name].cache if name is not None else "keyed"
+
+
 class Knobs:
     """What to change in TorchInductor; validated on construction, immutable, hashable.
 
@@ -109,32 +355,34 @@ class Knobs:
         InvalidKnobValue: a value of the wrong type or outside its range.
     """
 
-    min_sms: int | None = None
-    gate_rocm_xpu: bool | None = None
-    max_autotune: bool | None = None
-    max_autotune_gemm: bool | None = None
-    gemm_backends: str | None = None
-    gemm_search_space: str | None = None
-    coordinate_descent_tuning: bool | None = None
-    cudagraphs: bool | None = None
-    trace: bool | str | None = None
-    sdpa_backends: str | None = None
-    tunableop: bool | None = None
-    cudnn_sdpa_avoid_recompile: bool | None = None
-    cudagraph_capture_sizes: tuple[int | tuple[int, ...], ...] | None = None
-    lookup_table: Any = None
-    config: tuple[tuple[str, Any], ...] | Mapping[str, Any] = field(default=())
-    on_mismatch: str | None = None
-    strict: bool = True
+    __slots__ = ("_identity", "_values")
 
-    def __post_init__(self) -> None:
-        if self.config is None:  # "no extra config", like the default
-            object.__setattr__(self, "config", ())
-        for name, check in CHECKS.items():
-            value = getattr(self, name)
-            if value is None or (name == "config" and value == ()):
-                continue
-            object.__setattr__(self, name, check(name, value))
+    def __init__(self, **kwargs: Any) -> None:
+        values = {}
+        for name, row in KNOBS.items():
+            value = kwargs.get(name, row.default)
+            if name == "config" and value is None:
+                value = ()  # "no extra config", like the default
+            if value is not None and not (name == "config" and value == ()):
+                value = row.check(name, value)
+            values[name] = value
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_identity", None)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return object.__getattribute__(self, "_values")[name]
+        except KeyError:
+            raise AttributeError(_unknown_message("knob", name, KNOBS)) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to knob {name!r}: Knobs are immutable (build new ones)")
+
+    def __repr__(self) -> str:
+        return f"Knobs({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.to_dict(),))
 
     def identity(self) -> str:
         """The canonical text of these knobs, on which ``==``, ``hash()`` and :meth:`digest` are all defined.
@@ -148,11 +396,11 @@ class Knobs:
         Returns:
             str: the same text for equal knobs in any process.
         """
-        cached = self.__dict__.get("_identity")
+        cached: str | None = object.__getattribute__(self, "_identity")
         if cached is None:
             cached = json.dumps(_canonical(self.to_dict()), sort_keys=True)
             object.__setattr__(self, "_identity", cached)  # a cache, not a field: frozen data stays frozen
-        return cached  # type: ignore[no-any-return]
+        return cached
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Knobs):
@@ -177,7 +425,7 @@ class Knobs:
     @classmethod
     def fields(cls) -> tuple[str, ...]:
         """The knob names, in declaration order."""
-        return _field_names(cls)  # type: ignore[arg-type]
+        return tuple(KNOBS)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> Knobs:
@@ -195,8 +443,7 @@ class Knobs:
     def to_dict(self) -> dict[str, Any]:
         """The knobs that are set (not None), with ``config`` as a dict; ``strict`` only when False."""
         out: dict[str, Any] = {}
-        for name in self.fields():
-            value = getattr(self, name)
+        for name, value in object.__getattribute__(self, "_values").items():
             if name == "config":
                 if value:
                     out[name] = dict(value)
@@ -238,11 +485,11 @@ class Knobs:
         theirs.pop("strict", None)
         taken = set(their_config)
         for name, value in theirs.items():
-            taken.update(_knob_config(name, value))
+            taken.update(knob_config(name, value))
         named: dict[str, Any] = {}
         config: dict[str, Any] = {}
         for name, value in mine.items():
-            keys = _knob_config(name, value)
+            keys = knob_config(name, value)
             if name in theirs or taken.intersection(keys):
                 config.update((key, v) for key, v in keys.items() if key not in taken)
             else:
@@ -278,7 +525,7 @@ class Knobs:
             if var not in names:
                 raise UnknownKnob(_unknown_message("variable", var, [*names, *_NON_KNOB_VARS]))
             name = names[var]
-            values[name] = CHECKS[name](var, _parse_env(var, name, raw))
+            values[name] = KNOBS[name].check(var, KNOBS[name].parse(var, raw))
         return cls(**values)
 
 
@@ -288,43 +535,13 @@ EMULATE_SHARED_MEMORY_VAR = ENV_PREFIX + "EMULATE_SHARED_MEMORY"
 _NON_KNOB_VARS = (ENV_PREFIX + "PRESET", ENV_PREFIX + "DISABLE", EMULATE_SMS_VAR, EMULATE_SHARED_MEMORY_VAR)
 
 
-def _parse_env(var: str, name: str, raw: str) -> Any:
-    text = raw.strip()
-    if name == "min_sms":
-        try:
-            return int(text)
-        except ValueError:
-            raise _fail(var, raw, f"an int SM count from 1 to {MAX_SMS}") from None
-    if name == "config":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise _fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
-    if name in ("gemm_backends", "gemm_search_space", "on_mismatch", "sdpa_backends", "lookup_table"):
-        return text  # a lookup table: the path of its JSON file
-    if name == "cudagraph_capture_sizes":
-        try:  # "1,2,4,8", or JSON for tuples: "[[1, 2], [4, 8]]"
-            return json.loads(text) if text.startswith("[") else [int(v) for v in text.split(",")]
-        except ValueError:
-            raise _fail(var, raw, "comma-separated positive ints, or a JSON list such as [[1, 2], [4, 8]]") from None
-    lowered = text.lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    if name == "trace":
-        return text
-    raise _fail(var, raw, "one of " + "/".join(sorted(_TRUE | _FALSE)))
+def _rebuild(values: dict[str, Any]) -> Knobs:
+    return Knobs(**values)
 
 
-def _knob_config(name: str, value: Any) -> dict[str, Any]:
-    """The Inductor config keys the named knob ``name`` sets to ``value`` (as :func:`inductor_knobs.core.plan.config_values`)."""
-
-    if name in CONFIG_KEYS:
-        return {CONFIG_KEYS[name]: value}
-    if name == "trace":
-        return {"trace.enabled": bool(value), **({"trace.debug_dir": value} if isinstance(value, str) else {})}
-    return {}
+def value_digest(value: Any) -> str:
+    """8 hex digits that name one knob value, from the same canonical JSON as :meth:`Knobs.identity`."""
+    return hashlib.sha256(json.dumps(_canonical(value), sort_keys=True).encode()).hexdigest()[:8]
 
 
 #: Prefix of the type tags in :func:`_canonical`; no config key starts with it (a dict key that does is tagged).
@@ -348,8 +565,3 @@ def _canonical(value: Any) -> Any:
     if kind in (set, frozenset):
         return {_TAG + kind.__name__: sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))}
     return {_TAG + f"{kind.__module__}.{kind.__qualname__}": repr(value)}
-
-
-@functools.lru_cache(maxsize=None)  # noqa: UP033 - keyed by the class; asked at every construction
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))

@@ -22,7 +22,18 @@ from .asked import CACHE_SALT, CHOICES_HANDLER, INDUCTOR_CONFIG, Asked, by_slot
 from .changes import ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange
-from .knobs import CONFIG_KEYS, Knobs
+from .knobs import (
+    CACHE_BYPASS_KEY,
+    CONFIG_KEYS,
+    KNOBS,
+    Config,
+    Gate,
+    Knobs,
+    ProcessSetting,
+    cache_rule,
+    knob_config,
+    value_digest,
+)
 from .messages import _unknown_message
 from .torch_settings import SETTINGS, SETTINGS_MODULE
 
@@ -33,12 +44,13 @@ def config_values(knobs: Knobs) -> dict[str, Any]:
     Raises:
         InvalidKnobValue: ``config`` sets a key that a named knob sets too.
     """
-    values = {key: getattr(knobs, name) for name, key in CONFIG_KEYS.items() if getattr(knobs, name) is not None}
-    if knobs.trace is not None:
-        values["trace.enabled"] = bool(knobs.trace)
-        if isinstance(knobs.trace, str):
-            values["trace.debug_dir"] = knobs.trace
+    values: dict[str, Any] = {}
+    for name in CONFIG_KEYS:
+        if getattr(knobs, name) is not None:
+            values.update(knob_config(name, getattr(knobs, name)))
     for key, value in dict(knobs.config).items():
+        if cache_rule(key) == "bypass" and value and CACHE_BYPASS_KEY not in values:
+            values[CACHE_BYPASS_KEY] = True  # config={"trace.enabled": True} bypasses the caches like trace=True
         if key in values:
             raise InvalidKnobValue(
                 f"config={{{key!r}: {value!r}}} conflicts with a named knob that sets {key} "
@@ -167,7 +179,11 @@ def _validate(
     if knobs.gemm_backends is not None:
         warn_no_fallback = _find_cutlass_for(patches, cfg, knobs.gemm_backends, values, version)
     policy = knobs.on_mismatch or "raise"
-    settings = tuple((key, getattr(knobs, key)) for key in SETTINGS if getattr(knobs, key) is not None)
+    settings = tuple(
+        (name, getattr(knobs, name))
+        for name, row in KNOBS.items()
+        if isinstance(row.changes, ProcessSetting) and getattr(knobs, name) is not None
+    )
     for key, value in settings:
         _check_setting(patches, key, value, version)
     asked = by_slot(
@@ -178,46 +194,68 @@ def _validate(
     )
     if values.get(LOOKUP_TABLE_KEY) is not None:
         # torch reads the table only through LookupTableChoices, which the interception makes the choices handler
-        # inside each compile; the salt keeps those artifacts apart from ones built with the table but torch's
-        # default handler (same config, so the same cache key otherwise).
+        # inside each compile (the table's row salts the cache keys, below).
         who = sources.get(LOOKUP_TABLE_KEY, source)
         asked[(CHOICES_HANDLER, "V.choices")] = Asked(CHOICES_HANDLER, "V.choices", "LookupTableChoices", who, on_mismatch=policy)
-        asked[(CACHE_SALT, LOOKUP_SALT)] = Asked(CACHE_SALT, LOOKUP_SALT, True, source, on_mismatch=policy)
     override = None
     if knobs.min_sms is not None:
         torch_compat.enforce(torch_compat.check_gate(patches, gate_fn), strict=knobs.strict, torch_version=version)
         override = Override(knobs.min_sms, bool(knobs.gate_rocm_xpu))
-        salt = f"inductor_knobs-gate-{_gate_digest(override)}"
+    for salt in cache_salts(knobs, values):
         asked[(CACHE_SALT, salt)] = Asked(CACHE_SALT, salt, True, source, on_mismatch=policy)
     groups = config_groups(patches, [(cfg, key, value) for key, value in values.items()])
     writers = config_writers(patches, groups)
     return _Validated(values, settings, asked, override, warn_no_fallback, cfg, groups, writers)
 
 
-#: The Inductor config key of the ``lookup_table`` knob, and the cache salt of a compile that uses it.
-LOOKUP_TABLE_KEY = "lookup_table.table"
-LOOKUP_SALT = "inductor_knobs-lookup-table"
-#: Config keys of the release-dependent knobs, by knob (``config=`` spellings get the same refusal).
-_RELEASE_CONFIG_KEYS = {"triton.cudagraph_capture_sizes": "cudagraph_capture_sizes", LOOKUP_TABLE_KEY: "lookup_table"}
+#: The Inductor config key of the ``lookup_table`` knob.
+LOOKUP_TABLE_KEY = CONFIG_KEYS["lookup_table"]
+
+
+def cache_salts(knobs: Knobs, values: Mapping[str, Any]) -> list[str]:
+    """The cache-key salts of ``knobs``: one per knob whose row says torch's cache keys do not cover it (``salted``).
+
+    The gate's two knobs salt as one (``inductor_knobs-gate-<digest>``, only while ``min_sms`` is set); every other
+    salted knob, set by name or as its ``config=`` key (``values``), salts as ``inductor_knobs-<knob>-<digest>``
+    of its value, so a compile under one value never shares a cache entry with a compile under another or none.
+
+    Args:
+        knobs (Knobs): the knobs.
+        values (Mapping[str, Any]): their Inductor config values (:func:`config_values`).
+
+    Returns:
+        list[str]: the salts, in table order.
+    """
+    salts = []
+    if knobs.min_sms is not None:
+        gate = Knobs(min_sms=knobs.min_sms, gate_rocm_xpu=knobs.gate_rocm_xpu or None)
+        salts.append(f"inductor_knobs-gate-{gate.digest()[:8]}")
+    for name, row in KNOBS.items():
+        if row.cache != "salted" or isinstance(row.changes, Gate):
+            continue
+        value = values.get(row.changes.key) if isinstance(row.changes, Config) else getattr(knobs, name)
+        if value is not None:
+            salts.append(f"inductor_knobs-{name}-{value_digest(value)}")
+    return salts
 
 
 def _check_release(knobs: Knobs, patches: TorchPatches, values: Mapping[str, Any], version: str) -> None:
-    """Refuse a knob the installed torch release does not have (``TorchPatches.knob_features``), naming the first
-    release that has it.
+    """Refuse a knob the installed torch release does not have (its row's ``since``/``until``), naming the releases
+    that have it.
 
     Raises:
         NotSupportedOnThisTorch: such a knob is set, by name or as its ``config=`` key.
     """
-    have = patches.knob_features(torch_compat.release_of(version))
-    wanted = {name for key, name in _RELEASE_CONFIG_KEYS.items() if key in values}
-    if knobs.cudnn_sdpa_avoid_recompile is not None:
-        wanted.add("cudnn_sdpa_avoid_recompile")
-    for name in sorted(wanted - have):
-        first = torch_compat.first_release_with(name)
-        raise NotSupportedOnThisTorch(
-            f"{name} needs torch {first} or newer (the first release that has it); the installed torch {version} "
-            "does not. Nothing was applied"
-        )
+    release = torch_compat.release_of(version)
+    for name, row in KNOBS.items():
+        if row.on(release):
+            continue
+        asked = getattr(knobs, name) is not None or (isinstance(row.changes, Config) and row.changes.key in values)
+        if asked:
+            have = f"torch {row.since} or newer" if row.until is None else f"torch {row.since or '2.4'} to {row.until}"
+            raise NotSupportedOnThisTorch(
+                f"{name} needs {have} (the releases that have it); the installed torch {version} does not. Nothing was applied"
+            )
 
 
 def _check_setting(patches: TorchPatches, key: str, value: object, version: str) -> None:
@@ -229,10 +267,6 @@ def _check_setting(patches: TorchPatches, key: str, value: object, version: str)
     if setting.missing_feature:
         raise NotSupportedOnThisTorch(f"{key}={value!r} cannot be set on torch {version}: {problem}")
     raise InvalidKnobValue(f"{key}={value!r} is invalid on torch {version}: {problem}")
-
-
-def _gate_digest(override: Override) -> str:
-    return Knobs(min_sms=override.min_sms, gate_rocm_xpu=override.gate_rocm_xpu or None).digest()[:8]
 
 
 def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, version: str) -> None:

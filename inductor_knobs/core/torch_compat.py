@@ -109,18 +109,6 @@ def _select(torch_version: str) -> tuple[TorchPatches, bool]:
     return (modules[0] if release < _lowest(modules[0].torch_range) else modules[-1]), True
 
 
-def first_release_with(knob: str) -> str | None:
-    """The oldest supported torch release (``"2.10"``) whose patch module declares ``knob`` among its
-    release-dependent knobs (``TorchPatches.knob_features_by_release``), or None when none does."""
-    releases = [
-        release
-        for module in all_patch_modules()
-        for release, features in module.knob_features_by_release.items()
-        if knob in features
-    ]
-    return min(releases, key=Version) if releases else None
-
-
 def installed(*, strict: bool = True) -> TorchPatches:
     """The patch module for the torch that is importable here (imports torch)."""
     torch = sys.modules.get("torch")  # asked several times per enter and exit: no import statement once loaded
@@ -231,7 +219,6 @@ __all__: list[str] = [
     "all_patch_modules",
     "check_gate",
     "enforce",
-    "first_release_with",
     "installed",
     "release_of",
     "select",
