@@ -73,7 +73,14 @@ def _release_knobs(version: str) -> list[dict[str, Any]]:
         else:
             state = "process setting"
         rows.append(
-            {"knob": name, "available": row.on(release), "since": row.since, "until": row.until, "what": row.summary, "state": state}
+            {
+                "knob": name,
+                "available": row.on(release),
+                "since": row.since,
+                "until": row.until,
+                "what": row.summary,
+                "state": state,
+            }
         )
     return rows
 

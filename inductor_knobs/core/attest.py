@@ -27,6 +27,7 @@ from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from .asked import CHOICES_HANDLER, INDUCTOR_CONFIG, Asked
 from .attestation import AttestedSetting, CompileAttestation
+from .knobs import CACHE_BYPASS_KEY, cache_rule
 from .records import current_compile_id
 from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
 from .why_not_applied import diagnose
@@ -63,8 +64,36 @@ def _attest_cache_hit(snapshot: _Snapshot, config_patches: Mapping[str, Any], ar
     """
     cfg = importlib.import_module(INDUCTOR_CONFIG)
     with cfg.patch(dict(config_patches)), choices_for(snapshot):
-        attestation = dataclasses.replace(_attest(snapshot, args, {}), graph="cached", cache="aot_autograd")
+        attestation = served_from_cache(dataclasses.replace(_attest(snapshot, args, {}), graph="cached"), "aot_autograd")
     _deliver(snapshot, attestation)
+
+
+def served_from_cache(attestation: CompileAttestation, cache: str) -> CompileAttestation:
+    """``attestation`` of a compile that torch's ``cache`` served, each knob read by its row's cache rule.
+
+    A hit was built under the same cache key, so a ``keyed`` or ``salted`` value holds for it and a ``runtime``
+    one acts when the code runs; a ``bypass`` knob (``trace``) acts only while Inductor generates code, which a hit
+    skips, so it is attested as not applied (its bypass of the caches, ``force_disable_caches``, did not hold).
+
+    Args:
+        attestation (CompileAttestation): what was read inside the compile.
+        cache (str): ``"fx_graph"`` or ``"aot_autograd"``.
+
+    Returns:
+        CompileAttestation: with ``cache`` set and a cause on each ``bypass`` setting.
+    """
+    settings = tuple(
+        dataclasses.replace(
+            s,
+            cause=f"torch's {cache} cache served this compile, and {s.key} acts only while Inductor "
+            "generates code (the compile ran with the caches on although the knob turns them off: something set "
+            f"{CACHE_BYPASS_KEY} back)",
+        )
+        if s.ok and (cache_rule(s.key) == "bypass" or s.key == CACHE_BYPASS_KEY)
+        else s
+        for s in attestation.settings
+    )
+    return dataclasses.replace(attestation, settings=settings, cache=cache)
 
 
 def choices_for(snapshot: _Snapshot) -> AbstractContextManager[Any]:

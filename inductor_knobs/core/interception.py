@@ -68,7 +68,7 @@ from .asked import (
     _merge,
     effective_asked,
 )
-from .attest import _attest, _attest_cache_hit, _enforce, _Snapshot, choices_for
+from .attest import _attest, _attest_cache_hit, _enforce, _Snapshot, choices_for, served_from_cache
 from .changes import ConfigChange, SettingChange
 from .knob_values import config_key
 from .lookup_table import warn_unused_table
@@ -227,11 +227,19 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
                 _enforce(snapshot, attestation)  # raises before compiling when a knob did not take
                 warn_unused_table(snapshot, args, kwargs)
                 try:
-                    return inner(*args, **kwargs)
-                finally:
-                    if _cache_hits("inductor", "fxgraph_cache_hit") > hits:
-                        attestation = dataclasses.replace(attestation, cache="fx_graph")
+                    compiled = inner(*args, **kwargs)
+                except BaseException:
                     events.deliver(snapshot.addressed, "attestation", attestation)
+                    raise
+                if _cache_hits("inductor", "fxgraph_cache_hit") > hits:
+                    hit = served_from_cache(attestation, "fx_graph")
+                    events.deliver(snapshot.addressed, "attestation", hit)
+                    new = [m for m in hit.mismatches if m not in attestation.mismatches]
+                    if new:  # what the hit did not apply (the others were told before the compile)
+                        _enforce(snapshot, dataclasses.replace(hit, settings=tuple(new), gate_problem=None))
+                else:
+                    events.deliver(snapshot.addressed, "attestation", attestation)
+                return compiled
         finally:
             events._MARKS.reset(token)
             if applied:
