@@ -1,0 +1,58 @@
+"""The setup snapshot: one answer to "the same setup?" for bundles, fingerprints, merges and resumes."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+import inductor_knobs as ik
+from inductor_knobs.core import setup
+
+
+def test_the_environment_holds_what_torch_reads_and_not_where_files_go():
+    env = {
+        "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "TRITON_F32_DEFAULT": "ieee",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/a",
+        "TRITON_CACHE_DIR": "/tmp/b",
+        "TORCH_LOGS": "+dynamo",
+        "TORCHELASTIC_RUN_ID": "7",
+        "HOME": "/root",
+    }
+    assert setup.torch_environment(env) == {
+        "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "TRITON_F32_DEFAULT": "ieee",
+    }
+
+
+def test_a_snapshot_holds_the_knobs_in_force_and_their_sources():
+    env = {"INDUCTOR_KNOBS_COORDINATE_DESCENT_TUNING": "0", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
+    found = setup.snapshot(ik.Knobs(max_autotune=False), source="bundle", environ=env, device="cpu")
+    assert found.knobs == {"coordinate_descent_tuning": False, "max_autotune": False}
+    assert found.sources == {"coordinate_descent_tuning": "env", "max_autotune": "bundle"}
+    assert found.environment == {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
+    assert found.torch == torch.__version__ and found.cpu and found.gpu is None
+    assert setup.Setup.from_dict(found.to_dict()) == found
+
+
+def test_two_setups_differ_by_the_fields_that_differ():
+    a = setup.snapshot(environ={"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}, device="cpu")
+    b = setup.snapshot(environ={}, device="cpu")
+    found = setup.differences(a, b)
+    assert found == [("environment.TORCHINDUCTOR_MAX_AUTOTUNE", "1", setup.ABSENT)]
+    assert "TORCHINDUCTOR_MAX_AUTOTUNE: '1' (bundle) vs absent (here)" in setup.describe(found, "bundle", "here")
+    assert a.digest() != b.digest() and a.digest() == setup.Setup.from_dict(a.to_dict()).digest()
+
+
+def test_a_gpu_is_named_with_its_full_compute_capability(monkeypatch):
+    props = types.SimpleNamespace(name="NVIDIA GB10", major=12, minor=1, multi_processor_count=48)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    found = setup.snapshot(environ={}, device="cuda:0")
+    assert (found.gpu, found.capability, found.sms) == ("NVIDIA GB10", "sm_121", 48)
+    assert found.device == "NVIDIA GB10 sm_121 48 SMs"
+    props120 = types.SimpleNamespace(name="NVIDIA GB10", major=12, minor=0, multi_processor_count=48)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props120)
+    assert setup.differences(found, setup.snapshot(environ={}, device="cuda:0"))[0][0] == "capability"
