@@ -19,7 +19,7 @@ import torch
 
 import inductor_knobs as ik
 from inductor_knobs.core import torch_compat
-from inductor_knobs.core.knobs import CACHE_RULES, KNOBS, Config, Policy
+from inductor_knobs.core.knobs import CACHE_RULES, KNOBS, Config, Policy, reference_table
 from inductor_knobs.errors import NotSupportedOnThisTorch
 
 WORKER = Path(__file__).with_name("knob_table_worker.py")
@@ -138,3 +138,10 @@ def test_a_knob_the_installed_torch_lacks_is_refused_naming_the_release():
     with pytest.raises(NotSupportedOnThisTorch, match=rf"{name} needs torch {KNOBS[name].since}"):
         with ik.knobs(**{name: SAMPLES[name] or 1}):
             pass
+
+
+def test_the_reference_table_is_the_knob_table():
+    doc = (Path(__file__).parents[1] / "docs" / "reference.md").read_text()
+    start = doc.index("<!-- knob table")
+    table = doc[doc.index("\n", start) + 1 : doc.index("\n<!-- end of knob table -->")]
+    assert table == reference_table(), "docs/reference.md: paste inductor_knobs.core.knobs.reference_table()"

@@ -94,13 +94,15 @@ class Knob:
         cache: what a cache hit does to it (:data:`CACHE_RULES`); the same rule is used for salting,
             attestation, a bundle's identity and a measurement's fingerprint.
         default: its value when not given (None: leave torch's value alone).
-        summary: one line for ``doctor`` and the reference table.
+        summary: what it sets, one line for ``doctor`` and the reference table.
+        values: what it accepts, for the reference table.
     """
 
     check: Callable[[str, object], Any]
     changes: Config | Gate | ProcessSetting | Policy
     parse: Callable[[str, str], Any]
     summary: str
+    values: str = "bool"
     since: str | None = None
     until: str | None = None
     cache: str = "keyed"
@@ -179,43 +181,64 @@ def _check_debug_dir(label: str, value: object) -> str | None:
 #: all read these rows; nothing else lists knobs.  Release facts are in ``patches/_features.py``.
 KNOBS: dict[str, Knob] = {
     "min_sms": Knob(
-        checks.check_min_sms, Gate(), _parse_int, "open the GEMM-template SM gate (is_big_gpu) at this many SMs", cache="salted"
+        checks.check_min_sms,
+        Gate(),
+        _parse_int,
+        "the GEMM-template SM gate `is_big_gpu` opens at this many SMs (CUDA)",
+        cache="salted",
+        values="int SMs, 1..1024 (torch: 68)",
     ),
-    "gate_rocm_xpu": Knob(checks.check_bool, Gate(), _parse_bool, "apply min_sms to ROCm and XPU devices too", cache="salted"),
-    "max_autotune": Knob(checks.check_bool, Config("max_autotune"), _parse_bool, "max_autotune"),
-    "max_autotune_gemm": Knob(checks.check_bool, Config("max_autotune_gemm"), _parse_bool, "max_autotune_gemm"),
+    "gate_rocm_xpu": Knob(
+        checks.check_bool, Gate(), _parse_bool, "`min_sms` applies to ROCm CUs and XPU subslices too", cache="salted"
+    ),
+    "max_autotune": Knob(checks.check_bool, Config("max_autotune"), _parse_bool, "`max_autotune`"),
+    "max_autotune_gemm": Knob(checks.check_bool, Config("max_autotune_gemm"), _parse_bool, "`max_autotune_gemm`"),
     "gemm_backends": Knob(
-        checks.check_backends, Config("max_autotune_gemm_backends"), _parse_text, "max_autotune_gemm_backends (ATEN,TRITON,...)"
+        checks.check_backends,
+        Config("max_autotune_gemm_backends"),
+        _parse_text,
+        "`max_autotune_gemm_backends`",
+        values="names the installed torch knows: ATEN, TRITON, CUTLASS, CPP, CK, ... (by release)",
     ),
     "gemm_search_space": Knob(
-        checks.check_search_space, Config("max_autotune_gemm_search_space"), _parse_text, "max_autotune_gemm_search_space"
+        checks.check_search_space,
+        Config("`max_autotune_gemm_search_space`"),
+        _parse_text,
+        "`max_autotune_gemm_search_space`",
+        values="DEFAULT or EXHAUSTIVE",
     ),
     "coordinate_descent_tuning": Knob(
-        checks.check_bool, Config("coordinate_descent_tuning"), _parse_bool, "coordinate_descent_tuning"
+        checks.check_bool, Config("coordinate_descent_tuning"), _parse_bool, "`coordinate_descent_tuning`"
     ),
-    "cudagraphs": Knob(checks.check_bool, Config("triton.cudagraphs"), _parse_bool, "triton.cudagraphs"),
+    "cudagraphs": Knob(checks.check_bool, Config("triton.cudagraphs"), _parse_bool, "`triton.cudagraphs`"),
     "trace": Knob(
         checks.check_trace,
         Config("trace.enabled", extra=_trace_keys),
         _parse_trace,
-        "trace.enabled (a path also sets trace.debug_dir); compiles bypass the caches while it is on",
+        "`trace.enabled` (a path also sets `trace.debug_dir`); compiles bypass the caches while it is on",
         cache="bypass",
+        values="bool or a directory",
     ),
     "sdpa_backends": Knob(
         checks.check_sdpa_backends,
         ProcessSetting(),
         _parse_text,
-        "SDPA backends in priority order (process-wide); Dynamo traces the chosen kernel into the graph",
+        "the SDPA backends and their priority order (`torch.backends.cuda.enable_*_sdp`; process-wide)",
         cache="salted",
+        values="torch.nn.attention.SDPBackend names in priority order, e.g. FLASH_ATTENTION,MATH",
     ),
     "tunableop": Knob(
-        checks.check_bool, ProcessSetting(), _parse_bool, "torch.cuda.tunable.enable (process-wide)", cache="runtime"
+        checks.check_bool,
+        ProcessSetting(),
+        _parse_bool,
+        "`torch.cuda.tunable.enable` (process-wide; CUDA/ROCm builds)",
+        cache="runtime",
     ),
     "cudnn_sdpa_avoid_recompile": Knob(
         checks.check_bool,
         ProcessSetting(),
         _parse_bool,
-        "TORCH_CUDNN_SDPA_AVOID_RECOMPILE (read once per process by cuDNN attention)",
+        "the variable `TORCH_CUDNN_SDPA_AVOID_RECOMPILE` (read once per process by cuDNN attention)",
         since="2.9",
         cache="runtime",
     ),
@@ -223,31 +246,52 @@ KNOBS: dict[str, Knob] = {
         checks.check_capture_sizes,
         Config("triton.cudagraph_capture_sizes"),
         _parse_sizes,
-        "triton.cudagraph_capture_sizes (read at every call)",
+        "`triton.cudagraph_capture_sizes` (read at every call)",
         since="2.8",
+        values="a tuple of positive ints, or of int tuples",
     ),
     "cudagraph_dynamic_shape_rerecord_limit": Knob(
         checks.check_positive_int,
         Config("triton.cudagraph_dynamic_shape_rerecord_limit"),
         _parse_count,
-        "triton.cudagraph_dynamic_shape_rerecord_limit: CUDA graphs recorded per function before new sizes run without",
+        "`triton.cudagraph_dynamic_shape_rerecord_limit`: CUDA graphs recorded per function (read at every call)",
         since="2.15",
+        values="a positive int",
     ),
     "lookup_table": Knob(
         checks.check_lookup_table,
         Config("lookup_table.table"),
         _parse_text,
-        "lookup_table.table (a mapping or a JSON file), used through LookupTableChoices",
+        "`lookup_table.table`, with torch's `LookupTableChoices` as the choices handler inside each compile (CUDA only)",
         since="2.10",
         cache="salted",
+        values="torch's table: a mapping or a JSON file path",
     ),
     "config": Knob(
-        _check_config, Policy(), _parse_json, "any other Inductor config, {dotted.key: value}", cache="none", default=()
+        _check_config,
+        Policy(),
+        _parse_json,
+        "any other Inductor config key (a key a knob sets gets that knob's check and cache rule)",
+        cache="none",
+        default=(),
+        values='`{"dotted.key": value}`, type-checked against the installed config',
     ),
     "on_mismatch": Knob(
-        checks.check_on_mismatch, Policy(), _parse_text, "'raise' or 'warn' when a knob did not take effect", cache="none"
+        checks.check_on_mismatch,
+        Policy(),
+        _parse_text,
+        "what a knob that did not take effect does: `KnobNotApplied` or `KnobNotAppliedWarning`",
+        cache="none",
+        values="raise (default) or warn",
     ),
-    "strict": Knob(checks.check_bool, Policy(), _parse_bool, "refuse an unrecognised torch or gate", cache="none", default=True),
+    "strict": Knob(
+        checks.check_bool,
+        Policy(),
+        _parse_bool,
+        "refuse (True) or warn on an unsupported torch or a drifted `is_big_gpu`",
+        cache="none",
+        default=True,
+    ),
 }
 
 #: Knob name -> the Inductor config key it sets (knobs of one key).
@@ -286,6 +330,21 @@ def knob_config(name: str, value: Any) -> dict[str, Any]:
     if row.cache == "bypass" and value:
         keys[CACHE_BYPASS_KEY] = True
     return keys
+
+
+def reference_table() -> str:
+    """The knob table as the Markdown table of ``docs/reference.md`` (a test keeps the two equal).
+
+    Returns:
+        str: one line per row: the knob, what it sets, what it accepts, the releases that have it, its cache rule,
+        and its ``INDUCTOR_KNOBS_*`` variable.
+    """
+    lines = ["| knob | sets | values | torch | cache hit | variable |", "|---|---|---|---|---|---|"]
+    for name, row in KNOBS.items():
+        releases = f"{row.since or '2.4'}–{row.until}" if row.until else f"{row.since}+" if row.since else "all"
+        var = f"`{ENV_PREFIX}{name.upper()}`"
+        lines.append(f"| `{name}` | {row.summary} | {row.values} | {releases} | {row.cache} | {var} |")
+    return "\n".join(lines)
 
 
 def cache_rule(key: str) -> str:
