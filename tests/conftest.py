@@ -109,11 +109,9 @@ def inside_compile(monkeypatch, read):
 
 
 def release_held_locks() -> list[str]:
-    """inductor_knobs' locks this thread still holds after an injected interrupt, released so the suite
-    goes on (another thread would block on them forever: a hang seen in test_threads after test_stateful).
-
-    sys.settrace raises at the line event CPython emits for a ``with lock:`` statement just before it
-    calls the lock's ``__exit__``; no Python code can run a handler there.
+    """inductor_knobs' re-entrant locks this thread still holds after an injected interrupt, released so the
+    suite goes on (another thread would block on them forever).  None is expected: every lock on an undo
+    path is taken as ``with lock, SAFE_EXIT:`` (see ``inductor_knobs.core._undo.SAFE_EXIT``).
     """
     from inductor_knobs.core import asked, changes, events, gate, interception, observe
     from inductor_knobs.emulation import sm_view
