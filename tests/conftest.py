@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -8,6 +9,7 @@ import sys
 import tempfile
 import types
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,41 @@ def fresh_inductor():
     with fresh():
         yield
     torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def fresh_compile_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Inductor's and Triton's cache directories fresh under ``tmp_path``, and torch's in-memory caches empty.
+
+    ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` are set first (monkeypatch), then torch's own
+    ``fresh_cache`` (``fresh_inductor_cache`` before it was renamed) points both at a new directory under
+    ``tmp_path`` and clears the registered in-memory caches; Dynamo is reset before and after.  torch reads
+    the directory from the environment at each use (``torch/_inductor/runtime/cache_dir_utils.py``
+    ``cache_dir``), so nothing it cached keeps an older one.  Yields the directory Inductor uses.
+    """
+    import torch._dynamo
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "inductor" / "triton"))
+    fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
+    torch._dynamo.reset()
+    try:
+        with fresh(dir=str(tmp_path)):
+            yield Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches_for_gpu_tests(request):
+    """A test marked ``gpu`` compiles into its own empty caches: a second run on the same machine must
+    autotune again, not load the first run's compiled graph (FX graph cache) with nothing timed."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    with fresh_compile_caches(request.getfixturevalue("tmp_path"), request.getfixturevalue("monkeypatch")):
+        yield
 
 
 #: Knobs under which Inductor autotunes a bmm on a CPU (ATen vs the C++ GEMM template).
