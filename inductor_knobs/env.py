@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Mapping
 
-from .core._undo import Undo, apply_all, revert_all
+from .core._undo import SAFE_EXIT, Undo, apply_all, revert_all
 from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
 from .core.plan import plan
 from .emulation.emulate import EmulationSpec, spec_from_text
@@ -110,7 +110,7 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
     except KnobsError as err:
         raise type(err)(f"{err}; {DISABLE_HINT}") from None
     _warn_if_other_threads_compiled("activate_from_env()")
-    with _lock:
+    with _lock, SAFE_EXIT:
         if _activating:  # re-entered from the import hook while this thread plans; the outer call applies
             return knobs
         if _active is not None:
@@ -162,7 +162,7 @@ def deactivate_env() -> None:
 
     from .core import torch_compat
 
-    with _lock:
+    with _lock, SAFE_EXIT:
         if _active is None:
             return
         _refuse_under_a_process_global_block()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -8,6 +9,7 @@ import sys
 import tempfile
 import types
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,41 @@ def fresh_inductor():
     torch._dynamo.reset()
 
 
+@contextlib.contextmanager
+def fresh_compile_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Inductor's and Triton's cache directories fresh under ``tmp_path``, and torch's in-memory caches empty.
+
+    ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` are set first (monkeypatch), then torch's own
+    ``fresh_cache`` (``fresh_inductor_cache`` before it was renamed) points both at a new directory under
+    ``tmp_path`` and clears the registered in-memory caches; Dynamo is reset before and after.  torch reads
+    the directory from the environment at each use (``torch/_inductor/runtime/cache_dir_utils.py``
+    ``cache_dir``), so nothing it cached keeps an older one.  Yields the directory Inductor uses.
+    """
+    import torch._dynamo
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "inductor" / "triton"))
+    fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
+    torch._dynamo.reset()
+    try:
+        with fresh(dir=str(tmp_path)):
+            yield Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches_for_gpu_tests(request):
+    """A test marked ``gpu`` compiles into its own empty caches: a second run on the same machine must
+    autotune again, not load the first run's compiled graph (FX graph cache) with nothing timed."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    with fresh_compile_caches(request.getfixturevalue("tmp_path"), request.getfixturevalue("monkeypatch")):
+        yield
+
+
 #: Knobs under which Inductor autotunes a bmm on a CPU (ATen vs the C++ GEMM template).
 CPU_AUTOTUNE = {"max_autotune": True, "gemm_backends": "ATEN,CPP"}
 
@@ -109,11 +146,9 @@ def inside_compile(monkeypatch, read):
 
 
 def release_held_locks() -> list[str]:
-    """inductor_knobs' locks this thread still holds after an injected interrupt, released so the suite
-    goes on (another thread would block on them forever: a hang seen in test_threads after test_stateful).
-
-    sys.settrace raises at the line event CPython emits for a ``with lock:`` statement just before it
-    calls the lock's ``__exit__``; no Python code can run a handler there.
+    """inductor_knobs' re-entrant locks this thread still holds after an injected interrupt, released so the
+    suite goes on (another thread would block on them forever).  None is expected: every lock on an undo
+    path is taken as ``with lock, SAFE_EXIT:`` (see ``inductor_knobs.core._undo.SAFE_EXIT``).
     """
     from inductor_knobs.core import asked, changes, events, gate, interception, observe
     from inductor_knobs.emulation import sm_view

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
+from ._undo import SAFE_EXIT
+
 _UMASK_LOCK = threading.Lock()
 
 
@@ -27,7 +29,7 @@ def _umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    with _UMASK_LOCK:  # elsewhere: set and restore it (process-wide, hence the lock)
+    with _UMASK_LOCK, SAFE_EXIT:  # elsewhere: set and restore it (process-wide, hence the lock)
         mask = os.umask(0o022)
         os.umask(mask)
     return mask

@@ -29,7 +29,7 @@ from typing import Any
 import wrapt
 
 from ..errors import ExternalChangeWarning
-from ._undo import Step, Undo, apply_all, revert_all
+from ._undo import SAFE_EXIT, Step, Undo, apply_all, revert_all
 
 
 class SharedPatch:
@@ -56,7 +56,7 @@ class SharedPatch:
 
     def acquire(self, holder: object) -> None:
         """Add ``holder``; the first one installs every step (all or nothing)."""
-        with self.lock:
+        with self.lock, SAFE_EXIT:
             holders = self._holders
             if not holders and not self._undos:
                 apply_all(self._steps(), self._undos)
@@ -65,7 +65,7 @@ class SharedPatch:
 
     def release(self, holder: object) -> None:
         """Drop ``holder``; when none is left every step is undone (all run, then the first error is raised)."""
-        with self.lock:
+        with self.lock, SAFE_EXIT:
             holders = self._holders
             holders.discard(id(holder))
             self.users = len(holders)
@@ -147,27 +147,27 @@ class _OnImport:
 
     def wait(self) -> None:
         """Queue for the module's import (or for the end of another thread's import of it)."""
-        with _WAITING_LOCK:
+        with _WAITING_LOCK, SAFE_EXIT:
             _WAITING.setdefault(self.module, []).append(self)
         _notify_when_imported(self.module)
 
     def fire(self) -> None:
         """Run the steps (all or nothing) unless undone or done; the module's code has run."""
-        with self.lock:
+        with self.lock, SAFE_EXIT:
             if self.live and not self.fired:
                 apply_all(self.steps(), self.undos)
                 self.fired = True
 
     def reset(self) -> None:
         """Undo the steps and wait again (the module they patched was dropped: its import failed)."""
-        with self.lock:
+        with self.lock, SAFE_EXIT:
             revert_all(self.undos)
             self.fired = False
 
     def cancel(self) -> None:
-        with self.lock:
+        with self.lock, SAFE_EXIT:
             self.live = False
-            with _WAITING_LOCK:
+            with _WAITING_LOCK, SAFE_EXIT:
                 remove_by_identity(_WAITING.get(self.module, []), self)
             revert_all(self.undos)
             self.fired = False
@@ -188,7 +188,7 @@ def _notify_when_imported(name: str) -> None:
     """Make the installs waiting for ``name`` fire when its import ends: a wrapt post-import hook, or, for a
     module another thread is importing now (its loader was found before any hook existed), a poller."""
     if sys.modules.get(name) is None:
-        with _WAITING_LOCK:
+        with _WAITING_LOCK, SAFE_EXIT:
             register = name not in _HOOKED
         if register:  # outside the lock: wrapt calls _imported at once if the module appeared meanwhile
             _REGISTERING.active = True  # such a call may see another thread's import half done
@@ -196,7 +196,7 @@ def _notify_when_imported(name: str) -> None:
                 wrapt.register_post_import_hook(_imported, name)
             finally:
                 _REGISTERING.active = False
-            with _WAITING_LOCK:
+            with _WAITING_LOCK, SAFE_EXIT:
                 _HOOKED.add(name)
         if sys.modules.get(name) is None:
             return
@@ -205,14 +205,14 @@ def _notify_when_imported(name: str) -> None:
         if module is not None:
             _fire_waiting(module)
         return
-    with _WAITING_LOCK:  # one poller per module: it fires every install waiting when the import ends
+    with _WAITING_LOCK, SAFE_EXIT:  # one poller per module: it fires every install waiting when the import ends
         if name in _POLLING:
             return
         _POLLING.add(name)
     try:
         threading.Thread(target=_poll_import, args=(name,), name="inductor_knobs import waiter", daemon=True).start()
     except BaseException:
-        with _WAITING_LOCK:
+        with _WAITING_LOCK, SAFE_EXIT:
             _POLLING.discard(name)
         raise
 
@@ -225,7 +225,7 @@ def _poll_import(name: str, interval: float = 0.005) -> None:
     while module is not None and initializing(module):
         time.sleep(interval)
         module = sys.modules.get(name)
-    with _WAITING_LOCK:  # before firing: an install queued from now on starts a poller or fires itself
+    with _WAITING_LOCK, SAFE_EXIT:  # before firing: an install queued from now on starts a poller or fires itself
         _POLLING.discard(name)
     if module is None:  # that import failed: wait for the next one
         _notify_when_imported(name)
@@ -255,7 +255,7 @@ def _fire_waiting(module: Any) -> None:
     other installs fired, with every install waiting again for the next import.
     """
     name = getattr(module, "__name__", None)
-    with _WAITING_LOCK:
+    with _WAITING_LOCK, SAFE_EXIT:
         _HOOKED.discard(str(name))
         waiting = _WAITING.pop(str(name), [])
     again: list[_OnImport] = []
@@ -274,7 +274,7 @@ def _fire_waiting(module: Any) -> None:
         again = waiting
     live = [install for install in again if install.live]
     if live:
-        with _WAITING_LOCK:
+        with _WAITING_LOCK, SAFE_EXIT:
             _WAITING.setdefault(str(name), []).extend(live)
         try:
             _notify_when_imported(str(name))
@@ -294,7 +294,7 @@ def warn_import_hook_failures(category: type[Warning]) -> None:
     (:func:`on_import`), so a block entry says it, and under ``-W error`` refuses to enter."""
     if _REPORTED[0] == len(_IMPORT_HOOK_FAILURES):  # every block entry asks: no lock when nothing is new
         return
-    with _WAITING_LOCK:
+    with _WAITING_LOCK, SAFE_EXIT:
         fresh, _REPORTED[0] = _IMPORT_HOOK_FAILURES[_REPORTED[0] :], len(_IMPORT_HOOK_FAILURES)
     for failure in fresh:
         warnings.warn(

@@ -22,6 +22,7 @@ methods, and ``__call__(push)`` pushes ``revert`` then applies.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import warnings
@@ -35,6 +36,29 @@ Undo = Callable[[], None]
 #: One change: registers its undo through the callback *before* it changes anything, so an interrupt
 #: at any line of the step leaves an undo that puts back whatever part happened.
 Step = Callable[[Callable[[Undo], None]], None]
+#: The second item of every ``with`` that holds a lock on an undo path: ``with lock, SAFE_EXIT:``.
+#:
+#: Why: on CPython 3.11-3.13 a ``with lock:`` statement emits one more line event, for its own line, after
+#: the body and just before it calls ``lock.__exit__``, and that instruction lies outside the statement's
+#: exception range.  An exception raised at that event (by a ``sys.settrace`` function: the model of the
+#: interrupt tests, which raise ``KeyboardInterrupt`` at every line) skips ``__exit__``: the lock stays held
+#: for good, and a retried exit (:func:`revert_all` runs an interrupted undo again) then blocks on a
+#: ``Lock`` forever, or every other thread does on an ``RLock``.  With a second item the two exits share
+#: that line, so its one line event comes before the inner item's exit, which lies inside the lock's
+#: exception range: the lock's own ``__exit__`` runs for whatever is raised there.
+#:
+#: An interrupt from a signal is raised only where CPython checks for pending calls (a function's entry,
+#: a backward jump, the end of a call): ``with`` acquires a C lock in one instruction (``BEFORE_WITH``)
+#: whose exception range starts right after it, and releases it in one call, so a ``with`` on a C lock
+#: cannot be split from its release there, with or without this item.  A flag set at the end of the body
+#: and released by a handler instead would release twice after a signal at the end of the ``__exit__``
+#: call; a re-entrant lock would let only the leaking thread through.  A ``nullcontext`` has no state:
+#: one instance serves every thread and nesting.
+#:
+#: The body holds no ``try`` statement of its own (call a function that has it): on 3.11 the line event of a
+#: ``try:`` line, and of a ``try``/``finally`` that ends the body, fires at a ``NOP`` that lies outside every
+#: exception range, so nothing in the frame, ``__exit__`` included, runs for an exception raised there.
+SAFE_EXIT = contextlib.nullcontext()
 #: How many times an undo interrupted by a ``KeyboardInterrupt`` is run again (a tuple to iterate: no
 #: ``range`` object is built for every undo of every block).
 TRIES = (1, 2, 3)

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied, SettingAlreadyRead, SettingKeptWarning
 from ..patches.torch_2_4 import TorchPatches
 from ._scope import current_owner, describe_owner
-from ._undo import Change, warn_after_restore
+from ._undo import SAFE_EXIT, Change, warn_after_restore
 from .torch_settings import SETTINGS, hold_env, release_env
 from .why_not_applied import diagnose
 
@@ -209,7 +209,7 @@ class Claim(Change):
 
     def apply(self) -> None:
         owner = current_owner()
-        with _HOLDERS_LOCK:
+        with _HOLDERS_LOCK, SAFE_EXIT:
             others = [o for o in _HOLDERS.get(self.resource, ()) if o != owner]
             if others:
                 raise ConcurrentKnobsError(
@@ -221,12 +221,13 @@ class Claim(Change):
             self._owner = owner  # after the append: revert releases only what was taken
 
     def revert(self) -> None:
-        owner, self._owner = self._owner, None
+        owner = self._owner
         if owner is not None:
-            with _HOLDERS_LOCK:
+            with _HOLDERS_LOCK, SAFE_EXIT:
                 holders = _HOLDERS.get(self.resource, [])
                 if owner in holders:
                     holders.remove(owner)
+            self._owner = None  # last: a revert interrupted before it runs again in full
 
 
 class SettingChange(Change):

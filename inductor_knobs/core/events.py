@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from ._undo import Change
+from ._undo import SAFE_EXIT, Change
 
 KINDS = ("autotune", "compile", "runtime", "attestation")
 SCOPES = ("context", "process")
@@ -94,14 +94,14 @@ def deliver(subscribers: Iterable[Subscriber], kind: str, event: Any) -> None:
 
 def _add(subscriber: Subscriber) -> None:
     global _LIVE
-    with _LOCK:
+    with _LOCK, SAFE_EXIT:
         if subscriber not in _LIVE:
             _LIVE = (*_LIVE, subscriber)
 
 
 def _remove(subscriber: Subscriber) -> None:
     global _LIVE
-    with _LOCK:
+    with _LOCK, SAFE_EXIT:
         _LIVE = tuple(s for s in _LIVE if s is not subscriber)
 
 
@@ -139,10 +139,11 @@ class Subscribe(Change):
         _add(subscriber)
 
     def revert(self) -> None:
-        subscriber, self._subscriber = self._subscriber, None
+        subscriber = self._subscriber
         if subscriber is None:
             return
         _remove(subscriber)
         marks = _MARKS.get()
         if subscriber.mark in marks:
             _MARKS.set(marks - {subscriber.mark})
+        self._subscriber = None  # last: a revert interrupted before it runs again in full

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import DriftWarning
 from . import events, torch_compat
+from ._undo import SAFE_EXIT
 from .autotune_reader import _record
 from .records import CompileEvent, RuntimeEvent, current_compile_id
 
@@ -80,7 +81,7 @@ def triton_compiles() -> tuple[int, int] | None:
     a Triton not imported compiled nothing.  A compile in
     one of Inductor's compile-worker processes is reported there, not here.
     """
-    with _TRITON_LOCK:
+    with _TRITON_LOCK, SAFE_EXIT:
         # waiting holds only while Triton is not imported: an install that never fired must not vouch for it
         waiting = _TRITON.waiting and "triton" not in sys.modules
         return (_TRITON.compiled, _TRITON.cache_hits) if _TRITON.listening or waiting else None
@@ -95,7 +96,7 @@ def _triton_listener(previous: Callable[..., Any] | None) -> Callable[..., Any]:
 
     def listener(**kwargs: Any) -> None:
         hit = bool(kwargs.get("cache_hit"))
-        with _TRITON_LOCK:
+        with _TRITON_LOCK, SAFE_EXIT:
             if hit:
                 _TRITON.cache_hits += 1
             else:

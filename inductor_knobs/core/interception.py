@@ -56,7 +56,7 @@ from ..errors import DriftWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from ._patching import SharedPatch, on_import, warn_import_hook_failures, wrap_attribute
-from ._undo import Change, apply_all, revert_all
+from ._undo import SAFE_EXIT, Change, apply_all, revert_all
 from .asked import (
     _PROCESS,
     _PROCESS_LOCK,
@@ -347,7 +347,7 @@ class AskChange(InterceptionUse):
     def apply(self) -> None:
         InterceptionUse.apply(self)  # the interception is in place before anything is asked of it
         if self.process_wide:
-            with _PROCESS_LOCK:
+            with _PROCESS_LOCK, SAFE_EXIT:
                 self._prior = dict(_PROCESS)
                 _PROCESS.update(_merge(_PROCESS, self.values))
         else:
@@ -360,7 +360,7 @@ class AskChange(InterceptionUse):
         try:
             if self.process_wide:
                 if self._prior is not None:
-                    with _PROCESS_LOCK:
+                    with _PROCESS_LOCK, SAFE_EXIT:
                         _PROCESS.clear()
                         _PROCESS.update(self._prior)
             elif self._token is not None:

@@ -56,7 +56,7 @@ from ._patching import (
     warn_import_hook_failures,
     wrap_attribute,
 )
-from ._undo import Change, Step, Undo
+from ._undo import SAFE_EXIT, Change, Step, Undo
 from .hook_callbacks import (
     _HOOKS,
     _THREAD,
@@ -323,7 +323,7 @@ class HooksUse(Change):
                 f"{torch.__version__} does not have (it arrived in torch 2.5)"
             )
         warn_import_hook_failures(DriftWarning)  # an import hook cannot raise: its failures are told here
-        with OBSERVER_HOOKS.lock:
+        with OBSERVER_HOOKS.lock, SAFE_EXIT:
             dynamo = sys.modules.get(DYNAMO)
             if OBSERVER_HOOKS.users and dynamo is not None and not initializing(dynamo):
                 _register_compile_callback()  # again, if torch._dynamo.reset() dropped it

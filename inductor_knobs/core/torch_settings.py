@@ -30,6 +30,7 @@ from typing import Any
 
 from ..patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..patches.torch_2_4 import TorchPatches
+from ._undo import SAFE_EXIT
 
 #: ``Asked.module`` of these settings: they live in torch's global context, not in a config module.
 SETTINGS_MODULE = "torch"
@@ -128,13 +129,13 @@ _ENV_LOCK = threading.Lock()
 
 def hold_env(var: str, token: object, found: str | None) -> None:
     """Record that the block of ``token`` set ``var``, which was ``found`` before it."""
-    with _ENV_LOCK:
+    with _ENV_LOCK, SAFE_EXIT:
         _ENV_FOUND.setdefault(var, []).append((token, found))
 
 
 def release_env(var: str, token: object) -> None:
     """Forget :func:`hold_env`'s record of ``token`` (idempotent)."""
-    with _ENV_LOCK:
+    with _ENV_LOCK, SAFE_EXIT:
         held = [entry for entry in _ENV_FOUND.get(var, []) if entry[0] is not token]
         if held:
             _ENV_FOUND[var] = held
@@ -153,7 +154,7 @@ def environ_before_knobs() -> dict[str, str]:
         such block found (removed where it was unset).
     """
     env = dict(os.environ)
-    with _ENV_LOCK:
+    with _ENV_LOCK, SAFE_EXIT:
         for var, held in _ENV_FOUND.items():
             found = held[0][1]
             if found is None:

@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from ..core import torch_compat
-from ..core._undo import Change
+from ..core._undo import SAFE_EXIT, Change
 from ..errors import EmulationUnavailable, KnobsError, NotSupportedOnThisTorch
 from ..patches.torch_2_4 import TorchPatches
 
@@ -68,7 +68,7 @@ def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
     import torch
 
     key = (device_index, sms)
-    with _GREEN_LOCK:
+    with _GREEN_LOCK, SAFE_EXIT:
         if key not in _GREEN:
             patches = torch_compat.installed(strict=False)
             try:
@@ -98,7 +98,7 @@ def green_capture_stream(device_index: int, sms: int) -> Any:
 
     green_stream(device_index, sms)
     key = (device_index, sms)
-    with _GREEN_LOCK:
+    with _GREEN_LOCK, SAFE_EXIT:
         if key not in _CAPTURE:
             patches = torch_compat.installed(strict=False)
             try:

@@ -18,7 +18,7 @@ import wrapt
 
 from ..core import torch_compat
 from ..core._patching import SharedPatch, resolve, wrap_attribute
-from ..core._undo import Change
+from ..core._undo import SAFE_EXIT, Change
 from ..errors import EmulationConflict
 from ..patches.torch_2_4 import TorchPatches
 from .emulate import EmulationSpec
@@ -135,22 +135,25 @@ class SmViewChange(Change):
         self.description = f"Inductor sees cuda:{spec.device_index} as {spec.label()}"
 
     def apply(self) -> None:
-        with SM_VIEW_PATCH.lock:
+        with SM_VIEW_PATCH.lock, SAFE_EXIT:
             check_no_conflict(self.spec)
             SM_VIEW_PATCH.acquire(self)
             _VIEW.spec = self.spec
             _clear_sm_caches(self.patches)
 
     def revert(self) -> None:
-        with SM_VIEW_PATCH.lock:
-            try:
-                SM_VIEW_PATCH.release(self)
-                if not SM_VIEW_PATCH.users:
-                    _VIEW.spec = None
-            finally:
-                if not SM_VIEW_PATCH.users:
-                    _VIEW.original_getter = None
-                _clear_sm_caches(self.patches)
+        with SM_VIEW_PATCH.lock, SAFE_EXIT:  # a call, not a try statement, in the body: see SAFE_EXIT
+            self._release()
+
+    def _release(self) -> None:
+        try:
+            SM_VIEW_PATCH.release(self)
+            if not SM_VIEW_PATCH.users:
+                _VIEW.spec = None
+        finally:
+            if not SM_VIEW_PATCH.users:
+                _VIEW.original_getter = None
+            _clear_sm_caches(self.patches)
 
 
 def check_no_conflict(spec: EmulationSpec) -> None:
