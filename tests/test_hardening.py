@@ -46,7 +46,7 @@ def torch_state(patches) -> dict[str, object]:
     state["frames"] = len(context._FRAMES.get())
     # what the wrapper and the interception would apply at the next compile
     state["gate override"] = (gate._STATE.scoped.get(True), gate._STATE.scoped.get(False), gate._STATE.process_default)
-    state["asked"] = (dict(asked._SCOPED.get(True)), dict(asked._SCOPED.get(False)), dict(asked._PROCESS))
+    state["asked"] = (asked._SCOPED.get(True), asked._SCOPED.get(False), dict(asked._PROCESS))
     return state
 
 

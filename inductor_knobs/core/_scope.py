@@ -4,6 +4,13 @@ torch keeps Inductor config overrides in ``ContextVar`` s from 2.12 and in one p
 dict before; state that must follow config (the block stack, the gate override, the values a
 block asked for) uses :class:`ScopedSlot`, which picks the same scope from the patch module's
 ``config_is_thread_local``.
+
+A child asyncio task or a thread run in a copied context keeps its copy of a ``ContextVar`` after
+the block that set it exits: the block's revert puts the slot back in the block's own context
+only.  So each entry in a slot carries the :class:`Life` of the block that made it, ended first
+thing at the block's exit, and readers skip ended entries: a block acts from its enter to its
+exit, in every context that saw it.  Before 2.12 the slot is one process-global value, which the
+exit puts back for everyone.
 """
 
 from __future__ import annotations
@@ -27,6 +34,35 @@ class _GlobalVar(Generic[T]):
 
     def set(self, value: T) -> None:
         self.value = value
+
+
+class Life:
+    """Whether a block holds: ``alive`` from its enter to its exit, read by every context that copied its records."""
+
+    __slots__ = ("alive",)
+
+    def __init__(self) -> None:
+        self.alive = True
+
+    def end(self) -> None:
+        """Idempotent; readers skip the records of an ended life from then on."""
+        self.alive = False
+
+
+class Lived:
+    """Marker of an undo record whose entries in a :class:`ScopedSlot` carry a :class:`Life`.
+
+    ``life`` is what its entries carry; ``own_life`` is the record's own, made with it and ended
+    first thing by its revert, so a record applied outside a block (a lazily compiled backward's)
+    lasts while it is applied.  A block sets each of its records' ``life`` to the block's
+    (:mod:`inductor_knobs.core.context`), which ends at the block's exit only: reverting the block
+    to unwind one entered before it, then applying it again, leaves it alive in contexts that copied
+    it.  Subclasses declare both slots.
+    """
+
+    __slots__ = ()
+    life: Life
+    own_life: Life
 
 
 class ScopedSlot(Generic[T]):

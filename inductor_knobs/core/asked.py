@@ -1,8 +1,9 @@
 """What inductor_knobs asked of Inductor: the :class:`Asked` records, and where they are kept.
 
 Asked values live in a slot scoped like Inductor config (per thread/task on torch 2.12+, per
-process before), over a process-wide layer for env activation; :func:`effective_asked` merges
-them by rank.  The compile interception (:mod:`inductor_knobs.core.interception`) enforces and attests
+process before), one layer per block with the block's :class:`~inductor_knobs.core._scope.Life`,
+over a process-wide layer for env activation; :func:`effective_asked` merges the layers of blocks
+still alive by rank.  The compile interception (:mod:`inductor_knobs.core.interception`) enforces and attests
 them inside every compile; its :class:`~inductor_knobs.core.interception.AskChange` record adds them.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..patches.torch_2_4 import TorchPatches
-from ._scope import ScopedSlot
+from ._scope import Life, ScopedSlot
 from .torch_settings import SETTINGS_MODULE
 
 INDUCTOR_CONFIG = "torch._inductor.config"
@@ -59,7 +60,10 @@ class Asked:
         return self.key if self.module in (INDUCTOR_CONFIG, SETTINGS_MODULE) else f"{self.module}.{self.key}"
 
 
-_SCOPED: ScopedSlot[Mapping[tuple[str, str], Asked]] = ScopedSlot("inductor_knobs.core.asked", {})
+#: One block's asked values, by (module, key), with the block's life.
+Layer = tuple[Life, Mapping[tuple[str, str], Asked]]
+#: The layers of this thread's/task's blocks, innermost last (a child context keeps its copy after they exit).
+_SCOPED: ScopedSlot[tuple[Layer, ...]] = ScopedSlot("inductor_knobs.core.asked", ())
 _PROCESS: dict[tuple[str, str], Asked] = {}
 _PROCESS_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
 
@@ -73,8 +77,15 @@ def _merge(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], 
 
 
 def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
-    """What applies on this thread now: the process layer (env), then blocks (inner wins), by rank."""
-    return _merge(_PROCESS, _SCOPED.scopes[patches.config_is_thread_local].get())
+    """What applies on this thread now: the process layer (env), then blocks still alive (inner wins), by rank.
+
+    A block that has exited asks nothing, even where a child task or copied context still holds its layer.
+    """
+    merged = dict(_PROCESS)
+    for life, values in _SCOPED.scopes[patches.config_is_thread_local].get():
+        if life.alive:
+            merged = _merge(merged, values)
+    return merged
 
 
 def by_slot(asked: Iterable[Asked]) -> dict[tuple[str, str], Asked]:

@@ -10,10 +10,15 @@ every torch.  **A block belongs to whoever entered it**: each frame records its 
 asyncio task), and an exit or ``stop()`` by anyone else is refused with
 :class:`~inductor_knobs.errors.NotBlockOwner` before anything changes.  A child asyncio task (or a
 thread started in a copied context) sees its parent's frames, as it sees the parent's Inductor
-config on torch 2.12+, but may only read them.  Before torch 2.12 Inductor config is process-global:
-a block that changes it first takes a :class:`~inductor_knobs.core.changes.Claim` on it, so a second
-thread or task entering while another holds knobs gets :class:`ConcurrentKnobsError` instead of
-interleaving two undo lists; blocks that change no config (recorders, guards) claim nothing.
+config on torch 2.12+, but may only read them, and only while they last: each frame has a
+:class:`~inductor_knobs.core._scope.Life`, given to the records it applies whose entries the
+child's copy of a ``ContextVar`` keeps (what the block asked, its gate override), and ended first
+thing at the block's exit, so an exited block acts in no context, whatever copies still hold it.
+
+Before torch 2.12 Inductor config is process-global: a block that changes it first takes a
+:class:`~inductor_knobs.core.changes.Claim` on it, so a second thread or task entering while
+another holds knobs gets :class:`ConcurrentKnobsError` instead of interleaving two undo lists;
+blocks that change no config (recorders, guards) claim nothing.
 
 **Out-of-order exits unwind and re-apply.** When a block ends while blocks entered after it are
 still active (``a.start(); b.start(); a.stop()``, or a generator holding a block finished inside
@@ -36,7 +41,7 @@ from typing import Any, TypeVar
 
 from ..errors import KnobsError, NotBlockOwner
 from . import torch_compat
-from ._scope import current_owner, describe_owner
+from ._scope import Life, Lived, current_owner, describe_owner
 from ._undo import Change, Undo, apply_all, revert_all, reverting
 from .attestation import unwrap_not_applied
 from .changes import Claim
@@ -46,16 +51,17 @@ Owner = tuple[int, "int | None"]
 
 
 class _Frame:
-    """One active block: its context, the records it applied, who entered it, and whether it is
-    reverted to unwind a block below it, to be applied again."""
+    """One active block: its context, the records it applied, who entered it, whether it is
+    reverted to unwind a block below it, to be applied again, and its life (enter to exit)."""
 
-    __slots__ = ("applied", "context", "owner", "suspended")
+    __slots__ = ("applied", "context", "life", "owner", "suspended")
 
     def __init__(self, context: UndoContext, owner: Owner) -> None:
         self.context = context
         self.owner = owner
         self.applied: list[Undo] = []
         self.suspended = False
+        self.life = Life()
 
 
 #: This thread's or task's active blocks, innermost last.  A child task copies the tuple, not the frames'
@@ -92,18 +98,21 @@ class UndoContext:
         """Validate and return (changes in apply order, what ``__enter__`` returns); change nothing."""
         raise NotImplementedError
 
-    def _records(self) -> tuple[list[Change], Any]:
-        """:meth:`_plan`'s changes, after the claim on process-global config where torch < 2.12 needs one."""
+    def _records(self, life: Life) -> tuple[list[Change], Any]:
+        """:meth:`_plan`'s changes, after the claim on process-global config where torch < 2.12 needs one;
+        the records that keep scoped entries live with ``life`` (the frame's)."""
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
         changes, value = self._plan()
+        for change in changes:
+            if isinstance(change, Lived):
+                change.life = life
         if self.changes_config and not thread_local:
             changes = [_config_claim(self), *changes]
         return changes, value
 
     def __enter__(self) -> Any:
-        owner = current_owner()
-        changes, value = self._records()
-        frame = _Frame(self, owner)
+        frame = _Frame(self, current_owner())
+        changes, value = self._records(frame.life)
         try:  # from the push on, any interrupt (even at the return) unwinds everything
             _LIVE[id(frame)] = frame
             _FRAMES.set((*_FRAMES.get(), frame))
@@ -175,8 +184,9 @@ class UndoContext:
 
     @property
     def active(self) -> bool:
-        """Whether this context holds here: entered in this thread/task, or inherited from a parent task."""
-        return self._top_frame() is not None
+        """Whether this context holds here: entered in this thread/task, or in a parent task (or the
+        thread whose context this one copied) and not exited yet."""
+        return any(frame.context is self and frame.life.alive for frame in _FRAMES.get())
 
     def start(self) -> Any:
         """Apply now (like ``__enter__``); pair with :meth:`stop` in the same thread/task."""
@@ -300,6 +310,7 @@ def _unwind(frame: _Frame) -> None:
     The frame leaves the stack whatever a revert raises.  Idempotent: run again after an interrupt,
     it carries on where it stopped (a frame already off the stack only reverts what is left on it).
     """
+    frame.life.end()  # first: contexts that copied the frame's records stop acting on them
     stack = _FRAMES.get()
     try:
         if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
@@ -329,6 +340,6 @@ def _reapply_suspended() -> None:
     me = current_owner()
     for above in _FRAMES.get():
         if above.suspended and above.owner == me:
-            changes, _ = above.context._records()  # fresh records: salts and priors as they are now
+            changes, _ = above.context._records(above.life)  # fresh records: salts and priors as they are now
             apply_all(changes, above.applied)
             above.suspended = False

@@ -6,7 +6,9 @@ when the last one ends, and every module global bound to it by name (``from
 torch._inductor.utils import is_big_gpu``) rebound both ways.  Which ``min_sms`` applies is read
 at call time:
 
-- from a slot scoped like Inductor config (per thread/task on 2.12+, per process before);
+- from a slot scoped like Inductor config (per thread/task on 2.12+, per process before): the
+  innermost override of a block still alive (a child task or copied context keeps the overrides
+  of its parent's blocks, which stop acting when those blocks exit);
 - else from the process-wide default set by env activation, if any;
 - else the wrapper calls torch's original (with its cache).
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from ..patches.torch_2_4 import TorchPatches
 from ._patching import SharedPatch, wrap_attribute
-from ._scope import ScopedSlot
+from ._scope import Life, Lived, ScopedSlot
 from ._undo import Change
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,8 @@ class _GateState:
         self.wrapper: Any = None
         self.signature: inspect.Signature | None = None
         self.process_default: Override | None = None
-        self.scoped: ScopedSlot[Override | None] = ScopedSlot("inductor_knobs.core.gate", None)
+        #: The overrides of this thread's/task's blocks with their lives, innermost last.
+        self.scoped: ScopedSlot[tuple[tuple[Life, Override], ...]] = ScopedSlot("inductor_knobs.core.gate", ())
 
     def on_install(self, original: Any, wrapper: Any) -> None:
         if original is not self.original or self.signature is None:  # the signature is costly: once per original
@@ -86,10 +89,15 @@ GATE_PATCH = SharedPatch(f"{GATE_MODULE}.{GATE_NAME} wrapper", _steps)
 
 
 def current_override() -> Override | None:
-    """The override that applies on this thread now, or None (torch's own gate)."""
-    if _STATE.patches is None:
-        return _STATE.process_default
-    return _STATE.scoped.scopes[_STATE.patches.config_is_thread_local].get() or _STATE.process_default
+    """The override that applies on this thread/task now, or None (torch's own gate).
+
+    The innermost override of a block still alive, else the process default (env activation).
+    """
+    if _STATE.patches is not None:
+        for life, override in reversed(_STATE.scoped.scopes[_STATE.patches.config_is_thread_local].get()):
+            if life.alive:
+                return override
+    return _STATE.process_default
 
 
 def is_installed() -> bool:
@@ -137,15 +145,16 @@ def _gate(wrapped: Callable[..., bool], instance: object, args: tuple[Any, ...],
     return answer.verdict
 
 
-class GateChange(Change):
+class GateChange(Change, Lived):
     """Undo record: make ``min_sms`` the gate for this thread (2.12+) or process (< 2.12).
 
-    ``process_wide`` sets the default every thread sees (env activation).
+    ``process_wide`` sets the default every thread sees (env activation); otherwise the override
+    acts while the record's life (its block's: :class:`~inductor_knobs.core._scope.Lived`) lasts.
     Apply clears ``is_big_gpu``'s cache before and revert clears it after, so no verdict
     computed under one gate survives into another.
     """
 
-    __slots__ = ("_prior_default", "_token", "override", "patches", "process_wide")
+    __slots__ = ("_prior_default", "_token", "life", "override", "own_life", "patches", "process_wide")
 
     def __init__(self, patches: TorchPatches, override: Override, *, process_wide: bool = False) -> None:
         self.patches = patches
@@ -153,6 +162,7 @@ class GateChange(Change):
         self.process_wide = process_wide
         self._token: Any = None
         self._prior_default: object = _NOT_SET
+        self.life = self.own_life = Life()
 
     @property
     def description(self) -> str:  # built when read (messages only), not at every plan
@@ -168,12 +178,14 @@ class GateChange(Change):
             _STATE.process_default = self.override
         elif self._token is None:
             scope = _STATE.scoped.scopes[self.patches.config_is_thread_local]
-            self._token = (scope, scope.get())  # the undo first
-            scope.set(self.override)
+            below = scope.get()
+            self._token = (scope, below)  # the undo first
+            scope.set((*below, (self.life, self.override)))
 
     def revert(self) -> None:
         """Idempotent: a revert interrupted part-way can run again."""
         try:
+            self.own_life.end()  # first: no context that copied the override acts on it from here on
             if self.process_wide:
                 if self._prior_default is not _NOT_SET:
                     _STATE.process_default = self._prior_default  # type: ignore[assignment]

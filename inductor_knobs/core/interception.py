@@ -56,6 +56,7 @@ from ..errors import DriftWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from ._patching import SharedPatch, on_import, warn_import_hook_failures, wrap_attribute
+from ._scope import Life, Lived
 from ._undo import SAFE_EXIT, Change, apply_all, revert_all
 from .asked import (
     _PROCESS,
@@ -324,14 +325,15 @@ class InterceptionUse(Change):
         INTERCEPTION.release(self)
 
 
-class AskChange(InterceptionUse):
+class AskChange(InterceptionUse, Lived):
     """Undo record: add ``values`` to what the interception enforces and attests, holding the interception.
 
     ``process_wide`` adds them to the process layer (env activation) instead of the
-    calling thread's scope.  Revert is idempotent.
+    calling thread's scope, where they are a layer with the record's life (its block's:
+    :class:`~inductor_knobs.core._scope.Lived`).  Revert is idempotent.
     """
 
-    __slots__ = ("_prior", "_token", "process_wide", "values")
+    __slots__ = ("_prior", "_token", "life", "own_life", "process_wide", "values")
 
     def __init__(self, patches: TorchPatches, values: Mapping[tuple[str, str], Asked], *, process_wide: bool = False) -> None:
         self.patches = patches
@@ -339,6 +341,7 @@ class AskChange(InterceptionUse):
         self.process_wide = process_wide
         self._token: Any = None
         self._prior: dict[tuple[str, str], Asked] | None = None
+        self.life = self.own_life = Life()
 
     @property
     def description(self) -> str:
@@ -354,10 +357,11 @@ class AskChange(InterceptionUse):
             scope = _SCOPED.scopes[self.patches.config_is_thread_local]
             below = scope.get()
             self._token = (scope, below)  # the undo first
-            scope.set(_merge(below, self.values) if below else self.values)  # values is never changed
+            scope.set((*below, (self.life, self.values)))  # values is never changed
 
     def revert(self) -> None:
         try:
+            self.own_life.end()  # first: no context that copied the layer acts on it from here on
             if self.process_wide:
                 if self._prior is not None:
                     with _PROCESS_LOCK, SAFE_EXIT:
