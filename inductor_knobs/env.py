@@ -102,10 +102,10 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
             (call :func:`deactivate_env` first).  Nothing is applied on any error.
     """
     global _active, _activating
-    if not env_requests_knobs(environ):
+    knobs = env_knobs(environ)
+    if knobs is None:
         return None
     try:
-        knobs = Knobs.from_env(environ)
         emulation = emulation_from_env(environ)
     except KnobsError as err:
         raise type(err)(f"{err}; {DISABLE_HINT}") from None
@@ -130,8 +130,34 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
     return knobs
 
 
+def env_knobs(environ: Mapping[str, str] | None = None) -> Knobs | None:
+    """The knobs the ``INDUCTOR_KNOBS_*`` variables ask for: what :func:`activate_from_env` applies.
+
+    A function of the environment alone: the same before and after activation (which happens at the
+    first Inductor compile, and never in a process that only loads an AOT package).
+
+    Args:
+        environ: the variables to read (default ``os.environ``).
+
+    Returns:
+        The knobs (``Knobs.from_env``, presets expanded), or None when no variable is set or
+        ``INDUCTOR_KNOBS_DISABLE=1``.  The ``INDUCTOR_KNOBS_EMULATE_*`` variables are not knobs
+        (:func:`emulation_from_env`).
+
+    Raises:
+        UnknownKnob, InvalidKnobValue: a variable or value is bad (the message names it, what is allowed,
+            the torch version and ``INDUCTOR_KNOBS_DISABLE=1``).
+    """
+    if not env_requests_knobs(environ):
+        return None
+    try:
+        return Knobs.from_env(environ)
+    except KnobsError as err:
+        raise type(err)(f"{err}; {DISABLE_HINT}") from None
+
+
 def active_env_knobs() -> Knobs | None:
-    """The knobs :func:`activate_from_env` applied, or None."""
+    """The knobs :func:`activate_from_env` applied, or None (before activation, see :func:`env_knobs`)."""
     return _active[0][0] if _active else None
 
 
