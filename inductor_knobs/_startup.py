@@ -7,19 +7,22 @@ unconfigured process pays for one scan of ``os.environ`` and imports nothing.
 
 At interpreter start, once ``site`` has put every site directory on ``sys.path`` (at its import of
 ``sitecustomize``, which ``site.main`` always tries after the ``.pth`` files; or at the first ``import torch``
-if that comes first), :func:`start_up` sets the environment variables of the process settings torch reads
+if that comes first), :func:`start_up` checks the variables (what can be checked without torch: every
+name and value but ``config=`` keys) and sets the environment variables of the process settings torch reads
 at or before its first CUDA call (:func:`inductor_knobs.env.start_up`: ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``
 from ``INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE``), so that a process whose CUDA starts before its first
 compile, or that never compiles, runs with them.  (While this ``.pth`` runs, site directories after its own,
 such as a virtual environment's system site-packages, are not on ``sys.path`` yet: torch's metadata and
 this package's dependencies may not be found.)  :func:`bootstrap` also puts a one-shot finder on
-``sys.meta_path`` that runs :func:`activate` right after ``torch._inductor.compile_fx`` (Inductor's compile entry, which imports
-``torch._inductor.utils`` and ``config``) has executed.  A process that never compiles (pip, a shell tool
-in a launch script) therefore imports neither torch nor wrapt (only this package's light modules).
+``sys.meta_path`` that runs :func:`activate` right after ``torch._inductor.compile_fx`` (Inductor's compile
+entry, which imports ``torch._inductor.utils`` and ``config``) has executed.  A process that never compiles
+(pip, a shell tool in a launch script) therefore imports neither torch nor wrapt (only this package's light
+modules).
 
-Nothing here ever raises into the user's ``import``: a bad variable is kept and raised at the first
-Inductor compile (and by an explicit ``activate_from_env()``), once, naming the variable, the value,
-what is allowed and ``INDUCTOR_KNOBS_DISABLE=1``.
+Nothing here ever raises into the user's ``import``: a bad variable is said at start, as one line on stderr
+naming the variable, the value, what is allowed, the torch version and ``INDUCTOR_KNOBS_DISABLE=1``, with
+nothing applied; it is kept and raised at the first Inductor compile (and by an explicit
+``activate_from_env()``), once.
 """
 
 import sys
@@ -107,8 +110,8 @@ def start_up() -> None:
 
         try:
             lines = env_start_up()
-        except Exception:  # noqa: BLE001 - a bad variable: nothing set, the first compile raises it
-            lines = []
+        except Exception as err:  # noqa: BLE001 - a bad variable: said now, nothing set, the first compile raises it
+            lines = [f"{err} (nothing applied)"]
     except Exception as err:  # noqa: BLE001 - the last resort: one line, and the process goes on
         lines = [f"INDUCTOR_KNOBS_* not checked at start-up: {err} (INDUCTOR_KNOBS_DISABLE=1 turns this off)"]
     for line in lines:

@@ -107,8 +107,8 @@ def start_up() -> list[str]:
         list[str]: one line per problem, for stderr; empty when all is well.
 
     Raises:
-        UnknownKnob, InvalidKnobValue: a variable or value is bad (nothing is set; the startup hook leaves it to the
-            first compile).
+        UnknownKnob, InvalidKnobValue: a variable or value is bad (nothing is set; the startup hook says it on
+            stderr, and the first compile raises it).
     """
     import warnings
 
