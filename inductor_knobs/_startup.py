@@ -5,15 +5,24 @@ environment first and imports this module only when an ``INDUCTOR_KNOBS_*`` vari
 ``INDUCTOR_KNOBS_DISABLE`` has a non-empty value (and ``INDUCTOR_KNOBS_DISABLE`` is not set), so an
 unconfigured process pays for one scan of ``os.environ`` and imports nothing.
 
-This module is stdlib-only and parses nothing: :func:`bootstrap` puts a one-shot finder on
-``sys.meta_path`` that runs :func:`activate` right after ``torch._inductor.compile_fx`` (Inductor's
-compile entry, which imports ``torch._inductor.utils`` and ``config``) has executed.  A process that
-never compiles (pip, a shell tool in a launch script) therefore imports neither torch nor wrapt nor
-the rest of this package.
+At interpreter start, once ``site`` has put every site directory on ``sys.path`` (at its import of
+``sitecustomize``, which ``site.main`` always tries after the ``.pth`` files; or at the first ``import torch``
+if that comes first), :func:`start_up` checks the variables (what can be checked without torch: every
+name and value but ``config=`` keys) and sets the environment variables of the process settings torch reads
+at or before its first CUDA call (:func:`inductor_knobs.env.start_up`: ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``
+from ``INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE``), so that a process whose CUDA starts before its first
+compile, or that never compiles, runs with them.  (While this ``.pth`` runs, site directories after its own,
+such as a virtual environment's system site-packages, are not on ``sys.path`` yet: torch's metadata and
+this package's dependencies may not be found.)  :func:`bootstrap` also puts a one-shot finder on
+``sys.meta_path`` that runs :func:`activate` right after ``torch._inductor.compile_fx`` (Inductor's compile
+entry, which imports ``torch._inductor.utils`` and ``config``) has executed.  A process that never compiles
+(pip, a shell tool in a launch script) therefore imports neither torch nor wrapt (only this package's light
+modules).
 
-Nothing here ever raises into the user's ``import``: a bad variable is kept and raised at the first
-Inductor compile (and by an explicit ``activate_from_env()``), once, naming the variable, the value,
-what is allowed and ``INDUCTOR_KNOBS_DISABLE=1``.
+Nothing here ever raises into the user's ``import``: a bad variable is said at start, as one line on stderr
+naming the variable, the value, what is allowed, the torch version and ``INDUCTOR_KNOBS_DISABLE=1``, with
+nothing applied; it is kept and raised at the first Inductor compile (and by an explicit
+``activate_from_env()``), once.
 """
 
 import sys
@@ -34,10 +43,23 @@ def bootstrap() -> None:
     if _registered:  # the .pth can run twice when a directory is on sys.path twice
         return
     _registered = True
+    sys.meta_path.insert(0, _AtSiteEnd())
     if HOOK_MODULE in sys.modules:
         activate()
     else:
         sys.meta_path.insert(0, _AfterImport())
+
+
+class _AtSiteEnd:
+    """A meta-path finder that finds nothing: it runs :func:`start_up` at the first import of one of ``NAMES``."""
+
+    NAMES = ("sitecustomize", "torch")
+
+    def find_spec(self, name: str, path: "Any", target: "Any" = None) -> "Any":
+        if name in self.NAMES:
+            sys.meta_path.remove(self)  # one shot
+            start_up()
+        return None
 
 
 class _AfterImport:
@@ -79,6 +101,24 @@ class _ActivatingLoader:
 
     def __getattr__(self, name: str) -> "Any":  # get_source, get_filename, … for tracebacks and tools
         return getattr(self._loader, name)
+
+
+def start_up() -> None:
+    """Run :func:`inductor_knobs.env.start_up`; its lines, or why it failed, go to stderr, and nothing is raised."""
+    try:
+        from .env import start_up as env_start_up
+
+        try:
+            lines = env_start_up()
+        except Exception as err:  # noqa: BLE001 - a bad variable: said now, nothing set, the first compile raises it
+            lines = [f"{err} (nothing applied)"]
+    except Exception as err:  # noqa: BLE001 - the last resort: one line, and the process goes on
+        lines = [f"INDUCTOR_KNOBS_* not checked at start-up: {err} (INDUCTOR_KNOBS_DISABLE=1 turns this off)"]
+    for line in lines:
+        try:
+            print(f"inductor_knobs: {line}", file=sys.stderr)
+        except Exception:  # noqa: BLE001 - no usable stderr
+            pass
 
 
 def activate() -> None:

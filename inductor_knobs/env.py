@@ -16,13 +16,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from .core._undo import SAFE_EXIT, Undo, apply_all, revert_all
+from .core._undo import SAFE_EXIT
 from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
-from .core.plan import plan
 from .emulation.emulate import EmulationSpec, spec_from_text
-from .emulation.plan import plan_emulation
 from .errors import InvalidKnobValue, KnobsError, KnobsWarning, StaleConfigHashWarning
+
+if TYPE_CHECKING:
+    from .core._undo import Undo
 
 DISABLE_VAR = ENV_PREFIX + "DISABLE"
 
@@ -86,6 +88,68 @@ def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpe
     return spec_from_text(raw, shared_memory_per_block=smem, source=source)
 
 
+def start_up() -> list[str]:
+    """What the startup hook does at interpreter start, before torch is imported: check the ``INDUCTOR_KNOBS_*``
+    variables and set the environment variables of the process settings torch reads from its environment at or
+    before its first CUDA call (``Setting.env_var`` in :mod:`inductor_knobs.core.torch_settings`:
+    ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` for ``cudnn_sdpa_avoid_recompile``).  Everything else waits for the
+    first Inductor compile (:func:`activate_from_env`).
+
+    Such a variable is set in ``os.environ`` only when every ``INDUCTOR_KNOBS_*`` variable is good, the installed
+    torch has the knob (``TorchPatches.knob_features``; the version from package metadata) and the variable is
+    unset; one already set to the knob's value is the user's, one set to another value is left as it is and
+    reported.  Activation at the first compile then finds the value in force: its
+    :class:`~inductor_knobs.core.changes.SettingChange` changes nothing (no
+    :class:`~inductor_knobs.errors.SettingAlreadyRead` when CUDA has started) and attests the setting with source
+    env.  A variable set here counts as set by knobs for :func:`~inductor_knobs.core.torch_settings.environ_before_knobs`
+    (processes an ablation starts do not inherit it).  Imports neither torch nor Inductor.
+
+    Returns:
+        list[str]: one line per problem, for stderr; empty when all is well.
+
+    Raises:
+        UnknownKnob, InvalidKnobValue: a variable or value is bad (nothing is set; the startup hook says it on
+            stderr, and the first compile raises it).
+    """
+    import warnings
+
+    from .core import torch_compat
+    from .core.messages import torch_version
+    from .core.torch_settings import SETTINGS, hold_env
+
+    knobs = env_knobs()
+    emulation_or_hint(None)
+    version = torch_version()
+    if knobs is None or version == "not installed":
+        return []
+    with warnings.catch_warnings():  # a torch outside the supported range is the first compile's to report
+        warnings.simplefilter("ignore")
+        patches = torch_compat.select(version, strict=False)
+    have = patches.knob_features(torch_compat.release_of(version))
+    lines = []
+    for key, setting in SETTINGS.items():
+        value = getattr(knobs, key)
+        if setting.env_var is None or value is None or key not in have:
+            continue
+        if setting.state(patches) is None:
+            setting.set(patches, value)
+            hold_env(setting.env_var, start_up, None)  # the outermost find: unset
+        elif not setting.matches(patches, setting.value(patches), value):
+            lines.append(
+                f"{ENV_PREFIX}{key.upper()} asks for {key}={value!r}, but {setting.env_var}="
+                f"{setting.state(patches)!r} is set in the environment: left as it is (unset one of the two)"
+            )
+    return lines
+
+
+def emulation_or_hint(environ: Mapping[str, str] | None) -> EmulationSpec | None:
+    """:func:`emulation_from_env`, whose error also names ``INDUCTOR_KNOBS_DISABLE=1``."""
+    try:
+        return emulation_from_env(environ)
+    except KnobsError as err:
+        raise type(err)(f"{err}; {DISABLE_HINT}") from None
+
+
 def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
     """Apply ``INDUCTOR_KNOBS_*`` as process-wide defaults; idempotent.
 
@@ -102,13 +166,10 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
             (call :func:`deactivate_env` first).  Nothing is applied on any error.
     """
     global _active, _activating
-    if not env_requests_knobs(environ):
+    knobs = env_knobs(environ)
+    if knobs is None:
         return None
-    try:
-        knobs = Knobs.from_env(environ)
-        emulation = emulation_from_env(environ)
-    except KnobsError as err:
-        raise type(err)(f"{err}; {DISABLE_HINT}") from None
+    emulation = emulation_or_hint(environ)
     _warn_if_other_threads_compiled("activate_from_env()")
     with _lock, SAFE_EXIT:
         if _activating:  # re-entered from the import hook while this thread plans; the outer call applies
@@ -123,6 +184,10 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
             )
         _activating = True
         try:
+            from .core._undo import apply_all
+            from .core.plan import plan
+            from .emulation.plan import plan_emulation
+
             changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
             _active = ((knobs, emulation), apply_all(changes + plan(knobs, process_wide=True, source="env")))
         finally:
@@ -130,8 +195,34 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
     return knobs
 
 
+def env_knobs(environ: Mapping[str, str] | None = None) -> Knobs | None:
+    """The knobs the ``INDUCTOR_KNOBS_*`` variables ask for: what :func:`activate_from_env` applies.
+
+    A function of the environment alone: the same before and after activation (which happens at the
+    first Inductor compile, and never in a process that only loads an AOT package).
+
+    Args:
+        environ: the variables to read (default ``os.environ``).
+
+    Returns:
+        The knobs (``Knobs.from_env``, presets expanded), or None when no variable is set or
+        ``INDUCTOR_KNOBS_DISABLE=1``.  The ``INDUCTOR_KNOBS_EMULATE_*`` variables are not knobs
+        (:func:`emulation_from_env`).
+
+    Raises:
+        UnknownKnob, InvalidKnobValue: a variable or value is bad (the message names it, what is allowed,
+            the torch version and ``INDUCTOR_KNOBS_DISABLE=1``).
+    """
+    if not env_requests_knobs(environ):
+        return None
+    try:
+        return Knobs.from_env(environ)
+    except KnobsError as err:
+        raise type(err)(f"{err}; {DISABLE_HINT}") from None
+
+
 def active_env_knobs() -> Knobs | None:
-    """The knobs :func:`activate_from_env` applied, or None."""
+    """The knobs :func:`activate_from_env` applied, or None (before activation, see :func:`env_knobs`)."""
     return _active[0][0] if _active else None
 
 
@@ -161,6 +252,7 @@ def deactivate_env() -> None:
     import warnings
 
     from .core import torch_compat
+    from .core._undo import revert_all
 
     with _lock, SAFE_EXIT:
         if _active is None:

@@ -8,6 +8,8 @@ python bundle_worker.py build-aot PATH [cuda]   the same recipe, saved as an AOT
 python bundle_worker.py load-aot PATH [cuda]    load that bundle without the model; serve a warmed and an unwarmed
                                                 length under the guard; print the proof, the counters and the errors
                                                 against the eager model
+python bundle_worker.py build-small PATH        a one-kernel model on the CPU, warmed at one shape, saved (cheap)
+python bundle_worker.py load-small PATH         load it; print the header's env_knobs and whether the load refused
 """
 
 import faulthandler
@@ -44,6 +46,17 @@ def model(offset: float = 1.0) -> torch.nn.Module:
 
 def factory(n: int) -> torch.Tensor:
     return torch.randn(4, n, 64, generator=torch.Generator().manual_seed(n)).to(device)
+
+
+class Small(torch.nn.Module):
+    """One pointwise kernel: the cheapest bundle to build and load."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+
+def small_factory(n: int) -> torch.Tensor:
+    return torch.ones(n)
 
 
 def counters() -> dict:
@@ -98,6 +111,19 @@ def main(mode: str, path: str) -> None:
             "refused": refused if aot else None,
         }
         print(json.dumps(out))
+    elif mode == "build-small":
+        compiled = ik.compile(Small(), dynamic=False)
+        with torch.no_grad():
+            report = ik.warmup(compiled, shapes=[8], factory=small_factory, probes=None)
+        print(json.dumps({"env_knobs": ik.save_serving_bundle(path, compiled, report)["env_knobs"]}))
+    elif mode == "load-small":
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ik.errors.ColdStartWarning)  # the C++ of a CPU kernel is built again
+                ik.load_serving_bundle(path, Small(), factory=small_factory, on_cold="warn")
+            print(json.dumps({"refused": None}))
+        except ik.CompileCacheRefused as err:
+            print(json.dumps({"refused": str(err)}))
     else:
         try:
             ik.load_serving_bundle(path, model(offset=2.0), factory=factory)

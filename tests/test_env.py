@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import site
 import subprocess
 import sys
@@ -11,11 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 import torch._inductor.utils as inductor_utils
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inductor_knobs as ik
+from inductor_knobs.core import torch_compat
 from inductor_knobs.errors import InvalidKnobValue, KnobsError
 
 
@@ -135,7 +139,7 @@ print("dynamo usable", hasattr(torch._dynamo, "utils"))
 """
     out = _run({"INDUCTOR_KNOBS_MIN_SMS": "abc"}, probe)
     assert out.returncode == 0, out.stderr
-    assert "Traceback" not in out.stderr and "INDUCTOR_KNOBS" not in out.stderr  # nothing at startup or import
+    assert "Traceback" not in out.stderr and out.stderr.count("INDUCTOR_KNOBS_MIN_SMS") == 1  # said once, at start
     first, second, usable = out.stdout.strip().splitlines()[-3:]
     assert first.startswith("1 InvalidKnobValue") and "INDUCTOR_KNOBS_MIN_SMS='abc'" in first
     assert "allowed" in first and "INDUCTOR_KNOBS_DISABLE=1" in first
@@ -143,11 +147,17 @@ print("dynamo usable", hasattr(torch._dynamo, "utils"))
 
 
 @needs_install
-def test_a_bad_variable_costs_nothing_in_a_process_that_never_compiles():
-    probe = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'wrapt', 'inductor_knobs')))"
+def test_a_bad_variable_is_said_at_start_and_torch_is_not_imported_in_a_process_that_never_compiles():
+    probe = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'wrapt')))"
     out = _run({"INDUCTOR_KNOBS_MIN_SMS": "abc"}, probe)
-    assert out.returncode == 0 and out.stderr == ""
-    assert out.stdout.strip() == "['inductor_knobs', 'inductor_knobs._startup']"
+    assert out.returncode == 0
+    assert out.stdout.strip() == "[]"  # the start-up check imports light modules of the package only
+    torch_version = re.escape(importlib.metadata.version("torch"))
+    assert re.fullmatch(
+        rf"inductor_knobs: INDUCTOR_KNOBS_MIN_SMS='abc' is invalid on torch {torch_version}: allowed an int SM count "
+        r"from 1 to \d+; fix the variable, or set INDUCTOR_KNOBS_DISABLE=1 to run without inductor_knobs \(nothing applied\)\n",
+        out.stderr,
+    ), out.stderr
 
 
 @needs_install
@@ -230,3 +240,64 @@ def test_activation_with_a_thread_that_compiled_warns_on_thread_local_torch(patc
     finally:
         stop.set()
         worker.join()
+
+
+# -- process settings torch reads from its environment: set at interpreter start ------------------------------
+
+AVOID = "INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE"
+needs_avoid_recompile = pytest.mark.skipif(
+    "cudnn_sdpa_avoid_recompile" not in torch_compat.installed().knob_features(torch_compat.release_of(torch.__version__)),
+    reason=f"torch {torch.__version__} has no cudnn_sdpa_avoid_recompile (2.9+)",
+)
+
+
+@needs_install
+@needs_avoid_recompile
+def test_a_process_whose_cuda_starts_before_its_first_compile_compiles_with_the_variable():
+    """torch reads TORCH_CUDNN_SDPA_AVOID_RECOMPILE at its first cuDNN attention call: the hook sets it at start, so
+    activation at the first compile finds it in force, raises no SettingAlreadyRead, and attests it from env."""
+    probe = """
+import os, sys
+print(os.environ.get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE"), "torch" in sys.modules)
+import torch
+import inductor_knobs as ik
+from inductor_knobs.core import torch_compat
+type(torch_compat.installed()).cuda_started = lambda self: True  # as after model.cuda(): torch may have read it
+with ik.record_compiles() as rec:
+    torch.compile(lambda x: x.sin())(torch.ones(2))
+(setting,) = [s for s in rec.attestations[0].settings if s.key == "cudnn_sdpa_avoid_recompile"]
+print(setting.compiled_with, setting.source, os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"])
+"""
+    out = _run({AVOID: "1"}, probe)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["1 False", "True env 1"], out.stdout
+    assert out.stderr == ""
+
+
+@needs_install
+@needs_avoid_recompile
+def test_an_eager_process_gets_the_variable_and_its_children_of_an_ablation_do_not():
+    probe = """
+import os, sys
+import torch
+torch.ones(2).sin()
+print(os.environ.get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE"), [m for m in ("torch._inductor", "torch._dynamo") if m in sys.modules])
+from inductor_knobs.core.torch_settings import environ_before_knobs
+print("TORCH_CUDNN_SDPA_AVOID_RECOMPILE" in environ_before_knobs())  # what an ablation's runs start from
+"""
+    out = _run({AVOID: "1"}, probe)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.splitlines() == ["1 []", "False"]
+    for user in ("1", "0"):  # the user's own variable is theirs: kept, and inherited
+        out = _run({AVOID: user, "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": user}, probe)
+        assert out.stdout.splitlines()[-1] == "True" and out.stderr == ""
+
+
+@needs_install
+@needs_avoid_recompile
+def test_a_conflicting_torch_variable_is_left_as_set_and_reported_once():
+    probe = "import os; print(os.environ['TORCH_CUDNN_SDPA_AVOID_RECOMPILE'])"
+    out = _run({AVOID: "on", "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "0"}, probe)
+    assert out.returncode == 0 and out.stdout.strip() == "0"
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("inductor_knobs: ") and AVOID in line and "TORCH_CUDNN_SDPA_AVOID_RECOMPILE='0'" in line

@@ -33,11 +33,14 @@ WORKER = Path(__file__).with_name("bundle_worker.py")
 sys.path.insert(0, str(WORKER.parent))
 
 
-def run_worker(mode: str, path: Path, cache: Path, *extra: str, timeout: float = 900) -> dict:
-    """One fresh process on its own (empty) Inductor and Triton cache directories; one that runs past ``timeout``
-    seconds fails the test with what it wrote to stderr (a loading worker dumps its stacks there every 20 s)."""
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
-    env.pop("INDUCTOR_KNOBS_DISABLE", None)
+def run_worker(
+    mode: str, path: Path, cache: Path, *extra: str, timeout: float = 900, variables: dict[str, str] | None = None
+) -> dict:
+    """One fresh process on its own (empty) Inductor and Triton cache directories, with no ``INDUCTOR_KNOBS_*``
+    variable but ``variables``; one that runs past ``timeout`` seconds fails the test with what it wrote to
+    stderr (a loading worker dumps its stacks there every 20 s)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    env.update({"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"), **(variables or {})})
     command = [sys.executable, str(WORKER), mode, str(path), *extra]
     try:
         out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
@@ -275,9 +278,42 @@ def test_knobs_other_than_the_bundles_are_refused_naming_each(bundle, nothing_lo
 
 def test_env_knobs_other_than_the_builds_are_refused(bundle, nothing_loaded):
     rewrite_header(bundle, lambda h: h.update({"env_knobs": {"min_sms": 40}}))
-    with pytest.raises(ik.CompileCacheRefused, match=r"env_knobs: file \{'min_sms': 40\}, here None"):
+    with pytest.raises(ik.CompileCacheRefused, match=r"INDUCTOR_KNOBS_MIN_SMS: bundle 40, here '\(unset\)'"):
         load(bundle, nothing_loaded)
     nothing_loaded.check()
+
+
+CDT = "INDUCTOR_KNOBS_COORDINATE_DESCENT_TUNING"
+
+
+@pytest.fixture(scope="module")
+def built_under_a_variable(private_base, tmp_path_factory):
+    """A one-kernel bundle built in a fresh process under ``INDUCTOR_KNOBS_COORDINATE_DESCENT_TUNING=0``."""
+    if not torch_compat_has_artifacts():
+        pytest.skip(f"torch {torch.__version__} has no cache artifacts API")
+    path = private_base / "small-under-a-variable.bundle"
+    result = run_worker("build-small", path, tmp_path_factory.mktemp("inductor-build-small"), variables={CDT: "0"})
+    assert result["env_knobs"] == {"coordinate_descent_tuning": False}, result
+    return path
+
+
+@pytest.mark.parametrize(
+    ("variables", "refused"),
+    [
+        ({CDT: "0"}, None),
+        ({CDT: "1"}, f"{CDT}: bundle False, here True"),
+        ({}, f"{CDT}: bundle False, here '(unset)'"),
+    ],
+    ids=["same", "other-value", "unset"],
+)
+def test_a_fresh_process_loads_a_bundle_built_under_the_same_variables(built_under_a_variable, tmp_path, variables, refused):
+    """The load compares the knobs this process's variables ask for, which activation applies only at the first
+    compile (after the check; never for an AOT load): the same variables load, others are refused naming each."""
+    loaded = run_worker("load-small", built_under_a_variable, tmp_path / "cache", variables=variables)
+    if refused is None:
+        assert loaded["refused"] is None
+    else:
+        assert refused in loaded["refused"] and "built under other INDUCTOR_KNOBS_* variables" in loaded["refused"]
 
 
 @pytest.mark.parametrize(

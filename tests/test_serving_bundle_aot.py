@@ -226,6 +226,19 @@ def test_a_foreign_aot_bundle_is_refused_naming_the_difference(aot_bundle, nothi
     nothing_loaded.check()
 
 
+def test_an_aot_bundle_built_under_a_variable_loads_where_the_same_variable_is_set(aot_bundle, monkeypatch):
+    """An AOT load never compiles, so env activation never runs in it: the check reads what the variables ask for.
+    This process never activated (it started without the variable), as a fresh serving process that only loads."""
+    variable = "INDUCTOR_KNOBS_COORDINATE_DESCENT_TUNING"
+    assert ik.active_env_knobs() is None
+    rewrite_header(aot_bundle, lambda h: h.update(env_knobs={"coordinate_descent_tuning": False}))  # as such a build records
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(ik.CompileCacheRefused, match=rf"variables \({variable}: bundle False, here True\)"):
+        load(aot_bundle)
+    monkeypatch.setenv(variable, "0")
+    assert load(aot_bundle).proof.attestations == []  # served from the package: nothing compiled
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [

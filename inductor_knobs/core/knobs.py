@@ -202,7 +202,7 @@ KNOBS: dict[str, Knob] = {
     ),
     "gemm_search_space": Knob(
         checks.check_search_space,
-        Config("`max_autotune_gemm_search_space`"),
+        Config("max_autotune_gemm_search_space"),
         _parse_text,
         "`max_autotune_gemm_search_space`",
         values="DEFAULT or EXHAUSTIVE",
