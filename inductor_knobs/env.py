@@ -165,7 +165,7 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
         KnobsError: a variable asks for different knobs than are already active
             (call :func:`deactivate_env` first).  Nothing is applied on any error.
     """
-    global _active, _activating
+    global _active
     knobs = env_knobs(environ)
     if knobs is None:
         return None
@@ -182,17 +182,23 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
                 f"refusing to stack {knobs.to_dict()} (emulation: {emulation}) on top "
                 "(call inductor_knobs.deactivate_env() first)"
             )
-        _activating = True
-        try:
-            from .core._undo import apply_all
-            from .core.plan import plan
-            from .emulation.plan import plan_emulation
-
-            changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
-            _active = ((knobs, emulation), apply_all(changes + plan(knobs, process_wide=True, source="env")))
-        finally:
-            _activating = False
+        _active = ((knobs, emulation), _apply(knobs, emulation))  # a call: no try in the locked body (SAFE_EXIT)
     return knobs
+
+
+def _apply(knobs: Knobs, emulation: EmulationSpec | None) -> list[Undo]:
+    """Plan and apply env activation process-wide, marking this thread as activating meanwhile (under ``_lock``)."""
+    global _activating
+    _activating = True
+    try:
+        from .core._undo import apply_all
+        from .core.plan import plan
+        from .emulation.plan import plan_emulation
+
+        changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
+        return apply_all(changes + plan(knobs, process_wide=True, source="env"))
+    finally:
+        _activating = False
 
 
 def env_knobs(environ: Mapping[str, str] | None = None) -> Knobs | None:

@@ -13,6 +13,7 @@ stream is per thread, as torch's current stream is.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ..core import torch_compat
@@ -65,23 +66,30 @@ def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
         NotSupportedOnThisTorch: this torch has no green-context API its patch module knows.
         EmulationUnavailable: the driver refused the green context (its message is included).
     """
-    import torch
 
     key = (device_index, sms)
     with _GREEN_LOCK, SAFE_EXIT:
         if key not in _GREEN:
             patches = torch_compat.installed(strict=False)
-            try:
-                _GREEN[key] = patches.make_green_stream(device_index, sms)
-            except KnobsError:
-                raise
-            except Exception as exc:
-                raise EmulationUnavailable(
-                    f"emulate_gpu(sms={sms}): the CUDA driver refused a green context on cuda:{device_index} "
-                    f"(torch {torch.__version__}, CUDA {torch.version.cuda}): {exc}"
-                ) from exc
+            _GREEN[key] = _made(device_index, sms, "a green context", lambda: patches.make_green_stream(device_index, sms))
         _, stream, granted = _GREEN[key]
     return stream, granted
+
+
+def _made(device_index: int, sms: int, what: str, make: Callable[[], Any]) -> Any:
+    """``make()``, with the driver's refusal as :class:`EmulationUnavailable` (a call, so that no ``try`` is in a
+    body under ``_GREEN_LOCK``: see ``SAFE_EXIT``)."""
+    import torch
+
+    try:
+        return make()
+    except KnobsError:
+        raise
+    except Exception as exc:
+        raise EmulationUnavailable(
+            f"emulate_gpu(sms={sms}): the CUDA driver refused {what} on cuda:{device_index} "
+            f"(torch {torch.__version__}, CUDA {torch.version.cuda}): {exc}"
+        ) from exc
 
 
 def green_capture_stream(device_index: int, sms: int) -> Any:
@@ -94,22 +102,16 @@ def green_capture_stream(device_index: int, sms: int) -> Any:
         NotSupportedOnThisTorch, EmulationUnavailable: as :func:`green_stream`, or the driver refused
             the second stream.
     """
-    import torch
 
     green_stream(device_index, sms)
     key = (device_index, sms)
     with _GREEN_LOCK, SAFE_EXIT:
         if key not in _CAPTURE:
             patches = torch_compat.installed(strict=False)
-            try:
-                _CAPTURE[key] = patches.make_capture_stream(_GREEN[key][0])
-            except KnobsError:
-                raise
-            except Exception as exc:
-                raise EmulationUnavailable(
-                    f"emulate_gpu(sms={sms}): the CUDA driver refused a second stream of the green context on "
-                    f"cuda:{device_index} (torch {torch.__version__}, CUDA {torch.version.cuda}): {exc}"
-                ) from exc
+            green = _GREEN[key][0]
+            _CAPTURE[key] = _made(
+                device_index, sms, "a second stream of the green context", lambda: patches.make_capture_stream(green)
+            )
         return _CAPTURE[key]
 
 
