@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .core._undo import SAFE_EXIT
-from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, Knobs
+from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, KNOBS, Knobs
 from .emulation.emulate import EmulationSpec, spec_from_text
 from .errors import InvalidKnobValue, KnobsError, KnobsWarning, StaleConfigHashWarning
 
@@ -96,7 +96,7 @@ def start_up() -> list[str]:
     first Inductor compile (:func:`activate_from_env`).
 
     Such a variable is set in ``os.environ`` only when every ``INDUCTOR_KNOBS_*`` variable is good, the installed
-    torch has the knob (``TorchPatches.knob_features``; the version from package metadata) and the variable is
+    torch has the knob (its row's ``since``; the version from package metadata) and the variable is
     unset; one already set to the knob's value is the user's, one set to another value is left as it is and
     reported.  Activation at the first compile then finds the value in force: its
     :class:`~inductor_knobs.core.changes.SettingChange` changes nothing (no
@@ -125,11 +125,11 @@ def start_up() -> list[str]:
     with warnings.catch_warnings():  # a torch outside the supported range is the first compile's to report
         warnings.simplefilter("ignore")
         patches = torch_compat.select(version, strict=False)
-    have = patches.knob_features(torch_compat.release_of(version))
+    release = torch_compat.release_of(version)
     lines = []
     for key, setting in SETTINGS.items():
         value = getattr(knobs, key)
-        if setting.env_var is None or value is None or key not in have:
+        if setting.env_var is None or value is None or not KNOBS[key].on(release):
             continue
         if setting.state(patches) is None:
             setting.set(patches, value)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import inductor_knobs as ik
 from inductor_knobs.core import torch_compat
+from inductor_knobs.core.knobs import KNOBS
 from inductor_knobs.errors import InvalidKnobValue, KnobsError
 
 
@@ -246,7 +247,7 @@ def test_activation_with_a_thread_that_compiled_warns_on_thread_local_torch(patc
 
 AVOID = "INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE"
 needs_avoid_recompile = pytest.mark.skipif(
-    "cudnn_sdpa_avoid_recompile" not in torch_compat.installed().knob_features(torch_compat.release_of(torch.__version__)),
+    not KNOBS["cudnn_sdpa_avoid_recompile"].on(torch_compat.release_of(torch.__version__)),
     reason=f"torch {torch.__version__} has no cudnn_sdpa_avoid_recompile (2.9+)",
 )
 

@@ -102,7 +102,7 @@ SETTINGS = {
         what="torch.cuda.tunable.enable",
         missing_feature=True,  # a CPU-only build has no TunableOp, whatever the value
     ),
-    # Which releases have it is asked in plan (TorchPatches.knob_features); on a CPU-only build nothing reads it.
+    # Which releases have it is its knob row's since= (plan refuses it elsewhere); on a CPU-only build nothing reads it.
     "cudnn_sdpa_avoid_recompile": Setting(
         key="cudnn_sdpa_avoid_recompile",
         state=lambda patches: patches.read_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR),
