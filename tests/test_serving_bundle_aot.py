@@ -19,7 +19,7 @@ from test_serving_bundle import rewrite_header, run_worker
 import inductor_knobs as ik
 from inductor_knobs.core import torch_compat
 from inductor_knobs.errors import InvalidKnobValue
-from inductor_knobs.serving import aot_package, bundle_format, compile_cache
+from inductor_knobs.serving import aot_package, compile_cache
 
 
 @pytest.fixture(scope="module")
@@ -243,21 +243,23 @@ def scaled_call(n, scale=2.0):
 
 
 @pytest.fixture(scope="module")
-def scaled(tmp_path_factory):
-    """The package of :class:`Scaled` warmed at lengths 8 and 16 with scale=2.0, loaded from its contract as the
-    bundle's header holds it (JSON); its loader's runs are counted."""
+def scaled(private_base, tmp_path_factory):
+    """The AOT bundle of :class:`Scaled` warmed at lengths 8 and 16 with scale=2.0, saved and loaded in this process
+    (the serving callable's loader counts its runs)."""
     if not torch_compat.installed().has_aot_packages:
         pytest.skip(f"torch {torch.__version__} has no AOTInductor packages")
-    with pytest.MonkeyPatch.context() as patch:
+    path = private_base / "scaled-aot.bundle"
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
         patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor-scaled")))
-        payload, built = aot_package.build("test", ik.compile(Scaled().eval()), scaled_call, [8, 16])
-    section = json.loads(json.dumps({"bytes": len(payload), **built}))
-    assert bundle_format._aot_section(section)
-    served = aot_package.load("test", payload, section["inputs"])
+        compiled = ik.compile(Scaled().eval())
+        report = ik.warmup(compiled, shapes=[8, 16], factory=scaled_call, probes=None)
+        ik.save_serving_bundle(path, compiled, report, aot=True, factory=scaled_call)
+        bundle = ik.load_serving_bundle(path, None, factory=scaled_call)
+    served = bundle.served
     runs = []
     real = served.loader
     served.loader = types.SimpleNamespace(boxed_run=lambda tensors: runs.append(1) or real.boxed_run(tensors))
-    return types.SimpleNamespace(served=served, runs=runs, inputs=section["inputs"])
+    return types.SimpleNamespace(served=served, runs=runs, inputs=bundle.header["serving"]["aot"]["inputs"])
 
 
 def test_the_contract_records_dtypes_tied_sizes_layout_and_values(scaled):
@@ -491,6 +493,59 @@ def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypa
     fix = r"\. Inductor's C\+\+ compiler is .*CXX=" if "signal" in how else r"\. The loading process said"
     with pytest.raises(InvalidKnobValue, match=rf"aot=True.*a fresh process can load; loading the one just built {how}{fix}"):
         ik.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=lambda n: torch.randn(n, 4))
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.fixture
+def compilers(tmp_path, monkeypatch):
+    """Inductor's C++ compiler "bad" (what it builds crashes the loading process, as /opt/gcc/bin/g++'s packages did
+    on the H100 host), then the fallbacks "worse" (the same) and "good"; AOTInductor's compile is faked: it writes
+    the compiler it was given into the package, and the load check's child dies of SIGSEGV unless that is "good"."""
+    paths = {}
+    for name in ("bad", "worse", "good"):
+        paths[name] = tmp_path / name
+        paths[name].write_text("#!/bin/sh\nexit 0\n")
+        paths[name].chmod(0o755)
+    from torch._inductor import cpp_builder
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", lambda: str(paths["bad"]))
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", (str(paths["bad"]), str(paths["worse"]), str(paths["good"])))
+    compiled_with = []
+
+    def compile_and_package(program, package_path, inductor_configs):  # AOTInductor's minutes, skipped
+        compiled_with.append(inductor_configs.get("cpp.cxx"))
+        with open(package_path, "w") as out:
+            out.write(str(inductor_configs.get("cpp.cxx")))
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    crash_unless_good = "import os, signal, sys\nif 'good' not in open(sys.argv[1]).read(): os.kill(os.getpid(), signal.SIGSEGV)"
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", crash_unless_good)
+    return types.SimpleNamespace(paths=paths, compiled_with=compiled_with)
+
+
+def linear_bundle(path):
+    model = ik.compile(torch.nn.Linear(4, 4))
+    report = ik.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
+    return ik.save_serving_bundle(path, model, report, aot=True, factory=lambda n: torch.randn(n, 4))
+
+
+def test_a_compiler_whose_packages_do_not_load_is_passed_over_for_the_next(tmp_path, compilers):
+    header = linear_bundle(tmp_path / "b")
+    bad, worse, good = (str(compilers.paths[name]) for name in ("bad", "worse", "good"))
+    assert compilers.compiled_with == [(bad,), (worse,), (good,)]  # Inductor's own first, each once
+    assert header["serving"]["aot"]["cxx"] == good
+    _, payload = compile_cache.read_file(str(tmp_path / "b"), False, "test")
+    assert payload == str((good,)).encode()
+
+
+def test_when_no_compiler_makes_a_loadable_package_each_one_tried_is_named(tmp_path, compilers, monkeypatch):
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", (str(compilers.paths["worse"]),))
+    bad, worse = str(compilers.paths["bad"]), str(compilers.paths["worse"])
+    tried = rf"C\+\+ compilers tried: {bad}: died of signal 11; {worse}: died of signal 11\)"
+    with pytest.raises(
+        InvalidKnobValue, match=rf"a fresh process can load; loading the one just built died of signal 11 \({tried}\. .*CXX="
+    ):
+        linear_bundle(tmp_path / "b")
     assert not (tmp_path / "b").exists()
 
 
