@@ -360,8 +360,10 @@ def test_a_foreign_aot_bundle_is_refused_naming_the_difference(aot_bundle, nothi
         (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(bytes=1)), r"package is \d+ bytes, the header says 1"),
         (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(cpu_flags="avx2")), "section does not read back"),
         (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(cpu_isa="AVX2")), "section does not read back"),
+        # A bundle of the layout whose contract held sizes alone: its calls could not be checked, so it is rebuilt.
+        (lambda p: rewrite_header(p, lambda h: h["serving"].update(version=3)), r"input contract holds sizes alone.*rebuild"),
     ],
-    ids=["truncated", "aot-bytes", "aot-type", "aot-inputs", "aot-length", "aot-cpu-flags", "aot-unknown-key"],
+    ids=["truncated", "aot-bytes", "aot-type", "aot-inputs", "aot-length", "aot-cpu-flags", "aot-unknown-key", "aot-version-3"],
 )
 def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, message):
     damage(aot_bundle)

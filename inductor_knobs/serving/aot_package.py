@@ -159,7 +159,7 @@ def cpp_compilers() -> list[str]:
     each of :data:`FALLBACK_CXX` found (``shutil.which``), one per executable (``os.path.realpath``).
 
     Returns:
-        list[str]: the compilers, each as Inductor or ``PATH`` names it; empty when there is none.
+        list[str]: the path of each compiler (``shutil.which``'s; ``g++`` -> ``/usr/bin/g++``); empty when there is none.
     """
     from torch._inductor import cpp_builder
 
@@ -171,7 +171,7 @@ def cpp_compilers() -> list[str]:
     for cxx in (*own, *FALLBACK_CXX):
         where = shutil.which(cxx)
         if where is not None:
-            found.setdefault(os.path.realpath(where), cxx)
+            found.setdefault(os.path.realpath(where), where)
     return list(found.values())
 
 
@@ -565,12 +565,13 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
 class ShapeCheckedPackage:
     """An AOTInductor model that refuses a call its package was not compiled for, before running it.
 
-    AOTInductor's generated wrapper holds a check of each input tensor's dtype, sizes, fixed strides and device
-    type (``generate_input_output_runtime_checks``, torch 2.13 ``codegen/cpp_wrapper_cpu.py:687``, generated into
-    every package, ``:894``), but runs it only where ``AOTI_RUNTIME_CHECK_INPUTS`` is set in the serving
-    process's environment (read once per process, ``:822``), and it checks neither that sizes export tied are
-    equal (a ``y`` shorter than ``x`` is read past its end) nor the non-tensor values compiled in.  Otherwise a
-    call of another dtype, layout or size runs on memory that does not fit it.  This checks every call against
+    AOTInductor's generated wrapper holds a check of each input tensor's dtype, sizes (each within its range),
+    fixed strides and device type (``generate_input_output_runtime_checks``, torch 2.13
+    ``codegen/cpp_wrapper_cpu.py:687``, generated into every package, ``:894``) and ``assert_size_stride`` calls
+    that catch a size export tied to another's (``:2156``, an error that does not name the input), but runs them
+    only where ``AOTI_RUNTIME_CHECK_INPUTS`` is set in the serving process's environment (read once per process,
+    ``:822``); the non-tensor values compiled in are never checked.  Unchecked, a call of another dtype, layout
+    or size runs on memory that does not fit it, and another value is ignored.  This checks every call against
     the bundle's contract (:func:`accepted`): each tensor's dtype, device type, number of dimensions, sizes
     (within the warmed range, and equal where the export ties them), contiguity or fixed strides; each
     non-tensor's value (type and ``==``).  A handful of attribute compares per input, in Python.  Where torch's
@@ -681,7 +682,8 @@ def _checker(entry: dict[str, Any], tied: dict[str, str]) -> Callable[[Any, dict
 
         def check_value(value: Any, sizes: dict[str, int]) -> None:
             if type(value) is not kind or value != expected:
-                raise _refused(where, repr(value), f"{expected!r}, the value the package was exported with (it is compiled in)")
+                shown = repr(value) if type(value) in PLAIN_VALUES else type(value).__name__
+                raise _refused(where, shown, f"{expected!r}, the value the package was exported with (it is compiled in)")
 
         return check_value
 
@@ -711,8 +713,7 @@ def _checker(entry: dict[str, Any], tied: dict[str, str]) -> Callable[[Any, dict
         shape = value.shape
         if len(shape) != ndim:
             raise _refused(where, shape, f"a tensor of {ndim} dimensions")
-        for axis, low, high, symbol in dims:
-            size = shape[axis]
+        for size, (axis, low, high, symbol) in zip(shape, dims):
             if not low <= size <= high:
                 raise _refused(
                     f"{where} dimension {axis}", size, f"{low}" if low == high else f"{low}..{high} (the warmed sizes' range)"
