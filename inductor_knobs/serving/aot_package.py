@@ -696,6 +696,7 @@ def _checker(entry: dict[str, Any], tied: dict[str, str]) -> Callable[[Any, dict
         for axis, ((low, high), symbol) in enumerate(zip(entry["sizes"], entry["symbols"]))
     ]
     # Tensor.is_cuda and its kin: a tenth of the time of Tensor.device.type (a device object, then its type).
+    on_device: Callable[[Any], Any]
     if inspect.isgetsetdescriptor(getattr(tensor, f"is_{device}", None)):
         on_device = operator.attrgetter(f"is_{device}")
     else:
