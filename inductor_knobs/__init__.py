@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "AutotuneDuringServing": "errors",
     "AutotuneRecord": "core.records",
+    "BundleInputRefused": "errors",
     "CompileAttestation": "core.attestation",
     "CompileCacheRefused": "errors",
     "CompileEvent": "core.records",
@@ -156,6 +157,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
     from .env import active_env_knobs as active_env_knobs
     from .env import deactivate_env as deactivate_env
     from .errors import AutotuneDuringServing as AutotuneDuringServing
+    from .errors import BundleInputRefused as BundleInputRefused
     from .errors import ColdStartCompiled as ColdStartCompiled
     from .errors import ColdStartWarning as ColdStartWarning
     from .errors import CompileCacheRefused as CompileCacheRefused

@@ -119,6 +119,12 @@ class GraphCallRefused(KnobsError, RuntimeError):
     """A call of ``capture_cuda_graphs(..., outputs="static")`` from a thread other than its one caller; nothing replayed."""
 
 
+class BundleInputRefused(InvalidKnobValue):
+    """A call of an AOT serving bundle with an input its package was not compiled for (another dtype, device,
+    layout, size, a size the export ties to another input's, or another value of an argument the package fixes);
+    nothing ran.  The message names the input, what the package expects and what came."""
+
+
 class CompileCacheRefused(KnobsError, RuntimeError):
     """A compile-cache file was built under other knobs, another torch or GPU, or is not safe to load."""
 

@@ -329,7 +329,7 @@ def test_a_fresh_process_loads_a_bundle_built_under_the_same_variables(built_und
         (lambda p: p.write_bytes(p.read_bytes()[:20]), "not an inductor_knobs compile cache file"),
         (lambda p: p.write_bytes(b"garbage\n{}\n"), "not an inductor_knobs compile cache file"),
         (lambda p: rewrite_header(p, lambda h: h["serving"].pop("shapes")), "serving section does not read back"),
-        (lambda p: rewrite_header(p, lambda h: h["serving"].update(version=4)), "serving section version 4"),
+        (lambda p: rewrite_header(p, lambda h: h["serving"].update(version=5)), "serving section version 5"),
         (lambda p: rewrite_header(p, lambda h: h.pop("serving")), "a compile cache without a serving section"),
     ],
     ids=[

@@ -8,6 +8,7 @@ process on an empty TORCHINDUCTOR_CACHE_DIR, as on a new serving host.
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
 
@@ -110,8 +111,15 @@ def test_a_fresh_process_serves_the_package_without_dynamo_inductor_or_autotune(
         assert {c["kind"] for c in stall["causes"]} <= {"host_slower", "python_gc"}, stall
     header, payload = compile_cache.read_file(str(built_aot), False, "test")
     assert header["serving"]["aot"]["bytes"] == len(payload) and header["artifacts"] == {}
-    warmed = {"ndim": 3, "sizes": [[4, 4], [48, 56], [64, 64]]}  # what the package accepts: the lengths warmed
-    assert header["serving"]["aot"]["inputs"] == {"positional": [warmed], "keywords": {}}
+    # What the package accepts: the lengths warmed (one symbol of the export's), float32 on the CPU, contiguous.
+    (x,) = header["serving"]["aot"]["inputs"]["positional"]
+    assert header["serving"]["aot"]["inputs"]["keywords"] == {}
+    assert x["symbols"][0] is None and x["symbols"][1].startswith("s") and x["symbols"][2] is None
+    assert x == {
+        "name": "x", "dtype": "float32", "device": "cpu", "ndim": 3, "sizes": [[4, 4], [48, 56], [64, 64]],
+        "symbols": x["symbols"], "strides": "contiguous",
+    }  # fmt: skip
+    assert header["serving"]["aot"]["cxx"] == aot_package.cpp_compilers()[0]  # Inductor's own: its package loads
     assert header["serving"]["triton_kernels"]["carried"] == 0
 
 
@@ -181,22 +189,135 @@ def test_an_export_that_would_serve_warmed_sizes_wrongly_is_refused(model, lengt
         aot_package._check_export("save_serving_bundle('b')", program, calls, spec)
 
 
+class Times(torch.nn.Module):
+    def forward(self, x, scale):
+        return x * scale
+
+
+def contract(module, calls):
+    """:func:`aot_package.accepted` of ``module`` exported over ``calls`` as :func:`aot_package.build` does."""
+    spec = aot_package.dynamic_shapes("test", module, calls)
+    args, kwargs = calls[-1]
+    program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=False)
+    names = list(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
+    return aot_package.accepted("test", program, calls, names)
+
+
 def test_the_package_refuses_calls_it_was_not_exported_for_before_running_them():
     ran = []
     calls = [((torch.ones(4, n, 64),), {"scale": torch.ones(1)}) for n in (48, 56)]
     loader = fake_loader(lambda *a: ran.append(a) or "out", *calls[0])
-    checked = aot_package.ShapeCheckedPackage(loader, aot_package.accepted(calls))
+    checked = aot_package.ShapeCheckedPackage(loader, contract(Times(), calls))
     assert checked(torch.ones(4, 52, 64), scale=torch.ones(1)) == "out"  # inside the warmed range
     refusals = [
-        ((torch.ones(4, 40, 64),), {"scale": torch.ones(1)}, r"argument 0 dimension 1 = 40 .*allowed 48\.\.56"),
-        ((torch.ones(4, 48, 32),), {"scale": torch.ones(1)}, r"argument 0 dimension 2 = 32 .*allowed 64"),
-        ((torch.ones(48, 64),), {"scale": torch.ones(1)}, r"argument 0 = torch.Size\(\[48, 64\]\).*3 dimensions"),
+        ((torch.ones(4, 40, 64),), {"scale": torch.ones(1)}, r"input 'x' dimension 1 = 40 .*allowed 48\.\.56"),
+        ((torch.ones(4, 48, 32),), {"scale": torch.ones(1)}, r"input 'x' dimension 2 = 32 .*allowed 64"),
+        ((torch.ones(48, 64),), {"scale": torch.ones(1)}, r"input 'x' = torch.Size\(\[48, 64\]\).*3 dimensions"),
         ((torch.ones(4, 48, 64),), {}, r"arguments = 1 positional, keywords \[\].*keywords \['scale'\]"),
+        ((torch.ones(4, 48, 64),), {"scale": 1.0}, r"input 'scale' = float .*allowed a tensor of torch.float32 on cpu"),
     ]
     for args, kwargs, message in refusals:
-        with pytest.raises(InvalidKnobValue, match=message):
+        with pytest.raises(ik.BundleInputRefused, match=message):
             checked(*args, **kwargs)
     assert len(ran) == 1  # nothing refused reached the package
+
+
+# --- every call is checked against the package's input contract ------------------------------------------
+
+
+class Scaled(torch.nn.Module):
+    """Two inputs whose lengths export ties, and a number it compiles in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x, y, scale):
+        return torch.relu(x) * self.w * scale + y
+
+
+def scaled_call(n, scale=2.0):
+    g = torch.Generator().manual_seed(n)
+    return {"x": torch.randn(n, 4, generator=g), "y": torch.randn(n, 4, generator=g), "scale": scale}
+
+
+@pytest.fixture(scope="module")
+def scaled(private_base, tmp_path_factory):
+    """The AOT bundle of :class:`Scaled` warmed at lengths 8 and 16 with scale=2.0, saved and loaded in this process
+    (the serving callable's loader counts its runs)."""
+    if not torch_compat.installed().has_aot_packages:
+        pytest.skip(f"torch {torch.__version__} has no AOTInductor packages")
+    path = private_base / "scaled-aot.bundle"
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad():
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor-scaled")))
+        compiled = ik.compile(Scaled().eval())
+        report = ik.warmup(compiled, shapes=[8, 16], factory=scaled_call, probes=None)
+        ik.save_serving_bundle(path, compiled, report, aot=True, factory=scaled_call)
+        bundle = ik.load_serving_bundle(path, None, factory=scaled_call)
+    served = bundle.served
+    runs = []
+    real = served.loader
+    served.loader = types.SimpleNamespace(boxed_run=lambda tensors: runs.append(1) or real.boxed_run(tensors))
+    return types.SimpleNamespace(served=served, runs=runs, inputs=bundle.header["serving"]["aot"]["inputs"])
+
+
+def test_the_contract_records_dtypes_tied_sizes_layout_and_values(scaled):
+    x, y, scale = (scaled.inputs["keywords"][name] for name in ("x", "y", "scale"))
+    assert x["dtype"] == y["dtype"] == "float32" and x["device"] == y["device"] == "cpu"
+    assert x["sizes"] == y["sizes"] == [[8, 16], [4, 4]] and x["strides"] == y["strides"] == "contiguous"
+    assert x["symbols"] == y["symbols"] and x["symbols"][1] is None and x["symbols"][0]  # one symbol: tied
+    assert scale == {"name": "scale", "value": 2.0}
+
+
+def test_accepted_calls_answer_as_the_model(scaled):
+    with torch.no_grad():
+        for n in (8, 12, 16):  # warmed, and inside the range
+            call = scaled_call(n)
+            torch.testing.assert_close(scaled.served(**call), Scaled()(**call))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda c: c.update(y=c["y"][:8]),
+            r"input 'y' dimension 0 = 8 .*allowed 16: input 'x' dimension 0 and input 'y' dimension 0 are one size",
+        ),
+        (lambda c: c.update(x=c["x"].double()), r"input 'x' dtype = torch\.float64 .*allowed torch\.float32"),
+        (lambda c: c.update(x=c["x"].t().contiguous().t()), r"input 'x' strides = \(1, 16\) .*allowed contiguous strides"),
+        (lambda c: c.update(scale=5.0), r"input 'scale' = 5\.0 .*allowed 2\.0, the value the package was exported with"),
+        (lambda c: c.update(scale=2), r"input 'scale' = 2 .*allowed 2\.0"),
+        (lambda c: c.update(x=c["x"].to("meta")), r"input 'x' device = meta .*allowed a cpu device"),
+    ],
+    ids=["tied-size", "dtype", "transposed", "value", "value-type", "device"],
+)
+def test_a_call_the_package_was_not_compiled_for_is_refused_naming_the_input(scaled, change, message):
+    call = scaled_call(16)
+    change(call)
+    before = len(scaled.runs)
+    with pytest.raises(ik.BundleInputRefused, match=f"^AOT bundle call: {message}"):
+        scaled.served(**call)
+    assert len(scaled.runs) == before  # nothing ran
+
+
+def test_a_refusal_of_torchs_own_input_check_names_the_input(scaled):
+    def refuse(*tensors):  # AOTInductor's generated check, where AOTI_RUNTIME_CHECK_INPUTS is set
+        raise RuntimeError("input_handles[1]: unmatched dtype, expected: 6(at::kFloat), but got: 7\n")
+
+    checked = aot_package.ShapeCheckedPackage(fake_loader(refuse, (), scaled_call(16)), scaled.inputs)
+    with pytest.raises(ik.BundleInputRefused, match=r"input 'y' .*AOTInductor's own input check said: unmatched dtype"):
+        checked(**scaled_call(16))
+
+
+def test_a_non_tensor_the_contract_cannot_record_is_refused_at_save():
+    class Pair(torch.nn.Module):
+        def forward(self, x, scale):
+            return x * scale[0] + scale[1]
+
+    calls = [((torch.ones(2),), {"scale": (2.0, 3.0)})]  # export takes it (two constants); the contract does not
+    with pytest.raises(InvalidKnobValue, match=r"factory='scale'.*None, a bool, an int, a finite float or a string"):
+        contract(Pair(), calls)
 
 
 # --- what does not fit is refused, with nothing loaded ----------------------------------------------------
@@ -252,8 +373,10 @@ def test_an_aot_bundle_built_under_a_variable_loads_where_the_same_variable_is_s
         (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(bytes=1)), r"package is \d+ bytes, the header says 1"),
         (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(cpu_flags="avx2")), "section does not read back"),
         (lambda p: rewrite_header(p, lambda h: h["serving"]["aot"].update(cpu_isa="AVX2")), "section does not read back"),
+        # A bundle of the layout whose contract held sizes alone: its calls could not be checked, so it is rebuilt.
+        (lambda p: rewrite_header(p, lambda h: h["serving"].update(version=3)), r"input contract holds sizes alone.*rebuild"),
     ],
-    ids=["truncated", "aot-bytes", "aot-type", "aot-inputs", "aot-length", "aot-cpu-flags", "aot-unknown-key"],
+    ids=["truncated", "aot-bytes", "aot-type", "aot-inputs", "aot-length", "aot-cpu-flags", "aot-unknown-key", "aot-version-3"],
 )
 def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, message):
     damage(aot_bundle)
@@ -352,9 +475,9 @@ def test_the_package_serves_one_call_at_a_time_from_many_threads():
         inside[0] -= 1
         return x
 
-    call = ((torch.zeros(2),), {})
-    served = aot_package.ShapeCheckedPackage(fake_loader(model, *call), aot_package.accepted([call]))
-    threads = [threading.Thread(target=lambda: [served(torch.zeros(2)) for _ in range(20)]) for _ in range(8)]
+    call = ((torch.zeros(2),), {"scale": 2.0})
+    served = aot_package.ShapeCheckedPackage(fake_loader(model, *call), contract(Times(), [call]))
+    threads = [threading.Thread(target=lambda: [served(torch.zeros(2), scale=2.0) for _ in range(20)]) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -374,6 +497,7 @@ def test_the_package_serves_one_call_at_a_time_from_many_threads():
 def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypatch, code, limit, how):
     monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", code)
     monkeypatch.setattr(aot_package, "LOAD_CHECK_S", limit)
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())  # Inductor's compiler alone (the fallbacks: below)
 
     def compile_and_package(program, package_path, inductor_configs):  # AOTInductor's minutes, skipped
         open(package_path, "wb").close()
@@ -384,6 +508,59 @@ def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypa
     fix = r"\. Inductor's C\+\+ compiler is .*CXX=" if "signal" in how else r"\. The loading process said"
     with pytest.raises(InvalidKnobValue, match=rf"aot=True.*a fresh process can load; loading the one just built {how}{fix}"):
         ik.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=lambda n: torch.randn(n, 4))
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.fixture
+def compilers(tmp_path, monkeypatch):
+    """Inductor's C++ compiler "bad" (what it builds crashes the loading process, as /opt/gcc/bin/g++'s packages did
+    on the H100 host), then the fallbacks "worse" (the same) and "good"; AOTInductor's compile is faked: it writes
+    the compiler it was given into the package, and the load check's child dies of SIGSEGV unless that is "good"."""
+    paths = {}
+    for name in ("bad", "worse", "good"):
+        paths[name] = tmp_path / name
+        paths[name].write_text("#!/bin/sh\nexit 0\n")
+        paths[name].chmod(0o755)
+    from torch._inductor import cpp_builder
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", lambda: str(paths["bad"]))
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", (str(paths["bad"]), str(paths["worse"]), str(paths["good"])))
+    compiled_with = []
+
+    def compile_and_package(program, package_path, inductor_configs):  # AOTInductor's minutes, skipped
+        compiled_with.append(inductor_configs.get("cpp.cxx"))
+        with open(package_path, "w") as out:
+            out.write(str(inductor_configs.get("cpp.cxx")))
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    crash_unless_good = "import os, signal, sys\nif 'good' not in open(sys.argv[1]).read(): os.kill(os.getpid(), signal.SIGSEGV)"
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", crash_unless_good)
+    return types.SimpleNamespace(paths=paths, compiled_with=compiled_with)
+
+
+def linear_bundle(path):
+    model = ik.compile(torch.nn.Linear(4, 4))
+    report = ik.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
+    return ik.save_serving_bundle(path, model, report, aot=True, factory=lambda n: torch.randn(n, 4))
+
+
+def test_a_compiler_whose_packages_do_not_load_is_passed_over_for_the_next(tmp_path, compilers):
+    header = linear_bundle(tmp_path / "b")
+    bad, worse, good = (str(compilers.paths[name]) for name in ("bad", "worse", "good"))
+    assert compilers.compiled_with == [(bad,), (worse,), (good,)]  # Inductor's own first, each once
+    assert header["serving"]["aot"]["cxx"] == good
+    _, payload = compile_cache.read_file(str(tmp_path / "b"), False, "test")
+    assert payload == str((good,)).encode()
+
+
+def test_when_no_compiler_makes_a_loadable_package_each_one_tried_is_named(tmp_path, compilers, monkeypatch):
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", (str(compilers.paths["worse"]),))
+    bad, worse = str(compilers.paths["bad"]), str(compilers.paths["worse"])
+    tried = rf"C\+\+ compilers tried: {bad}: died of signal 11; {worse}: died of signal 11\)"
+    with pytest.raises(
+        InvalidKnobValue, match=rf"a fresh process can load; loading the one just built died of signal 11 \({tried}\. .*CXX="
+    ):
+        linear_bundle(tmp_path / "b")
     assert not (tmp_path / "b").exists()
 
 

@@ -23,6 +23,7 @@ apply to the autotuning AOTInductor runs at build time.
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 import re
 import shutil
@@ -31,12 +32,12 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core import torch_compat
 from ..core.messages import torch_version
 from ..core.plan import config_values
-from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
+from ..errors import BundleInputRefused, CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
 from .signature import as_call
 
 LOAD_CHECK_S = 300  # a fresh process importing torch and loading a package: seconds, minutes on a loaded host
@@ -64,8 +65,11 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     warmed call runs through ``program.module()`` (whose pre-hook checks the inputs against the
     program's range constraints and fixed sizes), and every size that varies must have stayed one plain
     symbol whose range covers the warmed sizes.  ``Dim.AUTO`` lets export narrow a range or fix a size
-    where the model branches on it; such a package would serve the other sizes wrongly (AOTInductor
-    checks its inputs only under ``AOTI_RUNTIME_CHECK_INPUTS=1``), so it is refused.
+    where the model branches on it; such a package would serve the other sizes wrongly, so it is refused.
+
+    The package is built with Inductor's C++ compiler first and, where a fresh process cannot load what it
+    built (:func:`load_failure`: it died, or raised), again with each of :func:`cpp_compilers`' others, set as
+    Inductor's ``cpp.cxx`` in the compile's ``inductor_configs`` (torch's ``config.patch`` around it).
 
     Args:
         label (str): who asks, starting every message.
@@ -74,18 +78,22 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
         shapes (Sequence[Any]): the warmed shapes; the dimensions that vary across them become dynamic.
 
     Returns:
-        tuple[bytes, dict[str, Any]]: the package, and what it accepts (:func:`accepted`: per input its
-        number of dimensions and each size's ``[low, high]``), which :func:`load` checks at every call.
+        tuple[bytes, dict[str, Any]]: the package, and what the bundle records of it: ``"inputs"``, what it
+        accepts (:func:`accepted`), which :class:`ShapeCheckedPackage` checks at every call, and ``"cxx"``,
+        the C++ compiler that built it.
 
     Raises:
         InvalidKnobValue: ``compiled`` does not hold an ``nn.Module``, ``factory`` is not callable, its
-            calls differ in anything but tensor sizes, export narrowed or fixed a size the warmed
-            shapes vary in, or ``torch.export``/AOTInductor failed on the model (torch's message included).
+            calls differ in anything but tensor sizes or pass a non-tensor :func:`accepted` cannot record,
+            export narrowed or fixed a size the warmed shapes vary in, ``torch.export``/AOTInductor failed on
+            the model (torch's message included), or no C++ compiler tried made a package a fresh process
+            loads (each one named with how its package failed).
 
     Relies on ``torch.export.export(mod, args, kwargs, dynamic_shapes=..., strict=False)``,
     ``ExportedProgram.module()``/``range_constraints``/``graph_signature.user_inputs``,
-    ``torch.export.Dim`` and ``torch._inductor.aoti_compile_and_package(ep, package_path=...,
-    inductor_configs=...)`` (the same keywords in torch 2.7.0, 2.13.0 and 2.15.0).
+    ``torch.export.Dim``, ``torch._inductor.aoti_compile_and_package(ep, package_path=...,
+    inductor_configs=...)`` (the same keywords in torch 2.7.0, 2.13.0 and 2.15.0) and Inductor's
+    ``cpp.cxx`` config (a tuple of compilers, the first that runs wins: ``cpp_builder.get_cpp_compiler``, 2.13).
     """
     import torch
 
@@ -99,28 +107,72 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     calls = [as_call(factory(shape)) for shape in shapes]
     args, kwargs = calls[-1]  # the last warmed shape: bucket lists grow, so its sizes are least likely to equal a fixed one
     dynamic = dynamic_shapes(label, module, calls)
-    contract = accepted(calls)
+    names = list(inspect.signature(module.forward).bind(*args, **kwargs).arguments)  # dynamic_shapes bound them
     backend = compiled._inductor_knobs_backend
     own = set(config_values(backend.own_knobs))
     configs = {key: value for key, value in backend.config_patches.items() if key not in own}
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     try:
         path = os.path.join(scratch, "model.pt2")
+        tried: list[tuple[str, LoadFailure]] = []
         with KnobsContext(backend.own_knobs, source=label):
             try:
                 program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
             except Exception as err:  # torch.export's many error types: the user needs torch's words
                 raise _invalid(label, "aot", True, f"a model torch.export accepts; torch said: {err}") from err
             _check_export(label, program, calls, dynamic)
-            try:
-                torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
-            except Exception as err:  # AOTInductor's many error types
-                raise _invalid(label, "aot", True, f"a model AOTInductor compiles; torch said: {err}") from err
-        check_loads(label, path)
-        with open(path, "rb") as src:
-            return src.read(), contract
+            contract = accepted(label, program, calls, names)
+            # cpp.cxx in the ik.compile options is the user's choice: built with it alone, as torch would; so is a
+            # host where no compiler is found (torch's compile then says so).
+            compilers: list[str | None] = [] if "cpp.cxx" in configs else list(cpp_compilers())
+            for cxx in compilers or [None]:
+                patch = {} if cxx is None else {"cpp.cxx": (cxx,)}
+                name = cxx if cxx is not None else str(configs.get("cpp.cxx", "(Inductor's)"))
+                try:
+                    torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs={**configs, **patch})
+                except Exception as err:  # AOTInductor's many error types
+                    if not tried:  # Inductor's own compiler: the model's fault, as for any compile
+                        raise _invalid(label, "aot", True, f"a model AOTInductor compiles; torch said: {err}") from err
+                    said = " ".join(str(err).split()[-60:])
+                    tried.append((name, LoadFailure("did not compile the model", said, crashed=False, retry=True)))
+                    continue
+                failure = load_failure(path)
+                if failure is None:
+                    with open(path, "rb") as src:
+                        return src.read(), {"inputs": contract, "cxx": name}
+                tried.append((name, failure))
+                if not failure.retry:
+                    break
+        raise _invalid(label, "aot", True, _load_message(tried))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: The C++ compilers an AOT build tries, in order, after Inductor's own (:func:`cpp_compilers`): the system's g++
+#: and c++ (dynamic libstdc++ on the Linux distributions seen), then clang++ on ``PATH``.
+FALLBACK_CXX = ("/usr/bin/g++", "/usr/bin/c++", "clang++")
+
+
+def cpp_compilers() -> list[str]:
+    """The C++ compilers an AOT build tries: Inductor's own choice first (``cpp_builder.get_cpp_compiler``:
+    ``cpp.cxx``, whose default is ``$CXX`` else ``g++``, torch 2.13 ``_inductor/config.py`` ``class cpp``), then
+    each of :data:`FALLBACK_CXX` found (``shutil.which``), one per executable (``os.path.realpath``).
+
+    Returns:
+        list[str]: the path of each compiler (``shutil.which``'s; ``g++`` -> ``/usr/bin/g++``); empty when there is none.
+    """
+    from torch._inductor import cpp_builder
+
+    try:
+        own: tuple[str, ...] = (str(cpp_builder.get_cpp_compiler()),)
+    except Exception:  # noqa: BLE001 - torch's no-compiler error (InvalidCxxCompiler) or no such function: try the others
+        own = ()
+    found: dict[str, str] = {}
+    for cxx in (*own, *FALLBACK_CXX):
+        where = shutil.which(cxx)
+        if where is not None:
+            found.setdefault(os.path.realpath(where), where)
+    return list(found.values())
 
 
 #: ``/proc/cpuinfo`` flags of x86-64 instruction-set extensions that code built with ``-march=native`` may use.
@@ -173,7 +225,24 @@ def check_cpu(label: str, built: list[str] | None) -> None:
         )
 
 
-def check_loads(label: str, path: str) -> None:
+class LoadFailure(NamedTuple):
+    """How loading a freshly built package failed (:func:`load_failure`).
+
+    Attributes:
+        how: ``"died of signal 11"``, ``"exited with status 1"``, ``"did not finish in 300 s"`` ...
+        said: the loading process's last words (its stderr's last 60 words).
+        crashed: it died of a signal.
+        retry: another C++ compiler may make a package that loads (it died or raised; not a timeout, not
+            out of memory).
+    """
+
+    how: str
+    said: str
+    crashed: bool
+    retry: bool
+
+
+def load_failure(path: str) -> LoadFailure | None:
     """Load the package at ``path`` in a fresh process, so that a package that crashes its loader is never saved.
 
     Seen on an H100 host (torch 2.11.0+cu130): Inductor's C++ compiler there, ``/opt/gcc/bin/g++``, linked
@@ -187,10 +256,9 @@ def check_loads(label: str, path: str) -> None:
     build's scratch directory is removed after), and its weights take GPU memory beside this process's,
     whose cached free blocks are released first (``torch.cuda.empty_cache``).
 
-    Raises:
-        InvalidKnobValue: the child did not load the package (died of a signal, raised, or ran past
-            ``LOAD_CHECK_S`` seconds); naming how and the child's last words, and for a death by a signal
-            Inductor's C++ compiler and what to set ``CXX`` to.
+    Returns:
+        LoadFailure | None: None when the child loaded the package, else how it failed (died of a signal,
+        raised, or ran past ``LOAD_CHECK_S`` seconds) and its last words.
     """
     import torch
 
@@ -208,25 +276,43 @@ def check_loads(label: str, path: str) -> None:
             command, capture_output=True, text=True, errors="replace", timeout=LOAD_CHECK_S, cwd=scratch, env=env
         )
     except subprocess.TimeoutExpired as err:  # its stderr so far: bytes (or None), not decoded on a timeout
-        how, crashed = f"did not finish in {LOAD_CHECK_S} s", False
         said = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else str(err.stderr or "")
-    else:
-        if done.returncode == 0:
-            return
-        crashed = done.returncode < 0
-        how = f"died of signal {-done.returncode}" if crashed else f"exited with status {done.returncode}"
-        said = done.stderr
-    words = " ".join(said.split()[-60:]) or "(nothing)"
-    allowed = f"a package a fresh process can load; loading the one just built {how}"
-    if crashed:
+        return LoadFailure(f"did not finish in {LOAD_CHECK_S} s", " ".join(said.split()[-60:]), crashed=False, retry=False)
+    if done.returncode == 0:
+        return None
+    crashed = done.returncode < 0
+    how = f"died of signal {-done.returncode}" if crashed else f"exited with status {done.returncode}"
+    words = " ".join(done.stderr.split()[-60:])
+    return LoadFailure(how, words, crashed=crashed, retry="out of memory" not in words.lower())
+
+
+def check_loads(label: str, path: str) -> None:
+    """Refuse the package at ``path`` unless a fresh process loads it (:func:`load_failure`).
+
+    Raises:
+        InvalidKnobValue: the child did not load the package; naming how and the child's last words, and for
+            a death by a signal Inductor's C++ compiler and what to set ``CXX`` to.
+    """
+    failure = load_failure(path)
+    if failure is not None:
+        raise _invalid(label, "aot", True, _load_message([(_cpp_compiler(), failure)]))
+
+
+def _load_message(tried: Sequence[tuple[str, LoadFailure]]) -> str:
+    """What a refused build allows and what happened: how the last package failed, each compiler tried, the fix."""
+    last = tried[-1][1]
+    allowed = f"a package a fresh process can load; loading the one just built {last.how}"
+    if len(tried) > 1:
+        allowed += f" (C++ compilers tried: {'; '.join(f'{cxx}: {failure.how}' for cxx, failure in tried)})"
+    if any(failure.crashed for _, failure in tried):
         allowed += (
             f". Inductor's C++ compiler is {_cpp_compiler()}: one that links libstdc++ statically into the package "
             "makes packages that crash at load (seen with /opt/gcc/bin/g++ on torch 2.11); set CXX to a g++ that "
             "links it dynamically (CXX=/usr/bin/g++ there) and build again"
         )
-    elif "out of memory" in words.lower():
+    elif "out of memory" in last.said.lower():
         allowed += ": the GPU had no room for a second copy of the weights beside this process; free GPU memory and build again"
-    raise _invalid(label, "aot", True, f"{allowed}. The loading process said: {words}")
+    return f"{allowed}. The loading process said: {last.said or '(nothing)'}"
 
 
 def _cpp_compiler() -> str:
@@ -240,21 +326,81 @@ def _cpp_compiler() -> str:
         return f"unknown ({err})"
 
 
-def accepted(calls: Sequence[tuple[Sequence[Any], dict[str, Any]]]) -> dict[str, Any]:
-    """What a package exported over ``calls`` serves: per positional argument and keyword, None for a
-    non-tensor, else ``{"ndim": n, "sizes": [[low, high], ...]}`` over the calls (low == high: a fixed size)."""
+#: The non-tensor argument types a package's contract records (AOTInductor compiles their value in).
+PLAIN_VALUES = (type(None), bool, int, float, str)
+
+
+def accepted(
+    label: str, program: Any, calls: Sequence[tuple[Sequence[Any], dict[str, Any]]], names: Sequence[str]
+) -> dict[str, Any]:
+    """What a package exported as ``program`` over ``calls`` serves, per argument: the bundle's input contract.
+
+    ``{"positional": [entry, ...], "keywords": {name: entry}}``, an entry per argument of the calls:
+
+    - a tensor: ``{"name", "dtype", "device", "ndim", "sizes", "symbols", "strides"}``: its dtype (``"float32"``)
+      and device type (``"cuda"``) as the program's input (the placeholder's ``meta["val"]``); each size's
+      ``[low, high]`` over the warmed calls (low == high: a fixed size); each size's symbol in the program (a
+      ``str`` such as ``"s17"``; the same symbol on two inputs: export tied those sizes, and a call must give
+      them one value) or None (a fixed size); and ``"contiguous"`` where the example was contiguous, else each
+      stride the program fixed (an int) or None (a symbolic one, not checked, as torch's own check does);
+    - anything else: ``{"name", "value"}``: the value export saw, which AOTInductor compiled in.
+
+    Args:
+        label (str): who asks, starting every message.
+        program (Any): the ``ExportedProgram`` of ``calls[-1]``.
+        calls (Sequence): the warmed calls, ``(args, kwargs)`` each.
+        names (Sequence[str]): the ``forward`` parameter each argument of ``calls[-1]`` binds to, positional first.
+
+    Raises:
+        InvalidKnobValue: a non-tensor argument that is not one of :data:`PLAIN_VALUES` (a float: finite), or an
+            export whose user inputs are not the call's leaves (``graph_signature.input_specs`` of kind
+            ``InputKind.USER_INPUT``, a ``TensorArgument`` naming each tensor's placeholder: torch 2.7-2.15).
+    """
+    import math
+
     import torch
+    from torch.export.graph_signature import InputKind, TensorArgument
+    from torch.utils import _pytree
 
-    def entry(values: list[Any]) -> dict[str, Any] | None:
-        if not isinstance(values[0], torch.Tensor):
-            return None
-        sizes = [[min(int(v.shape[a]) for v in values), max(int(v.shape[a]) for v in values)] for a in range(values[0].dim())]
-        return {"ndim": values[0].dim(), "sizes": sizes}
+    args, kwargs = calls[-1]
+    leaves = _pytree.tree_leaves((tuple(args), dict(kwargs)))
+    inputs = [spec.arg for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
+    if len(leaves) != len(inputs):
+        raise _invalid(label, "aot", True, f"an export with one input per leaf of the call ({len(leaves)}); it has {len(inputs)}")
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    exported = {
+        id(leaf): placeholders[arg.name].meta.get("val") for leaf, arg in zip(leaves, inputs) if isinstance(arg, TensorArgument)
+    }
 
-    first_args, first_kwargs = calls[0]
+    def symbol(size: Any) -> str | None:
+        expr = getattr(getattr(size, "node", None), "expr", None)
+        return str(expr) if expr is not None and expr.is_Symbol else None
+
+    def entry(name: str, values: list[Any]) -> dict[str, Any]:
+        value = values[-1]
+        if not isinstance(value, torch.Tensor):
+            if type(value) not in PLAIN_VALUES or (type(value) is float and not math.isfinite(value)):
+                allowed = (
+                    "non-tensor arguments that are None, a bool, an int, a finite float or a string (the package fixes them)"
+                )
+                raise _invalid(label, "factory", name, allowed)
+            return {"name": name, "value": value}
+        fake = exported.get(id(value))
+        if not isinstance(fake, torch.Tensor):
+            raise _invalid(label, "aot", True, f"an export with a tensor input for {name!r}; it has {fake!r}")
+        return {
+            "name": name,
+            "dtype": str(fake.dtype).removeprefix("torch."),
+            "device": fake.device.type,
+            "ndim": fake.dim(),
+            "sizes": [[min(int(v.shape[a]) for v in values), max(int(v.shape[a]) for v in values)] for a in range(fake.dim())],
+            "symbols": [symbol(size) for size in fake.shape],
+            "strides": "contiguous" if value.is_contiguous() else [s if isinstance(s, int) else None for s in fake.stride()],
+        }
+
     return {
-        "positional": [entry([c[0][i] for c in calls]) for i in range(len(first_args))],
-        "keywords": {name: entry([c[1][name] for c in calls]) for name in first_kwargs},
+        "positional": [entry(names[i], [c[0][i] for c in calls]) for i in range(len(args))],
+        "keywords": {name: entry(name, [c[1][name] for c in calls]) for name in kwargs},
     }
 
 
@@ -417,14 +563,21 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
 
 
 class ShapeCheckedPackage:
-    """An AOTInductor model that refuses a call its package was not exported for, before running it.
+    """An AOTInductor model that refuses a call its package was not compiled for, before running it.
 
-    AOTInductor's generated code checks its inputs only when ``AOTI_RUNTIME_CHECK_INPUTS`` is set (read
-    once per process, ``codegen/cpp_wrapper_cpu.py``), and otherwise runs a call of another rank or an
-    out-of-range size on memory that does not fit it.  This checks each tensor's number of dimensions and
-    sizes against what the build warmed (:func:`accepted`): a few comparisons per call.  Calls from several
-    threads run one at a time: :func:`load` loads the package single-threaded, so that a CUDA graph can be
-    captured of a call.
+    AOTInductor's generated wrapper holds a check of each input tensor's dtype, sizes (each within its range),
+    fixed strides and device type (``generate_input_output_runtime_checks``, torch 2.13
+    ``codegen/cpp_wrapper_cpu.py:687``, generated into every package, ``:894``) and ``assert_size_stride`` calls
+    that catch a size export tied to another's (``:2156``, an error that does not name the input), but runs them
+    only where ``AOTI_RUNTIME_CHECK_INPUTS`` is set in the serving process's environment (read once per process,
+    ``:822``); the non-tensor values compiled in are never checked.  Unchecked, a call of another dtype, layout
+    or size runs on memory that does not fit it, and another value is ignored.  This checks every call against
+    the bundle's contract (:func:`accepted`): each tensor's dtype, device type, number of dimensions, sizes
+    (within the warmed range, and equal where the export ties them), contiguity or fixed strides; each
+    non-tensor's value (type and ``==``).  A handful of attribute compares per input, in Python.  Where torch's
+    own check is on and refuses an input (its ``RuntimeError`` names ``input_handles[i]``), the refusal is
+    raised as this check's, naming the input.  Calls from several threads run one at a time: :func:`load` loads
+    the package single-threaded, so that a CUDA graph can be captured of a call.
 
     A call is torch's ``AOTICompiledModel.__call__`` (2.7 ``_inductor/package/package.py:245``, 2.15
     ``export/pt2_archive/_package.py:739``) with the package's input and output specs read once, here, rather
@@ -437,8 +590,9 @@ class ShapeCheckedPackage:
         contract (dict[str, Any]): :func:`accepted`'s record.
 
     Raises (on a call):
-        InvalidKnobValue: another number of positional arguments or other keywords than the build's, a
-            tensor of another rank, or a size outside the warmed range; naming the input, the size and the range.
+        BundleInputRefused: another number of positional arguments or other keywords than the build's, or an
+            input the package was not compiled for; naming the input, what the package expects and what came.
+            Nothing ran.
     """
 
     def __init__(self, loader: Any, contract: dict[str, Any]) -> None:
@@ -453,38 +607,137 @@ class ShapeCheckedPackage:
         self._flatten, self._unflatten, self._reorder = _pytree.tree_flatten, _pytree.tree_unflatten, reorder_kwargs
         self._tensor = torch.Tensor
         self._one_at_a_time = threading.Lock()  # a runner loaded single-threaded serves one call at a time
+        positional, keywords = contract["positional"], contract["keywords"]
+        entries = [*positional, *keywords.values()]
+        # Sizes export tied: a symbol on more than one dimension, and where each of them is.
+        places: dict[str, list[str]] = {}
+        for e in entries:
+            for axis, symbol in enumerate(e.get("symbols", ())):
+                if symbol is not None:
+                    places.setdefault(symbol, []).append(f"input {e['name']!r} dimension {axis}")
+        tied = {symbol: " and ".join(where) for symbol, where in places.items() if len(where) > 1}
+        self._count, self._keys = len(positional), set(keywords)
+        self._positional = [_checker(e, tied) for e in positional]
+        self._keywords = {name: _checker(e, tied) for name, e in keywords.items()}
+        # The tensors boxed_run takes, in order (torch's own check names them input_handles[i]).
+        ordered = [*positional, *self._reorder(dict(keywords), self._in_spec).values()]
+        self._tensor_names = [e["name"] for e in ordered if "value" not in e]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        positional, keywords = self.contract["positional"], self.contract["keywords"]
-        if len(args) != len(positional) or set(kwargs) != set(keywords):
+        self.check(*args, **kwargs)
+        return self.run(*args, **kwargs)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse a call the package was not compiled for (see the class); runs nothing.
+
+        Raises:
+            BundleInputRefused: naming the input, what the package expects and what came.
+        """
+        if len(args) != self._count or kwargs.keys() != self._keys:
             given = f"{len(args)} positional, keywords {sorted(kwargs)}"
-            allowed = f"{len(positional)} positional, keywords {sorted(keywords)} (as the build's factory)"
+            allowed = f"{self._count} positional, keywords {sorted(self._keys)} (as the build's factory)"
             raise _refused("arguments", given, allowed)
-        for where, value, entry in (
-            *((f"argument {i}", v, e) for i, (v, e) in enumerate(zip(args, positional))),
-            *((repr(k), v, keywords[k]) for k, v in kwargs.items()),
-        ):
-            if entry is not None:
-                _check_tensor(where, value, entry)
+        sizes: dict[str, int] = {}  # tied symbol -> the size the call gave it
+        for check, value in zip(self._positional, args):
+            check(value, sizes)
+        for name, value in kwargs.items():
+            self._keywords[name](value, sizes)
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the package on a call without :meth:`check` (what torch's ``AOTICompiledModel`` does): the call must
+        be one :meth:`check` accepts, else the package reads and writes memory that does not fit it.
+
+        Raises:
+            BundleInputRefused: AOTInductor's own input check (``AOTI_RUNTIME_CHECK_INPUTS``) refused an input.
+        """
         flat = self._flatten((args, self._reorder(kwargs, self._in_spec)))[0]
         tensors = [x for x in flat if isinstance(x, self._tensor)]
         with self._one_at_a_time:
-            outputs = self.loader.boxed_run(tensors)
+            try:
+                outputs = self.loader.boxed_run(tensors)
+            except RuntimeError as err:
+                match = _TORCH_CHECK.search(str(err))
+                if match is None:
+                    raise
+                index = int(match.group(1))
+                name = self._tensor_names[index] if index < len(self._tensor_names) else f"tensor {index}"
+                raise BundleInputRefused(
+                    f"AOT bundle call: input {name!r} is not served by this package on torch {torch_version()}: "
+                    f"AOTInductor's own input check said: {match.group(2).strip()}"
+                ) from err
         return self._unflatten(outputs, self._out_spec)
 
 
-def _check_tensor(where: str, value: Any, entry: dict[str, Any]) -> None:
-    shape = getattr(value, "shape", None)
-    if shape is None or len(shape) != entry["ndim"]:
-        raise _refused(where, getattr(value, "shape", value), f"a tensor of {entry['ndim']} dimensions")
-    for axis, (size, (low, high)) in enumerate(zip(shape, entry["sizes"])):
-        if not low <= size <= high:
-            allowed = f"{low}" if low == high else f"{low}..{high} (the warmed sizes' range)"
-            raise _refused(f"{where} dimension {axis}", size, allowed)
+#: How AOTInductor's generated input check names what it refuses (``cpp_wrapper_cpu.py``, torch 2.13).
+_TORCH_CHECK = re.compile(r"input_handles\[(\d+)\]: ([^\n]*)")
 
 
-def _refused(where: str, value: object, allowed: str) -> InvalidKnobValue:
-    return InvalidKnobValue(
+def _checker(entry: dict[str, Any], tied: dict[str, str]) -> Callable[[Any, dict[str, int]], None]:
+    """The check of one argument against its contract ``entry`` (:func:`accepted`): ``check(value, sizes)`` raises
+    :class:`BundleInputRefused` or returns, recording in ``sizes`` each size of ``tied`` (symbol -> where) it gave."""
+    where = f"input {entry['name']!r}"
+    if "value" in entry:
+        expected = entry["value"]
+        kind = type(expected)
+
+        def check_value(value: Any, sizes: dict[str, int]) -> None:
+            if type(value) is not kind or value != expected:
+                shown = repr(value) if type(value) in PLAIN_VALUES else type(value).__name__
+                raise _refused(where, shown, f"{expected!r}, the value the package was exported with (it is compiled in)")
+
+        return check_value
+
+    import torch
+
+    tensor = torch.Tensor
+    dtype, device, ndim = getattr(torch, entry["dtype"]), entry["device"], entry["ndim"]
+    dims = [
+        (axis, low, high, symbol if symbol in tied else None)
+        for axis, ((low, high), symbol) in enumerate(zip(entry["sizes"], entry["symbols"]))
+    ]
+    # Tensor.is_cuda and its kin: a tenth of the time of Tensor.device.type (a device object, then its type).
+    on_device: Callable[[Any], Any]
+    if inspect.isgetsetdescriptor(getattr(tensor, f"is_{device}", None)):
+        on_device = operator.attrgetter(f"is_{device}")
+    else:
+        on_device = lambda value: value.device.type == device  # noqa: E731 - one expression, as the attrgetter
+    contiguous = entry["strides"] == "contiguous"
+    strides = [] if contiguous else [(axis, s) for axis, s in enumerate(entry["strides"]) if s is not None]
+
+    def check_tensor(value: Any, sizes: dict[str, int]) -> None:
+        if not isinstance(value, tensor):
+            raise _refused(where, type(value).__name__, f"a tensor of {dtype} on {device}")
+        if value.dtype is not dtype:
+            raise _refused(f"{where} dtype", value.dtype, f"{dtype}, the dtype the package was compiled for")
+        if not on_device(value):
+            raise _refused(f"{where} device", value.device, f"a {device} device, where the package runs")
+        shape = value.shape
+        if len(shape) != ndim:
+            raise _refused(where, shape, f"a tensor of {ndim} dimensions")
+        for size, (axis, low, high, symbol) in zip(shape, dims):
+            if not low <= size <= high:
+                raise _refused(
+                    f"{where} dimension {axis}", size, f"{low}" if low == high else f"{low}..{high} (the warmed sizes' range)"
+                )
+            if symbol is not None and sizes.setdefault(symbol, size) != size:
+                raise _refused(
+                    f"{where} dimension {axis}", size, f"{sizes[symbol]}: {tied[symbol]} are one size in the export ({symbol})"
+                )
+        if contiguous:
+            if not value.is_contiguous():
+                raise _refused(f"{where} strides", value.stride(), "contiguous strides, the layout the package was compiled for")
+        elif strides:
+            got = value.stride()
+            for axis, stride in strides:
+                if got[axis] != stride:
+                    allowed = f"stride {stride} at dimension {axis}, the layout the package was compiled for ({entry['strides']})"
+                    raise _refused(f"{where} strides", got, allowed)
+
+    return check_tensor
+
+
+def _refused(where: str, value: object, allowed: str) -> BundleInputRefused:
+    return BundleInputRefused(
         f"AOT bundle call: {where} = {value} is not served by this package on torch {torch_version()}: allowed {allowed}"
     )
 

@@ -87,7 +87,12 @@ def save_serving_bundle(
     sizes that vary across them become dynamic, from their smallest to their largest) and compiled
     once more, ahead of time, under the same knobs, mode and options, with its weights.  A serving
     process then needs neither the model's code nor Dynamo, and compiles nothing.  The guard's
-    baselines are still the report's (the same Inductor config; not measured again).
+    baselines are still the report's (the same Inductor config; not measured again).  The header's
+    ``serving.aot`` records the package's input contract (``inputs``: each input's dtype, device type,
+    size ranges, the sizes export tied, layout, and each non-tensor value;
+    :func:`~inductor_knobs.serving.aot_package.accepted`), checked at every call of the loaded bundle, and
+    the C++ compiler that built it (``cxx``: Inductor's, or the first of
+    :func:`~inductor_knobs.serving.aot_package.cpp_compilers` whose package a fresh process loads).
 
     Args:
         served: what you serve: an ``ik.compile`` result, or ``ik.capture_cuda_graphs`` of one (its
@@ -110,9 +115,10 @@ def save_serving_bundle(
         InvalidKnobValue: ``served``, ``report``, ``aot`` or ``factory`` is not as above, or a shape,
             bucket, knob or ``ik.compile`` argument is not plain data that JSON reads back the same; with
             ``aot=True``, ``served`` is not of an ``nn.Module``, the factory's calls differ in more than
-            tensor sizes, ``torch.export``/AOTInductor failed (torch's message included), or a fresh
-            process could not load the package built (:func:`~inductor_knobs.serving.aot_package.check_loads`:
-            how it died and Inductor's C++ compiler named; nothing written).
+            tensor sizes or pass a non-tensor other than None, a bool, an int, a finite float or a string,
+            ``torch.export``/AOTInductor failed (torch's message included), or a fresh process could load the
+            package built with none of the C++ compilers tried
+            (:func:`~inductor_knobs.serving.aot_package.build`: each compiler and how its package failed; nothing written).
         CompileCacheRefused: torch recorded no cache artifacts in this process (``aot=False``).
     """
     from ..env import env_knobs
@@ -129,12 +135,8 @@ def save_serving_bundle(
     section, compiled = bundle_format.encode(served, report, buckets)
     knobs = compile_cache._knobs_of(compiled)
     if aot:
-        payload, contract = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
-        section["aot"] = {
-            "bytes": len(payload),
-            "inputs": contract,
-            "cpu_flags": aot_package.cpu_isa_flags(),
-        }
+        payload, built = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
+        section["aot"] = {"bytes": len(payload), **built, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = compile_cache.payload_header(knobs, payload, {})
     else:
@@ -173,7 +175,10 @@ def load_serving_bundle(
     An AOT bundle (``save_serving_bundle(..., aot=True)``) carries the model compiled and its weights:
     ``model`` is then None, and instead of restoring caches and compiling, the load hands the package to
     torch's C++ loader (:func:`~inductor_knobs.serving.aot_package.load`); no Dynamo trace, Inductor
-    compile, Triton compile or autotune happens, and neither Inductor nor Dynamo is imported.  The identity
+    compile, Triton compile or autotune happens, and neither Inductor nor Dynamo is imported.  Its ``served``
+    checks every call against the package's input contract and raises
+    :class:`~inductor_knobs.errors.BundleInputRefused` (a ``ValueError``) for an input the package was not
+    compiled for, naming it, with nothing run (:class:`~inductor_knobs.serving.aot_package.ShapeCheckedPackage`).  The identity
     checks are the same, with the knobs the bundle recorded (they acted at its build; the torch version,
     compared too, fixes its mode's keys).
 

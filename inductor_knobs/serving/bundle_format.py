@@ -23,10 +23,12 @@ from .warmup_report import WarmupReport
 
 #: The serving section's layout written; 2 adds ``"triton_kernels"`` and their bytes after torch's artifacts
 #: (:mod:`inductor_knobs.serving.triton_kernels`); 3 adds ``"aot"``: the payload is an AOTInductor package
-#: (:mod:`inductor_knobs.serving.aot_package`) instead of torch's artifacts, or None.
-VERSION = 3
-#: The layouts a reader accepts (1: no Triton kernels, the whole payload is torch's); it refuses another.
-READS = (1, 2, 3)
+#: (:mod:`inductor_knobs.serving.aot_package`) instead of torch's artifacts, or None; 4: ``"aot"``'s input contract
+#: holds each tensor's dtype, device type, tied sizes and layout and each non-tensor value, and ``"cxx"``.
+VERSION = 4
+#: The layouts a reader accepts (1: no Triton kernels, the whole payload is torch's; 3: only without ``"aot"``,
+#: whose contract held sizes alone); it refuses another.
+READS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,9 @@ class BundleSpec:
         report: the build's per-shape baselines, as a :class:`WarmupReport` without steps (``ik.no_stalls(warmup=...)``).
         triton_kernels: the Triton kernels carried, as written (``triton_kernels.pack``; checked by
             ``triton_kernels.unpack``), or None (a bundle written before them).
-        aot: ``{"bytes": n, "inputs": ...}`` when the payload is an AOTInductor package of the model
-            (``aot=True``; ``inputs``: what it accepts, :func:`~inductor_knobs.serving.aot_package.accepted`), else None.
+        aot: ``{"bytes": n, "inputs": ..., "cpu_flags": [...], "cxx": "g++"}`` when the payload is an AOTInductor
+            package of the model (``aot=True``; ``inputs``: what it accepts, its input contract,
+            :func:`~inductor_knobs.serving.aot_package.accepted`; ``cxx``: the C++ compiler that built it), else None.
     """
 
     knobs: Knobs
@@ -149,6 +152,12 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
                 raise ValueError(f"graphs {graphs!r}")
         buckets = check_buckets(section["buckets"]) if section["buckets"] is not None else None
         aot = section["aot"] if section["version"] >= 3 else None
+        if aot is not None and section["version"] == 3:
+            raise CompileCacheRefused(
+                f"{label} refused: an AOT bundle whose input contract holds sizes alone (serving section 3), so its "
+                "calls could not be checked for dtype, device, layout, tied sizes and non-tensor values; rebuild it "
+                "with ik.save_serving_bundle(..., aot=True)"
+            )
         if aot is not None and not _aot_section(aot):
             raise ValueError(f"aot {aot!r}")
         return BundleSpec(
@@ -163,6 +172,8 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
             section.get("triton_kernels") if section["version"] != 1 else None,
             aot,
         )
+    except CompileCacheRefused:
+        raise
     except (KeyError, TypeError, ValueError, KnobsError) as err:
         raise CompileCacheRefused(
             f"{label} refused: its serving section does not read back ({err!r}); rebuild the bundle with ik.save_serving_bundle"
@@ -171,29 +182,47 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
 
 def _aot_section(aot: Any) -> bool:
     """Whether ``aot`` is ``{"bytes": n >= 1, "inputs": {"positional": [entry, ...], "keywords": {name: entry}},
-    "cpu_flags": [str, ...] or None}`` (``cpu_flags`` may be absent),
-    each entry None or ``{"ndim": n, "sizes": [[low, high] x n]}`` with ints ``0 <= low <= high``."""
+    "cpu_flags": [str, ...] or None, "cxx": str}`` (``cpu_flags`` and ``cxx`` may be absent), each entry as
+    :func:`~inductor_knobs.serving.aot_package.accepted` writes it: a tensor's ``name``, ``dtype`` (a torch dtype's
+    name), ``device``, ``ndim``, ``sizes`` (``[low, high]`` ints, ``0 <= low <= high``), ``symbols`` (str or None)
+    and ``strides`` (``"contiguous"`` or ints or None), one per dimension; or a non-tensor's ``name`` and ``value``."""
+    import torch
+
+    from .aot_package import PLAIN_VALUES
 
     def integer(value: Any) -> bool:
         return type(value) is int and value >= 0
 
+    def per_dimension(values: Any, ndim: int, item: Any) -> bool:
+        return isinstance(values, list) and len(values) == ndim and all(item(v) for v in values)
+
     def entry(value: Any) -> bool:
-        if value is None:
-            return True
-        if not isinstance(value, dict) or set(value) != {"ndim", "sizes"} or not integer(value["ndim"]):
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
             return False
-        sizes = value["sizes"]
+        if set(value) == {"name", "value"}:
+            return type(value["value"]) in PLAIN_VALUES
+        if set(value) != {"name", "dtype", "device", "ndim", "sizes", "symbols", "strides"} or not integer(value["ndim"]):
+            return False
+        ndim, strides = value["ndim"], value["strides"]
         return (
-            isinstance(sizes, list)
-            and len(sizes) == value["ndim"]
-            and all(isinstance(r, list) and len(r) == 2 and integer(r[0]) and integer(r[1]) and r[0] <= r[1] for r in sizes)
+            isinstance(value["dtype"], str)
+            and isinstance(getattr(torch, value["dtype"], None), torch.dtype)
+            and isinstance(value["device"], str)
+            and per_dimension(
+                value["sizes"],
+                ndim,
+                lambda r: isinstance(r, list) and len(r) == 2 and integer(r[0]) and integer(r[1]) and r[0] <= r[1],
+            )
+            and per_dimension(value["symbols"], ndim, lambda s: s is None or isinstance(s, str))
+            and (strides == "contiguous" or per_dimension(strides, ndim, lambda s: s is None or type(s) is int))
         )
 
     if (
         not isinstance(aot, dict)
-        or set(aot) - {"cpu_flags"} != {"bytes", "inputs"}
+        or set(aot) - {"cpu_flags", "cxx"} != {"bytes", "inputs"}
         or not integer(aot["bytes"])
         or aot["bytes"] < 1
+        or not isinstance(aot.get("cxx", ""), str)
     ):
         return False
     flags = aot.get("cpu_flags")  # absent in a bundle saved before it was recorded: nothing to compare then
