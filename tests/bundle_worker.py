@@ -9,7 +9,7 @@ python bundle_worker.py load-aot PATH [cuda]    load that bundle without the mod
                                                 length under the guard; print the proof, the counters and the errors
                                                 against the eager model
 python bundle_worker.py build-small PATH        a one-kernel model on the CPU, warmed at one shape, saved (cheap)
-python bundle_worker.py load-small PATH         load it; print the header's env_knobs and whether the load refused
+python bundle_worker.py load-small PATH         load it; print whether the load refused
 """
 
 import faulthandler
@@ -115,7 +115,8 @@ def main(mode: str, path: str) -> None:
         compiled = ik.compile(Small(), dynamic=False)
         with torch.no_grad():
             report = ik.warmup(compiled, shapes=[8], factory=small_factory, probes=None)
-        print(json.dumps({"env_knobs": ik.save_serving_bundle(path, compiled, report)["env_knobs"]}))
+        built = ik.save_serving_bundle(path, compiled, report)["setup"]
+        print(json.dumps({"knobs": built["knobs"], "sources": built["sources"]}))
     elif mode == "load-small":
         try:
             with warnings.catch_warnings():

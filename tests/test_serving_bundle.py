@@ -276,9 +276,38 @@ def test_knobs_other_than_the_bundles_are_refused_naming_each(bundle, nothing_lo
     nothing_loaded.check()
 
 
-def test_env_knobs_other_than_the_builds_are_refused(bundle, nothing_loaded):
-    rewrite_header(bundle, lambda h: h.update({"env_knobs": {"min_sms": 40}}))
-    with pytest.raises(ik.CompileCacheRefused, match=r"INDUCTOR_KNOBS_MIN_SMS: bundle 40, here '\(unset\)'"):
+def _built_under(**setup):
+    def change(header):
+        for field, entries in setup.items():
+            header["setup"][field].update(entries)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            _built_under(knobs={"min_sms": 40}, sources={"min_sms": "env"}),
+            r"INDUCTOR_KNOBS_MIN_SMS: file 40, here absent",
+        ),
+        (
+            _built_under(environment={"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}),
+            r"environment.TORCHINDUCTOR_MAX_AUTOTUNE: file '1', here absent",
+        ),
+    ],
+    ids=["env-knob", "torch-variable"],
+)
+def test_a_bundle_built_under_another_setup_is_refused_naming_each_difference(bundle, nothing_loaded, change, message):
+    rewrite_header(bundle, change)
+    with pytest.raises(ik.CompileCacheRefused, match=rf"built for another setup \(.*{message}"):
+        load(bundle, nothing_loaded)
+    nothing_loaded.check()
+
+
+def test_a_bundle_of_another_compute_capability_is_refused(bundle, nothing_loaded):
+    rewrite_header(bundle, lambda h: h["setup"].update(capability="sm_121"))
+    with pytest.raises(ik.CompileCacheRefused, match=r"capability: file 'sm_121', here None"):
         load(bundle, nothing_loaded)
     nothing_loaded.check()
 
@@ -293,7 +322,7 @@ def built_under_a_variable(private_base, tmp_path_factory):
         pytest.skip(f"torch {torch.__version__} has no cache artifacts API")
     path = private_base / "small-under-a-variable.bundle"
     result = run_worker("build-small", path, tmp_path_factory.mktemp("inductor-build-small"), variables={CDT: "0"})
-    assert result["env_knobs"] == {"coordinate_descent_tuning": False}, result
+    assert result["knobs"] == {"coordinate_descent_tuning": False} and result["sources"] == {"coordinate_descent_tuning": "env"}
     return path
 
 
@@ -301,8 +330,8 @@ def built_under_a_variable(private_base, tmp_path_factory):
     ("variables", "refused"),
     [
         ({CDT: "0"}, None),
-        ({CDT: "1"}, f"{CDT}: bundle False, here True"),
-        ({}, f"{CDT}: bundle False, here '(unset)'"),
+        ({CDT: "1"}, f"{CDT}: file False, here True"),
+        ({}, f"{CDT}: file False, here absent"),
     ],
     ids=["same", "other-value", "unset"],
 )
@@ -313,7 +342,7 @@ def test_a_fresh_process_loads_a_bundle_built_under_the_same_variables(built_und
     if refused is None:
         assert loaded["refused"] is None
     else:
-        assert refused in loaded["refused"] and "built under other INDUCTOR_KNOBS_* variables" in loaded["refused"]
+        assert refused in loaded["refused"] and "built for another setup" in loaded["refused"]
 
 
 @pytest.mark.parametrize(

@@ -352,9 +352,14 @@ def test_an_aot_bundle_built_under_a_variable_loads_where_the_same_variable_is_s
     This process never activated (it started without the variable), as a fresh serving process that only loads."""
     variable = "INDUCTOR_KNOBS_COORDINATE_DESCENT_TUNING"
     assert ik.active_env_knobs() is None
-    rewrite_header(aot_bundle, lambda h: h.update(env_knobs={"coordinate_descent_tuning": False}))  # as such a build records
+
+    def built_under_the_variable(header):  # as such a build records it
+        header["setup"]["knobs"]["coordinate_descent_tuning"] = False
+        header["setup"]["sources"]["coordinate_descent_tuning"] = "env"
+
+    rewrite_header(aot_bundle, built_under_the_variable)
     monkeypatch.setenv(variable, "1")
-    with pytest.raises(ik.CompileCacheRefused, match=rf"variables \({variable}: bundle False, here True\)"):
+    with pytest.raises(ik.CompileCacheRefused, match=rf"{variable}: file False, here True"):
         load(aot_bundle)
     monkeypatch.setenv(variable, "0")
     assert load(aot_bundle).proof.attestations == []  # served from the package: nothing compiled

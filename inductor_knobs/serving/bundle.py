@@ -22,7 +22,6 @@ baselines, plus the proof of what the load compiled, autotuned, Triton-compiled 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 import warnings
@@ -30,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.knobs import ENV_PREFIX, Knobs
+from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..core.torch_fixes import torch_fixes
 from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
@@ -40,8 +39,6 @@ from .warmup_report import WarmupReport
 
 #: What :func:`load_serving_bundle` does when the load compiled something cold.
 ON_COLD = ("raise", "warn")
-#: Header fields besides :data:`compile_cache.IDENTITY` that must match: knobs from ``INDUCTOR_KNOBS_*``.
-ENV_KNOBS = "env_knobs"
 #: The clock the load's phases are timed with (tests replace it).
 _clock = time.perf_counter
 
@@ -121,7 +118,6 @@ def save_serving_bundle(
             (:func:`~inductor_knobs.serving.aot_package.build`: each compiler and how its package failed; nothing written).
         CompileCacheRefused: torch recorded no cache artifacts in this process (``aot=False``).
     """
-    from ..env import env_knobs
 
     label = f"save_serving_bundle({os.fspath(path)!r})"
     if aot is not True and aot is not False:
@@ -142,7 +138,7 @@ def save_serving_bundle(
     else:
         section["triton_kernels"], tail = triton_kernels.pack(triton_kernels.collect())
         payload, header = compile_cache.saved_artifacts(label, knobs, tail)
-    return compile_cache.write_file(path, {**header, ENV_KNOBS: _env_record(env_knobs()), "serving": section}, payload)
+    return compile_cache.write_file(path, {**header, "serving": section}, payload)
 
 
 def load_serving_bundle(
@@ -160,9 +156,10 @@ def load_serving_bundle(
     Nothing is loaded until the file passed every check: the safe-file rules of
     :func:`~inductor_knobs.serving.compile_cache.load_compile_cache` (opened once without following a
     link; the file and every directory above it yours or root's and not writable by others), the
-    header's and the payload's sha256, and the identity: torch, triton, GPU (name, capability, SMs),
-    the knobs, and the knobs this process's ``INDUCTOR_KNOBS_*`` variables ask for (:func:`~inductor_knobs.env.env_knobs`,
-    whether or not a compile has activated them yet) against the build's, each difference named, and every name of
+    header's and the payload's sha256, and the identity: the setup snapshot of the build against this process's
+    (:mod:`inductor_knobs.core.setup`: torch, triton and CUDA versions, GPU name, full compute capability and SMs,
+    the torch variables, and the knobs in force, those of ``INDUCTOR_KNOBS_*`` variables included, read from the
+    environment whether or not a compile has activated them yet), each difference named, and every name of
     the Triton kernels carried (plain names, nothing outside the cache directory).  Then it writes the
     Triton kernels into this process's Triton cache where their key directories do not exist yet
     (:func:`~inductor_knobs.serving.triton_kernels.restore`; never overwriting), loads torch's
@@ -221,7 +218,6 @@ def load_serving_bundle(
     compiles, ``triton.knobs.compilation.listener`` (Triton 3.4+; older: ``proof.triton`` is None).
     """
     from ..core.compile_backend import compile as ik_compile
-    from ..env import env_knobs
     from .stalls import REACTIONS, no_stalls
 
     if not (model is None or callable(model)) or not callable(factory):
@@ -276,7 +272,6 @@ def load_serving_bundle(
     if problem is not None:
         here["knobs_digest"] = f"none: the bundle's ik.compile call does not build here ({problem})"
     compile_cache.refuse_differences(label, header, here)
-    _refuse_other_env_knobs(label, header.get(ENV_KNOBS), _env_record(env_knobs()))
     if problem is not None:  # the same digest, yet it does not build (only a hand-made header gets here)
         raise CompileCacheRefused(f"{label} refused: the bundle's ik.compile call does not build here: {problem}") from problem
     bundle = _load(label, header, payload, spec, compiled, factory, kernels)
@@ -368,28 +363,6 @@ def _knob_differences(built: Any, here: Any, name: Callable[[str], str] = str) -
     b = here if isinstance(here, dict) else here.to_dict()
     keys = sorted(k for k in {*a, *b} if a.get(k, _UNSET) != b.get(k, _UNSET))
     return "; ".join(f"{name(k)}: bundle {a.get(k, '(unset)')!r}, here {b.get(k, '(unset)')!r}" for k in keys)
-
-
-def _env_record(knobs: Knobs | None) -> dict[str, Any] | None:
-    """The header's record of the ``INDUCTOR_KNOBS_*`` knobs: ``to_dict()`` as JSON reads it back, or None."""
-    return None if knobs is None else json.loads(json.dumps(knobs.to_dict()))
-
-
-def _refuse_other_env_knobs(label: str, built: object, here: dict[str, Any] | None) -> None:
-    """Refuse a bundle whose build ran under other ``INDUCTOR_KNOBS_*`` knobs than this environment asks for.
-
-    Raises:
-        CompileCacheRefused: naming each variable with the build's value and this process's.
-    """
-    if built == here:
-        return
-    if built is not None and not isinstance(built, dict):
-        raise CompileCacheRefused(f"{label} refused: the header's {ENV_KNOBS} {built!r} is not an object of knobs")
-    differences = _knob_differences(built or {}, here or {}, lambda knob: ENV_PREFIX + knob.upper())
-    raise CompileCacheRefused(
-        f"{label} refused: built under other INDUCTOR_KNOBS_* variables ({differences}). Serve with the build's "
-        "variables, or rebuild the bundle under these"
-    )
 
 
 _UNSET = object()

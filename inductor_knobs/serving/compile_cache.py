@@ -16,45 +16,41 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from importlib import metadata
 from typing import Any
 
-from ..core import torch_compat
+from ..core import setup, torch_compat
 from ..core._atomic import atomic_write
-from ..core.knobs import Knobs
+from ..core.knobs import ENV_PREFIX, Knobs
 from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
 from .cache_opener import _open_checked, _unsafe_directories  # noqa: F401 - _unsafe_directories: tests use it here
 
 MAGIC = b"inductor_knobs compile cache v1\n"
 #: Header fields that must match the loading process exactly.
 IDENTITY = ("torch", "triton", "device", "knobs_digest")
+#: The header field that holds the setup snapshot (:class:`~inductor_knobs.core.setup.Setup`).
+SETUP = "setup"
+#: The setup fields compared besides :data:`IDENTITY` (the driver is not: a newer one runs the same kernels).
+SETUP_FIELDS = ("knobs", "environment", "cuda", "capability")
 #: The header field that holds the sha256 of the rest of the header (files written before it have none).
 HEADER_SHA = "header_sha256"
 
 
 def identity(knobs: Knobs) -> dict[str, Any]:
-    """What a cache file is keyed on: torch and triton versions, the device, and the knobs.
+    """What a cache file or bundle is keyed on: the setup snapshot it was built under (:mod:`inductor_knobs.core.setup`).
 
-    The device is ``cuda:<name> sm_<major><minor> <N> SMs`` for the current CUDA device, else
-    ``cpu:<ATen CPU capability>`` (``cpu:AVX512``): kernels are built for exactly that.
+    ``setup`` is the whole snapshot: ``knobs`` layered over the environment's ``INDUCTOR_KNOBS_*`` knobs, the
+    torch variables, the versions and the device.  ``torch``, ``triton``, ``device`` (``"<GPU> sm_<major><minor>
+    <N> SMs"`` or ``"cpu <capability>"``), ``knobs_digest`` and ``knobs`` (the given knobs) repeat parts of it for
+    messages and readers of the header.
     """
-    import torch
-
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        device = f"cuda:{props.name} sm_{props.major}{props.minor} {props.multi_processor_count} SMs"
-    else:
-        device = f"cpu:{torch.backends.cpu.get_cpu_capability()}"
-    try:
-        triton = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        triton = None
+    found = setup.snapshot(knobs, source="bundle")
     return {
-        "torch": torch.__version__,
-        "triton": triton,
-        "device": device,
+        "torch": found.torch,
+        "triton": found.triton,
+        "device": found.device,
         "knobs_digest": knobs.digest(),
         "knobs": knobs.to_dict(),
+        SETUP: found.to_dict(),
     }
 
 
@@ -208,12 +204,27 @@ def read_file(path: str, allow_unsafe: bool, label: str) -> tuple[dict[str, Any]
 
 
 def refuse_differences(label: str, header: dict[str, Any], here: dict[str, Any], fields: tuple[str, ...] = IDENTITY) -> None:
-    """Raise naming every field of ``fields`` whose value in ``header`` differs from ``here``.
+    """Raise naming every difference between the setup ``header`` was built under and this process's (``here``).
+
+    Compared: ``fields`` of the header, then the setup snapshots' :data:`SETUP_FIELDS` (the knobs in force, the
+    torch variables, the CUDA version, the GPU's compute capability); a knob set by an ``INDUCTOR_KNOBS_*``
+    variable on either side is named by its variable.
 
     Raises:
-        CompileCacheRefused: one or more fields differ (``"torch: file '2.11.0', here '2.13.0'; ..."``).
+        CompileCacheRefused: one or more differ (``"torch: file '2.11.0', here '2.13.0'; ..."``), or the header has
+            no setup snapshot.
     """
     differences = [f"{k}: file {header.get(k)!r}, here {here.get(k)!r}" for k in fields if header.get(k) != here.get(k)]
+    built = header.get(SETUP)
+    if not isinstance(built, dict):
+        differences.append(f"{SETUP}: none in the file (written by another inductor_knobs release)")
+    else:
+        mine = here[SETUP]
+        for name, a, b in setup.differences({k: built.get(k) for k in SETUP_FIELDS}, {k: mine.get(k) for k in SETUP_FIELDS}):
+            knob = name.partition(".")[2] if name.startswith("knobs.") else None
+            if knob is not None and "env" in (built.get("sources", {}).get(knob), mine.get("sources", {}).get(knob)):
+                name = ENV_PREFIX + knob.upper()  # a knob of an INDUCTOR_KNOBS_* variable, on either side
+            differences.append(f"{name}: file {a!r}, here {b!r}")
     if differences:
         raise CompileCacheRefused(
             f"{label} refused: built for another setup ({'; '.join(differences)}). "
