@@ -647,6 +647,18 @@ def test_out_must_be_empty_unless_overwrite(tmp_path, capsys, no_arm_runs):
     assert "not a directory" in capsys.readouterr().err
 
 
+def test_help_prints_percent_signs_once_and_says_what_overwrite_does():
+    """argparse %-formats argument help always, a description only when it holds ``%(prog)``."""
+    parser = cli.argparse.ArgumentParser(prog="inductor-knobs")
+    sub = parser.add_subparsers(dest="command")
+    options.add_parser(sub)
+    text = " ".join(sub.choices["ablate"].format_help().split())
+    assert "%%" not in text and "95% bootstrap intervals" in text
+    assert "before the run" not in text
+    assert f"writes into <out>/{outdir.STAGING} and, only if it exits 0" in text
+    assert "a run that fails or is interrupted leaves the earlier results unchanged" in text
+
+
 def test_overwrite_replaces_only_what_the_tool_wrote(tmp_path, capsys):
     part = tmp_path / "part.json"
     part.write_text(json.dumps(fingerprinted(fake_results([1.0], [2.0]))))
