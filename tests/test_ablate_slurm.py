@@ -49,6 +49,17 @@ def no_arm_runs(monkeypatch):
     monkeypatch.setattr(slurm, "execute", execute)
 
 
+@pytest.fixture
+def sbatch_here(monkeypatch):
+    """``sbatch`` found on PATH whether Slurm is installed or not: the tests that use this fixture check what
+    the command line plans, which submits nothing, so they run on every machine (the real cluster's test skips
+    where Slurm is missing)."""
+    import shutil
+
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: "/usr/bin/sbatch" if name == "sbatch" else real(name, *a, **k))
+
+
 def plan_for(*argv: str):
     parser = cli.argparse.ArgumentParser()
     options.add_parser(parser.add_subparsers(dest="command"))
@@ -78,7 +89,7 @@ def plan_for(*argv: str):
         (["--executor", "slurm", "--out", "o", "--gpus", "0"], r"--gpus='0' picks GPUs of this machine"),
     ],
 )
-def test_bad_executor_options_fail_before_anything_runs(argv, match):
+def test_bad_executor_options_fail_before_anything_runs(argv, match, sbatch_here):
     with pytest.raises(InvalidKnobValue, match=match):
         plan_for("--device", "cpu", "--arm", "eager", *argv)
 
@@ -102,7 +113,7 @@ def test_slurm_without_sbatch_says_where_to_run(monkeypatch):
         plan_for("--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o")
 
 
-def test_toml_executor_and_slurm_table(tmp_path):
+def test_toml_executor_and_slurm_table(tmp_path, sbatch_here):
     path = tmp_path / "a.toml"
     path.write_text(
         'executor = "slurm"\n[[arm]]\nname = "eager"\n'
@@ -143,13 +154,13 @@ def test_bad_slurm_tables(tmp_path, content, match):
         plan_for("--device", "cpu", "--config", str(path), "--out", str(tmp_path / "o"))
 
 
-def test_default_time_limit_and_gpus():
+def test_default_time_limit_and_gpus(sbatch_here):
     plan = plan_for("--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o", "--timeout", "61")
     assert plan.slurm is not None
     assert plan.slurm.parameters(plan) == {"name": "ik-ablate", "timeout_min": 2 + TIME_MARGIN_MIN}
 
 
-def test_cuda_jobs_from_a_machine_without_a_gpu():
+def test_cuda_jobs_from_a_machine_without_a_gpu(sbatch_here):
     import torch
 
     if torch.cuda.is_available():
