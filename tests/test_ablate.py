@@ -346,6 +346,28 @@ def test_merge_and_compare_from_the_command_line(tmp_path, capsys):
     assert "MIXED" not in (tmp_path / "m" / "results.md").read_text()
 
 
+def test_a_merge_without_every_shard_is_partial_and_counts_the_processes_it_has(tmp_path, capsys):
+    """Shards 0 and 1 of 3 (two arms, three repeats): each arm has 2 of its 3 processes."""
+    two_arms = fake_results([1.0, 1.1], [2.0, 2.1])
+    two_arms = {**two_arms, "arms": two_arms["arms"][:2], "runs": two_arms["runs"][:2], "repeats": 3}
+    runs = [{**r, "repeat": k, "index": r["index"] + 2 * k} for k in range(3) for r in two_arms["runs"]]
+    whole = fingerprinted({**two_arms, "runs": runs})
+    parts = [{**whole, "shard": [i, 3], "runs": [r for r in whole["runs"] if r["index"] % 3 == i]} for i in range(3)]
+    paths = write_parts(tmp_path, *parts)
+    assert cli.main(["ablate", "--merge", paths[0], paths[1], "--out", str(tmp_path / "m")]) == 0
+    merged = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert merged["partial"] is True and merged["missing_shards"] == ["2/3"] and merged["planned_runs"] == 6
+    text = (tmp_path / "m" / "results.md").read_text()
+    assert "2 process(es) per arm (of 3 planned)," in text and "3 process(es) per arm" not in text
+    assert "**PARTIAL**: shard(s) 2/3 not merged: 4 of 6 runs" in text and "With 2 processes per arm" in text
+    capsys.readouterr()
+    assert cli.main(["ablate", "--merge", *paths, "--out", str(tmp_path / "all")]) == 0
+    merged = json.loads((tmp_path / "all" / "results.json").read_text())
+    assert merged["partial"] is False and "missing_shards" not in merged and "planned_runs" not in merged
+    text = (tmp_path / "all" / "results.md").read_text()
+    assert "3 process(es) per arm, " in text and "PARTIAL" not in text
+
+
 def test_merge_refuses_the_same_run_twice_even_with_allow_mixed(tmp_path, capsys):
     """The same shard given twice would count every one of its processes twice."""
     (path,) = write_parts(tmp_path, fingerprinted(fake_results([1.0], [2.0])))

@@ -22,7 +22,8 @@ The error (:class:`~inductor_knobs.errors.MergeRefused`) names the files, the ru
 characters, arm, repeat) or arm, and each field that differs with both values.  With ``allow_mixed``
 the merged results keep every difference in ``mixed`` (the report says the data is mixed and lists
 them).  The processes of all shards are concatenated: each is one more replicate of its arm,
-whichever machine ran it.
+whichever machine ran it.  A merge that lacks runs of the ablation (a shard not given, or one that was
+interrupted) is ``partial``, and says which shards are missing.
 """
 
 from __future__ import annotations
@@ -191,6 +192,26 @@ def _fingerfpmismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[st
     return out
 
 
+def missing_shards(parts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The shards of the ablation that no file is, as ``i/n``.
+
+    Args:
+        parts (Sequence[Mapping[str, Any]]): the files' data; ``shard`` is ``[i, n]`` (``--shard i/n``).
+
+    Returns:
+        list[str]: e.g. ``["2/3"]``; empty when the files do not all name a shard of the same ``n``.
+    """
+    shards = [p.get("shard") for p in parts]
+    if not all(isinstance(s, (list, tuple)) and len(s) == 2 for s in shards):
+        return []
+    counts = {int(s[1]) for s in shards}
+    if len(counts) != 1:
+        return []
+    (count,) = counts
+    given = {int(s[0]) for s in shards}
+    return [f"{i}/{count}" for i in range(count) if i not in given]
+
+
 def merge(
     parts: Sequence[Mapping[str, Any]], sources: Sequence[str] | None = None, *, allow_mixed: bool = False
 ) -> dict[str, Any]:
@@ -205,7 +226,9 @@ def merge(
             and list the differences in ``mixed``.
 
     Returns:
-        dict[str, Any]: the merged results: every run, by job index.
+        dict[str, Any]: the merged results: every run, by job index.  ``partial`` is True where a shard was
+        interrupted or where runs of the ablation are missing (shards not given): then ``planned_runs`` is
+        the whole ablation's count and ``missing_shards`` lists the shards not given (``i/n``).
 
     Raises:
         MergeRefused: the files are not shards of one ablation; a run appears twice; without
@@ -235,6 +258,12 @@ def merge(
     for part in parts:  # a shard that was interrupted leaves the merge partial
         if part.get("partial"):
             merged.update(partial=True, interrupted=part.get("interrupted"))
+    planned = len(first["arms"]) * int(first.get("repeats") or 0)
+    if len({int(r["index"]) for r in runs}) < planned:  # shards not given, or runs a shard did not finish
+        merged.update(partial=True, planned_runs=planned)
+        missing = missing_shards(parts)
+        if missing:
+            merged["missing_shards"] = missing
     if mixed:
         merged["mixed"] = mixed
     return merged
