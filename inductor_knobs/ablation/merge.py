@@ -201,14 +201,17 @@ def missing_shards(parts: Sequence[Mapping[str, Any]]) -> list[str]:
     Returns:
         list[str]: e.g. ``["2/3"]``; empty when the files do not all name a shard of the same ``n``.
     """
-    shards = [p.get("shard") for p in parts]
-    if not all(isinstance(s, (list, tuple)) and len(s) == 2 for s in shards):
-        return []
-    counts = {int(s[1]) for s in shards}
+    given: set[int] = set()
+    counts: set[int] = set()
+    for part in parts:
+        shard = part.get("shard")
+        if not (isinstance(shard, (list, tuple)) and len(shard) == 2):
+            return []
+        given.add(int(shard[0]))
+        counts.add(int(shard[1]))
     if len(counts) != 1:
         return []
     (count,) = counts
-    given = {int(s[0]) for s in shards}
     return [f"{i}/{count}" for i in range(count) if i not in given]
 
 
