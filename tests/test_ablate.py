@@ -710,6 +710,32 @@ def test_unreadable_results_files_are_one_line_errors(tmp_path, capsys, option, 
     assert err.count("\n") == 1 and option in err and str(bad) in err
 
 
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"index": "1"}, "index = '1': allowed the job's index, an int >= 0"),
+        ({"index": None}, "no index: allowed the job's index, an int >= 0"),
+        ({"samples_ms": [0.0, 0.0]}, "samples_ms holds 0.0: allowed latencies in ms > 0 and finite"),
+        ({"compile_seconds": "1.0"}, "compile_seconds = '1.0': allowed a number >= 0"),
+        ({"arm": "z"}, "arm = 'z': allowed one of the file's arms ['a', 'b', 'c']"),
+    ],
+)
+def test_a_malformed_record_is_a_one_line_error_naming_the_file_and_line(tmp_path, capsys, change, problem):
+    data = fingerprinted(fake_results([1.0], [2.0]))
+    bad = {**data["runs"][1], **change}
+    data["runs"][1] = {k: v for k, v in bad.items() if v is not None}
+    text = json.dumps(data, indent=2)
+    runs_at = text.splitlines().index('  "runs": [')
+    line = [i + 1 for i, t in enumerate(text.splitlines()) if t == "    {" and i > runs_at][1]
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    for option in (["--merge", str(path)], ["--compare", str(path), str(path)]):
+        assert cli.main(["ablate", *option]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"{option[0]} {str(path)!r}: record runs[1] (line {line}) is malformed: {problem}" in err
+
+
 def test_compare_warns_when_the_results_are_not_comparable(tmp_path, capsys):
     old = {**fake_results([1.0], [2.0]), "quick": False, "repeats": 3, "environment": {"torch": "2.12.0"}}
     new = {**fake_results([1.0], [2.0]), "quick": True, "repeats": 1, "environment": {"torch": "2.13.0"}}
