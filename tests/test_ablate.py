@@ -20,6 +20,7 @@ from inductor_knobs.ablation import (
     command,
     compare,
     files,
+    fingerprint,
     job,
     merge,
     options,
@@ -284,7 +285,9 @@ FINGERPRINT = {
     "cuda": "12.8",
     "cuda_driver": "12.8",
     "gpu": "NVIDIA H100 80GB HBM3",
+    "gpu_capability": "sm_90",
     "gpu_sms": 132,
+    "torch_env": {"TORCH_LOGS": "recompiles"},
     "workload": {"workload": "w", "device": "cuda", "quick": False, "seed": 0, "iters": 20, "warmup": 3, "source": None},
     "workload_hash": "0123456789abcdef",
 }
@@ -389,6 +392,14 @@ def test_merge_refuses_the_same_run_twice_even_with_allow_mixed(tmp_path, capsys
         ({"torch": "2.12.0"}, "torch", "'2.13.0'", "'2.12.0'"),
         ({"triton": None}, "triton", "'3.5.0'", "None"),
         ({"gpu": "NVIDIA L4", "gpu_sms": 58}, "gpu", "'NVIDIA H100 80GB HBM3'", "'NVIDIA L4'"),
+        ({"gpu_capability": "sm_121"}, "gpu_capability", "'sm_90'", "'sm_121'"),
+        (
+            {"torch_env": {"TORCH_LOGS": "recompiles", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}},
+            "torch_env.TORCHINDUCTOR_MAX_AUTOTUNE",
+            "absent",
+            "'1'",
+        ),
+        ({"torch_env": {"TORCH_LOGS": "+dynamo"}}, "torch_env.TORCH_LOGS", "'recompiles'", "'+dynamo'"),
         ({"knobs": {"on_mismatch": "warn", "min_sms": 40}}, "arm 'a': settings.knobs.min_sms", "absent", "40"),
         ({"workload": {**FINGERPRINT["workload"], "quick": True}}, "workload.quick", "False", "True"),
     ],
@@ -499,6 +510,38 @@ def test_the_fingerprints_settings_are_what_the_worker_applies(monkeypatch):
     assert fp["settings"]["compile_args"] == {"mode": "max-autotune-no-cudagraphs"} and fp["settings"]["emulate"] == "T4"
     assert fp["workload"]["workload"] == "gemm_mlp" and fp["workload"]["source"] is None
     assert job.stamp(dict(record), job_spec)["run_id"] == record["run_id"]  # a record keeps its id
+
+
+def test_torch_environment_keeps_the_variables_torch_reads():
+    environ = {
+        "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+        "TORCH_LOGS": "recompiles",
+        "TRITON_PTXAS_PATH": "/opt/ptxas",
+        "TORCHINDUCTOR_CACHE_DIR": "/c/inductor",
+        "TRITON_CACHE_DIR": "/c/triton",
+        "TORCHINDUCTOR_COMPILE_THREADS": "4",
+        "TORCH_HOME": "/h",
+        "TORCHELASTIC_RUN_ID": "7",
+        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+        "INDUCTOR_KNOBS_MIN_SMS": "40",
+        "PATH": "/bin",
+    }
+    assert fingerprint.torch_environment(environ) == {
+        "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+        "TORCH_LOGS": "recompiles",
+        "TRITON_PTXAS_PATH": "/opt/ptxas",
+    }
+
+
+def test_the_workers_fingerprint_holds_its_torch_variables(monkeypatch):
+    """A shard run with TORCHINDUCTOR_MAX_AUTOTUNE=1 says so in every run's fingerprint; the per-run caches do not."""
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    plan = plan_for("--device", "cpu", "--arm", "eager", "--smoke")
+    env = workers.worker_env(spec.parse_arm("eager"), gpu=None, cache="/c", emulate=None)
+    fp = fingerprint.collect(plan.jobs()[0], env)
+    assert fp["torch_env"]["TORCHINDUCTOR_MAX_AUTOTUNE"] == "1"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in fp["torch_env"] and "TRITON_CACHE_DIR" not in fp["torch_env"]
+    assert fp["gpu_capability"] is None and fp["gpu"] is None  # a CPU run
 
 
 def test_the_fingerprints_driver_version_comes_from_the_driver(monkeypatch):

@@ -11,7 +11,8 @@ cannot mix what should not be mixed.
 3. **Fingerprints or nothing.**  A file whose runs carry no ``run_id`` and ``fingerprint`` (written
    before they existed) is refused, unless ``--allow-mixed``: its runs cannot be checked.
 4. **Same fingerprints.**  Refused unless ``--allow-mixed``: a run whose ``inductor_knobs``,
-   ``torch``, ``triton``, ``cuda``, ``cuda_driver``, ``gpu``, ``gpu_sms`` or ``workload`` (and so
+   ``torch``, ``triton``, ``cuda``, ``cuda_driver``, ``gpu``, ``gpu_capability``, ``gpu_sms``, a variable
+   of ``torch_env`` (``TORCHINDUCTOR_*``, ``TORCH_*``, ``TRITON_*``) or ``workload`` (and so
    ``workload_hash``) differs from the first run's; a run whose ``settings`` (effective knobs, compile
    arguments, eager, emulation) differ from the first run of the same arm; an arm whose settings in
    the files' ``arms`` lists differ, or another workload name; and a job index that ran in two files
@@ -172,23 +173,15 @@ def _fingerfpmismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[st
             fp = run.get("fingerprint")
             if not isinstance(fp, Mapping):
                 continue
-            for field in fingerprint.ENVIRONMENT_FIELDS:
-                if field in fp:
+            for field in (*fingerprint.ENVIRONMENT_FIELDS, "workload"):
+                if field in fp:  # against the first run that has it
                     first = machine.setdefault(field, here)
-                    if first[1]["fingerprint"][field] != fp[field]:
-                        add(field, None, first, here, first[1]["fingerprint"][field], fp[field])
-            if "workload" in fp:
-                first = machine.setdefault("workload", here)
-                theirs = first[1]["fingerprint"]
-                diffs = fingerprint.differences(theirs["workload"], fp["workload"], "workload")
-                if not diffs and theirs.get("workload_hash") != fp.get("workload_hash"):
-                    diffs = [("workload_hash", theirs.get("workload_hash"), fp.get("workload_hash"))]
-                for field, a, b in diffs:
-                    add(field, None, first, here, a, b)
+                    for name, a, b in fingerprint.compare(field, first[1]["fingerprint"], fp):
+                        add(name, None, first, here, a, b)
             if "settings" in fp:
                 first = arms.setdefault(run.get("arm"), here)
-                for field, a, b in fingerprint.differences(first[1]["fingerprint"]["settings"], fp["settings"], "settings"):
-                    add(field, run.get("arm"), first, here, a, b)
+                for name, a, b in fingerprint.compare("settings", first[1]["fingerprint"], fp):
+                    add(name, run.get("arm"), first, here, a, b)
     return out
 
 

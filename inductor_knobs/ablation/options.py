@@ -144,7 +144,8 @@ def add_parser(sub: Any) -> None:
         nargs="+",
         metavar="RESULTS",
         help="merge shard results.json files (with --out); refuses a run given twice, and runs whose fingerprints "
-        "(versions, GPU, an arm's settings, the workload) differ",
+        "(versions, GPU and compute capability, TORCHINDUCTOR_*/TORCH_*/TRITON_* variables, an arm's settings, the "
+        "workload) differ",
     )
     p.add_argument(
         "--allow-mixed",
