@@ -144,11 +144,11 @@ def _check_runs(parts: Sequence[Mapping[str, Any]], sources: Sequence[str], allo
                     "shard with this inductor-knobs, or add --allow-mixed to merge it unchecked"
                 )
             mixed.append({"file": source, "note": "predates run fingerprints: its runs were not checked"})
-    mixed += _fingerfpmismatches(parts, sources)
+    mixed += _fingerprint_mismatches(parts, sources)
     return mixed
 
 
-def _fingerfpmismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> list[dict[str, Any]]:
+def _fingerprint_mismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> list[dict[str, Any]]:
     """Rule 4: every run's fingerprint against the first run's (machine fields and the workload) and its
     arm's first run's (settings), and job indexes that ran in two files."""
     out: list[dict[str, Any]] = []
@@ -183,6 +183,61 @@ def _fingerfpmismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[st
                 for name, a, b in fingerprint.compare("settings", first[1]["fingerprint"], fp):
                     add(name, run.get("arm"), first, here, a, b)
     return out
+
+
+def _refuse(mixed: list[dict[str, Any]], option: str, fix: str) -> None:
+    """Raise :class:`MergeRefused` naming (up to :data:`SHOWN` of) the fingerprint differences in ``mixed``, if any."""
+    differing = [m for m in mixed if "note" not in m]
+    if differing:
+        shown = "; ".join(describe(m) for m in differing[:SHOWN])
+        more = f"; and {len(differing) - SHOWN} more" if len(differing) > SHOWN else ""
+        raise MergeRefused(f"{option}: the runs do not share one fingerprint: {shown}{more}. {fix}")
+
+
+def check_resume(
+    kept: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], where: str, *, allow_mixed: bool, ran: bool
+) -> list[dict[str, Any]]:
+    """``--resume``: the kept runs' fingerprints against this run's, as ``--merge`` compares shards (rule 4 of
+    the module docstring, with :func:`.fingerprint.compare`): every run against the first run that has each
+    field, and each arm's settings against its first run's.
+
+    Args:
+        kept (Sequence[Mapping[str, Any]]): the records kept from ``<out>/runs``.
+        new (Sequence[Mapping[str, Any]]): this run's records: before the runs, what the parent knows of each
+            job's fingerprint (:func:`.job.stamp` of an empty record: workload and settings); after them, the
+            records the workers returned (every field).
+        where (str): the run store's directory, for the message.
+        allow_mixed (bool): ``--allow-mixed``: return the differences instead of refusing.
+        ran (bool): ``new`` are finished runs (the message says that they are kept in ``where`` too).
+
+    Returns:
+        list[dict[str, Any]]: the differences (results.json's ``mixed``); empty when the runs share one fingerprint.
+
+    Raises:
+        MergeRefused: without ``allow_mixed``, a kept run without a fingerprint, or fingerprints that differ
+            (the message names each field or variable and both values, with the run and where it is).
+    """
+    sources = (f"the kept runs in {where}", "this run")
+    mixed: list[dict[str, Any]] = []
+    unchecked = [r for r in kept if not isinstance(r.get("fingerprint"), dict)]
+    if unchecked:
+        if not allow_mixed:
+            raise MergeRefused(
+                f"--resume: {len(unchecked)} of the {len(kept)} kept runs in {where} have no fingerprint, so what they "
+                "ran on cannot be checked against this run: start again with --overwrite, or add --allow-mixed to keep "
+                "them unchecked"
+            )
+        mixed.append({"file": sources[0], "note": "have no fingerprints: they were not checked"})
+    mixed += _fingerprint_mismatches([{"runs": list(kept)}, {"runs": list(new)}], sources)
+    if not allow_mixed:
+        kept_too = f" This run's records are kept in {where} as well." if ran else ""
+        _refuse(
+            mixed,
+            "--resume",
+            "Resuming would pool them in one table: resume under the kept runs' setup, start again with --overwrite, "
+            f"or add --allow-mixed to pool them on purpose (the report then says the data is mixed).{kept_too}",
+        )
+    return mixed
 
 
 def missing_shards(parts: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -232,14 +287,12 @@ def merge(
     """
     names = list(sources) if sources is not None else [f"file {i + 1}" for i in range(len(parts))]
     mixed = _check_arms(parts, names) + _check_runs(parts, names, allow_mixed)
-    differing = [m for m in mixed if "note" not in m]
-    if differing and not allow_mixed:
-        shown = "; ".join(describe(m) for m in differing[:SHOWN])
-        more = f"; and {len(differing) - SHOWN} more" if len(differing) > SHOWN else ""
-        raise MergeRefused(
-            f"--merge: the runs do not share one fingerprint: {shown}{more}. Merging would pool them in one table: "
-            "merge only shards that ran alike, or add --allow-mixed to merge them on purpose (the report then says the "
-            "data is mixed)"
+    if not allow_mixed:
+        _refuse(
+            mixed,
+            "--merge",
+            "Merging would pool them in one table: merge only shards that ran alike, or add --allow-mixed to merge them "
+            "on purpose (the report then says the data is mixed)",
         )
     first = parts[0]
     runs = sorted((r for p in parts for r in p["runs"]), key=lambda r: r["index"])

@@ -120,7 +120,8 @@ def add_parser(sub: Any) -> None:
         "--resume",
         action="store_true",
         help="continue the ablation in --out: run only the runs with no record in <out>/runs or a failed one, keep the "
-        "others (the same command and options; the executor and --timeout may differ)",
+        "others (the same command and options; the executor and --timeout may differ); refused, unless --allow-mixed, "
+        "where the kept runs' fingerprints differ from this run's, as --merge refuses shards",
     )
     p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
     p.add_argument("--out", help="a new or empty directory for results.json, results.csv, results.md (and results.png)")
@@ -150,6 +151,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--allow-mixed",
         action="store_true",
-        help="--merge: merge runs whose fingerprints differ, or files from before fingerprints, on purpose (the report "
-        "says the data is mixed and lists the differences); a run given twice is still refused",
+        help="--merge and --resume: pool runs whose fingerprints differ, or runs from before fingerprints, on purpose "
+        "(the report says the data is mixed and lists the differences); a run given twice is still refused",
     )

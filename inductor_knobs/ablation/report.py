@@ -145,13 +145,14 @@ def _processes_per_arm(results: Mapping[str, Any], rows: list[dict[str, Any]]) -
     return text + (f" (of {planned} planned)" if planned and low != planned else "")
 
 
-def _mixed(items: list[dict[str, Any]]) -> str:
-    """The paragraph of a merge made with ``--allow-mixed`` (see :mod:`.merge`)."""
+def _mixed(items: list[dict[str, Any]], how: str = "merged") -> str:
+    """The paragraph of a merge or resume made with ``--allow-mixed`` (see :mod:`.merge`); ``how``: ``merged``
+    or ``resumed``."""
     fields = sorted({str(i["field"]) for i in items if "field" in i})
     shown = "; ".join(describe(i) for i in items[:MIXED_SHOWN])
     more = f"; and {len(items) - MIXED_SHOWN} more (results.json's `mixed`)" if len(items) > MIXED_SHOWN else ""
     return (
-        "**MIXED DATA**: merged with --allow-mixed from runs whose fingerprints differ"
+        f"**MIXED DATA**: {how} with --allow-mixed from runs whose fingerprints differ"
         + (f" in {', '.join(fields)}" if fields else "")
         + f": {shown}{more}. Each arm's row pools its processes across them."
     )
@@ -190,7 +191,7 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
     warnings = load_warnings(results)
     lines = [_head(results, rows)]
     if results.get("mixed"):
-        lines += ["", _mixed(results["mixed"])]
+        lines += ["", _mixed(results["mixed"], "merged" if results.get("merged_from") else "resumed")]
     for note in explain.notes(results, rows):
         lines += ["", note]
     sections = _sections(rows)
