@@ -180,11 +180,22 @@ class LineBuffer:
         self.pending = b""
 
     def room(self) -> int:
-        """How many bytes to read next: what fills the buffer to one byte past ``limit`` (at least 1)."""
+        """How many bytes to read next.
+
+        Returns:
+            int: what fills the buffer to one byte past ``limit`` (at least 1), so that a line over the
+            limit is seen before more of it is read.
+        """
         return max(1, self.limit + 1 - len(self.pending))
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Add ``data``; return the complete lines it finished (without their newlines).
+        """Add ``data`` to the pending bytes.
+
+        Args:
+            data (bytes): what the connection sent next.
+
+        Returns:
+            list[bytes]: the complete lines it finished, without their newlines.
 
         Raises:
             LineTooLong: a line, complete or not, is longer than ``limit`` (nothing more is kept).
