@@ -168,8 +168,9 @@ class SlurmSubmitFailed(KnobsError, RuntimeError):
 
 class MergeRefused(KnobsError, ValueError):
     """``ablate --merge`` refused its files: the same run twice, files of different ablations, or (unless
-    ``--allow-mixed``) runs whose fingerprints differ or files without fingerprints; the message names the
-    files, the run or arm, and each differing field with both values."""
+    ``--allow-mixed``) runs whose fingerprints differ or files without fingerprints; or ``ablate --resume``
+    refused to pool the kept runs with new ones whose fingerprints differ (unless ``--allow-mixed``).  The
+    message names the files, the run or arm, and each differing field with both values."""
 
 
 class SettingKeptWarning(KnobsWarning):

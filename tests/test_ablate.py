@@ -20,6 +20,7 @@ from inductor_knobs.ablation import (
     command,
     compare,
     files,
+    fingerprint,
     job,
     merge,
     options,
@@ -284,7 +285,9 @@ FINGERPRINT = {
     "cuda": "12.8",
     "cuda_driver": "12.8",
     "gpu": "NVIDIA H100 80GB HBM3",
+    "gpu_capability": "sm_90",
     "gpu_sms": 132,
+    "torch_env": {"TORCH_LOGS": "recompiles"},
     "workload": {"workload": "w", "device": "cuda", "quick": False, "seed": 0, "iters": 20, "warmup": 3, "source": None},
     "workload_hash": "0123456789abcdef",
 }
@@ -346,6 +349,28 @@ def test_merge_and_compare_from_the_command_line(tmp_path, capsys):
     assert "MIXED" not in (tmp_path / "m" / "results.md").read_text()
 
 
+def test_a_merge_without_every_shard_is_partial_and_counts_the_processes_it_has(tmp_path, capsys):
+    """Shards 0 and 1 of 3 (two arms, three repeats): each arm has 2 of its 3 processes."""
+    two_arms = fake_results([1.0, 1.1], [2.0, 2.1])
+    two_arms = {**two_arms, "arms": two_arms["arms"][:2], "runs": two_arms["runs"][:2], "repeats": 3}
+    runs = [{**r, "repeat": k, "index": r["index"] + 2 * k} for k in range(3) for r in two_arms["runs"]]
+    whole = fingerprinted({**two_arms, "runs": runs})
+    parts = [{**whole, "shard": [i, 3], "runs": [r for r in whole["runs"] if r["index"] % 3 == i]} for i in range(3)]
+    paths = write_parts(tmp_path, *parts)
+    assert cli.main(["ablate", "--merge", paths[0], paths[1], "--out", str(tmp_path / "m")]) == 0
+    merged = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert merged["partial"] is True and merged["missing_shards"] == ["2/3"] and merged["planned_runs"] == 6
+    text = (tmp_path / "m" / "results.md").read_text()
+    assert "2 process(es) per arm (of 3 planned)," in text and "3 process(es) per arm" not in text
+    assert "**PARTIAL**: shard(s) 2/3 not merged: 4 of 6 runs" in text and "With 2 processes per arm" in text
+    capsys.readouterr()
+    assert cli.main(["ablate", "--merge", *paths, "--out", str(tmp_path / "all")]) == 0
+    merged = json.loads((tmp_path / "all" / "results.json").read_text())
+    assert merged["partial"] is False and "missing_shards" not in merged and "planned_runs" not in merged
+    text = (tmp_path / "all" / "results.md").read_text()
+    assert "3 process(es) per arm, " in text and "PARTIAL" not in text
+
+
 def test_merge_refuses_the_same_run_twice_even_with_allow_mixed(tmp_path, capsys):
     """The same shard given twice would count every one of its processes twice."""
     (path,) = write_parts(tmp_path, fingerprinted(fake_results([1.0], [2.0])))
@@ -367,6 +392,14 @@ def test_merge_refuses_the_same_run_twice_even_with_allow_mixed(tmp_path, capsys
         ({"torch": "2.12.0"}, "torch", "'2.13.0'", "'2.12.0'"),
         ({"triton": None}, "triton", "'3.5.0'", "None"),
         ({"gpu": "NVIDIA L4", "gpu_sms": 58}, "gpu", "'NVIDIA H100 80GB HBM3'", "'NVIDIA L4'"),
+        ({"gpu_capability": "sm_121"}, "gpu_capability", "'sm_90'", "'sm_121'"),
+        (
+            {"torch_env": {"TORCH_LOGS": "recompiles", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}},
+            "torch_env.TORCHINDUCTOR_MAX_AUTOTUNE",
+            "absent",
+            "'1'",
+        ),
+        ({"torch_env": {"TORCH_LOGS": "+dynamo"}}, "torch_env.TORCH_LOGS", "'recompiles'", "'+dynamo'"),
         ({"knobs": {"on_mismatch": "warn", "min_sms": 40}}, "arm 'a': settings.knobs.min_sms", "absent", "40"),
         ({"workload": {**FINGERPRINT["workload"], "quick": True}}, "workload.quick", "False", "True"),
     ],
@@ -477,6 +510,38 @@ def test_the_fingerprints_settings_are_what_the_worker_applies(monkeypatch):
     assert fp["settings"]["compile_args"] == {"mode": "max-autotune-no-cudagraphs"} and fp["settings"]["emulate"] == "T4"
     assert fp["workload"]["workload"] == "gemm_mlp" and fp["workload"]["source"] is None
     assert job.stamp(dict(record), job_spec)["run_id"] == record["run_id"]  # a record keeps its id
+
+
+def test_torch_environment_keeps_the_variables_torch_reads():
+    environ = {
+        "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+        "TORCH_LOGS": "recompiles",
+        "TRITON_PTXAS_PATH": "/opt/ptxas",
+        "TORCHINDUCTOR_CACHE_DIR": "/c/inductor",
+        "TRITON_CACHE_DIR": "/c/triton",
+        "TORCHINDUCTOR_COMPILE_THREADS": "4",
+        "TORCH_HOME": "/h",
+        "TORCHELASTIC_RUN_ID": "7",
+        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+        "INDUCTOR_KNOBS_MIN_SMS": "40",
+        "PATH": "/bin",
+    }
+    assert fingerprint.torch_environment(environ) == {
+        "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+        "TORCH_LOGS": "recompiles",
+        "TRITON_PTXAS_PATH": "/opt/ptxas",
+    }
+
+
+def test_the_workers_fingerprint_holds_its_torch_variables(monkeypatch):
+    """A shard run with TORCHINDUCTOR_MAX_AUTOTUNE=1 says so in every run's fingerprint; the per-run caches do not."""
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    plan = plan_for("--device", "cpu", "--arm", "eager", "--smoke")
+    env = workers.worker_env(spec.parse_arm("eager"), gpu=None, cache="/c", emulate=None)
+    fp = fingerprint.collect(plan.jobs()[0], env)
+    assert fp["torch_env"]["TORCHINDUCTOR_MAX_AUTOTUNE"] == "1"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in fp["torch_env"] and "TRITON_CACHE_DIR" not in fp["torch_env"]
+    assert fp["gpu_capability"] is None and fp["gpu"] is None  # a CPU run
 
 
 def test_the_fingerprints_driver_version_comes_from_the_driver(monkeypatch):
@@ -647,6 +712,18 @@ def test_out_must_be_empty_unless_overwrite(tmp_path, capsys, no_arm_runs):
     assert "not a directory" in capsys.readouterr().err
 
 
+def test_help_prints_percent_signs_once_and_says_what_overwrite_does():
+    """argparse %-formats argument help always, a description only when it holds ``%(prog)``."""
+    parser = cli.argparse.ArgumentParser(prog="inductor-knobs")
+    sub = parser.add_subparsers(dest="command")
+    options.add_parser(sub)
+    text = " ".join(sub.choices["ablate"].format_help().split())
+    assert "%%" not in text and "95% bootstrap intervals" in text
+    assert "before the run" not in text
+    assert f"writes into <out>/{outdir.STAGING} and, only if it exits 0" in text
+    assert "a run that fails or is interrupted leaves the earlier results unchanged" in text
+
+
 def test_overwrite_replaces_only_what_the_tool_wrote(tmp_path, capsys):
     part = tmp_path / "part.json"
     part.write_text(json.dumps(fingerprinted(fake_results([1.0], [2.0]))))
@@ -674,6 +751,32 @@ def test_unreadable_results_files_are_one_line_errors(tmp_path, capsys, option, 
     assert cli.main(["ablate", option, str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and option in err and str(bad) in err
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"index": "1"}, "index = '1': allowed the job's index, an int >= 0"),
+        ({"index": None}, "no index: allowed the job's index, an int >= 0"),
+        ({"samples_ms": [0.0, 0.0]}, "samples_ms holds 0.0: allowed latencies in ms > 0 and finite"),
+        ({"compile_seconds": "1.0"}, "compile_seconds = '1.0': allowed a number >= 0"),
+        ({"arm": "z"}, "arm = 'z': allowed one of the file's arms ['a', 'b', 'c']"),
+    ],
+)
+def test_a_malformed_record_is_a_one_line_error_naming_the_file_and_line(tmp_path, capsys, change, problem):
+    data = fingerprinted(fake_results([1.0], [2.0]))
+    bad = {**data["runs"][1], **change}
+    data["runs"][1] = {k: v for k, v in bad.items() if v is not None}
+    text = json.dumps(data, indent=2)
+    runs_at = text.splitlines().index('  "runs": [')
+    line = [i + 1 for i, t in enumerate(text.splitlines()) if t == "    {" and i > runs_at][1]
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    for option in (["--merge", str(path)], ["--compare", str(path), str(path)]):
+        assert cli.main(["ablate", *option]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"{option[0]} {str(path)!r}: record runs[1] (line {line}) is malformed: {problem}" in err
 
 
 def test_compare_warns_when_the_results_are_not_comparable(tmp_path, capsys):

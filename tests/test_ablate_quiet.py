@@ -303,3 +303,97 @@ def test_worker_counts_follow_the_cpus_this_process_may_run_on(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert main_job.main_job_parallel("cuda", [0]) == 9  # a 16-CPU node: the main job's 18 runs in one batch
     assert quiet.live_cap(9, 18) in (9, 18)  # memory may bound it; never two uneven batches
+
+
+# -- who may talk to the barrier, and how much ---------------------------------------------------
+
+
+def _closed_by_the_barrier(sock: socket.socket) -> bool:
+    """Whether the barrier closed ``sock`` (within 30 s)."""
+    sock.settimeout(30)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_line_over_the_bound_closes_its_connection_and_is_never_buffered_whole(monkeypatch, caplog):
+    most = []
+
+    class Recording(quiet.LineBuffer):
+        def feed(self, data):
+            most.append(len(self.pending) + len(data))
+            return super().feed(data)
+
+    monkeypatch.setattr(quiet, "LineBuffer", Recording)
+    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs=1, max_line=64)
+    try:
+        job = barrier.admit(None)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(job["address"])
+        sender = threading.Thread(target=lambda: _send_quietly(sock, b"x" * 2**20), daemon=True)
+        sender.start()
+        assert _closed_by_the_barrier(sock)
+        sender.join(30)
+        sock.close()
+        assert most and max(most) <= 65  # never more than one byte past the bound
+        assert "closed a connection: a line longer than 64 bytes without a newline (allowed 64 bytes)" in caplog.text
+        ok = _Fake(job)  # the barrier still serves: a worker of this uid gets its turn
+        assert ok.went.wait(30)
+        ok.release.set()
+        ok.thread.join(30)
+        assert ok.error is None
+    finally:
+        barrier.close()
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError:  # the barrier closed the connection: expected
+        pass
+
+
+def test_a_peer_of_another_uid_is_refused(caplog):
+    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs=1, uid_of=lambda sock: 65534)
+    try:
+        job = barrier.admit(None)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(job["address"])
+        _send_quietly(sock, f"ready {job['token']}\n".encode())
+        assert _closed_by_the_barrier(sock)
+        sock.close()
+        assert job["token"] in barrier.compiling  # its "ready" was never read
+        assert f"its peer runs as uid 65534, the ablation as uid {os.geteuid()}" in caplog.text
+    finally:
+        barrier.close()
+
+
+def test_peer_uid_reads_the_kernels_credentials():
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        assert quiet.peer_uid(left) == os.geteuid()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid 65534 needs root")
+def test_a_process_running_as_nobody_is_refused():
+    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs=1)
+    try:
+        job = barrier.admit(None)
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child: exit 0 when the barrier closed its connection unread
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(job["address"])
+                _send_quietly(sock, f"ready {job['token']}\n".encode())
+                code = 0 if _closed_by_the_barrier(sock) else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert job["token"] in barrier.compiling
+    finally:
+        barrier.close()

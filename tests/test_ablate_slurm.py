@@ -20,6 +20,7 @@ import pytest
 
 from inductor_knobs import cli
 from inductor_knobs.ablation import build, command, files, options, outdir, slurm, store
+from inductor_knobs.ablation.job import stamp
 from inductor_knobs.ablation.plan import TIME_MARGIN_MIN, SlurmOptions
 from inductor_knobs.ablation.signals import Interrupted
 from inductor_knobs.errors import InvalidKnobValue, SlurmSubmitFailed
@@ -47,6 +48,17 @@ def no_arm_runs(monkeypatch):
 
     monkeypatch.setattr(command, "execute", execute)
     monkeypatch.setattr(slurm, "execute", execute)
+
+
+@pytest.fixture
+def sbatch_here(monkeypatch):
+    """``sbatch`` found on PATH whether Slurm is installed or not: the tests that use this fixture check what
+    the command line plans, which submits nothing, so they run on every machine (the real cluster's test skips
+    where Slurm is missing)."""
+    import shutil
+
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: "/usr/bin/sbatch" if name == "sbatch" else real(name, *a, **k))
 
 
 def plan_for(*argv: str):
@@ -78,7 +90,7 @@ def plan_for(*argv: str):
         (["--executor", "slurm", "--out", "o", "--gpus", "0"], r"--gpus='0' picks GPUs of this machine"),
     ],
 )
-def test_bad_executor_options_fail_before_anything_runs(argv, match):
+def test_bad_executor_options_fail_before_anything_runs(argv, match, sbatch_here):
     with pytest.raises(InvalidKnobValue, match=match):
         plan_for("--device", "cpu", "--arm", "eager", *argv)
 
@@ -102,7 +114,7 @@ def test_slurm_without_sbatch_says_where_to_run(monkeypatch):
         plan_for("--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o")
 
 
-def test_toml_executor_and_slurm_table(tmp_path):
+def test_toml_executor_and_slurm_table(tmp_path, sbatch_here):
     path = tmp_path / "a.toml"
     path.write_text(
         'executor = "slurm"\n[[arm]]\nname = "eager"\n'
@@ -143,13 +155,13 @@ def test_bad_slurm_tables(tmp_path, content, match):
         plan_for("--device", "cpu", "--config", str(path), "--out", str(tmp_path / "o"))
 
 
-def test_default_time_limit_and_gpus():
+def test_default_time_limit_and_gpus(sbatch_here):
     plan = plan_for("--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o", "--timeout", "61")
     assert plan.slurm is not None
     assert plan.slurm.parameters(plan) == {"name": "ik-ablate", "timeout_min": 2 + TIME_MARGIN_MIN}
 
 
-def test_cuda_jobs_from_a_machine_without_a_gpu():
+def test_cuda_jobs_from_a_machine_without_a_gpu(sbatch_here):
     import torch
 
     if torch.cuda.is_available():
@@ -336,13 +348,76 @@ def test_local_resume_runs_only_the_missing_run(tmp_path, capsys):
     plan = plan_for(*argv[1:])
     runs = store.RunStore(str(tmp_path))
     runs.begin(plan.jobs(), resume=False)
-    runs.save({**fake_record(plan.jobs()[0]), "marker": "kept"})
+    runs.save(stamp({**fake_record(plan.jobs()[0]), "marker": "kept"}, plan.jobs()[0]))
     assert cli.main([*argv, "--out", str(tmp_path), "--resume"]) == 0, capsys.readouterr().err
     assert "resuming: 1 of 2 runs kept, 1 to run" in capsys.readouterr().err
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["executor"] == "local" and results["resumed_runs"] == 1
     assert [r.get("marker") for r in results["runs"]] == ["kept", None] and results["runs"][1]["ok"]
     assert json.loads((tmp_path / "runs" / "run-1.json").read_text())["ok"]
+
+
+RESUMED = ["ablate", "--device", "cpu", "--workload", "resumed_workload:tiny", "--smoke", "--arm", "eager"]
+RESUMED += ["--arm", "e2:eager=true"]
+
+
+def _kept_run(tmp_path, monkeypatch, **fingerprint_fields):
+    """An ablation in ``tmp_path/out`` whose first run is kept (its fingerprint as a worker of this machine
+    would report it, plus ``fingerprint_fields``); the workload is ``tmp_path/resumed_workload.py``."""
+    (tmp_path / "resumed_workload.py").write_text("from ablation_workload import tiny\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(TESTS)]))
+    jobs = plan_for(*RESUMED[1:]).jobs()
+    out = tmp_path / "out"
+    runs = store.RunStore(str(out))
+    runs.begin(jobs, resume=False)
+    record = stamp(fake_record(jobs[0]), jobs[0])
+    record["fingerprint"].update({"torch_env": {}, **fingerprint_fields})
+    runs.save(record)
+    return out
+
+
+def _fake_execute(monkeypatch, **fingerprint_fields):
+    def execute(plan, progress=True, jobs=None, on_record=None, workers=None):
+        records = []
+        for spec in jobs:
+            records.append(stamp(fake_record(spec), spec))
+            records[-1]["fingerprint"].update({"torch_env": {}, **fingerprint_fields})
+            on_record(records[-1])
+        return records
+
+    monkeypatch.setattr(command, "execute", execute)
+
+
+def test_resume_refuses_kept_runs_of_a_changed_workload_before_anything_runs(tmp_path, monkeypatch, capsys, no_arm_runs):
+    out = _kept_run(tmp_path, monkeypatch)
+    (tmp_path / "resumed_workload.py").write_text("from ablation_workload import tiny  # another model now\n")
+    assert cli.main([*RESUMED, "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--resume: the runs do not share one fingerprint: workload.source differs: 'sha256:" in err
+    assert f"in the kept runs in {out / 'runs'} (run " in err and "in this run (run " in err and "e2 repeat 0, job 1" in err
+    assert "--allow-mixed" in err and "--overwrite" in err
+    assert not (out / "results.json").exists()
+
+
+def test_resume_refuses_runs_under_other_torch_variables_and_allow_mixed_reports_them(tmp_path, monkeypatch, capsys):
+    out = _kept_run(tmp_path, monkeypatch)
+    _fake_execute(monkeypatch, torch_env={"TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
+    assert cli.main([*RESUMED, "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "torch_env.TORCHINDUCTOR_MAX_AUTOTUNE differs: absent in the kept runs in " in err and "'1' in this run" in err
+    assert f"This run's records are kept in {out / 'runs'} as well." in err
+    assert cli.main([*RESUMED, "--out", str(out), "--resume", "--allow-mixed"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert "torch_env.TORCHINDUCTOR_MAX_AUTOTUNE" in {m.get("field") for m in results["mixed"]}
+    assert "**MIXED DATA**" in (out / "results.md").read_text()
+
+
+def test_resume_of_runs_alike_is_not_mixed(tmp_path, monkeypatch, capsys):
+    out = _kept_run(tmp_path, monkeypatch)
+    _fake_execute(monkeypatch)
+    assert cli.main([*RESUMED, "--out", str(out), "--resume"]) == 0, capsys.readouterr().err
+    assert "mixed" not in json.loads((out / "results.json").read_text())
 
 
 # -- a real Slurm cluster --------------------------------------------------------------------------

@@ -44,7 +44,8 @@ from typing import Any
 from ..errors import InvalidKnobValue
 from . import compare, files, outdir, report, slurm, store
 from .build import build_plan, check_plot
-from .merge import merge
+from .job import stamp
+from .merge import check_resume, merge
 from .plan import Plan
 from .runner import early_workers, execute
 from .signals import Interrupted, signals_ignored, signals_raise
@@ -216,12 +217,13 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
         raise InvalidKnobValue("--resume continues an ablation's runs; --merge runs nothing: give one of the two")
     check_plot(args.plot)
     outdir.check_out(args.out, args.overwrite, resume)
-    if getattr(args, "allow_mixed", False) and not args.merge:
-        raise InvalidKnobValue("--allow-mixed is for --merge (it lets runs with differing fingerprints be merged)")
+    allow_mixed = bool(getattr(args, "allow_mixed", False))
+    if allow_mixed and not args.merge and not resume:
+        raise InvalidKnobValue("--allow-mixed is for --merge and --resume (it lets runs with differing fingerprints be pooled)")
     target = outdir.target(args.out, args.overwrite, resume)
     if args.merge:
         parts = [files.read(p, "--merge") for p in args.merge]
-        results = merge(parts, args.merge, allow_mixed=bool(getattr(args, "allow_mixed", False)))
+        results = merge(parts, args.merge, allow_mixed=allow_mixed)
         if target is not None:
             target.prepare()
     else:
@@ -245,6 +247,9 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
                 target.prepare()
             kept = runs.begin(jobs, resume=False) if runs is not None else {}
         todo = [job for job in jobs if int(job["index"]) not in kept]
+        if runs is not None and kept:  # what the parent knows of the new runs' fingerprints, before they run
+            planned = [stamp({"arm": j["arm"]["name"], "repeat": j["repeat"], "index": j["index"]}, j) for j in todo]
+            check_resume(list(kept.values()), planned, runs.path, allow_mixed=allow_mixed, ran=False)
         print(
             f"ablate: workload {plan.workload}, {len(plan.arms)} arms x {plan.repeats} process(es) on "
             f"{results['environment']['device_name']}"
@@ -271,7 +276,11 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
                     results["environment"]["doctor"] = {"error": f"interrupted by {stop.name} before the report came"}
                 results["wall_seconds"] = time.perf_counter() - start
                 done = sorted([*kept.values(), *stop.runs], key=lambda r: r["index"])
+                if runs is not None and kept:  # the finished runs are kept: say whether they differ, never refuse
+                    _mixed(results, check_resume(list(kept.values()), stop.runs, runs.path, allow_mixed=True, ran=True))
                 return _interrupted(target, results, Interrupted(stop.signum, done, len(jobs)))
+        if runs is not None and kept:  # the workers' fingerprints: every field (versions, GPU, torch variables)
+            _mixed(results, check_resume(list(kept.values()), fresh, runs.path, allow_mixed=allow_mixed, ran=True))
         results["runs"] = sorted([*kept.values(), *fresh], key=lambda r: r["index"])
         results["wall_seconds"] = time.perf_counter() - start
     print(report.markdown(results))
@@ -283,6 +292,12 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
     if target is not None:
         _write(target, results, args.plot, status)
     return status
+
+
+def _mixed(results: dict[str, Any], mixed: list[dict[str, Any]]) -> None:
+    """Keep ``--resume --allow-mixed``'s differences in results.json's ``mixed`` (the report's MIXED DATA)."""
+    if mixed:
+        results["mixed"] = mixed
 
 
 def _write(target: outdir.Target, results: dict[str, Any], plot: bool, status: int) -> None:

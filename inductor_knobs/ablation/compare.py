@@ -60,7 +60,8 @@ def _settings(arm: dict[str, Any]) -> dict[str, Any]:
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What makes two results not comparable: quick, smoke, repeats, iterations, workload, device,
-    torch, SM emulation, an interrupted run, or an arm of the same name with other settings.
+    torch, SM emulation, a partial run (interrupted, or a merge without every shard), or an arm of the same name
+    with other settings.
 
     Args:
         old (dict[str, Any]): the earlier results.json's data.
@@ -84,7 +85,7 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         ("device name", env(old, "device_name"), env(new, "device_name")),
         ("torch version", env(old, "torch"), env(new, "torch")),
         ("emulate_sms", old.get("emulate_sms"), new.get("emulate_sms")),
-        ("partial (interrupted)", bool(old.get("partial")), bool(new.get("partial"))),
+        ("partial (interrupted, or shards missing)", bool(old.get("partial")), bool(new.get("partial"))),
     ]
     for what, a, b in checks:
         if a != b:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core._atomic import atomic_write, write_json
@@ -100,18 +102,93 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
     return written
 
 
-def check(data: Any, source: str) -> dict[str, Any]:
-    """``data`` if it looks like a results.json that this module can read.
+#: A successful run's numbers that the summary reads (each >= 0; ``samples_ms`` is checked apart).
+RUN_NUMBERS = ("compile_seconds", "autotune_seconds", "peak_memory_bytes", "max_abs_diff")
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _run_problem(run: Any, arms: Sequence[Any]) -> str | None:
+    """What is wrong with one record of ``runs`` (a phrase naming the key, the value and what is allowed), or None."""
+    if not isinstance(run, dict):
+        return f"a JSON {type(run).__name__}, not an object"
+    index = run.get("index")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        return (f"index = {index!r}" if "index" in run else "no index") + ": allowed the job's index, an int >= 0"
+    if run.get("arm") not in arms:
+        return f"arm = {run.get('arm')!r}: allowed one of the file's arms {list(arms)}"
+    if not run.get("ok"):
+        return None
+    samples = run.get("samples_ms")
+    if not isinstance(samples, list) or not samples:
+        return f"samples_ms = {samples!r}: allowed a non-empty list of latencies in ms (the run is ok)"
+    bad = [v for v in samples if not 0 < (_number(v) or 0.0) < math.inf]
+    if bad:
+        return f"samples_ms holds {bad[0]!r}: allowed latencies in ms > 0 and finite"
+    for key in RUN_NUMBERS:
+        number = _number(run.get(key))
+        if number is None or number < 0:
+            return f"{key} = {run.get(key)!r}: allowed a number >= 0 (the run is ok)"
+    if "mismatch" not in run:
+        return "no mismatch: allowed true or false (the run is ok)"
+    return None
+
+
+def record_lines(text: str) -> list[int]:
+    """The line (1-based) on which each element of the top-level ``runs`` array of a JSON text starts.
+
+    Args:
+        text (str): a results.json's text (already known to parse).
+
+    Returns:
+        list[int]: one line per record, in order; empty where the text has no top-level ``runs`` array.
+    """
+    decoder = json.JSONDecoder()
+    ws = re.compile(r"\s*")
+
+    def skip(pos: int) -> int:
+        match = ws.match(text, pos)
+        return match.end() if match else pos
+
+    pos = skip(0)
+    if text[pos : pos + 1] != "{":
+        return []
+    pos = skip(pos + 1)
+    while text[pos : pos + 1] == '"':
+        key, pos = decoder.raw_decode(text, pos)
+        pos = skip(skip(pos) + 1)  # past the colon
+        if key != "runs" or text[pos : pos + 1] != "[":
+            pos = skip(decoder.raw_decode(text, pos)[1])
+            pos = skip(pos + 1) if text[pos : pos + 1] == "," else pos
+            continue
+        lines, pos = [], skip(pos + 1)
+        while text[pos : pos + 1] not in ("]", ""):
+            lines.append(text.count("\n", 0, pos) + 1)
+            pos = skip(decoder.raw_decode(text, pos)[1])
+            pos = skip(pos + 1) if text[pos : pos + 1] == "," else pos
+        return lines
+    return []
+
+
+def check(data: Any, source: str, text: str | None = None) -> dict[str, Any]:
+    """``data`` if it looks like a results.json that this module can read: its keys, its schema, and every
+    record of ``runs`` (an object with an int ``index`` >= 0 and one of the file's arms; a successful one
+    with positive finite ``samples_ms`` and the numbers :func:`.summary.summarize` reads).
 
     Args:
         data (Any): the parsed JSON.
         source (str): what to name in the error, e.g. ``--compare 'old/results.json'``.
+        text (str | None): the file's text, so that a bad record is named by its line; None: by its place
+            in ``runs`` only.
 
     Returns:
         dict[str, Any]: ``data``.
 
     Raises:
-        InvalidKnobValue: not an object, a required key missing, or a newer schema than :data:`SCHEMA`.
+        InvalidKnobValue: not an object, a required key missing, a newer schema than :data:`SCHEMA`, or a
+            malformed record (the message names the record's place in ``runs``, its line, the key and value).
     """
     if not isinstance(data, dict):
         raise InvalidKnobValue(f"{source} is not an ablation results.json: a JSON {type(data).__name__}, not an object")
@@ -127,6 +204,16 @@ def check(data: Any, source: str) -> dict[str, Any]:
         raise InvalidKnobValue(
             f"{source} has results schema {schema!r}: allowed 1..{SCHEMA}; it was written by a newer inductor-knobs"
         )
+    arms = [a.get("name") if isinstance(a, dict) else a for a in data["arms"]]
+    for place, run in enumerate(data["runs"]):
+        problem = _run_problem(run, arms)
+        if problem is not None:
+            lines = record_lines(text) if text is not None else []
+            line = f" (line {lines[place]})" if place < len(lines) else ""
+            raise InvalidKnobValue(
+                f"{source}: record runs[{place}]{line} is malformed: {problem}; fix or remove that record (the file is "
+                "not as `inductor-knobs ablate --out` wrote it)"
+            )
     return data
 
 
@@ -146,9 +233,10 @@ def read(path: str, option: str) -> dict[str, Any]:
     source = f"{option} {path!r}"
     try:
         with open(path, encoding="utf-8") as src:
-            data = json.load(src)
+            text = src.read()
+        data = json.loads(text)
     except OSError as err:
         raise InvalidKnobValue(f"{source} cannot be read: {err.strerror or err}") from err
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
         raise InvalidKnobValue(f"{source} is not JSON ({err}): allowed a results.json written by ablate --out") from err
-    return check(data, source)
+    return check(data, source, text)

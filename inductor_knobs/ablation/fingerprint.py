@@ -10,7 +10,11 @@ imports torch and before it applies the arm's knobs:
 - ``inductor_knobs``, ``torch``, ``triton`` (None: not installed) and ``cuda`` (``torch.version.cuda``;
   None: a CPU build): the versions;
 - ``cuda_driver`` (the CUDA version the driver supports, e.g. ``"12.8"``), ``gpu`` (the run's GPU's
-  name) and ``gpu_sms`` (its real SM count, never an emulated one): None on CPU runs;
+  name), ``gpu_capability`` (its full compute capability, major and minor: ``"sm_121"``) and ``gpu_sms``
+  (its real SM count, never an emulated one): None on CPU runs;
+- ``torch_env``: the ``TORCHINDUCTOR_*``, ``TORCH_*`` and ``TRITON_*`` variables of the worker's
+  environment before the arm's knobs apply (:func:`torch_environment`), which torch and Triton read
+  (``TORCHINDUCTOR_MAX_AUTOTUNE=1`` autotunes every arm), less :data:`TORCH_ENV_EXCLUDED`;
 - ``workload`` (what each process builds and how it measures it: the workload's name, device,
   ``quick``, seed, samples, warm-up and profiled iterations, and ``source``: the SHA-256 of a
   ``module:factory`` workload's module file, or the transformers / timm version of a real model) and
@@ -22,7 +26,8 @@ imports torch and before it applies the arm's knobs:
 
 A run whose worker reported nothing (killed at its timeout, a Slurm job that died) gets the part its
 parent knows (:func:`partial`: ``workload``, ``workload_hash``, ``settings``); the version and GPU
-fields are then absent, meaning unknown.  ``ablate --merge`` compares fingerprints (:mod:`.merge`).
+fields are then absent, meaning unknown.  ``ablate --merge`` and ``ablate --resume`` compare fingerprints
+(:mod:`.merge`), field by field with :func:`compare`.
 """
 
 from __future__ import annotations
@@ -39,13 +44,62 @@ from typing import Any
 from ..core.knobs import EMULATE_SMS_VAR, Knobs
 
 #: The fingerprint fields that describe the machine and its software (compared across every run of a merge).
-ENVIRONMENT_FIELDS = ("inductor_knobs", "torch", "triton", "cuda", "cuda_driver", "gpu", "gpu_sms")
+ENVIRONMENT_FIELDS = (
+    "inductor_knobs",
+    "torch",
+    "triton",
+    "cuda",
+    "cuda_driver",
+    "gpu",
+    "gpu_capability",
+    "gpu_sms",
+    "torch_env",
+)
+
+#: The prefixes of the environment variables torch, Inductor and Triton read (:func:`torch_environment`).
+TORCH_ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCH_", "TRITON_")
+
+#: Variables of :data:`TORCH_ENV_PREFIXES` left out of ``torch_env`` (a name, or a prefix ending in ``_``):
+#: they differ from one process or machine to the next by nature and do not change the code torch compiles.
+TORCH_ENV_EXCLUDED = (
+    # Each run's own empty Inductor cache, and its own Triton cache or the ablation's shared kernel directory
+    # (workers.base_env): paths, which change where code is kept, not the code.
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    # How many processes compile at once: the ablation sets it from --parallel and the CPUs (workers.base_env);
+    # torch/_inductor/config.py:1354 (2.13) decide_compile_threads() reads it to size the compile pool, not the code.
+    "TORCHINDUCTOR_COMPILE_THREADS",
+    # Where torch.hub keeps downloads (torch/hub.py:184, 2.13); the ablation's models have random weights.
+    "TORCH_HOME",
+    # torchrun's per-process restart count, run id, ... (torch/distributed/elastic/agent/server/local_elastic_agent.py:426).
+    "TORCHELASTIC_",
+)
 
 #: The fingerprint fields that describe what an arm ran (compared across the runs of one arm).
 RUN_FIELDS = ("workload", "workload_hash", "settings")
 
 #: The job keys that belong to the workload spec (see the module docstring).
 WORKLOAD_KEYS = ("workload", "device", "quick", "seed", "iters", "warmup", "profile_iters")
+
+
+def torch_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that torch, Inductor and Triton read: every ``TORCHINDUCTOR_*``,
+    ``TORCH_*`` and ``TRITON_*`` one (:data:`TORCH_ENV_PREFIXES`) less :data:`TORCH_ENV_EXCLUDED`.
+
+    Torch reads them at import and at compile time (e.g. torch/_inductor/config.py: ``max_autotune =
+    os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE") == "1"``, line 514 on 2.13), so two processes whose values
+    differ may compile different code under the same knobs.  ``PYTORCH_*`` variables are not included.
+
+    Args:
+        environ (Mapping[str, str]): an environment (a worker's ``os.environ``).
+
+    Returns:
+        dict[str, str]: name -> value (as strings), sorted by name.
+    """
+    names = sorted(k for k in environ if k.startswith(TORCH_ENV_PREFIXES))
+    excluded = [e for e in TORCH_ENV_EXCLUDED if not e.endswith("_")]
+    prefixes = tuple(e for e in TORCH_ENV_EXCLUDED if e.endswith("_"))
+    return {k: str(environ[k]) for k in names if k not in excluded and not (prefixes and k.startswith(prefixes))}
 
 
 def new_run_id() -> str:
@@ -175,14 +229,19 @@ def partial(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any
 
 
 def _cuda_facts(device: str) -> dict[str, Any]:
-    """``cuda_driver``, ``gpu`` and ``gpu_sms`` of the worker's GPU (its device 0), None off CUDA."""
-    facts: dict[str, Any] = {"cuda_driver": None, "gpu": None, "gpu_sms": None}
+    """``cuda_driver``, ``gpu``, ``gpu_capability`` and ``gpu_sms`` of the worker's GPU (its device 0), None off CUDA."""
+    facts: dict[str, Any] = {"cuda_driver": None, "gpu": None, "gpu_capability": None, "gpu_sms": None}
     if not device.startswith("cuda"):
         return facts
     import torch
 
     props = torch.cuda.get_device_properties(0)  # before the arm's knobs: never an emulated SM count
-    facts.update(gpu=str(props.name), gpu_sms=int(props.multi_processor_count), cuda_driver=driver_version())
+    facts.update(
+        gpu=str(props.name),
+        gpu_capability=f"sm_{props.major}{props.minor}",
+        gpu_sms=int(props.multi_processor_count),
+        cuda_driver=driver_version(),
+    )
     return facts
 
 
@@ -228,8 +287,32 @@ def collect(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any
         "triton": _version("triton") or _version("pytorch-triton") or _version("pytorch-triton-rocm"),
         "cuda": torch.version.cuda,
         **_cuda_facts(str(job.get("device", "cpu"))),
+        "torch_env": torch_environment(environ),
         **partial(job, environ),
     }
+
+
+def compare(field: str, first: Mapping[str, Any], other: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Where two runs' fingerprints differ in one top-level ``field``: the one comparison of ``--merge`` and
+    ``--resume`` (:mod:`.merge`).
+
+    Args:
+        field (str): a field of :data:`ENVIRONMENT_FIELDS` or :data:`RUN_FIELDS` (``workload`` covers
+            ``workload_hash`` too; ``settings`` is meaningful between runs of one arm).
+        first (Mapping[str, Any]): one fingerprint.
+        other (Mapping[str, Any]): the other.
+
+    Returns:
+        list[tuple[str, Any, Any]]: ``(dotted name, first's value, other's value)`` per differing leaf (a
+        variable of ``torch_env`` by its name: ``torch_env.TORCHINDUCTOR_MAX_AUTOTUNE``; a side's missing
+        key is :data:`ABSENT`); empty where either fingerprint lacks ``field`` (unknown is not compared).
+    """
+    if field not in first or field not in other:
+        return []
+    found = differences(first[field], other[field], field)
+    if field == "workload" and not found and first.get("workload_hash") != other.get("workload_hash"):
+        found = [("workload_hash", first.get("workload_hash"), other.get("workload_hash"))]
+    return found
 
 
 def differences(first: Any, other: Any, path: str = "") -> list[tuple[str, Any, Any]]:

@@ -11,7 +11,8 @@ cannot mix what should not be mixed.
 3. **Fingerprints or nothing.**  A file whose runs carry no ``run_id`` and ``fingerprint`` (written
    before they existed) is refused, unless ``--allow-mixed``: its runs cannot be checked.
 4. **Same fingerprints.**  Refused unless ``--allow-mixed``: a run whose ``inductor_knobs``,
-   ``torch``, ``triton``, ``cuda``, ``cuda_driver``, ``gpu``, ``gpu_sms`` or ``workload`` (and so
+   ``torch``, ``triton``, ``cuda``, ``cuda_driver``, ``gpu``, ``gpu_capability``, ``gpu_sms``, a variable
+   of ``torch_env`` (``TORCHINDUCTOR_*``, ``TORCH_*``, ``TRITON_*``) or ``workload`` (and so
    ``workload_hash``) differs from the first run's; a run whose ``settings`` (effective knobs, compile
    arguments, eager, emulation) differ from the first run of the same arm; an arm whose settings in
    the files' ``arms`` lists differ, or another workload name; and a job index that ran in two files
@@ -22,7 +23,8 @@ The error (:class:`~inductor_knobs.errors.MergeRefused`) names the files, the ru
 characters, arm, repeat) or arm, and each field that differs with both values.  With ``allow_mixed``
 the merged results keep every difference in ``mixed`` (the report says the data is mixed and lists
 them).  The processes of all shards are concatenated: each is one more replicate of its arm,
-whichever machine ran it.
+whichever machine ran it.  A merge that lacks runs of the ablation (a shard not given, or one that was
+interrupted) is ``partial``, and says which shards are missing.
 """
 
 from __future__ import annotations
@@ -142,11 +144,11 @@ def _check_runs(parts: Sequence[Mapping[str, Any]], sources: Sequence[str], allo
                     "shard with this inductor-knobs, or add --allow-mixed to merge it unchecked"
                 )
             mixed.append({"file": source, "note": "predates run fingerprints: its runs were not checked"})
-    mixed += _fingerfpmismatches(parts, sources)
+    mixed += _fingerprint_mismatches(parts, sources)
     return mixed
 
 
-def _fingerfpmismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> list[dict[str, Any]]:
+def _fingerprint_mismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> list[dict[str, Any]]:
     """Rule 4: every run's fingerprint against the first run's (machine fields and the workload) and its
     arm's first run's (settings), and job indexes that ran in two files."""
     out: list[dict[str, Any]] = []
@@ -171,24 +173,94 @@ def _fingerfpmismatches(parts: Sequence[Mapping[str, Any]], sources: Sequence[st
             fp = run.get("fingerprint")
             if not isinstance(fp, Mapping):
                 continue
-            for field in fingerprint.ENVIRONMENT_FIELDS:
-                if field in fp:
+            for field in (*fingerprint.ENVIRONMENT_FIELDS, "workload"):
+                if field in fp:  # against the first run that has it
                     first = machine.setdefault(field, here)
-                    if first[1]["fingerprint"][field] != fp[field]:
-                        add(field, None, first, here, first[1]["fingerprint"][field], fp[field])
-            if "workload" in fp:
-                first = machine.setdefault("workload", here)
-                theirs = first[1]["fingerprint"]
-                diffs = fingerprint.differences(theirs["workload"], fp["workload"], "workload")
-                if not diffs and theirs.get("workload_hash") != fp.get("workload_hash"):
-                    diffs = [("workload_hash", theirs.get("workload_hash"), fp.get("workload_hash"))]
-                for field, a, b in diffs:
-                    add(field, None, first, here, a, b)
+                    for name, a, b in fingerprint.compare(field, first[1]["fingerprint"], fp):
+                        add(name, None, first, here, a, b)
             if "settings" in fp:
                 first = arms.setdefault(run.get("arm"), here)
-                for field, a, b in fingerprint.differences(first[1]["fingerprint"]["settings"], fp["settings"], "settings"):
-                    add(field, run.get("arm"), first, here, a, b)
+                for name, a, b in fingerprint.compare("settings", first[1]["fingerprint"], fp):
+                    add(name, run.get("arm"), first, here, a, b)
     return out
+
+
+def _refuse(mixed: list[dict[str, Any]], option: str, fix: str) -> None:
+    """Raise :class:`MergeRefused` naming (up to :data:`SHOWN` of) the fingerprint differences in ``mixed``, if any."""
+    differing = [m for m in mixed if "note" not in m]
+    if differing:
+        shown = "; ".join(describe(m) for m in differing[:SHOWN])
+        more = f"; and {len(differing) - SHOWN} more" if len(differing) > SHOWN else ""
+        raise MergeRefused(f"{option}: the runs do not share one fingerprint: {shown}{more}. {fix}")
+
+
+def check_resume(
+    kept: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], where: str, *, allow_mixed: bool, ran: bool
+) -> list[dict[str, Any]]:
+    """``--resume``: the kept runs' fingerprints against this run's, as ``--merge`` compares shards (rule 4 of
+    the module docstring, with :func:`.fingerprint.compare`): every run against the first run that has each
+    field, and each arm's settings against its first run's.
+
+    Args:
+        kept (Sequence[Mapping[str, Any]]): the records kept from ``<out>/runs``.
+        new (Sequence[Mapping[str, Any]]): this run's records: before the runs, what the parent knows of each
+            job's fingerprint (:func:`.job.stamp` of an empty record: workload and settings); after them, the
+            records the workers returned (every field).
+        where (str): the run store's directory, for the message.
+        allow_mixed (bool): ``--allow-mixed``: return the differences instead of refusing.
+        ran (bool): ``new`` are finished runs (the message says that they are kept in ``where`` too).
+
+    Returns:
+        list[dict[str, Any]]: the differences (results.json's ``mixed``); empty when the runs share one fingerprint.
+
+    Raises:
+        MergeRefused: without ``allow_mixed``, a kept run without a fingerprint, or fingerprints that differ
+            (the message names each field or variable and both values, with the run and where it is).
+    """
+    sources = (f"the kept runs in {where}", "this run")
+    mixed: list[dict[str, Any]] = []
+    unchecked = [r for r in kept if not isinstance(r.get("fingerprint"), dict)]
+    if unchecked:
+        if not allow_mixed:
+            raise MergeRefused(
+                f"--resume: {len(unchecked)} of the {len(kept)} kept runs in {where} have no fingerprint, so what they "
+                "ran on cannot be checked against this run: start again with --overwrite, or add --allow-mixed to keep "
+                "them unchecked"
+            )
+        mixed.append({"file": sources[0], "note": "have no fingerprints: they were not checked"})
+    mixed += _fingerprint_mismatches([{"runs": list(kept)}, {"runs": list(new)}], sources)
+    if not allow_mixed:
+        kept_too = f" This run's records are kept in {where} as well." if ran else ""
+        _refuse(
+            mixed,
+            "--resume",
+            "Resuming would pool them in one table: resume under the kept runs' setup, start again with --overwrite, "
+            f"or add --allow-mixed to pool them on purpose (the report then says the data is mixed).{kept_too}",
+        )
+    return mixed
+
+
+def missing_shards(parts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The shards of the ablation that no file is, as ``i/n``.
+
+    Args:
+        parts (Sequence[Mapping[str, Any]]): the files' data; ``shard`` is ``[i, n]`` (``--shard i/n``).
+
+    Returns:
+        list[str]: e.g. ``["2/3"]``; empty when the files do not all name a shard of the same ``n``.
+    """
+    given: set[int] = set()
+    counts: set[int] = set()
+    for part in parts:
+        shard = part.get("shard")
+        if not (isinstance(shard, (list, tuple)) and len(shard) == 2):
+            return []
+        given.add(int(shard[0]))
+        counts.add(int(shard[1]))
+    if len(counts) != 1:
+        return []
+    (count,) = counts
+    return [f"{i}/{count}" for i in range(count) if i not in given]
 
 
 def merge(
@@ -205,7 +277,9 @@ def merge(
             and list the differences in ``mixed``.
 
     Returns:
-        dict[str, Any]: the merged results: every run, by job index.
+        dict[str, Any]: the merged results: every run, by job index.  ``partial`` is True where a shard was
+        interrupted or where runs of the ablation are missing (shards not given): then ``planned_runs`` is
+        the whole ablation's count and ``missing_shards`` lists the shards not given (``i/n``).
 
     Raises:
         MergeRefused: the files are not shards of one ablation; a run appears twice; without
@@ -213,14 +287,12 @@ def merge(
     """
     names = list(sources) if sources is not None else [f"file {i + 1}" for i in range(len(parts))]
     mixed = _check_arms(parts, names) + _check_runs(parts, names, allow_mixed)
-    differing = [m for m in mixed if "note" not in m]
-    if differing and not allow_mixed:
-        shown = "; ".join(describe(m) for m in differing[:SHOWN])
-        more = f"; and {len(differing) - SHOWN} more" if len(differing) > SHOWN else ""
-        raise MergeRefused(
-            f"--merge: the runs do not share one fingerprint: {shown}{more}. Merging would pool them in one table: "
-            "merge only shards that ran alike, or add --allow-mixed to merge them on purpose (the report then says the "
-            "data is mixed)"
+    if not allow_mixed:
+        _refuse(
+            mixed,
+            "--merge",
+            "Merging would pool them in one table: merge only shards that ran alike, or add --allow-mixed to merge them "
+            "on purpose (the report then says the data is mixed)",
         )
     first = parts[0]
     runs = sorted((r for p in parts for r in p["runs"]), key=lambda r: r["index"])
@@ -235,6 +307,12 @@ def merge(
     for part in parts:  # a shard that was interrupted leaves the merge partial
         if part.get("partial"):
             merged.update(partial=True, interrupted=part.get("interrupted"))
+    planned = len(first["arms"]) * int(first.get("repeats") or 0)
+    if len({int(r["index"]) for r in runs}) < planned:  # shards not given, or runs a shard did not finish
+        merged.update(partial=True, planned_runs=planned)
+        missing = missing_shards(parts)
+        if missing:
+            merged["missing_shards"] = missing
     if mixed:
         merged["mixed"] = mixed
     return merged

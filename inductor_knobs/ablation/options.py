@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import stats, workloads
+from . import outdir, stats, workloads
 from .main_job import CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL
 from .plan import TIME_MARGIN_MIN
 
@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
         description="With no arguments (the main job): on a GPU, a randomly initialised BERT-base under arms gated "
         "(GEMM autotuning, torch's 68-SM gate as it is) and force_gemm_autotune, on an emulated T4 (40 SMs) and L4 "
         "(58 SMs) below the gate and on this GPU (an A/A control); on CPU, which has no SM gate, gemm_mlp under default "
-        "and max-autotune-no-cudagraphs.  Each arm x repeat is a fresh process; speedups get 95%% bootstrap intervals "
+        "and max-autotune-no-cudagraphs.  Each arm x repeat is a fresh process; speedups get 95% bootstrap intervals "
         "over processes.",
     )
     p.add_argument(
@@ -120,14 +120,18 @@ def add_parser(sub: Any) -> None:
         "--resume",
         action="store_true",
         help="continue the ablation in --out: run only the runs with no record in <out>/runs or a failed one, keep the "
-        "others (the same command and options; the executor and --timeout may differ)",
+        "others (the same command and options; the executor and --timeout may differ); refused, unless --allow-mixed, "
+        "where the kept runs' fingerprints differ from this run's, as --merge refuses shards",
     )
     p.add_argument("--shard", help="i/n: run only this shard of the jobs (0-based i), e.g. one per node")
     p.add_argument("--out", help="a new or empty directory for results.json, results.csv, results.md (and results.png)")
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="let --out be a directory with earlier results: results.json/.csv/.md/.png are removed before the run",
+        help=f"let --out be a directory with earlier results: the new run writes into <out>/{outdir.STAGING} and, only if "
+        "it exits 0, its results.json/.csv/.md (and .png) and runs/ replace the earlier ones there (an earlier results "
+        "file it did not write is removed; other files are kept); a run that fails or is interrupted leaves the earlier "
+        "results unchanged",
     )
     p.add_argument("--plot", action="store_true", help="also write results.png (needs pip install 'inductor-knobs[plot]')")
     p.add_argument(
@@ -141,11 +145,12 @@ def add_parser(sub: Any) -> None:
         nargs="+",
         metavar="RESULTS",
         help="merge shard results.json files (with --out); refuses a run given twice, and runs whose fingerprints "
-        "(versions, GPU, an arm's settings, the workload) differ",
+        "(versions, GPU and compute capability, TORCHINDUCTOR_*/TORCH_*/TRITON_* variables, an arm's settings, the "
+        "workload) differ",
     )
     p.add_argument(
         "--allow-mixed",
         action="store_true",
-        help="--merge: merge runs whose fingerprints differ, or files from before fingerprints, on purpose (the report "
-        "says the data is mixed and lists the differences); a run given twice is still refused",
+        help="--merge and --resume: pool runs whose fingerprints differ, or runs from before fingerprints, on purpose "
+        "(the report says the data is mixed and lists the differences); a run given twice is still refused",
     )

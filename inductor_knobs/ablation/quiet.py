@@ -36,19 +36,35 @@ connection, so nobody waits for it.  :meth:`Quiet.close` (an interruption) wakes
 closes every connection.
 
 The socket is an abstract-namespace Unix socket (Linux): no file to leave behind in ``$TMPDIR``;
-each job is given a random token that it presents with ``ready``.  Standard library only.
+each job is given a random token that it presents with ``ready``.  An abstract socket has no file
+permissions, so any local user could connect: the barrier reads each connection's peer with
+``SO_PEERCRED`` (:func:`peer_uid`, socket(7)) and closes, unread, every connection from another
+effective uid than this process's own (root's connections too, unless the ablation runs as root: its
+workers are its own children and run as its user).  Each line a connection sends may be at most
+:data:`MAX_LINE` bytes: the barrier buffers no more than that per connection and closes one that sends a
+longer line (:class:`LineBuffer`).  Both are logged (``inductor_knobs.ablation.quiet``, a warning).
+Standard library only.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import selectors
 import socket
+import struct
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: The longest line (bytes, without its newline) a worker may send the barrier; the longest it sends is
+#: ``ready`` and a 32-character token.
+MAX_LINE = 64 * 1024
 
 #: GiB of host memory counted per live worker for :func:`live_cap` (a process holding torch, a
 #: compiled model and, on a GPU, its CUDA context).
@@ -130,6 +146,68 @@ def live_cap(parallel: int, jobs: int, lanes: int = 1, gpu_gib: float | None = N
     return max(parallel, math.ceil(per_lane / batches))
 
 
+def peer_uid(sock: socket.socket) -> int:
+    """The effective uid of the process at the other end of a connected Unix socket, as the kernel recorded it
+    when that process connected (``SO_PEERCRED``, socket(7) and unix(7): a ``struct ucred`` of pid, uid, gid).
+
+    Args:
+        sock (socket.socket): a connected ``AF_UNIX`` socket.
+
+    Returns:
+        int: the peer's uid.
+
+    Raises:
+        OSError: the kernel cannot say (not a Unix socket; not Linux: ``socket.SO_PEERCRED`` missing
+            raises AttributeError, which is an error of the platform, not of the peer).
+    """
+    ucred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", ucred)[1])
+
+
+class LineTooLong(Exception):
+    """A connection sent a line longer than its :class:`LineBuffer` allows."""
+
+
+class LineBuffer:
+    """One connection's bytes up to its next newline, never more than ``limit + 1`` of them.
+
+    Args:
+        limit (int): the longest line allowed, in bytes without the newline.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending = b""
+
+    def room(self) -> int:
+        """How many bytes to read next.
+
+        Returns:
+            int: what fills the buffer to one byte past ``limit`` (at least 1), so that a line over the
+            limit is seen before more of it is read.
+        """
+        return max(1, self.limit + 1 - len(self.pending))
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add ``data`` to the pending bytes.
+
+        Args:
+            data (bytes): what the connection sent next.
+
+        Returns:
+            list[bytes]: the complete lines it finished, without their newlines.
+
+        Raises:
+            LineTooLong: a line, complete or not, is longer than ``limit`` (nothing more is kept).
+        """
+        lines = (self.pending + data).split(b"\n")
+        self.pending = b""
+        if any(len(line) > self.limit for line in lines):
+            raise LineTooLong(f"a line longer than {self.limit} bytes without a newline")
+        self.pending = lines.pop()
+        return lines
+
+
 class Quiet:
     """The phase barrier of one local ablation (see the module docstring).
 
@@ -138,14 +216,26 @@ class Quiet:
         parallel (int): compiling workers per lane at once.
         cap (int): live workers per lane (:func:`live_cap`).
         jobs (int): how many jobs will be admitted in all.
+        max_line (int): the longest line a connection may send, in bytes (:data:`MAX_LINE`).
+        uid_of (Callable[[socket.socket], int]): a connection's peer uid (:func:`peer_uid`); a connection
+            whose uid is not this process's effective uid is closed unread.
 
     Attributes:
         address (str): the socket address the workers connect to (in their job's ``barrier``).
         cpus (dict): lane -> the CPUs its measuring workers are pinned to (:func:`lane_cpus`).
     """
 
-    def __init__(self, lanes: list[Any], parallel: int, cap: int, jobs: int) -> None:
+    def __init__(
+        self,
+        lanes: list[Any],
+        parallel: int,
+        cap: int,
+        jobs: int,
+        max_line: int = MAX_LINE,
+        uid_of: Callable[[socket.socket], int] = peer_uid,
+    ) -> None:
         self.parallel, self.cap, self.remaining = max(1, parallel), max(1, cap), jobs
+        self.max_line, self.uid_of, self.uid = max_line, uid_of, os.geteuid()
         self.cpus = dict(zip(lanes, lane_cpus(len(lanes))))
         self.cond = threading.Condition()
         self.closed = False
@@ -220,7 +310,16 @@ class Quiet:
     # -- the workers' side (the socket thread) ---------------------------------------------------
 
     def _serve(self) -> None:
-        buffers: dict[socket.socket, bytes] = {}
+        buffers: dict[socket.socket, LineBuffer] = {}
+
+        def drop(sock: socket.socket) -> None:  # the worker ended, died or misbehaved: it leaves the barrier
+            self._selector.unregister(sock)
+            buffers.pop(sock, None)
+            token = next((t for t, c in list(self.conns.items()) if c is sock), None)
+            sock.close()
+            if token is not None:
+                self._leave(token, exited=False)
+
         while not self.closed:
             for key, _ in self._selector.select():
                 sock = key.fileobj
@@ -228,25 +327,29 @@ class Quiet:
                     continue
                 if sock is self.listener:
                     conn, _ = self.listener.accept()
-                    buffers[conn] = b""
+                    refused = self._refused(conn)
+                    if refused:
+                        log.warning("the measurement barrier closed a connection: %s", refused)
+                        conn.close()
+                        continue
+                    buffers[conn] = LineBuffer(self.max_line)
                     self._selector.register(conn, selectors.EVENT_READ)
                     continue
                 assert isinstance(sock, socket.socket)
                 try:
-                    data = sock.recv(4096)
+                    data = sock.recv(min(4096, buffers[sock].room()))
                 except OSError:
                     data = b""
-                if not data:  # the worker ended (or died): it leaves the barrier
-                    self._selector.unregister(sock)
-                    buffers.pop(sock, None)
-                    token = next((t for t, c in list(self.conns.items()) if c is sock), None)
-                    sock.close()
-                    if token is not None:
-                        self._leave(token, exited=False)
+                if not data:
+                    drop(sock)
                     continue
-                buffers[sock] += data
-                while b"\n" in buffers[sock]:
-                    line, buffers[sock] = buffers[sock].split(b"\n", 1)
+                try:
+                    lines = buffers[sock].feed(data)
+                except LineTooLong as err:
+                    log.warning("the measurement barrier closed a connection: %s (allowed %d bytes)", err, self.max_line)
+                    drop(sock)
+                    continue
+                for line in lines:
                     try:
                         self._message(sock, line.decode(errors="replace").split())
                     except Exception:  # noqa: BLE001 - a garbled line must not stop the barrier for everyone
@@ -255,6 +358,14 @@ class Quiet:
             self._selector.unregister(sock)
             sock.close()
         self._selector.close()
+
+    def _refused(self, conn: socket.socket) -> str:
+        """Why ``conn`` may not talk to the barrier (its peer is another user, or cannot be told), or ``""``."""
+        try:
+            uid = self.uid_of(conn)
+        except OSError as err:
+            return f"its peer's uid cannot be read ({err})"
+        return "" if uid == self.uid else f"its peer runs as uid {uid}, the ablation as uid {self.uid}"
 
     def _message(self, sock: socket.socket, words: list[str]) -> None:
         with self.cond:

@@ -89,7 +89,7 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
     no_intervals = bool(results.get("smoke")) and repeats < stats.MIN_PROCESSES
     head = (
         f"workload `{results['workload']}` on {env.get('device_name', results.get('device'))}, torch {env.get('torch')}, "
-        f"{results['repeats']} process(es) per arm, {results.get('iters', '?')} samples each, interleaved; "
+        f"{_processes_per_arm(results, rows)}, {results.get('iters', '?')} samples each, interleaved; "
         + ("**smoke run: no confidence intervals**" if no_intervals else "95% percentile-bootstrap intervals over processes")
         + ("; smoke run (quick inputs)" if results.get("smoke") and not no_intervals else "")
     )
@@ -114,28 +114,45 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
     if isinstance(results.get("wall_seconds"), (int, float)):
         gpus = results.get("gpus") or []
         head += f"; whole run {results['wall_seconds']:.0f} s" + (f" on {len(gpus)} GPU(s)" if gpus else "")
-    if not no_intervals and 0 < repeats < NOMINAL_PROCESSES:
+    present = min((r["runs"] for r in rows if r["runs"]), default=repeats)
+    if not no_intervals and 0 < present < NOMINAL_PROCESSES:
         head += (
-            f". With {results['repeats']} processes per arm the intervals are indicative (about 90% coverage, close to "
+            f". With {present} processes per arm the intervals are indicative (about 90% coverage, close to "
             f"the processes' range); --repeats {NOMINAL_PROCESSES} or more for 95%"
         )
     if results.get("partial"):
         planned = results.get("planned_runs")
+        why = []
+        if results.get("missing_shards"):
+            why.append(f"shard(s) {', '.join(results['missing_shards'])} not merged")
+        if results.get("interrupted") or not why:
+            why.append(f"interrupted by {results.get('interrupted') or 'a signal'}")
         head += (
-            f"\n\n**PARTIAL**: interrupted by {results.get('interrupted', 'a signal')} after {len(results['runs'])}"
+            f"\n\n**PARTIAL**: {' and '.join(why)}: {len(results['runs'])}"
             + (f" of {planned}" if planned else "")
             + " runs; the table shows the runs that finished."
         )
     return head
 
 
-def _mixed(items: list[dict[str, Any]]) -> str:
-    """The paragraph of a merge made with ``--allow-mixed`` (see :mod:`.merge`)."""
+def _processes_per_arm(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The processes each arm has in ``results`` (a merge of some shards, an interrupted run: fewer than
+    ``repeats``), e.g. ``2 process(es) per arm`` or ``2-3 process(es) per arm (of 3 planned)``."""
+    counts = [int(r["runs"]) for r in rows] or [int(results.get("repeats") or 0)]
+    low, high = min(counts), max(counts)
+    text = (f"{low}" if low == high else f"{low}-{high}") + " process(es) per arm"
+    planned = int(results.get("repeats") or 0)
+    return text + (f" (of {planned} planned)" if planned and low != planned else "")
+
+
+def _mixed(items: list[dict[str, Any]], how: str = "merged") -> str:
+    """The paragraph of a merge or resume made with ``--allow-mixed`` (see :mod:`.merge`); ``how``: ``merged``
+    or ``resumed``."""
     fields = sorted({str(i["field"]) for i in items if "field" in i})
     shown = "; ".join(describe(i) for i in items[:MIXED_SHOWN])
     more = f"; and {len(items) - MIXED_SHOWN} more (results.json's `mixed`)" if len(items) > MIXED_SHOWN else ""
     return (
-        "**MIXED DATA**: merged with --allow-mixed from runs whose fingerprints differ"
+        f"**MIXED DATA**: {how} with --allow-mixed from runs whose fingerprints differ"
         + (f" in {', '.join(fields)}" if fields else "")
         + f": {shown}{more}. Each arm's row pools its processes across them."
     )
@@ -174,7 +191,7 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
     warnings = load_warnings(results)
     lines = [_head(results, rows)]
     if results.get("mixed"):
-        lines += ["", _mixed(results["mixed"])]
+        lines += ["", _mixed(results["mixed"], "merged" if results.get("merged_from") else "resumed")]
     for note in explain.notes(results, rows):
         lines += ["", note]
     sections = _sections(rows)

@@ -11,7 +11,11 @@ directory's (``<out>/.ablate-next/runs``) until the new run has succeeded (see :
 that have no record there or whose record failed (``"ok": false``); the others are kept as they are.
 The plan must match: the jobs of the new command (workload, arms, repeats, device, quick, iters,
 warmup, emulation, shard) must be those of ``plan.json``, or nothing runs.  The timeout and the
-executor may differ (a run started on Slurm can be finished locally, and the other way round).
+executor may differ (a run started on Slurm can be finished locally, and the other way round).  The kept
+runs' fingerprints are compared with this run's as ``--merge`` compares shards
+(:func:`.merge.check_resume`): before anything runs, with what the parent knows of each new run (the
+workload and the arm's settings: a changed workload file is refused at once), and again with the
+workers' records (versions, GPU, the torch variables); a difference is refused unless ``--allow-mixed``.
 """
 
 from __future__ import annotations
