@@ -33,6 +33,7 @@ from inductor_knobs.ablation import (
     workloads,
 )
 from inductor_knobs.ablation.plan import Plan
+from inductor_knobs.core import setup
 from inductor_knobs.errors import InvalidKnobValue, MergeRefused, UnknownKnob
 
 TESTS = Path(__file__).parent
@@ -526,11 +527,7 @@ def test_torch_environment_keeps_the_variables_torch_reads():
         "INDUCTOR_KNOBS_MIN_SMS": "40",
         "PATH": "/bin",
     }
-    assert fingerprint.torch_environment(environ) == {
-        "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
-        "TORCH_LOGS": "recompiles",
-        "TRITON_PTXAS_PATH": "/opt/ptxas",
-    }
+    assert setup.torch_environment(environ) == {"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "TRITON_PTXAS_PATH": "/opt/ptxas"}
 
 
 def test_the_workers_fingerprint_holds_its_torch_variables(monkeypatch):
@@ -544,12 +541,10 @@ def test_the_workers_fingerprint_holds_its_torch_variables(monkeypatch):
     assert fp["gpu_capability"] is None and fp["gpu"] is None  # a CPU run
 
 
-def test_the_fingerprints_driver_version_comes_from_the_driver(monkeypatch):
+def test_the_setups_driver_version_comes_from_the_driver(monkeypatch):
     """``cuda_driver`` is the CUDA version the driver reports (cuDriverGetVersion: 12080 -> "12.8"); None
     where no driver library loads.  (On an H100 with driver 580.159.04 and torch 2.11 it read "13.0".)"""
     import ctypes
-
-    from inductor_knobs.ablation import fingerprint
 
     class Driver:
         def cuDriverGetVersion(self, out):
@@ -557,13 +552,13 @@ def test_the_fingerprints_driver_version_comes_from_the_driver(monkeypatch):
             return 0
 
     monkeypatch.setattr(ctypes, "CDLL", lambda name: Driver())
-    assert fingerprint.driver_version() == "12.8"
+    assert setup.driver_version() == "12.8"
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")
 
     monkeypatch.setattr(ctypes, "CDLL", missing)
-    assert fingerprint.driver_version() is None
+    assert setup.driver_version() is None
 
 
 def _alive(pid: int) -> bool:

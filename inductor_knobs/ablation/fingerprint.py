@@ -5,7 +5,8 @@ calls (:func:`.job.call_job`), and the Slurm executor gives one to a job that di
 rerun (``--resume``) is a new run with a new id.
 
 The ``fingerprint`` is computed by the worker (:func:`collect`), where the facts are, right after it
-imports torch and before it applies the arm's knobs:
+imports torch and before it applies the arm's knobs, from the package's one setup snapshot
+(:func:`inductor_knobs.core.setup.snapshot`), laid out flat:
 
 - ``inductor_knobs``, ``torch``, ``triton`` (None: not installed) and ``cuda`` (``torch.version.cuda``;
   None: a CPU build): the versions;
@@ -13,8 +14,9 @@ imports torch and before it applies the arm's knobs:
   name), ``gpu_capability`` (its full compute capability, major and minor: ``"sm_121"``) and ``gpu_sms``
   (its real SM count, never an emulated one): None on CPU runs;
 - ``torch_env``: the ``TORCHINDUCTOR_*``, ``TORCH_*`` and ``TRITON_*`` variables of the worker's
-  environment before the arm's knobs apply (:func:`torch_environment`), which torch and Triton read
-  (``TORCHINDUCTOR_MAX_AUTOTUNE=1`` autotunes every arm), less :data:`TORCH_ENV_EXCLUDED`;
+  environment before the arm's knobs apply, which torch and Triton read (``TORCHINDUCTOR_MAX_AUTOTUNE=1``
+  autotunes every arm), less those that only place files or logs
+  (:func:`inductor_knobs.core.setup.torch_environment`);
 - ``workload`` (what each process builds and how it measures it: the workload's name, device,
   ``quick``, seed, samples, warm-up and profiled iterations, and ``source``: the SHA-256 of a
   ``module:factory`` workload's module file, or the transformers / timm version of a real model) and
@@ -27,7 +29,7 @@ imports torch and before it applies the arm's knobs:
 A run whose worker reported nothing (killed at its timeout, a Slurm job that died) gets the part its
 parent knows (:func:`partial`: ``workload``, ``workload_hash``, ``settings``); the version and GPU
 fields are then absent, meaning unknown.  ``ablate --merge`` and ``ablate --resume`` compare fingerprints
-(:mod:`.merge`), field by field with :func:`compare`.
+(:mod:`.merge`), field by field with :func:`compare` (:func:`inductor_knobs.core.setup.differences`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from ..core import setup
 from ..core.knobs import EMULATE_SMS_VAR, Knobs
 
 #: The fingerprint fields that describe the machine and its software (compared across every run of a merge).
@@ -56,50 +59,11 @@ ENVIRONMENT_FIELDS = (
     "torch_env",
 )
 
-#: The prefixes of the environment variables torch, Inductor and Triton read (:func:`torch_environment`).
-TORCH_ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCH_", "TRITON_")
-
-#: Variables of :data:`TORCH_ENV_PREFIXES` left out of ``torch_env`` (a name, or a prefix ending in ``_``):
-#: they differ from one process or machine to the next by nature and do not change the code torch compiles.
-TORCH_ENV_EXCLUDED = (
-    # Each run's own empty Inductor cache, and its own Triton cache or the ablation's shared kernel directory
-    # (workers.base_env): paths, which change where code is kept, not the code.
-    "TORCHINDUCTOR_CACHE_DIR",
-    "TRITON_CACHE_DIR",
-    # How many processes compile at once: the ablation sets it from --parallel and the CPUs (workers.base_env);
-    # torch/_inductor/config.py:1354 (2.13) decide_compile_threads() reads it to size the compile pool, not the code.
-    "TORCHINDUCTOR_COMPILE_THREADS",
-    # Where torch.hub keeps downloads (torch/hub.py:184, 2.13); the ablation's models have random weights.
-    "TORCH_HOME",
-    # torchrun's per-process restart count, run id, ... (torch/distributed/elastic/agent/server/local_elastic_agent.py:426).
-    "TORCHELASTIC_",
-)
-
 #: The fingerprint fields that describe what an arm ran (compared across the runs of one arm).
 RUN_FIELDS = ("workload", "workload_hash", "settings")
 
 #: The job keys that belong to the workload spec (see the module docstring).
 WORKLOAD_KEYS = ("workload", "device", "quick", "seed", "iters", "warmup", "profile_iters")
-
-
-def torch_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``environ`` that torch, Inductor and Triton read: every ``TORCHINDUCTOR_*``,
-    ``TORCH_*`` and ``TRITON_*`` one (:data:`TORCH_ENV_PREFIXES`) less :data:`TORCH_ENV_EXCLUDED`.
-
-    Torch reads them at import and at compile time (e.g. torch/_inductor/config.py: ``max_autotune =
-    os.environ.get("TORCHINDUCTOR_MAX_AUTOTUNE") == "1"``, line 514 on 2.13), so two processes whose values
-    differ may compile different code under the same knobs.  ``PYTORCH_*`` variables are not included.
-
-    Args:
-        environ (Mapping[str, str]): an environment (a worker's ``os.environ``).
-
-    Returns:
-        dict[str, str]: name -> value (as strings), sorted by name.
-    """
-    names = sorted(k for k in environ if k.startswith(TORCH_ENV_PREFIXES))
-    excluded = [e for e in TORCH_ENV_EXCLUDED if not e.endswith("_")]
-    prefixes = tuple(e for e in TORCH_ENV_EXCLUDED if e.endswith("_"))
-    return {k: str(environ[k]) for k in names if k not in excluded and not (prefixes and k.startswith(prefixes))}
 
 
 def new_run_id() -> str:
@@ -228,45 +192,6 @@ def partial(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any
     return {"workload": spec, "workload_hash": digest(spec), "settings": settings(job["arm"], environ)}
 
 
-def _cuda_facts(device: str) -> dict[str, Any]:
-    """``cuda_driver``, ``gpu``, ``gpu_capability`` and ``gpu_sms`` of the worker's GPU (its device 0), None off CUDA."""
-    facts: dict[str, Any] = {"cuda_driver": None, "gpu": None, "gpu_capability": None, "gpu_sms": None}
-    if not device.startswith("cuda"):
-        return facts
-    import torch
-
-    props = torch.cuda.get_device_properties(0)  # before the arm's knobs: never an emulated SM count
-    facts.update(
-        gpu=str(props.name),
-        gpu_capability=f"sm_{props.major}{props.minor}",
-        gpu_sms=int(props.multi_processor_count),
-        cuda_driver=driver_version(),
-    )
-    return facts
-
-
-def driver_version() -> str | None:
-    """The CUDA version the installed driver supports, from the driver itself (``cuDriverGetVersion``).
-
-    Returns:
-        str | None: e.g. ``"13.0"``; None where no CUDA driver library loads or it does not answer.
-    """
-    import ctypes
-
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            library = ctypes.CDLL(name)
-        except OSError:
-            continue
-        version = ctypes.c_int()
-        try:
-            if library.cuDriverGetVersion(ctypes.byref(version)) == 0:  # CUDA_SUCCESS
-                return f"{version.value // 1000}.{version.value % 1000 // 10}"
-        except (AttributeError, OSError):
-            pass
-    return None
-
-
 def collect(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """The worker's fingerprint (see the module docstring); call it before the arm's knobs are applied.
 
@@ -277,17 +202,21 @@ def collect(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any
     Returns:
         dict[str, Any]: every field of :data:`ENVIRONMENT_FIELDS` and :data:`RUN_FIELDS`.
     """
-    import torch
-
     from .. import __version__
 
+    device = str(job.get("device", "cpu"))
+    # before the arm's knobs apply: the GPU's real SM count, never an emulated one
+    found = setup.snapshot(environ=environ, device="cuda:0" if device.startswith("cuda") else "cpu")
     return {
         "inductor_knobs": __version__,
-        "torch": str(torch.__version__),
-        "triton": _version("triton") or _version("pytorch-triton") or _version("pytorch-triton-rocm"),
-        "cuda": torch.version.cuda,
-        **_cuda_facts(str(job.get("device", "cpu"))),
-        "torch_env": torch_environment(environ),
+        "torch": found.torch,
+        "triton": found.triton,
+        "cuda": found.cuda,
+        "cuda_driver": found.driver,
+        "gpu": found.gpu,
+        "gpu_capability": found.capability,
+        "gpu_sms": found.sms,
+        "torch_env": dict(found.environment),
         **partial(job, environ),
     }
 
@@ -309,39 +238,11 @@ def compare(field: str, first: Mapping[str, Any], other: Mapping[str, Any]) -> l
     """
     if field not in first or field not in other:
         return []
-    found = differences(first[field], other[field], field)
+    found = setup.differences(first[field], other[field], field)
     if field == "workload" and not found and first.get("workload_hash") != other.get("workload_hash"):
         found = [("workload_hash", first.get("workload_hash"), other.get("workload_hash"))]
     return found
 
 
-def differences(first: Any, other: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    """The leaves where two fingerprints (or parts of them) differ.
-
-    Args:
-        first (Any): one value (a dict is compared key by key).
-        other (Any): the other.
-        path (str): the dotted name of these values (``"settings.knobs"``).
-
-    Returns:
-        list[tuple[str, Any, Any]]: ``(dotted name, first's value, other's value)`` per differing leaf;
-        a key missing on one side has the value :data:`ABSENT` there.
-    """
-    if isinstance(first, Mapping) and isinstance(other, Mapping):
-        out = []
-        for key in sorted(set(first) | set(other), key=str):
-            name = f"{path}.{key}" if path else str(key)
-            out += differences(first.get(key, ABSENT), other.get(key, ABSENT), name)
-        return out
-    return [] if first == other else [(path, first, other)]
-
-
-class _Absent:
-    """A key one side lacks (printed as ``absent``)."""
-
-    def __repr__(self) -> str:
-        return "absent"
-
-
-#: What :func:`differences` gives for a missing key.
-ABSENT: Any = _Absent()
+#: What :func:`compare` gives for a key one side lacks.
+ABSENT = setup.ABSENT
