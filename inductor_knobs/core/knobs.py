@@ -527,7 +527,8 @@ class Knobs:
         ``trace.debug_dir``); knobs that set no config key (``min_sms``, ``on_mismatch`` …) are
         replaced by ``other``'s; ``strict`` is True only when both are.  So for two valid knobs,
         ``config_values(a.merged(b)) == {**config_values(a), **config_values(b)}``
-        (:func:`inductor_knobs.core.plan.config_values`).
+        (:func:`inductor_knobs.core.plan.config_values`), but for the cache bypass a knob of ``self`` derives
+        (``trace``'s ``force_disable_caches``), which goes when ``other`` sets that knob's key (``trace=False``).
 
         Args:
             other (Knobs): the knobs that win (``ik.knobs(spec, **keywords)``: the keywords).
@@ -550,6 +551,8 @@ class Knobs:
         for name, value in mine.items():
             keys = knob_config(name, value)
             if name in theirs or taken.intersection(keys):
+                if isinstance(KNOBS[name].changes, Config) and KNOBS[name].changes.key in taken:
+                    keys.pop(CACHE_BYPASS_KEY, None)  # the bypass goes with the key that asks for it
                 config.update((key, v) for key, v in keys.items() if key not in taken)
             else:
                 named[name] = value
