@@ -113,6 +113,10 @@ class Knob:
         version = Version(release)
         return (self.since is None or version >= Version(self.since)) and (self.until is None or version <= Version(self.until))
 
+    def releases(self) -> str:
+        """The releases that have this knob, for messages: ``"torch 2.15 or newer"``, ``"torch 2.4 to 2.11"``."""
+        return f"torch {self.since} or newer" if self.until is None else f"torch {self.since or '2.4'} to {self.until}"
+
 
 def _parse_bool(var: str, raw: str) -> bool:
     lowered = raw.strip().lower()
