@@ -555,7 +555,8 @@ class Knobs:
         for name, value in mine.items():
             keys = knob_config(name, value)
             if name in theirs or taken.intersection(keys):
-                if isinstance(KNOBS[name].changes, Config) and KNOBS[name].changes.key in taken:
+                changes = KNOBS[name].changes
+                if isinstance(changes, Config) and changes.key in taken:
                     keys.pop(CACHE_BYPASS_KEY, None)  # the bypass goes with the key that asks for it
                 config.update((key, v) for key, v in keys.items() if key not in taken)
             else:
