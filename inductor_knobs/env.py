@@ -127,6 +127,17 @@ def start_up() -> list[str]:
         patches = torch_compat.select(version, strict=False)
     release = torch_compat.release_of(version)
     lines = []
+    config = dict(knobs.config)
+    for name, row in KNOBS.items():
+        key = getattr(row.changes, "key", None)
+        if not row.on(release) and (getattr(knobs, name) is not None or key in config):
+            var = ENV_PREFIX + (name if getattr(knobs, name) is not None else "config").upper()
+            lines.append(
+                f"{var} asks for {name}, which needs {row.releases()}; the installed torch {version} does not have it: "
+                f"the first compile refuses it, with nothing applied; {DISABLE_HINT}"
+            )
+    if lines:
+        return lines  # the first compile applies nothing, so nothing is set now either
     for key, setting in SETTINGS.items():
         value = getattr(knobs, key)
         if setting.env_var is None or value is None or not KNOBS[key].on(release):

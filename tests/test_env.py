@@ -302,3 +302,18 @@ def test_a_conflicting_torch_variable_is_left_as_set_and_reported_once():
     assert out.returncode == 0 and out.stdout.strip() == "0"
     (line,) = out.stderr.splitlines()
     assert line.startswith("inductor_knobs: ") and AVOID in line and "TORCH_CUDNN_SDPA_AVOID_RECOMPILE='0'" in line
+
+
+def test_a_knob_the_installed_torch_lacks_is_said_at_start_naming_the_release(monkeypatch):
+    from inductor_knobs import env as env_mod
+
+    release = ".".join(torch.__version__.split(".")[:2])
+    missing = [n for n, row in KNOBS.items() if not row.on(release) and n == "cudagraph_dynamic_shape_rerecord_limit"]
+    if not missing:
+        pytest.skip(f"torch {torch.__version__} has cudagraph_dynamic_shape_rerecord_limit")
+    for name in [v for v in os.environ if v.startswith("INDUCTOR_KNOBS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("INDUCTOR_KNOBS_CUDAGRAPH_DYNAMIC_SHAPE_RERECORD_LIMIT", "4")
+    lines = env_mod.start_up()
+    assert len(lines) == 1 and "INDUCTOR_KNOBS_CUDAGRAPH_DYNAMIC_SHAPE_RERECORD_LIMIT" in lines[0], lines
+    assert "torch 2.15 or newer" in lines[0] and torch.__version__ in lines[0], lines

@@ -130,6 +130,19 @@ def test_a_bypass_knob_served_from_the_cache_is_attested_as_not_applied():
     assert hit.cache == "fx_graph" and [s.key for s in hit.mismatches] == ["trace.enabled"]
 
 
+def test_a_bypass_knob_asked_off_or_the_caches_asked_on_is_applied_by_a_cache_hit():
+    """trace=False and config={"force_disable_caches": False} hold on a hit: nothing turns the caches off."""
+    from inductor_knobs.core.attest import served_from_cache
+    from inductor_knobs.core.attestation import AttestedSetting, CompileAttestation
+
+    settings = (
+        AttestedSetting("trace.enabled", False, False, "knobs"),
+        AttestedSetting("force_disable_caches", False, False, "knobs"),
+    )
+    hit = served_from_cache(CompileAttestation("0/0", "forward", settings), "aot_autograd")
+    assert hit.cache == "aot_autograd" and not hit.mismatches, hit.mismatches
+
+
 def test_a_knob_the_installed_torch_lacks_is_refused_naming_the_release():
     missing = [n for n, row in KNOBS.items() if not row.on(RELEASE)]
     if not missing:

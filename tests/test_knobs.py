@@ -134,6 +134,15 @@ def test_merged_takes_the_other_side():
     assert merged == Knobs(min_sms=40, cudagraphs=False, config={"a": 1, "b": 2})
 
 
+@pytest.mark.parametrize("other", [Knobs(trace=False), Knobs(config={"trace.enabled": False})])
+def test_merged_trace_turned_off_turns_the_caches_back_on(other):
+    """``ik.knobs(Knobs(trace="/d"), trace=False)``: the cache bypass goes with trace.enabled, which the keywords set."""
+    from inductor_knobs.core.plan import config_values
+
+    values = config_values(Knobs(trace="/tmp/trace").merged(other))
+    assert values.get("trace.enabled") is False and "force_disable_caches" not in values, values
+
+
 # A good value of the same knob is built first, so a cache of validated keywords that equates
 # ``1 == True`` or ``40 == 40.0`` (they hash alike) would hand it back instead of refusing.
 @pytest.mark.parametrize(

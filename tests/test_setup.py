@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import torch
@@ -56,3 +57,31 @@ def test_a_gpu_is_named_with_its_full_compute_capability(monkeypatch):
     props120 = types.SimpleNamespace(name="NVIDIA GB10", major=12, minor=0, multi_processor_count=48)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props120)
     assert setup.differences(found, setup.snapshot(environ={}, device="cuda:0"))[0][0] == "capability"
+
+
+def test_a_variable_the_knobs_set_is_a_knob_of_the_snapshot_not_a_torch_variable(monkeypatch):
+    """The startup hook sets TORCH_CUDNN_SDPA_AVOID_RECOMPILE from INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE: the
+    snapshot (a bundle's identity) and a worker's fingerprint name the knob, so an ablation arm with the knob
+    shares one torch environment with the arms without it (--merge and --resume compare it across arms)."""
+    from inductor_knobs import env as env_mod
+    from inductor_knobs.ablation import fingerprint
+    from inductor_knobs.core.knobs import KNOBS
+    from inductor_knobs.core.torch_settings import release_env
+
+    if not KNOBS["cudnn_sdpa_avoid_recompile"].on(".".join(torch.__version__.split(".")[:2])):
+        return  # torch < 2.9 has no such variable
+    var = "TORCH_CUDNN_SDPA_AVOID_RECOMPILE"
+    for name in [v for v in os.environ if v.startswith("INDUCTOR_KNOBS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE", "1")
+    assert env_mod.start_up() == []
+    try:
+        assert os.environ.get(var) == "1"
+        found = setup.snapshot(device="cpu")
+        assert found.knobs == {"cudnn_sdpa_avoid_recompile": True} and var not in found.environment, found
+        job = {"workload": "mlp", "device": "cpu", "arm": {"name": "on"}}
+        assert var not in fingerprint.collect(job)["torch_env"]
+    finally:
+        release_env(var, env_mod.start_up)
+        os.environ.pop(var, None)  # set by start_up, not by monkeypatch (which restores a value it removed)

@@ -192,17 +192,22 @@ def partial(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any
     return {"workload": spec, "workload_hash": digest(spec), "settings": settings(job["arm"], environ)}
 
 
-def collect(job: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+def collect(job: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The worker's fingerprint (see the module docstring); call it before the arm's knobs are applied.
 
     Args:
         job (Mapping[str, Any]): the job the worker runs.
-        environ (Mapping[str, str]): the worker's environment (``os.environ``).
+        environ (Mapping[str, str] | None): the worker's environment; None: ``os.environ`` as it was before the
+            knobs set their variables (``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``, set by the startup hook for an arm's
+            knob, is in ``settings``, not ``torch_env``: :func:`inductor_knobs.core.setup.snapshot`).
 
     Returns:
         dict[str, Any]: every field of :data:`ENVIRONMENT_FIELDS` and :data:`RUN_FIELDS`.
     """
     from .. import __version__
+    from ..core.torch_settings import environ_before_knobs
+
+    environ = environ_before_knobs() if environ is None else environ
 
     device = str(job.get("device", "cpu"))
     # before the arm's knobs apply: the GPU's real SM count, never an emulated one

@@ -94,7 +94,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
 
     device = job["device"]
     facts = {} if facts is None else facts
-    facts["fingerprint"] = collect(job, os.environ)  # before the arm's knobs (and its SM emulation) apply
+    facts["fingerprint"] = collect(job)  # before the arm's knobs (and its SM emulation) apply
     ik.activate_from_env()
     torch.manual_seed(job.get("seed", 0))
     phase("import")

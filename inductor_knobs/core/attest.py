@@ -73,7 +73,8 @@ def served_from_cache(attestation: CompileAttestation, cache: str) -> CompileAtt
 
     A hit was built under the same cache key, so a ``keyed`` or ``salted`` value holds for it and a ``runtime``
     one acts when the code runs; a ``bypass`` knob (``trace``) acts only while Inductor generates code, which a hit
-    skips, so it is attested as not applied (its bypass of the caches, ``force_disable_caches``, did not hold).
+    skips, so it is attested as not applied (its bypass of the caches, ``force_disable_caches``, did not hold).  A
+    bypass knob asked off (``trace=False``) and ``force_disable_caches=False`` turn nothing off, so a hit holds them.
 
     Args:
         attestation (CompileAttestation): what was read inside the compile.
@@ -89,7 +90,7 @@ def served_from_cache(attestation: CompileAttestation, cache: str) -> CompileAtt
             "generates code (the compile ran with the caches on although the knob turns them off: something set "
             f"{CACHE_BYPASS_KEY} back)",
         )
-        if s.ok and (cache_rule(s.key) == "bypass" or s.key == CACHE_BYPASS_KEY)
+        if s.ok and s.asked and (cache_rule(s.key) == "bypass" or s.key == CACHE_BYPASS_KEY)
         else s
         for s in attestation.settings
     )

@@ -113,6 +113,10 @@ class Knob:
         version = Version(release)
         return (self.since is None or version >= Version(self.since)) and (self.until is None or version <= Version(self.until))
 
+    def releases(self) -> str:
+        """The releases that have this knob, for messages: ``"torch 2.15 or newer"``, ``"torch 2.4 to 2.11"``."""
+        return f"torch {self.since} or newer" if self.until is None else f"torch {self.since or '2.4'} to {self.until}"
+
 
 def _parse_bool(var: str, raw: str) -> bool:
     lowered = raw.strip().lower()
@@ -527,7 +531,8 @@ class Knobs:
         ``trace.debug_dir``); knobs that set no config key (``min_sms``, ``on_mismatch`` …) are
         replaced by ``other``'s; ``strict`` is True only when both are.  So for two valid knobs,
         ``config_values(a.merged(b)) == {**config_values(a), **config_values(b)}``
-        (:func:`inductor_knobs.core.plan.config_values`).
+        (:func:`inductor_knobs.core.plan.config_values`), but for the cache bypass a knob of ``self`` derives
+        (``trace``'s ``force_disable_caches``), which goes when ``other`` sets that knob's key (``trace=False``).
 
         Args:
             other (Knobs): the knobs that win (``ik.knobs(spec, **keywords)``: the keywords).
@@ -550,6 +555,9 @@ class Knobs:
         for name, value in mine.items():
             keys = knob_config(name, value)
             if name in theirs or taken.intersection(keys):
+                changes = KNOBS[name].changes
+                if isinstance(changes, Config) and changes.key in taken:
+                    keys.pop(CACHE_BYPASS_KEY, None)  # the bypass goes with the key that asks for it
                 config.update((key, v) for key, v in keys.items() if key not in taken)
             else:
                 named[name] = value

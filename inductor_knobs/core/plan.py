@@ -252,9 +252,9 @@ def _check_release(knobs: Knobs, patches: TorchPatches, values: Mapping[str, Any
             continue
         asked = getattr(knobs, name) is not None or (isinstance(row.changes, Config) and row.changes.key in values)
         if asked:
-            have = f"torch {row.since} or newer" if row.until is None else f"torch {row.since or '2.4'} to {row.until}"
             raise NotSupportedOnThisTorch(
-                f"{name} needs {have} (the releases that have it); the installed torch {version} does not. Nothing was applied"
+                f"{name} needs {row.releases()} (the releases that have it); the installed torch {version} does not. "
+                "Nothing was applied"
             )
 
 
