@@ -19,7 +19,9 @@ Each figure is in microseconds per call: the median over ``--repeats`` batches o
 of three rounds that take the three in turn (a slower stretch of a shared host weighs on each alike); on CUDA
 each batch ends with ``torch.cuda.synchronize()`` (inside its time: the calls' kernels are part of a call).  The
 JSON written to ``--out`` holds the three, ``ratio`` (checked / unchecked), ``check_over_unchecked`` (check /
-unchecked) and whether ``check`` is within ``--target-us`` (5 us).
+unchecked), whether ``check`` is within ``--target-us`` (5 us), and ``refused``: the message of each call the
+package was not compiled for (a shorter ``y``, a float64 ``x``, a transposed ``x``, ``scale=5.0``), None where one
+ran.
 """
 
 from __future__ import annotations
@@ -101,6 +103,19 @@ def main() -> None:
             figures["check"].append(per_call_us(served.check))
             figures["unchecked"].append(per_call_us(served.run))
             figures["checked"].append(per_call_us(served))
+        refused = {}  # calls the package was not compiled for: each must be refused, naming the input, with nothing run
+        short_y = {**call, "y": factory(LENGTHS[0])["y"]}
+        for case, bad in {
+            "tied size (y shorter than x)": short_y,
+            "dtype (float64 x)": {**call, "x": call["x"].double()},
+            "layout (transposed x)": {**call, "x": call["x"].t().contiguous().t()},
+            "value (scale=5.0)": {**call, "scale": 5.0},
+        }.items():
+            try:
+                served(**bad)
+                refused[case] = None
+            except ik.errors.BundleInputRefused as err:
+                refused[case] = str(err)
     us = {name: min(values) for name, values in figures.items()}
     result = {
         "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({os.cpu_count()} CPUs)",
@@ -115,6 +130,8 @@ def main() -> None:
         "target_us": options.target_us,
         "check_within_target": us["check"] <= options.target_us,
         "max_abs_error": error,
+        "refused": refused,
+        "all_refused": all(refused.values()),
         "build_s": build_s,
         "cxx": built["cxx"],
     }

@@ -29,8 +29,14 @@ tests)
     echo "tests/test_gpu.py again: exit $?" >>"$OUT/status.txt"
     ;;
 recipe)
-    timeout 570 python3 bench/cold_start.py --models llama --arms cold aot --out "$OUT/cold_start" >"$OUT/cold_start.log" 2>&1
+    timeout 400 python3 bench/cold_start.py --models llama --arms cold aot --out "$OUT/cold_start" >"$OUT/cold_start.log" 2>&1
     echo "cold_start: exit $?" >>"$OUT/status.txt"
+    timeout 130 python3 bench/aot_input_check.py --out "$OUT/aot_input_check.json" >"$OUT/aot_input_check.log" 2>&1
+    echo "aot_input_check: exit $?" >>"$OUT/status.txt"
+    ;;
+gate)
+    timeout 200 python3 -m pytest -v -p no:cacheprovider -m gpu -rfs tests/test_gpu.py tests/test_ablate_autotune_lock.py >"$OUT/gpu-tests-gate.log" 2>&1
+    echo "test_gpu + autotune lock: exit $?" >>"$OUT/status.txt"
     ;;
 esac
 cat "$OUT/status.txt"

@@ -20,7 +20,8 @@ import torch
 import inductor_knobs as ik
 from inductor_knobs.core import torch_compat
 from inductor_knobs.core.knobs import CACHE_RULES, KNOBS, Config, Policy, reference_table
-from inductor_knobs.errors import NotSupportedOnThisTorch
+from inductor_knobs.core.plan import config_values
+from inductor_knobs.errors import InvalidKnobValue, NotSupportedOnThisTorch
 
 WORKER = Path(__file__).with_name("knob_table_worker.py")
 RELEASE = torch_compat.release_of(torch.__version__)
@@ -158,3 +159,16 @@ def test_the_reference_table_is_the_knob_table():
     start = doc.index("<!-- knob table")
     table = doc[doc.index("\n", start) + 1 : doc.index("\n<!-- end of knob table -->")]
     assert table == reference_table(), "docs/reference.md: paste inductor_knobs.core.knobs.reference_table()"
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"trace": True, "config": {"force_disable_caches": False}},
+        {"config": {"trace.enabled": True, "force_disable_caches": False}},
+    ],
+    ids=["named", "config"],
+)
+def test_turning_the_caches_on_beside_a_bypass_knob_is_refused_either_way(knobs):
+    with pytest.raises(InvalidKnobValue, match=r"trace.enabled=True needs Inductor's caches off.*force_disable_caches=False"):
+        config_values(ik.Knobs(**knobs))

@@ -85,3 +85,22 @@ def test_a_variable_the_knobs_set_is_a_knob_of_the_snapshot_not_a_torch_variable
     finally:
         release_env(var, env_mod.start_up)
         os.environ.pop(var, None)  # set by start_up, not by monkeypatch (which restores a value it removed)
+
+
+def test_what_torchs_compile_sets_by_itself_is_not_part_of_the_setup():
+    """A GPU compile sets TRITON_PTXAS_PATH to torch's own ptxas: a bundle built after it was refused by a fresh
+    process that had not compiled (seen on an H200, torch 2.11)."""
+    import os
+
+    ptxas = os.path.join(os.path.dirname(torch.__file__), "bin", "ptxas")
+    env = {
+        "TRITON_PTXAS_PATH": ptxas,
+        "TRITON_LIBDEVICE_PATH": "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",
+        "TORCH_WARM_POOL": "0",
+    }
+    assert setup.torch_environment(env) == {}
+    assert setup.torch_environment({"TRITON_PTXAS_PATH": "/opt/ptxas"}) == {"TRITON_PTXAS_PATH": "/opt/ptxas"}
+    assert setup.torch_environment({"TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS": "1", "PYTORCH_TUNABLEOP_ENABLED": "1"}) == {
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS": "1",
+    }

@@ -318,7 +318,8 @@ del VALUE_CHECKS["trace.enabled"]  # trace's check admits a path, which only the
 
 
 def knob_config(name: str, value: Any) -> dict[str, Any]:
-    """The Inductor config keys the knob ``name`` sets to ``value``, with the cache bypass its row asks for.
+    """The Inductor config keys the knob ``name`` sets to ``value`` (the cache bypass of a ``bypass`` row is added by
+    :func:`inductor_knobs.core.plan.config_values`, for the knob and its ``config=`` spelling alike).
 
     Args:
         name (str): a knob of :data:`KNOBS`.
@@ -330,10 +331,7 @@ def knob_config(name: str, value: Any) -> dict[str, Any]:
     row = KNOBS[name]
     if not isinstance(row.changes, Config):
         return {}
-    keys = row.changes.values(value)
-    if row.cache == "bypass" and value:
-        keys[CACHE_BYPASS_KEY] = True
-    return keys
+    return row.changes.values(value)
 
 
 def reference_table() -> str:
@@ -531,8 +529,8 @@ class Knobs:
         ``trace.debug_dir``); knobs that set no config key (``min_sms``, ``on_mismatch`` …) are
         replaced by ``other``'s; ``strict`` is True only when both are.  So for two valid knobs,
         ``config_values(a.merged(b)) == {**config_values(a), **config_values(b)}``
-        (:func:`inductor_knobs.core.plan.config_values`), but for the cache bypass a knob of ``self`` derives
-        (``trace``'s ``force_disable_caches``), which goes when ``other`` sets that knob's key (``trace=False``).
+        (:func:`inductor_knobs.core.plan.config_values`) but for the cache bypass, which follows the merged
+        value of the key that asks for it (``trace=False`` over ``trace=True``: the caches are on).
 
         Args:
             other (Knobs): the knobs that win (``ik.knobs(spec, **keywords)``: the keywords).
@@ -555,9 +553,6 @@ class Knobs:
         for name, value in mine.items():
             keys = knob_config(name, value)
             if name in theirs or taken.intersection(keys):
-                changes = KNOBS[name].changes
-                if isinstance(changes, Config) and changes.key in taken:
-                    keys.pop(CACHE_BYPASS_KEY, None)  # the bypass goes with the key that asks for it
                 config.update((key, v) for key, v in keys.items() if key not in taken)
             else:
                 named[name] = value

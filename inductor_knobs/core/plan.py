@@ -39,24 +39,33 @@ from .torch_settings import SETTINGS, SETTINGS_MODULE
 
 
 def config_values(knobs: Knobs) -> dict[str, Any]:
-    """The Inductor config ``{dotted key: value}`` that ``knobs`` sets (not the gate).
+    """The Inductor config ``{dotted key: value}`` that ``knobs`` sets (not the gate), with the cache bypass of every
+    key whose knob's cache rule is ``bypass`` and that is on (``trace=True``, ``config={"trace.enabled": True}``).
 
     Raises:
-        InvalidKnobValue: ``config`` sets a key that a named knob sets too.
+        InvalidKnobValue: ``config`` sets a key that a named knob sets too, or turns the caches back on
+            (``force_disable_caches=False``) while a knob that needs them off is on.
     """
     values: dict[str, Any] = {}
     for name in CONFIG_KEYS:
         if getattr(knobs, name) is not None:
             values.update(knob_config(name, getattr(knobs, name)))
     for key, value in dict(knobs.config).items():
-        if cache_rule(key) == "bypass" and value and CACHE_BYPASS_KEY not in values:
-            values[CACHE_BYPASS_KEY] = True  # config={"trace.enabled": True} bypasses the caches like trace=True
         if key in values:
             raise InvalidKnobValue(
                 f"config={{{key!r}: {value!r}}} conflicts with a named knob that sets {key} "
                 f"to {values[key]!r}; set it one way only"
             )
         values[key] = value
+    bypassing = sorted(key for key, value in values.items() if cache_rule(key) == "bypass" and value)
+    if bypassing and values.get(CACHE_BYPASS_KEY, True) is not True:
+        raise InvalidKnobValue(
+            f"{', '.join(f'{key}={values[key]!r}' for key in bypassing)} needs Inductor's caches off while it is on "
+            f"(it acts only while code is generated), but config sets {CACHE_BYPASS_KEY}={values[CACHE_BYPASS_KEY]!r}; "
+            f"leave {CACHE_BYPASS_KEY} out"
+        )
+    if bypassing:
+        values[CACHE_BYPASS_KEY] = True
     return values
 
 

@@ -26,6 +26,7 @@ import ctypes
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -33,8 +34,8 @@ from typing import Any
 
 from .knobs import Knobs
 
-#: Prefixes of the variables torch, Inductor and Triton read.
-TORCH_PREFIXES = ("TORCHINDUCTOR_", "TORCH_", "TRITON_")
+#: Prefixes of the variables torch, Dynamo, Inductor and Triton read.
+TORCH_PREFIXES = ("TORCHINDUCTOR_", "TORCH_", "TRITON_", "TORCHDYNAMO_", "PYTORCH_")
 #: Variables under :data:`TORCH_PREFIXES` that are not part of a setup: where files are kept, what is logged or
 #: printed, and how many workers compile; none of them changes what is compiled or how it runs.
 NOT_SETUP = frozenset(
@@ -60,8 +61,21 @@ NOT_SETUP = frozenset(
         "TORCHINDUCTOR_AUTOGRAD_CACHE",
         "TORCHINDUCTOR_AUTOTUNE_LOCAL_CACHE",
         "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+        "TORCHDYNAMO_VERBOSE",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_NVML_BASED_CUDA_CHECK",
+        "PYTORCH_KERNEL_CACHE_PATH",
+        # how Inductor starts its compile workers; torch sets it itself (``_inductor/async_compile.py``, 2.10-2.15)
+        "TORCH_WARM_POOL",
     }
 )
+#: Variables torch's compile sets to its own default when they are unset (``_inductor/runtime/compile_tasks.py``
+#: ``_set_triton_ptxas_path`` and the libdevice lookup, 2.10-2.15): such a value is left out, so a process that
+#: compiled and one that did not (an AOT load) have the same setup; any other value is the user's, and counts.
+TORCH_SETS = {
+    "TRITON_PTXAS_PATH": os.path.join("bin", "ptxas"),  # under torch's package directory
+    "TRITON_LIBDEVICE_PATH": os.path.join("nvvm", "libdevice", "libdevice.10.bc"),  # under CUDA_HOME
+}
 #: Prefixes of process-placement variables (launchers, distributed rendezvous), not part of a setup either.
 NOT_SETUP_PREFIXES = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "TORCH_CUDA_SANITIZER")
 
@@ -73,15 +87,31 @@ def torch_environment(environ: Mapping[str, str] | None = None) -> dict[str, str
         environ (Mapping[str, str] | None): an environment; None for ``os.environ``.
 
     Returns:
-        dict[str, str]: every ``TORCHINDUCTOR_*``, ``TORCH_*`` and ``TRITON_*`` variable, sorted, except
-        :data:`NOT_SETUP` and :data:`NOT_SETUP_PREFIXES`; an empty value counts as set.
+        dict[str, str]: every variable of :data:`TORCH_PREFIXES`, sorted, except :data:`NOT_SETUP`,
+        :data:`NOT_SETUP_PREFIXES` and a :data:`TORCH_SETS` variable at torch's own default; an empty value
+        counts as set.
     """
     env = os.environ if environ is None else environ
     return {
         name: str(value)
         for name, value in sorted(env.items())
-        if name.startswith(TORCH_PREFIXES) and name not in NOT_SETUP and not name.startswith(NOT_SETUP_PREFIXES)
+        if name.startswith(TORCH_PREFIXES)
+        and name not in NOT_SETUP
+        and not name.startswith(NOT_SETUP_PREFIXES)
+        and not _torch_default(name, str(value))
     }
+
+
+def _torch_default(name: str, value: str) -> bool:
+    """Whether ``value`` is what torch's compile sets ``name`` to by itself (:data:`TORCH_SETS`)."""
+    tail = TORCH_SETS.get(name)
+    if tail is None:
+        return False
+    if name == "TRITON_PTXAS_PATH":
+        torch = sys.modules.get("torch")
+        where = os.path.dirname(getattr(torch, "__file__", "") or "")
+        return bool(where) and os.path.normpath(value) == os.path.join(where, tail)
+    return value.endswith(os.sep + tail)
 
 
 def driver_version() -> str | None:
