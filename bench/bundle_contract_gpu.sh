@@ -5,7 +5,7 @@
 #                                                          # input check (bench/aot_input_check.py); every test marked
 #                                                          # gpu, then tests/test_gpu.py again (each test in fresh
 #                                                          # caches: the second run must find nothing cached)
-#   OUT=/tmp/out bash bench/bundle_contract_gpu.sh recipe  # the README's AOT recipe as printed (the host's default
+#   OUT=/tmp/out bash bench/bundle_contract_gpu.sh recipe  # docs/serving.md's AOT recipe as printed (the host's default
 #                                                          # C++ compiler, no CXX): bench/cold_start.py, the Llama's
 #                                                          # cold and aot arms
 #

@@ -1,4 +1,4 @@
-"""The README's serving recipe served from a thread pool: are the answers right, is memory flat, are stalls real?
+"""docs/serving.md's serving recipe served from a thread pool: are the answers right, is memory flat, are stalls real?
 
     python bench/serving_soak.py --out results/serving-soak          # needs a CUDA GPU and transformers
     python bench/serving_soak.py --device cpu --requests 200 --threads 1 4   # a smoke run of the flow
