@@ -6,15 +6,18 @@
 # are untouched, and a process that never compiles imports neither torch nor inductor_knobs.
 # `inductor-knobs doctor` shows what the variables resolve to.
 set -euo pipefail
+# The README's virtualenv (.venv at the repository root) unless $PYTHON names another interpreter.
+python="${PYTHON:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}"
+[ -x "$python" ] || python=python3
 export INDUCTOR_KNOBS_PRESET=force_gemm_autotune   # max_autotune_gemm=1, gemm_backends=ATEN,TRITON
 export INDUCTOR_KNOBS_MIN_SMS=40
 export INDUCTOR_KNOBS_CUDAGRAPHS=0
-inductor-knobs doctor --min-sms "$INDUCTOR_KNOBS_MIN_SMS"
+"$python" -m inductor_knobs doctor --min-sms "$INDUCTOR_KNOBS_MIN_SMS"
 # The demo compiles in a fresh Inductor cache: a graph served from an earlier run's cache is not
 # compiled again, so there would be nothing to read inside a compile.
 demo_cache="$(mktemp -d)"
 trap 'rm -rf "$demo_cache"' EXIT
-TORCHINDUCTOR_CACHE_DIR="$demo_cache" python - <<'PY'
+TORCHINDUCTOR_CACHE_DIR="$demo_cache" "$python" - <<'PY'
 import torch
 import torch._inductor.utils as utils
 

@@ -23,7 +23,10 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     """Return the doctor report.
 
     Args:
-        min_sms: also give each GPU's gate verdict at this SM threshold.
+        min_sms: also give each GPU's gate verdict at this SM threshold (checked as the ``min_sms`` knob is).
+
+    Raises:
+        InvalidKnobValue: ``min_sms`` is not a value the ``min_sms`` knob takes (an int from 1 to 1024).
 
     Returns:
         A dict of plain JSON types: ``versions``, ``patch_module``, ``gpus``, ``gemm_backends``,
@@ -31,6 +34,10 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
         and what can still override a knob: forcing env vars, active torch 2.15 config
         implications, a foreign ``__setattr__`` on a config module).
     """
+    if min_sms is not None:
+        from .core.knobs import KNOBS
+
+        KNOBS["min_sms"].check("--min-sms", min_sms)
     import torch
 
     report: dict[str, Any] = {

@@ -83,3 +83,10 @@ def test_doctor_text_renders_the_gate_and_the_alternative(monkeypatch):
     assert "torch asks the gate last" in text and "no-patch alternative: GPU 0 (58 SMs)" in text
     assert "torch._inductor.config.patch on exit: restores a key it found unset" in text
     assert "small-GPU emulation makes its green context with: " in text
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "99999"])
+def test_doctor_refuses_a_min_sms_the_knob_refuses(capsys, value):
+    assert main(["doctor", "--min-sms", value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--min-sms={int(value)!r} is invalid" in err and "from 1 to 1024" in err
