@@ -106,9 +106,12 @@ def test_a_fresh_process_serves_the_package_without_dynamo_inductor_or_autotune(
     assert loaded["errors"] == {"52": pytest.approx(0.0, abs=1e-5), "56": pytest.approx(0.0, abs=1e-5)}
     assert "dimension 1 = 40 is not served by this package" in loaded["refused"]  # below the warmed lengths
     assert loaded["buckets"] == [48, 56] and loaded["guard_calls"] == 2
-    # A CPU call of a fresh AOTInductor model can be slow on the host (its thread pool), never cold.
+    # A CPU call of a fresh AOTInductor model can be slow on a busy host (its thread pool, the guard's own profiler
+    # on a new shape, time no hook names), never cold: no compile, autotune, kernel load or first-call cost.
+    cold = {"dynamo_compile", "gemm_autotune", "runtime_benchmark", "coordinate_descent", "triton_compile", "triton_load"}
+    cold |= {"cudagraph_recording", "cudnn_sdpa_plan", "cublas_first_call", "tunableop", "cudnn_conv", "aten_first_call"}
     for stall in loaded["guard_stalls"]:
-        assert {c["kind"] for c in stall["causes"]} <= {"host_slower", "python_gc"}, stall
+        assert not {c["kind"] for c in stall["causes"]} & cold, stall
     header, payload = compile_cache.read_file(str(built_aot), False, "test")
     assert header["serving"]["aot"]["bytes"] == len(payload) and header["artifacts"] == {}
     # What the package accepts: the lengths warmed (one symbol of the export's), float32 on the CPU, contiguous.
