@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import os
 import re
 import shutil
@@ -91,8 +92,19 @@ def fresh_compile_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
     torch._dynamo.reset()
     try:
-        with fresh(dir=str(tmp_path)):
-            yield Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        if "dir" in inspect.signature(fresh).parameters:
+            with fresh(dir=str(tmp_path)):
+                yield Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        else:
+            # 2.4's fresh_inductor_cache(cache_entries=None) has no ``dir``: what it does, under tmp_path
+            inductor_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir))
+            monkeypatch.setenv("TRITON_CACHE_DIR", str(inductor_dir / "triton"))
+            inductor_utils.clear_inductor_caches()
+            try:
+                yield inductor_dir
+            finally:
+                inductor_utils.clear_inductor_caches()
     finally:
         torch._dynamo.reset()
 

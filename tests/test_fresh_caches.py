@@ -6,7 +6,11 @@ import os
 
 import pytest
 from conftest import fresh_compile_caches
-from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+try:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+except ImportError:  # 2.4 has it in runtime/runtime_utils.py:134
+    from torch._inductor.runtime.runtime_utils import cache_dir
 
 
 def test_fresh_compile_caches_point_torch_and_triton_at_new_directories_and_put_them_back(tmp_path, monkeypatch):

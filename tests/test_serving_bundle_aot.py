@@ -21,6 +21,12 @@ from inductor_knobs.core import torch_compat
 from inductor_knobs.errors import InvalidKnobValue
 from inductor_knobs.serving import aot_package, compile_cache
 
+#: AOTInductor packages (``torch._inductor.aoti_compile_and_package``/``aoti_load_package``) are torch 2.7+; before,
+#: ``save_serving_bundle(aot=True)`` is refused (NotSupportedOnThisTorch) before anything here is reached.
+pytestmark = pytest.mark.skipif(
+    not torch_compat.installed().has_aot_packages, reason=f"torch {torch.__version__} has no AOTInductor packages (2.7+)"
+)
+
 
 @pytest.fixture(scope="module")
 def built_aot(private_base, tmp_path_factory):

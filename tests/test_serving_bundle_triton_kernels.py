@@ -21,12 +21,19 @@ import pytest
 from torch._inductor.codecache import PyCodeCache
 from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
+from inductor_knobs.core import torch_compat
 from inductor_knobs.errors import CompileCacheRefused
 from inductor_knobs.serving import bundle_format, compile_cache, triton_kernels
 from inductor_knobs.serving.triton_kernels import PLACEHOLDER
 
 KEY_A = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST"  # Triton's keys are base32 of a sha256
 KEY_B = "B" * 52
+
+#: Serving bundles are torch 2.7+ (``torch.compiler.save_cache_artifacts``); 2.4's ``PyCodeCache`` keeps its
+#: modules in ``cache`` (a dict), not the ``modules`` list these tests stand in for.
+needs_bundles = pytest.mark.skipif(
+    not torch_compat.installed().has_cache_artifacts, reason="serving bundles need torch.compiler.save_cache_artifacts (2.7+)"
+)
 
 
 def lay_out(cache: Path, key: str, kernel: str, cubin: bytes = b"\x7fELF cubin") -> Path:
@@ -52,6 +59,8 @@ def autotuner(device: int, *keys: str) -> CachingAutotuner:
 @pytest.fixture
 def served(monkeypatch, tmp_path):
     """This process's loaded graph modules hold two kernels (one launched twice) and one whose entry is gone."""
+    if not torch_compat.installed().has_cache_artifacts:
+        pytest.skip("serving bundles need torch.compiler.save_cache_artifacts (2.7+)")
     cache = tmp_path / "build-triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     lay_out(cache, KEY_A, "triton_poi_fused_relu_0")
@@ -208,6 +217,7 @@ def test_what_cannot_be_carried_is_skipped_and_counted(served, tmp_path):
     assert carried.kernels == () and carried.not_found == 3
 
 
+@needs_bundles
 def test_without_triton_autotuners_nothing_is_carried_and_old_bundles_have_nothing_to_restore(monkeypatch):
     monkeypatch.setattr(PyCodeCache, "modules", [])
     manifest, blob = triton_kernels.pack(triton_kernels.collect())
@@ -237,6 +247,7 @@ def test_a_version_1_serving_section_reads_back_without_kernels():
     assert spec.triton_kernels is None  # version 1 had no kernels: its whole payload is torch's
 
 
+@needs_bundles
 def test_the_kernels_bytes_are_covered_by_the_payload_sha256(monkeypatch):
     """The header's sha256s cover the manifest and the kernels' bytes: compile_cache's one rule."""
     import torch
