@@ -325,3 +325,30 @@ def test_a_key_with_a_mutable_default_reverts_to_unset(patches, before):
     with ik.knobs(config={key: {}}):
         pass
     assert patches.read_override(cfg, key) is raw  # "unset" again, not a pinned copy
+
+
+def test_a_claim_interrupted_at_any_line_of_its_apply_holds_nothing_once_reverted():
+    """A process-global resource (Inductor config before torch 2.12) held by an interrupted enter: on torch 2.10 an
+    interrupt between the hold and its record left the hold for good, and every later block of another thread was
+    refused with ConcurrentKnobsError."""
+    from interrupting import injection_points, run_injected
+
+    from inductor_knobs.core import changes
+
+    def holds() -> list:
+        return list(changes._HOLDERS.get("test.resource", []))
+
+    outer = changes.Claim("test.resource", "why", "outer")
+    outer.apply()  # the same owner's outer block holds it too: an inner revert must not release that hold
+    try:
+        probe = changes.Claim("test.resource", "why", "probe")
+        points = injection_points(probe.apply)
+        probe.revert()
+        for at in points:
+            claim = changes.Claim("test.resource", "why", "inner")
+            run_injected(claim.apply, at)
+            claim.revert()
+            assert [hold[1] for hold in holds()] == [outer], (at, holds())
+    finally:
+        outer.revert()
+    assert holds() == []

@@ -177,7 +177,9 @@ class ConfigChange(Change):
 
 
 #: Process-global resource -> the owners (thread id, asyncio task id) of the blocks that hold it now.
-_HOLDERS: dict[str, list[tuple[int, int | None]]] = {}
+#: resource -> its holds: (owner, the Claim that holds it), so a revert releases its own hold and no other
+#: (a nested block of the same owner holds the same resource too).
+_HOLDERS: dict[str, list[tuple[tuple[int, int | None], Claim]]] = {}
 _HOLDERS_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
 
 
@@ -210,23 +212,20 @@ class Claim(Change):
     def apply(self) -> None:
         owner = current_owner()
         with _HOLDERS_LOCK, SAFE_EXIT:
-            others = [o for o in _HOLDERS.get(self.resource, ()) if o != owner]
+            others = [o for o, _ in _HOLDERS.get(self.resource, ()) if o != owner]
             if others:
                 raise ConcurrentKnobsError(
                     f"{self.asked} entered on {describe_owner(owner)} while {describe_owner(others[0])} holds "
                     f"{self.resource}: {self.what}, so two threads or asyncio tasks would undo each other. "
                     "Hold it in one thread/task at a time"
                 )
-            _HOLDERS.setdefault(self.resource, []).append(owner)
-            self._owner = owner  # after the append: revert releases only what was taken
+            self._owner = owner  # the undo first: revert releases this Claim's own hold, if any was taken
+            _HOLDERS.setdefault(self.resource, []).append((owner, self))
 
     def revert(self) -> None:
-        owner = self._owner
-        if owner is not None:
+        if self._owner is not None:
             with _HOLDERS_LOCK, SAFE_EXIT:
-                holders = _HOLDERS.get(self.resource, [])
-                if owner in holders:
-                    holders.remove(owner)
+                _HOLDERS[self.resource] = [hold for hold in _HOLDERS.get(self.resource, []) if hold[1] is not self]
             self._owner = None  # last: a revert interrupted before it runs again in full
 
 
