@@ -272,7 +272,8 @@ print(setting.compiled_with, setting.source, os.environ["TORCH_CUDNN_SDPA_AVOID_
     out = _run({AVOID: "1"}, probe)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-2:] == ["1 False", "True env 1"], out.stdout
-    assert out.stderr == ""
+    # a CUDA wheel on a host without CUDA logs this at its first compile (torch/utils/cpp_extension.py:118, 2.10)
+    assert [line for line in out.stderr.splitlines() if "No CUDA runtime is found" not in line] == [], out.stderr
 
 
 @needs_install

@@ -217,17 +217,25 @@ class Claim(Change):
                     f"{self.resource}: {self.what}, so two threads or asyncio tasks would undo each other. "
                     "Hold it in one thread/task at a time"
                 )
-            _HOLDERS.setdefault(self.resource, []).append(owner)
-            self._owner = owner  # after the append: revert releases only what was taken
+            # Recorded before the append (an interrupt between the two left the hold taken and unrecorded, for
+            # good); a new tuple, equal to the owner, released by identity: revert releases only what was taken.
+            self._owner = (owner[0], owner[1])
+            _HOLDERS.setdefault(self.resource, []).append(self._owner)
 
     def revert(self) -> None:
         owner = self._owner
         if owner is not None:
             with _HOLDERS_LOCK, SAFE_EXIT:
-                holders = _HOLDERS.get(self.resource, [])
-                if owner in holders:
-                    holders.remove(owner)
+                _release(_HOLDERS.get(self.resource, []), owner)
             self._owner = None  # last: a revert interrupted before it runs again in full
+
+
+def _release(holders: list[tuple[int, int | None]], entry: tuple[int, int | None]) -> None:
+    """Remove ``entry`` itself (by identity, not an equal hold of the same owner) from ``holders``, if there."""
+    for index, held in enumerate(holders):
+        if held is entry:
+            del holders[index]
+            return
 
 
 class SettingChange(Change):
