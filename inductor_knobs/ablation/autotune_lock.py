@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..core import torch_compat
-from ..core._patching import SharedPatch, present, wrap_attribute
+from ..ext import SharedPatch, present, wrap_attribute
 from .queued_timing import queued_pairs
 
 

@@ -16,8 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core._atomic import atomic_write, write_json
 from ..errors import InvalidKnobValue
+from ..ext import atomic_write, write_json
 from . import explain
 from .report import markdown
 from .summary import summarize
@@ -70,7 +70,7 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
 def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
     """Write results.json (everything, raw samples included), results.csv (one row per arm),
     results.md (the report) and, with ``plot``, results.png; each whole or not at all (a temporary file
-    in ``out``, then :func:`os.replace`: :func:`~inductor_knobs.core._atomic.atomic_write`).
+    in ``out``, then :func:`os.replace`: :func:`~inductor_knobs.ext.atomic_write`).
 
     Args:
         results (dict[str, Any]): the results (schema :data:`SCHEMA` is added).

@@ -1,6 +1,6 @@
 """``--out``: which directories an ablation may write into, and how ``--overwrite`` replaces earlier results.
 
-Every file in ``--out`` is written whole or not at all (:func:`~inductor_knobs.core._atomic.atomic_write`).
+Every file in ``--out`` is written whole or not at all (:func:`~inductor_knobs.ext.atomic_write`).
 
 **``--overwrite`` replaces the earlier results only after the new run succeeded.**  While it runs, the
 new run writes its run store and its results files into a staging directory inside ``--out``

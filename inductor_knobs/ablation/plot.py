@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core._atomic import atomic_write
+from ..ext import atomic_write
 from .summary import compile_source
 
 #: Inches of figure height per arm (and the least height).
@@ -41,7 +41,7 @@ def _label(index: int, row: dict[str, Any], compile_of: dict[str, Any]) -> str:
 
 def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
     """Draw ``rows`` (from :func:`.summary.summarize`) into ``path`` (written whole or not at all,
-    :func:`~inductor_knobs.core._atomic.atomic_write`).
+    :func:`~inductor_knobs.ext.atomic_write`).
 
     Args:
         rows (list[dict[str, Any]]): summary rows; rows without a measurement (failed, not run) are left out.

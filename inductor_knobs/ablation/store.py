@@ -2,7 +2,7 @@
 
 Whatever runs the jobs (the local threads or Slurm, see :mod:`.runner` and :mod:`.slurm`), every
 record is written here the moment it comes back, one file per run (``run-<index>.json``, the job's
-index in the plan), atomically (:func:`~inductor_knobs.core._atomic.write_json`: a temporary file in
+index in the plan), atomically (:func:`~inductor_knobs.ext.write_json`: a temporary file in
 the same directory, then :func:`os.replace`), so a reader (or a rerun after a crash) sees a whole
 record or none.  ``plan.json`` holds the plan's jobs.  Under ``--overwrite`` the store is the staging
 directory's (``<out>/.ablate-next/runs``) until the new run has succeeded (see :mod:`.outdir`).
@@ -25,8 +25,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core._atomic import write_json
 from ..errors import InvalidKnobValue
+from ..ext import write_json
 
 #: The directory under ``--out`` that holds the records and the plan.
 RUNS_DIR = "runs"

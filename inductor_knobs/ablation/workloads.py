@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.messages import _unknown_message
 from ..errors import UnknownKnob
+from ..ext import unknown_message as _unknown_message
 from . import models
 
 

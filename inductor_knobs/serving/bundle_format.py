@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.knobs import Knobs, _canonical
+from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..errors import CompileCacheRefused, InvalidKnobValue, KnobsError
+from ..ext import canonical_json as _canonical
 from .buckets import check_buckets
 from .graphs import OUTPUTS, CapturedGraphs
 from .signature import from_json, to_json

@@ -6,7 +6,7 @@ ownership and mode are read from that descriptor (``fstat``), and the caller rea
 descriptor, so nothing can be swapped in between.  Every directory on the way (the one holding the
 name, its ancestors up to ``/``, the targets of any symbolic links among them) must belong to root or
 the current user and not be writable by others unless sticky (OpenSSH's ``StrictModes``;
-:mod:`inductor_knobs.core._safe_paths`).
+:func:`inductor_knobs.ext.unsafe_directories`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import os
 import stat
 from typing import NoReturn
 
-from ..core._safe_paths import unsafe_directories
-from ..core._safe_paths import who as _who
 from ..errors import CompileCacheRefused
+from ..ext import unsafe_directories
+from ..ext import who as _who
 
 
 def _open_checked(path: str, allow_unsafe: bool, label: str | None = None) -> int:
@@ -93,7 +93,7 @@ def _open_checked(path: str, allow_unsafe: bool, label: str | None = None) -> in
 def _unsafe_directories(directory: str, uid: int, path: str, label: str | None = None) -> list[str]:
     """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
 
-    The rule and the walk are :func:`inductor_knobs.core._safe_paths.unsafe_directories` (shared with
+    The rule and the walk are :func:`inductor_knobs.ext.unsafe_directories` (shared with
     :mod:`inductor_knobs.core.cutlass_pip`); this adds the ``load_compile_cache(path)`` label and error class.
 
     Args:

@@ -19,9 +19,9 @@ import os
 from typing import Any
 
 from ..core import setup, torch_compat
-from ..core._atomic import atomic_write
 from ..core.knobs import ENV_PREFIX, Knobs
 from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
+from ..ext import atomic_write
 from .cache_opener import _open_checked, _unsafe_directories  # noqa: F401 - _unsafe_directories: tests use it here
 
 MAGIC = b"inductor_knobs compile cache v1\n"
@@ -114,7 +114,7 @@ def write_file(path: str | os.PathLike[str], header: dict[str, Any], payload: by
     """Write ``MAGIC``, the header (with its own sha256, ``header_sha256``) and ``payload`` to ``path``.
 
     The file is created 0600 beside ``path`` and renamed over it (the package's one atomic writer,
-    :func:`~inductor_knobs.core._atomic.atomic_write`), so a reader sees the old file or the whole new one.
+    :func:`~inductor_knobs.ext.atomic_write`), so a reader sees the old file or the whole new one.
 
     Returns:
         dict[str, Any]: the header as written (``header_sha256`` included).

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core import events
-from ..core._scope import describe_owner
 from ..core.messages import torch_version
 from ..core.records import RuntimeEvent
 from ..errors import GraphCallRefused, GraphCaptureFailed, InvalidKnobValue
+from ..ext import describe_owner
 
 #: What a replayed call returns: ``"copy"`` (a clone the caller owns) or ``"static"`` (the graph's own buffer).
 OUTPUTS = ("copy", "static")

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.messages import torch_version
+from ..core.torch_settings import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..errors import InvalidKnobValue
-from ..patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 
 #: The line prefix the child prints its result after (everything else on stdout is the model's).
 RESULT = "inductor_knobs.sdpa_trial "

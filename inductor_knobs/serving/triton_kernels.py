@@ -315,7 +315,7 @@ def _count(value: Any) -> bool:
 def _torch_function(attribute: str) -> Any:
     """The torch function :class:`~inductor_knobs.patches._hooks.TorchHooks` names as ``attribute``, or None."""
     from ..core import torch_compat
-    from ..core._patching import resolve
+    from ..ext import resolve
 
     try:
         owner, name = resolve(getattr(torch_compat.installed(), attribute))
