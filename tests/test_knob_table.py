@@ -58,12 +58,13 @@ def test_every_row_has_a_sample_and_a_known_cache_rule():
         assert isinstance(row.changes, Policy) or name in SAMPLES, f"knob {name} has no sample in {__file__}"
 
 
-def _worker(args: list[str], cache: Path) -> dict:
+def _worker(args: list[str], cache: Path, variables: dict[str, str] | None = None) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
     env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"  # off by default before torch 2.5
     env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
     for var in [v for v in env if v.startswith("INDUCTOR_KNOBS_")]:
         env.pop(var)
+    env.update(variables or {})
     out = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -79,11 +80,15 @@ def cold_then_warm(tmp_path_factory):
         if value is not None and KNOBS[name].on(RELEASE)
     }
     warm = _worker(["knobs", json.dumps(samples), str(trace)], cache)
-    return cold, warm
+    # the same warm cache through env activation (the startup hook, at the first compile), no block in the code
+    env_trace = tmp_path_factory.mktemp("knob-trace-env")
+    by_env = _worker(["defaults"], cache, {"INDUCTOR_KNOBS_TRACE": str(env_trace), "INDUCTOR_KNOBS_SDPA_BACKENDS": "MATH"})
+    by_env["trace_files"] = sum(len(files) for _, _, files in os.walk(env_trace))
+    return cold, warm, by_env
 
 
 def test_the_defaults_compile_uses_torchs_own_attention_kernel_cold(cold_then_warm):
-    cold, _ = cold_then_warm
+    cold = cold_then_warm[0]
     assert cold["misses"] >= 1 and cold["hits"] == 0, cold
     assert any("flash_attention_for_cpu" in op for op in cold["ops"]), cold["ops"]
 
@@ -95,8 +100,7 @@ def test_each_knob_is_honoured_on_a_warm_cache_or_attested_as_not_applied(cold_t
         pytest.skip(f"{name} cannot be set on this CPU-only torch {torch.__version__}")
     if not row.on(RELEASE):
         pytest.skip(f"torch {torch.__version__} has no {name} (since {row.since})")
-    _, warm = cold_then_warm
-    seen = warm[name]
+    seen = cold_then_warm[1][name]
     not_applied = any(name in w or (isinstance(row.changes, Config) and row.changes.key in w) for w in seen["warnings"])
     if row.cache == "runtime":
         return  # torch reads it when the code runs: a hit of the defaults' entry gets it too
@@ -180,3 +184,13 @@ def test_the_reference_table_is_the_knob_table():
 def test_turning_the_caches_on_beside_a_bypass_knob_is_refused_either_way(knobs):
     with pytest.raises(InvalidKnobValue, match=r"trace.enabled=True needs Inductor's caches off.*force_disable_caches=False"):
         config_values(ik.Knobs(**knobs))
+
+
+def test_env_activation_on_a_warm_cache_honours_trace_and_sdpa_backends(cold_then_warm):
+    """INDUCTOR_KNOBS_TRACE and INDUCTOR_KNOBS_SDPA_BACKENDS, applied by the startup hook at the first compile of a
+    process whose cache the defaults' compile warmed: trace files are written and the attention runs as asked."""
+    seen = cold_then_warm[2]
+    assert seen["trace_files"] > 0 and seen["hits"] == 0, seen
+    assert not any("flash_attention" in op for op in seen["ops"]), seen["ops"]
+    sources = {s["source"] for a in seen["attestations"] for s in a["settings"]}
+    assert sources == {"env"}, seen
