@@ -5,8 +5,8 @@
 
 Builds the AOTInductor package of a small model, ``forward(x, y, scale) = relu(x) * w * scale + y`` with ``x``
 and ``y`` of ``(n, 1024)`` float32 (their lengths tied by the export), warmed at n = 8 and 16 with ``scale=2.0``,
-as ``ik.save_serving_bundle(..., aot=True)`` does (``aot_package.build``: export, AOTInductor, the load check
-in a child), loads it as ``ik.load_serving_bundle`` does (``aot_package.load``) and times, per call of
+as ``ik.serving.save_serving_bundle(..., aot=True)`` does (``aot_package.build``: export, AOTInductor, the load check
+in a child), loads it as ``ik.serving.load_serving_bundle`` does (``aot_package.load``) and times, per call of
 ``(x, y, scale)`` at n = 16:
 
 - ``check``: ``ShapeCheckedPackage.check`` alone (the contract's dtype, device, sizes, tied sizes, layout and
@@ -114,7 +114,7 @@ def main() -> None:
             try:
                 served(**bad)
                 refused[case] = None
-            except ik.errors.BundleInputRefused as err:
+            except ik.serving.BundleInputRefused as err:
                 refused[case] = str(err)
     us = {name: min(values) for name, values in figures.items()}
     result = {

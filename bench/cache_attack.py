@@ -53,8 +53,8 @@ from typing import Any, Callable
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs.errors import CompileCacheRefused
 from inductor_knobs.serving import compile_cache
+from inductor_knobs.serving.errors import CompileCacheRefused
 
 ATTACKER = 65534
 BENIGN_PAYLOAD = b"BENIGN: the artifacts this user saved"
@@ -273,7 +273,10 @@ def main() -> None:
              (str(sticky / "compile.cache"), benign, evil), {"allow_unsafe": True}),
         ]  # fmt: skip
         rows = []
-        for implementation, loader in (("before the fix", legacy_load), ("load_compile_cache (fixed)", ik.load_compile_cache)):
+        for implementation, loader in (
+            ("before the fix", legacy_load),
+            ("load_compile_cache (fixed)", ik.serving.load_compile_cache),
+        ):
             for name, path, swap, kw in scenarios:
                 row = run_scenario(name, loader, path, swap, args.loads, reached, **kw)
                 row["implementation"] = implementation

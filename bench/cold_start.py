@@ -8,8 +8,8 @@
 Models: ``bench/serving_real.py``'s (random weights from configs, no downloads; its ``build`` and
 ``make_inputs``): the 2-layer Llama and BERT-base, bf16, inference (``torch.no_grad()``).  The recipe is
 serving_real's ``warmup-fix`` arm: ``mode="max-autotune-no-cudagraphs"``, ``dynamic=True``, requests
-right-padded to the 16 buckets of 128 tokens that its warm-up recommends (``ik.suggest_buckets(128, 2048)``),
-one CUDA graph per bucket (``ik.capture_cuda_graphs``), a warm-up of what is served for the guard's
+right-padded to the 16 buckets of 128 tokens that its warm-up recommends (``ik.serving.suggest_buckets(128, 2048)``),
+one CUDA graph per bucket (``ik.serving.capture_cuda_graphs``), a warm-up of what is served for the guard's
 baselines, ``gc.freeze()``.  Unlike serving_real it does not first warm the unpadded lengths to find
 the buckets (they are known): for BERT that would compile a second graph (no attention mask) that
 nothing serves.
@@ -18,12 +18,12 @@ Arms, each in its own fresh process (the parent takes the time just before it st
 
 - ``cold``: empty ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` (fresh directories: a warm
   ``~/.triton`` or ``/tmp/torchinductor_$USER`` from an earlier run cannot help); the recipe, then the
-  traffic; then it saves the serving bundle and the AOT bundle (``ik.save_serving_bundle``, after the measurement);
+  traffic; then it saves the serving bundle and the AOT bundle (``ik.serving.save_serving_bundle``, after the measurement);
 - ``warm-caches``: the same recipe in a new process on ``cold``'s cache directories: what torch's own
   caches give on the same machine for free;
-- ``bundle``: new empty cache directories, as on a new host; ``ik.load_serving_bundle`` of ``cold``'s
+- ``bundle``: new empty cache directories, as on a new host; ``ik.serving.load_serving_bundle`` of ``cold``'s
   bundle, then the traffic;
-- ``aot``: new empty cache directories; ``ik.load_serving_bundle(path, None, ...)`` of the AOT bundle
+- ``aot``: new empty cache directories; ``ik.serving.load_serving_bundle(path, None, ...)`` of the AOT bundle
   (``aot=True``: an AOTInductor package of the model, its weights included) that ``cold`` also built
   after its measurement: no model build and no model code (only ``transformers.modeling_outputs``, whose
   classes the package's output spec names), no Dynamo, no compile; then the traffic.
@@ -31,8 +31,8 @@ Arms, each in its own fresh process (the parent takes the time just before it st
 Measured per arm: time to first request (from the parent's spawn to the first response: interpreter,
 imports, model build, compile or load, warm-up, capture, ``gc.freeze``, the request), that setup broken
 down, and p50/p99 of the first ``--requests`` (200) requests (seeded random lengths in [128, 2048],
-padded), each timed by ``ik.no_stalls`` (CUDA synchronised).  What was compiled, autotuned,
-Triton-compiled and captured: during setup from a ``ColdStartRecorder`` (``ik.load_serving_bundle``'s
+padded), each timed by ``ik.serving.no_stalls`` (CUDA synchronised).  What was compiled, autotuned,
+Triton-compiled and captured: during setup from a ``ColdStartRecorder`` (``ik.serving.load_serving_bundle``'s
 proof in ``bundle``; Inductor compiles by cache hit or miss from the attestations, torch's cache
 counters, autotune benchmarks, Triton compiles from Triton's listener, captures), during traffic from a
 second recorder and the guard's stalls by cause; and the kernel directories each arm added to its Triton
@@ -97,7 +97,7 @@ PHASES = (
 
 def bucket_sizes(ik, device: str) -> tuple[int, ...]:
     low, high = RANGE[device]
-    return ik.suggest_buckets(low, high) if device == "cuda" else ik.suggest_buckets(low, high, count=4)
+    return ik.serving.suggest_buckets(low, high) if device == "cuda" else ik.serving.suggest_buckets(low, high, count=4)
 
 
 def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> dict:
@@ -137,7 +137,7 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
         if arm in ("bundle", "aot"):
             started = time.time()
             path = aot_path(bundle) if net is None else bundle
-            loaded = ik.load_serving_bundle(path, net, factory=factory, on_cold="warn", on="record")
+            loaded = ik.serving.load_serving_bundle(path, net, factory=factory, on_cold="warn", on="record")
             total = time.time() - started
             served, guard, setup = loaded.served, loaded.guard, loaded.proof
             assert loaded.buckets == tuple(buckets), (loaded.buckets, buckets)
@@ -147,19 +147,19 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
             with ColdStartRecorder() as recorder:
                 compiled = ik.compile(net, mode=MODE, dynamic=True)
                 started = time.time()
-                warmed = ik.warmup(compiled, shapes=list(buckets), factory=factory, probes=None)
+                warmed = ik.serving.warmup(compiled, shapes=list(buckets), factory=factory, probes=None)
                 phases["compile"] = warmed.steps[0].first_call_seconds  # Dynamo, Inductor (or its caches), autotune
                 phases["warmup"] = time.time() - started - phases["compile"]
                 served = compiled
                 if device == "cuda":
                     started = time.time()
-                    served = ik.capture_cuda_graphs(compiled, shapes=list(buckets), factory=factory)
+                    served = ik.serving.capture_cuda_graphs(compiled, shapes=list(buckets), factory=factory)
                     phases["capture"] = time.time() - started
                     started = time.time()
-                    warmed = ik.warmup(served, shapes=list(buckets), factory=factory, probes=None)
+                    warmed = ik.serving.warmup(served, shapes=list(buckets), factory=factory, probes=None)
                     phases["warmup_graphs"] = time.time() - started
             setup = recorder.proof()
-            guard = ik.no_stalls(served, on="record", warmup=warmed, history=None)
+            guard = ik.serving.no_stalls(served, on="record", warmup=warmed, history=None)
         started = time.time()
         gc.collect()
         gc.freeze()
@@ -175,7 +175,7 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
         saved = None
         if arm == "cold":
             started = time.time()
-            header = ik.save_serving_bundle(bundle, served, warmed, buckets=buckets)
+            header = ik.serving.save_serving_bundle(bundle, served, warmed, buckets=buckets)
             saved = {
                 "seconds": time.time() - started,
                 "bytes": bundle.stat().st_size,
@@ -184,7 +184,7 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
             }
             started = time.time()
             try:  # after the cold measurement: a model torch.export refuses must not lose it
-                ik.save_serving_bundle(aot_path(bundle), served, warmed, buckets=buckets, aot=True, factory=factory)
+                ik.serving.save_serving_bundle(aot_path(bundle), served, warmed, buckets=buckets, aot=True, factory=factory)
                 saved["aot"] = {"seconds": time.time() - started, "bytes": aot_path(bundle).stat().st_size}
             except ik.errors.KnobsError as err:
                 saved["aot"] = {"seconds": time.time() - started, "bytes": 0, "error": str(err)[-2000:]}
@@ -284,7 +284,9 @@ def private_directory() -> Path:
         if not compile_cache._unsafe_directories(str(work), os.geteuid(), str(work)):
             return work
         work.rmdir()
-    raise SystemExit("no temporary directory passes ik.load_serving_bundle's checks (yours or root's, not writable by others)")
+    raise SystemExit(
+        "no temporary directory passes ik.serving.load_serving_bundle's checks (yours or root's, not writable by others)"
+    )
 
 
 def host_bytecode(work: Path) -> dict:

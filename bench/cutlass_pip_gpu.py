@@ -6,7 +6,7 @@
 Needs an NVIDIA GPU, torch 2.5+ with CUDA (autotune records: ``add_feedback_saver``), and ``nvcc``
 (``CUDA_HOME/bin/nvcc`` or on ``PATH``): Inductor compiles each CUTLASS candidate with it.  No CUTLASS
 checkout: ``inductor_knobs`` points the CUTLASS directory key (``cutlass.cutlass_dir`` on 2.11+,
-``cuda.cutlass_dir`` before) at a directory of links into the wheel (:mod:`inductor_knobs.core.cutlass_pip`).
+``cuda.cutlass_dir`` before) at a directory of links into the wheel (:mod:`inductor_knobs.core.cutlass`).
 
 Phases, each in a fresh Inductor cache and Dynamo state, each caught separately (the exception's
 type, message and traceback tail go into the JSON instead of stopping the run):
@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs.core import cutlass_pip, torch_compat
+from inductor_knobs.core import cutlass, torch_compat
 from inductor_knobs.errors import NoFallbackWarning
 
 # bf16 has an 8-bit mantissa: torch.testing's bf16 rtol (1.6e-2), and an atol for K-long sums near 0.
@@ -169,7 +169,7 @@ def phase_setup() -> dict[str, Any]:
         "cutlass_dir_before": getattr(cfg, key),
     }
     found, where = torch_compat.installed(strict=False).cutlass_available(cfg, torch_compat.release_of(torch.__version__))
-    out["doctor_cutlass"] = cutlass_pip.describe(found, where, key, gpu_ok=not torch.version.hip)
+    out["doctor_cutlass"] = cutlass.describe(found, where, key, gpu_ok=not torch.version.hip)
     try:
         with ik.knobs(gemm_backends="ATEN,CUTLASS", max_autotune_gemm=True):
             out["cutlass_dir_in_block"] = getattr(cfg, key)

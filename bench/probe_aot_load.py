@@ -1,11 +1,11 @@
-"""Where a CUDA AOTInductor package of ik.save_serving_bundle(aot=True) crashes its loading process, if it does.
+"""Where a CUDA AOTInductor package of ik.serving.save_serving_bundle(aot=True) crashes its loading process, if it does.
 
     python bench/probe_aot_load.py --out DIR      # on a CUDA machine; one subprocess per step, faulthandler on
 
 Builds tests/bundle_worker.py's model as an AOT bundle (build-aot, cuda), then loads it in fresh processes,
 each going one step further: the package alone through torch (``aoti_load_package`` of the extracted
 ``.pt2``, then a call per warmed length, then a CUDA graph captured of one call), and the whole
-``ik.load_serving_bundle``.  Each step's exit status and last lines go to ``DIR/probe_aot_load.json``.
+``ik.serving.load_serving_bundle``.  Each step's exit status and last lines go to ``DIR/probe_aot_load.json``.
 """
 
 from __future__ import annotations
@@ -66,13 +66,13 @@ STEPS = {
         "torch.cuda.current_stream().wait_stream(s)\ng = torch.cuda.CUDAGraph()\n"
         "with torch.cuda.graph(g):\n    y = m(x)\ng.replay(); torch.cuda.synchronize(); print('replayed')"
     ),
-    "capture-single-threaded": (  # as ik.load_serving_bundle loads it
+    "capture-single-threaded": (  # as ik.serving.load_serving_bundle loads it
         "m = torch._inductor.aoti_load_package(PT2, run_single_threaded=True)\nx = factory(56)\ns = torch.cuda.Stream()\n"
         "s.wait_stream(torch.cuda.current_stream())\nwith torch.cuda.stream(s):\n    m(x); m(x)\n"
         "torch.cuda.current_stream().wait_stream(s)\ng = torch.cuda.CUDAGraph()\n"
         "with torch.cuda.graph(g):\n    y = m(x)\ng.replay(); torch.cuda.synchronize(); print('replayed')"
     ),
-    "ik-load": "b = ik.load_serving_bundle(BUNDLE, None, factory=factory, on_cold='warn', on='record')\nprint(b.proof.table())",
+    "ik-load": "b = ik.serving.load_serving_bundle(BUNDLE, None, factory=factory, on_cold='warn', on='record')\nprint(b.proof.table())",
 }
 PRELUDE = """import faulthandler, os, sys, torch
 faulthandler.dump_traceback_later(15, repeat=True)  # a step that hangs says where, every 15 s

@@ -2,7 +2,7 @@
 
     python bench/probe_graph_capture.py MODEL REQUESTS OUT_DIR   # MODEL llama|bert
 
-What ``ik.capture_cuda_graphs`` does, written out with torch's own API: compile
+What ``ik.serving.capture_cuda_graphs`` does, written out with torch's own API: compile
 ``bench/serving_real.py``'s model with ``mode="max-autotune-no-cudagraphs", dynamic=True``, warm
 its 16 buckets, warm them again on a side stream, capture one graph per bucket (largest first, one
 pool), check the replayed output against the compiled model's at the smallest and largest bucket,

@@ -39,7 +39,7 @@ def main() -> int:
         compiled = ik.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
         padded = lambda n: serving_real.make_inputs("llama", n, buckets, n)  # noqa: E731
         graphs = {
-            mode: ik.capture_cuda_graphs(compiled, shapes=list(buckets), factory=padded, outputs=mode)
+            mode: ik.serving.capture_cuda_graphs(compiled, shapes=list(buckets), factory=padded, outputs=mode)
             for mode in ("copy", "static")
         }
         for bucket in buckets:

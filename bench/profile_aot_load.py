@@ -2,7 +2,7 @@
 
     python bench/profile_aot_load.py BUNDLE [--device cuda]
 
-Times ``import torch``, ``import inductor_knobs`` and ``ik.load_serving_bundle`` (the tests' small model:
+Times ``import torch``, ``import inductor_knobs`` and ``ik.serving.load_serving_bundle`` (the tests' small model:
 ``tests/bundle_worker.py build-aot`` makes the bundle), and prints the load's cProfile (cumulative and own
 time) and which of its imports took longest.  Run it on an empty ``TORCHINDUCTOR_CACHE_DIR``, as on a new
 serving host.
@@ -48,7 +48,7 @@ def main() -> None:
     started = time.perf_counter()
     profile.enable()
     with torch.no_grad():
-        loaded = ik.load_serving_bundle(args.bundle, None, factory=bundle_worker.factory, on_cold="warn", on="record")
+        loaded = ik.serving.load_serving_bundle(args.bundle, None, factory=bundle_worker.factory, on_cold="warn", on="record")
     profile.disable()
     seconds["load_serving_bundle"] = time.perf_counter() - started
     seconds.update({f"  of which {k}": v for k, v in loaded.proof.seconds.items()})

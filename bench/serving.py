@@ -7,11 +7,11 @@ Model: ``Linear(3420 -> 1280, bias=False)`` in bf16, ``torch.compile(mode="max-a
 side by side in one run, each arm in a fresh Inductor cache (``fresh_cache``) or a fresh process:
 
 1. first request at seq_len 560/1024/2048: cold (compile + autotune inside the request) vs after
-   ``ik.warmup`` over the same three lengths; ratio cold/warm per length.
+   ``ik.serving.warmup`` over the same three lengths; ratio cold/warm per length.
 2. a stream of 200 random lengths in [512, 2048]: autotune benchmarking events and Dynamo
-   (re)compilations, plain ``torch.compile`` without warmup vs ``ik.compile`` after ``ik.warmup``.
+   (re)compilations, plain ``torch.compile`` without warmup vs ``ik.compile`` after ``ik.serving.warmup``.
 3. warm restart: a process with an empty Inductor cache vs one that first ran
-   ``ik.load_compile_cache`` of a file saved by a third process; first-request seconds and
+   ``ik.serving.load_compile_cache`` of a file saved by a third process; first-request seconds and
    autotune events per length.
 
 Writes ``serving.json`` and ``serving.md`` under ``--out``.
@@ -84,7 +84,7 @@ def grad_mode(variant: str):
 
 
 def stream(compiled, lengths, guard_on: str) -> dict:
-    with ik.record_autotune() as rec, ik.no_autotune(on=guard_on) as guard:
+    with ik.record_autotune() as rec, ik.serving.no_autotune(on=guard_on) as guard:
         start = time.perf_counter()
         for n in lengths:
             compiled(hidden_states(n))
@@ -112,7 +112,7 @@ def in_process(requests: int, variant: str) -> dict:
             results["plain_stream"] = stream(plain, lengths, guard_on="log")
         with fresh()():
             compiled = ik.compile(make_model(), mode=MODE)
-            report = ik.warmup(compiled, shapes=SEQ_LENS, factory=hidden_states)
+            report = ik.serving.warmup(compiled, shapes=SEQ_LENS, factory=hidden_states)
             results["warmup"] = report.to_dict()
             results["warmup_table"] = report.table()
             results["warm_first_requests"] = first_requests(compiled)
@@ -126,11 +126,11 @@ def worker(role: str, path: str, variant: str) -> dict:
         compiled = ik.compile(make_model(), mode=MODE)  # lazy: nothing compiles before the first call
         if role == "load":
             start = time.perf_counter()
-            ik.load_compile_cache(path, compiled)  # keyed on the knobs mode + options expand to
+            ik.serving.load_compile_cache(path, compiled)  # keyed on the knobs mode + options expand to
             load_seconds = time.perf_counter() - start
         firsts = first_requests(compiled)
         if role == "save":
-            ik.save_compile_cache(path, compiled)
+            ik.serving.save_compile_cache(path, compiled)
     return {"first_requests": firsts, **({"load_seconds": load_seconds} if role == "load" else {})}
 
 
@@ -165,7 +165,7 @@ def markdown(env: dict, variant: str, results: dict) -> str:
         f"GPU: {env['gpu']} ({env['sms']} SMs), driver {env['driver']}, torch {env['torch']}, triton {env['triton']}; "
         f"variant: {variant}",
         "",
-        "| seq_len | cold first request s | after ik.warmup s | ratio "
+        "| seq_len | cold first request s | after ik.serving.warmup s | ratio "
         "| cold process s | process that loaded the cache s | ratio | autotuned (cold / loaded) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -189,7 +189,7 @@ def markdown(env: dict, variant: str, results: dict) -> str:
         "|---|---|---|---|---|",
         f"| plain torch.compile, no warmup | {ps['autotune_benchmarked']} | {len(ps['compiles'])} "
         f"| {ps['cudagraph_recordings']} | {ps['seconds']:.2f} |",
-        f"| ik.compile after ik.warmup(560, 1024, 2048) | {ws['autotune_benchmarked']} "
+        f"| ik.compile after ik.serving.warmup(560, 1024, 2048) | {ws['autotune_benchmarked']} "
         f"| {len(ws['compiles'])} | {ws['cudagraph_recordings']} | {ws['seconds']:.2f} |",
         "",
         f"no_autotune violations: plain {ps['violations']}, after warmup {ws['violations']}",

@@ -10,15 +10,15 @@ Models (random weights from configs, no downloads), bf16, inference (``torch.no_
 - ``bert``: HF ``BertModel`` with BERT-base's config (12 layers, hidden 768).
 
 Arms, each in its own process (the cuDNN SDPA plan cache is per process), all serving the same 200
-random lengths in [128, 2048] (seeded) through ``ik.no_stalls(on="record")``, which times every
+random lengths in [128, 2048] (seeded) through ``ik.serving.no_stalls(on="record")``, which times every
 request and names each stall's causes:
 
 1. ``plain``: ``torch.compile``, no warmup;
-2. ``warmup-guard``: ``ik.compile``, ``ik.warmup`` over 128, 512, 1024, 2048 (its probes at unseen
+2. ``warmup-guard``: ``ik.compile``, ``ik.serving.warmup`` over 128, 512, 1024, 2048 (its probes at unseen
    lengths measure what is still cold), then traffic with the warmup's steady state as baseline;
 3. ``warmup-fix``: the same warmup, then the fixes its reports recommend: padding to its
    ``recommended_buckets``, which are warmed; where that warm-up finds the steady call host-bound
-   (``host_share`` >= 0.8), one CUDA graph per bucket (``ik.capture_cuda_graphs``), warmed again
+   (``host_share`` >= 0.8), one CUDA graph per bucket (``ik.serving.capture_cuda_graphs``), warmed again
    for its steady state; ``gc.freeze()`` where a collection paused warm-up; then traffic.
 
 Arms of one model share an Inductor cache directory, the first arm filling it (compile time is not
@@ -96,7 +96,10 @@ def make_inputs(model: str, length: int, buckets: tuple[int, ...] | None, seed: 
         return {"input_ids": ids}
     mask = torch.ones_like(ids)
     # Right-padding: exact for the causal Llama; BERT needs the mask to hide the padded positions.
-    inputs = {"input_ids": ik.pad_to_bucket(ids, buckets, dim=1), "attention_mask": ik.pad_to_bucket(mask, buckets, dim=1)}
+    inputs = {
+        "input_ids": ik.serving.pad_to_bucket(ids, buckets, dim=1),
+        "attention_mask": ik.serving.pad_to_bucket(mask, buckets, dim=1),
+    }
     if model == "llama":
         inputs.pop("attention_mask")
     return inputs
@@ -121,17 +124,17 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
             baseline = None
         else:
             compiled = ik.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
-            report = ik.warmup(compiled, shapes=list(WARM_LENGTHS), factory=lambda n: make_inputs(model, n, None, n))
+            report = ik.serving.warmup(compiled, shapes=list(WARM_LENGTHS), factory=lambda n: make_inputs(model, n, None, n))
             warmed = report
             if arm == "warmup-fix" and report.recommended_buckets:
                 buckets = report.recommended_buckets
                 padded = lambda n: make_inputs(model, n, buckets, n)  # noqa: E731
-                warmed = ik.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
+                warmed = ik.serving.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
                 host_share = warmed.host_share
                 if any("capture_cuda_graphs" in fix for fix in warmed.fixes):
-                    compiled = ik.capture_cuda_graphs(compiled, shapes=list(buckets), factory=padded)
+                    compiled = ik.serving.capture_cuda_graphs(compiled, shapes=list(buckets), factory=padded)
                     graphs = len(compiled.shapes)
-                    warmed = ik.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
+                    warmed = ik.serving.warmup(compiled, shapes=list(buckets), factory=padded, probes=None)
             if arm == "warmup-fix" and any("gc.freeze()" in fix for fix in report.fixes + warmed.fixes):
                 gc_frozen = True
                 gc.collect()
@@ -139,7 +142,7 @@ def run_arm(model: str, arm: str, requests: int) -> dict:
             baseline = warmed.steady_state_ms
         setup_seconds = time.perf_counter() - started
         # Seeded with the warm-up's shapes and steady state: the sampled profiler skips warmed shapes.
-        guard = ik.no_stalls(compiled, on="record", warmup=warmed if arm != "plain" else None, history=None)
+        guard = ik.serving.no_stalls(compiled, on="record", warmup=warmed if arm != "plain" else None, history=None)
         with guard:
             for i, n in enumerate(lengths):
                 guard(**make_inputs(model, n, buckets, 1000 + i))
@@ -225,7 +228,7 @@ def overhead(compiled, inputs: dict, cycles: int = 1000, rounds: int = 41, calls
         del out
         return seconds
 
-    guard = ik.no_stalls(compiled, on="record")
+    guard = ik.serving.no_stalls(compiled, on="record")
     own: list[float] = []  # per guarded call: its wall time less what the guard timed (paired, same call)
 
     def guarded() -> float:
@@ -297,7 +300,7 @@ def _guard_on_a_noop(inputs: dict, rounds: int = 7, calls: int = 20_000) -> floa
     def noop(**kwargs):
         return None
 
-    guard = ik.no_stalls(noop, on="record", synchronize=False, profile="off")
+    guard = ik.serving.no_stalls(noop, on="record", synchronize=False, profile="off")
 
     def per_call(fn) -> float:
         start = time.perf_counter()
@@ -393,7 +396,7 @@ def markdown(results: list[dict], env: dict) -> str:
             )
     for r in results:
         if r.get("warmup_table"):
-            lines += ["", f"### {r['model']} / {r['arm']}: ik.warmup report", "```", r["warmup_table"], "```"]
+            lines += ["", f"### {r['model']} / {r['arm']}: ik.serving.warmup report", "```", r["warmup_table"], "```"]
         lines += ["", f"### {r['model']} / {r['arm']}: guard", "```", r["guard_table"], "```"]
     return "\n".join(lines) + "\n"
 

@@ -6,8 +6,8 @@
 
 Per model (``bench/serving_real.py``'s random-weight Llama and BERT-base, bf16, inference), one
 process runs the recipe once: ``ik.compile(mode="max-autotune-no-cudagraphs", dynamic=True)``,
-``ik.warmup`` over 128..2048, its recommended buckets, ``ik.capture_cuda_graphs`` (``outputs="copy"``,
-the default), and ``ik.no_stalls(on="record", warmup=<the buckets' warm-up>)``.  Then, for each thread
+``ik.serving.warmup`` over 128..2048, its recommended buckets, ``ik.serving.capture_cuda_graphs`` (``outputs="copy"``,
+the default), and ``ik.serving.no_stalls(on="record", warmup=<the buckets' warm-up>)``.  Then, for each thread
 count (1, 4, 16 by default), ``--requests`` random lengths (seeded) go through a
 ``ThreadPoolExecutor`` of that many threads; each request reads its answer as soon as its call
 returns (Llama: the argmax token at its last real position; BERT: the hidden state there) and the
@@ -78,20 +78,24 @@ def run_model(model: str, requests: int, thread_counts: list[int]) -> dict:
     started = time.perf_counter()
     with torch.no_grad():
         compiled = ik.compile(net, mode="max-autotune-no-cudagraphs", dynamic=True)
-        report = ik.warmup(compiled, shapes=list(WARM_LENGTHS), factory=lambda n: serving_real.make_inputs(model, n, None, n))
+        report = ik.serving.warmup(
+            compiled, shapes=list(WARM_LENGTHS), factory=lambda n: serving_real.make_inputs(model, n, None, n)
+        )
         buckets = tuple(report.recommended_buckets or WARM_LENGTHS)
         padded = lambda n: serving_real.make_inputs(model, n, buckets, n)  # noqa: E731
         served = compiled
         if serving_real.DEVICE == "cuda":  # CUDA graphs need CUDA; the CPU smoke run serves the compiled model
-            served = ik.capture_cuda_graphs(compiled, shapes=list(buckets), factory=padded)
-        warmed = ik.warmup(served, shapes=list(buckets), factory=padded, probes=None)
+            served = ik.serving.capture_cuda_graphs(compiled, shapes=list(buckets), factory=padded)
+        warmed = ik.serving.warmup(served, shapes=list(buckets), factory=padded, probes=None)
         setup = time.perf_counter() - started
         out: dict = {"model": model, "setup_seconds": setup, "buckets": list(buckets), "runs": []}
         for threads in thread_counts:
             lengths = random.Random(threads).choices(range(LOW, HIGH + 1), k=requests)
             inputs = [serving_real.make_inputs(model, n, buckets, 10_000 + i) for i, n in enumerate(lengths)]
             alone = [answer(model, served(**x), n) for x, n in zip(inputs, lengths)]  # one at a time, no guard
-            guard = ik.no_stalls(served, on="record", warmup=warmed)  # one guard per thread count: its totals are that run's
+            guard = ik.serving.no_stalls(
+                served, on="record", warmup=warmed
+            )  # one guard per thread count: its totals are that run's
             rss_before = rss_mb()
 
             def request(i: int, inputs=inputs, lengths=lengths, guard=guard):

@@ -3,11 +3,11 @@
     python examples/serving_warmup.py           # CUDA if present, else a small CPU version
 
 1. Compile with ``ik.compile`` (the knobs, here ``mode="max-autotune"``, follow every recompile).
-2. ``ik.warmup`` over representative lengths: prints what each length compiled and autotuned,
+2. ``ik.serving.warmup`` over representative lengths: prints what each length compiled and autotuned,
    with Dynamo's recompile reasons.
-3. Serve 200 random lengths under ``ik.no_autotune()``: it raises if any request would
+3. Serve 200 random lengths under ``ik.serving.no_autotune()``: it raises if any request would
    autotune or recompile.
-4. Save the compile cache, so that the next process can ``ik.load_compile_cache`` it and
+4. Save the compile cache, so that the next process can ``ik.serving.load_compile_cache`` it and
    start warm.
 """
 
@@ -42,20 +42,20 @@ def hidden_states(seq_len: int) -> torch.Tensor:
 def main() -> None:
     knobs = ik.Knobs() if CUDA else ik.Knobs(max_autotune=True, gemm_backends="ATEN,CPP")
     compiled = ik.compile(model, knobs, mode="max-autotune" if CUDA else None)
-    report = ik.warmup(compiled, shapes=LENS, factory=hidden_states)
+    report = ik.serving.warmup(compiled, shapes=LENS, factory=hidden_states)
     print(report.table())
 
     lengths = random.Random(0).choices(range(LOW, HIGH + 1), k=200)
-    with ik.no_autotune():
+    with ik.serving.no_autotune():
         for n in lengths:
             compiled(hidden_states(n))
     print(f"\nserved {len(lengths)} requests with lengths in [{LOW}, {HIGH}]: no autotuning, no recompilation")
 
     if ik.core.torch_compat.installed().has_cache_artifacts:
         path = os.path.join(tempfile.mkdtemp(), "compile.cache")
-        header = ik.save_compile_cache(path, compiled)
+        header = ik.serving.save_compile_cache(path, compiled)
         print(f"saved the compile cache to {path} ({header['artifacts']}); in the next process:")
-        print(f"    compiled = ik.compile(model, knobs, mode=...); ik.load_compile_cache({path!r}, compiled)")
+        print(f"    compiled = ik.compile(model, knobs, mode=...); ik.serving.load_compile_cache({path!r}, compiled)")
 
 
 if __name__ == "__main__":

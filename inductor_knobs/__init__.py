@@ -19,66 +19,35 @@ TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
-#: Public name -> the submodule that defines it.
+#: Public name -> the submodule that defines it.  Serving is ``inductor_knobs.serving``, the exceptions
+#: ``inductor_knobs.errors``, the extension API ``inductor_knobs.ext``; each loads on first use.
 _PUBLIC = {
-    "AutotuneDuringServing": "errors",
-    "AutotuneRecord": "core.records",
-    "BundleInputRefused": "errors",
     "CompileAttestation": "core.attestation",
-    "CompileCacheRefused": "errors",
-    "CompileEvent": "core.records",
-    "CapturedGraphs": "serving.graphs",
-    "ColdStartCompiled": "errors",
-    "ColdStartProof": "serving.cold_start",
-    "ColdStartWarning": "errors",
-    "ConcurrentKnobsError": "errors",
-    "EmulateGpuContext": "emulation.context",
-    "EmulationConflict": "errors",
-    "EmulationUnavailable": "errors",
-    "GraphCallRefused": "errors",
-    "GraphCaptureFailed": "errors",
-    "KnobNotApplied": "errors",
-    "KnobNotAppliedWarning": "errors",
-    "Knobs": "core.knobs",
-    "KnobsBackend": "core.compile_backend",
-    "KnobsContext": "core.knob_blocks",
-    "KnobsError": "errors",
-    "NotBlockOwner": "errors",
-    "NotSupportedOnThisTorch": "errors",
-    "PRESETS": "core.knobs",
-    "PatchTargetChanged": "errors",
-    "RuntimeEvent": "core.records",
-    "SettingAlreadyRead": "errors",
-    "Stall": "serving.stall_report",
-    "StallDuringServing": "errors",
-    "StallReport": "serving.stall_report",
-    "StallWarning": "errors",
-    "UnsupportedTorchVersion": "errors",
-    "activate_from_env": "env",
-    "bucket_for": "serving.buckets",
-    "active_env_knobs": "env",
-    "capture_cuda_graphs": "serving.graphs",
+    "knobs": "core.blocks",
+    "force_gemm_autotune": "core.blocks",
+    "KnobsContext": "core.blocks",
     "compile": "core.compile_backend",
-    "deactivate_env": "env",
-    "emulate_gpu": "emulation.context",
-    "force_gemm_autotune": "core.knob_blocks",
-    "knobs": "core.knob_blocks",
+    "KnobsBackend": "core.compile_backend",
     "knobs_report": "core.compile_backend",
-    "load_compile_cache": "serving.compile_cache",
-    "load_serving_bundle": "serving.bundle",
-    "no_autotune": "serving.autotune_guard",
-    "no_stalls": "serving.stalls",
-    "pad_to_bucket": "serving.buckets",
+    "AutotuneRecord": "core.events",
+    "CompileEvent": "core.events",
+    "RuntimeEvent": "core.events",
+    "Knobs": "core.knobs",
+    "PRESETS": "core.knobs",
     "record_autotune": "core.recorder",
     "record_compiles": "core.recorder",
-    "save_compile_cache": "serving.compile_cache",
-    "save_serving_bundle": "serving.bundle",
-    "ServingBundle": "serving.bundle",
-    "suggest_buckets": "serving.buckets",
-    "warmup": "serving.warmup",
+    "emulate_gpu": "emulation.context",
+    "EmulateGpuContext": "emulation.context",
+    "activate_from_env": "env",
+    "active_env_knobs": "env",
+    "deactivate_env": "env",
+    "KnobsError": "errors",
+    "KnobNotApplied": "errors",
 }
+#: Subpackages and modules reached as attributes (``ik.serving.warmup``, ``ik.errors.InvalidKnobValue``).
+_SUBMODULES = ("errors", "serving")
 
-__all__ = sorted(_PUBLIC)
+__all__ = sorted([*_PUBLIC, *_SUBMODULES])
 
 
 class _CheckoutPatches:
@@ -136,59 +105,29 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_PUBLIC])
 
 
-if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily (a test keeps this equal to _PUBLIC)
+    from . import ablation as ablation
+    from . import errors as errors
+    from . import ext as ext
+    from . import serving as serving
     from .core.attestation import CompileAttestation as CompileAttestation
+    from .core.blocks import KnobsContext as KnobsContext
+    from .core.blocks import force_gemm_autotune as force_gemm_autotune
+    from .core.blocks import knobs as knobs
     from .core.compile_backend import KnobsBackend as KnobsBackend
     from .core.compile_backend import compile as compile
     from .core.compile_backend import knobs_report as knobs_report
-    from .core.knob_blocks import KnobsContext as KnobsContext
-    from .core.knob_blocks import force_gemm_autotune as force_gemm_autotune
-    from .core.knob_blocks import knobs as knobs
+    from .core.events import AutotuneRecord as AutotuneRecord
+    from .core.events import CompileEvent as CompileEvent
+    from .core.events import RuntimeEvent as RuntimeEvent
     from .core.knobs import PRESETS as PRESETS
     from .core.knobs import Knobs as Knobs
     from .core.recorder import record_autotune as record_autotune
     from .core.recorder import record_compiles as record_compiles
-    from .core.records import AutotuneRecord as AutotuneRecord
-    from .core.records import CompileEvent as CompileEvent
-    from .core.records import RuntimeEvent as RuntimeEvent
     from .emulation.context import EmulateGpuContext as EmulateGpuContext
     from .emulation.context import emulate_gpu as emulate_gpu
     from .env import activate_from_env as activate_from_env
     from .env import active_env_knobs as active_env_knobs
     from .env import deactivate_env as deactivate_env
-    from .errors import AutotuneDuringServing as AutotuneDuringServing
-    from .errors import BundleInputRefused as BundleInputRefused
-    from .errors import ColdStartCompiled as ColdStartCompiled
-    from .errors import ColdStartWarning as ColdStartWarning
-    from .errors import CompileCacheRefused as CompileCacheRefused
-    from .errors import ConcurrentKnobsError as ConcurrentKnobsError
-    from .errors import EmulationConflict as EmulationConflict
-    from .errors import EmulationUnavailable as EmulationUnavailable
-    from .errors import GraphCallRefused as GraphCallRefused
-    from .errors import GraphCaptureFailed as GraphCaptureFailed
     from .errors import KnobNotApplied as KnobNotApplied
-    from .errors import KnobNotAppliedWarning as KnobNotAppliedWarning
     from .errors import KnobsError as KnobsError
-    from .errors import NotBlockOwner as NotBlockOwner
-    from .errors import NotSupportedOnThisTorch as NotSupportedOnThisTorch
-    from .errors import PatchTargetChanged as PatchTargetChanged
-    from .errors import SettingAlreadyRead as SettingAlreadyRead
-    from .errors import StallDuringServing as StallDuringServing
-    from .errors import StallWarning as StallWarning
-    from .errors import UnsupportedTorchVersion as UnsupportedTorchVersion
-    from .serving.autotune_guard import no_autotune as no_autotune
-    from .serving.buckets import bucket_for as bucket_for
-    from .serving.buckets import pad_to_bucket as pad_to_bucket
-    from .serving.buckets import suggest_buckets as suggest_buckets
-    from .serving.bundle import ServingBundle as ServingBundle
-    from .serving.bundle import load_serving_bundle as load_serving_bundle
-    from .serving.bundle import save_serving_bundle as save_serving_bundle
-    from .serving.cold_start import ColdStartProof as ColdStartProof
-    from .serving.compile_cache import load_compile_cache as load_compile_cache
-    from .serving.compile_cache import save_compile_cache as save_compile_cache
-    from .serving.graphs import CapturedGraphs as CapturedGraphs
-    from .serving.graphs import capture_cuda_graphs as capture_cuda_graphs
-    from .serving.stall_report import Stall as Stall
-    from .serving.stall_report import StallReport as StallReport
-    from .serving.stalls import no_stalls as no_stalls
-    from .serving.warmup import warmup as warmup

@@ -93,10 +93,10 @@ def _release_knobs(version: str) -> list[dict[str, Any]]:
 
 
 def _serving() -> dict[str, Any]:
-    """What ``ik.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it exists."""
+    """What ``ik.serving.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it exists."""
     from .core import torch_compat
-    from .core.observe import _triton_compilation, can_record_autotune, runtime_hook_status
-    from .core.records import CAUSES
+    from .core.events import CAUSES
+    from .core.observers import _triton_compilation, can_record_autotune, runtime_hook_status
 
     patches = torch_compat.installed(strict=False)
     hooks = [{"cause": kind, "hook": path, "available": ok} for kind, path, ok in runtime_hook_status()]
@@ -193,7 +193,7 @@ def _backends(version: str, has_gpu: bool) -> dict[str, str]:
     patches = torch_compat.select(version, strict=False)
     release = torch_compat.release_of(version)
     names = sorted(patches.gemm_backends(release))
-    from .core.cutlass_pip import describe as describe_cutlass  # CUTLASS: a checkout, nvidia-cutlass, or how to get it
+    from .core.cutlass import describe as describe_cutlass  # CUTLASS: a checkout, nvidia-cutlass, or how to get it
 
     cutlass_found, cutlass_dir = patches.cutlass_available(importlib.import_module("torch._inductor.config"), release)
     rocm = bool(torch.version.hip)
@@ -312,7 +312,7 @@ PRECEDENCE = "emulation > knob > options > mode > process default"
 
 def _precedence(version: str) -> dict[str, Any]:
     """What decides an Inductor config value at compile time, and what beats a knob here."""
-    from .core.why_not_applied import foreign_setattr
+    from .core.attestation import foreign_setattr
 
     patches = torch_compat.select(version, strict=False)
     cfg = importlib.import_module("torch._inductor.config")
@@ -394,7 +394,7 @@ def render(report: dict[str, Any]) -> str:
         "  nothing here beats a knob (no forcing env var, implication or foreign __setattr__)"
     ]
     serving = report["serving"]
-    lines += ["", "serving guard (ik.no_stalls) names these first-call costs on this torch:"]
+    lines += ["", "serving guard (ik.serving.no_stalls) names these first-call costs on this torch:"]
     for hook in serving["hooks"]:
         missing = hook.get("missing", "MISSING on this torch: shows as a slow op or 'unattributed'")
         state = "hook present" if hook["available"] else missing

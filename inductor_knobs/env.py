@@ -18,13 +18,13 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .core._undo import SAFE_EXIT
 from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, KNOBS, Knobs
+from .core.undo import SAFE_EXIT
 from .emulation.emulate import EmulationSpec, spec_from_text
 from .errors import InvalidKnobValue, KnobsError, KnobsWarning, StaleConfigHashWarning
 
 if TYPE_CHECKING:
-    from .core._undo import Undo
+    from .core.undo import Undo
 
 DISABLE_VAR = ENV_PREFIX + "DISABLE"
 
@@ -91,7 +91,7 @@ def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpe
 def start_up() -> list[str]:
     """What the startup hook does at interpreter start, before torch is imported: check the ``INDUCTOR_KNOBS_*``
     variables and set the environment variables of the process settings torch reads from its environment at or
-    before its first CUDA call (``Setting.env_var`` in :mod:`inductor_knobs.core.torch_settings`:
+    before its first CUDA call (``Setting.env_var`` in :mod:`inductor_knobs.core.changes`:
     ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` for ``cudnn_sdpa_avoid_recompile``).  Everything else waits for the
     first Inductor compile (:func:`activate_from_env`).
 
@@ -101,7 +101,7 @@ def start_up() -> list[str]:
     reported.  Activation at the first compile then finds the value in force: its
     :class:`~inductor_knobs.core.changes.SettingChange` changes nothing (no
     :class:`~inductor_knobs.errors.SettingAlreadyRead` when CUDA has started) and attests the setting with source
-    env.  A variable set here counts as set by knobs for :func:`~inductor_knobs.core.torch_settings.environ_before_knobs`
+    env.  A variable set here counts as set by knobs for :func:`~inductor_knobs.core.changes.environ_before_knobs`
     (processes an ablation starts do not inherit it).  Imports neither torch nor Inductor.
 
     Returns:
@@ -114,8 +114,8 @@ def start_up() -> list[str]:
     import warnings
 
     from .core import torch_compat
+    from .core.changes import SETTINGS, hold_env
     from .core.messages import torch_version
-    from .core.torch_settings import SETTINGS, hold_env
 
     knobs = env_knobs()
     emulation_or_hint(None)
@@ -202,8 +202,8 @@ def _apply(knobs: Knobs, emulation: EmulationSpec | None) -> list[Undo]:
     global _activating
     _activating = True
     try:
-        from .core._undo import apply_all
         from .core.plan import plan
+        from .core.undo import apply_all
         from .emulation.plan import plan_emulation
 
         changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
@@ -269,7 +269,7 @@ def deactivate_env() -> None:
     import warnings
 
     from .core import torch_compat
-    from .core._undo import revert_all
+    from .core.undo import revert_all
 
     with _lock, SAFE_EXIT:
         if _active is None:
@@ -297,7 +297,7 @@ def _refuse_under_a_process_global_block() -> None:
     found: activation's value).  Refuse instead, changing nothing; from 2.12 the block's value is its own
     thread's override and activation is reverted under it exactly."""
     from .core import torch_compat
-    from .core.context import _LIVE
+    from .core.blocks import _LIVE
     from .core.messages import torch_version
 
     if torch_compat.installed(strict=False).config_is_thread_local:

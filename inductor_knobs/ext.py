@@ -14,12 +14,11 @@ imports a private module or a private name of the core (``tests/test_contract.py
 
 from __future__ import annotations
 
-from .core._atomic import atomic_write, write_json
-from .core._patching import SharedPatch, present, resolve, wrap_attribute
-from .core._safe_paths import unsafe_directories, who
-from .core._scope import describe_owner
+from .core.files import atomic_write, unsafe_directories, who, write_json
 from .core.knobs import _canonical as canonical_json
 from .core.messages import _unknown_message as unknown_message
+from .core.patching import SharedPatch, present, resolve, wrap_attribute
+from .core.scope import describe_owner
 
 __all__ = [
     "SharedPatch",

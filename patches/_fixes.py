@@ -3,7 +3,7 @@
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
 :func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  Each era module sets the
 ``*_fix_by_release`` tables; :mod:`inductor_knobs.core.torch_fixes` holds the steps while
-``ik.warmup`` and ``ik.load_serving_bundle`` run.
+``ik.serving.warmup`` and ``ik.serving.load_serving_bundle`` run.
 
 - **Coordinate-descent results ignored on a warm cache** (pytorch#172819, fixed by pytorch#173391 in
   2.12).  When the FX graph cache serves a graph, its statically launchable Triton kernels come back
@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ._release_tables import by_release
 
-#: Where the method lives (a ``module:Class.attr`` path for :func:`inductor_knobs.core._patching.wrap_attribute`).
+#: Where the method lives (a ``module:Class.attr`` path for :func:`inductor_knobs.core.patching.wrap_attribute`).
 RECHECK_PATH = "torch._inductor.runtime.triton_heuristics:CachingAutotuner.recheck_autotune_cache"
 
 

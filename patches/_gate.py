@@ -26,7 +26,7 @@ class SmGate:
 
     #: ``is_big_gpu``'s parameters as ``(name, default)`` pairs (``inspect.Parameter.empty``: none).
     gate_parameters: ClassVar[tuple[tuple[str, object], ...]]
-    #: Fingerprints (see :mod:`inductor_knobs.core._drift`) of ``is_big_gpu`` seen in this range's releases.
+    #: Fingerprints (see :mod:`inductor_knobs.core.torch_compat`) of ``is_big_gpu`` seen in this range's releases.
     gate_fingerprints: ClassVar[frozenset[str]]
     #: torch's own SM threshold for CUDA devices.
     torch_min_sms: ClassVar[int]

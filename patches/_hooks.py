@@ -82,7 +82,7 @@ class TorchHooks:
     #: their start events queue a GPU spin first (``ablation/queued_timing.py``).  None before 2.8.
     autotune_event_hooks: ClassVar[tuple[str, ...]] = ()
 
-    # -- first-call costs at serving time (``ik.no_stalls``, ``ik.warmup``) --
+    # -- first-call costs at serving time (``ik.serving.no_stalls``, ``ik.serving.warmup``) --
     #: ``(cause kind, "module:Class.method")`` that the observer hooks time: the methods torch calls only
     #: when it pays that cost.  The same names in every release 2.4-2.15
     #: (``_inductor/runtime/triton_heuristics.py``, ``_inductor/cudagraph_trees.py``), except the

@@ -70,19 +70,19 @@ def main(mode: str, path: str) -> None:
     if mode in ("build", "build-aot"):
         compiled = ik.compile(model(), KNOBS[device], mode="max-autotune-no-cudagraphs", dynamic=False)
         with torch.no_grad(), ik.record_autotune() as rec:
-            report = ik.warmup(compiled, shapes=SHAPES, factory=factory, probes=None)
+            report = ik.serving.warmup(compiled, shapes=SHAPES, factory=factory, probes=None)
             served = compiled
             if device == "cuda":
-                served = ik.capture_cuda_graphs(compiled, shapes=SHAPES, factory=factory)
-                report = ik.warmup(served, shapes=SHAPES, factory=factory, probes=None)
+                served = ik.serving.capture_cuda_graphs(compiled, shapes=SHAPES, factory=factory)
+                report = ik.serving.warmup(served, shapes=SHAPES, factory=factory, probes=None)
         aot = {"aot": True, "factory": factory} if mode == "build-aot" else {}
-        header = ik.save_serving_bundle(path, served, report, **aot)
+        header = ik.serving.save_serving_bundle(path, served, report, **aot)
         print(json.dumps({"benchmarked": len(rec.benchmarked), "buckets": header["serving"]["buckets"], "counters": counters()}))
     elif mode in ("load", "load-aot"):
         aot = mode == "load-aot"
         # Every 20 s, every thread's stack to stderr, which the test shows: a load that hangs says where.
         faulthandler.dump_traceback_later(20, repeat=True)
-        bundle = ik.load_serving_bundle(path, None if aot else model(), factory=factory, on_cold="warn", on="record")
+        bundle = ik.serving.load_serving_bundle(path, None if aot else model(), factory=factory, on_cold="warn", on="record")
         errors, refused = {}, None
         with bundle.guard as served, torch.no_grad():
             answer = served(factory(56))
@@ -114,21 +114,21 @@ def main(mode: str, path: str) -> None:
     elif mode == "build-small":
         compiled = ik.compile(Small(), dynamic=False)
         with torch.no_grad():
-            report = ik.warmup(compiled, shapes=[8], factory=small_factory, probes=None)
-        built = ik.save_serving_bundle(path, compiled, report)["setup"]
+            report = ik.serving.warmup(compiled, shapes=[8], factory=small_factory, probes=None)
+        built = ik.serving.save_serving_bundle(path, compiled, report)["setup"]
         print(json.dumps({"knobs": built["knobs"], "sources": built["sources"]}))
     elif mode == "load-small":
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ik.errors.ColdStartWarning)  # the C++ of a CPU kernel is built again
-                ik.load_serving_bundle(path, Small(), factory=small_factory, on_cold="warn")
+                warnings.simplefilter("ignore", ik.serving.ColdStartWarning)  # the C++ of a CPU kernel is built again
+                ik.serving.load_serving_bundle(path, Small(), factory=small_factory, on_cold="warn")
             print(json.dumps({"refused": None}))
-        except ik.CompileCacheRefused as err:
+        except ik.serving.CompileCacheRefused as err:
             print(json.dumps({"refused": str(err)}))
     else:
         try:
-            ik.load_serving_bundle(path, model(offset=2.0), factory=factory)
-        except ik.ColdStartCompiled as err:
+            ik.serving.load_serving_bundle(path, model(offset=2.0), factory=factory)
+        except ik.serving.ColdStartCompiled as err:
             print(json.dumps({"raised": str(err), "proof": err.proof.to_dict(), "counters": counters()}))
 
 

@@ -13,11 +13,11 @@ import inductor_knobs as ik
 mode, path, min_sms = sys.argv[1], sys.argv[2], int(sys.argv[3])
 knobs = ik.Knobs(max_autotune=True, gemm_backends="ATEN,CPP", min_sms=min_sms)
 if mode == "load":
-    ik.load_compile_cache(path, knobs)
+    ik.serving.load_compile_cache(path, knobs)
 weight = torch.randn(4, 64, 32)
 compiled = ik.compile(lambda x: torch.bmm(x, weight), knobs)
 with ik.record_autotune() as rec:
     compiled(torch.randn(4, 56, 64))
 if mode == "save":
-    ik.save_compile_cache(path, compiled)
+    ik.serving.save_compile_cache(path, compiled)
 print(json.dumps({"benchmarked": len(rec.benchmarked), "compiles": len(rec.compiles)}))

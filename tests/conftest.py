@@ -160,19 +160,19 @@ def inside_compile(monkeypatch, read):
 def release_held_locks() -> list[str]:
     """inductor_knobs' re-entrant locks this thread still holds after an injected interrupt, released so the
     suite goes on (another thread would block on them forever).  None is expected: every lock on an undo
-    path is taken as ``with lock, SAFE_EXIT:`` (see ``inductor_knobs.core._undo.SAFE_EXIT``).
+    path is taken as ``with lock, SAFE_EXIT:`` (see ``inductor_knobs.core.undo.SAFE_EXIT``).
     """
-    from inductor_knobs.core import asked, changes, events, gate, interception, observe
+    from inductor_knobs.core import attestation, changes, events, gate, interception, observers
     from inductor_knobs.emulation import sm_view
 
     locks = {
         "gate": gate.GATE_PATCH.lock,
         "interception": interception.INTERCEPTION.lock,
         "sm view": sm_view.SM_VIEW_PATCH.lock,
-        "observers": observe.OBSERVER_HOOKS.lock,
+        "observers": observers.OBSERVER_HOOKS.lock,
         # before torch 2.12 every config block takes a Claim (a hang seen in test_stateful on 2.10.0)
         "claims": changes._HOLDERS_LOCK,
-        "process asks": asked._PROCESS_LOCK,
+        "process asks": attestation._PROCESS_LOCK,
         "event subscribers": events._LOCK,
     }
     held = []
@@ -196,7 +196,7 @@ def transformers_present(monkeypatch):
 
 
 class FakeClock:
-    """The clocks ``ik.no_stalls`` and ``ik.warmup`` read, moved only by the test: no sleeps, no load dependence.
+    """The clocks ``ik.serving.no_stalls`` and ``ik.serving.warmup`` read, moved only by the test: no sleeps, no load dependence.
 
     ``wall`` stands for ``time.perf_counter`` (the guard's ``stalls._clock``, and the clock of
     ``hook_callbacks``' timed hooks and gc callback), ``cpu`` for ``time.thread_time`` (``stalls._thread_clock``).
@@ -225,17 +225,17 @@ def fake_clock(monkeypatch):
     """Drive the guard's clocks (and its hooks') from a :class:`FakeClock`; the real ones are back after the test."""
     import time
 
-    from inductor_knobs.core import hook_callbacks
+    from inductor_knobs.core import observers
     from inductor_knobs.serving import stalls
 
     clock = FakeClock()
     monkeypatch.setattr(stalls, "_clock", clock.now)
     monkeypatch.setattr(stalls, "_thread_clock", clock.thread)
-    # hook_callbacks reads time.perf_counter through its module global: a stand-in module whose perf_counter is the fake
+    # the observers read time.perf_counter through its module global: a stand-in module whose perf_counter is the fake
     fake_time = types.ModuleType("time")
     fake_time.__dict__.update({k: v for k, v in vars(time).items() if not k.startswith("__")})
     fake_time.perf_counter = clock.now
-    monkeypatch.setattr(hook_callbacks, "time", fake_time)
+    monkeypatch.setattr(observers, "time", fake_time)
     return clock
 
 

@@ -150,17 +150,17 @@ def block_state() -> dict[str, object]:
     import torch._inductor.config as cfg
     import torch._inductor.utils as inductor_utils
 
-    from inductor_knobs.core import _patching, context, events, gate, interception, observe, torch_compat
+    from inductor_knobs.core import blocks, events, gate, interception, observers, patching, torch_compat
     from inductor_knobs.emulation import sm_view
 
     patches = torch_compat.installed()
     state: dict[str, object] = {key: patches.read_override(cfg, key) for key in KEYS}
     state["is_big_gpu"] = inductor_utils.is_big_gpu
     state["compile_fx"] = getattr(sys.modules.get("torch._inductor.compile_fx"), "compile_fx", None)
-    shared = (gate.GATE_PATCH, interception.INTERCEPTION, observe.OBSERVER_HOOKS, sm_view.SM_VIEW_PATCH)
+    shared = (gate.GATE_PATCH, interception.INTERCEPTION, observers.OBSERVER_HOOKS, sm_view.SM_VIEW_PATCH)
     state["users"] = {patch.name: patch.users for patch in shared}
-    state["waiting for an import"] = {name: len(installs) for name, installs in _patching._WAITING.items() if installs}
-    state["frames"] = len(context._FRAMES.get())
+    state["waiting for an import"] = {name: len(installs) for name, installs in patching._WAITING.items() if installs}
+    state["frames"] = len(blocks._FRAMES.get())
     state["subscribers"] = len(events._LIVE)
     return state
 
@@ -169,20 +169,28 @@ def assert_locks_free(bound: float = HANG_BOUND_S) -> None:
     """Every process-wide lock of the undo path can be taken from this thread (each within ``bound`` s:
     another thread may hold one for an instant; a lock an interrupt left held never frees)."""
     from inductor_knobs import env
-    from inductor_knobs.core import _patching, asked, changes, events, gate, hook_callbacks, interception, observe, torch_settings
+    from inductor_knobs.core import (
+        attestation,
+        changes,
+        events,
+        gate,
+        interception,
+        observers,
+        patching,
+    )
     from inductor_knobs.emulation import sm_view
 
     locks = {
         "gate": gate.GATE_PATCH.lock,
         "interception": interception.INTERCEPTION.lock,
-        "observers": observe.OBSERVER_HOOKS.lock,
+        "observers": observers.OBSERVER_HOOKS.lock,
         "sm view": sm_view.SM_VIEW_PATCH.lock,
-        "installs waiting for an import": _patching._WAITING_LOCK,
+        "installs waiting for an import": patching._WAITING_LOCK,
         "claims": changes._HOLDERS_LOCK,
-        "process asks": asked._PROCESS_LOCK,
+        "process asks": attestation._PROCESS_LOCK,
         "event subscribers": events._LOCK,
-        "environment variables": torch_settings._ENV_LOCK,
-        "triton counts": hook_callbacks._TRITON_LOCK,
+        "environment variables": changes._ENV_LOCK,
+        "triton counts": observers._TRITON_LOCK,
         "env activation": env._lock,
     }
     for name, lock in locks.items():

@@ -1,4 +1,4 @@
-"""Builders for ik.warmup(cudnn_sdpa_trial="sdpa_trial_model:...") in test_sdpa_trial.
+"""Builders for ik.serving.warmup(cudnn_sdpa_trial="sdpa_trial_model:...") in test_sdpa_trial.
 
 build: a CPU attention call (the trial's plumbing).  build_cuda / build_cuda_bias: cuDNN attention on a
 GPU at a varying sequence length, BSHD q/k/v (the path TORCH_CUDNN_SDPA_AVOID_RECOMPILE takes), causal by

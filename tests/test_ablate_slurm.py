@@ -310,7 +310,7 @@ def test_overwrite_keeps_the_earlier_results_until_the_new_run_succeeds(tmp_path
 def test_results_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """A results file is a temporary file in the same directory until it is complete, then renamed over
     the old one: a write that fails half way leaves the old file and no temporary file."""
-    from inductor_knobs.core._atomic import atomic_write
+    from inductor_knobs.core.files import atomic_write
 
     path = tmp_path / "results.md"
     path.write_text("old")

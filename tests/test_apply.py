@@ -12,6 +12,7 @@ import torch
 import torch._inductor.utils as inductor_utils
 
 import inductor_knobs as ik
+from inductor_knobs.core import cutlass
 from inductor_knobs.core import gate as gate_mod
 from inductor_knobs.errors import (
     ExternalChangeWarning,
@@ -250,9 +251,7 @@ def test_revert_on_exception_and_keyboard_interrupt(patches, cfg, fake_gpu):
 def no_pip_cutlass(monkeypatch):
     """These tests are about a CUTLASS that cannot be found: hide an installed nvidia-cutlass
     (the ``[cutlass]`` extra), which inductor_knobs would otherwise use."""
-    from inductor_knobs.core import cutlass_pip
-
-    monkeypatch.setattr(cutlass_pip, "find_distribution", lambda: None)
+    monkeypatch.setattr(cutlass, "find_distribution", lambda: None)
 
 
 @pytest.mark.parametrize(

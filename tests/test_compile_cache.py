@@ -118,8 +118,8 @@ def test_second_process_compiles_with_zero_autotuning(saved, tmp_path):
 
 
 def test_other_knobs_are_refused_naming_the_difference(saved):
-    with pytest.raises(ik.CompileCacheRefused, match=r"knobs_digest.*File knobs: .*'min_sms': 1.*here: .*'min_sms': 2"):
-        ik.load_compile_cache(saved, ik.Knobs(max_autotune=True, gemm_backends="ATEN,CPP", min_sms=2))
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"knobs_digest.*File knobs: .*'min_sms': 1.*here: .*'min_sms': 2"):
+        ik.serving.load_compile_cache(saved, ik.Knobs(max_autotune=True, gemm_backends="ATEN,CPP", min_sms=2))
 
 
 def test_other_torch_or_device_is_refused(saved, monkeypatch):
@@ -128,8 +128,8 @@ def test_other_torch_or_device_is_refused(saved, monkeypatch):
     built_on = re.escape(real(knobs)["device"])  # the file was saved on this machine ('cpu:…', or a GPU's)
     monkeypatch.setattr(compile_cache, "identity", lambda k: {**real(k), "torch": "2.99.0", "device": "cuda:H200"})
     expected = rf"torch: file .*here '2.99.0'; device: file '{built_on}', here 'cuda:H200'"
-    with pytest.raises(ik.CompileCacheRefused, match=expected):
-        ik.load_compile_cache(saved, knobs)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=expected):
+        ik.serving.load_compile_cache(saved, knobs)
 
 
 @pytest.mark.parametrize("mode", [0o664, 0o646])
@@ -137,8 +137,8 @@ def test_file_writable_by_others_is_refused(artifacts_api, private_dir, mode):
     path = private_dir / "c.cache"
     path.write_bytes(compile_cache.MAGIC)
     path.chmod(mode)
-    with pytest.raises(ik.CompileCacheRefused, match=r"pickled data.*writable by group or others.*allow_unsafe"):
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"pickled data.*writable by group or others.*allow_unsafe"):
+        ik.serving.load_compile_cache(path)
 
 
 def test_shared_directory_without_sticky_bit_is_refused(artifacts_api, private_dir):
@@ -148,19 +148,19 @@ def test_shared_directory_without_sticky_bit_is_refused(artifacts_api, private_d
     path.write_bytes(compile_cache.MAGIC)
     path.chmod(0o600)
     shared.chmod(0o777)
-    with pytest.raises(ik.CompileCacheRefused, match="without the sticky bit"):
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused, match="without the sticky bit"):
+        ik.serving.load_compile_cache(path)
     shared.chmod(0o1777)  # sticky, like /tmp: others cannot replace our file
-    with pytest.raises(ik.CompileCacheRefused, match="not an inductor_knobs compile cache"):
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused, match="not an inductor_knobs compile cache"):
+        ik.serving.load_compile_cache(path)
 
 
 def test_allow_unsafe_skips_only_the_permission_check(artifacts_api, tmp_path):
     path = tmp_path / "c.cache"
     path.write_bytes(b"something else\n")
     path.chmod(0o666)
-    with pytest.raises(ik.CompileCacheRefused, match="not an inductor_knobs compile cache"):
-        ik.load_compile_cache(path, allow_unsafe=True)
+    with pytest.raises(ik.serving.CompileCacheRefused, match="not an inductor_knobs compile cache"):
+        ik.serving.load_compile_cache(path, allow_unsafe=True)
 
 
 def test_edited_header_is_refused_by_its_sha256(fake_load, saved):
@@ -168,16 +168,16 @@ def test_edited_header_is_refused_by_its_sha256(fake_load, saved):
     header = json.loads(header_line)
     header["artifacts"] = {kind: count + 1 for kind, count in header["artifacts"].items()}
     saved.write_bytes(magic + b"\n" + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
-    with pytest.raises(ik.CompileCacheRefused, match=r"the header does not match its sha256"):
-        ik.load_compile_cache(saved, KNOBS)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"the header does not match its sha256"):
+        ik.serving.load_compile_cache(saved, KNOBS)
     assert fake_load == []
 
 
 def test_corrupt_payload_is_refused(saved):
     data = saved.read_bytes()
     saved.write_bytes(data[:-10])
-    with pytest.raises(ik.CompileCacheRefused, match="sha256"):
-        ik.load_compile_cache(saved, ik.Knobs(max_autotune=True, gemm_backends="ATEN,CPP", min_sms=1))
+    with pytest.raises(ik.serving.CompileCacheRefused, match="sha256"):
+        ik.serving.load_compile_cache(saved, ik.Knobs(max_autotune=True, gemm_backends="ATEN,CPP", min_sms=1))
 
 
 def test_saved_file_is_private(saved_once):
@@ -186,10 +186,10 @@ def test_saved_file_is_private(saved_once):
 
 def test_old_torch_gets_not_supported(patches, monkeypatch, tmp_path):
     monkeypatch.setattr(type(patches), "has_cache_artifacts", False)
-    with pytest.raises(ik.NotSupportedOnThisTorch, match=r"save_cache_artifacts.*2\.7"):
-        ik.save_compile_cache(tmp_path / "x")
-    with pytest.raises(ik.NotSupportedOnThisTorch):
-        ik.load_compile_cache(tmp_path / "x")
+    with pytest.raises(ik.errors.NotSupportedOnThisTorch, match=r"save_cache_artifacts.*2\.7"):
+        ik.serving.save_compile_cache(tmp_path / "x")
+    with pytest.raises(ik.errors.NotSupportedOnThisTorch):
+        ik.serving.load_compile_cache(tmp_path / "x")
 
 
 # --- symbolic links: the name is opened once with O_NOFOLLOW ----------------------------------
@@ -198,10 +198,10 @@ def test_old_torch_gets_not_supported(patches, monkeypatch, tmp_path):
 def test_symlink_to_a_valid_cache_is_refused_unless_allow_unsafe(saved, private_dir, private_inductor_cache):
     link = private_dir / "link.cache"
     link.symlink_to(saved)
-    with pytest.raises(ik.CompileCacheRefused, match=r"symbolic link \(to '.*compile\.cache'\).*allow_unsafe=True"):
-        ik.load_compile_cache(link, KNOBS)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"symbolic link \(to '.*compile\.cache'\).*allow_unsafe=True"):
+        ik.serving.load_compile_cache(link, KNOBS)
     # The same link, trusted: torch really loads the artifacts (into this test's own cache directory).
-    header = ik.load_compile_cache(link, KNOBS, allow_unsafe=True)
+    header = ik.serving.load_compile_cache(link, KNOBS, allow_unsafe=True)
     assert header["payload_sha256"] == json.loads(saved.read_bytes().splitlines()[1])["payload_sha256"]
     assert sum(header["artifacts"].values()) > 0
 
@@ -210,16 +210,16 @@ def test_dangling_or_looping_symlink_is_refused_as_a_link(fake_load, private_dir
     (private_dir / "dangling").symlink_to(private_dir / "nowhere")
     (private_dir / "loop").symlink_to(private_dir / "loop")
     for name in ("dangling", "loop"):
-        with pytest.raises(ik.CompileCacheRefused, match="is a symbolic link"):
-            ik.load_compile_cache(private_dir / name)
+        with pytest.raises(ik.serving.CompileCacheRefused, match="is a symbolic link"):
+            ik.serving.load_compile_cache(private_dir / name)
     assert fake_load == []
 
 
 def test_missing_file_is_refused(artifacts_api, private_dir):
-    with pytest.raises(ik.CompileCacheRefused, match="no such file"):
-        ik.load_compile_cache(private_dir / "absent.cache")
-    with pytest.raises(ik.CompileCacheRefused, match="no such directory"):
-        ik.load_compile_cache(private_dir / "absent" / "c.cache")
+    with pytest.raises(ik.serving.CompileCacheRefused, match="no such file"):
+        ik.serving.load_compile_cache(private_dir / "absent.cache")
+    with pytest.raises(ik.serving.CompileCacheRefused, match="no such directory"):
+        ik.serving.load_compile_cache(private_dir / "absent" / "c.cache")
 
 
 def test_fifo_is_refused_without_blocking(fake_load, private_dir):
@@ -229,8 +229,8 @@ def test_fifo_is_refused_without_blocking(fake_load, private_dir):
 
     def load():
         try:
-            ik.load_compile_cache(fifo)
-        except ik.CompileCacheRefused as err:
+            ik.serving.load_compile_cache(fifo)
+        except ik.serving.CompileCacheRefused as err:
             outcome.append(err)
 
     worker = threading.Thread(target=load, daemon=True)
@@ -253,8 +253,8 @@ def test_ancestor_writable_without_sticky_bit_is_refused_naming_it(fake_load, pr
     inner.mkdir(parents=True, mode=0o700)
     path = write_cache(inner / "c.cache")
     shared.chmod(mode)
-    with pytest.raises(ik.CompileCacheRefused) as err:
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused) as err:
+        ik.serving.load_compile_cache(path)
     assert f"the directory {shared} is writable by group or others without the sticky bit (mode {mode:o}" in str(err.value)
     assert f"the directory {inner} " not in str(err.value)  # the private directory itself is not blamed
     assert fake_load == []
@@ -267,7 +267,7 @@ def test_sticky_world_writable_directories_are_accepted(fake_load, private_dir, 
     holder.mkdir(parents=True, mode=0o700)
     path = write_cache(holder / "c.cache", b"sticky is fine")
     tmp_like.chmod(0o1777)
-    assert ik.load_compile_cache(path)["artifacts"] == {"inductor": 1}
+    assert ik.serving.load_compile_cache(path)["artifacts"] == {"inductor": 1}
     assert fake_load == [b"sticky is fine"]
 
 
@@ -280,10 +280,10 @@ def test_symlinked_directory_is_checked_where_it_leads(fake_load, private_dir):
     path_via_link.symlink_to(target)
     write_cache(target / "c.cache")
     shared.chmod(0o777)
-    with pytest.raises(ik.CompileCacheRefused, match=re.escape(f"the directory {shared} is writable by group or others")):
-        ik.load_compile_cache(path_via_link / "c.cache")
+    with pytest.raises(ik.serving.CompileCacheRefused, match=re.escape(f"the directory {shared} is writable by group or others")):
+        ik.serving.load_compile_cache(path_via_link / "c.cache")
     shared.chmod(0o700)  # the same walk, now private: the link itself is fine
-    ik.load_compile_cache(path_via_link / "c.cache")
+    ik.serving.load_compile_cache(path_via_link / "c.cache")
     assert len(fake_load) == 1
 
 
@@ -294,8 +294,8 @@ def test_dotdot_after_a_symlink_is_walked_as_the_kernel_does(fake_load, private_
     write_cache(shared / "c.cache")
     (private_dir / "link").symlink_to(shared / "deep")
     shared.chmod(0o777)
-    with pytest.raises(ik.CompileCacheRefused, match=re.escape(f"the directory {shared} is writable")):
-        ik.load_compile_cache(f"{private_dir}/link/../c.cache")
+    with pytest.raises(ik.serving.CompileCacheRefused, match=re.escape(f"the directory {shared} is writable")):
+        ik.serving.load_compile_cache(f"{private_dir}/link/../c.cache")
 
 
 # --- ownership: files and directories of another user (root gives them to nobody) ------------
@@ -305,11 +305,11 @@ def test_file_owned_by_another_user_is_refused_naming_the_owner(fake_load, priva
     path = write_cache(private_dir / "c.cache")
     os.chown(path, other_user, other_user)
     with pytest.raises(
-        ik.CompileCacheRefused, match=rf"the file is owned by uid {other_user}( \(\w+\))?, not by you, uid {os.geteuid()}"
+        ik.serving.CompileCacheRefused, match=rf"the file is owned by uid {other_user}( \(\w+\))?, not by you, uid {os.geteuid()}"
     ):
-        ik.load_compile_cache(path)
+        ik.serving.load_compile_cache(path)
     assert fake_load == []
-    ik.load_compile_cache(path, allow_unsafe=True)  # trusted anyway: ownership is not checked
+    ik.serving.load_compile_cache(path, allow_unsafe=True)  # trusted anyway: ownership is not checked
     assert len(fake_load) == 1
 
 
@@ -320,8 +320,8 @@ def test_directory_owned_by_another_user_is_refused_naming_it(fake_load, private
     holder.mkdir(parents=True, mode=0o700)
     path = write_cache(holder / "c.cache")
     os.chown(theirs, other_user, other_user)  # 0700 and theirs: they can replace anything inside
-    with pytest.raises(ik.CompileCacheRefused, match=re.escape(f"the directory {theirs} is owned by uid {other_user}")):
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=re.escape(f"the directory {theirs} is owned by uid {other_user}")):
+        ik.serving.load_compile_cache(path)
     assert fake_load == []
 
 
@@ -334,10 +334,10 @@ def test_symlinked_ancestor_owned_by_another_user_is_refused(fake_load, private_
     link = tmp_like / "via"
     link.symlink_to(real)
     tmp_like.chmod(0o1777)
-    ik.load_compile_cache(link / "c.cache")  # our own link: fine
+    ik.serving.load_compile_cache(link / "c.cache")  # our own link: fine
     os.lchown(link, other_user, other_user)
-    with pytest.raises(ik.CompileCacheRefused, match=re.escape(f"the symbolic link {link}, owned by uid {other_user}")):
-        ik.load_compile_cache(link / "c.cache")
+    with pytest.raises(ik.serving.CompileCacheRefused, match=re.escape(f"the symbolic link {link}, owned by uid {other_user}")):
+        ik.serving.load_compile_cache(link / "c.cache")
     assert fake_load == [b"through a link"]
     assert path.exists()
 
@@ -347,16 +347,16 @@ def test_symlinked_ancestor_owned_by_another_user_is_refused(fake_load, private_
 
 def test_garbage_payload_with_matching_sha256_is_refused(artifacts_api, private_dir, private_inductor_cache):
     path = write_cache(private_dir / "c.cache", b"not torch cache artifacts at all")
-    with pytest.raises(ik.CompileCacheRefused, match=r"loaded no artifacts.*returned None.*'inductor': 1"):
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"loaded no artifacts.*returned None.*'inductor': 1"):
+        ik.serving.load_compile_cache(path)
 
 
 def test_payload_with_no_artifacts_is_refused(artifacts_api, private_dir, private_inductor_cache):
     serializer = pytest.importorskip("torch.utils._appending_byte_serializer")
     empty = serializer.AppendingByteSerializer(serialize_fn=lambda writer, item: None).to_bytes()
     path = write_cache(private_dir / "c.cache", empty)
-    with pytest.raises(ik.CompileCacheRefused, match=r"loaded no artifacts.*returned nothing"):
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"loaded no artifacts.*returned nothing"):
+        ik.serving.load_compile_cache(path)
 
 
 def test_fewer_artifacts_than_the_header_records_is_refused(saved, private_inductor_cache):
@@ -367,16 +367,17 @@ def test_fewer_artifacts_than_the_header_records_is_refused(saved, private_induc
     header["artifacts"][kind] = count + 1
     saved.write_bytes(magic + b"\n" + json.dumps(header).encode() + b"\n" + payload)
     with pytest.raises(
-        ik.CompileCacheRefused, match=rf"loaded fewer artifacts than the header records \({kind}: {count} of {count + 1}\)"
+        ik.serving.CompileCacheRefused,
+        match=rf"loaded fewer artifacts than the header records \({kind}: {count} of {count + 1}\)",
     ):
-        ik.load_compile_cache(saved, KNOBS)
+        ik.serving.load_compile_cache(saved, KNOBS)
 
 
 @pytest.mark.parametrize("counts", [["inductor"], {"inductor": "1"}, {"inductor": -1}, {"inductor": True}])
 def test_malformed_artifact_counts_are_refused(fake_load, private_dir, counts):
     path = write_cache(private_dir / "c.cache", artifacts=counts)
-    with pytest.raises(ik.CompileCacheRefused, match=r"artifact counts .* are malformed"):
-        ik.load_compile_cache(path)
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"artifact counts .* are malformed"):
+        ik.serving.load_compile_cache(path)
     assert fake_load == []
 
 

@@ -24,9 +24,9 @@ from conftest import inside_compile
 
 import inductor_knobs as ik
 from inductor_knobs import doctor
-from inductor_knobs.core import cutlass_cache, cutlass_pip, torch_compat
-from inductor_knobs.core._safe_paths import unsafe_directories
+from inductor_knobs.core import cutlass, torch_compat
 from inductor_knobs.core.changes import ConfigChange
+from inductor_knobs.core.files import unsafe_directories
 from inductor_knobs.core.knobs import Knobs
 from inductor_knobs.core.plan import plan
 from inductor_knobs.core.torch_compat import release_of
@@ -54,12 +54,12 @@ def raw_state(cfg, key):
     return getattr(entry, "default", None), override, getattr(cfg, key)
 
 
-def make_wheel(site: Path, version: str = VERSION, packages=cutlass_pip.PACKAGES) -> Path:
+def make_wheel(site: Path, version: str = VERSION, packages=cutlass.PACKAGES) -> Path:
     """A minimal install of the nvidia-cutlass wheel's layout under ``site``."""
     for package in packages:
         (site / package).mkdir(parents=True)
         (site / package / "__init__.py").write_text("")
-    for sub in cutlass_pip.SOURCE_DIRS:
+    for sub in cutlass.SOURCE_DIRS:
         (site / "cutlass_library" / "source" / sub).mkdir(parents=True, exist_ok=True)
     (site / "cutlass_library" / "source" / "include" / "cutlass" / "cutlass.h").write_text("// fake\n")
     info = site / f"nvidia_cutlass-{version}.dist-info"
@@ -93,28 +93,28 @@ def cache_home(tmp_path, monkeypatch):
 @pytest.fixture
 def no_wheel(monkeypatch):
     """Whatever this environment has installed, nvidia-cutlass is not found."""
-    monkeypatch.setattr(cutlass_pip, "find_distribution", lambda: None)
+    monkeypatch.setattr(cutlass, "find_distribution", lambda: None)
 
 
 def expected_dir(cache_home: Path) -> Path:
-    installed = cutlass_pip.find_distribution()
+    installed = cutlass.find_distribution()
     assert installed is not None
-    return cache_home / "inductor_knobs" / "cutlass" / cutlass_pip.entry_name(installed)
+    return cache_home / "inductor_knobs" / "cutlass" / cutlass.entry_name(installed)
 
 
 # -- the generated directory ---------------------------------------------------------------------------
 
 
 def test_finds_the_distribution_without_importing_it(fake_wheel, tmp_path, monkeypatch):
-    found = cutlass_pip.find_distribution()
-    assert found == cutlass_pip.Installed(VERSION, str(fake_wheel))
+    found = cutlass.find_distribution()
+    assert found == cutlass.Installed(VERSION, str(fake_wheel))
     assert not {"cutlass_library", "cutlass_cppgen", "pycute"} & set(sys.modules)
     monkeypatch.setattr(sys, "path", [str(tmp_path / "empty")])
-    assert cutlass_pip.find_distribution() is None
+    assert cutlass.find_distribution() is None
 
 
 def test_generated_directory_has_the_checkout_layout(fake_wheel, cache_home):
-    found = cutlass_pip.resolve()
+    found = cutlass.resolve()
     directory = Path(found.directory)
     assert directory == expected_dir(cache_home).resolve() and found.ready and found.version == VERSION
     assert sorted(os.listdir(directory)) == ["include", "python", "tools"]
@@ -131,31 +131,31 @@ def test_generated_directory_has_the_checkout_layout(fake_wheel, cache_home):
     assert (directory / "include" / "cutlass" / "cutlass.h").is_file()
     for path in (directory, directory.parent, directory / "python"):
         assert stat.S_IMODE(path.lstat().st_mode) == 0o700, path
-    assert cutlass_pip.resolve() == found  # reused, after the same checks
+    assert cutlass.resolve() == found  # reused, after the same checks
     assert not [p for p in directory.parent.iterdir() if p.name.startswith(".")], "a temporary directory was left"
 
 
 def test_reuse_rechecks_every_link(fake_wheel, cache_home, tmp_path):
-    directory = Path(cutlass_pip.resolve().directory)
+    directory = Path(cutlass.resolve().directory)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (directory / "python" / "pycute").unlink()
     (directory / "python" / "pycute").symlink_to(elsewhere)
     with pytest.raises(PipCutlassUnavailable, match=r"python/pycute points to .*elsewhere"):
-        cutlass_pip.resolve()
+        cutlass.resolve()
     (directory / "python" / "pycute").unlink()
     (directory / "python" / "pycute").symlink_to(fake_wheel / "pycute")
-    assert cutlass_pip.resolve().ready
+    assert cutlass.resolve().ready
     (directory / "extra").write_text("")
     with pytest.raises(PipCutlassUnavailable, match=r"unexpected entries \['extra'\]"):
-        cutlass_pip.resolve()
+        cutlass.resolve()
 
 
 def test_losing_the_creation_race_uses_the_winners_directory(fake_wheel, cache_home, monkeypatch):
-    first = cutlass_pip.resolve()
+    first = cutlass.resolve()
     # As if another process renamed its directory into place between our look and our rename.
-    monkeypatch.setattr(cutlass_pip, "_exists", lambda name, root_fd: False)  # resolve looks it up in cutlass_pip
-    assert cutlass_pip.resolve() == first
+    monkeypatch.setattr(cutlass, "_exists", lambda name, root_fd: False)  # resolve looks it up in cutlass_pip
+    assert cutlass.resolve() == first
     assert not [p for p in Path(first.directory).parent.iterdir() if p.name.startswith(".")]
 
 
@@ -165,11 +165,11 @@ def test_incomplete_or_shadowed_wheel_is_refused(fake_wheel, cache_home, tmp_pat
     (other / "cutlass_library" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(other))
     with pytest.raises(PipCutlassUnavailable, match=r"cutlass_library imports from .*other"):
-        cutlass_pip.resolve()
+        cutlass.resolve()
     monkeypatch.syspath_prepend(str(fake_wheel))
     (fake_wheel / "cutlass_cppgen" / "__init__.py").unlink()
     with pytest.raises(PipCutlassUnavailable, match=r"lacks cutlass_cppgen"):
-        cutlass_pip.resolve()
+        cutlass.resolve()
 
 
 # -- the plan: an undo record, validated before any change ---------------------------------------------
@@ -285,7 +285,7 @@ def test_a_cache_owned_by_another_user_is_refused(cfg, key, fake_wheel, cache_ho
 
 
 def test_a_generated_directory_chowned_to_another_user_is_refused(cfg, key, fake_wheel, cache_home):
-    directory = Path(cutlass_pip.resolve().directory)
+    directory = Path(cutlass.resolve().directory)
     try:
         os.lchown(directory, OTHER_UID, OTHER_UID)
     except PermissionError:
@@ -300,7 +300,7 @@ def test_file_system_errors_become_knob_errors(cfg, key, fake_wheel, cache_home,
     def denied(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(cutlass_cache, "_make_private_dirs", denied)  # looked up by cutlass_cache._open_root
+    monkeypatch.setattr(cutlass, "_make_private_dirs", denied)  # looked up by cutlass._open_root
     refused(cfg, key, "cannot make or check the CUTLASS cache")
 
 
@@ -308,16 +308,16 @@ def test_file_system_errors_become_knob_errors(cfg, key, fake_wheel, cache_home,
 
 
 def test_doctor_says_where_cutlass_comes_from(key, fake_wheel, cache_home, tmp_path, monkeypatch):
-    line = cutlass_pip.describe(False, "/nowhere", key, gpu_ok=True)
+    line = cutlass.describe(False, "/nowhere", key, gpu_ok=True)
     assert line.startswith("usable: from nvidia-cutlass 4.2.0.0 at generated dir") and "made on first use" in line
     assert not (cache_home / "inductor_knobs").exists(), "doctor makes nothing"
-    cutlass_pip.resolve()
-    line = cutlass_pip.describe(False, "/nowhere", key, gpu_ok=False)
+    cutlass.resolve()
+    line = cutlass.describe(False, "/nowhere", key, gpu_ok=False)
     assert line.startswith("not usable here: needs an NVIDIA GPU") and "made on first use" not in line
-    assert cutlass_pip.describe(True, "/src/cutlass", key, gpu_ok=True) == f"usable: CUTLASS checkout at /src/cutlass ({key})"
+    assert cutlass.describe(True, "/src/cutlass", key, gpu_ok=True) == f"usable: CUTLASS checkout at /src/cutlass ({key})"
     assert "CUTLASS" in doctor.collect()["gemm_backends"]
-    monkeypatch.setattr(cutlass_pip, "find_distribution", lambda: None)
-    line = cutlass_pip.describe(False, "/nowhere", key, gpu_ok=True)
+    monkeypatch.setattr(cutlass, "find_distribution", lambda: None)
+    line = cutlass.describe(False, "/nowhere", key, gpu_ok=True)
     assert line.startswith("not usable:") and HINT in line and "TORCHINDUCTOR_CUTLASS_DIR" in line
 
 
@@ -326,7 +326,7 @@ def test_doctor_says_where_cutlass_comes_from(key, fake_wheel, cache_home, tmp_p
 
 def _real_site() -> str | None:
     """Where a real nvidia-cutlass is installed: this environment ("") or IK_TEST_NVIDIA_CUTLASS_SITE."""
-    if cutlass_pip.find_distribution() is not None:
+    if cutlass.find_distribution() is not None:
         return ""
     site = os.environ.get("IK_TEST_NVIDIA_CUTLASS_SITE")
     if site and any(Path(site).glob("nvidia_cutlass-*.dist-info")):
@@ -342,8 +342,7 @@ _PROBE = textwrap.dedent(
     import torch
     import torch._inductor.config as config
     import inductor_knobs as ik
-    from inductor_knobs.core import cutlass_pip, torch_compat
-
+    from inductor_knobs.core import cutlass, torch_compat
     key = torch_compat.installed().cutlass_dir_key(torch_compat.release_of(torch.__version__))
     try:
         from torch._inductor.codegen.cutlass.utils import try_import_cutlass  # 2.11+
@@ -353,7 +352,7 @@ _PROBE = textwrap.dedent(
 
     with ik.knobs(gemm_backends="ATEN,CUTLASS"):
         in_block = getattr(config, key)
-    directory = cutlass_pip.resolve().directory
+    directory = cutlass.resolve().directory
     with config.patch({key: directory}):
         ok = try_import_cutlass()
         includes = compile_utils._cutlass_include_paths() if hasattr(compile_utils, "_cutlass_include_paths") else []
@@ -361,7 +360,7 @@ _PROBE = textwrap.dedent(
     print(json.dumps({
         "ok": ok, "key": key, "in_block": in_block, "directory": directory,
         "includes": [[p, os.path.isdir(p)] for p in includes],
-        "cutlass_library": cutlass_library.__file__, "version": cutlass_pip.find_distribution().version,
+        "cutlass_library": cutlass_library.__file__, "version": cutlass.find_distribution().version,
     }))
     """
 )

@@ -1280,7 +1280,7 @@ class FakeGraphCuda:
 
 def test_capture_cuda_graphs_warms_up_and_captures_in_the_green_context(fake_cuda):
     """Warm-up on the stream work runs on, capture on the capture stream (never the one eager work used)."""
-    captured = ik.CapturedGraphs(lambda x: x + 1)
+    captured = ik.serving.CapturedGraphs(lambda x: x + 1)
     with ik.emulate_gpu(sms=40) as emu:
         inside = FakeGraphCuda(fake_cuda.current)
         captured._capture(types.SimpleNamespace(cuda=inside), (torch.zeros(2),), {}, "pool", 2)

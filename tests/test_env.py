@@ -284,7 +284,7 @@ import os, sys
 import torch
 torch.ones(2).sin()
 print(os.environ.get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE"), [m for m in ("torch._inductor", "torch._dynamo") if m in sys.modules])
-from inductor_knobs.core.torch_settings import environ_before_knobs
+from inductor_knobs.core.changes import environ_before_knobs
 print("TORCH_CUDNN_SDPA_AVOID_RECOMPILE" in environ_before_knobs())  # what an ablation's runs start from
 """
     out = _run({AVOID: "1"}, probe)

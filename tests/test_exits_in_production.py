@@ -18,7 +18,7 @@ import torch._inductor.config as cfg
 from conftest import inside_compile
 
 import inductor_knobs as ik
-from inductor_knobs.core import context
+from inductor_knobs.core import blocks
 from inductor_knobs.errors import ExternalChangeWarning, KnobsError, NotBlockOwner
 
 KEYS = ("max_autotune", "coordinate_descent_tuning")
@@ -38,7 +38,7 @@ def test_under_warnings_as_errors_the_block_is_reverted_before_the_warning_raise
             with ik.knobs(max_autotune=True, coordinate_descent_tuning=True):
                 cfg.max_autotune = False
     assert overrides(patches) == before
-    assert context._FRAMES.get() == ()
+    assert blocks._FRAMES.get() == ()
 
 
 def test_the_warning_still_comes_after_a_normal_exit(patches):
@@ -54,7 +54,7 @@ def test_a_failed_revert_still_takes_the_frame_off_the_stack(patches, monkeypatc
     ctx = ik.knobs(max_autotune=True, coordinate_descent_tuning=True)
     before = overrides(patches)
     ctx.start()
-    frame = context._FRAMES.get()[-1]
+    frame = blocks._FRAMES.get()[-1]
 
     def broken() -> None:
         raise OSError("disk gone")
@@ -63,7 +63,7 @@ def test_a_failed_revert_still_takes_the_frame_off_the_stack(patches, monkeypatc
     with pytest.raises(ik.KnobsError, match="disk gone"):
         ctx.stop()
     assert overrides(patches) == before
-    assert context._FRAMES.get() == ()
+    assert blocks._FRAMES.get() == ()
     assert not ctx.active
 
 
@@ -75,7 +75,7 @@ def test_a_child_task_cannot_stop_its_parents_block(patches):
     seen: dict[str, object] = {}
 
     async def child() -> None:
-        seen["inherited"] = context._FRAMES.get() != ()
+        seen["inherited"] = blocks._FRAMES.get() != ()
         with pytest.raises(NotBlockOwner, match="only its owner may end it") as err:
             ctx.stop()
         seen["message"] = str(err.value)

@@ -74,10 +74,10 @@ def test_reference_case_warmup_then_200_random_lengths_autotune_nothing(fresh_in
     import random
 
     model = ik.compile(_reference_model(), mode="max-autotune")
-    report = ik.warmup(model, shapes=REFERENCE_LENS, factory=_hidden_states)
+    report = ik.serving.warmup(model, shapes=REFERENCE_LENS, factory=_hidden_states)
     print("\n" + report.table())
     assert any(not r.from_cache for r in report.records)
-    with ik.no_autotune() as guard:  # raises on the first autotune or recompilation
+    with ik.serving.no_autotune() as guard:  # raises on the first autotune or recompilation
         for n in random.Random(0).choices(range(512, 2049), k=200):
             model(_hidden_states(n))
     assert guard.violations == []
@@ -88,7 +88,7 @@ def test_reference_case_without_warmup_the_guard_names_why(fresh_inductor):
     model = ik.compile(_reference_model(), mode="max-autotune")
     for n in REFERENCE_LENS[:2]:
         model(_hidden_states(n))
-    with ik.no_autotune(on="log") as guard, ik.record_autotune() as rec:
+    with ik.serving.no_autotune(on="log") as guard, ik.record_autotune() as rec:
         model(_hidden_states(2048))
     print("\n" + "\n".join(e.describe() if isinstance(e, ik.CompileEvent) else e.signature for e in guard.violations))
     print(rec.table(top=3))
@@ -97,7 +97,10 @@ def test_reference_case_without_warmup_the_guard_names_why(fresh_inductor):
     again = ik.compile(_reference_model(), mode="max-autotune")
     for n in REFERENCE_LENS[:2]:
         again(_hidden_states(n))
-    with pytest.raises(ik.AutotuneDuringServing, match=r"recompile.*<= 1280.*2048, 3420") as caught, ik.no_autotune():
+    with (
+        pytest.raises(ik.serving.AutotuneDuringServing, match=r"recompile.*<= 1280.*2048, 3420") as caught,
+        ik.serving.no_autotune(),
+    ):
         again(_hidden_states(2048))
     print(caught.value)
 
@@ -196,7 +199,7 @@ def _distinct(out: torch.Tensor) -> int:
 
 @requires_green_streams
 def test_emulation_keeps_cuda_graphs_and_their_replays_stay_in_the_partition(fresh_inductor, monkeypatch):
-    """Inductor's CUDA graph trees (``mode="max-autotune"``), ``ik.capture_cuda_graphs`` and ``torch.cuda.graph``
+    """Inductor's CUDA graph trees (``mode="max-autotune"``), ``ik.serving.capture_cuda_graphs`` and ``torch.cuda.graph``
     capture in the green context under emulation: the SM ids their replays record span at most the granted
     SMs, while the same graphs captured without emulation span more.  The GEMM part captures cuBLAS and then
     lets the graph trees free cuBLAS's workspaces (a graph captured on the stream eager work ran on would
@@ -225,8 +228,10 @@ def test_emulation_keeps_cuda_graphs_and_their_replays_stay_in_the_partition(fre
         seen[label] = _distinct(compiled(x))  # a replay
         seen[label + " (replayed again)"] = _distinct(compiled(x))
 
-    def captured_replay(label: str) -> ik.CapturedGraphs:
-        captured = ik.capture_cuda_graphs(_smids, shapes=[n], factory=lambda n: torch.zeros(n, dtype=torch.int32, device="cuda"))
+    def captured_replay(label: str) -> ik.serving.CapturedGraphs:
+        captured = ik.serving.capture_cuda_graphs(
+            _smids, shapes=[n], factory=lambda n: torch.zeros(n, dtype=torch.int32, device="cuda")
+        )
         seen[label] = _distinct(captured(x))
         assert captured.replays == 1
         return captured
@@ -264,8 +269,8 @@ def test_emulation_keeps_cuda_graphs_and_their_replays_stay_in_the_partition(fre
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
 
-    def gemm_graphs() -> tuple[ik.CapturedGraphs, object]:
-        captured = ik.capture_cuda_graphs(lambda x, y: x @ y, shapes=[0], factory=lambda _: (a, b), outputs="static")
+    def gemm_graphs() -> tuple[ik.serving.CapturedGraphs, object]:
+        captured = ik.serving.capture_cuda_graphs(lambda x, y: x @ y, shapes=[0], factory=lambda _: (a, b), outputs="static")
         compiled = torch.compile(lambda x, y: x @ y, mode="reduce-overhead")
         for _ in range(3):
             compiled(a, b)
@@ -296,7 +301,7 @@ def test_emulation_keeps_cuda_graphs_and_their_replays_stay_in_the_partition(fre
 @requires_green_streams
 def test_two_different_emulations_conflict_and_the_first_stays(fresh_inductor):
     with ik.emulate_gpu(sms=40):
-        with pytest.raises(ik.EmulationConflict, match="40 SMs"), ik.emulate_gpu(sms=24):
+        with pytest.raises(ik.errors.EmulationConflict, match="40 SMs"), ik.emulate_gpu(sms=24):
             pass
         assert torch.cuda.get_device_properties(0).multi_processor_count == 40
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"1\.\."):
@@ -360,8 +365,8 @@ def test_cudnn_attention_plans_per_length_are_named_and_the_sdpa_knob_removes_th
         torch._dynamo.reset()
         with ik.knobs(sdpa_backends=backends):
             compiled = torch.compile(_attention, dynamic=True)
-            report = ik.warmup(compiled, shapes=[128, 1024], factory=_attention_inputs, probes=None)
-            guard = ik.no_stalls(compiled, on="record", baseline_ms=report.steady_state_ms, profile="all")
+            report = ik.serving.warmup(compiled, shapes=[128, 1024], factory=_attention_inputs, probes=None)
+            guard = ik.serving.no_stalls(compiled, on="record", baseline_ms=report.steady_state_ms, profile="all")
             for length in (301, 302, 303):
                 guard(_attention_inputs(length))
         results[label] = [c.kind for s in guard.stalls for c in s.causes]
@@ -384,7 +389,7 @@ def test_a_gpu_busy_with_other_work_is_named_gpu_slower_at_the_first_stall():
     big = torch.randn(8192, 8192, device="cuda")
     side = torch.cuda.Stream()
 
-    guard = ik.no_stalls(_twenty_matmuls, on="record")
+    guard = ik.serving.no_stalls(_twenty_matmuls, on="record")
     with guard:
         for _ in range(20):
             guard(x)
@@ -408,22 +413,22 @@ def test_captured_graphs_replay_the_compiled_model_per_bucket(fresh_inductor):
 
     compiled = torch.compile(model, mode="max-autotune-no-cudagraphs", dynamic=True)
     buckets = [64, 128, 256]
-    captured = ik.capture_cuda_graphs(compiled, shapes=buckets, factory=lambda n: torch.randn(n, 256, device="cuda"))
+    captured = ik.serving.capture_cuda_graphs(compiled, shapes=buckets, factory=lambda n: torch.randn(n, 256, device="cuda"))
     assert len(captured.shapes) == 3
     for n in (100, 64, 256, 200):
-        x = ik.pad_to_bucket(torch.randn(n, 256, device="cuda"), buckets, dim=0)
+        x = ik.serving.pad_to_bucket(torch.randn(n, 256, device="cuda"), buckets, dim=0)
         torch.testing.assert_close(captured(x).clone(), compiled(x), rtol=1e-4, atol=1e-3)
     assert captured.replays == 4 and captured.misses == 0
     captured(torch.randn(100, 256, device="cuda"))  # not padded: the compiled model serves it
     assert captured.misses == 1
     # As served: warm-up seeds the guard with the buckets' steady state (a first call of the guard under
     # the profiler would otherwise count the profiler's own first-event cost).
-    report = ik.warmup(captured, shapes=buckets, factory=lambda n: torch.randn(n, 256, device="cuda"), probes=None)
-    guard = ik.no_stalls(captured, on="record", min_excess_ms=0.5, warmup=report)
+    report = ik.serving.warmup(captured, shapes=buckets, factory=lambda n: torch.randn(n, 256, device="cuda"), probes=None)
+    guard = ik.serving.no_stalls(captured, on="record", min_excess_ms=0.5, warmup=report)
     replayed = captured.replays  # the warm-up's calls (and its measure of the profiler's cost) replay too
     with guard:
         for i in range(300):
-            guard(ik.pad_to_bucket(torch.randn(1 + i % 256, 256, device="cuda"), buckets, dim=0))
+            guard(ik.serving.pad_to_bucket(torch.randn(1 + i % 256, 256, device="cuda"), buckets, dim=0))
     assert guard.stalls == [] or all(s.primary in ("host_slower", "gpu_slower") for s in guard.stalls), [
         s.describe() for s in guard.stalls
     ]
@@ -438,7 +443,7 @@ def test_captured_graphs_give_each_thread_and_stream_its_own_answer(fresh_induct
 
     weight = torch.randn(256, 256, device="cuda")
     compiled = torch.compile(lambda x: (x @ weight).relu(), mode="max-autotune-no-cudagraphs", dynamic=False)
-    captured = ik.capture_cuda_graphs(compiled, shapes=[128], factory=lambda n: torch.randn(n, 256, device="cuda"))
+    captured = ik.serving.capture_cuda_graphs(compiled, shapes=[128], factory=lambda n: torch.randn(n, 256, device="cuda"))
     inputs = [torch.randn(128, 256, device="cuda") for _ in range(64)]
     expected = [compiled(x).cpu() for x in inputs]
 

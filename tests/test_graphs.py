@@ -1,4 +1,4 @@
-"""ik.capture_cuda_graphs on CPU: argument checks, what a call replays or passes on, and the warm-up's host share."""
+"""ik.serving.capture_cuda_graphs on CPU: argument checks, what a call replays or passes on, and the warm-up's host share."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class FakeGraph:
 
 
 def _captured(fn, *shapes, outputs="static"):
-    captured = ik.CapturedGraphs(fn, outputs)
+    captured = ik.serving.CapturedGraphs(fn, outputs)
     for n in shapes:
         static = (torch.zeros(1, n),)
         out = fn(*static).clone()
@@ -83,14 +83,14 @@ def test_two_threads_never_replay_into_the_same_buffers_at_once():
 def test_bad_arguments_name_the_value_and_what_is_allowed(kwargs, match):
     args = {"fn": lambda x: x, "shapes": [4], "factory": torch.ones, **kwargs}
     with pytest.raises(ik.errors.InvalidKnobValue, match=match) as caught:
-        ik.capture_cuda_graphs(args.pop("fn"), **args)
+        ik.serving.capture_cuda_graphs(args.pop("fn"), **args)
     assert f"torch {torch.__version__.split('+')[0]}" in str(caught.value)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_without_cuda_capture_says_so():
-    with pytest.raises(ik.GraphCaptureFailed, match="needs a CUDA GPU"):
-        ik.capture_cuda_graphs(lambda x: x, shapes=[4], factory=torch.ones)
+    with pytest.raises(ik.serving.GraphCaptureFailed, match="needs a CUDA GPU"):
+        ik.serving.capture_cuda_graphs(lambda x: x, shapes=[4], factory=torch.ones)
 
 
 def test_a_failed_capture_names_the_shape_and_keeps_nothing(monkeypatch):
@@ -106,14 +106,14 @@ def test_a_failed_capture_names_the_shape_and_keeps_nothing(monkeypatch):
         made.append(self)
 
     monkeypatch.setattr(graphs.CapturedGraphs, "_capture", capture)
-    with pytest.raises(ik.GraphCaptureFailed, match=r"capturing shape 4 failed.*not permitted") as caught:
-        ik.capture_cuda_graphs(lambda x: x, shapes=[4, 8], factory=lambda n: torch.ones(1, n))
+    with pytest.raises(ik.serving.GraphCaptureFailed, match=r"capturing shape 4 failed.*not permitted") as caught:
+        ik.serving.capture_cuda_graphs(lambda x: x, shapes=[4, 8], factory=lambda n: torch.ones(1, n))
     assert made and made[0]._graphs == {}, "the larger shape was captured first, then dropped"
     assert isinstance(caught.value.__cause__, RuntimeError)
 
 
 def test_each_capture_is_published_and_the_capture_shapes_are_kept(monkeypatch):
-    """What ik.save_serving_bundle records (capture_shapes, warmup_calls) and what a recorder hears per capture."""
+    """What ik.serving.save_serving_bundle records (capture_shapes, warmup_calls) and what a recorder hears per capture."""
     from inductor_knobs.core.recorder import Subscription
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -132,16 +132,18 @@ def test_each_capture_is_published_and_the_capture_shapes_are_kept(monkeypatch):
             heard.append(event)
 
     with Subscription(Listener(), hooks=False):
-        captured = ik.capture_cuda_graphs(lambda x: x, shapes=[4, 8], factory=lambda n: torch.ones(1, n), warmup_calls=2)
+        captured = ik.serving.capture_cuda_graphs(lambda x: x, shapes=[4, 8], factory=lambda n: torch.ones(1, n), warmup_calls=2)
     assert captured.capture_shapes == [4, 8] and captured.warmup_calls == 2
     recorded = [e.detail for e in heard if e.kind == "cudagraph_recording"]
-    assert recorded == [f"ik.capture_cuda_graphs: shape {n} (2 warm-up calls and one capture)" for n in (8, 4)]  # largest first
+    assert recorded == [
+        f"ik.serving.capture_cuda_graphs: shape {n} (2 warm-up calls and one capture)" for n in (8, 4)
+    ]  # largest first
 
 
 def test_a_cpu_input_is_refused_before_any_capture(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with pytest.raises(ik.GraphCaptureFailed, match="shape 4 hold a tensor on cpu"):
-        ik.capture_cuda_graphs(lambda x: x, shapes=[4], factory=lambda n: torch.ones(1, n))
+    with pytest.raises(ik.serving.GraphCaptureFailed, match="shape 4 hold a tensor on cpu"):
+        ik.serving.capture_cuda_graphs(lambda x: x, shapes=[4], factory=lambda n: torch.ones(1, n))
 
 
 def test_warmup_reports_the_host_share_and_recommends_graphs_only_for_a_host_bound_cuda_call(monkeypatch, fake_clock):
@@ -149,26 +151,26 @@ def test_warmup_reports_the_host_share_and_recommends_graphs_only_for_a_host_bou
         fake_clock.spend(0.002)
         return x + 1
 
-    report = ik.warmup(host_work, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
+    report = ik.serving.warmup(host_work, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
     assert report.host_share == pytest.approx(1.0)  # nothing to wait for on the CPU: the call is all host work
     assert report.steady_state_ms == pytest.approx(2.0)
     assert all(s.last_call_host_seconds is not None for s in report.steps)
     assert not any("capture_cuda_graphs" in fix for fix in report.fixes), "CPU calls: no CUDA graph to capture"
     assert "host work" in report.table() and report.to_dict()["host_share"] == report.host_share
     monkeypatch.setattr(serving, "_on_cuda", lambda signature: True)
-    report = ik.warmup(host_work, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
+    report = ik.serving.warmup(host_work, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
     (fix,) = [f for f in report.fixes if "capture_cuda_graphs" in f]
     assert f"{100 * report.host_share:.0f}% of a steady call is host work" in fix
 
 
 def test_warmup_measures_what_the_profiler_adds_and_the_guard_names_it_in_a_profiled_stall():
     """A new-shape call runs under the guard's profiler: that cost is the guard's own, measured in warm-up."""
-    report = ik.warmup(lambda x: x + 1, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
+    report = ik.serving.warmup(lambda x: x + 1, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
     assert report.profiler_seconds is not None and report.profiler_seconds >= 0
     assert report.to_dict()["profiler_seconds"] == report.profiler_seconds
     assert not any(c.kind == "profiler" for s in report.steps for c in s.causes), "warm-up's own guard never names it"
     measured = ik.serving.warmup_report.WarmupReport(report.steps, profiler_seconds=0.030, shape_seconds=report.shape_seconds)
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=10.0, warmup=measured)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=10.0, warmup=measured)
     cuda_call = ((torch.int64, (1, 1679), "cuda"),)
     guard._judge(0.077, [], None, True, True, cuda_call, None, 0.076)  # profiled, a new shape
     (stall,) = guard.stalls

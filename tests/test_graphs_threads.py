@@ -50,7 +50,7 @@ def test_static_outputs_refuse_a_second_thread_before_replaying():
     def other():
         try:
             captured(torch.ones(1, 4))
-        except ik.GraphCallRefused as err:
+        except ik.serving.GraphCallRefused as err:
             errors.append(str(err))
 
     thread = threading.Thread(target=other, name="worker-2")
@@ -62,7 +62,7 @@ def test_static_outputs_refuse_a_second_thread_before_replaying():
 
 def test_an_unknown_outputs_value_is_refused():
     with pytest.raises(InvalidKnobValue, match=r"outputs='shared'.*'copy' or 'static'"):
-        ik.capture_cuda_graphs(lambda x: x, shapes=[4], factory=lambda n: torch.ones(1, n), outputs="shared")
+        ik.serving.capture_cuda_graphs(lambda x: x, shapes=[4], factory=lambda n: torch.ones(1, n), outputs="shared")
 
 
 class _Queue:

@@ -1,4 +1,4 @@
-"""ik.no_stalls as a threaded server runs it for days (issue 30): any thread, bounded memory, honest causes.
+"""ik.serving.no_stalls as a threaded server runs it for days (issue 30): any thread, bounded memory, honest causes.
 
 No test reads a real clock: the guard's clocks are the ``fake_clock`` fixture's, moved by the served
 function itself.
@@ -16,7 +16,7 @@ import torch
 
 import inductor_knobs as ik
 from inductor_knobs.core import events
-from inductor_knobs.core.records import RuntimeEvent
+from inductor_knobs.core.events import RuntimeEvent
 from inductor_knobs.errors import InvalidKnobValue
 from inductor_knobs.serving import stalls
 
@@ -41,7 +41,7 @@ def test_a_compile_on_a_worker_thread_is_named_not_unattributed(fake_clock):
         fake_clock.spend(0.001)
         return x
 
-    guard = ik.no_stalls(served, on="record", synchronize=False)
+    guard = ik.serving.no_stalls(served, on="record", synchronize=False)
     with guard:  # entered on the main thread
         _warm(guard, torch.ones(1, 4))
         slow.set()
@@ -55,7 +55,7 @@ def test_calls_from_many_threads_are_each_counted_and_judged(fake_clock):
     def served(x):  # takes no time on the fake clock (one counter for every thread: a spend would land in all calls)
         return x * 2
 
-    guard = ik.no_stalls(served, on="record", synchronize=False)
+    guard = ik.serving.no_stalls(served, on="record", synchronize=False)
     with guard, ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda i: guard(torch.full((1, 4), float(i))), range(800)))
     assert all(torch.equal(r, torch.full((1, 4), 2.0 * i)) for i, r in enumerate(results))
@@ -71,7 +71,7 @@ def test_guards_called_per_call_from_several_threads_do_not_collide(fake_clock):
         barrier.wait(timeout=30)
         return x
 
-    guard = ik.no_stalls(served, on="record", synchronize=False)
+    guard = ik.serving.no_stalls(served, on="record", synchronize=False)
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda _: guard(torch.ones(1, 4)), range(4)))
     assert guard.calls == 4
@@ -85,7 +85,7 @@ def test_memory_per_call_is_zero(fake_clock):
         fake_clock.spend(0.001)
         return x
 
-    guard = ik.no_stalls(served, on="record", synchronize=False, history=100)
+    guard = ik.serving.no_stalls(served, on="record", synchronize=False, history=100)
     x = torch.ones(1, 4)
     with guard:
         _warm(guard, x, 1000)
@@ -108,7 +108,7 @@ def test_per_shape_memory_is_capped_and_small(fake_clock):
         fake_clock.spend(0.001)
         return x
 
-    guard = ik.no_stalls(served, on="record", synchronize=False, profile="off", max_shapes=300)
+    guard = ik.serving.no_stalls(served, on="record", synchronize=False, profile="off", max_shapes=300)
     with guard:
         tracemalloc.start()
         try:
@@ -135,17 +135,17 @@ def test_per_shape_memory_is_capped_and_small(fake_clock):
 )
 def test_a_cap_below_one_is_refused(name, value, allowed):
     with pytest.raises(InvalidKnobValue, match=rf"no_stalls\({name}={value}\) is invalid on torch .*: allowed {allowed}"):
-        ik.no_stalls(lambda: None, **{name: value})
+        ik.serving.no_stalls(lambda: None, **{name: value})
 
 
 def test_history_keeps_the_recent_calls_and_the_report_counts_all(fake_clock):
-    guard = ik.no_stalls(lambda: fake_clock.spend(0.002), on="record", synchronize=False, history=10)
+    guard = ik.serving.no_stalls(lambda: fake_clock.spend(0.002), on="record", synchronize=False, history=10)
     for _ in range(50):
         guard()
     report = guard.report()
     assert len(guard.seconds) == 10 and report.calls == 50
     assert report.percentile_ms(50) == pytest.approx(2.0, rel=0.01)  # within the histogram's 1%
-    full = ik.no_stalls(lambda: fake_clock.spend(0.002), on="record", synchronize=False, history=None)
+    full = ik.serving.no_stalls(lambda: fake_clock.spend(0.002), on="record", synchronize=False, history=None)
     for _ in range(50):
         full()
     assert len(full.seconds) == 50
@@ -153,7 +153,7 @@ def test_history_keeps_the_recent_calls_and_the_report_counts_all(fake_clock):
 
 def test_causes_never_add_up_to_more_than_the_call():
     """Before: off-CPU time inside a compile hook was counted again as thread_off_cpu."""
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     for _ in range(10):
         guard._off_cpu.add(0.0)
     hook = RuntimeEvent("dynamo_compile", 0.9, "a compile waiting on its workers", started=1.0)
@@ -164,14 +164,14 @@ def test_causes_never_add_up_to_more_than_the_call():
 
 def test_warnings_are_one_line_a_stall_with_a_summary(fake_clock):
     """Before: four-line warnings, 139 in 200 calls on a busy machine, and '(usually -0.00 ms)'."""
-    guard = ik.no_stalls(lambda: None, on="warn", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="warn", baseline_ms=1.0)
     event = RuntimeEvent("runtime_benchmark", 0.2, "triton_red_fused_0", started=1.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(stalls.SUMMARY_EVERY):
             guard.latencies.add(0.25)
             guard._react(guard._judge(0.25, [event], None, False, False, CPU_CALL))
-    messages = [str(w.message) for w in caught if issubclass(w.category, ik.StallWarning)]
+    messages = [str(w.message) for w in caught if issubclass(w.category, ik.serving.StallWarning)]
     assert all("\n" not in m for m in messages)
     assert len(messages) == stalls.SUMMARY_EVERY + 1
     assert messages[-1].startswith(f"{stalls.SUMMARY_EVERY} stalls in") and "runtime_benchmark" in messages[-1]
@@ -179,14 +179,14 @@ def test_warnings_are_one_line_a_stall_with_a_summary(fake_clock):
 
 
 def test_no_autotune_speaks_the_same_vocabulary():
-    assert ik.no_autotune(on="record").on == "record"
+    assert ik.serving.no_autotune(on="record").on == "record"
     with pytest.warns(DeprecationWarning, match="on='record'"):
-        assert ik.no_autotune(on="log").on == "record"
+        assert ik.serving.no_autotune(on="log").on == "record"
 
 
 def test_a_slow_call_that_overlapped_other_threads_calls_is_named_so():
     """Before (H100, 4 threads): such calls were named gpu_slower, host_slower or unattributed."""
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     stall = guard._judge(0.005, [], None, False, False, CPU_CALL, off_cpu=None, host_seconds=0.001, overlapped=True)
     assert stall is not None and stall.primary == "concurrent_calls" and stall.attributed
     alone = guard._judge(0.005, [], None, False, False, CPU_CALL, off_cpu=None, host_seconds=0.001, overlapped=False)

@@ -22,7 +22,7 @@ from interrupting import assert_locks_free, block_state, interrupt_every_line
 from test_emulate import fake_cuda  # noqa: F401 - the fixture, for emulate_gpu
 
 import inductor_knobs as ik
-from inductor_knobs.core import asked, context, gate, interception
+from inductor_knobs.core import attestation, blocks, gate, interception
 from inductor_knobs.errors import ConcurrentKnobsError, KnobsError, NotBlockOwner
 
 KEYS = ("coordinate_descent_tuning", "max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends", "triton.cudagraphs")
@@ -43,10 +43,10 @@ def torch_state(patches) -> dict[str, object]:
     state["compile_fx"] = compile_fx_module.compile_fx is ORIGINAL_COMPILE_FX
     state["gate users"] = gate.GATE_PATCH.users
     state["interception users"] = interception.INTERCEPTION.users
-    state["frames"] = len(context._FRAMES.get())
+    state["frames"] = len(blocks._FRAMES.get())
     # what the wrapper and the interception would apply at the next compile
     state["gate override"] = (gate._STATE.scoped.get(True), gate._STATE.scoped.get(False), gate._STATE.process_default)
-    state["asked"] = (asked._SCOPED.get(True), asked._SCOPED.get(False), dict(asked._PROCESS))
+    state["asked"] = (attestation._SCOPED.get(True), attestation._SCOPED.get(False), dict(attestation._PROCESS))
     return state
 
 
@@ -181,7 +181,7 @@ BLOCK_KINDS = {
     "knobs": lambda: ik.knobs(min_sms=40, max_autotune=True, coordinate_descent_tuning=True),
     "force_gemm_autotune": lambda: ik.force_gemm_autotune(min_sms=40, coordinate_descent_tuning=True),
     "record_compiles": lambda: ik.record_compiles(),
-    "no_stalls": lambda: ik.no_stalls(lambda: None, on="record"),
+    "no_stalls": lambda: ik.serving.no_stalls(lambda: None, on="record"),
     "emulate_gpu": lambda: ik.emulate_gpu(sms=40),
 }
 

@@ -132,8 +132,7 @@ def test_trace_on_a_warm_cache_writes_its_trace_files(cold_then_warm):
 
 
 def test_a_bypass_knob_served_from_the_cache_is_attested_as_not_applied():
-    from inductor_knobs.core.attest import served_from_cache
-    from inductor_knobs.core.attestation import AttestedSetting, CompileAttestation
+    from inductor_knobs.core.attestation import AttestedSetting, CompileAttestation, served_from_cache
 
     settings = (
         AttestedSetting("trace.enabled", True, True, "knobs"),
@@ -145,8 +144,7 @@ def test_a_bypass_knob_served_from_the_cache_is_attested_as_not_applied():
 
 def test_a_bypass_knob_asked_off_or_the_caches_asked_on_is_applied_by_a_cache_hit():
     """trace=False and config={"force_disable_caches": False} hold on a hit: nothing turns the caches off."""
-    from inductor_knobs.core.attest import served_from_cache
-    from inductor_knobs.core.attestation import AttestedSetting, CompileAttestation
+    from inductor_knobs.core.attestation import AttestedSetting, CompileAttestation, served_from_cache
 
     settings = (
         AttestedSetting("trace.enabled", False, False, "knobs"),

@@ -11,7 +11,7 @@ import torch._dynamo
 import torch._inductor.select_algorithm as sa
 
 import inductor_knobs as ik
-from inductor_knobs.core import observe, torch_compat
+from inductor_knobs.core import observers, torch_compat
 
 
 def bmm(x, y):
@@ -36,7 +36,7 @@ def test_records_describe_each_choice_and_hooks_leave(cpu_autotune, patches, tmp
     with ik.record_autotune() as rec:
         compiled(torch.randn(4, 64, 32), torch.randn(4, 32, 48))
     assert _hook_state(patches) == before
-    assert not observe.hooks_installed()
+    assert not observers.hooks_installed()
 
     (record,) = rec.records
     assert record.op == "bmm"
@@ -103,10 +103,10 @@ def test_hooks_survive_dynamo_reset_inside_an_outer_observer(fresh_inductor):
 def test_not_supported_without_feedback_savers(patches, monkeypatch):
     monkeypatch.setattr(patches, "feedback_saver_arity", lambda release: 0)
     before = _hook_state(patches)
-    with pytest.raises(ik.NotSupportedOnThisTorch, match=r"add_feedback_saver.*2\.5"), ik.record_autotune():
+    with pytest.raises(ik.errors.NotSupportedOnThisTorch, match=r"add_feedback_saver.*2\.5"), ik.record_autotune():
         pass
     assert _hook_state(patches) == before
-    assert not observe.hooks_installed()
+    assert not observers.hooks_installed()
 
 
 def test_recorder_is_single_use_at_a_time(fresh_inductor):

@@ -1,4 +1,4 @@
-"""_patching.on_import: hooks wait for their module's import, miss nothing of it, and hold nothing while waiting.
+"""patching.on_import: hooks wait for their module's import, miss nothing of it, and hold nothing while waiting.
 
 The modules here are written to ``tmp_path`` under names no other test imports, so each test sees a module
 that is not imported yet; the last test checks the real thing in a fresh process: an observer entered before
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import wrapt.importer
 
-from inductor_knobs.core import _patching
-from inductor_knobs.core._patching import SharedPatch, import_hook_failures, on_import
+from inductor_knobs.core import patching
+from inductor_knobs.core.patching import SharedPatch, import_hook_failures, on_import
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def _drain_hook_failures():
     yield
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _patching.warn_import_hook_failures(UserWarning)
+        patching.warn_import_hook_failures(UserWarning)
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_a_hook_waits_for_the_import_and_is_there_before_anything_of_the_module_
     module = importlib.import_module(name)
     assert seen == ["installed"] and module.VALUE == 2  # in place as the import returned
     patch.release(holder)
-    assert module.VALUE == 1 and name not in _patching._WAITING
+    assert module.VALUE == 1 and name not in patching._WAITING
 
 
 def test_a_hook_released_before_the_import_does_nothing_when_the_module_comes(module_dir):
@@ -88,7 +88,7 @@ def test_installs_that_come_and_go_while_the_module_never_imports_hold_no_memory
     for _ in range(200):  # a recorder entered per request, for days, on a host where Triton is never imported
         patch.acquire(holder)
         patch.release(holder)
-    assert _patching._WAITING.get(name, []) == []
+    assert patching._WAITING.get(name, []) == []
     assert len(wrapt.importer._post_import_hooks.get(name) or []) == 1  # one wrapt hook per module, not per install
 
 
@@ -165,7 +165,7 @@ from inductor_knobs.serving.cold_start import ColdStartRecorder
 
 
 def saver_in(sa):  # 2.4 has no feedback savers (and no selector cache until a first autotune)
-    return any(f is hook_callbacks._feedback_saver for f in getattr(sa._ALGORITHM_SELECTOR_CACHE, "feedback_saver_fns", ()))
+    return any(f is observers._feedback_saver for f in getattr(sa._ALGORITHM_SELECTOR_CACHE, "feedback_saver_fns", ()))
 
 
 heavy = ("torch._inductor", "torch._dynamo", "torch._inductor.select_algorithm")
@@ -173,7 +173,7 @@ with ColdStartRecorder() as rec:
     entered = [m for m in heavy if m in sys.modules]
     from torch._inductor import compile_fx
     import torch._inductor.select_algorithm as sa
-    from inductor_knobs.core import hook_callbacks, interception
+    from inductor_knobs.core import observers, interception
     inside = {
         "compile_fx wrapped": type(compile_fx.compile_fx).__name__,
         "saver": saver_in(sa),
@@ -269,7 +269,7 @@ def test_an_interrupt_while_registering_the_hook_does_not_lose_it_for_later_inst
     monkeypatch.setattr(wrapt, "register_post_import_hook", interrupted_once)
     with pytest.raises(KeyboardInterrupt):
         patch.acquire(holder)
-    assert patch.users == 0 and _patching._WAITING.get(name, []) == []  # the interrupted install left nothing
+    assert patch.users == 0 and patching._WAITING.get(name, []) == []  # the interrupted install left nothing
     patch.acquire(holder)
     assert importlib.import_module(name).VALUE == 2 and seen == ["installed"]
     patch.release(holder)
@@ -293,7 +293,7 @@ def test_an_interrupt_inside_the_import_hook_leaves_every_install_waiting_for_th
         importlib.import_module(name)
     assert name not in sys.modules  # Python dropped the module whose import failed
     for _ in range(200):  # the poller hands the installs back to a fresh wrapt hook
-        if name in _patching._HOOKED:
+        if name in patching._HOOKED:
             break
         threading.Event().wait(0.01)
     module = importlib.import_module(name)
@@ -316,10 +316,10 @@ def test_a_hook_failure_is_told_at_the_next_block_entry(module_dir):
     finally:
         patch.release(holder)
     with pytest.warns(UserWarning, match=rf"{name}: RuntimeError: torch moved it"):
-        _patching.warn_import_hook_failures(UserWarning)
+        patching.warn_import_hook_failures(UserWarning)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _patching.warn_import_hook_failures(UserWarning)  # told once
+        patching.warn_import_hook_failures(UserWarning)  # told once
 
 
 def _waiters() -> int:

@@ -23,7 +23,7 @@ from conftest import inside_compile
 import inductor_knobs as ik
 from inductor_knobs import doctor
 from inductor_knobs.ablation import spec
-from inductor_knobs.core import attest, gate, interception
+from inductor_knobs.core import attestation, gate, interception
 from inductor_knobs.env import activate_from_env, deactivate_env
 
 KEYS = ("triton.cudagraphs", "coordinate_descent_tuning", "max_autotune")
@@ -122,12 +122,12 @@ def test_forward_lazy_backward_and_recompile_keep_the_knobs(seen, fake_gpu):
 def test_gate_verdict_is_attested_per_cuda_device(fake_gpu):
     """The verdict comes from the wrapper's own rule, per CUDA device the graph's inputs live on."""
     fake_gpu(40)
-    snapshot = attest._Snapshot(
+    snapshot = attestation._Snapshot(
         ik.core.torch_compat.installed(), {}, gate.Override(41), {}, (), None
     )  # torch_compat reached through the package
     with ik.knobs(min_sms=41):
         inputs = [torch.empty(1, device="meta")]
-        attested = attest._attest(snapshot, (None, inputs), {})
+        attested = attestation._attest(snapshot, (None, inputs), {})
         assert attested.gate == () and attested.gate_problem is None
         assert gate.verdict(0, gate.Override(41)) == gate.Verdict("cuda:0", 40, 41, False)
         assert gate.verdict(0, gate.Override(40)).verdict is True
@@ -154,7 +154,7 @@ def test_on_mismatch_warn_reports_and_compiles(seen, monkeypatch, gate_override)
         pytest.skip(f"torch {torch.__version__} has no env_name_force")
     with ik.record_compiles() as rec, ik.knobs(coordinate_descent_tuning=False, on_mismatch="warn", **gate_override):
         monkeypatch.setattr(entry, "env_value_force", True)
-        with pytest.warns(ik.KnobNotAppliedWarning, match="env-forced"):
+        with pytest.warns(ik.errors.KnobNotAppliedWarning, match="env-forced"):
             torch.compile(_f)(torch.randn(8, 8))
     (attested,) = rec.attestations
     assert not attested.ok and attested.mismatches[0].came_from == "env-forced"

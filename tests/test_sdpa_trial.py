@@ -1,4 +1,4 @@
-"""ik.warmup's cuDNN avoid-recompile trial: recommended only where it measured a gain, with its cost beside it.
+"""ik.serving.warmup's cuDNN avoid-recompile trial: recommended only where it measured a gain, with its cost beside it.
 
 The decision is tested with injected measurements (the real gain needs a GPU with cuDNN attention); the
 two fresh processes, each with its own value of the variable, run here on CPU.
@@ -42,7 +42,9 @@ def test_a_tiny_gain_is_below_the_floor():
 
 
 def _warm(trial):
-    return ik.warmup(lambda x: x.sin(), shapes=[8, 16, 32], factory=lambda n: torch.randn(n), probes=[12], cudnn_sdpa_trial=trial)
+    return ik.serving.warmup(
+        lambda x: x.sin(), shapes=[8, 16, 32], factory=lambda n: torch.randn(n), probes=[12], cudnn_sdpa_trial=trial
+    )
 
 
 def test_warmup_recommends_it_only_with_a_gain():
@@ -58,7 +60,7 @@ def test_warmup_recommends_it_only_with_a_gain():
 def test_a_builder_needs_shapes_and_probes_and_is_refused_before_any_call():
     calls = []
     with pytest.raises(InvalidKnobValue, match="cudnn_sdpa_trial='m:build' needs shapes"):
-        ik.warmup(calls.append, inputs=[1], cudnn_sdpa_trial="m:build")
+        ik.serving.warmup(calls.append, inputs=[1], cudnn_sdpa_trial="m:build")
     assert calls == []
     with pytest.raises(InvalidKnobValue, match="allowed 'module:function'"):
         measure("no_colon", [8], [12])

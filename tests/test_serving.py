@@ -29,13 +29,13 @@ def hidden_states(seq_len):
 
 def test_warmup_then_random_lengths_autotune_nothing(cpu_autotune):
     compiled = ik.compile(mlp, ik.Knobs(**cpu_autotune))
-    report = ik.warmup(compiled, shapes=[56, 102, 204], factory=hidden_states)
+    report = ik.serving.warmup(compiled, shapes=[56, 102, 204], factory=hidden_states)
     assert [len(s.compiles) for s in report.steps] == [1, 0, 0]  # mark_dynamic: one graph for all lengths
     assert sum(not r.from_cache for r in report.records) >= 1
     assert "first call s" in report.table()
 
     lengths = random.Random(0).choices(range(51, 205), k=200)
-    with ik.no_autotune() as guard:
+    with ik.serving.no_autotune() as guard:
         for n in lengths:
             compiled(hidden_states(n))
     assert guard.violations == []
@@ -46,8 +46,8 @@ def test_guard_names_recompile_reason_op_and_shape(fresh_inductor):
     # anything: so no autotuning knobs here (each autotuned compile builds a C++ GEMM template; the
     # autotune records are the next test's).
     compiled = ik.compile(mlp, ik.Knobs())
-    ik.warmup(compiled, inputs=[torch.randn(4, 56, 64)])  # static: only seq_len 56 is warm
-    with pytest.raises(ik.AutotuneDuringServing) as caught, ik.no_autotune():
+    ik.serving.warmup(compiled, inputs=[torch.randn(4, 56, 64)])  # static: only seq_len 56 is warm
+    with pytest.raises(ik.serving.AutotuneDuringServing) as caught, ik.serving.no_autotune():
         compiled(torch.randn(4, 204, 64))
     message = str(caught.value)
     assert "recompile" in message
@@ -61,7 +61,7 @@ def test_guard_names_recompile_reason_op_and_shape(fresh_inductor):
 
 def test_warn_lets_the_request_through_and_reports_the_autotune(cpu_autotune):
     compiled = ik.compile(mlp, ik.Knobs(**cpu_autotune))
-    with pytest.warns(AutotuneDuringServingWarning) as warned, ik.no_autotune(on="warn") as guard:
+    with pytest.warns(AutotuneDuringServingWarning) as warned, ik.serving.no_autotune(on="warn") as guard:
         out = compiled(torch.randn(4, 56, 64))
     assert out.shape == (4, 56, 32)
     messages = [str(w.message) for w in warned]
@@ -71,7 +71,7 @@ def test_warn_lets_the_request_through_and_reports_the_autotune(cpu_autotune):
 
 
 def test_log_reaction(fresh_inductor, caplog):
-    with caplog.at_level(logging.WARNING, logger="inductor_knobs.serving.warmup"), ik.no_autotune(on="log") as guard:
+    with caplog.at_level(logging.WARNING, logger="inductor_knobs.serving.warmup"), ik.serving.no_autotune(on="log") as guard:
         torch.compile(lambda x: x.exp(), backend="eager")(torch.randn(3))  # a Dynamo compile: no Inductor build needed
     assert len(guard.violations) == 1
     assert "Dynamo compile" in caplog.text
@@ -80,7 +80,7 @@ def test_log_reaction(fresh_inductor, caplog):
 def test_cache_hits_are_not_violations(fresh_inductor):
     compiled = torch.compile(lambda x: x * 3, backend="eager")
     compiled(torch.randn(5))
-    with ik.no_autotune() as guard:
+    with ik.serving.no_autotune() as guard:
         compiled(torch.randn(5))
     assert guard.violations == []
 
@@ -88,7 +88,7 @@ def test_cache_hits_are_not_violations(fresh_inductor):
 @pytest.mark.parametrize("bad", [{"on": "explode"}, {"on": None}])
 def test_bad_reaction(bad):
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"no_autotune.*allowed raise, warn, record"):
-        ik.no_autotune(**bad)
+        ik.serving.no_autotune(**bad)
 
 
 @pytest.mark.parametrize(
@@ -102,11 +102,11 @@ def test_bad_reaction(bad):
 )
 def test_bad_warmup_arguments(kwargs, match):
     with pytest.raises(ik.errors.InvalidKnobValue, match=match):
-        ik.warmup(lambda x: x, **kwargs)
+        ik.serving.warmup(lambda x: x, **kwargs)
 
 
 def test_warmup_accepts_args_kwargs_and_single_values(fresh_inductor):
     calls = []
-    report = ik.warmup(lambda *a, **k: calls.append((a, k)), inputs=[(1, 2), {"x": 3}, 4], calls_per_input=1)
+    report = ik.serving.warmup(lambda *a, **k: calls.append((a, k)), inputs=[(1, 2), {"x": 3}, 4], calls_per_input=1)
     assert calls == [((1, 2), {}), ((), {"x": 3}), ((4,), {})]
     assert [s.index for s in report.steps] == [0, 1, 2]

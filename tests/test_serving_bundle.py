@@ -1,4 +1,4 @@
-"""ik.save_serving_bundle / ik.load_serving_bundle: a fresh process serves with every Inductor compile a cache hit,
+"""ik.serving.save_serving_bundle / ik.serving.load_serving_bundle: a fresh process serves with every Inductor compile a cache hit,
 proven from torch's own counters and the attestations; and every bundle that does not fit is refused with nothing loaded.
 
 The bundle is built once per module in a subprocess (bundle_worker.py), and loaded in a second fresh process
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs.core import hook_callbacks
-from inductor_knobs.core.records import RuntimeEvent
+from inductor_knobs.core import observers
+from inductor_knobs.core.events import RuntimeEvent
 from inductor_knobs.errors import InvalidKnobValue
 from inductor_knobs.serving import bundle_format, compile_cache
 from inductor_knobs.serving.cold_start import ColdStartProof
@@ -152,7 +152,7 @@ def test_a_bundle_whose_triton_kernel_escapes_the_cache_is_refused_with_nothing_
     header["header_sha256"] = compile_cache._header_digest(header)
     bundle.write_bytes(magic + b"\n" + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
     with pytest.raises(
-        ik.CompileCacheRefused, match=rf"load_serving_bundle\('{bundle}'\) refused: its Triton kernels entry names kernel"
+        ik.serving.CompileCacheRefused, match=rf"load_serving_bundle\('{bundle}'\) refused: its Triton kernels entry names kernel"
     ):
         load(bundle, nothing_loaded)
     nothing_loaded.check()
@@ -169,7 +169,7 @@ def test_a_bundle_that_does_not_cover_the_model_raises_naming_the_cold_compiles(
 def test_the_guard_is_seeded_with_the_builds_per_shape_baselines(built):
     header, _ = compile_cache.read_file(str(built[0]), False, "test")
     spec = bundle_format.decode("test", header)
-    guard = ik.no_stalls(lambda x: x, on="record", warmup=spec.report)
+    guard = ik.serving.no_stalls(lambda x: x, on="record", warmup=spec.report)
     written = {from_json(s): v for s, v in header["serving"]["baselines"]["shape_seconds"]}
     assert len(written) == 2 and guard.shape_seconds() == written
     # A warmed shape is neither new nor profiled: it is judged against its own median from the first call.
@@ -222,7 +222,7 @@ def nothing_loaded(monkeypatch, tmp_path):
 def load(path, nothing_loaded, **kwargs):
     from bundle_worker import factory
 
-    return ik.load_serving_bundle(path, nothing_loaded.model, factory=factory, **kwargs)
+    return ik.serving.load_serving_bundle(path, nothing_loaded.model, factory=factory, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -237,7 +237,7 @@ def load(path, nothing_loaded, **kwargs):
 def test_a_foreign_bundle_is_refused_naming_the_difference(bundle, nothing_loaded, field, value):
     here = compile_cache.identity(ik.Knobs())[field] if field != "knobs_digest" else None
     rewrite_header(bundle, lambda h: h.update({field: value}))
-    with pytest.raises(ik.CompileCacheRefused) as err:
+    with pytest.raises(ik.serving.CompileCacheRefused) as err:
         load(bundle, nothing_loaded)
     assert f"load_serving_bundle({str(bundle)!r}) refused: built for another setup" in str(err.value)
     assert f"{field}: file {value!r}, here " in str(err.value)
@@ -249,7 +249,7 @@ def test_a_foreign_bundle_is_refused_naming_the_difference(bundle, nothing_loade
 def test_a_bundle_from_another_gpu_torch_and_knob_set_names_each_difference(bundle, nothing_loaded):
     foreign = {"torch": "2.99.0", "device": "cuda:NVIDIA H100 80GB HBM3 sm_90 132 SMs", "knobs_digest": "0" * 16}
     rewrite_header(bundle, lambda h: h.update(foreign))
-    with pytest.raises(ik.CompileCacheRefused) as err:
+    with pytest.raises(ik.serving.CompileCacheRefused) as err:
         load(bundle, nothing_loaded)
     for field, value in foreign.items():
         assert f"{field}: file {value!r}" in str(err.value)
@@ -262,7 +262,7 @@ def test_a_bundle_whose_compile_call_this_torch_lacks_is_refused_naming_it_with_
         header["serving"]["compile"]["mode"] = "max-autotune-ultra"  # a mode this torch does not know
 
     rewrite_header(bundle, from_a_newer_torch)
-    with pytest.raises(ik.CompileCacheRefused) as err:
+    with pytest.raises(ik.serving.CompileCacheRefused) as err:
         load(bundle, nothing_loaded)
     assert "torch: file '2.99.0'" in str(err.value)
     assert "knobs_digest: file " in str(err.value) and "does not build here" in str(err.value)
@@ -272,7 +272,8 @@ def test_a_bundle_whose_compile_call_this_torch_lacks_is_refused_naming_it_with_
 
 def test_knobs_other_than_the_bundles_are_refused_naming_each(bundle, nothing_loaded):
     with pytest.raises(
-        ik.CompileCacheRefused, match=r"gemm_backends: bundle 'ATEN,CPP', here 'ATEN'; min_sms: bundle '\(unset\)', here 40"
+        ik.serving.CompileCacheRefused,
+        match=r"gemm_backends: bundle 'ATEN,CPP', here 'ATEN'; min_sms: bundle '\(unset\)', here 40",
     ):
         load(bundle, nothing_loaded, knobs=ik.Knobs(gemm_backends="ATEN", min_sms=40))
     nothing_loaded.check()
@@ -302,14 +303,14 @@ def _built_under(**setup):
 )
 def test_a_bundle_built_under_another_setup_is_refused_naming_each_difference(bundle, nothing_loaded, change, message):
     rewrite_header(bundle, change)
-    with pytest.raises(ik.CompileCacheRefused, match=rf"built for another setup \(.*{message}"):
+    with pytest.raises(ik.serving.CompileCacheRefused, match=rf"built for another setup \(.*{message}"):
         load(bundle, nothing_loaded)
     nothing_loaded.check()
 
 
 def test_a_bundle_of_another_compute_capability_is_refused(bundle, nothing_loaded):
     rewrite_header(bundle, lambda h: h["setup"].update(capability="sm_121"))
-    with pytest.raises(ik.CompileCacheRefused, match=r"capability: file 'sm_121', here None"):
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"capability: file 'sm_121', here None"):
         load(bundle, nothing_loaded)
     nothing_loaded.check()
 
@@ -377,14 +378,14 @@ def test_a_fresh_process_loads_a_bundle_built_under_the_same_variables(built_und
 )
 def test_a_damaged_bundle_is_refused_with_nothing_loaded(bundle, nothing_loaded, damage, message):
     damage(bundle)
-    with pytest.raises(ik.CompileCacheRefused, match=message) as err:
+    with pytest.raises(ik.serving.CompileCacheRefused, match=message) as err:
         load(bundle, nothing_loaded)
     assert str(bundle) in str(err.value)
     nothing_loaded.check()
 
 
 def test_a_missing_bundle_is_refused(private_dir, nothing_loaded):
-    with pytest.raises(ik.CompileCacheRefused, match=r"load_serving_bundle\('.*absent\.bundle'\): no such file"):
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"load_serving_bundle\('.*absent\.bundle'\): no such file"):
         load(private_dir / "absent.bundle", nothing_loaded)
     nothing_loaded.check()
 
@@ -392,7 +393,9 @@ def test_a_missing_bundle_is_refused(private_dir, nothing_loaded):
 def test_a_symlinked_bundle_is_refused(bundle, private_dir, nothing_loaded):
     link = private_dir / "link.bundle"
     link.symlink_to(bundle)
-    with pytest.raises(ik.CompileCacheRefused, match=r"load_serving_bundle\(.*link\.bundle'\) refused: .*is a symbolic link"):
+    with pytest.raises(
+        ik.serving.CompileCacheRefused, match=r"load_serving_bundle\(.*link\.bundle'\) refused: .*is a symbolic link"
+    ):
         load(link, nothing_loaded)
     nothing_loaded.check()
 
@@ -405,7 +408,7 @@ def test_a_bundle_in_a_group_writable_directory_is_refused(bundle, private_dir, 
     bundle.rename(moved)
     shared.chmod(mode)
     with pytest.raises(
-        ik.CompileCacheRefused, match=rf"the directory {shared} is writable by group or others without the sticky bit"
+        ik.serving.CompileCacheRefused, match=rf"the directory {shared} is writable by group or others without the sticky bit"
     ):
         load(moved, nothing_loaded)
     nothing_loaded.check()
@@ -413,7 +416,7 @@ def test_a_bundle_in_a_group_writable_directory_is_refused(bundle, private_dir, 
 
 def test_a_bundle_writable_by_others_is_refused(bundle, nothing_loaded):
     bundle.chmod(0o666)
-    with pytest.raises(ik.CompileCacheRefused, match="the file is writable by group or others"):
+    with pytest.raises(ik.serving.CompileCacheRefused, match="the file is writable by group or others"):
         load(bundle, nothing_loaded)
     nothing_loaded.check()
 
@@ -424,9 +427,9 @@ def test_bad_arguments_are_refused_before_the_file_is_read(bundle, nothing_loade
     with pytest.raises(InvalidKnobValue, match=r"on_cold='never'.*allowed 'raise' or 'warn'"):
         load(bundle, nothing_loaded, on_cold="never")
     with pytest.raises(InvalidKnobValue, match=r"model/factory"):
-        ik.load_serving_bundle(bundle, nothing_loaded.model, factory=None)  # type: ignore[arg-type]
+        ik.serving.load_serving_bundle(bundle, nothing_loaded.model, factory=None)  # type: ignore[arg-type]
     with pytest.raises(InvalidKnobValue, match=r"load_serving_bundle\(on='loud'\)"):
-        ik.load_serving_bundle(bundle, nothing_loaded.model, factory=factory, on="loud")
+        ik.serving.load_serving_bundle(bundle, nothing_loaded.model, factory=factory, on="loud")
     nothing_loaded.check()
 
 
@@ -436,23 +439,23 @@ def test_bad_arguments_are_refused_before_the_file_is_read(bundle, nothing_loade
 def test_save_refuses_what_is_not_an_ik_compile_result_or_a_shaped_report(tmp_path):
     if not torch_compat_has_artifacts():
         pytest.skip(f"torch {torch.__version__} has no cache artifacts API: every save is refused first")
-    report = ik.warmup(lambda x: x, shapes=[1], factory=torch.zeros, probes=None)
+    report = ik.serving.warmup(lambda x: x, shapes=[1], factory=torch.zeros, probes=None)
     with pytest.raises(InvalidKnobValue, match=r"served=.*an ik.compile result"):
-        ik.save_serving_bundle(tmp_path / "b", lambda x: x, report)
+        ik.serving.save_serving_bundle(tmp_path / "b", lambda x: x, report)
     compiled = ik.compile(torch.nn.Linear(2, 2))
-    unshaped = ik.warmup(lambda x: x, inputs=[torch.zeros(1)], probes=None)
+    unshaped = ik.serving.warmup(lambda x: x, inputs=[torch.zeros(1)], probes=None)
     with pytest.raises(InvalidKnobValue, match=r"report=.*shapes=..., factory="):
-        ik.save_serving_bundle(tmp_path / "b", compiled, unshaped)
-    odd = ik.warmup(lambda x: x, shapes=[object()], factory=lambda s: torch.zeros(1), probes=None)
+        ik.serving.save_serving_bundle(tmp_path / "b", compiled, unshaped)
+    odd = ik.serving.warmup(lambda x: x, shapes=[object()], factory=lambda s: torch.zeros(1), probes=None)
     with pytest.raises(InvalidKnobValue, match=r"shape=.*plain data that JSON writes and reads back"):
-        ik.save_serving_bundle(tmp_path / "b", compiled, odd)
+        ik.serving.save_serving_bundle(tmp_path / "b", compiled, odd)
     assert not (tmp_path / "b").exists()
 
 
 def test_shapes_and_buckets_read_back_type_for_type():
     assert bundle_format._unitem(json.loads(json.dumps(bundle_format._item((1, [2, (3,)]))))) == (1, [2, (3,)])
     compiled = ik.compile(torch.nn.Linear(2, 2), dynamic=False)
-    report = ik.warmup(lambda x: x, shapes=[4, 2], factory=torch.zeros, probes=None)
+    report = ik.serving.warmup(lambda x: x, shapes=[4, 2], factory=torch.zeros, probes=None)
     section, _ = bundle_format.encode(compiled, report, None)
     assert section["buckets"] == [2, 4] and section["shapes"] == [4, 2]
     assert section["compile"] == {"knobs": {}, "mode": None, "options": None, "torch_compile": {"dynamic": False}}
@@ -465,7 +468,7 @@ def test_the_proof_names_every_cold_thing():
     hit = types.SimpleNamespace(cache="fx_graph", graph="inference", compile_id="0/0")
     miss = types.SimpleNamespace(cache=None, graph="inference", compile_id="1/0")
     tuned = RuntimeEvent("runtime_benchmark", 0.2, "triton_red_fused_0")
-    captured = RuntimeEvent("cudagraph_recording", 0.01, "ik.capture_cuda_graphs: shape 128")
+    captured = RuntimeEvent("cudagraph_recording", 0.01, "ik.serving.capture_cuda_graphs: shape 128")
     proof = ColdStartProof(attestations=[hit, miss], runtime=[tuned, captured], triton=(3, 40))  # type: ignore[list-item]
     assert proof.inductor_hits == {"fx_graph": 1} and proof.captures == 1 and proof.triton_compiled == 3
     assert proof.cold() == [
@@ -490,15 +493,13 @@ def test_the_bundle_exports_are_public():
 @pytest.fixture
 def fake_triton(monkeypatch):
     """``triton.knobs.compilation`` as Triton 3.4+ has it, with a listener already there (the CPU wheel has no Triton)."""
-    from inductor_knobs.core import observe
-
     previous_calls = []
 
     def previous(**kwargs):
         previous_calls.append(kwargs["cache_hit"])
 
     compilation = types.SimpleNamespace(listener=previous)
-    monkeypatch.setattr(observe, "_triton_compilation", lambda *triton: compilation)
+    monkeypatch.setattr(observers, "_triton_compilation", lambda *triton: compilation)
     # Imported, as the listener's hook waits for Triton's import (on_import).
     monkeypatch.setitem(sys.modules, "triton", sys.modules.get("triton") or types.ModuleType("triton"))
     return types.SimpleNamespace(compilation=compilation, previous=previous, calls=previous_calls)
@@ -509,17 +510,17 @@ def compile_heard(compilation, cache_hit):
 
 
 def test_triton_compiles_are_counted_by_whether_tritons_cache_served_them(fake_triton):
-    assert hook_callbacks.triton_compiles() is None
+    assert observers.triton_compiles() is None
     with ik.record_compiles():
         assert fake_triton.compilation.listener is not fake_triton.previous
-        before = hook_callbacks.triton_compiles()
+        before = observers.triton_compiles()
         compile_heard(fake_triton.compilation, False)
         compile_heard(fake_triton.compilation, True)
-        after = hook_callbacks.triton_compiles()
+        after = observers.triton_compiles()
     assert after is not None and before is not None and (after[0] - before[0], after[1] - before[1]) == (1, 1)
     assert fake_triton.calls == [False, True]  # the listener that was there still hears every compile
     assert fake_triton.compilation.listener is fake_triton.previous  # put back by identity
-    assert hook_callbacks.triton_compiles() is None
+    assert observers.triton_compiles() is None
 
 
 @pytest.mark.parametrize(("cache_hit", "kind"), [(True, "triton_load"), (False, "triton_compile")])
@@ -537,7 +538,7 @@ def test_a_precompile_without_a_triton_compile_is_named_a_load(fake_triton, fake
         fake_clock.spend(0.5)
 
     with Subscription(Listener()):
-        timed = hook_callbacks._timed_wrapper("triton_compile")
+        timed = observers._timed_wrapper("triton_compile")
         timed(precompile, types.SimpleNamespace(fn=types.SimpleNamespace(__name__="triton_poi_0")), (), {})
     assert [(e.kind, e.seconds, e.detail) for e in heard if e.kind.startswith("triton")] == [(kind, 0.5, "triton_poi_0")]
 
@@ -581,10 +582,12 @@ def test_a_cold_load_raises_or_warns_by_policy_with_the_proof(bundle, nothing_lo
 
     monkeypatch.setattr(bundle_module, "_load", fake_load)
     if on_cold == "raise":
-        with pytest.raises(ik.ColdStartCompiled, match=r"the load compiled cold: 1 Inductor compile\(s\) no cache served") as err:
+        with pytest.raises(
+            ik.serving.ColdStartCompiled, match=r"the load compiled cold: 1 Inductor compile\(s\) no cache served"
+        ) as err:
             load(bundle, nothing_loaded, on_cold=on_cold)
         assert err.value.proof is cold and err.value.bundle.guard is not None
     else:
-        with pytest.warns(ik.ColdStartWarning, match="inference 0/0"):
+        with pytest.warns(ik.serving.ColdStartWarning, match="inference 0/0"):
             loaded = load(bundle, nothing_loaded, on_cold=on_cold)
         assert loaded.proof is cold and loaded.buckets == (48, 56)

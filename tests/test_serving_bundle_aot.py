@@ -1,4 +1,4 @@
-"""ik.save_serving_bundle(aot=True) / ik.load_serving_bundle(path, None): an AOTInductor package serves in a fresh
+"""ik.serving.save_serving_bundle(aot=True) / ik.serving.load_serving_bundle(path, None): an AOTInductor package serves in a fresh
 process with no Dynamo trace, no Inductor compile and no autotune, proven from torch's own counters; every bundle
 that does not fit is refused with nothing loaded (AOTInductor's loader never called).
 
@@ -85,7 +85,7 @@ def fake_loader(run, args, kwargs):
 def load(path, model=None, **kwargs):
     from bundle_worker import factory
 
-    return ik.load_serving_bundle(path, model, factory=factory, **kwargs)
+    return ik.serving.load_serving_bundle(path, model, factory=factory, **kwargs)
 
 
 # --- the round trip ------------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_the_package_refuses_calls_it_was_not_exported_for_before_running_them()
         ((torch.ones(4, 48, 64),), {"scale": 1.0}, r"input 'scale' = float .*allowed a tensor of torch.float32 on cpu"),
     ]
     for args, kwargs, message in refusals:
-        with pytest.raises(ik.BundleInputRefused, match=message):
+        with pytest.raises(ik.serving.BundleInputRefused, match=message):
             checked(*args, **kwargs)
     assert len(ran) == 1  # nothing refused reached the package
 
@@ -261,9 +261,9 @@ def scaled(private_base, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch, torch.no_grad():
         patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor-scaled")))
         compiled = ik.compile(Scaled().eval())
-        report = ik.warmup(compiled, shapes=[8, 16], factory=scaled_call, probes=None)
-        ik.save_serving_bundle(path, compiled, report, aot=True, factory=scaled_call)
-        bundle = ik.load_serving_bundle(path, None, factory=scaled_call)
+        report = ik.serving.warmup(compiled, shapes=[8, 16], factory=scaled_call, probes=None)
+        ik.serving.save_serving_bundle(path, compiled, report, aot=True, factory=scaled_call)
+        bundle = ik.serving.load_serving_bundle(path, None, factory=scaled_call)
     served = bundle.served
     runs = []
     real = served.loader
@@ -305,7 +305,7 @@ def test_a_call_the_package_was_not_compiled_for_is_refused_naming_the_input(sca
     call = scaled_call(16)
     change(call)
     before = len(scaled.runs)
-    with pytest.raises(ik.BundleInputRefused, match=f"^AOT bundle call: {message}"):
+    with pytest.raises(ik.serving.BundleInputRefused, match=f"^AOT bundle call: {message}"):
         scaled.served(**call)
     assert len(scaled.runs) == before  # nothing ran
 
@@ -315,7 +315,7 @@ def test_a_refusal_of_torchs_own_input_check_names_the_input(scaled):
         raise RuntimeError("input_handles[1]: unmatched dtype, expected: 6(at::kFloat), but got: 7\n")
 
     checked = aot_package.ShapeCheckedPackage(fake_loader(refuse, (), scaled_call(16)), scaled.inputs)
-    with pytest.raises(ik.BundleInputRefused, match=r"input 'y' .*AOTInductor's own input check said: unmatched dtype"):
+    with pytest.raises(ik.serving.BundleInputRefused, match=r"input 'y' .*AOTInductor's own input check said: unmatched dtype"):
         checked(**scaled_call(16))
 
 
@@ -351,7 +351,9 @@ def test_no_model_for_a_cache_bundle_is_refused(private_dir, aot_bundle, nothing
 )
 def test_a_foreign_aot_bundle_is_refused_naming_the_difference(aot_bundle, nothing_loaded, field, value):
     rewrite_header(aot_bundle, lambda h: h.update({field: value}))
-    with pytest.raises(ik.CompileCacheRefused, match=rf"refused: built for another setup \(.*{field}: file {value!r}, here "):
+    with pytest.raises(
+        ik.serving.CompileCacheRefused, match=rf"refused: built for another setup \(.*{field}: file {value!r}, here "
+    ):
         load(aot_bundle)
     nothing_loaded.check()
 
@@ -368,7 +370,7 @@ def test_an_aot_bundle_built_under_a_variable_loads_where_the_same_variable_is_s
 
     rewrite_header(aot_bundle, built_under_the_variable)
     monkeypatch.setenv(variable, "1")
-    with pytest.raises(ik.CompileCacheRefused, match=rf"{variable}: file False, here True"):
+    with pytest.raises(ik.serving.CompileCacheRefused, match=rf"{variable}: file False, here True"):
         load(aot_bundle)
     monkeypatch.setenv(variable, "0")
     assert load(aot_bundle).proof.attestations == []  # served from the package: nothing compiled
@@ -394,7 +396,7 @@ def test_an_aot_bundle_built_under_a_variable_loads_where_the_same_variable_is_s
 )
 def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, message):
     damage(aot_bundle)
-    with pytest.raises(ik.CompileCacheRefused, match=message):
+    with pytest.raises(ik.serving.CompileCacheRefused, match=message):
         load(aot_bundle)
     nothing_loaded.check()
 
@@ -408,7 +410,9 @@ def test_a_bundle_built_on_a_cpu_with_an_extension_this_one_lacks_is_refused(aot
     if aot_package.cpu_isa_flags() is None:
         pytest.skip("no /proc/cpuinfo flags here")
     rewrite_header(aot_bundle, lambda h: h["serving"]["aot"].update(cpu_flags=["avx2", "avx512_future", "amx_future"]))
-    with pytest.raises(ik.CompileCacheRefused, match=r"built on a CPU with amx_future, avx512_future, which this CPU lacks"):
+    with pytest.raises(
+        ik.serving.CompileCacheRefused, match=r"built on a CPU with amx_future, avx512_future, which this CPU lacks"
+    ):
         load(aot_bundle)
     nothing_loaded.check()
 
@@ -422,8 +426,10 @@ def test_cpu_flags_are_the_instruction_set_extensions_of_the_first_processor(tmp
 
 
 def test_load_compile_cache_refuses_an_aot_bundle_by_name(aot_bundle, nothing_loaded):
-    with pytest.raises(ik.CompileCacheRefused, match=r"an AOT serving bundle holds a package.*ik.load_serving_bundle"):
-        ik.load_compile_cache(aot_bundle)
+    with pytest.raises(
+        ik.serving.CompileCacheRefused, match=r"an AOT serving bundle holds a package.*ik.serving.load_serving_bundle"
+    ):
+        ik.serving.load_compile_cache(aot_bundle)
     nothing_loaded.check()
 
 
@@ -439,7 +445,7 @@ def test_a_package_aotinductor_cannot_load_is_refused_naming_its_error(aot_bundl
         header["serving"]["aot"]["bytes"] = len(garbage)
 
     rewrite_header(aot_bundle, foreign_payload)
-    with pytest.raises(ik.CompileCacheRefused, match=r"refused: AOTInductor could not load the package: "):
+    with pytest.raises(ik.serving.CompileCacheRefused, match=r"refused: AOTInductor could not load the package: "):
         load(aot_bundle)
 
 
@@ -452,24 +458,26 @@ def test_an_output_class_not_imported_here_is_named_with_the_fix(aot_bundle, mon
             raise NotImplementedError("Deserializing transformers.modeling_outputs.X in pytree is not registered.")
 
     monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Unregistered)
-    with pytest.raises(ik.CompileCacheRefused, match=r"is not registered\.\. .*`import transformers\.modeling_outputs` before"):
+    with pytest.raises(
+        ik.serving.CompileCacheRefused, match=r"is not registered\.\. .*`import transformers\.modeling_outputs` before"
+    ):
         load(aot_bundle)
 
 
 def test_an_aot_bundle_on_a_torch_without_packages_names_the_release(aot_bundle, nothing_loaded, monkeypatch):
     lacking = types.SimpleNamespace(has_aot_packages=False)
     monkeypatch.setattr(torch_compat, "installed", lambda: lacking)
-    with pytest.raises(ik.NotSupportedOnThisTorch, match=r"aoti_compile_and_package/aoti_load_package \(torch 2\.7\+\)"):
+    with pytest.raises(ik.errors.NotSupportedOnThisTorch, match=r"aoti_compile_and_package/aoti_load_package \(torch 2\.7\+\)"):
         load(aot_bundle)
     nothing_loaded.check()
 
 
 def test_save_refuses_bad_aot_arguments_before_compiling(tmp_path):
-    report = ik.warmup(lambda x: x, shapes=[1], factory=torch.zeros, probes=None)
+    report = ik.serving.warmup(lambda x: x, shapes=[1], factory=torch.zeros, probes=None)
     with pytest.raises(InvalidKnobValue, match=r"save_serving_bundle\(aot='yes'\).*allowed True or False"):
-        ik.save_serving_bundle(tmp_path / "b", object(), report, aot="yes")  # type: ignore[arg-type]
+        ik.serving.save_serving_bundle(tmp_path / "b", object(), report, aot="yes")  # type: ignore[arg-type]
     with pytest.raises(InvalidKnobValue, match=r"save_serving_bundle\(factory=None\).*with aot=True"):
-        ik.save_serving_bundle(tmp_path / "b", object(), report, aot=True)
+        ik.serving.save_serving_bundle(tmp_path / "b", object(), report, aot=True)
     not_a_module = types.SimpleNamespace(_inductor_knobs_backend=None)
     with pytest.raises(InvalidKnobValue, match=r"served=.*an ik.compile result of an nn.Module"):
         aot_package.build("save_serving_bundle('b')", not_a_module, torch.zeros, [1])
@@ -518,10 +526,10 @@ def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypa
 
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
     model = ik.compile(torch.nn.Linear(4, 4))
-    report = ik.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
+    report = ik.serving.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
     fix = r"\. Inductor's C\+\+ compiler is .*CXX=" if "signal" in how else r"\. The loading process said"
     with pytest.raises(InvalidKnobValue, match=rf"aot=True.*a fresh process can load; loading the one just built {how}{fix}"):
-        ik.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=lambda n: torch.randn(n, 4))
+        ik.serving.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=lambda n: torch.randn(n, 4))
     assert not (tmp_path / "b").exists()
 
 
@@ -554,8 +562,8 @@ def compilers(tmp_path, monkeypatch):
 
 def linear_bundle(path):
     model = ik.compile(torch.nn.Linear(4, 4))
-    report = ik.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
-    return ik.save_serving_bundle(path, model, report, aot=True, factory=lambda n: torch.randn(n, 4))
+    report = ik.serving.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
+    return ik.serving.save_serving_bundle(path, model, report, aot=True, factory=lambda n: torch.randn(n, 4))
 
 
 def test_a_compiler_whose_packages_do_not_load_is_passed_over_for_the_next(tmp_path, compilers):

@@ -22,8 +22,8 @@ from torch._inductor.codecache import PyCodeCache
 from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
 from inductor_knobs.core import torch_compat
-from inductor_knobs.errors import CompileCacheRefused
 from inductor_knobs.serving import bundle_format, compile_cache, triton_kernels
+from inductor_knobs.serving.errors import CompileCacheRefused
 from inductor_knobs.serving.triton_kernels import PLACEHOLDER
 
 KEY_A = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567ABCDEFGHIJKLMNOPQRST"  # Triton's keys are base32 of a sha256

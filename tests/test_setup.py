@@ -65,8 +65,8 @@ def test_a_variable_the_knobs_set_is_a_knob_of_the_snapshot_not_a_torch_variable
     shares one torch environment with the arms without it (--merge and --resume compare it across arms)."""
     from inductor_knobs import env as env_mod
     from inductor_knobs.ablation import fingerprint
+    from inductor_knobs.core.changes import release_env
     from inductor_knobs.core.knobs import KNOBS
-    from inductor_knobs.core.torch_settings import release_env
 
     if not KNOBS["cudnn_sdpa_avoid_recompile"].on(".".join(torch.__version__.split(".")[:2])):
         return  # torch < 2.9 has no such variable

@@ -1,4 +1,4 @@
-"""ik.no_stalls on CPU: every cause it names, from torch's own hooks (real, or fakes at the hooked path)."""
+"""ik.serving.no_stalls on CPU: every cause it names, from torch's own hooks (real, or fakes at the hooked path)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 import torch._dynamo
 
 import inductor_knobs as ik
-from inductor_knobs.core import hook_callbacks, observe, torch_compat
-from inductor_knobs.core.records import RuntimeEvent
+from inductor_knobs.core import observers, torch_compat
+from inductor_knobs.core.events import RuntimeEvent
 from inductor_knobs.serving import attribution, sampled_profiler, signature, stalls
 
 
@@ -34,7 +34,7 @@ class FakeAutotuner:
 
     def precompile(self, *args):
         # a real compile, as Triton's listener counts it (Triton 3.4+, torch 2.8+): without it, it is a triton_load
-        hook_callbacks._THREAD.triton_compiled += 1
+        observers._THREAD.triton_compiled += 1
         self.clock.spend(0.001)
 
     def record_function(self, *args):
@@ -60,16 +60,16 @@ def fake_hooks(monkeypatch, fake_clock):
     patches = type(torch_compat.installed())
     hooks = tuple((kind, f"{__name__}:FakeAutotuner.{method}") for kind, method in HOOKS.items())
     monkeypatch.setattr(patches, "runtime_cost_hooks", hooks)
-    assert not observe.hooks_installed()
+    assert not observers.hooks_installed()
     yield
-    assert not observe.hooks_installed()
+    assert not observers.hooks_installed()
 
 
 @pytest.mark.parametrize("kind", sorted(HOOKS))
 def test_each_runtime_hook_is_a_named_cause(fake_hooks, kind):
     fake = FakeAutotuner()
     original = FakeAutotuner.__dict__[HOOKS[kind]]
-    guard = ik.no_stalls(lambda: getattr(fake, HOOKS[kind])(), on="record", min_calls=10**6)
+    guard = ik.serving.no_stalls(lambda: getattr(fake, HOOKS[kind])(), on="record", min_calls=10**6)
     guard()
     # No threshold is known yet, so a call is a stall when a hook names a cost: deterministic, no clock.
     (stall,) = guard.stalls
@@ -85,8 +85,8 @@ def test_a_missing_hook_warns_and_doctor_lists_it(monkeypatch):
     patches = type(torch_compat.installed())
     monkeypatch.setattr(patches, "runtime_cost_hooks", (("runtime_benchmark", f"{__name__}:FakeAutotuner.gone"),))
     with pytest.warns(ik.errors.DriftWarning, match="FakeAutotuner.gone does not exist"):
-        ik.no_stalls(lambda: None, on="record")()
-    assert observe.runtime_hook_status() == [("runtime_benchmark", f"{__name__}.FakeAutotuner.gone", False)]
+        ik.serving.no_stalls(lambda: None, on="record")()
+    assert observers.runtime_hook_status() == [("runtime_benchmark", f"{__name__}.FakeAutotuner.gone", False)]
     from inductor_knobs import doctor
 
     report = doctor.collect()
@@ -105,10 +105,10 @@ def _names_recompile_reasons() -> bool:
 def test_a_recompile_is_a_stall_named_with_dynamos_reason(fresh_inductor, monkeypatch):
     # Before min_calls a call is a stall only by its hook events: a young collection preempted on a busy
     # machine (over 1 ms of wall time) would make one of the warm calls a stall.  gc is not what this tests.
-    monkeypatch.setattr(hook_callbacks, "MIN_GC_SECONDS", float("inf"))
+    monkeypatch.setattr(observers, "MIN_GC_SECONDS", float("inf"))
     # Dynamo's compile and its guard failure are what is named: the eager backend spares a C++ build per compile.
     compiled = torch.compile(lambda x: (x @ x.T).relu(), backend="eager")
-    guard = ik.no_stalls(compiled, on="record", profile="off")
+    guard = ik.serving.no_stalls(compiled, on="record", profile="off")
     with guard:
         for n in (8, 8, 8, 8, 8, 8, 16):
             guard(torch.randn(n, 4))
@@ -128,11 +128,11 @@ def test_the_profiler_stops_when_dynamo_starts_compiling(fresh_inductor, monkeyp
 
     def spy(self):
         if getattr(self._running, "profiler", None) is not None:
-            stopped_while_compiling.append(bool(hook_callbacks._THREAD.compiling))
+            stopped_while_compiling.append(bool(observers._THREAD.compiling))
         return real_stop(self)
 
     monkeypatch.setattr(stalls.no_stalls, "_stop_profiler", spy)
-    guard = ik.no_stalls(torch.compile(lambda x: x.sin() + 1, backend="eager"), on="record", profile="all")
+    guard = ik.serving.no_stalls(torch.compile(lambda x: x.sin() + 1, backend="eager"), on="record", profile="all")
     guard(torch.randn(5))
     assert stopped_while_compiling == [True]
     assert not torch.autograd._profiler_enabled()
@@ -148,7 +148,7 @@ CUDA_CALL = ((torch.int64, (1, 901), "cuda"),)
 
 
 def test_profiled_per_shape_ops_are_named_on_cuda_calls():
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     profile = _profile(
         ("aten::_cudnn_attention_forward", 44_000, [[1, 8, 901, 128]]),
         ("aten::mm", 5_000, [[901, 1024], [1024, 1024]]),
@@ -159,18 +159,18 @@ def test_profiled_per_shape_ops_are_named_on_cuda_calls():
     assert [c.kind for c in stall.causes] == ["cudnn_sdpa_plan", "cublas_first_call"]
     assert stall.attributed and stall.inputs == ["torch.int64[1, 901]"]
     assert "[[1, 8, 901, 128]]" in stall.causes[0].detail
-    assert ik.no_stalls is stalls.no_stalls
+    assert ik.serving.no_stalls is stalls.no_stalls
 
 
 def test_profiled_ops_of_a_cpu_call_are_not_first_call_costs():
     """On the CPU an op's self time is its computation: nothing is attributed to it, the time stays unattributed."""
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     guard._judge(0.060, [], _profile(("aten::mm", 55_000, [])), True, True, ((torch.float32, (4, 4), "cpu"),))
     assert [c.kind for c in guard.stalls[0].causes] == ["unattributed"]
 
 
 def test_unattributed_time_is_reported_and_a_seen_shape_is_still_not_profiled():
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     guard._judge(0.050, [], None, False, False, CUDA_CALL)
     (stall,) = guard.stalls
     assert not stall.attributed and stall.primary == "unattributed"
@@ -184,13 +184,13 @@ def test_nested_hook_events_are_counted_once():
     outer = RuntimeEvent("dynamo_compile", 0.040, "", started=100.0)
     inner = RuntimeEvent("triton_compile", 0.030, "", started=100.005)
     assert attribution._covered([outer, inner]) == pytest.approx(0.040)
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     guard._judge(0.045, [inner, outer], None, True, False, CUDA_CALL)
     assert guard.stalls[0].attributed  # 40 of the 44 ms over the baseline
 
 
 def test_after_eight_fast_new_shapes_new_shapes_are_not_profiled():
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=10.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=10.0)
     for _ in range(sampled_profiler.QUIET_AFTER):
         assert guard._wants_profile(new=True)
         guard._judge(0.005, [], None, True, True, CUDA_CALL)
@@ -201,14 +201,14 @@ def test_after_eight_fast_new_shapes_new_shapes_are_not_profiled():
 
 def test_reactions():
     event = RuntimeEvent("runtime_benchmark", 0.2, "triton_red_fused_0", started=1.0)
-    raising = ik.no_stalls(lambda: None, baseline_ms=1.0)
-    with pytest.raises(ik.StallDuringServing, match="runtime_benchmark") as caught:
+    raising = ik.serving.no_stalls(lambda: None, baseline_ms=1.0)
+    with pytest.raises(ik.serving.StallDuringServing, match="runtime_benchmark") as caught:
         raising._react(raising._judge(0.25, [event], None, True, False, CUDA_CALL))
     assert caught.value.stall.primary == "runtime_benchmark"
-    warning = ik.no_stalls(lambda: None, on="warn", baseline_ms=1.0)
-    with pytest.warns(ik.StallWarning, match=r"took 250.00 ms \(steady 1.00 ms\): runtime_benchmark 200.00 ms$"):
+    warning = ik.serving.no_stalls(lambda: None, on="warn", baseline_ms=1.0)
+    with pytest.warns(ik.serving.StallWarning, match=r"took 250.00 ms \(steady 1.00 ms\): runtime_benchmark 200.00 ms$"):
         warning._react(warning._judge(0.25, [event], None, True, False, CUDA_CALL))  # one line a stall
-    quiet = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    quiet = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         quiet._react(quiet._judge(0.25, [event], None, True, False, CUDA_CALL))
@@ -216,13 +216,13 @@ def test_reactions():
 
 
 def test_a_fast_call_and_timer_noise_are_not_stalls():
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=0.05)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=0.05)
     guard._judge(0.0005, [], None, False, False, CUDA_CALL)  # 10x a 50 us baseline, but only 0.45 ms over it
     assert guard.stalls == []
 
 
 def test_the_report(fake_clock):
-    guard = ik.no_stalls(lambda x: fake_clock.spend(0.001) or x, on="record", synchronize=False)
+    guard = ik.serving.no_stalls(lambda x: fake_clock.spend(0.001) or x, on="record", synchronize=False)
     for _ in range(3):
         guard(torch.ones(2))
     report = guard.report()
@@ -248,12 +248,12 @@ def test_the_report(fake_clock):
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ik.errors.InvalidKnobValue, match=match):
-        ik.no_stalls(**kwargs)
-    assert not observe.hooks_installed()
+        ik.serving.no_stalls(**kwargs)
+    assert not observers.hooks_installed()
 
 
 def test_a_guard_without_a_callable_says_how_to_use_it():
-    guard = ik.no_stalls(on="record")
+    guard = ik.serving.no_stalls(on="record")
     with pytest.raises(ik.KnobsError, match="wrap"):
         guard(1)
     assert guard.wrap(lambda x: x + 1)(1) == 2 and len(guard.seconds) == 1
@@ -262,7 +262,7 @@ def test_a_guard_without_a_callable_says_how_to_use_it():
 def test_the_guard_is_timed_by_hooks_that_cost_nothing_when_idle(fake_hooks):
     """Outside a guard the hooked methods are torch's own objects; inside, a wrapper passes calls through."""
     original = FakeAutotuner.__dict__["precompile"]
-    with ik.no_stalls(on="record") as guard:
+    with ik.serving.no_stalls(on="record") as guard:
         assert FakeAutotuner.__dict__["precompile"] is not original
         assert FakeAutotuner().precompile() is None  # no guarded call running: passes through
         assert guard.stalls == []
@@ -270,7 +270,7 @@ def test_the_guard_is_timed_by_hooks_that_cost_nothing_when_idle(fake_hooks):
 
 
 def test_time_of_a_call_includes_what_it_waits_for(fake_clock):
-    guard = ik.no_stalls(lambda: fake_clock.spend(0.002), on="record", synchronize=False)
+    guard = ik.serving.no_stalls(lambda: fake_clock.spend(0.002), on="record", synchronize=False)
     guard()
     assert guard.seconds == [pytest.approx(0.002)]
 
@@ -284,7 +284,7 @@ def test_an_instant_hook_call_is_not_a_cause(monkeypatch, fake_clock):
     patches = type(torch_compat.installed())
     monkeypatch.setattr(patches, "runtime_cost_hooks", (("coordinate_descent", f"{__name__}:FakeAutotuner.eligibility_check"),))
     fake = FakeAutotuner()
-    guard = ik.no_stalls(lambda: fake_clock.spend(0.001) or fake.eligibility_check(), on="record", min_calls=10**6)
+    guard = ik.serving.no_stalls(lambda: fake_clock.spend(0.001) or fake.eligibility_check(), on="record", min_calls=10**6)
     guard()
     assert guard.stalls == [] and guard.last_causes == []
 
@@ -297,7 +297,7 @@ def test_the_descent_hook_is_the_descent_itself_on_this_torch():
     from packaging.version import Version
 
     assert inner == (Version(release) >= Version("2.9"))
-    assert all(available for _, _, available in observe.runtime_hook_status()), observe.runtime_hook_status()
+    assert all(available for _, _, available in observers.runtime_hook_status()), observers.runtime_hook_status()
     assert dict(torch_compat.installed().runtime_hooks("2.8"))["coordinate_descent"].endswith(".coordinate_descent_tuning")
 
 
@@ -309,7 +309,7 @@ def _collect_a_full_heap():
 
 
 def test_a_garbage_collection_inside_a_call_is_named_python_gc():
-    guard = ik.no_stalls(_collect_a_full_heap, on="record", min_calls=10**6, profile="off")
+    guard = ik.serving.no_stalls(_collect_a_full_heap, on="record", min_calls=10**6, profile="off")
     guard()
     (stall,) = guard.stalls
     # gc.collect() is one; allocating the objects may trigger automatic ones too
@@ -324,11 +324,11 @@ def _gc_callback_count():
 
 def test_warmup_report_seeds_the_guard_with_warmed_shapes_and_their_times(monkeypatch):
     fn = torch.compile(lambda x: x * 2, backend="eager", dynamic=True)
-    report = ik.warmup(fn, shapes=[8, 16], factory=torch.ones, probes=None)
+    report = ik.serving.warmup(fn, shapes=[8, 16], factory=torch.ones, probes=None)
     profiled = []
     real_start = stalls.no_stalls._start_profiler
     monkeypatch.setattr(stalls.no_stalls, "_start_profiler", lambda self: profiled.append(1) or real_start(self))
-    guard = ik.no_stalls(fn, on="record", warmup=report)
+    guard = ik.serving.no_stalls(fn, on="record", warmup=report)
     assert set(report.shape_seconds) == set(report.signatures) and len(report.signatures) == 2
     (sig8,) = [s for s in report.signatures if s[0][1] == (8,)]
     assert guard._baseline(sig8) == report.shape_seconds[sig8]  # each warmed shape its own steady state
@@ -341,7 +341,7 @@ def test_warmup_report_seeds_the_guard_with_warmed_shapes_and_their_times(monkey
 
 def test_warmup_argument_must_be_a_warmup_report():
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"no_stalls\(warmup=3\) is invalid on torch .*ik\.warmup"):
-        ik.no_stalls(lambda: None, warmup=3)
+        ik.serving.no_stalls(lambda: None, warmup=3)
 
 
 def test_a_collection_during_warmup_adds_the_gc_freeze_fix():
@@ -353,7 +353,7 @@ def test_a_collection_during_warmup_adds_the_gc_freeze_fix():
         calls.append(1)
         return x
 
-    report = ik.warmup(fn, shapes=[8], factory=torch.ones, probes=None)
+    report = ik.serving.warmup(fn, shapes=[8], factory=torch.ones, probes=None)
     assert any("gc.freeze()" in fix for fix in report.fixes)
     assert any(c.kind == "python_gc" for c in report.steps[0].causes)
 
@@ -371,7 +371,7 @@ def test_a_thread_kept_off_the_cpu_is_named_thread_off_cpu(fake_clock):
         guard(True)
         return {c.kind: c.seconds for c in guard.stalls[-1].causes}
 
-    guard = ik.no_stalls(served, on="record", baseline_ms=0.05, min_excess_ms=0.0, profile="off")
+    guard = ik.serving.no_stalls(served, on="record", baseline_ms=0.05, min_excess_ms=0.0, profile="off")
     for _ in range(10):
         guard(False)
     assert guard.stalls == []
@@ -389,7 +389,7 @@ def test_a_thread_kept_off_the_cpu_is_named_thread_off_cpu(fake_clock):
 
 def test_a_long_input_is_not_a_stall_when_its_shape_is_just_slower():
     """BERT at 2048 tokens takes 20x its 128-token time: per-shape medians, not one baseline."""
-    guard = ik.no_stalls(lambda: None, on="record", min_calls=4)
+    guard = ik.serving.no_stalls(lambda: None, on="record", min_calls=4)
     short, long = (torch.int64, (1, 128), "cuda"), (torch.int64, (1, 2048), "cuda")
     for _ in range(3):
         guard._judge(0.002, [], None, False, False, (short,))
@@ -409,7 +409,7 @@ def test_a_warm_shape_is_judged_only_when_slow_and_its_median_still_moves(monkey
         fake_clock.spend(delay["s"])
         return x
 
-    guard = ik.no_stalls(served, on="record", min_excess_ms=0.0, profile="off")
+    guard = ik.serving.no_stalls(served, on="record", min_excess_ms=0.0, profile="off")
     x = torch.ones(2, 3)
     judged = []
     real_judge = guard._judge
@@ -444,7 +444,7 @@ def test_signature_keys_tensors_by_dtype_shape_and_device_and_others_by_type():
 
 def test_a_stall_at_a_warm_shape_is_split_into_host_part_and_wait_for_the_gpu():
     """The clock when the callable returns (its launches done) splits a warm-shape stall: host or GPU."""
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     # Host bursts seen on H100 hosts: the call returned 0.3 ms before it ended, 29 ms late.
     guard._judge(0.030, [], None, False, False, CUDA_CALL, None, 0.0297)
     (host,) = guard.stalls[-1].causes
@@ -466,7 +466,7 @@ def test_a_stall_at_a_warm_shape_is_split_into_host_part_and_wait_for_the_gpu():
 
 def test_a_new_shape_is_not_split_so_an_unnamed_first_call_cost_stays_unattributed():
     """At a shape never seen, extra host time may be a first-call cost no hook names: it is not 'the host ran slower'."""
-    guard = ik.no_stalls(lambda: None, on="record", baseline_ms=1.0)
+    guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=1.0)
     guard._judge(0.030, [], None, True, False, CUDA_CALL, None, 0.0297)
     assert [c.kind for c in guard.stalls[-1].causes] == ["unattributed"]
 
@@ -474,7 +474,7 @@ def test_a_new_shape_is_not_split_so_an_unnamed_first_call_cost_stays_unattribut
 def test_the_guard_reads_the_host_part_of_a_real_call(fake_clock):
     """``_timed`` passes the time until the callable returned: with nothing to wait for, all of the call."""
     delay = {"s": 0.0}
-    guard = ik.no_stalls(lambda: fake_clock.spend(delay["s"]), on="record", baseline_ms=0.5, profile="off")
+    guard = ik.serving.no_stalls(lambda: fake_clock.spend(delay["s"]), on="record", baseline_ms=0.5, profile="off")
     guard()
     guard()
     delay["s"] = 0.03
@@ -488,7 +488,9 @@ def test_warm_calls_read_the_thread_clock_only_after_a_stall_needs_it(fake_clock
     """A system call per request saved: warm-shape calls skip time.thread_time until a stall needs it."""
     assert stalls._thread_clock == fake_clock.thread  # the guard's thread clock (time.thread_time outside tests)
     slow = [False]
-    guard = ik.no_stalls(lambda: fake_clock.spend(0.02 if slow[0] else 0.0001), on="record", baseline_ms=0.05, profile="off")
+    guard = ik.serving.no_stalls(
+        lambda: fake_clock.spend(0.02 if slow[0] else 0.0001), on="record", baseline_ms=0.05, profile="off"
+    )
     guard()  # not warm yet: judged, both readings
     first = fake_clock.thread_reads
     for _ in range(40):

@@ -136,7 +136,7 @@ def test_warmup_holds_the_fix_during_its_calls_and_leaves_torch_as_it_was(claims
         during.append(Autotuner.__dict__["recheck_autotune_cache"])
         return x + 1
 
-    ik.warmup(model, [torch.ones(2)], calls_per_input=1, probes=None)
+    ik.serving.warmup(model, [torch.ones(2)], calls_per_input=1, probes=None)
     assert during and all(d is not original for d in during)
     assert Autotuner.__dict__["recheck_autotune_cache"] is original
 
@@ -157,7 +157,7 @@ def test_a_fix_whose_torch_function_is_absent_installs_nothing_and_warmup_still_
     torch_fixes._steps.cache_clear()
     try:
         assert torch_fixes._steps() == ()
-        report = ik.warmup(lambda x: x + 1, [torch.ones(2)], calls_per_input=1, probes=None)
+        report = ik.serving.warmup(lambda x: x + 1, [torch.ones(2)], calls_per_input=1, probes=None)
         assert len(report.steps) == 1 and torch_fixes.TORCH_FIXES.users == 0
     finally:
         torch_fixes._steps.cache_clear()

@@ -98,7 +98,7 @@ def test_a_second_thread_is_refused_while_one_holds_it(patches):
             try:
                 with ik.knobs(sdpa_backends="FLASH_ATTENTION"):
                     pass
-            except ik.ConcurrentKnobsError as err:
+            except ik.errors.ConcurrentKnobsError as err:
                 errors.append(str(err))
             errors.append(sdpa_state())
 
@@ -162,7 +162,7 @@ def test_tunableop_on_a_build_without_it_is_refused_with_nothing_applied(cfg):
     if hasattr(torch._C, "_cuda_tunableop_enable"):
         pytest.skip("this torch build has TunableOp")
     before = sdpa_state()
-    with pytest.raises(ik.NotSupportedOnThisTorch, match=r"tunableop=True cannot be set on torch .*CPU-only build"):
+    with pytest.raises(ik.errors.NotSupportedOnThisTorch, match=r"tunableop=True cannot be set on torch .*CPU-only build"):
         with ik.knobs(sdpa_backends="MATH", tunableop=True):
             pass
     assert sdpa_state() == before

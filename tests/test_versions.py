@@ -12,7 +12,7 @@ from packaging.version import Version
 
 import inductor_knobs as ik
 from inductor_knobs.core import torch_compat
-from inductor_knobs.core._drift import fingerprint, fingerprint_source
+from inductor_knobs.core.torch_compat import fingerprint, fingerprint_source
 from inductor_knobs.errors import DriftWarning, PatchTargetChanged, UnsupportedTorchVersion
 
 

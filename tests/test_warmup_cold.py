@@ -1,4 +1,4 @@
-"""ik.warmup's probes and cold report, and the bucket helpers it recommends."""
+"""ik.serving.warmup's probes and cold report, and the bucket helpers it recommends."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inductor_knobs as ik
-from inductor_knobs.core.records import RuntimeEvent
+from inductor_knobs.core.events import RuntimeEvent
 from inductor_knobs.serving import warmup as serving
 from inductor_knobs.serving.warmup_report import WarmupStep
 
@@ -36,7 +36,7 @@ def test_a_per_shape_cost_at_the_probes_is_reported_cold_with_the_fixes():
     assert cause.cold_shapes == 2048 - 128 + 1 - 4
     assert [p[0] for p in cause.probes] == [321, 1537]  # 769 cost 1.2x: warm enough
     assert "1,917 shapes in [128, 2048] are cold" in cause.text and "52.0x" in cause.text
-    assert buckets == ik.suggest_buckets(128, 2048)
+    assert buckets == ik.serving.suggest_buckets(128, 2048)
     assert fixes[0].startswith("pad each request to a bucket") and "buckets=[128, 256," in fixes[0]
     assert any("sdpa_backends='FLASH_ATTENTION,EFFICIENT_ATTENTION,MATH'" in f for f in fixes)
 
@@ -63,7 +63,7 @@ def test_warmup_reports_probes_steady_state_and_first_call_causes(fresh_inductor
         torch._dynamo.mark_dynamic(x, 1)
         return x
 
-    report = ik.warmup(torch.compile(f), shapes=[8, 40], factory=make)
+    report = ik.serving.warmup(torch.compile(f), shapes=[8, 40], factory=make)
     assert [s.shape for s in report.steps] == [8, 40] and [p.shape for p in report.probes] == [25]
     assert report.steps[0].causes[0].kind == "dynamo_compile"  # the first call compiled, timed by its hook
     assert report.steady_state_ms is not None and report.steady_state_ms > 0
@@ -74,43 +74,45 @@ def test_warmup_reports_probes_steady_state_and_first_call_causes(fresh_inductor
 
 def test_probes_need_a_factory():
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"needs shapes=\.\.\. with factory"):
-        ik.warmup(lambda x: x, inputs=[torch.ones(2)], probes=[3])
+        ik.serving.warmup(lambda x: x, inputs=[torch.ones(2)], probes=[3])
 
 
 @pytest.mark.parametrize("buckets", [[], [4, 2], [2, 2], [0, 4], [1.5, 4], [True, 4], "ab", 7])
 def test_bad_buckets_are_refused_naming_the_value(buckets):
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"buckets=.* is invalid on torch .*strictly increasing"):
-        ik.bucket_for(3, buckets)
+        ik.serving.bucket_for(3, buckets)
 
 
 def test_bucket_for_and_pad_to_bucket():
-    assert ik.bucket_for(1, [4, 8]) == 4 and ik.bucket_for(5, [4, 8]) == 8
+    assert ik.serving.bucket_for(1, [4, 8]) == 4 and ik.serving.bucket_for(5, [4, 8]) == 8
     with pytest.raises(ik.errors.InvalidKnobValue, match="at most the largest bucket, 8"):
-        ik.bucket_for(9, [4, 8])
+        ik.serving.bucket_for(9, [4, 8])
     with pytest.raises(ik.errors.InvalidKnobValue, match="length=0"):
-        ik.bucket_for(0, [4, 8])
+        ik.serving.bucket_for(0, [4, 8])
     ids = torch.arange(1, 6).reshape(1, 5)
-    padded = ik.pad_to_bucket(ids, [4, 8], dim=1, value=0)
+    padded = ik.serving.pad_to_bucket(ids, [4, 8], dim=1, value=0)
     assert padded.tolist() == [[1, 2, 3, 4, 5, 0, 0, 0]]
-    assert ik.pad_to_bucket(torch.ones(3, 4), [4], dim=1) is not None and ik.pad_to_bucket(torch.ones(3, 4), [4]).shape == (3, 4)
-    assert ik.pad_to_bucket(torch.ones(3, 2), [4, 8], dim=0).shape == (4, 2)
+    assert ik.serving.pad_to_bucket(torch.ones(3, 4), [4], dim=1) is not None and ik.serving.pad_to_bucket(
+        torch.ones(3, 4), [4]
+    ).shape == (3, 4)
+    assert ik.serving.pad_to_bucket(torch.ones(3, 2), [4, 8], dim=0).shape == (4, 2)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # no wall-clock limits: a busy machine is not a failure
 @given(st.integers(1, 5000), st.integers(0, 5000), st.integers(1, 64))
 def test_suggested_buckets_cover_the_range(low, width, count):
     high = low + width
-    buckets = ik.suggest_buckets(low, high, count=count)
+    buckets = ik.serving.suggest_buckets(low, high, count=count)
     assert ik.serving.buckets.check_buckets(buckets) == buckets
     assert all(b % 8 == 0 for b in buckets)
     assert buckets[0] >= low and buckets[-1] >= high
-    assert ik.bucket_for(low, buckets) <= ik.bucket_for(high, buckets)
+    assert ik.serving.bucket_for(low, buckets) <= ik.serving.bucket_for(high, buckets)
     step = buckets[1] - buckets[0] if len(buckets) > 1 else 0
     assert all(b - a <= step for a, b in zip(buckets, buckets[1:]))
     assert len(buckets) <= count + 2
 
 
 def test_suggest_buckets_of_the_serving_range():
-    assert ik.suggest_buckets(128, 2048) == tuple(range(128, 2049, 128))
+    assert ik.serving.suggest_buckets(128, 2048) == tuple(range(128, 2049, 128))
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"suggest_buckets\(low=9, high=3"):
-        ik.suggest_buckets(9, 3)
+        ik.serving.suggest_buckets(9, 3)

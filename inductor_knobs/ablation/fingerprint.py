@@ -205,7 +205,7 @@ def collect(job: Mapping[str, Any], environ: Mapping[str, str] | None = None) ->
         dict[str, Any]: every field of :data:`ENVIRONMENT_FIELDS` and :data:`RUN_FIELDS`.
     """
     from .. import __version__
-    from ..core.torch_settings import environ_before_knobs
+    from ..core.changes import environ_before_knobs
 
     environ = environ_before_knobs() if environ is None else environ
 

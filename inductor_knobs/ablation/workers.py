@@ -44,8 +44,8 @@ import tempfile
 import threading
 from typing import Any
 
+from ..core.changes import environ_before_knobs
 from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
-from ..core.torch_settings import environ_before_knobs
 from ..errors import InvalidKnobValue
 from .forkserver import ForkServer, supported
 from .processes import OUTPUT_FILES, Handle, Started, end_group, kill_group, read_output, reap
@@ -120,7 +120,7 @@ NVML_CHECK_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 def base_env(cache: str, kernels: str | None = None, compile_threads: int | None = None) -> dict[str, str]:
     """The environment every process of an ablation shares: this process's as it was before its live knobs
-    blocks (:func:`~inductor_knobs.core.torch_settings.environ_before_knobs`), without its
+    blocks (:func:`~inductor_knobs.core.changes.environ_before_knobs`), without its
     ``INDUCTOR_KNOBS_*`` variables, with private caches and temporary directory under ``cache``.
 
     Args:

@@ -1,23 +1,25 @@
 """The undo records of torch's own state: Inductor config keys, process-global settings, and claims on them.
 
-Each is a :class:`~inductor_knobs.core._undo.Change` (apply, then an idempotent revert that restores
-first and warns after, through :func:`~inductor_knobs.core._undo.warn_after_restore`), run by the one
-loop of :mod:`inductor_knobs.core._undo`.
+Each is a :class:`~inductor_knobs.core.undo.Change` (apply, then an idempotent revert that restores
+first and warns after, through :func:`~inductor_knobs.core.undo.warn_after_restore`), run by the one
+loop of :mod:`inductor_knobs.core.undo`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied, SettingAlreadyRead, SettingKeptWarning
+from ..patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..patches.torch_2_4 import TorchPatches
-from ._scope import current_owner, describe_owner
-from ._undo import SAFE_EXIT, Change, warn_after_restore
-from .torch_settings import SETTINGS, hold_env, release_env
-from .why_not_applied import diagnose
+from .attestation import diagnose
+from .scope import current_owner, describe_owner
+from .undo import SAFE_EXIT, Change, warn_after_restore
 
 _NOT_READ = object()  # a SettingChange that has not read the state it replaces (nothing to restore)
 
@@ -230,7 +232,7 @@ class Claim(Change):
 
 
 class SettingChange(Change):
-    """Set a process-global torch setting (:mod:`inductor_knobs.core.torch_settings`) and put back the exact state it found.
+    """Set a process-global torch setting (:mod:`inductor_knobs.core.changes`) and put back the exact state it found.
 
     Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
     another thread or asyncio task holds the same setting (a :class:`Claim`): torch has one value per
@@ -244,7 +246,7 @@ class SettingChange(Change):
 
     Args:
         patches: the installed torch's patch module.
-        key: the setting (a key of :data:`~inductor_knobs.core.torch_settings.SETTINGS`).
+        key: the setting (a key of :data:`~inductor_knobs.core.changes.SETTINGS`).
         value: the knob's value.
         in_compile: re-applied inside one Inductor compile (a lazily compiled backward), which never runs
             what reads a ``read_once`` setting: neither refused nor warned about.
@@ -313,3 +315,145 @@ class SettingChange(Change):
             if self.setting.env_var is not None:
                 release_env(self.setting.env_var, self)
             self._claim.revert()
+
+
+#: ``Asked.module`` of these settings: they live in torch's global context, not in a config module.
+SETTINGS_MODULE = "torch"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How to read, set and restore one process-global setting through the patch module.
+
+    Attributes:
+        key: the knob's name (``sdpa_backends``, ``tunableop``).
+        state: the exact state to put back later.
+        restore: puts a ``state`` back.
+        set: sets the knob's value.
+        value: the value now, comparable with the knob's (what attestation reads).
+        problem: why the knob's value cannot be set on this torch, or None.
+        what: the torch API, for messages.
+        missing_feature: a problem means this torch build lacks the feature (``NotSupportedOnThisTorch``)
+            rather than that the value is wrong for it (``InvalidKnobValue``).
+        matches: whether a ``value`` read back is the knob's value (equal, unless this torch cannot tell
+            them apart).
+        read_once: for a setting torch reads once per process and keeps, when it reads it (for messages);
+            None when torch reads it at every use.
+        maybe_read: for a ``read_once`` setting, whether torch may have read it already in this process.
+        env_var: the environment variable that is the setting, or None: every process started inside the
+            block inherits it, so a launcher of fresh processes asks :func:`environ_before_knobs`.
+    """
+
+    key: str
+    state: Callable[[TorchPatches], Any]
+    restore: Callable[[TorchPatches, Any], None]
+    set: Callable[[TorchPatches, Any], None]
+    value: Callable[[TorchPatches], Any]
+    problem: Callable[[TorchPatches, Any], str | None]
+    what: str
+    missing_feature: bool = False
+    matches: Callable[[TorchPatches, Any, Any], bool] = lambda patches, found, asked: (
+        type(found) is type(asked) and found == asked
+    )
+    read_once: str | None = None
+    maybe_read: Callable[[TorchPatches], bool] = lambda patches: False
+    env_var: str | None = None
+
+
+def _sdpa_problem(patches: TorchPatches, value: str) -> str | None:
+    here = patches.sdpa_backends_here()
+    missing = [name for name in value.split(",") if name not in here]
+    return f"{', '.join(missing)} not in this torch's SDPA backends ({', '.join(here)})" if missing else None
+
+
+SETTINGS = {
+    "sdpa_backends": Setting(
+        key="sdpa_backends",
+        state=lambda patches: patches.read_sdpa(),
+        restore=lambda patches, state: patches.write_sdpa(*state),
+        set=lambda patches, value: patches.write_sdpa(tuple(value.split(",")), None),
+        value=lambda patches: ",".join(patches.read_sdpa()[0]),
+        problem=_sdpa_problem,
+        matches=lambda patches, found, asked: patches.sdpa_matches(found, asked),
+        what="torch.backends.cuda.enable_*_sdp / torch._C._set_sdp_priority_order (what torch.nn.attention.sdpa_kernel sets)",
+    ),
+    "tunableop": Setting(
+        key="tunableop",
+        state=lambda patches: patches.read_tunableop(),
+        restore=lambda patches, state: patches.write_tunableop(state),
+        set=lambda patches, value: patches.write_tunableop(value),
+        value=lambda patches: patches.read_tunableop(),
+        problem=lambda patches, value: patches.tunableop_problem(),
+        what="torch.cuda.tunable.enable",
+        missing_feature=True,  # a CPU-only build has no TunableOp, whatever the value
+    ),
+    # Which releases have it is its knob row's since= (plan refuses it elsewhere); on a CPU-only build nothing reads it.
+    "cudnn_sdpa_avoid_recompile": Setting(
+        key="cudnn_sdpa_avoid_recompile",
+        state=lambda patches: patches.read_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR),
+        restore=lambda patches, state: patches.write_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR, state),
+        set=lambda patches, value: patches.write_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR, "1" if value else "0"),
+        value=lambda patches: patches.read_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR) == "1",  # c10::utils::check_env: "1" only
+        problem=lambda patches, value: None,
+        what=f"the environment variable {CUDNN_SDPA_AVOID_RECOMPILE_VAR}",
+        read_once=(
+            f"torch reads {CUDNN_SDPA_AVOID_RECOMPILE_VAR} once per process, at its first dense cuDNN attention call "
+            "(a static in at::native::use_ragged_in_dense, aten/src/ATen/native/cudnn/MHA.cpp, torch 2.9+), and keeps "
+            "that value for the life of the process"
+        ),
+        maybe_read=lambda patches: patches.cuda_started(),
+        env_var=CUDNN_SDPA_AVOID_RECOMPILE_VAR,
+    ),
+}
+
+#: Environment variables that live blocks have set: variable -> the value each block found (None: unset),
+#: outermost first.  Written by :class:`~inductor_knobs.core.changes.SettingChange`.
+_ENV_FOUND: dict[str, list[tuple[object, str | None]]] = {}
+_ENV_LOCK = threading.Lock()
+
+
+def hold_env(var: str, token: object, found: str | None) -> None:
+    """Record that the block of ``token`` set ``var``, which was ``found`` before it."""
+    with _ENV_LOCK, SAFE_EXIT:
+        _ENV_FOUND.setdefault(var, []).append((token, found))
+
+
+def release_env(var: str, token: object) -> None:
+    """Forget :func:`hold_env`'s record of ``token`` (idempotent)."""
+    with _ENV_LOCK, SAFE_EXIT:
+        held = [entry for entry in _ENV_FOUND.get(var, []) if entry[0] is not token]
+        if held:
+            _ENV_FOUND[var] = held
+        else:
+            _ENV_FOUND.pop(var, None)
+
+
+def environ_before_knobs() -> dict[str, str]:
+    """A copy of ``os.environ`` as it was before the live knobs blocks set their environment variables.
+
+    A knob that is an environment variable (``cudnn_sdpa_avoid_recompile``) would otherwise reach every
+    process started inside its block, such as an ablation's runs, whose arms choose their own settings.
+
+    Returns:
+        dict[str, str]: the environment, each variable a live block set put back to what the outermost
+        such block found (removed where it was unset).
+    """
+    env = dict(os.environ)
+    with _ENV_LOCK, SAFE_EXIT:
+        for var, held in _ENV_FOUND.items():
+            found = held[0][1]
+            if found is None:
+                env.pop(var, None)
+            else:
+                env[var] = found
+    return env
+
+
+def read_setting(patches: TorchPatches, key: str) -> Any:
+    """The value of setting ``key`` now, as the knob spells it."""
+    return SETTINGS[key].value(patches)
+
+
+def setting_matches(patches: TorchPatches, key: str, found: Any, asked: Any) -> bool:
+    """Whether setting ``key`` read back as ``found`` is the knob's value ``asked``."""
+    return SETTINGS[key].matches(patches, found, asked)

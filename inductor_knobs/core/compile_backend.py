@@ -14,7 +14,7 @@ including a backward that AOTAutograd compiles lazily after the backend returned
 what each graph compiled with.  So the knobs hold on the compiling thread for the first
 compile, every recompile and the backward, and nowhere else; on torch 2.12+ that is literally
 per thread (Inductor config is thread-local there), before 2.12 the process-global rules of
-:class:`~inductor_knobs.core.context.KnobsContext` apply while a compilation runs.
+:class:`~inductor_knobs.core.blocks.KnobsContext` apply while a compilation runs.
 
 Each ``ik.compile`` call makes its own backend object, and Dynamo guards each cache entry on the
 backend that built it, so two models compiled with different knobs keep their own settings.
@@ -32,11 +32,9 @@ from typing import Any
 
 from ..errors import InvalidKnobValue, UnknownKnob
 from . import torch_compat
-from .asked import INDUCTOR_CONFIG
-from .attestation import AttestedSetting, CompileAttestation
-from .knob_blocks import KnobsContext
-from .knob_values import config_key
-from .knobs import Knobs
+from .attestation import INDUCTOR_CONFIG, AttestedSetting, CompileAttestation
+from .blocks import KnobsContext
+from .knobs import Knobs, config_key
 from .messages import _unknown_message, torch_version
 from .plan import config_values, plan
 from .recorder import Subscription
@@ -131,12 +129,12 @@ class KnobsBackend:
 
     Attributes:
         knobs (Knobs): everything this backend compiles with as one value (``knobs`` plus the
-            ``config_patches`` keys they do not set); what ``ik.save_compile_cache`` records.
+            ``config_patches`` keys they do not set); what ``ik.serving.save_compile_cache`` records.
         own_knobs (Knobs): ``knobs`` as given: the only values entered.
         config_patches (dict[str, Any]): as given, keys spelled as torch does.
         recipe (dict[str, Any] | None): the arguments ``ik.compile`` was called with besides the model
             (``mode``, ``options``, ``torch_compile``: the ``torch.compile`` keywords), so that
-            ``ik.save_serving_bundle`` can compile the same way in another process; None for a
+            ``ik.serving.save_serving_bundle`` can compile the same way in another process; None for a
             backend made directly.
     """
 
@@ -239,7 +237,7 @@ def _read(keys: list[str]) -> dict[str, Any]:
 
 def _attested(setting: Setting, seen: Any) -> AttestedSetting:
     """``setting`` as read inside a compile; the cause when it did not hold (the report's own record: nothing raises)."""
-    from .why_not_applied import diagnose
+    from .attestation import diagnose
 
     same = (type(seen) is type(setting.value) and seen == setting.value) or (
         isinstance(seen, (int, float)) and not isinstance(seen, bool) and seen == setting.value

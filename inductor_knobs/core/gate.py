@@ -1,6 +1,6 @@
 """The SM-gate override: a wrapt wrapper around ``torch._inductor.utils.is_big_gpu``.
 
-The wrapper is a :class:`~inductor_knobs.core._patching.SharedPatch`: installed while at least one
+The wrapper is a :class:`~inductor_knobs.core.patching.SharedPatch`: installed while at least one
 override is active anywhere in the process, the original function object put back by identity
 when the last one ends, and every module global bound to it by name (``from
 torch._inductor.utils import is_big_gpu``) rebound both ways.  Which ``min_sms`` applies is read
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..patches.torch_2_4 import TorchPatches
-from ._patching import SharedPatch, wrap_attribute
-from ._scope import Life, Lived, ScopedSlot
-from ._undo import Change
+from .patching import SharedPatch, wrap_attribute
+from .scope import Life, Lived, ScopedSlot
+from .undo import Change
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class GateChange(Change, Lived):
     """Undo record: make ``min_sms`` the gate for this thread (2.12+) or process (< 2.12).
 
     ``process_wide`` sets the default every thread sees (env activation); otherwise the override
-    acts while the record's life (its block's: :class:`~inductor_knobs.core._scope.Lived`) lasts.
+    acts while the record's life (its block's: :class:`~inductor_knobs.core.scope.Lived`) lasts.
     Apply clears ``is_big_gpu``'s cache before and revert clears it after, so no verdict
     computed under one gate survives into another.
     """

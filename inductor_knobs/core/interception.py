@@ -8,7 +8,7 @@ Every path that sets knobs (``ik.knobs``/``force_gemm_autotune`` blocks, env act
    over a process-wide layer for env activation.
 2. It holds a user of :data:`INTERCEPTION`, a wrapt wrapper of
    ``torch._inductor.compile_fx.compile_fx`` (installed once, restored by identity; see
-   :mod:`inductor_knobs.core._patching`).
+   :mod:`inductor_knobs.core.patching`).
 
 When Inductor compiles (``torch.compile`` hands a mode or ``options=`` to ``compile_fx`` as
 ``config_patches``, which torch applies with ``config.patch`` over whatever was set before),
@@ -26,7 +26,7 @@ The wrapper also wraps ``inner_compile`` (Inductor's
 - re-applies what was asked at the start of this compile if it no longer holds (a backward
   compiled after the block exited keeps the block's knobs, the gate override and cache salt
   included), and
-- **attests** (:mod:`inductor_knobs.core.attest`): reads every asked key *inside the compile* and the
+- **attests** (:mod:`inductor_knobs.core.attestation`): reads every asked key *inside the compile* and the
   gate verdict per CUDA device of the graph, records a
   :class:`~inductor_knobs.core.attestation.CompileAttestation` for listeners (``ik.record_compiles``,
   ``ik.record_autotune``, ``ik.compile(...).knobs_report()``, the ablation worker) and raises
@@ -55,10 +55,7 @@ from typing import Any
 from ..errors import DriftWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
-from ._patching import SharedPatch, on_import, warn_import_hook_failures, wrap_attribute
-from ._scope import Life, Lived
-from ._undo import SAFE_EXIT, Change, apply_all, revert_all
-from .asked import (
+from .attestation import (
     _PROCESS,
     _PROCESS_LOCK,
     _SCOPED,
@@ -66,14 +63,21 @@ from .asked import (
     CHOICES_HANDLER,
     INDUCTOR_CONFIG,
     Asked,
+    _attest,
+    _attest_cache_hit,
+    _enforce,
     _merge,
+    _Snapshot,
+    choices_for,
     effective_asked,
+    served_from_cache,
 )
-from .attest import _attest, _attest_cache_hit, _enforce, _Snapshot, choices_for, served_from_cache
-from .changes import ConfigChange, SettingChange
-from .knob_values import config_key
+from .changes import SETTINGS_MODULE, ConfigChange, SettingChange, read_setting, setting_matches
+from .knobs import config_key
 from .lookup_table import warn_unused_table
-from .torch_settings import SETTINGS_MODULE, read_setting, setting_matches
+from .patching import SharedPatch, on_import, warn_import_hook_failures, wrap_attribute
+from .scope import Life, Lived
+from .undo import SAFE_EXIT, Change, apply_all, revert_all
 
 COMPILE_FX_MODULE = "torch._inductor.compile_fx"
 
@@ -303,7 +307,7 @@ INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _step
 class InterceptionUse(Change):
     """Undo record: hold the interception (installs it for the first holder) with this torch's patch module.
 
-    Idempotent both ways: :class:`~inductor_knobs.core._patching.SharedPatch` counts each holder once, so a
+    Idempotent both ways: :class:`~inductor_knobs.core.patching.SharedPatch` counts each holder once, so a
     record whose apply or revert was interrupted and runs again cannot count twice.
     """
 
@@ -330,7 +334,7 @@ class AskChange(InterceptionUse, Lived):
 
     ``process_wide`` adds them to the process layer (env activation) instead of the
     calling thread's scope, where they are a layer with the record's life (its block's:
-    :class:`~inductor_knobs.core._scope.Lived`).  Revert is idempotent.
+    :class:`~inductor_knobs.core.scope.Lived`).  Revert is idempotent.
     """
 
     __slots__ = ("_prior", "_token", "life", "own_life", "process_wide", "values")

@@ -2,7 +2,7 @@
 
 A ``Knobs`` value is pure data.  Building one validates everything that can be checked
 without importing ``torch._inductor`` (types, ranges, GEMM backend names for the installed
-torch release: :mod:`inductor_knobs.core.knob_values`); :func:`inductor_knobs.core.plan.plan`
+torch release: :mod:`inductor_knobs.core.knobs`); :func:`inductor_knobs.core.plan.plan`
 checks the rest against the live config before anything is changed.  ``None`` always means
 "leave torch's value alone".  This module also defines what makes two knobs the same
 (:meth:`Knobs.identity`), how two are layered (:meth:`Knobs.merged`), and how they are read from
@@ -15,16 +15,13 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import Version
 
 from ..errors import InvalidKnobValue, UnknownKnob
-from . import knob_values as checks
-from .knob_values import MAX_SMS
-from .knob_values import fail as _fail
 from .messages import _unknown_message, torch_version
 
 ENV_PREFIX = "INDUCTOR_KNOBS_"
@@ -51,6 +48,169 @@ CACHE_BYPASS_KEY = "force_disable_caches"
 CACHE_RULES = ("keyed", "salted", "bypass", "runtime", "none")
 
 
+SEARCH_SPACES = ("DEFAULT", "EXHAUSTIVE")
+#: ``torch.nn.attention.SDPBackend`` names a knob may list (the installed torch may lack some: checked when applied).
+SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH", "OVERRIDEABLE")
+MAX_SMS = 1024
+
+
+def fail(label: str, value: object, allowed: str) -> InvalidKnobValue:
+    return InvalidKnobValue(f"{label}={value!r} is invalid on torch {torch_version()}: allowed {allowed}")
+
+
+def check_bool(label: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise fail(label, value, "True or False")
+    return value
+
+
+def check_min_sms(label: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SMS:
+        raise fail(label, value, f"an int SM count from 1 to {MAX_SMS}")
+    return value
+
+
+def check_backends(label: str, value: object) -> str:
+    names: list[str]
+    if isinstance(value, str):
+        names = [n.strip().upper() for n in value.split(",")]
+    elif isinstance(value, Iterable):
+        names = [str(n).strip().upper() for n in value]
+    else:
+        raise fail(label, value, "a comma-separated string or a list of backend names")
+    names = list(dict.fromkeys(n for n in names if n))
+    known = _known_backends()
+    unknown = [n for n in names if known and n not in known]
+    if not names or unknown:
+        raise fail(label, value, f"a non-empty subset of {', '.join(sorted(known))}")
+    return ",".join(names)
+
+
+def _known_backends() -> frozenset[str]:
+    from .torch_compat import release_of, select
+
+    version = torch_version()
+    if version == "not installed":
+        return frozenset()
+    return select(version, strict=False).gemm_backends(release_of(version))
+
+
+def check_sdpa_backends(label: str, value: object) -> str:
+    """SDPA backend names in priority order (``SDPBackend`` members or their names, any case), comma-joined."""
+    if isinstance(value, str):
+        items: list[object] = list(value.split(","))
+    elif isinstance(value, Iterable):
+        items = list(value)
+    else:
+        items = [value]
+    names = [str(getattr(i, "name", i)).strip().upper() for i in items]
+    names = list(dict.fromkeys(n for n in names if n))
+    if not names or any(n not in SDPA_BACKENDS for n in names):
+        raise fail(label, value, f"a non-empty list of {', '.join(SDPA_BACKENDS)} (in priority order)")
+    return ",".join(names)
+
+
+def check_search_space(label: str, value: object) -> str:
+    if not isinstance(value, str) or value.upper() not in SEARCH_SPACES:
+        raise fail(label, value, " or ".join(SEARCH_SPACES))
+    return value.upper()
+
+
+def check_directory(label: str, value: object) -> str:
+    """An absolute directory path that exists and is writable, or can be created (its nearest
+    existing ancestor is a writable directory)."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise fail(label, value, "a directory path")
+    path = os.path.abspath(os.fspath(value))
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    what = "is not a directory" if not os.path.isdir(probe) else None
+    if what is None:
+        import tempfile
+
+        try:  # os.access says yes to root even on /proc: make (and remove) a directory to know
+            os.rmdir(tempfile.mkdtemp(prefix=".inductor_knobs-probe-", dir=probe))
+        except OSError as err:
+            what = f"is not writable ({err.strerror})"
+    if what is not None:
+        raise fail(label, value, f"a directory that exists and is writable or can be created ({probe} {what})")
+    return path
+
+
+def check_trace(label: str, value: object) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return check_directory(label, value)
+    raise fail(label, value, "True, False or a directory path for trace files")
+
+
+def check_capture_sizes(label: str, value: object) -> tuple[int | tuple[int, ...], ...]:
+    """``triton.cudagraph_capture_sizes``: the int keys CUDA graph trees record (one symbolic int input: an int
+    each; several: a tuple of ints each), all >= 1; a list is read as a tuple, duplicates dropped."""
+    allowed = "a non-empty tuple of positive ints (or of tuples of positive ints, one per dynamic int input)"
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise fail(label, value, allowed)
+    sizes: list[int | tuple[int, ...]] = []
+    for item in value:
+        if _positive(item):
+            size: int | tuple[int, ...] = item  # type: ignore[assignment]
+        elif isinstance(item, (tuple, list)) and item and all(_positive(i) for i in item):
+            size = tuple(item)
+        else:
+            raise fail(label, value, allowed)
+        if size not in sizes:
+            sizes.append(size)
+    if not sizes:
+        raise fail(label, value, allowed)
+    return tuple(sizes)
+
+
+def _positive(item: object) -> bool:
+    return isinstance(item, int) and not isinstance(item, bool) and item >= 1
+
+
+def check_lookup_table(label: str, value: object) -> dict[str, list[dict[str, Any]]]:
+    from .lookup_table import load_table
+
+    return load_table(label, value)
+
+
+def check_on_mismatch(label: str, value: object) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in ("raise", "warn"):
+        raise fail(label, value, "'raise' (KnobNotApplied) or 'warn' (KnobNotAppliedWarning)")
+    return value.strip().lower()
+
+
+def config_key(key: str) -> str:
+    """An Inductor config key as torch spells it: ``-`` read as ``_``, as ``torch.compile(options=)`` does."""
+    return key.replace("-", "_")
+
+
+def check_positive_int(label: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise fail(label, value, "a positive int")
+    return value
+
+
+def check_config(
+    label: str, value: object, value_checks: Mapping[str, Callable[[str, object], Any]]
+) -> tuple[tuple[str, Any], ...]:
+    """``config=``: a mapping of dotted Inductor config keys to values, each key that a named knob sets checked by
+    that knob's check (``value_checks``), sorted into pairs; types are checked against the installed config in plan."""
+    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        value = dict(value)  # already normalised (e.g. re-validated)
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k for k in value):
+        raise fail(label, value, "a mapping of dotted Inductor config keys to values")
+    out = {}
+    for key, item in value.items():
+        name = config_key(key)
+        check = value_checks.get(name)
+        out[name] = check(f"{label}[{name!r}]", item) if check is not None and item is not None else item
+    return tuple(sorted(out.items()))
+
+
 @dataclass(frozen=True)
 class Config:
     """A knob that sets Inductor config keys: ``key`` to the knob's value, plus what ``extra`` derives from it."""
@@ -72,7 +232,7 @@ class Gate:
 
 @dataclass(frozen=True)
 class ProcessSetting:
-    """A knob that is a process-global torch setting (:data:`inductor_knobs.core.torch_settings.SETTINGS`)."""
+    """A knob that is a process-global torch setting (:data:`inductor_knobs.core.changes.SETTINGS`)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +284,7 @@ def _parse_bool(var: str, raw: str) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise _fail(var, raw, "one of " + "/".join(sorted(_TRUE | _FALSE)))
+    raise fail(var, raw, "one of " + "/".join(sorted(_TRUE | _FALSE)))
 
 
 def _parse_text(var: str, raw: str) -> str:
@@ -135,14 +295,14 @@ def _parse_int(var: str, raw: str) -> int:
     try:
         return int(raw.strip())
     except ValueError:
-        raise _fail(var, raw, f"an int SM count from 1 to {MAX_SMS}") from None
+        raise fail(var, raw, f"an int SM count from 1 to {MAX_SMS}") from None
 
 
 def _parse_json(var: str, raw: str) -> Any:
     try:
         return json.loads(raw.strip())
     except json.JSONDecodeError as err:
-        raise _fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
+        raise fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
 
 
 def _parse_trace(var: str, raw: str) -> bool | str:
@@ -155,14 +315,14 @@ def _parse_sizes(var: str, raw: str) -> Any:
     try:  # "1,2,4,8", or JSON for tuples: "[[1, 2], [4, 8]]"
         return json.loads(text) if text.startswith("[") else [int(v) for v in text.split(",")]
     except ValueError:
-        raise _fail(var, raw, "comma-separated positive ints, or a JSON list such as [[1, 2], [4, 8]]") from None
+        raise fail(var, raw, "comma-separated positive ints, or a JSON list such as [[1, 2], [4, 8]]") from None
 
 
 def _parse_count(var: str, raw: str) -> int:
     try:
         return int(raw.strip())
     except ValueError:
-        raise _fail(var, raw, "a positive int") from None
+        raise fail(var, raw, "a positive int") from None
 
 
 def _trace_keys(value: Any) -> dict[str, Any]:
@@ -173,11 +333,11 @@ def _trace_keys(value: Any) -> dict[str, Any]:
 
 
 def _check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
-    return checks.check_config(label, value, VALUE_CHECKS)
+    return check_config(label, value, VALUE_CHECKS)
 
 
 def _check_debug_dir(label: str, value: object) -> str | None:
-    return None if value is None else checks.check_directory(label, value)
+    return None if value is None else check_directory(label, value)
 
 
 #: The knob table: one row per knob, in the order ``Knobs`` lists them.  Validation, apply and revert,
@@ -185,38 +345,36 @@ def _check_debug_dir(label: str, value: object) -> str | None:
 #: all read these rows; nothing else lists knobs.  Release facts are in ``patches/_features.py``.
 KNOBS: dict[str, Knob] = {
     "min_sms": Knob(
-        checks.check_min_sms,
+        check_min_sms,
         Gate(),
         _parse_int,
         "the GEMM-template SM gate `is_big_gpu` opens at this many SMs (CUDA)",
         cache="salted",
         values="int SMs, 1..1024 (torch: 68)",
     ),
-    "gate_rocm_xpu": Knob(
-        checks.check_bool, Gate(), _parse_bool, "`min_sms` applies to ROCm CUs and XPU subslices too", cache="salted"
-    ),
-    "max_autotune": Knob(checks.check_bool, Config("max_autotune"), _parse_bool, "`max_autotune`"),
-    "max_autotune_gemm": Knob(checks.check_bool, Config("max_autotune_gemm"), _parse_bool, "`max_autotune_gemm`"),
+    "gate_rocm_xpu": Knob(check_bool, Gate(), _parse_bool, "`min_sms` applies to ROCm CUs and XPU subslices too", cache="salted"),
+    "max_autotune": Knob(check_bool, Config("max_autotune"), _parse_bool, "`max_autotune`"),
+    "max_autotune_gemm": Knob(check_bool, Config("max_autotune_gemm"), _parse_bool, "`max_autotune_gemm`"),
     "gemm_backends": Knob(
-        checks.check_backends,
+        check_backends,
         Config("max_autotune_gemm_backends"),
         _parse_text,
         "`max_autotune_gemm_backends`",
         values="names the installed torch knows: ATEN, TRITON, CUTLASS, CPP, CK, ... (by release)",
     ),
     "gemm_search_space": Knob(
-        checks.check_search_space,
+        check_search_space,
         Config("max_autotune_gemm_search_space"),
         _parse_text,
         "`max_autotune_gemm_search_space`",
         values="DEFAULT or EXHAUSTIVE",
     ),
     "coordinate_descent_tuning": Knob(
-        checks.check_bool, Config("coordinate_descent_tuning"), _parse_bool, "`coordinate_descent_tuning`"
+        check_bool, Config("coordinate_descent_tuning"), _parse_bool, "`coordinate_descent_tuning`"
     ),
-    "cudagraphs": Knob(checks.check_bool, Config("triton.cudagraphs"), _parse_bool, "`triton.cudagraphs`"),
+    "cudagraphs": Knob(check_bool, Config("triton.cudagraphs"), _parse_bool, "`triton.cudagraphs`"),
     "trace": Knob(
-        checks.check_trace,
+        check_trace,
         Config("trace.enabled", extra=_trace_keys),
         _parse_trace,
         "`trace.enabled` (a path also sets `trace.debug_dir`); compiles bypass the caches while it is on",
@@ -224,7 +382,7 @@ KNOBS: dict[str, Knob] = {
         values="bool or a directory",
     ),
     "sdpa_backends": Knob(
-        checks.check_sdpa_backends,
+        check_sdpa_backends,
         ProcessSetting(),
         _parse_text,
         "the SDPA backends and their priority order (`torch.backends.cuda.enable_*_sdp`; process-wide)",
@@ -232,14 +390,14 @@ KNOBS: dict[str, Knob] = {
         values="torch.nn.attention.SDPBackend names in priority order, e.g. FLASH_ATTENTION,MATH",
     ),
     "tunableop": Knob(
-        checks.check_bool,
+        check_bool,
         ProcessSetting(),
         _parse_bool,
         "`torch.cuda.tunable.enable` (process-wide; CUDA/ROCm builds)",
         cache="runtime",
     ),
     "cudnn_sdpa_avoid_recompile": Knob(
-        checks.check_bool,
+        check_bool,
         ProcessSetting(),
         _parse_bool,
         "the variable `TORCH_CUDNN_SDPA_AVOID_RECOMPILE` (read once per process by cuDNN attention)",
@@ -247,7 +405,7 @@ KNOBS: dict[str, Knob] = {
         cache="runtime",
     ),
     "cudagraph_capture_sizes": Knob(
-        checks.check_capture_sizes,
+        check_capture_sizes,
         Config("triton.cudagraph_capture_sizes"),
         _parse_sizes,
         "`triton.cudagraph_capture_sizes` (read at every call)",
@@ -255,7 +413,7 @@ KNOBS: dict[str, Knob] = {
         values="a tuple of positive ints, or of int tuples",
     ),
     "cudagraph_dynamic_shape_rerecord_limit": Knob(
-        checks.check_positive_int,
+        check_positive_int,
         Config("triton.cudagraph_dynamic_shape_rerecord_limit"),
         _parse_count,
         "`triton.cudagraph_dynamic_shape_rerecord_limit`: CUDA graphs recorded per function (read at every call)",
@@ -263,7 +421,7 @@ KNOBS: dict[str, Knob] = {
         values="a positive int",
     ),
     "lookup_table": Knob(
-        checks.check_lookup_table,
+        check_lookup_table,
         Config("lookup_table.table"),
         _parse_text,
         "`lookup_table.table`, with torch's `LookupTableChoices` as the choices handler inside each compile (CUDA only)",
@@ -281,7 +439,7 @@ KNOBS: dict[str, Knob] = {
         values='`{"dotted.key": value}`, type-checked against the installed config',
     ),
     "on_mismatch": Knob(
-        checks.check_on_mismatch,
+        check_on_mismatch,
         Policy(),
         _parse_text,
         "what a knob that did not take effect does: `KnobNotApplied` or `KnobNotAppliedWarning`",
@@ -289,7 +447,7 @@ KNOBS: dict[str, Knob] = {
         values="raise (default) or warn",
     ),
     "strict": Knob(
-        checks.check_bool,
+        check_bool,
         Policy(),
         _parse_bool,
         "refuse (True) or warn on an unsupported torch or a drifted `is_big_gpu`",
@@ -307,11 +465,7 @@ KNOB_OF_KEY = {key: name for name, key in CONFIG_KEYS.items()}
 #: Inductor config keys whose ``config=`` values get a check beyond torch's declared type: the check of the
 #: knob that sets the key (``config={"max_autotune_gemm_backends": ...}`` is checked like ``gemm_backends=``).
 VALUE_CHECKS: dict[str, Callable[[str, object], Any]] = {
-    **{
-        row.changes.key: row.check
-        for row in KNOBS.values()
-        if isinstance(row.changes, Config) and row.check is not checks.check_bool
-    },
+    **{row.changes.key: row.check for row in KNOBS.values() if isinstance(row.changes, Config) and row.check is not check_bool},
     "trace.debug_dir": _check_debug_dir,
 }
 del VALUE_CHECKS["trace.enabled"]  # trace's check admits a path, which only the named knob turns into two keys
@@ -383,7 +537,7 @@ class Knobs:
             exactly these are enabled and tried in this order, as ``sdpa_kernel(..., set_priority=True)``
             does (the order from torch 2.6, where torch has a priority order).  Leaving out
             ``CUDNN_ATTENTION`` avoids cuDNN's execution plan per exact input shape.  Process-wide, like
-            torch's own setting (see :mod:`inductor_knobs.core.torch_settings`).
+            torch's own setting (see :mod:`inductor_knobs.core.changes`).
         tunableop: ``torch.cuda.tunable.enable`` (TunableOp tunes each new GEMM shape on first use).
             Process-wide; CUDA/ROCm builds only.
         cudnn_sdpa_avoid_recompile: ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` (torch 2.9+): cuDNN attention
@@ -393,7 +547,7 @@ class Knobs:
             (:class:`~inductor_knobs.errors.SettingAlreadyRead`) and warns on exit if torch may have read the
             block's value (:class:`~inductor_knobs.errors.SettingKeptWarning`).  Only calls without an
             attention bias on BSHD q/k/v take the path.  Process-wide (see
-            :mod:`inductor_knobs.core.torch_settings`).
+            :mod:`inductor_knobs.core.changes`).
         cudagraph_capture_sizes: ``triton.cudagraph_capture_sizes`` (torch 2.8+): the dynamic int sizes
             CUDA graph trees record (a tuple of ints, or of int tuples for several dynamic ints); others run
             without a graph.  Inductor reads it at every *call* of the compiled function, on the calling

@@ -9,7 +9,7 @@ only while ``LookupTableChoices`` is the choices handler (the ``lookup_table`` k
 each compile: :mod:`inductor_knobs.core.interception`).  One entry per key pins the choice (no
 benchmarking); several are autotuned among.
 
-:func:`table_from_records` writes one from :class:`~inductor_knobs.core.records.AutotuneRecord` s
+:func:`table_from_records` writes one from :class:`~inductor_knobs.core.events.AutotuneRecord` s
 (``ik.record_autotune``), whose choices carry their key and entry where torch gave them a
 ``KernelTemplateChoice`` (2.10+: Triton, ATen and other KTC templates; not the C++ GEMM template).
 """
@@ -89,7 +89,7 @@ def table_from_records(records: Iterable[Any], *, top: int = 1, device: bool = T
     """A lookup table in torch's format from autotune records: per key, the ``top`` fastest choices.
 
     Args:
-        records: :class:`~inductor_knobs.core.records.AutotuneRecord` s (``ik.record_autotune().records``).
+        records: :class:`~inductor_knobs.core.events.AutotuneRecord` s (``ik.record_autotune().records``).
         top: entries per key, fastest first (int >= 1; 1 pins the winner: torch then does not benchmark).
         device: key by the GPU too (``"NVIDIA H100 80GB HBM3+…"``, what ``make_lookup_key(include_device=True)``
             gives; torch tries that key first), else device-agnostic keys only.  A choice recorded on a
@@ -118,7 +118,7 @@ def table_from_records(records: Iterable[Any], *, top: int = 1, device: bool = T
 
 def write_table(path: str | os.PathLike[str], table: Mapping[str, list[dict[str, Any]]]) -> int:
     """Write ``table`` as JSON (what ``lookup_table=path`` loads); returns the number of keys written."""
-    from ._atomic import write_json
+    from .files import write_json
 
     write_json(path, table, indent=2, sort_keys=True)
     return len(table)
@@ -144,7 +144,7 @@ def warn_unused_table(snapshot: Any, args: tuple[Any, ...], kwargs: dict[str, An
     import torch
 
     from ..errors import LookupTableUnusedWarning
-    from .asked import INDUCTOR_CONFIG
+    from .attestation import INDUCTOR_CONFIG
 
     asked = snapshot.asked.get((INDUCTOR_CONFIG, "lookup_table.table"))
     if asked is None or not asked.value:

@@ -17,9 +17,8 @@ from typing import Any
 from ..errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, PipCutlassUnavailable, UnknownKnob
 from ..patches.torch_2_4 import TorchPatches
 from . import torch_compat
-from ._undo import Change
-from .asked import CACHE_SALT, CHOICES_HANDLER, INDUCTOR_CONFIG, Asked, by_slot
-from .changes import ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
+from .attestation import CACHE_SALT, CHOICES_HANDLER, INDUCTOR_CONFIG, Asked, by_slot
+from .changes import SETTINGS, SETTINGS_MODULE, ConfigChange, Groups, SettingChange, Writers, config_groups, config_writers
 from .gate import GATE_MODULE, GATE_NAME, GateChange, Override, original_gate
 from .interception import AskChange
 from .knobs import (
@@ -35,7 +34,7 @@ from .knobs import (
     value_digest,
 )
 from .messages import _unknown_message
-from .torch_settings import SETTINGS, SETTINGS_MODULE
+from .undo import Change
 
 
 def config_values(knobs: Knobs) -> dict[str, Any]:
@@ -317,7 +316,7 @@ def _cutlass_from_pip(
     """The CUTLASS directory generated from an installed ``nvidia-cutlass``, for a plan that found no checkout.
 
     Changes nothing in torch (it may make the generated directory in the user's cache,
-    :func:`inductor_knobs.core.cutlass_pip.resolve`), so the check stays before the first change.
+    :func:`inductor_knobs.core.cutlass.resolve`), so the check stays before the first change.
 
     Args:
         patches: the installed torch's patch module.
@@ -337,7 +336,7 @@ def _cutlass_from_pip(
             incomplete, shadowed, or an unsafe cache: :class:`~inductor_knobs.errors.PipCutlassUnavailable`
             is the cause); the message says how to install it or point ``key`` at a checkout.
     """
-    from . import cutlass_pip
+    from . import cutlass
 
     needs = f"it needs {where}/python/cutlass_library"
     checkout = (
@@ -348,21 +347,21 @@ def _cutlass_from_pip(
         raise InvalidKnobValue(
             f"gemm_backends={backends!r} with config={{{key!r}: {where!r}}}: torch {version} finds no CUTLASS checkout "
             f"there ({needs}). The knobs name that directory, so it is not replaced by one made from "
-            f"{cutlass_pip.DISTRIBUTION}. Fix: point {key} at a CUTLASS checkout ({checkout}), or leave {key} out and "
-            f"{cutlass_pip.INSTALL_HINT}, or drop CUTLASS"
+            f"{cutlass.DISTRIBUTION}. Fix: point {key} at a CUTLASS checkout ({checkout}), or leave {key} out and "
+            f"{cutlass.INSTALL_HINT}, or drop CUTLASS"
         )
     try:
-        found = cutlass_pip.resolve()
+        found = cutlass.resolve()
     except PipCutlassUnavailable as err:
         # Not installed: say how to install it.  Installed but unusable: ``err`` says how to fix that.
         fix = (
-            f"Fix: {cutlass_pip.INSTALL_HINT} (inductor_knobs then points {key} at a directory of links to it), or"
+            f"Fix: {cutlass.INSTALL_HINT} (inductor_knobs then points {key} at a directory of links to it), or"
             if err.missing
             else "Fix that, or"
         )
         raise InvalidKnobValue(
             f"gemm_backends={backends!r} asks for CUTLASS, but torch {version} finds no CUTLASS checkout at "
-            f"{key}={where!r} ({needs}), and CUTLASS cannot come from {cutlass_pip.DISTRIBUTION}: {err}. "
+            f"{key}={where!r} ({needs}), and CUTLASS cannot come from {cutlass.DISTRIBUTION}: {err}. "
             f"{fix} {checkout}, or drop CUTLASS"
         ) from err
     _check_key(patches, cfg, key, found.directory, version)

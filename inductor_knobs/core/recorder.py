@@ -7,13 +7,12 @@ from collections import defaultdict
 from typing import Any, TypeVar
 
 from . import torch_compat
-from ._undo import Change
 from .attestation import CompileAttestation
-from .context import UndoContext
-from .events import Subscribe
+from .blocks import UndoContext
+from .events import AutotuneRecord, CompileEvent, RuntimeEvent, Subscribe, format_table, write_jsonl
 from .interception import InterceptionUse
-from .observe import HooksUse
-from .records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table, write_jsonl
+from .observers import HooksUse
+from .undo import Change
 
 _Block = TypeVar("_Block", bound="ObservedBlock")
 
@@ -121,7 +120,7 @@ class Collector(ObservedBlock):
 
 
 class record_autotune(Collector):
-    """Collect one :class:`~inductor_knobs.core.records.AutotuneRecord` per autotuned op, and the Dynamo compiles.
+    """Collect one :class:`~inductor_knobs.core.events.AutotuneRecord` per autotuned op, and the Dynamo compiles.
 
     Records what Inductor autotunes on this thread (and in tasks started from it) while inside
     the block: the op, its input shapes/strides/dtypes, every choice with its kind (aten, triton,

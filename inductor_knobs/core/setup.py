@@ -199,7 +199,7 @@ def snapshot(
         knobs (Knobs | None): the knobs the caller applies (a block's, a bundle's recipe); None for none.
         source (str): their label in ``sources``.
         environ (Mapping[str, str] | None): the environment to read; None for ``os.environ`` as it was before the
-            knobs set their variables (:func:`~inductor_knobs.core.torch_settings.environ_before_knobs`: a variable
+            knobs set their variables (:func:`~inductor_knobs.core.changes.environ_before_knobs`: a variable
             a knob sets, such as ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` from the startup hook, is that knob in
             ``knobs``, not a torch variable).
         device (str | None): ``"cuda"``, ``"cuda:1"`` or ``"cpu"``; None: CUDA device 0 when CUDA is available,
@@ -214,7 +214,7 @@ def snapshot(
     """
     import torch
 
-    from .torch_settings import environ_before_knobs
+    from .changes import environ_before_knobs
 
     env = environ_before_knobs() if environ is None else environ
     from_env = Knobs.from_env(env).to_dict()

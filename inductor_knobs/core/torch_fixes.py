@@ -1,8 +1,8 @@
-"""Fixes of torch bugs that a later torch release fixed, held while ``ik.warmup`` and ``ik.load_serving_bundle`` run.
+"""Fixes of torch bugs that a later torch release fixed, held while ``ik.serving.warmup`` and ``ik.serving.load_serving_bundle`` run.
 
 The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches._fixes`:
 on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again).  They
-are one :class:`~inductor_knobs.core._patching.SharedPatch`, installed while any warm-up or bundle load
+are one :class:`~inductor_knobs.core.patching.SharedPatch`, installed while any warm-up or bundle load
 holds it and restored by identity after the last one: process-wide while held, as torch's own fixed
 code would be, so a compile on another thread in that window gets the later release's behaviour too.
 """
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import torch_compat
-from ._patching import SharedPatch, present, wrap_attribute
+from .patching import SharedPatch, present, wrap_attribute
 
 
 @functools.cache  # one step object per fix for the process: it reuses its wrapper while torch's original is the same

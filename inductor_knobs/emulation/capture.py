@@ -23,7 +23,7 @@ torch 2.11); on a stream used only for captures it is allocated inside the captu
   benchmarks through ``benchmark_gpu_with_cuda_graph`` in 2.12-2.13) captures on the capture stream
   instead of the class-wide ``default_capture_stream`` (``cuda/graphs.py:408`` in 2.13).  An explicit
   ``stream=`` is left alone (``Emulation.capture_stream`` is there to pass).
-- **``ik.capture_cuda_graphs``** warms up on the green stream work runs on and captures on the capture
+- **``ik.serving.capture_cuda_graphs``** warms up on the green stream work runs on and captures on the capture
   stream (:func:`capture_streams`).
 
 Inductor's other capture paths make a stream of their own, so the emulation's config turns them off
@@ -42,8 +42,8 @@ import weakref
 from typing import Any
 
 from ..core import torch_compat
-from ..core._patching import SharedPatch, wrap_attribute
-from ..core._undo import Change, warn_after_restore
+from ..core.patching import SharedPatch, wrap_attribute
+from ..core.undo import Change, warn_after_restore
 from ..errors import EmulationWarning
 from ..patches.torch_2_4 import TorchPatches
 
@@ -130,7 +130,7 @@ class CaptureStreamChange(Change):
     """Undo record: CUDA graphs captured for this thread on ``device_index`` are captured on ``stream``.
 
     ``stream`` is the green context's capture stream; ``work_stream`` the one work runs on (where
-    ``ik.capture_cuda_graphs`` warms up).
+    ``ik.serving.capture_cuda_graphs`` warms up).
 
     On apply the thread's CUDA graph tree manager of the device (if one exists) records on ``stream``;
     one made while the record is active does too.  On revert each gets back the stream object it had,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..core._undo import Change
-from ..core.context import UndoContext
+from ..core.blocks import UndoContext
+from ..core.undo import Change
 from .emulate import Emulation, EmulationSpec, resolve_spec
 from .plan import plan_emulation
 
@@ -41,7 +41,7 @@ def emulate_gpu(
     persistent/TMA templates, split-reduction heuristics) sees ``sms``; with
     ``shared_memory_per_block`` Inductor prunes Triton GEMM configs as on that GPU.  CUDA graphs
     stay on: Inductor's CUDA graph trees, ``torch.cuda.graph`` without ``stream=`` and
-    ``ik.capture_cuda_graphs`` capture on a second stream of the green context from the entering
+    ``ik.serving.capture_cuda_graphs`` capture on a second stream of the green context from the entering
     thread (``Emulation.capture_stream``), so their replays run on the emulated SMs too.  Memory bandwidth, L2 size, clocks and
     the instruction set stay the real GPU's.  Composes with :func:`knobs`, :func:`force_gemm_autotune`
     and ``ik.compile`` in either nesting order; reverts exactly.

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import torch_compat
-from ..core._undo import SAFE_EXIT, Change
+from ..core.undo import SAFE_EXIT, Change
 from ..errors import EmulationUnavailable, KnobsError, NotSupportedOnThisTorch
 from ..patches.torch_2_4 import TorchPatches
 

@@ -31,10 +31,10 @@ import importlib
 import warnings
 
 from ..core import torch_compat
-from ..core._undo import Change
-from ..core.asked import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, Asked, by_slot
+from ..core.attestation import CACHE_SALT, EMULATION, INDUCTOR_CONFIG, Asked, by_slot
 from ..core.changes import ConfigChange
 from ..core.interception import AskChange, InterceptionUse
+from ..core.undo import Change
 from ..errors import EmulationWarning, InvalidKnobValue
 from .capture import CaptureStreamChange
 from .emulate import Emulation, EmulationSpec

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from ..core import torch_compat
-from ..core._patching import SharedPatch, resolve, wrap_attribute
-from ..core._undo import SAFE_EXIT, Change
+from ..core.patching import SharedPatch, resolve, wrap_attribute
+from ..core.undo import SAFE_EXIT, Change
 from ..errors import EmulationConflict
 from ..patches.torch_2_4 import TorchPatches
 from .emulate import EmulationSpec

@@ -3,7 +3,7 @@
 A bundle of torch's cache artifacts still makes the serving process import the model's library, build
 the model, let Dynamo trace it and load every compiled graph from the caches: on an H100 that was 23 s
 of a 118 s cold start for a 2-layer Llama, most of it fixed costs of ``torch.compile``.  An AOT bundle
-(``ik.save_serving_bundle(..., aot=True)``) holds instead the ``.pt2`` package AOTInductor makes of the
+(``ik.serving.save_serving_bundle(..., aot=True)``) holds instead the ``.pt2`` package AOTInductor makes of the
 exported model (``torch.export.export`` then ``torch._inductor.aoti_compile_and_package``, torch 2.7+):
 the wrapper and kernels compiled to one shared library, the weights beside it.  A serving process loads
 it with torch's C++ loader (:func:`load_file`): no model code, no Dynamo, no Inductor compile, no Triton
@@ -37,7 +37,8 @@ from typing import Any, NamedTuple
 from ..core import torch_compat
 from ..core.messages import torch_version
 from ..core.plan import config_values
-from ..errors import BundleInputRefused, CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
+from ..errors import InvalidKnobValue, NotSupportedOnThisTorch
+from .errors import BundleInputRefused, CompileCacheRefused
 from .signature import as_call
 
 LOAD_CHECK_S = 300  # a fresh process importing torch and loading a package: seconds, minutes on a loaded host
@@ -74,7 +75,7 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     Args:
         label (str): who asks, starting every message.
         compiled (Any): an ``ik.compile`` result of an ``nn.Module`` (its ``_orig_mod`` is exported).
-        factory (Callable[[Any], Any]): shape -> a call's inputs, as for ``ik.warmup``.
+        factory (Callable[[Any], Any]): shape -> a call's inputs, as for ``ik.serving.warmup``.
         shapes (Sequence[Any]): the warmed shapes; the dimensions that vary across them become dynamic.
 
     Returns:
@@ -97,13 +98,13 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     """
     import torch
 
-    from ..core.knob_blocks import KnobsContext
+    from ..core.blocks import KnobsContext
 
     module = getattr(compiled, "_orig_mod", None)
     if not isinstance(module, torch.nn.Module):
         raise _invalid(label, "served", compiled, "an ik.compile result of an nn.Module (torch.export needs a module)")
     if not callable(factory):
-        raise _invalid(label, "factory", factory, "a callable: shape -> a call's inputs, as for ik.warmup")
+        raise _invalid(label, "factory", factory, "a callable: shape -> a call's inputs, as for ik.serving.warmup")
     calls = [as_call(factory(shape)) for shape in shapes]
     args, kwargs = calls[-1]  # the last warmed shape: bucket lists grow, so its sizes are least likely to equal a fixed one
     dynamic = dynamic_shapes(label, module, calls)

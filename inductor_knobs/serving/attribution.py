@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from ..core.records import RuntimeEvent
+from ..core.events import RuntimeEvent
 
 
 def _covered(events: Iterable[RuntimeEvent]) -> float:

@@ -1,6 +1,6 @@
-"""``ik.no_autotune``: a block that catches autotune benchmarking or a (re)compilation during serving traffic.
+"""``ik.serving.no_autotune``: a block that catches autotune benchmarking or a (re)compilation during serving traffic.
 
-It hears the compile-event channel (:mod:`inductor_knobs.core.observe`'s hooks, through
+It hears the compile-event channel (:mod:`inductor_knobs.core.observers`'s hooks, through
 :class:`~inductor_knobs.core.recorder.ObservedBlock`): a compile event, or an autotune record that
 was not read from Inductor's cache, is a violation, and ``on`` says whether it raises (from inside
 torch, before Dynamo compiles), warns or is recorded.
@@ -11,26 +11,23 @@ from __future__ import annotations
 import logging
 import warnings
 
+from ..core.events import AutotuneRecord, CompileEvent
 from ..core.messages import torch_version
 from ..core.recorder import ObservedBlock
-from ..core.records import AutotuneRecord, CompileEvent
-from ..errors import AutotuneDuringServing, InvalidKnobValue
+from ..errors import InvalidKnobValue
+from .errors import AutotuneDuringServing, AutotuneDuringServingWarning
 from .stalls import REACTIONS
 
 # The logger's name is the module's before the guard had one of its own: logging configurations name it.
 log = logging.getLogger("inductor_knobs.serving.warmup")
 
 
-class AutotuneDuringServingWarning(UserWarning):
-    """``no_autotune(on="warn")`` saw autotune benchmarking or a compilation."""
-
-
 class no_autotune(ObservedBlock):
     """Detect autotune benchmarking or (re)compilation inside the block, i.e. during serving traffic.
 
     Args:
-        on: the vocabulary of every guard (``ik.no_stalls`` too). ``"raise"`` (default): raise
-            :class:`~inductor_knobs.errors.AutotuneDuringServing` at once, from inside torch, before
+        on: the vocabulary of every guard (``ik.serving.no_stalls`` too). ``"raise"`` (default): raise
+            :class:`~inductor_knobs.serving.errors.AutotuneDuringServing` at once, from inside torch, before
             Dynamo compiles (so the stall does not happen) or right after Inductor benchmarked; the
             block's exit re-raises it unwrapped from torch's ``BackendCompilerFailed``/
             ``InternalTorchDynamoError``.  ``"warn"``: an ``AutotuneDuringServingWarning`` per event.
@@ -74,8 +71,8 @@ class no_autotune(ObservedBlock):
             return
         self._last_compile = event
         self._violate(
-            f"{event.describe()} during serving (inside ik.no_autotune). Warm this input up before traffic "
-            "with ik.warmup(...), or mark the varying dimension dynamic (torch._dynamo.mark_dynamic)",
+            f"{event.describe()} during serving (inside ik.serving.no_autotune). Warm this input up before traffic "
+            "with ik.serving.warmup(...), or mark the varying dimension dynamic (torch._dynamo.mark_dynamic)",
             event,
         )
 
@@ -85,9 +82,9 @@ class no_autotune(ObservedBlock):
         seconds = f" in {record.benchmark_seconds:.3f} s" if record.benchmark_seconds is not None else ""
         cause = self._last_compile.describe() if self._last_compile else "a compilation that started before this block"
         self._violate(
-            f"autotune benchmarking during serving (inside ik.no_autotune): {record.signature} benchmarked "
+            f"autotune benchmarking during serving (inside ik.serving.no_autotune): {record.signature} benchmarked "
             f"{len(record.choices)} choices{seconds}, winner {record.winner}; caused by {cause}. Warm this "
-            "shape up before traffic with ik.warmup(...)",
+            "shape up before traffic with ik.serving.warmup(...)",
             record,
         )
 

@@ -3,7 +3,7 @@
 Per-shape first-call costs (a cuDNN SDPA plan per exact sequence length, a CUDA graph per shape, a
 cuBLAS heuristic query, a Dynamo recompile outside a guard's range) are paid once per *distinct*
 shape.  Padding every request up to the next of a few bucket sizes, and warming those sizes with
-``ik.warmup``, bounds them, as vLLM's CUDA graph capture sizes do.  Padding positions must not
+``ik.serving.warmup``, bounds them, as vLLM's CUDA graph capture sizes do.  Padding positions must not
 change the result: right-padding is exact for causal attention; bidirectional models need an
 attention mask that hides the padding.
 """

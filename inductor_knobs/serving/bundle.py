@@ -1,6 +1,6 @@
 """A serving bundle: one file with everything a fresh serving process needs to serve without compiling anything cold.
 
-After the recipe (``ik.compile``, ``ik.warmup`` over the buckets, ``ik.capture_cuda_graphs``, a warm-up of
+After the recipe (``ik.compile``, ``ik.serving.warmup`` over the buckets, ``ik.serving.capture_cuda_graphs``, a warm-up of
 what is served), :func:`save_serving_bundle` writes one file: torch's cache artifacts (FX graph,
 AOTAutograd, autotune; ``torch.compiler.save_cache_artifacts``, torch 2.7+), the knobs and the rest of
 the ``ik.compile`` call, the warmed shapes and buckets, the shapes to capture as CUDA graphs (graphs
@@ -32,9 +32,10 @@ from typing import Any
 from ..core.knobs import Knobs
 from ..core.messages import torch_version
 from ..core.torch_fixes import torch_fixes
-from ..errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused, InvalidKnobValue, KnobsError
+from ..errors import InvalidKnobValue, KnobsError
 from . import aot_package, bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
+from .errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused
 from .warmup_report import WarmupReport
 
 #: What :func:`load_serving_bundle` does when the load compiled something cold.
@@ -51,10 +52,10 @@ class ServingBundle:
         served: the callable to serve: one CUDA graph per bucket (:class:`~inductor_knobs.serving.graphs.CapturedGraphs`)
             where the build served graphs, else the compiled model.
         compiled: the ``ik.compile`` result of the user's model.
-        guard: an ``ik.no_stalls`` of ``served`` seeded with the build's per-shape baselines (warmed
+        guard: an ``ik.serving.no_stalls`` of ``served`` seeded with the build's per-shape baselines (warmed
             shapes are neither new nor profiled); enter it around traffic (``with bundle.guard as served:``).
         proof: what the load compiled, autotuned, Triton-compiled and captured, with seconds per phase.
-        buckets: the bucket sizes to pad requests to (``ik.pad_to_bucket(x, bundle.buckets, dim=...)``), or None.
+        buckets: the bucket sizes to pad requests to (``ik.serving.pad_to_bucket(x, bundle.buckets, dim=...)``), or None.
         report: the build's baselines as a :class:`~inductor_knobs.serving.warmup_report.WarmupReport` (no steps).
         header: the file's header (identity, artifact counts, serving section).
     """
@@ -92,9 +93,9 @@ def save_serving_bundle(
     :func:`~inductor_knobs.serving.aot_package.cpp_compilers` whose package a fresh process loads).
 
     Args:
-        served: what you serve: an ``ik.compile`` result, or ``ik.capture_cuda_graphs`` of one (its
+        served: what you serve: an ``ik.compile`` result, or ``ik.serving.capture_cuda_graphs`` of one (its
             captured shapes, warm-up calls and ``outputs`` are recorded, to capture again).
-        report (WarmupReport): ``ik.warmup(served, shapes=..., factory=...)``'s report: its shapes are
+        report (WarmupReport): ``ik.serving.warmup(served, shapes=..., factory=...)``'s report: its shapes are
             warmed again at load, its per-shape medians seed the guard.  Build it under
             ``torch.no_grad()`` as you serve (grad mode is part of what Dynamo and the caches key on).
         buckets (Sequence[int] | None): the bucket sizes requests are padded to (strictly increasing
@@ -174,7 +175,7 @@ def load_serving_bundle(
     torch's C++ loader (:func:`~inductor_knobs.serving.aot_package.load`); no Dynamo trace, Inductor
     compile, Triton compile or autotune happens, and neither Inductor nor Dynamo is imported.  Its ``served``
     checks every call against the package's input contract and raises
-    :class:`~inductor_knobs.errors.BundleInputRefused` (a ``ValueError``) for an input the package was not
+    :class:`~inductor_knobs.serving.errors.BundleInputRefused` (a ``ValueError``) for an input the package was not
     compiled for, naming it, with nothing run (:class:`~inductor_knobs.serving.aot_package.ShapeCheckedPackage`).  The identity
     checks are the same, with the knobs the bundle recorded (they acted at its build; the torch version,
     compared too, fixes its mode's keys).
@@ -184,13 +185,13 @@ def load_serving_bundle(
         model (Callable | None): your model with its weights (an ``nn.Module`` or function), not yet
             compiled; None for an AOT bundle (it serves the weights it was built with).
         factory (Callable[[Any], Any]): the build's factory: shape -> a call's inputs (a tuple/list of
-            positional arguments, a mapping of keywords, or one argument), as for ``ik.warmup``.
+            positional arguments, a mapping of keywords, or one argument), as for ``ik.serving.warmup``.
         knobs (Knobs | None): the knobs you serve under (what ``ik.compile`` was given, without the mode's keys);
             must equal the bundle's, else refused naming each knob (None: the bundle's).
-        on_cold (str): ``"raise"`` (default): :class:`~inductor_knobs.errors.ColdStartCompiled` when the
+        on_cold (str): ``"raise"`` (default): :class:`~inductor_knobs.serving.errors.ColdStartCompiled` when the
             load compiled an Inductor graph, autotuned or Triton-compiled anything (the proof names each);
-            ``"warn"``: a :class:`~inductor_knobs.errors.ColdStartWarning`, and the bundle is returned.
-        on (str): the guard's reaction to a stall during traffic (``ik.no_stalls(on=...)``: raise, warn, record).
+            ``"warn"``: a :class:`~inductor_knobs.serving.errors.ColdStartWarning`, and the bundle is returned.
+        on (str): the guard's reaction to a stall during traffic (``ik.serving.no_stalls(on=...)``: raise, warn, record).
         allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (a file you trust).
 
     Returns:
@@ -211,7 +212,7 @@ def load_serving_bundle(
         ColdStartCompiled: ``on_cold="raise"`` and the load compiled something cold (after the load:
             the model is compiled; ``err.bundle`` holds it).
         OSError: this process's Triton cache directory cannot be created or written.
-        Anything ``factory``, ``model`` or ``ik.capture_cuda_graphs`` raises.
+        Anything ``factory``, ``model`` or ``ik.serving.capture_cuda_graphs`` raises.
 
     Relies on ``torch.compiler.load_cache_artifacts`` (2.7+) or ``torch._inductor.aoti_load_package``
     (2.7+: ``has_aot_packages`` in ``patches/torch_2_7.py``), torch's cache counters and, for Triton
@@ -303,7 +304,7 @@ def _load(
     (``compiled`` is None then, and becomes the package's callable)."""
     import torch
 
-    from ..core.knob_blocks import KnobsContext
+    from ..core.blocks import KnobsContext
     from .graphs import capture_cuda_graphs
     from .signature import as_call
 
@@ -314,7 +315,7 @@ def _load(
     aot = spec.aot is not None
     fixes = contextlib.nullcontext() if aot else torch_fixes()  # cached tuned configs kept (2.8-2.11: patches/_fixes.py)
     one_thread = Knobs(config={"compile_threads": 1})
-    threads = contextlib.nullcontext() if aot else KnobsContext(one_thread, source="ik.load_serving_bundle")
+    threads = contextlib.nullcontext() if aot else KnobsContext(one_thread, source="ik.serving.load_serving_bundle")
     with ColdStartRecorder() as recorder, fixes:
         started = _clock()
         if spec.aot is not None:

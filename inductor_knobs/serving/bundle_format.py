@@ -3,7 +3,7 @@
 A serving bundle is a compile-cache file (:mod:`inductor_knobs.serving.compile_cache`: ``MAGIC``, one
 JSON header line, torch's cache artifacts) whose header also holds ``"serving"``: plain JSON, never
 pickled, covered by the header's own sha256.  :func:`encode` makes it from what the build process
-served and its ``ik.warmup`` report; :func:`decode` reads it back as a :class:`BundleSpec`, refusing
+served and its ``ik.serving.warmup`` report; :func:`decode` reads it back as a :class:`BundleSpec`, refusing
 anything else.  The model and its weights are the user's: no section holds them.
 """
 
@@ -15,9 +15,10 @@ from typing import Any
 
 from ..core.knobs import Knobs
 from ..core.messages import torch_version
-from ..errors import CompileCacheRefused, InvalidKnobValue, KnobsError
+from ..errors import InvalidKnobValue, KnobsError
 from ..ext import canonical_json as _canonical
 from .buckets import check_buckets
+from .errors import CompileCacheRefused
 from .graphs import OUTPUTS, CapturedGraphs
 from .signature import from_json, to_json
 from .warmup_report import WarmupReport
@@ -39,10 +40,10 @@ class BundleSpec:
     Attributes:
         knobs: the knobs ``ik.compile`` was given (the mode's keys are not in them).
         mode, options, torch_compile: the rest of the ``ik.compile`` call (``torch_compile``: ``dynamic``, ``fullgraph`` ...).
-        shapes: the items the build's ``ik.warmup`` passed to its factory, in order.
+        shapes: the items the build's ``ik.serving.warmup`` passed to its factory, in order.
         buckets: the bucket sizes to pad requests to, or None.
         graphs: ``{"shapes": [...], "warmup_calls": n, "outputs": "copy"}`` when the build served CUDA graphs.
-        report: the build's per-shape baselines, as a :class:`WarmupReport` without steps (``ik.no_stalls(warmup=...)``).
+        report: the build's per-shape baselines, as a :class:`WarmupReport` without steps (``ik.serving.no_stalls(warmup=...)``).
         triton_kernels: the Triton kernels carried, as written (``triton_kernels.pack``; checked by
             ``triton_kernels.unpack``), or None (a bundle written before them).
         aot: ``{"bytes": n, "inputs": ..., "cpu_flags": [...], "cxx": "g++"}`` when the payload is an AOTInductor
@@ -66,8 +67,8 @@ def encode(served: Any, report: Any, buckets: Any) -> tuple[dict[str, Any], Any]
     """The serving section for ``served`` warmed by ``report``, and the ``ik.compile`` result inside ``served``.
 
     Raises:
-        InvalidKnobValue: ``served`` is not an ``ik.compile`` result (or ``ik.capture_cuda_graphs`` of
-            one), ``report`` is not an ``ik.warmup(shapes=..., factory=...)`` report, or a shape,
+        InvalidKnobValue: ``served`` is not an ``ik.compile`` result (or ``ik.serving.capture_cuda_graphs`` of
+            one), ``report`` is not an ``ik.serving.warmup(shapes=..., factory=...)`` report, or a shape,
             bucket or ``ik.compile`` argument is not plain data (JSON) that reads back the same.
     """
     graphs = served if isinstance(served, CapturedGraphs) else None
@@ -75,9 +76,13 @@ def encode(served: Any, report: Any, buckets: Any) -> tuple[dict[str, Any], Any]
     backend = getattr(compiled, "_inductor_knobs_backend", None)
     recipe = getattr(backend, "recipe", None)
     if backend is None or recipe is None:
-        raise _invalid("served", served, "an ik.compile result, or ik.capture_cuda_graphs of one (the callable you serve)")
+        raise _invalid(
+            "served", served, "an ik.compile result, or ik.serving.capture_cuda_graphs of one (the callable you serve)"
+        )
     if not isinstance(report, WarmupReport) or not report.steps or any(s.shape is None for s in report.steps):
-        raise _invalid("report", report, "the report of ik.warmup(served, shapes=..., factory=...): it names the shapes to warm")
+        raise _invalid(
+            "report", report, "the report of ik.serving.warmup(served, shapes=..., factory=...): it names the shapes to warm"
+        )
     shapes = [s.shape for s in report.steps]
     if buckets is None:
         ints = sorted(set(shapes)) if all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shapes) else None
@@ -126,12 +131,12 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
     if not isinstance(section, dict):
         raise CompileCacheRefused(
             f"{label} refused: a compile cache without a serving section, not a serving bundle (load it with "
-            "ik.load_compile_cache, or write a bundle with ik.save_serving_bundle)"
+            "ik.serving.load_compile_cache, or write a bundle with ik.serving.save_serving_bundle)"
         )
     if section.get("version") not in READS or "header_sha256" not in header:
         raise CompileCacheRefused(
             f"{label} refused: serving section version {section.get('version')!r} (this inductor_knobs reads "
-            f"{' or '.join(map(str, READS))}, with a header sha256); rebuild the bundle with ik.save_serving_bundle"
+            f"{' or '.join(map(str, READS))}, with a header sha256); rebuild the bundle with ik.serving.save_serving_bundle"
         )
     try:
         recipe = section["compile"]
@@ -157,7 +162,7 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
             raise CompileCacheRefused(
                 f"{label} refused: an AOT bundle whose input contract holds sizes alone (serving section 3), so its "
                 "calls could not be checked for dtype, device, layout, tied sizes and non-tensor values; rebuild it "
-                "with ik.save_serving_bundle(..., aot=True)"
+                "with ik.serving.save_serving_bundle(..., aot=True)"
             )
         if aot is not None and not _aot_section(aot):
             raise ValueError(f"aot {aot!r}")
@@ -177,7 +182,7 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
         raise
     except (KeyError, TypeError, ValueError, KnobsError) as err:
         raise CompileCacheRefused(
-            f"{label} refused: its serving section does not read back ({err!r}); rebuild the bundle with ik.save_serving_bundle"
+            f"{label} refused: its serving section does not read back ({err!r}); rebuild the bundle with ik.serving.save_serving_bundle"
         ) from err
 
 

@@ -16,9 +16,9 @@ import os
 import stat
 from typing import NoReturn
 
-from ..errors import CompileCacheRefused
 from ..ext import unsafe_directories
 from ..ext import who as _who
+from .errors import CompileCacheRefused
 
 
 def _open_checked(path: str, allow_unsafe: bool, label: str | None = None) -> int:
@@ -94,7 +94,7 @@ def _unsafe_directories(directory: str, uid: int, path: str, label: str | None =
     """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
 
     The rule and the walk are :func:`inductor_knobs.ext.unsafe_directories` (shared with
-    :mod:`inductor_knobs.core.cutlass_pip`); this adds the ``load_compile_cache(path)`` label and error class.
+    :mod:`inductor_knobs.core.cutlass`); this adds the ``load_compile_cache(path)`` label and error class.
 
     Args:
         directory (str): an absolute path.

@@ -10,7 +10,7 @@ sources, both read inside torch:
   Inductor compiled), Dynamo's compile events, autotune records, and the timed first-call costs
   (runtime benchmarks, coordinate descent, Triton compiles and loads, CUDA graph captures);
 - torch's own counters (``torch._dynamo.utils.counters``: FX graph and AOTAutograd cache hits, misses
-  and bypasses) and Triton's compilation listener (:func:`~inductor_knobs.core.hook_callbacks.triton_compiles`,
+  and bypasses) and Triton's compilation listener (:func:`~inductor_knobs.core.observers.triton_compiles`,
   Triton 3.4+), as deltas over the block.
 
 torch's counters of what a compile did inside Inductor (``select_algorithm_autotune``, the benchmarker's
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.attestation import CompileAttestation
-from ..core.hook_callbacks import triton_compiles
+from ..core.events import AutotuneRecord, CompileEvent, RuntimeEvent
+from ..core.observers import triton_compiles
 from ..core.recorder import Collector
-from ..core.records import AutotuneRecord, CompileEvent, RuntimeEvent
 
 #: torch's counters read before and after (``group.name``); a name a release lacks reads 0.
 TORCH_COUNTERS = (
@@ -54,7 +54,7 @@ TUNING = ("runtime_benchmark", "coordinate_descent")
 
 @dataclass(frozen=True)
 class ColdStartProof:
-    """What a block (``ik.load_serving_bundle``'s load, a benchmark's setup) compiled, autotuned and captured.
+    """What a block (``ik.serving.load_serving_bundle``'s load, a benchmark's setup) compiled, autotuned and captured.
 
     Attributes:
         dynamo_compiles: Dynamo's compile events (first compiles and recompiles, with Dynamo's reasons).
@@ -101,7 +101,7 @@ class ColdStartProof:
 
     @property
     def captures(self) -> int:
-        """CUDA graphs recorded or captured (``ik.capture_cuda_graphs``, CUDA graph trees)."""
+        """CUDA graphs recorded or captured (``ik.serving.capture_cuda_graphs``, CUDA graph trees)."""
         return sum(e.kind == "cudagraph_recording" for e in self.runtime)
 
     def cold(self) -> list[str]:
@@ -183,7 +183,7 @@ class ColdStartRecorder(Collector):
     Relies on the observer hooks and the compile interception (held while the block lasts), torch's
     ``counters`` and, for Triton, ``triton.knobs.compilation.listener`` (Triton 3.4+).  A compile in one
     of Inductor's compile-worker processes is heard as its parent's Dynamo and Inductor compile; its
-    Triton compile is Triton's business in that worker (``ik.load_serving_bundle`` compiles in-process).
+    Triton compile is Triton's business in that worker (``ik.serving.load_serving_bundle`` compiles in-process).
     """
 
     def __init__(self) -> None:

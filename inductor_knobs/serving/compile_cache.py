@@ -20,9 +20,10 @@ from typing import Any
 
 from ..core import setup, torch_compat
 from ..core.knobs import ENV_PREFIX, Knobs
-from ..errors import CompileCacheRefused, InvalidKnobValue, NotSupportedOnThisTorch
+from ..errors import InvalidKnobValue, NotSupportedOnThisTorch
 from ..ext import atomic_write
 from .cache_opener import _open_checked, _unsafe_directories  # noqa: F401 - _unsafe_directories: tests use it here
+from .errors import CompileCacheRefused
 
 MAGIC = b"inductor_knobs compile cache v1\n"
 #: Header fields that must match the loading process exactly.
@@ -166,7 +167,7 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     header, payload = read_file(where, allow_unsafe, label)
     if isinstance(header.get("serving"), dict) and header["serving"].get("aot") is not None:
         raise CompileCacheRefused(
-            f"{label} refused: an AOT serving bundle holds a package, not torch's caches; load it with ik.load_serving_bundle"
+            f"{label} refused: an AOT serving bundle holds a package, not torch's caches; load it with ik.serving.load_serving_bundle"
         )
     refuse_differences(label, header, identity(_knobs_of(knobs)))
     check_payload(label, header, payload)

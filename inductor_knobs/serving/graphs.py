@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core import events
+from ..core.events import RuntimeEvent
 from ..core.messages import torch_version
-from ..core.records import RuntimeEvent
-from ..errors import GraphCallRefused, GraphCaptureFailed, InvalidKnobValue
+from ..errors import InvalidKnobValue
 from ..ext import describe_owner
+from .errors import GraphCallRefused, GraphCaptureFailed
 
 #: What a replayed call returns: ``"copy"`` (a clone the caller owns) or ``"static"`` (the graph's own buffer).
 OUTPUTS = ("copy", "static")
@@ -43,7 +44,7 @@ class CapturedGraphs:
     output made under the lock, on the calling stream: the caller owns it, and no other call can
     change it; it costs one device-to-device copy of the output per call.  With ``outputs="static"``
     the call returns the graph's own buffer, valid until the next call; only the thread that called
-    first may call it (:class:`~inductor_knobs.errors.GraphCallRefused` for any other thread,
+    first may call it (:class:`~inductor_knobs.serving.errors.GraphCallRefused` for any other thread,
     nothing replayed), so no caller can read another caller's result.
 
     **Threads and streams.**  Calls are serialised by a lock: copying the inputs, the replay and the
@@ -51,14 +52,14 @@ class CapturedGraphs:
     waits (on the GPU, ``Stream.wait_event``) for the previous call's work, so calls from several
     threads and streams are ordered and each reads its own inputs.  The time a call waited for the
     lock is published on the compile-event channel as a ``queued`` runtime event, which
-    ``ik.no_stalls`` names as the cause instead of a slow GPU.
+    ``ik.serving.no_stalls`` names as the cause instead of a slow GPU.
 
     Attributes:
         fn: the callable the graphs were captured from.
         outputs: ``"copy"`` or ``"static"``.
         shapes: the captured keys, in capture order.
         capture_shapes: the items given to :func:`capture_cuda_graphs` (``shapes=``), in the order given
-            (what ``ik.save_serving_bundle`` records to capture again in another process).
+            (what ``ik.serving.save_serving_bundle`` records to capture again in another process).
         warmup_calls: the warm-up calls per shape before each capture.
         replays: calls served by a replay.
         misses: calls served by ``fn`` because no graph had their shape.
@@ -166,7 +167,7 @@ def capture_cuda_graphs(
 ) -> CapturedGraphs:
     """Capture one CUDA graph of ``fn`` per shape, largest first, into one shared memory pool.
 
-    Use it after ``ik.warmup`` recommended buckets: pad each request with ``ik.pad_to_bucket`` and
+    Use it after ``ik.serving.warmup`` recommended buckets: pad each request with ``ik.serving.pad_to_bucket`` and
     call the result instead of ``fn``.  Padding must not change the result (see
     :mod:`inductor_knobs.serving.buckets`).
 
@@ -174,7 +175,7 @@ def capture_cuda_graphs(
         fn: the compiled callable (``torch.compile``/``ik.compile`` with a mode without CUDA graphs,
             e.g. ``"max-autotune-no-cudagraphs"``), or any CUDA callable that does not synchronise.
         shapes: one item per graph, passed to ``factory`` (for example ``report.recommended_buckets``).
-        factory: returns a call's inputs for a shape, as ``ik.warmup`` takes them: a tuple/list of
+        factory: returns a call's inputs for a shape, as ``ik.serving.warmup`` takes them: a tuple/list of
             positional arguments, a mapping of keyword arguments, or one argument.  Its tensors become
             the graph's static inputs (kept for the graph's life).
         warmup_calls: calls of ``fn`` per shape on a side stream before its capture (int >= 1; default 3).
@@ -236,8 +237,8 @@ def capture_cuda_graphs(
                 "synchronises with the host or a CPU tensor cannot be captured; nothing stays captured)"
             ) from err
         # On the compile-event channel, as torch's own graph-tree recordings are: a guard or a recorder
-        # (ik.load_serving_bundle's proof) names every capture with its time.
-        detail = f"ik.capture_cuda_graphs: shape {shape!r} ({warmup_calls} warm-up calls and one capture)"
+        # (ik.serving.load_serving_bundle's proof) names every capture with its time.
+        detail = f"ik.serving.capture_cuda_graphs: shape {shape!r} ({warmup_calls} warm-up calls and one capture)"
         events.publish("runtime", RuntimeEvent("cudagraph_recording", time.perf_counter() - started, detail, started))
     torch.cuda.synchronize()
     return captured

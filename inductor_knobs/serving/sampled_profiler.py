@@ -1,11 +1,11 @@
-"""The sampled profiler of ``ik.no_stalls``: which calls run under ``torch.profiler``, one at a time per process.
+"""The sampled profiler of ``ik.serving.no_stalls``: which calls run under ``torch.profiler``, one at a time per process.
 
 For what no hook sees (a cuDNN SDPA plan built per exact shape, cuBLAS/cuBLASLt first calls, TunableOp
 tuning, cuDNN convolution search), the guard profiles calls in a sampled mode: a call at a shape not
 seen before is profiled (CPU activity only) until :data:`QUIET_AFTER` such calls in a row were fast,
 and new shapes again after any stall.  A profiled call costs a few ms more (2.4-3.7 ms on a 1 ms Llama
 request, H100, torch 2.11), so a shape already seen is never profiled (profiling the call after a stall
-at a seen shape made that call a stall in turn, H100).  That cost is the guard's own: ``ik.warmup``
+at a seen shape made that call a stall in turn, H100).  That cost is the guard's own: ``ik.serving.warmup``
 measures it (:func:`~inductor_knobs.serving.stalls.profiler_cost`) and a guard seeded with it names it
 ``profiler``.
 
@@ -19,7 +19,7 @@ import threading
 import warnings
 from typing import Any
 
-from ..errors import StallWarning
+from .errors import StallWarning
 
 #: Profiled new-shape calls in a row that must be fast before new shapes stop being profiled.
 QUIET_AFTER = 8

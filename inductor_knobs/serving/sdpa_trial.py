@@ -1,4 +1,4 @@
-"""``ik.warmup(cudnn_sdpa_trial=...)``: measure cuDNN attention's avoid-recompile on this model, both ways.
+"""``ik.serving.warmup(cudnn_sdpa_trial=...)``: measure cuDNN attention's avoid-recompile on this model, both ways.
 
 torch reads ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` once per process, at its first dense cuDNN attention call
 (2.9+: :mod:`inductor_knobs.patches._features`), so one process cannot measure both settings: the trial
@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..core.messages import torch_version
-from ..core.torch_settings import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..errors import InvalidKnobValue
 
 #: The line prefix the child prints its result after (everything else on stdout is the model's).

@@ -54,7 +54,7 @@ _PLAIN_TYPES = {t.__name__: t for t in (int, float, bool, str, type(None))}
 
 
 def to_json(signature: tuple[Any, ...]) -> list[Any] | None:
-    """A :func:`_signature` as JSON data (``ik.save_serving_bundle``), or None when it names a type JSON cannot.
+    """A :func:`_signature` as JSON data (``ik.serving.save_serving_bundle``), or None when it names a type JSON cannot.
 
     A tensor part is ``{"dtype": "torch.bfloat16", "shape": [1, 128], "device": "cuda:0"}``, a keyword
     part ``{"name": "input_ids", "tensor": {...}}``, another argument ``{"type": "int"}``.
@@ -105,7 +105,7 @@ def from_json(data: Any) -> tuple[Any, ...]:
 
 def as_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """A factory's item as a call's ``(args, kwargs)``: a mapping is keywords, a tuple or list is positional
-    arguments, anything else is the one positional argument (what ``ik.warmup``'s ``factory`` may return).
+    arguments, anything else is the one positional argument (what ``ik.serving.warmup``'s ``factory`` may return).
 
     Args:
         item (Any): what the factory returned for one shape.

@@ -1,16 +1,16 @@
-"""How ``ik.no_stalls`` judges a call that was not fast: its per-shape baseline, whether it stalled, and its causes.
+"""How ``ik.serving.no_stalls`` judges a call that was not fast: its per-shape baseline, whether it stalled, and its causes.
 
 A call is judged against ``threshold_ms``, or ``factor`` x a baseline: ``baseline_ms``, else the
 running median of its shape's calls that were not stalls (at a shape not seen before, the slowest
 shape's), and must also exceed the baseline by ``min_excess_ms``.  A call over it is a
 :class:`~inductor_knobs.serving.stall_report.Stall`, and its causes come from torch's own signals:
 
-- hooks that cost nothing on the steady-state path (:mod:`inductor_knobs.core.observe`): Dynamo
+- hooks that cost nothing on the steady-state path (:mod:`inductor_knobs.core.observers`): Dynamo
   (re)compiles with Dynamo's reason, Inductor GEMM autotuning (feedback savers), Inductor's runtime
   benchmark of Triton configs and coordinate descent, Triton compiles, CUDA graph recordings;
 - the per-shape ATen costs of a call the guard profiled (:mod:`inductor_knobs.serving.sampled_profiler`),
   by the op names the patch module lists (``per_shape_ops``), and the profiler's own cost when
-  ``ik.warmup`` measured it;
+  ``ik.serving.warmup`` measured it;
 - the thread's CPU time (``time.thread_time``) beside its wall time: a call whose thread was off the
   CPU for longer than usual (waiting for the GIL another thread holds, preempted by the OS or a
   container's CPU quota) names ``thread_off_cpu``;
@@ -33,7 +33,7 @@ import threading
 from typing import Any
 
 from ..core import torch_compat
-from ..core.records import RuntimeEvent
+from ..core.events import RuntimeEvent
 from .attribution import _explained, _tunableop_tuning
 from .latency import Latencies, ShapeMedian
 from .signature import _describe, _on_cuda
@@ -77,9 +77,9 @@ class StallJudge:
         self.stall_count = 0
         self._unattributed = 0
         self._totals: dict[str, list[Any]] = {}  # cause kind -> [stalls, seconds], over every stall
-        self.last_causes: list[RuntimeEvent] = []  # the latest judged call's causes, stall or not (``ik.warmup``)
-        self.last_host_seconds: float | None = None  # the latest judged call's host part (``ik.warmup``)
-        # What the sampled profiler adds to a call of this model (measured by ``ik.warmup``), named in profiled stalls.
+        self.last_causes: list[RuntimeEvent] = []  # the latest judged call's causes, stall or not (``ik.serving.warmup``)
+        self.last_host_seconds: float | None = None  # the latest judged call's host part (``ik.serving.warmup``)
+        # What the sampled profiler adds to a call of this model (measured by ``ik.serving.warmup``), named in profiled stalls.
         self.profiler_seconds: float | None = getattr(warmup, "profiler_seconds", None)
         self._window = window
         self._max_shapes = max_shapes
@@ -120,7 +120,7 @@ class StallJudge:
             causes += self._profiled_causes(profile, seconds)
         if profiled and self.profiler_seconds and threshold is not None and seconds > threshold:
             detail = (
-                f"the guard profiled this call (a new shape); during ik.warmup a profiled call of this model took "
+                f"the guard profiled this call (a new shape); during ik.serving.warmup a profiled call of this model took "
                 f"{1000 * self.profiler_seconds:.2f} ms more than a plain one (pass profile='off' to spare it)"
             )
             causes.append(RuntimeEvent("profiler", min(self.profiler_seconds, seconds), detail, None))
@@ -235,7 +235,7 @@ class StallJudge:
             shape.limit = max(threshold, baseline + self.min_excess_s)
 
     def shape_seconds(self) -> dict[tuple[Any, ...], float]:
-        """Per input signature, the median seconds of its calls that were not stalls (``ik.warmup``)."""
+        """Per input signature, the median seconds of its calls that were not stalls (``ik.serving.warmup``)."""
         with self._lock:
             return {signature: shape.median.value() for signature, shape in self._shapes.items() if shape.median is not None}
 

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.records import CAUSES, RuntimeEvent
+from ..core.events import CAUSES, RuntimeEvent
 from .latency import RELATIVE_ERROR, Latencies
 
 

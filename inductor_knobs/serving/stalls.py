@@ -1,11 +1,11 @@
-"""``ik.no_stalls``: time every call of a served callable, and name what made a slow call slow.
+"""``ik.serving.no_stalls``: time every call of a served callable, and name what made a slow call slow.
 
 A serving promise is about what a request costs, so the guard times each call (synchronising CUDA
 at its end, as a response would) and judges it against a threshold: ``threshold_ms`` if given,
-else ``factor`` x a baseline (``baseline_ms``, e.g. ``ik.warmup``'s steady state, or the running
+else ``factor`` x a baseline (``baseline_ms``, e.g. ``ik.serving.warmup``'s steady state, or the running
 median of calls at shapes already seen).  A call over it is a :class:`Stall`; its causes come from
 torch's own signals (:mod:`inductor_knobs.serving.stall_judge`): the hooks of
-:mod:`inductor_knobs.core.observe`, the profiler the guard samples new shapes with
+:mod:`inductor_knobs.core.observers`, the profiler the guard samples new shapes with
 (:mod:`inductor_knobs.serving.sampled_profiler`), the thread's CPU time, and the split of the call
 into its host part and its wait for the GPU.  What none of them accounts for is reported as
 ``unattributed`` with its time, never dropped.
@@ -34,10 +34,11 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..core.events import AutotuneRecord, CompileEvent, RuntimeEvent
 from ..core.messages import torch_version
 from ..core.recorder import ObservedBlock, Subscription
-from ..core.records import AutotuneRecord, CompileEvent, RuntimeEvent
-from ..errors import InvalidKnobValue, KnobsError, StallDuringServing, StallWarning
+from ..errors import InvalidKnobValue, KnobsError
+from .errors import StallDuringServing, StallWarning
 from .latency import Latencies
 from .sampled_profiler import QUIET_AFTER, SampledProfiler, _sampling_profiler
 from .signature import _signature
@@ -52,7 +53,7 @@ SAMPLE_EVERY = 16
 #: With ``on="warn"``, every this many stalls one more warning sums them up by cause.
 SUMMARY_EVERY = 100
 
-# The clocks the guard (and so ``ik.warmup``) reads: wall time and the thread's CPU time.  Module
+# The clocks the guard (and so ``ik.serving.warmup``) reads: wall time and the thread's CPU time.  Module
 # attributes so that tests can drive them with a fake clock instead of sleeping.
 _clock = time.perf_counter
 _thread_clock = time.thread_time
@@ -61,14 +62,14 @@ _thread_clock = time.thread_time
 class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
     """Time every call of a served callable; report, warn or raise on a call over the threshold, naming its causes.
 
-    Use it as the callable (``served = ik.no_stalls(model)``, then ``served(x)``), around a block of
-    calls (``with ik.no_stalls(model) as served:``; the hooks are installed once for the block instead
+    Use it as the callable (``served = ik.serving.no_stalls(model)``, then ``served(x)``), around a block of
+    calls (``with ik.serving.no_stalls(model) as served:``; the hooks are installed once for the block instead
     of at every call), or wrap another callable with :meth:`wrap`.
 
     Args:
         fn: the compiled callable to serve (``torch.compile``/``ik.compile`` result, or any callable).
-        on: ``"raise"`` (default): :class:`~inductor_knobs.errors.StallDuringServing` after the call
-            (its result is lost); ``"warn"``: a :class:`~inductor_knobs.errors.StallWarning`;
+        on: ``"raise"`` (default): :class:`~inductor_knobs.serving.errors.StallDuringServing` after the call
+            (its result is lost); ``"warn"``: a :class:`~inductor_knobs.serving.errors.StallWarning`;
             ``"record"``: only :attr:`stalls`.
         threshold_ms: a call over this many milliseconds is a stall (float > 0).  Default: ``factor``
             x the baseline.
@@ -87,7 +88,7 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         profile: ``"new-shapes"`` (default, the sampled mode above), ``"all"`` (every call; a few ms
             each) or ``"off"`` (hooks only: per-shape ATen costs are then ``unattributed``).
         window: calls in each shape's running median (int >= 1; default 31).
-        warmup: an ``ik.warmup`` report (:class:`~inductor_knobs.serving.warmup_report.WarmupReport`): the shapes
+        warmup: an ``ik.serving.warmup`` report (:class:`~inductor_knobs.serving.warmup_report.WarmupReport`): the shapes
             it warmed count as seen, with their steady-state times as medians, so the sampled
             profiler (a few ms a call) profiles only shapes warm-up never met.  This, not the
             report's ``steady_state_ms`` (a median over shapes), is the baseline to give a guard.
@@ -97,7 +98,7 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         max_shapes: input shapes with their own median and limit (int >= 1; default 1024).  Past it the
             least recently judged shape is forgotten: its next call is judged as a new shape.
         quiet_after: profiled new-shape calls in a row that must be fast before new shapes stop being
-            profiled (default 8; ``math.inf``: profile every new shape, as ``ik.warmup`` does).
+            profiled (default 8; ``math.inf``: profile every new shape, as ``ik.serving.warmup`` does).
 
     Attributes:
         stalls: the recent :class:`Stall` s, in call order (``history`` of them).
@@ -119,7 +120,7 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
             and the torch version).
         StallDuringServing: ``on="raise"`` and a call stalled.
 
-    Relies on the hooks of :mod:`inductor_knobs.core.observe` (torch 2.4-2.15; GEMM autotune records
+    Relies on the hooks of :mod:`inductor_knobs.core.observers` (torch 2.4-2.15; GEMM autotune records
     need 2.5+), ``torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True)``
     and the patch module's ``per_shape_ops`` (profiler op names per release).
     """
@@ -161,7 +162,7 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         if not isinstance(synchronize, bool):
             raise _invalid("synchronize", synchronize, "True or False")
         if warmup is not None and not isinstance(getattr(warmup, "shape_seconds", None), Mapping):
-            raise _invalid("warmup", warmup, "the report ik.warmup(...) returned, or None")
+            raise _invalid("warmup", warmup, "the report ik.serving.warmup(...) returned, or None")
         if fn is not None and not callable(fn):
             raise _invalid("fn", fn, "a callable (the compiled model or function to serve)")
         self.fn = fn
@@ -322,9 +323,9 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
     def _react(self, stall: Stall) -> None:
         if self.on == "record":
             return
-        message = f"stall during serving (inside ik.no_stalls): {stall.summary()}"
+        message = f"stall during serving (inside ik.serving.no_stalls): {stall.summary()}"
         if self.on == "raise":
-            raise StallDuringServing(f"stall during serving (inside ik.no_stalls): {stall.describe()}", stall)
+            raise StallDuringServing(f"stall during serving (inside ik.serving.no_stalls): {stall.describe()}", stall)
         warnings.warn(message, StallWarning, stacklevel=5)  # one line a stall
         if stall.index and self.stall_count % SUMMARY_EVERY == 0:
             totals = ", ".join(f"{kind} {count}" for kind, (count, _) in self.report().by_cause().items())
@@ -333,7 +334,7 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
 
 
 def profiler_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rounds: int = 3) -> float | None:
-    """Seconds the guard's sampling profiler adds to a call of ``fn`` at a warm shape (``ik.warmup``).
+    """Seconds the guard's sampling profiler adds to a call of ``fn`` at a warm shape (``ik.serving.warmup``).
 
     Interleaved rounds of one plain and one profiled call, each timed from the call to the CUDA
     synchronize (the profiler's enter and exit stay outside, as in the guard); the median of the

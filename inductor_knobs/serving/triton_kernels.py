@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CompileCacheRefused
+from .errors import CompileCacheRefused
 
 #: Stands for a kernel's own directory in its ``.json`` files while in a bundle.
 PLACEHOLDER = "@@inductor_knobs_triton_kernel_dir@@"
@@ -156,7 +156,7 @@ def unpack(label: str, manifest: Any, payload: bytes) -> tuple[bytes, tuple[Kern
     except (KeyError, TypeError, ValueError) as err:
         raise CompileCacheRefused(
             f"{label} refused: its Triton kernels entry does not read back ({err}); nothing was written. "
-            "Rebuild the bundle with ik.save_serving_bundle"
+            "Rebuild the bundle with ik.serving.save_serving_bundle"
         ) from err
     return payload[:start], tuple(kernels)
 
@@ -281,7 +281,7 @@ def _check_name(label: str, where: str, name: Any) -> None:
         raise CompileCacheRefused(
             f"{label} refused: its Triton kernels entry names {where} {name!r}, not a plain name (allowed: 1-{NAME_MAX} "
             "letters, digits, '_', '-', '.', not starting with '.'; no '/', '..' or absolute path): a tampered or "
-            "foreign bundle; nothing was written. Rebuild the bundle with ik.save_serving_bundle"
+            "foreign bundle; nothing was written. Rebuild the bundle with ik.serving.save_serving_bundle"
         )
 
 
@@ -290,7 +290,7 @@ def _check_group(label: str, where: str, name: str, data: bytes) -> None:
     if problem is not None:
         raise CompileCacheRefused(
             f"{label} refused: its Triton kernels entry {where} file {name!r} names {problem!r}, not a file of its own "
-            "directory: a tampered or foreign bundle; nothing was written. Rebuild the bundle with ik.save_serving_bundle"
+            "directory: a tampered or foreign bundle; nothing was written. Rebuild the bundle with ik.serving.save_serving_bundle"
         )
 
 

@@ -1,4 +1,4 @@
-"""``ik.warmup``: run a compiled callable over representative inputs before traffic, and say what is still cold.
+"""``ik.serving.warmup``: run a compiled callable over representative inputs before traffic, and say what is still cold.
 
 Why a new shape can stall: Dynamo guards on what it specialised (a static size, or the range
 and 0/1-specialisation of a dynamic one); a guard failure recompiles the frame, and Inductor then
@@ -6,7 +6,7 @@ lowers every GEMM again and autotunes any ``op(shapes)`` whose timings are not i
 cache.  ``warmup`` runs the compiled callable over representative inputs so that all of that
 happens before traffic, and reports what each input caused (:mod:`inductor_knobs.serving.warmup_report`);
 probes at shapes it did not warm tell what is still cold, and the standard fixes.  During traffic,
-``ik.no_autotune`` (:mod:`inductor_knobs.serving.autotune_guard`) proves it.
+``ik.serving.no_autotune`` (:mod:`inductor_knobs.serving.autotune_guard`) proves it.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def warmup(
     host_share = statistics.median(shares) if shares and calls_per_input > 1 else None
     if host_share is not None and host_share >= HOST_BOUND and any(_on_cuda(sig) for sig in guard.seen_shapes()):
         fixes.append(
-            f"capture one CUDA graph per bucket and serve by replay (ik.capture_cuda_graphs(fn, shapes=buckets, "
+            f"capture one CUDA graph per bucket and serve by replay (ik.serving.capture_cuda_graphs(fn, shapes=buckets, "
             f"factory=...), fn compiled without CUDA graphs): {100 * host_share:.0f}% of a steady call is host work "
             "(Python, kernel launches), so the GPU waits for the host and any host slowdown reaches the response"
         )
@@ -225,19 +225,19 @@ def _cold(
         buckets = suggest_buckets(*low_high)
         step = buckets[1] - buckets[0] if len(buckets) > 1 else 0
         fixes.append(
-            f"pad each request to a bucket (ik.pad_to_bucket(x, buckets, dim=...)) with buckets={list(buckets)} and warm "
+            f"pad each request to a bucket (ik.serving.pad_to_bucket(x, buckets, dim=...)) with buckets={list(buckets)} and warm "
             f"those {len(buckets)} shapes: every request then meets a warm shape, with fewer than {step} padded positions"
         )
-        fixes.append(f"warm every shape in [{low_high[0]}, {low_high[1]}] ({cold_count:,} more calls of ik.warmup)")
+        fixes.append(f"warm every shape in [{low_high[0]}, {low_high[1]}] ({cold_count:,} more calls of ik.serving.warmup)")
     else:
-        fixes.append("pad each request to a few bucket sizes (ik.pad_to_bucket) and warm those sizes")
+        fixes.append("pad each request to a few bucket sizes (ik.serving.pad_to_bucket) and warm those sizes")
     kinds = [c.kind for c in cold]
     if "cudnn_sdpa_plan" in kinds:
         fixes.append(
             "an SDPA backend without per-shape plans: compile and warm under "
             "ik.knobs(sdpa_backends='FLASH_ATTENTION,EFFICIENT_ATTENTION,MATH') (torch.compiler.reset() first); "
             "its steady state can be slower than cuDNN's: measure it (for cuDNN's own avoid-recompile, "
-            "ik.warmup(cudnn_sdpa_trial='module:builder') measures gain and cost on this model)"
+            "ik.serving.warmup(cudnn_sdpa_trial='module:builder') measures gain and cost on this model)"
         )
     if "dynamo_compile" in kinds:
         fixes.append("mark the varying dimension dynamic (torch._dynamo.mark_dynamic or torch.compile(dynamic=True))")

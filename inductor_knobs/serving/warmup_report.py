@@ -1,4 +1,4 @@
-"""What ``ik.warmup`` found: one :class:`WarmupStep` per input and probe, what is still cold, and the :class:`WarmupReport`."""
+"""What ``ik.serving.warmup`` found: one :class:`WarmupStep` per input and probe, what is still cold, and the :class:`WarmupReport`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.records import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
+from ..core.events import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
 from .sdpa_trial import TrialVerdict
 
 
@@ -22,7 +22,7 @@ class WarmupStep:
         last_call_seconds: wall seconds of the last of ``calls_per_input`` calls.
         autotune: the autotune records the input caused (torch 2.5+).
         compiles: the Dynamo compilations it caused, with recompile reasons.
-        causes: the first call's first-call costs, timed (:class:`~inductor_knobs.core.records.RuntimeEvent`:
+        causes: the first call's first-call costs, timed (:class:`~inductor_knobs.core.events.RuntimeEvent`:
             compiles, autotuning, Triton compiles, CUDA graph recordings, profiled per-shape ATen costs
             such as a cuDNN SDPA plan build).
         shape: the item passed to ``factory`` (``shapes=``), or None for ``inputs=``.
@@ -85,18 +85,18 @@ class WarmupReport:
         cold: the per-shape costs the probes paid.
         fixes: the standard fixes for them, the recommended one first.
         recommended_buckets: the bucket sizes of the first fix, when it is padding to buckets.
-        signatures: the input signatures warm-up called (``ik.no_stalls(warmup=report)`` treats them
+        signatures: the input signatures warm-up called (``ik.serving.no_stalls(warmup=report)`` treats them
             as seen, so its sampled profiler leaves warmed shapes alone).
         shape_seconds: per signature, the median seconds of its warm calls (the guard's per-shape
             steady state).
         host_share: the median over inputs of the last call's host part (until the callable
             returned) as a fraction of the whole call, or None with ``calls_per_input=1``.  Near 1,
-            the GPU waits for the host: see the ``ik.capture_cuda_graphs`` fix.
-        profiler_seconds: what ``torch.profiler`` (as ``ik.no_stalls`` samples new shapes) adds to a
+            the GPU waits for the host: see the ``ik.serving.capture_cuda_graphs`` fix.
+        profiler_seconds: what ``torch.profiler`` (as ``ik.serving.no_stalls`` samples new shapes) adds to a
             call at the first input's shape: the median of 3 profiled calls less the median of 3
-            plain ones, interleaved (at least 0), or None without inputs.  ``ik.no_stalls(warmup=...)``
+            plain ones, interleaved (at least 0), or None without inputs.  ``ik.serving.no_stalls(warmup=...)``
             names it ``profiler`` in a profiled stall.
-        trials: fixes measured on this model both ways (``ik.warmup(cudnn_sdpa_trial=...)``): each with its
+        trials: fixes measured on this model both ways (``ik.serving.warmup(cudnn_sdpa_trial=...)``): each with its
             gain, its cost and whether ``fixes`` recommends it (only where it measured a gain).
     """
 
@@ -137,7 +137,7 @@ class WarmupReport:
             host = "" if self.host_share is None else f", {100 * self.host_share:.0f}% of it host work (Python, kernel launches)"
             lines.append(f"steady state: {self.steady_state_ms:.3f} ms per call (median of the warm calls){host}")
         if self.profiler_seconds is not None:
-            lines.append(f"profiling a call (ik.no_stalls does at new shapes) adds {1000 * self.profiler_seconds:.2f} ms")
+            lines.append(f"profiling a call (ik.serving.no_stalls does at new shapes) adds {1000 * self.profiler_seconds:.2f} ms")
         lines += [f"COLD: {c.text}" for c in self.cold]
         if self.probes and not self.cold:
             lines.append("no per-shape cost at the probes: shapes between the warmed ones cost what warm ones do")

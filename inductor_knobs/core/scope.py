@@ -55,7 +55,7 @@ class Lived:
     ``life`` is what its entries carry; ``own_life`` is the record's own, made with it and ended
     first thing by its revert, so a record applied outside a block (a lazily compiled backward's)
     lasts while it is applied.  A block sets each of its records' ``life`` to the block's
-    (:mod:`inductor_knobs.core.context`), which ends at the block's exit only: reverting the block
+    (:mod:`inductor_knobs.core.blocks`), which ends at the block's exit only: reverting the block
     to unwind one entered before it, then applying it again, leaves it alive in contexts that copied
     it.  Subclasses declare both slots.
     """

@@ -2,9 +2,9 @@
 
 Every process-wide patch inductor_knobs makes to torch (the ``is_big_gpu`` gate wrapper, the
 compile interception, the autotune observers' hooks, the emulator's SM view) is a
-:class:`SharedPatch`: install steps (:data:`~inductor_knobs.core._undo.Step`) run by
-:func:`~inductor_knobs.core._undo.apply_all` when the first user arrives, and undone by
-:func:`~inductor_knobs.core._undo.revert_all` when the last user leaves: the same undo mechanism as a
+:class:`SharedPatch`: install steps (:data:`~inductor_knobs.core.undo.Step`) run by
+:func:`~inductor_knobs.core.undo.apply_all` when the first user arrives, and undone by
+:func:`~inductor_knobs.core.undo.revert_all` when the last user leaves: the same undo mechanism as a
 block's own changes, so a step that fails (or a ``KeyboardInterrupt`` between two steps) unwinds
 exactly the steps before it, and an undo that fails does not stop the others.
 
@@ -29,7 +29,7 @@ from typing import Any
 import wrapt
 
 from ..errors import ExternalChangeWarning
-from ._undo import SAFE_EXIT, Step, Undo, apply_all, revert_all
+from .undo import SAFE_EXIT, Step, Undo, apply_all, revert_all
 
 
 class SharedPatch:
