@@ -93,7 +93,8 @@ def _release_knobs(version: str) -> list[dict[str, Any]]:
 
 
 def _serving() -> dict[str, Any]:
-    """What ``ik.serving.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it exists."""
+    """What ``ik.serving.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it
+    exists."""
     from .core import torch_compat
     from .core.events import CAUSES
     from .core.observers import _triton_compilation, can_record_autotune, runtime_hook_status
@@ -312,7 +313,7 @@ PRECEDENCE = "emulation > knob > options > mode > process default"
 
 def _precedence(version: str) -> dict[str, Any]:
     """What decides an Inductor config value at compile time, and what beats a knob here."""
-    from .core.attestation import foreign_setattr
+    from .core.changes import foreign_setattr
 
     patches = torch_compat.select(version, strict=False)
     cfg = importlib.import_module("torch._inductor.config")

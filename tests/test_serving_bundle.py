@@ -1,4 +1,5 @@
-"""ik.serving.save_serving_bundle / ik.serving.load_serving_bundle: a fresh process serves with every Inductor compile a cache hit,
+"""ik.serving.save_serving_bundle / ik.serving.load_serving_bundle: a fresh process serves with every Inductor compile a cache
+hit,
 proven from torch's own counters and the attestations; and every bundle that does not fit is refused with nothing loaded.
 
 The bundle is built once per module in a subprocess (bundle_worker.py), and loaded in a second fresh process

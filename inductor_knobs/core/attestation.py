@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import KnobNotApplied, KnobNotAppliedWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
-from .changes import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
+from .changes import SETTINGS, SETTINGS_MODULE, diagnose, read_setting, setting_matches
 from .events import current_compile_id
 from .knobs import CACHE_BYPASS_KEY, cache_rule
 from .scope import Life, ScopedSlot
@@ -380,27 +380,3 @@ def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     inputs = args[1] if len(args) > 1 else kwargs.get("example_inputs", ())
     devices = {t.device for t in inputs or () if isinstance(t, torch.Tensor) and t.device.type == "cuda"}
     return sorted(devices, key=str)
-
-
-def diagnose(patches: TorchPatches, cfg: Any, key: str) -> str:
-    """Why ``cfg.key`` does not hold the value set, as ``"<kind>: <details>"``."""
-    forcing = patches.forcing_env_var(cfg, key)
-    if forcing:
-        return f"env-forced: the environment variable {forcing} forces it (torch's env_name_force beats every override)"
-    implied = patches.implied_by(cfg, key)
-    if implied:
-        return f"implication: {implied} implies it (torch 2.15 config implications beat every override)"
-    foreign = foreign_setattr(cfg)
-    if foreign:
-        return f"foreign __setattr__: {foreign}"
-    return "changed: code outside inductor_knobs changed it inside the compile"
-
-
-def foreign_setattr(cfg: Any) -> str | None:
-    """A description of a replaced ``__setattr__`` on ``cfg``'s class (Unsloth does this), or None."""
-    setter = getattr(type(cfg), "__setattr__", None)
-    code = getattr(setter, "__code__", None)
-    if code is None or code.co_filename.replace("\\", "/").endswith("torch/utils/_config_module.py"):
-        return None
-    where = f"{code.co_filename}:{code.co_firstlineno}"
-    return f"{getattr(cfg, '__name__', cfg)}.__setattr__ is {getattr(setter, '__qualname__', setter)} from {where}, not torch's"

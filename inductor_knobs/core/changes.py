@@ -17,7 +17,6 @@ from typing import Any
 from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied, SettingAlreadyRead, SettingKeptWarning
 from ..patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..patches.torch_2_4 import TorchPatches
-from .attestation import diagnose
 from .scope import current_owner, describe_owner
 from .undo import SAFE_EXIT, Change, warn_after_restore
 
@@ -457,3 +456,27 @@ def read_setting(patches: TorchPatches, key: str) -> Any:
 def setting_matches(patches: TorchPatches, key: str, found: Any, asked: Any) -> bool:
     """Whether setting ``key`` read back as ``found`` is the knob's value ``asked``."""
     return SETTINGS[key].matches(patches, found, asked)
+
+
+def diagnose(patches: TorchPatches, cfg: Any, key: str) -> str:
+    """Why ``cfg.key`` does not hold the value set, as ``"<kind>: <details>"``."""
+    forcing = patches.forcing_env_var(cfg, key)
+    if forcing:
+        return f"env-forced: the environment variable {forcing} forces it (torch's env_name_force beats every override)"
+    implied = patches.implied_by(cfg, key)
+    if implied:
+        return f"implication: {implied} implies it (torch 2.15 config implications beat every override)"
+    foreign = foreign_setattr(cfg)
+    if foreign:
+        return f"foreign __setattr__: {foreign}"
+    return "changed: code outside inductor_knobs changed it inside the compile"
+
+
+def foreign_setattr(cfg: Any) -> str | None:
+    """A description of a replaced ``__setattr__`` on ``cfg``'s class (Unsloth does this), or None."""
+    setter = getattr(type(cfg), "__setattr__", None)
+    code = getattr(setter, "__code__", None)
+    if code is None or code.co_filename.replace("\\", "/").endswith("torch/utils/_config_module.py"):
+        return None
+    where = f"{code.co_filename}:{code.co_firstlineno}"
+    return f"{getattr(cfg, '__name__', cfg)}.__setattr__ is {getattr(setter, '__qualname__', setter)} from {where}, not torch's"

@@ -1,4 +1,5 @@
-"""Fixes of torch bugs that a later torch release fixed, held while ``ik.serving.warmup`` and ``ik.serving.load_serving_bundle`` run.
+"""Fixes of torch bugs that a later torch release fixed, held while ``ik.serving.warmup`` and
+``ik.serving.load_serving_bundle`` run.
 
 The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches._fixes`:
 on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again).  They

@@ -182,7 +182,8 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
         raise
     except (KeyError, TypeError, ValueError, KnobsError) as err:
         raise CompileCacheRefused(
-            f"{label} refused: its serving section does not read back ({err!r}); rebuild the bundle with ik.serving.save_serving_bundle"
+            f"{label} refused: its serving section does not read back ({err!r}); "
+            "rebuild the bundle with ik.serving.save_serving_bundle"
         ) from err
 
 

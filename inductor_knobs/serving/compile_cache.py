@@ -167,7 +167,8 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     header, payload = read_file(where, allow_unsafe, label)
     if isinstance(header.get("serving"), dict) and header["serving"].get("aot") is not None:
         raise CompileCacheRefused(
-            f"{label} refused: an AOT serving bundle holds a package, not torch's caches; load it with ik.serving.load_serving_bundle"
+            f"{label} refused: an AOT serving bundle holds a package, not torch's caches; "
+            "load it with ik.serving.load_serving_bundle"
         )
     refuse_differences(label, header, identity(_knobs_of(knobs)))
     check_payload(label, header, payload)

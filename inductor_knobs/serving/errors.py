@@ -54,7 +54,8 @@ class CompileCacheRefused(KnobsError, RuntimeError):
 
 
 class ColdStartCompiled(KnobsError, RuntimeError):
-    """``ik.serving.load_serving_bundle(on_cold="raise")``: loading the bundle compiled, autotuned or Triton-compiled something cold.
+    """``ik.serving.load_serving_bundle(on_cold="raise")``: loading the bundle compiled, autotuned or Triton-compiled something
+    cold.
 
     The bundle was accepted and loaded, and the model is compiled and ready, but the bundle did not
     cover it (another model or input, another grad mode, an artifact torch could not use); the
@@ -76,7 +77,8 @@ class StallWarning(KnobsWarning):
 
 
 class ColdStartWarning(KnobsWarning):
-    """``ik.serving.load_serving_bundle(on_cold="warn")``: loading the bundle compiled something cold (see :class:`ColdStartCompiled`)."""
+    """``ik.serving.load_serving_bundle(on_cold="warn")``: loading the bundle compiled something cold (see
+    :class:`ColdStartCompiled`)."""
 
 
 class AutotuneDuringServingWarning(KnobsWarning):

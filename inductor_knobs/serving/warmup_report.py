@@ -1,4 +1,5 @@
-"""What ``ik.serving.warmup`` found: one :class:`WarmupStep` per input and probe, what is still cold, and the :class:`WarmupReport`."""
+"""What ``ik.serving.warmup`` found: one :class:`WarmupStep` per input and probe, what is still cold, and the
+:class:`WarmupReport`."""
 
 from __future__ import annotations
 
