@@ -97,7 +97,7 @@ def _serving() -> dict[str, Any]:
     exists."""
     from .core import torch_compat
     from .core.events import CAUSES
-    from .core.observers import _triton_compilation, can_record_autotune, runtime_hook_status
+    from .core.observers import triton_compilation, can_record_autotune, runtime_hook_status
 
     patches = torch_compat.installed(strict=False)
     hooks = [{"cause": kind, "hook": path, "available": ok} for kind, path, ok in runtime_hook_status()]
@@ -114,7 +114,7 @@ def _serving() -> dict[str, Any]:
         {
             "cause": "triton_load",
             "hook": "triton.knobs.compilation.listener (Triton 3.4+: tells a Triton compile from a hit in Triton's cache)",
-            "available": _triton_compilation() is not None,
+            "available": triton_compilation() is not None,
             "missing": "MISSING (no Triton, or Triton < 3.4): every timed precompile is named triton_compile",
         }
     )

@@ -115,7 +115,7 @@ def start_up() -> list[str]:
 
     from .core import torch_compat
     from .core.changes import SETTINGS, hold_env
-    from .core.messages import torch_version
+    from .errors import torch_version
 
     knobs = env_knobs()
     emulation_or_hint(None)
@@ -297,12 +297,12 @@ def _refuse_under_a_process_global_block() -> None:
     found: activation's value).  Refuse instead, changing nothing; from 2.12 the block's value is its own
     thread's override and activation is reverted under it exactly."""
     from .core import torch_compat
-    from .core.blocks import _LIVE
-    from .core.messages import torch_version
+    from .core.blocks import live_blocks
+    from .errors import torch_version
 
     if torch_compat.installed(strict=False).config_is_thread_local:
         return
-    blocks = [frame.context for frame in list(_LIVE.values()) if frame.context.changes_config]
+    blocks = [block for block in live_blocks() if block.changes_config]
     if blocks:
         raise KnobsError(
             f"deactivate_env() while {blocks[-1]!r} is active: on this torch ({torch_version()}) Inductor config is "

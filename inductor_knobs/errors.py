@@ -1,4 +1,4 @@
-"""Exceptions and warnings raised by inductor_knobs.
+"""The exceptions and warnings of inductor_knobs, and how their messages name the installed torch and a close name.
 
 Every error the package raises on purpose derives from :class:`KnobsError`, so
 ``except inductor_knobs.errors.KnobsError`` catches them all.  Leaves also derive
@@ -8,6 +8,10 @@ is the readable message rather than a quoted key).
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from importlib import metadata
 
 
 class KnobsError(Exception):
@@ -133,3 +137,26 @@ class EmulationWarning(KnobsWarning):
 class StaleConfigHashWarning(KnobsWarning):
     """Env activation changed process-wide defaults after other threads may have compiled (torch 2.12+
     caches each thread's config hash, so those threads would use their old cache key)."""
+
+
+def torch_version() -> str:
+    """The installed torch's ``__version__``; read from package metadata if torch is not imported yet.
+
+    Metadata can lack the local tag (``2.11.0`` for ``2.11.0+cu130``), so an imported torch wins.
+    """
+    if "torch" in sys.modules:
+        return str(sys.modules["torch"].__version__)
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def unknown_message(kind: str, name: str, known: Iterable[str]) -> str:
+    """``unknown <kind> <name> on torch <version>; did you mean ...? Known: ...``: the message of an unknown name."""
+    import difflib
+
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} {name!r} on torch {torch_version()}{hint} Known: {', '.join(sorted(known))}"

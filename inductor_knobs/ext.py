@@ -15,10 +15,10 @@ imports a private module or a private name of the core (``tests/test_contract.py
 from __future__ import annotations
 
 from .core.files import atomic_write, unsafe_directories, who, write_json
-from .core.knobs import _canonical as canonical_json
-from .core.messages import _unknown_message as unknown_message
+from .core.knobs import canonical_json
 from .core.patching import SharedPatch, present, resolve, wrap_attribute
 from .core.scope import describe_owner
+from .errors import unknown_message as unknown_message
 
 __all__ = [
     "SharedPatch",

@@ -6,7 +6,7 @@ covers.  :mod:`inductor_knobs.core.torch_compat` discovers the modules here with
 supporting a new torch release means adding one file (subclass the newest module, set
 ``torch_range`` and the fingerprints it saw) and nothing else.
 
-``TorchPatches`` is assembled from one base module per concern (``_gate``, ``_config_storage``,
-``_gemm_backends``, ``_emulation``, ``_process_settings``, ``_hooks``, ``_release_tables``).  Their
-names start with ``_``: they define no ``PATCHES`` and discovery skips them.
+``TorchPatches`` is assembled from one base module per concern (``gate``, ``config_storage``,
+``gemm_backends``, ``emulation``, ``process_settings``, ``hooks``, ``features``, ``fixes``,
+``release_tables``).  They define no ``PATCHES``; discovery reads only the ``torch_*`` modules.
 """

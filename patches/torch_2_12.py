@@ -49,8 +49,8 @@ from packaging.specifiers import SpecifierSet
 
 from .torch_2_8 import Torch28
 
-_BACKENDS = frozenset({"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "CKTILE", "CPP"})
-_GATED = frozenset({"TRITON", "CUTLASS", "CUTEDSL"})
+BACKENDS = frozenset({"ATEN", "TRITON", "CUTLASS", "CUTEDSL", "NVGEMM", "CK", "CKTILE", "CPP"})
+GATED = frozenset({"TRITON", "CUTLASS", "CUTEDSL"})
 
 
 class Torch212(Torch28):
@@ -60,10 +60,10 @@ class Torch212(Torch28):
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.14")
     config_is_thread_local: ClassVar[bool] = True
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"d29598369aaebd20"})  # 2.12.0-2.13.0
-    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.12": _BACKENDS, "2.13": _BACKENDS}
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.12": BACKENDS, "2.13": BACKENDS}
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {r: "cutlass.cutlass_dir" for r in ("2.12", "2.13")}
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13")}
-    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {r: _GATED for r in ("2.12", "2.13")}
+    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {r: GATED for r in ("2.12", "2.13")}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {r: ("cutlass", "cutlass_api") for r in ("2.12", "2.13")}
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # pytorch#173391: see _fixes
 

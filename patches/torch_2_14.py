@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from .torch_2_8 import _takes_keywords
-from .torch_2_12 import _BACKENDS, _GATED, Torch212
+from .torch_2_8 import takes_keywords
+from .torch_2_12 import BACKENDS, GATED, Torch212
 
 
 class Torch214(Torch212):
@@ -38,10 +38,10 @@ class Torch214(Torch212):
     name: ClassVar[str] = "torch_2_14"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.14,<2.15")
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"e9e500a1f4feee94"})  # 2.14.0-2.14.1
-    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": _BACKENDS}
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": BACKENDS}
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.14": "cutlass.cutlass_dir"}
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.14": 6}
-    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": _GATED}
+    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.14": GATED}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.14": ("cutlass", "cutlass.operators")}
     green_context_api: ClassVar[str | None] = "constructor"
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": False}
@@ -53,7 +53,7 @@ class Torch214(Torch212):
     def _green_api_problem(self, green: Any) -> str | None:
         """2.14+: the class itself is the constructor, ``GreenContext(num_sms=, device_id=)``
         (``torch/cuda/green_contexts.py:GreenContext.__init__``)."""
-        if isinstance(green, type) and _takes_keywords(green, "num_sms", "device_id"):
+        if isinstance(green, type) and takes_keywords(green, "num_sms", "device_id"):
             return None
         return "a GreenContext without the GreenContext(num_sms=, device_id=) constructor"
 

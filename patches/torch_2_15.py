@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from .torch_2_12 import _BACKENDS, _GATED
+from .torch_2_12 import BACKENDS, GATED
 from .torch_2_14 import Torch214
 
 
@@ -44,10 +44,10 @@ class Torch215(Torch214):
     name: ClassVar[str] = "torch_2_15"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.15,<2.16")
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"e9e500a1f4feee94"})  # 2.15.0 (as 2.14)
-    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.15": _BACKENDS | {"FLYDSL"}}
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.15": BACKENDS | {"FLYDSL"}}
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.15": "cutlass.cutlass_dir"}
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.15": 6}
-    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.15": _GATED | {"FLYDSL"}}
+    gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.15": GATED | {"FLYDSL"}}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.15": ("cutlass", "cutlass.operators")}
     gate_checked_last: ClassVar[bool] = True
     config_patch_restores_unset: ClassVar[bool] = True

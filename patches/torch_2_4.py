@@ -26,15 +26,15 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from ._config_storage import ConfigStorage
-from ._config_storage import _as_types as _as_types  # re-exported: torch_2_6 imports it from here
-from ._emulation import SmallGpuEmulation
-from ._features import KnobFeatures
-from ._fixes import TorchFixes
-from ._gate import SmGate
-from ._gemm_backends import GemmBackends
-from ._hooks import TorchHooks
-from ._process_settings import ProcessSettings
+from .config_storage import ConfigStorage
+from .config_storage import as_types as as_types  # re-exported: torch_2_6 imports it from here
+from .emulation import SmallGpuEmulation
+from .features import KnobFeatures
+from .fixes import TorchFixes
+from .gate import SmGate
+from .gemm_backends import GemmBackends
+from .hooks import TorchHooks
+from .process_settings import ProcessSettings
 
 
 class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures, TorchFixes):

@@ -108,7 +108,7 @@ class Torch28(Torch27):
     def _green_api_problem(self, green: Any) -> str | None:
         """2.11-2.13: ``GreenContext.create`` takes ``num_sms`` and ``device_id`` (positional-or-keyword
         in 2.11, keyword-only from 2.12: ``torch/cuda/green_contexts.py:GreenContext.create``)."""
-        if _takes_keywords(getattr(green, "create", None), "num_sms", "device_id"):
+        if takes_keywords(getattr(green, "create", None), "num_sms", "device_id"):
             return None
         return "a GreenContext without create(num_sms=, device_id=)"
 
@@ -123,7 +123,7 @@ class Torch28(Torch27):
         return driver_split_sms(device_index, sms)
 
 
-def _takes_keywords(fn: Any, *names: str) -> bool:
+def takes_keywords(fn: Any, *names: str) -> bool:
     """Whether ``fn`` is callable with each of ``names`` as a keyword argument (named, not ``**kwargs``)."""
     if not callable(fn):
         return False

@@ -172,7 +172,7 @@ def release_held_locks() -> list[str]:
         "observers": observers.OBSERVER_HOOKS.lock,
         # before torch 2.12 every config block takes a Claim (a hang seen in test_stateful on 2.10.0)
         "claims": changes._HOLDERS_LOCK,
-        "process asks": attestation._PROCESS_LOCK,
+        "process asks": attestation.PROCESS_ASKED_LOCK,
         "event subscribers": events._LOCK,
     }
     held = []

@@ -187,7 +187,7 @@ def assert_locks_free(bound: float = HANG_BOUND_S) -> None:
         "sm view": sm_view.SM_VIEW_PATCH.lock,
         "installs waiting for an import": patching._WAITING_LOCK,
         "claims": changes._HOLDERS_LOCK,
-        "process asks": attestation._PROCESS_LOCK,
+        "process asks": attestation.PROCESS_ASKED_LOCK,
         "event subscribers": events._LOCK,
         "environment variables": changes._ENV_LOCK,
         "triton counts": observers._TRITON_LOCK,

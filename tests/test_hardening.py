@@ -46,7 +46,7 @@ def torch_state(patches) -> dict[str, object]:
     state["frames"] = len(blocks._FRAMES.get())
     # what the wrapper and the interception would apply at the next compile
     state["gate override"] = (gate._STATE.scoped.get(True), gate._STATE.scoped.get(False), gate._STATE.process_default)
-    state["asked"] = (attestation._SCOPED.get(True), attestation._SCOPED.get(False), dict(attestation._PROCESS))
+    state["asked"] = (attestation.SCOPED_ASKED.get(True), attestation.SCOPED_ASKED.get(False), dict(attestation.PROCESS_ASKED))
     return state
 
 

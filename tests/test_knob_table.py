@@ -26,7 +26,7 @@ from inductor_knobs.errors import InvalidKnobValue, NotSupportedOnThisTorch
 WORKER = Path(__file__).with_name("knob_table_worker.py")
 RELEASE = torch_compat.release_of(torch.__version__)
 #: Before 2.6 there is no ``cache_key_tag``: a salted knob switches the FX graph cache off instead
-#: (``patches/_config_storage.py`` ``cache_salt``), so its compile neither hits nor misses.
+#: (``patches/config_storage.py`` ``cache_salt``), so its compile neither hits nor misses.
 SALT_TURNS_CACHE_OFF = ("torch._inductor.config", "fx_graph_cache", False) in torch_compat.installed().cache_salt("t")
 
 #: A value of each knob that changes what this CPU-only torch compiles or runs, or None where it cannot be set here

@@ -122,12 +122,12 @@ def test_forward_lazy_backward_and_recompile_keep_the_knobs(seen, fake_gpu):
 def test_gate_verdict_is_attested_per_cuda_device(fake_gpu):
     """The verdict comes from the wrapper's own rule, per CUDA device the graph's inputs live on."""
     fake_gpu(40)
-    snapshot = attestation._Snapshot(
+    snapshot = attestation.Snapshot(
         ik.core.torch_compat.installed(), {}, gate.Override(41), {}, (), None
     )  # torch_compat reached through the package
     with ik.knobs(min_sms=41):
         inputs = [torch.empty(1, device="meta")]
-        attested = attestation._attest(snapshot, (None, inputs), {})
+        attested = attestation.attest(snapshot, (None, inputs), {})
         assert attested.gate == () and attested.gate_problem is None
         assert gate.verdict(0, gate.Override(41)) == gate.Verdict("cuda:0", 40, 41, False)
         assert gate.verdict(0, gate.Override(40)).verdict is True

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import inside_compile
-from inductor_knobs.patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR as VAR
+from inductor_knobs.patches.features import CUDNN_SDPA_AVOID_RECOMPILE_VAR as VAR
 
 import inductor_knobs as ik
 from inductor_knobs.core import torch_compat

@@ -96,7 +96,7 @@ def test_a_missing_hook_warns_and_doctor_lists_it(monkeypatch):
 
 
 def _names_recompile_reasons() -> bool:
-    """torch 2.4 has no side-effect-free guard-failure reader (patches/_hooks.py: recompile_reasons_of)."""
+    """torch 2.4 has no side-effect-free guard-failure reader (patches/hooks.py: recompile_reasons_of)."""
     from packaging.version import Version
 
     return Version(torch_compat.release_of(torch.__version__)) >= Version("2.5")

@@ -1,4 +1,4 @@
-"""Fixes of torch bugs (patches/_fixes.py, core/torch_fixes.py): which releases get them, what the fix does to a
+"""Fixes of torch bugs (patches/fixes.py, core/torch_fixes.py): which releases get them, what the fix does to a
 warm-loaded kernel, and that it is installed on torch's class only while a warm-up or bundle load holds it."""
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ def benchmarks_in_turn(
         OSError: the lock file cannot be opened (nothing is installed then).
 
     Relies on the installed torch's ``autotune_benchmark_hooks``, ``autotune_timing_hooks`` and
-    ``autotune_event_hooks`` (``patches/_hooks.py``, ``patches/torch_2_8.py``), each installed only where it
+    ``autotune_event_hooks`` (``patches/hooks.py``, ``patches/torch_2_8.py``), each installed only where it
     exists (imports torch and its Inductor).  Nothing is installed when ``path`` is None and ``queue_us`` 0.
     """
     if path is None and queue_us <= 0:

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.knobs import ENV_PREFIX, Knobs
-from ..core.messages import torch_version
 from ..core.plan import plan
-from ..errors import InvalidKnobValue, KnobsError, UnknownKnob
+from ..errors import InvalidKnobValue, KnobsError, UnknownKnob, torch_version
 from ..ext import unknown_message as _unknown_message
 
 COMPILE_ARGS = ("mode", "dynamic", "fullgraph")

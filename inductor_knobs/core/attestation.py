@@ -187,12 +187,12 @@ class Asked:
 #: One block's asked values, by (module, key), with the block's life.
 Layer = tuple[Life, Mapping[tuple[str, str], Asked]]
 #: The layers of this thread's/task's blocks, innermost last (a child context keeps its copy after they exit).
-_SCOPED: ScopedSlot[tuple[Layer, ...]] = ScopedSlot("inductor_knobs.core.attestation", ())
-_PROCESS: dict[tuple[str, str], Asked] = {}
-_PROCESS_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
+SCOPED_ASKED: ScopedSlot[tuple[Layer, ...]] = ScopedSlot("inductor_knobs.core.attestation", ())
+PROCESS_ASKED: dict[tuple[str, str], Asked] = {}
+PROCESS_ASKED_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
 
 
-def _merge(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
+def merge_asked(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
     merged = dict(base)
     for slot, asked in top.items():
         if slot not in merged or asked.rank >= merged[slot].rank:
@@ -205,10 +205,10 @@ def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
 
     A block that has exited asks nothing, even where a child task or copied context still holds its layer.
     """
-    merged = dict(_PROCESS)
-    for life, values in _SCOPED.scopes[patches.config_is_thread_local].get():
+    merged = dict(PROCESS_ASKED)
+    for life, values in SCOPED_ASKED.scopes[patches.config_is_thread_local].get():
         if life.alive:
-            merged = _merge(merged, values)
+            merged = merge_asked(merged, values)
     return merged
 
 
@@ -218,7 +218,7 @@ def by_slot(asked: Iterable[Asked]) -> dict[tuple[str, str], Asked]:
 
 
 @dataclass
-class _Snapshot:
+class Snapshot:
     """What was asked when Inductor started compiling one graph (for its inner compiles).
 
     ``asked`` has the cache salt as config values (:func:`~inductor_knobs.core.interception._with_salt`);
@@ -240,7 +240,7 @@ class _Snapshot:
     attested: int = 0
 
 
-def _attest_cache_hit(snapshot: _Snapshot, config_patches: Mapping[str, Any], args: tuple[Any, ...]) -> None:
+def attest_cache_hit(snapshot: Snapshot, config_patches: Mapping[str, Any], args: tuple[Any, ...]) -> None:
     """Attest a compile that AOTAutograd's cache served whole (no inner compile ran).
 
     The values are read under the same ``config.patch(config_patches)`` that ``compile_fx`` applied
@@ -248,7 +248,7 @@ def _attest_cache_hit(snapshot: _Snapshot, config_patches: Mapping[str, Any], ar
     """
     cfg = importlib.import_module(INDUCTOR_CONFIG)
     with cfg.patch(dict(config_patches)), choices_for(snapshot):
-        attestation = served_from_cache(dataclasses.replace(_attest(snapshot, args, {}), graph="cached"), "aot_autograd")
+        attestation = served_from_cache(dataclasses.replace(attest(snapshot, args, {}), graph="cached"), "aot_autograd")
     _deliver(snapshot, attestation)
 
 
@@ -281,7 +281,7 @@ def served_from_cache(attestation: CompileAttestation, cache: str) -> CompileAtt
     return dataclasses.replace(attestation, settings=settings, cache=cache)
 
 
-def choices_for(snapshot: _Snapshot) -> AbstractContextManager[Any]:
+def choices_for(snapshot: Snapshot) -> AbstractContextManager[Any]:
     """The lookup table's choices handler for one compile on this thread, when the snapshot asks for it.
 
     Raises:
@@ -300,7 +300,7 @@ def choices_for(snapshot: _Snapshot) -> AbstractContextManager[Any]:
         ) from None
 
 
-def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompileAttestation:
+def attest(snapshot: Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompileAttestation:
     patches = snapshot.patches
     settings = []
     for (module, key), asked in sorted(snapshot.asked.items()):
@@ -330,13 +330,13 @@ def _same(a: Any, b: Any) -> bool:
     return (type(a) is type(b) and a == b) or (isinstance(a, (int, float)) and not isinstance(a, bool) and a == b)
 
 
-def _deliver(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
+def _deliver(snapshot: Snapshot, attestation: CompileAttestation) -> None:
     """Publish ``attestation`` to the consumers the compile addressed, then enforce it."""
     events.deliver(snapshot.addressed, "attestation", attestation)
-    _enforce(snapshot, attestation)
+    enforce(snapshot, attestation)
 
 
-def _enforce(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
+def enforce(snapshot: Snapshot, attestation: CompileAttestation) -> None:
     """Warn or raise :class:`KnobNotApplied` (by each value's policy) for what did not take effect.
 
     A compile about to raise still publishes its attestation first, so recorders see the mismatch.
@@ -361,7 +361,7 @@ def _enforce(snapshot: _Snapshot, attestation: CompileAttestation) -> None:
         raise KnobNotApplied("; ".join(errors) + ". Fix the cause, leave the knob out, or pass on_mismatch='warn'")
 
 
-def _slot(snapshot: _Snapshot, label: str) -> tuple[str, str]:
+def _slot(snapshot: Snapshot, label: str) -> tuple[str, str]:
     return next(slot for slot, a in snapshot.asked.items() if a.label == label)
 
 

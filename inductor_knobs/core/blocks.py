@@ -40,12 +40,11 @@ import sys
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
-from ..errors import KnobsError, NotBlockOwner
+from ..errors import KnobsError, NotBlockOwner, torch_version
 from . import torch_compat
 from .attestation import unwrap_not_applied
 from .changes import Claim
 from .knobs import Knobs
-from .messages import torch_version
 from .plan import plan
 from .scope import Life, Lived, current_owner, describe_owner
 from .undo import Change, Undo, apply_all, revert_all, reverting
@@ -76,6 +75,11 @@ _FRAMES: contextvars.ContextVar[tuple[_Frame, ...]] = contextvars.ContextVar("in
 _LIVE: dict[int, _Frame] = {}
 #: What before-2.12 blocks claim: Inductor config is one process-wide dict there.
 PROCESS_CONFIG = "torch._inductor.config"
+
+
+def live_blocks() -> list[UndoContext]:
+    """The blocks active now in every thread and task of the process, oldest first (a snapshot)."""
+    return [frame.context for frame in list(_LIVE.values())]
 
 
 def _torch_version() -> str:

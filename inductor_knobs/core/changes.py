@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConcurrentKnobsError, ExternalChangeWarning, KnobNotApplied, SettingAlreadyRead, SettingKeptWarning
-from ..patches._features import CUDNN_SDPA_AVOID_RECOMPILE_VAR
+from ..patches.features import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..patches.torch_2_4 import TorchPatches
 from .scope import current_owner, describe_owner
 from .undo import SAFE_EXIT, Change, warn_after_restore

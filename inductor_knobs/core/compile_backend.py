@@ -30,12 +30,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidKnobValue, UnknownKnob
+from ..errors import InvalidKnobValue, UnknownKnob, torch_version, unknown_message
 from . import torch_compat
 from .attestation import INDUCTOR_CONFIG, AttestedSetting, CompileAttestation
 from .blocks import KnobsContext
 from .knobs import Knobs, config_key
-from .messages import _unknown_message, torch_version
 from .plan import config_values, plan
 from .recorder import Subscription
 
@@ -292,7 +291,7 @@ def compile(
                 f"ik.compile({name}=...) is not accepted on torch {torch.__version__}: ik.compile supplies the backend"
             )
         if name not in allowed:
-            raise UnknownKnob(_unknown_message("torch.compile argument", name, allowed))
+            raise UnknownKnob(unknown_message("torch.compile argument", name, allowed))
     knobs = knobs if knobs is not None else Knobs()
     if not isinstance(knobs, Knobs):
         raise InvalidKnobValue(
@@ -353,7 +352,7 @@ def mode_options(mode: str | None, dynamic: bool | None = None) -> dict[str, Any
 
     known = list(list_mode_options())
     if not isinstance(mode, str) or mode not in known:
-        raise UnknownKnob(_unknown_message("torch.compile mode", mode, known))
+        raise UnknownKnob(unknown_message("torch.compile mode", mode, known))
     return dict(list_mode_options(mode, dynamic))
 
 
@@ -371,7 +370,7 @@ def _normalise(options: Mapping[str, Any] | None) -> dict[str, Any]:
     for key, value in options.items():
         name = str(key).replace("-", "_")
         if name not in keys:
-            raise UnknownKnob(_unknown_message("ik.compile options key (torch._inductor.config)", key, keys).split(" Known:")[0])
+            raise UnknownKnob(unknown_message("ik.compile options key (torch._inductor.config)", key, keys).split(" Known:")[0])
         out[name] = value
     return out
 

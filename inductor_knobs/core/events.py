@@ -370,7 +370,7 @@ def current_compile_id() -> str | None:
     return None if compile_id is None else str(compile_id)
 
 
-def _record(
+def record_event(
     timings: dict[Any, float],
     name: str,
     input_nodes: list[Any],

@@ -56,18 +56,18 @@ from ..errors import DriftWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from .attestation import (
-    _PROCESS,
-    _PROCESS_LOCK,
-    _SCOPED,
+    PROCESS_ASKED,
+    PROCESS_ASKED_LOCK,
+    SCOPED_ASKED,
     CACHE_SALT,
     CHOICES_HANDLER,
     INDUCTOR_CONFIG,
     Asked,
-    _attest,
-    _attest_cache_hit,
-    _enforce,
-    _merge,
-    _Snapshot,
+    attest,
+    attest_cache_hit,
+    enforce,
+    merge_asked,
+    Snapshot,
     choices_for,
     effective_asked,
     served_from_cache,
@@ -130,7 +130,7 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     config_patches = dict(given or {})
     requested, asked = asked, _with_salt(patches, asked)
     overrode = _apply_precedence(patches, asked, config_patches)
-    snapshot = _Snapshot(patches, asked, override, overrode, marks, addressed, requested=requested)
+    snapshot = Snapshot(patches, asked, override, overrode, marks, addressed, requested=requested)
     inner = bound.arguments.get("inner_compile")
     if inner is None:
         inner = inspect.signature(wrapped).parameters["inner_compile"].default
@@ -147,7 +147,7 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
         aot_hits = _cache_hits("aot_autograd", "autograd_cache_hit")
         compiled = wrapped(*bound.args, **bound.kwargs)
         if not snapshot.attested and _cache_hits("aot_autograd", "autograd_cache_hit") > aot_hits:
-            _attest_cache_hit(snapshot, config_patches, bound.args)
+            attest_cache_hit(snapshot, config_patches, bound.args)
         return compiled
     finally:
         _DEPTH.value -= 1
@@ -216,7 +216,7 @@ def _warn_overriding(want: Asked, what: str) -> None:
         )
 
 
-def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., Any]:
+def _attesting(inner: Callable[..., Any], snapshot: Snapshot) -> Callable[..., Any]:
     """``inner`` (Inductor's ``compile_fx_inner``) with the snapshot re-applied if needed, attested."""
 
     def attested_inner_compile(*args: Any, **kwargs: Any) -> Any:
@@ -226,10 +226,10 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
         token = events._MARKS.set(snapshot.marks | events.current_marks())
         try:
             with choices_for(snapshot):  # the lookup table's handler, for this graph's lowering only
-                attestation = _attest(snapshot, args, kwargs)
+                attestation = attest(snapshot, args, kwargs)
                 snapshot.attested += 1
                 hits = _cache_hits("inductor", "fxgraph_cache_hit")
-                _enforce(snapshot, attestation)  # raises before compiling when a knob did not take
+                enforce(snapshot, attestation)  # raises before compiling when a knob did not take
                 warn_unused_table(snapshot, args, kwargs)
                 try:
                     compiled = inner(*args, **kwargs)
@@ -241,7 +241,7 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
                     events.deliver(snapshot.addressed, "attestation", hit)
                     new = [m for m in hit.mismatches if m not in attestation.mismatches]
                     if new:  # what the hit did not apply (the others were told before the compile)
-                        _enforce(snapshot, dataclasses.replace(hit, settings=tuple(new), gate_problem=None))
+                        enforce(snapshot, dataclasses.replace(hit, settings=tuple(new), gate_problem=None))
                 else:
                     events.deliver(snapshot.addressed, "attestation", attestation)
                 return compiled
@@ -253,7 +253,7 @@ def _attesting(inner: Callable[..., Any], snapshot: _Snapshot) -> Callable[..., 
     return attested_inner_compile
 
 
-def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
+def _reapply_changes(snapshot: Snapshot) -> list[Any]:
     """Changes that bring back what the snapshot asked where it no longer holds (a lazily compiled backward).
 
     A backward compiled after the block exited, or on another thread, gets the block's values back;
@@ -271,7 +271,7 @@ def _reapply_changes(snapshot: _Snapshot) -> list[Any]:
     return changes
 
 
-def _config_changes(snapshot: _Snapshot, *, outside_inductor: bool) -> list[Any]:
+def _config_changes(snapshot: Snapshot, *, outside_inductor: bool) -> list[Any]:
     """A change for each asked value that does not hold now; with ``outside_inductor``, only for keys
     outside Inductor's config and the settings (those config_patches cannot set: the cache salt)."""
     patches = snapshot.patches
@@ -281,7 +281,7 @@ def _config_changes(snapshot: _Snapshot, *, outside_inductor: bool) -> list[Any]
             if not outside_inductor and not setting_matches(patches, key, read_setting(patches, key), asked.value):
                 changes.append(SettingChange(patches, key, asked.value, in_compile=True))
         elif module == CHOICES_HANDLER:
-            continue  # installed around each graph's compile (attest.choices_for), not a value to write
+            continue  # installed around each graph's compile (attestation.choices_for), not a value to write
         elif not (outside_inductor and module == INDUCTOR_CONFIG):
             cfg = importlib.import_module(module)
             if patches.read_value(cfg, key) != asked.value:
@@ -354,11 +354,11 @@ class AskChange(InterceptionUse, Lived):
     def apply(self) -> None:
         InterceptionUse.apply(self)  # the interception is in place before anything is asked of it
         if self.process_wide:
-            with _PROCESS_LOCK, SAFE_EXIT:
-                self._prior = dict(_PROCESS)
-                _PROCESS.update(_merge(_PROCESS, self.values))
+            with PROCESS_ASKED_LOCK, SAFE_EXIT:
+                self._prior = dict(PROCESS_ASKED)
+                PROCESS_ASKED.update(merge_asked(PROCESS_ASKED, self.values))
         else:
-            scope = _SCOPED.scopes[self.patches.config_is_thread_local]
+            scope = SCOPED_ASKED.scopes[self.patches.config_is_thread_local]
             below = scope.get()
             self._token = (scope, below)  # the undo first
             scope.set((*below, (self.life, self.values)))  # values is never changed
@@ -368,9 +368,9 @@ class AskChange(InterceptionUse, Lived):
             self.own_life.end()  # first: no context that copied the layer acts on it from here on
             if self.process_wide:
                 if self._prior is not None:
-                    with _PROCESS_LOCK, SAFE_EXIT:
-                        _PROCESS.clear()
-                        _PROCESS.update(self._prior)
+                    with PROCESS_ASKED_LOCK, SAFE_EXIT:
+                        PROCESS_ASKED.clear()
+                        PROCESS_ASKED.update(self._prior)
             elif self._token is not None:
                 self._token[0].set(self._token[1])
         finally:

@@ -21,8 +21,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..errors import InvalidKnobValue, UnknownKnob
-from .messages import _unknown_message, torch_version
+from ..errors import InvalidKnobValue, UnknownKnob, torch_version, unknown_message
 
 ENV_PREFIX = "INDUCTOR_KNOBS_"
 
@@ -342,7 +341,7 @@ def _check_debug_dir(label: str, value: object) -> str | None:
 
 #: The knob table: one row per knob, in the order ``Knobs`` lists them.  Validation, apply and revert,
 #: precedence, cache salting, attestation, ``INDUCTOR_KNOBS_*`` parsing, ``doctor`` and the reference table
-#: all read these rows; nothing else lists knobs.  Release facts are in ``patches/_features.py``.
+#: all read these rows; nothing else lists knobs.  Release facts are in ``patches/features.py``.
 KNOBS: dict[str, Knob] = {
     "min_sms": Knob(
         check_min_sms,
@@ -588,7 +587,7 @@ class Knobs:
         try:
             return object.__getattribute__(self, "_values")[name]
         except KeyError:
-            raise AttributeError(_unknown_message("knob", name, KNOBS)) from None
+            raise AttributeError(unknown_message("knob", name, KNOBS)) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot assign to knob {name!r}: Knobs are immutable (build new ones)")
@@ -613,7 +612,7 @@ class Knobs:
         """
         cached: str | None = object.__getattribute__(self, "_identity")
         if cached is None:
-            cached = json.dumps(_canonical(self.to_dict()), sort_keys=True)
+            cached = json.dumps(canonical_json(self.to_dict()), sort_keys=True)
             object.__setattr__(self, "_identity", cached)  # a cache, not a field: frozen data stays frozen
         return cached
 
@@ -634,7 +633,7 @@ class Knobs:
             )
         for name in kwargs:
             if name not in cls.fields():
-                raise UnknownKnob(_unknown_message("knob", name, cls.fields()))
+                raise UnknownKnob(unknown_message("knob", name, cls.fields()))
         return super().__new__(cls)
 
     @classmethod
@@ -652,7 +651,7 @@ class Knobs:
         """
         for name in kwargs:
             if name not in cls.fields():
-                raise UnknownKnob(_unknown_message("knob", name, cls.fields()))
+                raise UnknownKnob(unknown_message("knob", name, cls.fields()))
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -732,14 +731,14 @@ class Knobs:
         preset = env.get(ENV_PREFIX + "PRESET", "").strip()
         if preset:
             if preset not in PRESETS:
-                raise UnknownKnob(_unknown_message(f"preset ({ENV_PREFIX}PRESET)", preset, PRESETS))
+                raise UnknownKnob(unknown_message(f"preset ({ENV_PREFIX}PRESET)", preset, PRESETS))
             values.update(PRESETS[preset])
         names = {ENV_PREFIX + n.upper(): n for n in cls.fields()}
         for var, raw in env.items():
             if not var.startswith(ENV_PREFIX) or var in _NON_KNOB_VARS or not raw.strip():
                 continue  # an empty value means unset
             if var not in names:
-                raise UnknownKnob(_unknown_message("variable", var, [*names, *_NON_KNOB_VARS]))
+                raise UnknownKnob(unknown_message("variable", var, [*names, *_NON_KNOB_VARS]))
             name = names[var]
             values[name] = KNOBS[name].check(var, KNOBS[name].parse(var, raw))
         return cls(**values)
@@ -757,27 +756,27 @@ def _rebuild(values: dict[str, Any]) -> Knobs:
 
 def value_digest(value: Any) -> str:
     """8 hex digits that name one knob value, from the same canonical JSON as :meth:`Knobs.identity`."""
-    return hashlib.sha256(json.dumps(_canonical(value), sort_keys=True).encode()).hexdigest()[:8]
+    return hashlib.sha256(json.dumps(canonical_json(value), sort_keys=True).encode()).hexdigest()[:8]
 
 
-#: Prefix of the type tags in :func:`_canonical`; no config key starts with it (a dict key that does is tagged).
+#: Prefix of the type tags in :func:`canonical_json`; no config key starts with it (a dict key that does is tagged).
 _TAG = "\x00"
 
 
-def _canonical(value: Any) -> Any:
+def canonical_json(value: Any) -> Any:
     """``value`` as JSON data that keeps every type apart (see :meth:`Knobs.identity`)."""
     kind = type(value)
     if value is None or kind in (bool, int, float, str):  # JSON writes True, 1 and 1.0 differently
         return value
     if kind is list:
-        return [_canonical(v) for v in value]
+        return [canonical_json(v) for v in value]
     if kind is dict and all(type(k) is str and not k.startswith(_TAG) for k in value):
-        return {k: _canonical(v) for k, v in value.items()}
+        return {k: canonical_json(v) for k, v in value.items()}
     if kind is tuple:
-        return {_TAG + "tuple": [_canonical(v) for v in value]}
+        return {_TAG + "tuple": [canonical_json(v) for v in value]}
     if kind is dict:
-        items = [[_canonical(k), _canonical(v)] for k, v in value.items()]
+        items = [[canonical_json(k), canonical_json(v)] for k, v in value.items()]
         return {_TAG + "dict": sorted(items, key=lambda kv: json.dumps(kv, sort_keys=True))}
     if kind in (set, frozenset):
-        return {_TAG + kind.__name__: sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))}
+        return {_TAG + kind.__name__: sorted((canonical_json(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))}
     return {_TAG + f"{kind.__module__}.{kind.__qualname__}": repr(value)}

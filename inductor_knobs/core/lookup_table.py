@@ -21,8 +21,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import InvalidKnobValue
-from .messages import torch_version
+from ..errors import InvalidKnobValue, torch_version
 
 #: ``template_id`` prefix of Inductor's Triton templates (``triton::mm``): those need the Triton template in
 #: use, which the SM gate and max-autotune decide (:class:`~inductor_knobs.errors.LookupTableUnusedWarning`).

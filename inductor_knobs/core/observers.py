@@ -49,7 +49,7 @@ from typing import Any
 
 from ..errors import DriftWarning
 from . import events, torch_compat
-from .events import CompileEvent, RuntimeEvent, _record, current_compile_id
+from .events import CompileEvent, RuntimeEvent, record_event, current_compile_id
 from .patching import (
     SharedPatch,
     initializing,
@@ -126,7 +126,7 @@ def _add_triton_listener(push: Callable[[Undo], None]) -> None:
     listener that was there.  The undo puts that one back only while ours is still installed; a
     listener installed after ours stays (it may call ours, which then only counts).
     """
-    compilation = _triton_compilation(sys.modules["triton"])
+    compilation = triton_compilation(sys.modules["triton"])
     _TRITON.waiting = False  # imported: from now on only the listener can say
     if compilation is None:
         return
@@ -177,7 +177,7 @@ def _wrap_timed(path: str, kind: str) -> Step:
     return step
 
 
-def _triton_compilation(triton: Any = None) -> Any:
+def triton_compilation(triton: Any = None) -> Any:
     """``triton.knobs.compilation`` of ``triton`` (None: import it, for ``doctor``) when it has the ``listener``
     slot (Triton 3.4+), else None (older, or no Triton)."""
     if triton is None:
@@ -461,7 +461,7 @@ def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any]
         return
     precompile_times = rest[1] if _HOOKS.arity >= 6 else {}  # 2.11+: (…, profiler_bench_fn, precompile_times)
     try:
-        record = _record(timings, name, input_nodes, precompile_times, fresh, timing)
+        record = record_event(timings, name, input_nodes, precompile_times, fresh, timing)
     except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation
         warnings.warn(f"inductor_knobs could not read an autotune result of {name}: {err!r}", DriftWarning, stacklevel=2)
         return

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..errors import InvalidKnobValue, NoFallbackWarning, NotSupportedOnThisTorch, PipCutlassUnavailable, UnknownKnob
+from ..errors import (
+    InvalidKnobValue,
+    NoFallbackWarning,
+    NotSupportedOnThisTorch,
+    PipCutlassUnavailable,
+    UnknownKnob,
+    unknown_message,
+)
 from ..patches.torch_2_4 import TorchPatches
 from . import torch_compat
 from .attestation import CACHE_SALT, CHOICES_HANDLER, INDUCTOR_CONFIG, Asked, by_slot
@@ -33,7 +40,6 @@ from .knobs import (
     knob_config,
     value_digest,
 )
-from .messages import _unknown_message
 from .undo import Change
 
 
@@ -282,7 +288,7 @@ def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, 
     installed config declares for ``key`` (not the type of its current value, which may be None)."""
     if key not in cfg._config:  # type: ignore[attr-defined]  # every release keeps its entries in _config
         keys = patches.config_keys(cfg)
-        raise UnknownKnob(_unknown_message(f"Inductor config key ({INDUCTOR_CONFIG})", key, keys).split(" Known:")[0])
+        raise UnknownKnob(unknown_message(f"Inductor config key ({INDUCTOR_CONFIG})", key, keys).split(" Known:")[0])
     allowed = patches.declared_types(cfg, key)
     if allowed is None or patches.value_allowed(value, allowed):
         return

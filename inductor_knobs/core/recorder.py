@@ -189,9 +189,8 @@ class record_autotune(Collector):
             InvalidKnobValue: ``top`` < 1, or no recorded choice has a lookup key (nothing to pin).
             OSError: the file cannot be written.
         """
-        from ..errors import InvalidKnobValue
+        from ..errors import InvalidKnobValue, torch_version
         from .lookup_table import write_table
-        from .messages import torch_version
 
         table = self.lookup_table(top=top, device=device)
         if not table:

@@ -33,13 +33,13 @@ from ..patches.torch_2_4 import TorchPatches
 def all_patch_modules() -> tuple[TorchPatches, ...]:
     """Every ``PATCHES`` object under :mod:`inductor_knobs.patches`, oldest range first.
 
-    ``_``-prefixed modules there are the base modules of ``TorchPatches`` (one per concern) and
-    define no ``PATCHES``; they are skipped.
+    Only the ``torch_*`` modules are eras; the others there are the base modules of ``TorchPatches`` (one per
+    concern) and define no ``PATCHES``.
     """
     package = importlib.import_module("inductor_knobs.patches")
     found = []
     for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith("_"):
+        if not info.name.startswith("torch_"):
             continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         found.append(module.PATCHES)

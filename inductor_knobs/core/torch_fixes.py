@@ -1,7 +1,7 @@
 """Fixes of torch bugs that a later torch release fixed, held while ``ik.serving.warmup`` and
 ``ik.serving.load_serving_bundle`` run.
 
-The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches._fixes`:
+The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches.fixes`:
 on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again).  They
 are one :class:`~inductor_knobs.core.patching.SharedPatch`, installed while any warm-up or bundle load
 holds it and restored by identity after the last one: process-wide while held, as torch's own fixed
@@ -28,7 +28,7 @@ def _steps() -> tuple[Any, ...]:
     return tuple(wrap_attribute(path, wrapper) for path, wrapper in fixes if present(path))
 
 
-TORCH_FIXES = SharedPatch("fixes of torch bugs fixed in a later release (patches/_fixes.py)", _steps)
+TORCH_FIXES = SharedPatch("fixes of torch bugs fixed in a later release (patches/fixes.py)", _steps)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ Measured on an H100 (torch 2.11, a 4096³ bf16 GEMM): eager on the full GPU 0.17
 1.245 ms on the default stream, while the same graph captured on a side stream replays in 0.173 ms,
 on the whole GPU.  torch captures on side streams by default, so the emulator redirects each capture
 path to its *capture stream*, a second stream of the same green context (the facts per release are the
-patch modules', :class:`~inductor_knobs.patches._emulation.SmallGpuEmulation`).  A second stream, not the
+patch modules', :class:`~inductor_knobs.patches.emulation.SmallGpuEmulation`).  A second stream, not the
 one work runs on, as torch captures on a side stream: cuBLAS keeps a workspace per stream, allocated
 outside any graph's pool on a stream that eager work used, and a graph captured there replays into
 freed memory once Inductor's graph trees free the workspaces ("unspecified launch failure", H100,

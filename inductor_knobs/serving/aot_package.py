@@ -35,9 +35,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..core import torch_compat
-from ..core.messages import torch_version
 from ..core.plan import config_values
-from ..errors import InvalidKnobValue, NotSupportedOnThisTorch
+from ..errors import InvalidKnobValue, NotSupportedOnThisTorch, torch_version
 from .errors import BundleInputRefused, CompileCacheRefused
 from .signature import as_call
 

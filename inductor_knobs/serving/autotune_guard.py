@@ -12,9 +12,8 @@ import logging
 import warnings
 
 from ..core.events import AutotuneRecord, CompileEvent
-from ..core.messages import torch_version
 from ..core.recorder import ObservedBlock
-from ..errors import InvalidKnobValue
+from ..errors import InvalidKnobValue, torch_version
 from .errors import AutotuneDuringServing, AutotuneDuringServingWarning
 from .stalls import REACTIONS
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.messages import torch_version
-from ..errors import InvalidKnobValue
+from ..errors import InvalidKnobValue, torch_version
 
 
 def check_buckets(buckets: Iterable[int], *, name: str = "buckets") -> tuple[int, ...]:

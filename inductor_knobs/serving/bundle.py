@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.knobs import Knobs
-from ..core.messages import torch_version
 from ..core.torch_fixes import torch_fixes
-from ..errors import InvalidKnobValue, KnobsError
+from ..errors import InvalidKnobValue, KnobsError, torch_version
 from . import aot_package, bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused
@@ -313,7 +312,7 @@ def _load(
     # An AOT bundle's load compiles nothing: it needs neither torch's fixes nor a config key, so it imports
     # neither Inductor nor Dynamo (the recorder's hooks wait for their import: seconds of a cold start).
     aot = spec.aot is not None
-    fixes = contextlib.nullcontext() if aot else torch_fixes()  # cached tuned configs kept (2.8-2.11: patches/_fixes.py)
+    fixes = contextlib.nullcontext() if aot else torch_fixes()  # cached tuned configs kept (2.8-2.11: patches/fixes.py)
     one_thread = Knobs(config={"compile_threads": 1})
     threads = contextlib.nullcontext() if aot else KnobsContext(one_thread, source="ik.serving.load_serving_bundle")
     with ColdStartRecorder() as recorder, fixes:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.knobs import Knobs
-from ..core.messages import torch_version
-from ..errors import InvalidKnobValue, KnobsError
+from ..errors import InvalidKnobValue, KnobsError, torch_version
 from ..ext import canonical_json as _canonical
 from .buckets import check_buckets
 from .errors import CompileCacheRefused

@@ -21,8 +21,7 @@ from typing import Any
 
 from ..core import events
 from ..core.events import RuntimeEvent
-from ..core.messages import torch_version
-from ..errors import InvalidKnobValue
+from ..errors import InvalidKnobValue, torch_version
 from ..ext import describe_owner
 from .errors import GraphCallRefused, GraphCaptureFailed
 

@@ -1,7 +1,7 @@
 """``ik.serving.warmup(cudnn_sdpa_trial=...)``: measure cuDNN attention's avoid-recompile on this model, both ways.
 
 torch reads ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` once per process, at its first dense cuDNN attention call
-(2.9+: :mod:`inductor_knobs.patches._features`), so one process cannot measure both settings: the trial
+(2.9+: :mod:`inductor_knobs.patches.features`), so one process cannot measure both settings: the trial
 runs the model in two fresh processes (``python -m inductor_knobs.serving.sdpa_trial``), one with the
 variable ``0`` and one with ``1``, each warming the same shapes and then calling the probe shapes it did
 not warm.  Per arm it reports the steady call (median of the last call at each warmed shape) and the
@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR
-from ..core.messages import torch_version
-from ..errors import InvalidKnobValue
+from ..errors import InvalidKnobValue, torch_version
 
 #: The line prefix the child prints its result after (everything else on stdout is the model's).
 RESULT = "inductor_knobs.sdpa_trial "

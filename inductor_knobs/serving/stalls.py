@@ -35,9 +35,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.events import AutotuneRecord, CompileEvent, RuntimeEvent
-from ..core.messages import torch_version
 from ..core.recorder import ObservedBlock, Subscription
-from ..errors import InvalidKnobValue, KnobsError
+from ..errors import InvalidKnobValue, KnobsError, torch_version
 from .errors import StallDuringServing, StallWarning
 from .latency import Latencies
 from .sampled_profiler import QUIET_AFTER, SampledProfiler, _sampling_profiler

@@ -17,7 +17,7 @@ sizes; the files' bytes follow torch's artifacts at the end of the payload, in t
 them (``__grp__<kernel>.json``'s ``child_paths``); they are stored with :data:`PLACEHOLDER` for the
 directory and written with this process's, as ``TritonBundler`` does with ``[REPLACE]``.
 
-Where (torch 2.8-2.14, see :class:`inductor_knobs.patches._hooks.TorchHooks`): ``PyCodeCache.modules``,
+Where (torch 2.8-2.14, see :class:`inductor_knobs.patches.hooks.TorchHooks`): ``PyCodeCache.modules``,
 ``CachingAutotuner.launchers[i].cache_hash`` (``triton_hash_to_path_key`` of Triton's hash: the
 directory name ``triton.runtime.cache.get_cache_manager`` uses) and ``triton_meta["device"]``; the
 directory is torch's ``triton_cache_dir(device)``, which ``CachingAutotuner`` exports as ``TRITON_CACHE_DIR``.
@@ -69,7 +69,7 @@ def collect() -> Carried:
     What cannot be found is skipped, and counted: a launcher without ``cache_hash``, a directory
     that is gone or is a symbolic link, a file name that is not plain (:func:`plain_name`), a
     ``.json`` that already holds :data:`PLACEHOLDER`.  Without Triton (a CPU build) or without
-    the names above (:class:`~inductor_knobs.patches._hooks.TorchHooks`), nothing is carried.
+    the names above (:class:`~inductor_knobs.patches.hooks.TorchHooks`), nothing is carried.
 
     Returns:
         Carried: one :class:`Kernel` per (device, key), in the order found.
@@ -313,7 +313,7 @@ def _count(value: Any) -> bool:
 
 
 def _torch_function(attribute: str) -> Any:
-    """The torch function :class:`~inductor_knobs.patches._hooks.TorchHooks` names as ``attribute``, or None."""
+    """The torch function :class:`~inductor_knobs.patches.hooks.TorchHooks` names as ``attribute``, or None."""
     from ..core import torch_compat
     from ..ext import resolve
 

@@ -15,10 +15,9 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..core.messages import torch_version
 from ..core.recorder import Collector
 from ..core.torch_fixes import torch_fixes
-from ..errors import InvalidKnobValue
+from ..errors import InvalidKnobValue, torch_version
 from .buckets import suggest_buckets
 from .sdpa_trial import TrialArm, decide, measure
 from .signature import _on_cuda, as_call
@@ -116,7 +115,7 @@ def warmup(
     items: Iterable[tuple[Any, Any]] = (
         ((None, item) for item in inputs) if inputs is not None else ((s, factory(s)) for s in shape_list or ())  # type: ignore[misc]
     )
-    with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.11: patches/_fixes.py)
+    with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.11: patches/fixes.py)
         steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
         profiler_seconds = guard.profiler_seconds
         probed = [_warm(guard, fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]

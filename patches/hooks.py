@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from packaging.version import Version
 
-from ._release_tables import by_release
+from .release_tables import by_release
 
 
 class TorchHooks:

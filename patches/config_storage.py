@@ -123,7 +123,7 @@ class ConfigStorage:
         2.4–2.5 declare no types: the default's type (None when the default is None: unchecked).
         """
         default = cfg._config[key]  # type: ignore[attr-defined]
-        return None if default is None else _as_types(type(default))  # type: ignore[arg-type,no-any-return]
+        return None if default is None else as_types(type(default))  # type: ignore[arg-type,no-any-return]
 
     def value_allowed(self, value: object, allowed: tuple[Any, ...]) -> bool:
         """Whether ``value`` fits ``allowed`` (bools are not ints; ints are floats)."""
@@ -206,7 +206,7 @@ class ConfigStorage:
 
 
 @functools.lru_cache(maxsize=None)  # noqa: UP033 - declared types are few and fixed per torch
-def _as_types(declared: Any) -> tuple[Any, ...] | None:
+def as_types(declared: Any) -> tuple[Any, ...] | None:
     """Flatten a declared type (``str | None``, ``Optional[int]``, ``Literal["a", "b"]``) into types
     and literal values; None when it is something that cannot be checked (``Any``, a callable)."""
     import types as _types
@@ -215,7 +215,7 @@ def _as_types(declared: Any) -> tuple[Any, ...] | None:
     origin = typing.get_origin(declared)
     union_type = getattr(_types, "UnionType", None)  # ``X | Y`` (Python 3.10+)
     if origin is typing.Union or (union_type is not None and isinstance(declared, union_type)):
-        parts = [_as_types(a) for a in typing.get_args(declared)]
+        parts = [as_types(a) for a in typing.get_args(declared)]
         return None if any(p is None for p in parts) else tuple(x for p in parts for x in p or ())
     if origin is typing.Literal:
         return tuple(typing.get_args(declared))

@@ -20,7 +20,7 @@ import os
 from types import ModuleType
 from typing import ClassVar
 
-from ._release_tables import by_release
+from .release_tables import by_release
 
 
 class GemmBackends:
