@@ -1,7 +1,7 @@
 """Ship ``inductor_knobs_startup.pth`` at the root of site-packages, in wheels and editable installs.
 
 Everything else is declared in ``pyproject.toml``.  The ``.pth`` activates ``INDUCTOR_KNOBS_*``
-variables in every Python process (see ``inductor_knobs/_startup.py``); a ``.pth`` file only runs
+variables in every Python process (see ``inductor_knobs/startup.py``); a ``.pth`` file only runs
 from a site directory, so it cannot live inside the package.
 
 - Wheels: ``build_py`` copies it into the build directory's root, which becomes the wheel's root.

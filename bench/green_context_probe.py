@@ -5,7 +5,7 @@
 For N in SM counts, time a bf16 GEMM (eager cuBLAS and an Inductor-compiled Triton template forced
 by ``force_gemm_autotune``) launched on the green context's own stream, without ``set_context``
 (deprecated from torch 2.14). The context is made the way this torch's patch module says
-(``inductor_knobs.emulation.green_context.green_stream``: ``GreenContext.create(num_sms=, device_id=)`` on
+(``inductor_knobs.emulation.confine.green_stream``: ``GreenContext.create(num_sms=, device_id=)`` on
 2.11-2.13, the ``GreenContext(num_sms=, device_id=)`` constructor on 2.14-2.15, whose ``create``
 is only "kept for compatibility"); ``granted_sms`` is what the driver gave. If the stream confines
 kernels, both times grow as N shrinks; a compiled time that stays flat means Triton's launches
@@ -23,7 +23,7 @@ import torch
 from triton.testing import do_bench
 
 import inductor_knobs as ik
-from inductor_knobs.emulation.green_context import green_stream
+from inductor_knobs.emulation.confine import green_stream
 
 SHAPE = (4096, 4096, 4096)
 

@@ -36,8 +36,8 @@ _PUBLIC = {
     "PRESETS": "core.knobs",
     "record_autotune": "core.recorder",
     "record_compiles": "core.recorder",
-    "emulate_gpu": "emulation.context",
-    "EmulateGpuContext": "emulation.context",
+    "emulate_gpu": "emulation.block",
+    "EmulateGpuContext": "emulation.block",
     "activate_from_env": "env",
     "active_env_knobs": "env",
     "deactivate_env": "env",
@@ -124,8 +124,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily (
     from .core.knobs import Knobs as Knobs
     from .core.recorder import record_autotune as record_autotune
     from .core.recorder import record_compiles as record_compiles
-    from .emulation.context import EmulateGpuContext as EmulateGpuContext
-    from .emulation.context import emulate_gpu as emulate_gpu
+    from .emulation.block import EmulateGpuContext as EmulateGpuContext
+    from .emulation.block import emulate_gpu as emulate_gpu
     from .env import activate_from_env as activate_from_env
     from .env import active_env_knobs as active_env_knobs
     from .env import deactivate_env as deactivate_env

@@ -97,7 +97,7 @@ def _serving() -> dict[str, Any]:
     exists."""
     from .core import torch_compat
     from .core.events import CAUSES
-    from .core.observers import triton_compilation, can_record_autotune, runtime_hook_status
+    from .core.observers import can_record_autotune, runtime_hook_status, triton_compilation
 
     patches = torch_compat.installed(strict=False)
     hooks = [{"cause": kind, "hook": path, "available": ok} for kind, path, ok in runtime_hook_status()]

@@ -3,7 +3,7 @@
 :func:`activate_from_env` applies the knobs the variables describe as process-wide
 defaults: every thread sees them (on torch 2.12+ they become the config entries' defaults,
 since user overrides there are per thread), and child processes see them through the
-inherited environment and the startup hook (:mod:`inductor_knobs._startup`).  A thread's
+inherited environment and the startup hook (:mod:`inductor_knobs.startup`).  A thread's
 own ``with ik.knobs(...)`` still wins inside its block.
 
 Precedence: knob > env > ``torch.compile``/``ik.compile`` options > mode > torch's default, and on
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, KNOBS, Knobs
 from .core.undo import SAFE_EXIT
-from .emulation.emulate import EmulationSpec, spec_from_text
+from .emulation.gpus import EmulationSpec, spec_from_text
 from .errors import InvalidKnobValue, KnobsError, KnobsWarning, StaleConfigHashWarning
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ def _apply(knobs: Knobs, emulation: EmulationSpec | None) -> list[Undo]:
     try:
         from .core.plan import plan
         from .core.undo import apply_all
-        from .emulation.plan import plan_emulation
+        from .emulation.block import plan_emulation
 
         changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
         return apply_all(changes + plan(knobs, process_wide=True, source="env"))

@@ -2,7 +2,7 @@
 
 A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
 :func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  Each era module sets the
-``*_fix_by_release`` tables; :mod:`inductor_knobs.core.torch_fixes` holds the steps while
+``*_fix_by_release`` tables; :mod:`inductor_knobs.serving.torch_fixes` holds the steps while
 ``ik.serving.warmup`` and ``ik.serving.load_serving_bundle`` run.
 
 - **Coordinate-descent results ignored on a warm cache** (pytorch#172819, fixed by pytorch#173391 in

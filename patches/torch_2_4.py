@@ -27,7 +27,6 @@ from typing import Any, ClassVar
 from packaging.specifiers import SpecifierSet
 
 from .config_storage import ConfigStorage
-from .config_storage import as_types as as_types  # re-exported: torch_2_6 imports it from here
 from .emulation import SmallGpuEmulation
 from .features import KnobFeatures
 from .fixes import TorchFixes

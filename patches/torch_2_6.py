@@ -72,13 +72,13 @@ class Torch26(TorchPatches):
 
     def declared_types(self, cfg: ModuleType, key: str) -> tuple[Any, ...] | None:
         """From 2.6 each entry declares ``value_type`` (from the annotation, else the default's type)."""
-        from .torch_2_4 import _as_types
+        from .config_storage import as_types
 
         entry = cfg._config[key]  # type: ignore[attr-defined]
         declared = getattr(entry, "value_type", None)
         if declared is None or declared is type(None):  # no annotation and a None default: unchecked
             return None
-        return _as_types(declared)
+        return as_types(declared)
 
     def forcing_env_var(self, cfg: ModuleType, key: str) -> str | None:
         from torch.utils._config_module import _UNSET_SENTINEL

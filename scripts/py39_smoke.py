@@ -38,8 +38,8 @@ except ik.KnobsError as err:
 else:
     raise AssertionError("a bad variable was accepted")
 os.environ["INDUCTOR_KNOBS_MIN_SMS"] = "40"
-from inductor_knobs import _startup  # noqa: E402
+from inductor_knobs import startup  # noqa: E402
 
-_startup.bootstrap()
+startup.bootstrap()
 assert any(type(f).__name__ == "_AfterImport" for f in sys.meta_path)
 print(f"python {sys.version.split()[0]}: inductor_knobs imports and parses; modules needing torch: {len(NEEDS_TORCH)}")

@@ -24,7 +24,7 @@ PATCHES = ("config_storage", "gate", "gemm_backends", "emulation", "process_sett
 PACKAGE_FILES = (
     *(f"inductor_knobs/core/{name}.py" for name in CORE),
     "inductor_knobs/emulation/sm_view.py",
-    "inductor_knobs/emulation/context.py",
+    "inductor_knobs/emulation/block.py",
     *(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15)),
     *(f"patches/_{name}.py" for name in PATCHES),
 )

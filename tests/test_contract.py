@@ -1,40 +1,116 @@
-"""The satellites (serving, ablation) use the core only through its public names and ``inductor_knobs.ext``."""
+"""The package's import contract: the satellites (serving, ablation) use the core only through its public names,
+``inductor_knobs.errors`` and ``inductor_knobs.ext``; the core never imports a satellite; no module imports a private
+name or a private module of another; each lazy public table equals what type checkers read."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).parents[1] / "inductor_knobs"
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PACKAGE = ROOT / "inductor_knobs"
+SATELLITES = ("serving", "ablation")
+#: What a satellite may import of the rest of the package.
+CORE_FACES = ("inductor_knobs", "inductor_knobs.errors", "inductor_knobs.ext")
 
 
-def _private_imports(path: Path) -> list[str]:
+def _modules() -> list[tuple[str, Path]]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level >= 1:
-            module = node.module
-            if module.split(".")[0] in ("core", "patches") or module.startswith(("core.", "patches.")):
-                if any(part.startswith("_") for part in module.split(".")):
-                    found.append(f"{path.name}:{node.lineno} from {module}")
-                found += [f"{path.name}:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_")]
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "patches").glob("*.py")]):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[0] == "patches":
+            parts = ["inductor_knobs", *parts]
+        found.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), path))
     return found
 
 
-def test_no_satellite_imports_a_private_name_or_module_of_the_core():
-    found = [
-        hit
-        for satellite in ("serving", "ablation")
-        for path in (PACKAGE / satellite).glob("*.py")
-        for hit in _private_imports(path)
-    ]
-    assert found == [], found
+def _imports(module: str, path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module imported from, names) for every import of ``path``."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+            out.append((node.lineno, base, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, []) for a in node.names]
+    return out
+
+
+def _satellite(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "inductor_knobs" and parts[1] in SATELLITES else None
+
+
+def test_a_satellite_reaches_the_core_only_through_its_public_faces():
+    import inductor_knobs as ik
+
+    public = {*ik._PUBLIC, "__version__", "errors", "ext"}
+    found = []
+    for module, path in _modules():
+        mine = _satellite(module)
+        if mine is None:
+            continue
+        for line, base, names in _imports(module, path):
+            if not base.startswith("inductor_knobs") or _satellite(base) == mine:
+                continue
+            if base in CORE_FACES and (base != "inductor_knobs" or public.issuperset(names)):
+                continue
+            found.append(f"{path.relative_to(ROOT)}:{line} from {base} import {', '.join(names)}")
+    assert found == [], "\n".join(found)
 
 
 def test_the_core_never_imports_a_satellite():
+    found = [
+        f"{path.relative_to(ROOT)}:{line} {base}"
+        for module, path in _modules()
+        # the package's lazy table names serving; the CLI finds ``ablate`` in its subpackage
+        if _satellite(module) is None and module not in ("inductor_knobs", "inductor_knobs.cli")
+        for line, base, names in _imports(module, path)
+        if _satellite(base) or any(_satellite(f"{base}.{n}") for n in names)
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_no_module_imports_a_private_name_or_module_of_another():
     found = []
-    for path in (PACKAGE / "core").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level >= 2:
-                if node.module.split(".")[0] in ("serving", "ablation"):
-                    found.append(f"{path.name}:{node.lineno} from {node.module}")
-    assert found == [], found
+    for module, path in _modules():
+        for line, base, names in _imports(module, path):
+            if not base.startswith("inductor_knobs") and base not in ("patches",):
+                continue
+            private = [p for p in base.split(".") if p.startswith("_") and not p.startswith("__")]
+            private += [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private:
+                found.append(f"{path.relative_to(ROOT)}:{line} from {base} import {', '.join(names)}")
+    assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize("package", ["inductor_knobs", "inductor_knobs.serving"])
+def test_each_lazy_public_table_equals_what_type_checkers_read(package):
+    """``_PUBLIC`` (what loads at run time) and the ``if TYPE_CHECKING:`` imports (what IDEs read) name the same
+    objects from the same modules."""
+    import importlib
+
+    mod = importlib.import_module(package)
+    tree = ast.parse(Path(mod.__file__).read_text())
+    checked = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom) and imp.module:
+                    for alias in imp.names:
+                        checked[alias.asname or alias.name] = imp.module
+    assert checked == mod._PUBLIC  # ``from .core.blocks import knobs`` <-> ``"knobs": "core.blocks"``
+    for name in checked:
+        assert getattr(mod, name) is not None
+
+
+def test_at_most_25_public_names_at_the_top_level():
+    import inductor_knobs as ik
+
+    assert len(ik.__all__) <= 25, ik.__all__
+    assert all(getattr(ik, name) is not None for name in ik.__all__)

@@ -33,11 +33,10 @@ from inductor_knobs.ablation.plan import Plan
 from inductor_knobs.core import torch_compat
 from inductor_knobs.core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, Knobs
 from inductor_knobs.core.recorder import Subscription
-from inductor_knobs.emulation import green_context, sm_view
-from inductor_knobs.emulation import plan as emulation_plan
-from inductor_knobs.emulation.capture import capture_stream
-from inductor_knobs.emulation.emulate import EmulationSpec, resolve_spec
-from inductor_knobs.emulation.gpu_presets import PRESETS, find_preset
+from inductor_knobs.emulation import block as emulation_plan
+from inductor_knobs.emulation import confine, sm_view
+from inductor_knobs.emulation.confine import capture_stream
+from inductor_knobs.emulation.gpus import PRESETS, EmulationSpec, find_preset, resolve_spec
 from inductor_knobs.env import activate_from_env, active_env_knobs, deactivate_env, emulation_from_env
 from inductor_knobs.errors import (
     EmulationConflict,
@@ -64,7 +63,7 @@ ERA_SKIP = f"the 2.14/2.15 era fakes need torch >= 2.12's config storage; torch 
 PHYSICAL_SMS = 132
 PHYSICAL_SMEM = 232448
 #: The real green_stream, before any fixture replaces it.
-REAL_GREEN_STREAM = green_context.green_stream
+REAL_GREEN_STREAM = confine.green_stream
 
 HYPOTHESIS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
@@ -768,7 +767,7 @@ def test_green_stream_is_cached_and_reports_the_granted_sms(fake_cuda, monkeypat
             return self.stream
 
     monkeypatch.setattr(torch.cuda, "GreenContext", FakeGreenContext)
-    monkeypatch.setattr(green_context, "_GREEN", {})
+    monkeypatch.setattr(confine, "_GREEN", {})
     first = REAL_GREEN_STREAM(0, 40)
     assert first[1] == 42 and first[0].name == "driver-40"
     assert REAL_GREEN_STREAM(0, 40) == first
@@ -793,12 +792,12 @@ def test_the_capture_stream_is_a_second_cached_stream_of_the_same_green_context(
             return self.streams[-1]
 
     monkeypatch.setattr(torch.cuda, "GreenContext", FakeGreenContext)
-    monkeypatch.setattr(green_context, "_GREEN", {})
-    monkeypatch.setattr(green_context, "_CAPTURE", {})
-    capture = green_context.green_capture_stream(0, 40)
+    monkeypatch.setattr(confine, "_GREEN", {})
+    monkeypatch.setattr(confine, "_CAPTURE", {})
+    capture = confine.green_capture_stream(0, 40)
     work, _ = REAL_GREEN_STREAM(0, 40)
     assert len(contexts) == 1 and contexts[0].streams == [work, capture] and capture is not work
-    assert green_context.green_capture_stream(0, 40) is capture and len(contexts[0].streams) == 2
+    assert confine.green_capture_stream(0, 40) is capture and len(contexts[0].streams) == 2
 
 
 @pytest.mark.usefixtures("create_era")
@@ -812,14 +811,14 @@ def test_driver_refusal_is_unavailable(fake_cuda, monkeypatch):
             raise AssertionError
 
     monkeypatch.setattr(torch.cuda, "GreenContext", RefusingGreenContext)
-    monkeypatch.setattr(green_context, "_GREEN", {})
+    monkeypatch.setattr(confine, "_GREEN", {})
     monkeypatch.setattr(emulation_plan, "green_stream", REAL_GREEN_STREAM)
     before = torch_state()
     with pytest.raises(EmulationUnavailable, match=r"refused a green context on cuda:0.*INVALID_RESOURCE") as info:
         with ik.emulate_gpu(sms=40):
             pytest.fail("entered")  # pragma: no cover
     assert torch.__version__ in str(info.value)
-    assert green_context._GREEN == {}
+    assert confine._GREEN == {}
     assert fake_cuda.set_streams == []
     assert_unchanged(before)
 
@@ -979,7 +978,7 @@ def green_era(request, fake_cuda, monkeypatch):
     monkeypatch.setattr(torch_compat, "installed", lambda strict=True: era)
     monkeypatch.setattr(torch.cuda, "GreenContext", green_class, raising=False)
     monkeypatch.setattr(green_class, "made", [])
-    monkeypatch.setattr(green_context, "_GREEN", {})
+    monkeypatch.setattr(confine, "_GREEN", {})
     monkeypatch.setattr(emulation_plan, "green_stream", REAL_GREEN_STREAM)
     # 2.14 cannot say what it granted: emulation asks the driver (cuda-python), faked here
     driver_calls: list[tuple[int, int]] = []
@@ -1006,7 +1005,7 @@ def test_each_era_confines_to_its_green_stream_and_reverts_exactly(green_era, fa
             assert sms_seen() == all_equal(40)
             assert inductor_utils.is_big_gpu(0) is False
             assert emu.granted_sms == 40
-            assert green_context._GREEN[(0, 40)][0] is context  # kept alive: 2.14+ __del__ destroys its streams
+            assert confine._GREEN[(0, 40)][0] is context  # kept alive: 2.14+ __del__ destroys its streams
     assert fake_cuda.set_streams == [emu.stream, fake_cuda.default_stream]
     assert fake_cuda.current is fake_cuda.default_stream
     assert fake_cuda.default_stream.waited_on == [emu.stream]
@@ -1033,7 +1032,7 @@ def test_each_era_reports_a_driver_refusal(green_era, fake_cuda, monkeypatch):
         with ik.emulate_gpu(sms=40):
             pytest.fail("entered")  # pragma: no cover
     assert torch.__version__ in str(info.value)
-    assert green_context._GREEN == {} and fake_cuda.set_streams == []
+    assert confine._GREEN == {} and fake_cuda.set_streams == []
     assert_unchanged(before)
 
 
@@ -1093,7 +1092,7 @@ def test_green_stream_without_cuda_bindings_reports_no_granted_count(fake_cuda, 
     monkeypatch.setattr(torch_compat, "installed", lambda strict=True: era)
     monkeypatch.setattr(torch.cuda, "GreenContext", Fake214GreenContext, raising=False)
     monkeypatch.setattr(Fake214GreenContext, "made", [])
-    monkeypatch.setattr(green_context, "_GREEN", {})
+    monkeypatch.setattr(confine, "_GREEN", {})
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # import fails like a missing package
     stream, granted = REAL_GREEN_STREAM(0, 40)
     assert granted is None and stream is Fake214GreenContext.made[0].streams[0]

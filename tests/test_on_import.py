@@ -374,9 +374,9 @@ def test_an_import_no_hook_saw_is_caught_up_by_the_next_install(module_dir):
 
 
 def test_activation_inside_compile_fx_import_installs_at_once_and_other_importers_wait_for_it(module_dir, monkeypatch):
-    """The startup hook's loader (inductor_knobs/_startup.py) on a stand-in for compile_fx: the activation's
+    """The startup hook's loader (inductor_knobs/startup.py) on a stand-in for compile_fx: the activation's
     installs fire in the importing thread, and another thread's import returns only once activation ended."""
-    from inductor_knobs import _startup
+    from inductor_knobs import startup
 
     name = module_dir()
     seen: list[str] = []
@@ -391,9 +391,9 @@ def test_activation_inside_compile_fx_import_installs_at_once_and_other_importer
         threading.Event().wait(0.5)
         timeline.append("activation ends")
 
-    monkeypatch.setattr(_startup, "HOOK_MODULE", name)
-    monkeypatch.setattr(_startup, "activate", activate)
-    finder = _startup._AfterImport()
+    monkeypatch.setattr(startup, "HOOK_MODULE", name)
+    monkeypatch.setattr(startup, "activate", activate)
+    finder = startup._AfterImport()
     sys.meta_path.insert(0, finder)
     try:
         importer = threading.Thread(target=importlib.import_module, args=(name,), daemon=True)
@@ -407,5 +407,5 @@ def test_activation_inside_compile_fx_import_installs_at_once_and_other_importer
         if finder in sys.meta_path:
             sys.meta_path.remove(finder)
     assert timeline == ["activated, installed=True, poller=0", "activation ends", "other import returned"]
-    assert _startup.executed is None and sys.modules[name].VALUE == 2
+    assert startup.executed is None and sys.modules[name].VALUE == 2
     patch.release("activation")

@@ -28,7 +28,7 @@ from inductor_knobs.core.events import RuntimeEvent
 from inductor_knobs.errors import InvalidKnobValue
 from inductor_knobs.serving import bundle_format, compile_cache
 from inductor_knobs.serving.cold_start import ColdStartProof
-from inductor_knobs.serving.signature import _signature, from_json, to_json
+from inductor_knobs.serving.signature import from_json, input_signature, to_json
 
 WORKER = Path(__file__).with_name("bundle_worker.py")
 sys.path.insert(0, str(WORKER.parent))
@@ -178,10 +178,10 @@ def test_the_guard_is_seeded_with_the_builds_per_shape_baselines(built):
 
 
 def test_signatures_read_back_as_torch_objects():
-    signature = _signature((torch.zeros(2, 3), 5), {"mask": torch.ones(1, 4, dtype=torch.bfloat16)})
+    signature = input_signature((torch.zeros(2, 3), 5), {"mask": torch.ones(1, 4, dtype=torch.bfloat16)})
     back = from_json(json.loads(json.dumps(to_json(signature))))
     assert back == signature and hash(back) == hash(signature)
-    assert to_json(_signature((object(),), {})) is None  # a type a file cannot name: left out, not guessed
+    assert to_json(input_signature((object(),), {})) is None  # a type a file cannot name: left out, not guessed
     with pytest.raises(ValueError, match="not a torch dtype"):
         from_json([{"dtype": "torch.nonsense", "shape": [1], "device": "cpu"}])
 

@@ -432,13 +432,16 @@ def test_a_warm_shape_is_judged_only_when_slow_and_its_median_still_moves(monkey
 
 def test_signature_keys_tensors_by_dtype_shape_and_device_and_others_by_type():
     x = torch.ones(2, 3, dtype=torch.float16)
-    key = signature._signature((x, 7), {"mask": x})
+    key = signature.input_signature((x, 7), {"mask": x})
     part = (torch.float16, (2, 3), torch.device("cpu"))
     assert key == (part, int, ("mask", part))
-    assert signature._signature((x,), {}) == signature._signature((torch.zeros(2, 3, dtype=torch.float16),), {})
-    assert signature._signature((x,), {}) != signature._signature((x.float(),), {})
-    assert signature._describe(signature._signature((x,), {"mask": x})) == ["torch.float16[2, 3]", "mask=torch.float16[2, 3]"]
-    assert not signature._on_cuda(key)
+    assert signature.input_signature((x,), {}) == signature.input_signature((torch.zeros(2, 3, dtype=torch.float16),), {})
+    assert signature.input_signature((x,), {}) != signature.input_signature((x.float(),), {})
+    assert signature.describe_inputs(signature.input_signature((x,), {"mask": x})) == [
+        "torch.float16[2, 3]",
+        "mask=torch.float16[2, 3]",
+    ]
+    assert not signature.on_cuda(key)
     assert stalls._cuda_synchronize() is None or torch.cuda.is_initialized()
 
 

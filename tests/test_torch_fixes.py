@@ -1,4 +1,4 @@
-"""Fixes of torch bugs (patches/fixes.py, core/torch_fixes.py): which releases get them, what the fix does to a
+"""Fixes of torch bugs (patches/fixes.py, serving/torch_fixes.py): which releases get them, what the fix does to a
 warm-loaded kernel, and that it is installed on torch's class only while a warm-up or bundle load holds it."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from inductor_knobs.patches.torch_2_12 import PATCHES as T212
 from inductor_knobs.patches.torch_2_15 import PATCHES as T215
 
 import inductor_knobs as ik
-from inductor_knobs.core import torch_compat, torch_fixes
+from inductor_knobs.core import torch_compat
+from inductor_knobs.serving import torch_fixes
 
 heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
 Autotuner = heuristics.CachingAutotuner

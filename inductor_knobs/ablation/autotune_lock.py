@@ -51,8 +51,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..core import torch_compat
-from ..ext import SharedPatch, present, wrap_attribute
+from ..ext import SharedPatch, present, torch_compat, wrap_attribute
 from .queued_timing import queued_pairs
 
 

@@ -20,8 +20,8 @@ import importlib.util
 import os
 from typing import Any
 
-from ..emulation.emulate import EmulationSpec, spec_from_text
 from ..errors import InvalidKnobValue
+from ..ext import EmulationSpec, spec_from_text
 from . import main_job as main
 from . import slurm_options, spec, stats, workloads
 from .options import (

@@ -43,8 +43,8 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from ..core import setup
-from ..core.knobs import EMULATE_SMS_VAR, Knobs
+from .. import Knobs
+from ..ext import EMULATE_SMS_VAR, setup
 
 #: The fingerprint fields that describe the machine and its software (compared across every run of a merge).
 ENVIRONMENT_FIELDS = (
@@ -205,7 +205,7 @@ def collect(job: Mapping[str, Any], environ: Mapping[str, str] | None = None) ->
         dict[str, Any]: every field of :data:`ENVIRONMENT_FIELDS` and :data:`RUN_FIELDS`.
     """
     from .. import __version__
-    from ..core.changes import environ_before_knobs
+    from ..ext import environ_before_knobs
 
     environ = environ_before_knobs() if environ is None else environ
 

@@ -14,8 +14,8 @@ tests no gate.
 
 from __future__ import annotations
 
-from ..emulation.emulate import EmulationSpec
-from ..emulation.gpu_presets import PRESETS
+from ..ext import GPU_PRESETS as PRESETS
+from ..ext import EmulationSpec
 from . import spec
 from .quiet import usable_cpus
 
@@ -45,7 +45,7 @@ def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
     """
     import torch
 
-    from ..core import torch_compat
+    from ..ext import torch_compat
 
     threshold = torch_compat.installed(strict=False).torch_min_sms
     if sms < threshold:

@@ -13,7 +13,7 @@ arms need them, and they are seconds of every run's start-up).  Three rules make
   differs from the server's in any variable read here, except the reads in :data:`NOT_KEPT`.  The
   parent also refuses a server that read a variable that differs between runs by construction
   (:data:`PER_RUN`) at once.
-- **The package's startup hook fires in the run.**  ``inductor_knobs/_startup.py`` activates a run's
+- **The package's startup hook fires in the run.**  ``inductor_knobs/startup.py`` activates a run's
   ``INDUCTOR_KNOBS_*`` right after its trigger module (``torch._inductor.compile_fx``) is imported; a
   forked child whose zygote had imported it would activate at its first instruction, before the worker
   reads the real SM count for its fingerprint (an emulated GPU reports another) and before the worker
@@ -45,7 +45,7 @@ import sys
 import time
 from typing import Any
 
-from .._startup import HOOK_MODULE
+from ..ext import STARTUP_HOOK_MODULE as HOOK_MODULE
 
 #: Modules a zygote must not import (see the module docstring): the package's startup-hook trigger.
 FORBIDDEN = (HOOK_MODULE,)

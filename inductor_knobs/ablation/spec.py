@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.knobs import ENV_PREFIX, Knobs
-from ..core.plan import plan
+from .. import Knobs
 from ..errors import InvalidKnobValue, KnobsError, UnknownKnob, torch_version
+from ..ext import ENV_PREFIX, plan
 from ..ext import unknown_message as _unknown_message
 
 COMPILE_ARGS = ("mode", "dynamic", "fullgraph")
@@ -92,8 +92,7 @@ class Arm:
         mode = self.compile_args.get("mode")
         if self.eager or not mode:
             return []
-        from ..core.compile_backend import mode_options
-        from ..core.plan import config_values
+        from ..ext import config_values, mode_options
 
         theirs = mode_options(mode, self.compile_args.get("dynamic"))
         ours = config_values(Knobs.from_env(self.env()))
@@ -217,7 +216,7 @@ def _compile_arg(arm: str, key: str, value: Any) -> Any:
         return _bool(arm, key, value)
     if key == "dynamic":
         return None if str(value).strip().lower() in ("none", "") else _bool(arm, key, value)
-    from ..core.compile_backend import mode_options
+    from ..ext import mode_options
 
     try:
         mode_options(str(value))

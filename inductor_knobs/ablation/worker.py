@@ -130,7 +130,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
         attestations: list[dict[str, Any]] = []
         autotune: dict[str, Any] = {}  # what autotuning the compile did, for the report's notes (.explain)
         if compiled:
-            from ..core.observers import can_record_autotune
+            from ..ext import can_record_autotune
             from .autotune_lock import benchmarks_in_turn
             from .queued_timing import QUEUE_US
 

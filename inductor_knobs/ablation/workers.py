@@ -44,9 +44,8 @@ import tempfile
 import threading
 from typing import Any
 
-from ..core.changes import environ_before_knobs
-from ..core.knobs import EMULATE_SMS_VAR, ENV_PREFIX
 from ..errors import InvalidKnobValue
+from ..ext import EMULATE_SMS_VAR, ENV_PREFIX, environ_before_knobs
 from .forkserver import ForkServer, supported
 from .processes import OUTPUT_FILES, Handle, Started, end_group, kill_group, read_output, reap
 from .spec import Arm

@@ -234,9 +234,9 @@ def _startup_hook() -> None:
         k.startswith("INDUCTOR_KNOBS_") and k != "INDUCTOR_KNOBS_DISABLE" and v.strip() for k, v in os.environ.items()
     )
     if wanted:
-        from .. import _startup
+        from ..ext import run_startup_hook
 
-        _startup.bootstrap()
+        run_startup_hook()
 
 
 def _fork(request: dict[str, Any], own_fds: list[int]) -> int:

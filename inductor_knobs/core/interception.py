@@ -56,20 +56,20 @@ from ..errors import DriftWarning
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from .attestation import (
-    PROCESS_ASKED,
-    PROCESS_ASKED_LOCK,
-    SCOPED_ASKED,
     CACHE_SALT,
     CHOICES_HANDLER,
     INDUCTOR_CONFIG,
+    PROCESS_ASKED,
+    PROCESS_ASKED_LOCK,
+    SCOPED_ASKED,
     Asked,
+    Snapshot,
     attest,
     attest_cache_hit,
-    enforce,
-    merge_asked,
-    Snapshot,
     choices_for,
     effective_asked,
+    enforce,
+    merge_asked,
     served_from_cache,
 )
 from .changes import SETTINGS_MODULE, ConfigChange, SettingChange, read_setting, setting_matches

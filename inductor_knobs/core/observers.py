@@ -49,7 +49,7 @@ from typing import Any
 
 from ..errors import DriftWarning
 from . import events, torch_compat
-from .events import CompileEvent, RuntimeEvent, record_event, current_compile_id
+from .events import CompileEvent, RuntimeEvent, current_compile_id, record_event
 from .patching import (
     SharedPatch,
     initializing,

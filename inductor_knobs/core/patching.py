@@ -127,10 +127,10 @@ def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
 def initializing(module: Any) -> bool:
     """Whether ``module`` is still being imported (``__spec__._initializing``, which importlib sets until its
     loader returns), unless its code has run and the startup hook activates inside its import
-    (``inductor_knobs._startup.executed``)."""
+    (``inductor_knobs.startup.executed``)."""
     if getattr(getattr(module, "__spec__", None), "_initializing", False) is not True:
         return False
-    startup = sys.modules.get("inductor_knobs._startup")
+    startup = sys.modules.get("inductor_knobs.startup")
     return startup is None or getattr(startup, "executed", None) is not module
 
 

@@ -21,7 +21,7 @@ from ..core.patching import SharedPatch, resolve, wrap_attribute
 from ..core.undo import SAFE_EXIT, Change
 from ..errors import EmulationConflict
 from ..patches.torch_2_4 import TorchPatches
-from .emulate import EmulationSpec
+from .gpus import EmulationSpec
 
 if TYPE_CHECKING:
     import torch
@@ -68,17 +68,17 @@ class _SmView:
         return getter(device_index)
 
 
-_VIEW = _SmView()
+SM_VIEW = _SmView()
 
 
 def active_spec() -> EmulationSpec | None:
     """The emulation Inductor sees now (process-wide), or None."""
-    return _VIEW.spec
+    return SM_VIEW.spec
 
 
 def _properties_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     props = wrapped(*args, **kwargs)
-    spec = _VIEW.spec
+    spec = SM_VIEW.spec
     if spec is None:
         return props
     from torch.cuda._utils import _get_device_index
@@ -93,7 +93,7 @@ def _local_cache_path_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...]
     """Inductor's GEMM autotune timings file, one of the emulated GPU's own while an emulation is active
     (``<file>-<spec.cache_tag()>``: the same directory, so torch's clean-ups find it)."""
     path = wrapped(*args, **kwargs)
-    spec = _VIEW.spec
+    spec = SM_VIEW.spec
     if spec is None:
         return path
     return path.with_name(f"{path.name}-{spec.cache_tag()}")
@@ -101,8 +101,8 @@ def _local_cache_path_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...]
 
 def _remember_getter(original: Any, _wrapper: Any) -> None:
     # The first getter the patch module lists is torch.cuda.get_device_properties (the others are bound to it).
-    if _VIEW.original_getter is None:
-        _VIEW.original_getter = original
+    if SM_VIEW.original_getter is None:
+        SM_VIEW.original_getter = original
 
 
 def _view_steps() -> list[Any]:
@@ -138,7 +138,7 @@ class SmViewChange(Change):
         with SM_VIEW_PATCH.lock, SAFE_EXIT:
             check_no_conflict(self.spec)
             SM_VIEW_PATCH.acquire(self)
-            _VIEW.spec = self.spec
+            SM_VIEW.spec = self.spec
             _clear_sm_caches(self.patches)
 
     def revert(self) -> None:
@@ -149,10 +149,10 @@ class SmViewChange(Change):
         try:
             SM_VIEW_PATCH.release(self)
             if not SM_VIEW_PATCH.users:
-                _VIEW.spec = None
+                SM_VIEW.spec = None
         finally:
             if not SM_VIEW_PATCH.users:
-                _VIEW.original_getter = None
+                SM_VIEW.original_getter = None
             _clear_sm_caches(self.patches)
 
 
@@ -162,7 +162,7 @@ def check_no_conflict(spec: EmulationSpec) -> None:
     Raises:
         EmulationConflict: another emulation is active with other values.
     """
-    active = _VIEW.spec if SM_VIEW_PATCH.users else None
+    active = SM_VIEW.spec if SM_VIEW_PATCH.users else None
     if active is not None and active != spec:
         raise EmulationConflict(
             f"emulate_gpu({spec.label()}) while emulate_gpu({active.label()}) is active on cuda:{active.device_index}: "
@@ -172,4 +172,4 @@ def check_no_conflict(spec: EmulationSpec) -> None:
 
 def physical_properties(device_index: int = 0) -> torch.cuda._CudaDeviceProperties:  # type: ignore[name-defined]
     """The real GPU's properties, even inside an emulation (for reports and benchmarks)."""
-    return _VIEW.original_properties(device_index)
+    return SM_VIEW.original_properties(device_index)

@@ -34,9 +34,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ..core import torch_compat
-from ..core.plan import config_values
 from ..errors import InvalidKnobValue, NotSupportedOnThisTorch, torch_version
+from ..ext import config_values, torch_compat
 from .errors import BundleInputRefused, CompileCacheRefused
 from .signature import as_call
 
@@ -97,7 +96,7 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     """
     import torch
 
-    from ..core.blocks import KnobsContext
+    from .. import KnobsContext
 
     module = getattr(compiled, "_orig_mod", None)
     if not isinstance(module, torch.nn.Module):

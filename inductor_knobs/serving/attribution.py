@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
-from ..core.events import RuntimeEvent
+from .. import RuntimeEvent
 
 
 def _covered(events: Iterable[RuntimeEvent]) -> float:
@@ -20,13 +20,13 @@ def _covered(events: Iterable[RuntimeEvent]) -> float:
     return total
 
 
-def _explained(causes: list[RuntimeEvent], seconds: float) -> float:
+def explained(causes: list[RuntimeEvent], seconds: float) -> float:
     """Seconds of a call that its causes account for: hook intervals once (they nest), other causes summed."""
     timed = _covered(c for c in causes if c.started is not None)
     return min(seconds, timed + sum(c.seconds for c in causes if c.started is None))
 
 
-def _tunableop_tuning() -> bool:
+def tunableop_tuning() -> bool:
     torch = sys.modules.get("torch")
     try:
         return bool(torch.cuda.tunable.is_enabled() and torch.cuda.tunable.tuning_is_enabled())  # type: ignore[union-attr]

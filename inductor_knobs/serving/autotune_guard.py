@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import warnings
 
-from ..core.events import AutotuneRecord, CompileEvent
-from ..core.recorder import ObservedBlock
+from .. import AutotuneRecord, CompileEvent
 from ..errors import InvalidKnobValue, torch_version
+from ..ext import ObservedBlock
 from .errors import AutotuneDuringServing, AutotuneDuringServingWarning
 from .stalls import REACTIONS
 

@@ -29,12 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.knobs import Knobs
-from ..core.torch_fixes import torch_fixes
+from .. import Knobs
 from ..errors import InvalidKnobValue, KnobsError, torch_version
 from . import aot_package, bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused
+from .torch_fixes import torch_fixes
 from .warmup_report import WarmupReport
 
 #: What :func:`load_serving_bundle` does when the load compiled something cold.
@@ -217,7 +217,7 @@ def load_serving_bundle(
     (2.7+: ``has_aot_packages`` in ``patches/torch_2_7.py``), torch's cache counters and, for Triton
     compiles, ``triton.knobs.compilation.listener`` (Triton 3.4+; older: ``proof.triton`` is None).
     """
-    from ..core.compile_backend import compile as ik_compile
+    from .. import compile as ik_compile
     from .stalls import REACTIONS, no_stalls
 
     if not (model is None or callable(model)) or not callable(factory):
@@ -303,7 +303,7 @@ def _load(
     (``compiled`` is None then, and becomes the package's callable)."""
     import torch
 
-    from ..core.blocks import KnobsContext
+    from .. import KnobsContext
     from .graphs import capture_cuda_graphs
     from .signature import as_call
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.knobs import Knobs
+from .. import Knobs
 from ..errors import InvalidKnobValue, KnobsError, torch_version
 from ..ext import canonical_json as _canonical
 from .buckets import check_buckets

@@ -21,7 +21,7 @@ from ..ext import who as _who
 from .errors import CompileCacheRefused
 
 
-def _open_checked(path: str, allow_unsafe: bool, label: str | None = None) -> int:
+def open_checked(path: str, allow_unsafe: bool, label: str | None = None) -> int:
     """Open ``path`` for reading once and return the descriptor, after the ownership checks.
 
     Args:
@@ -46,7 +46,7 @@ def _open_checked(path: str, allow_unsafe: bool, label: str | None = None) -> in
     # The directory holding the given name, not the one holding whatever it resolves to: the name's
     # own directory decides who can replace the name.  dirname, not abspath/normpath: those fold
     # ``link/..`` textually, while the kernel goes to the parent of the link's target.
-    problems = _unsafe_directories(os.path.dirname(absolute) or os.sep, uid, path, label)
+    problems = unsafe_code_directories(os.path.dirname(absolute) or os.sep, uid, path, label)
     if problems:
         _refuse(label, problems)
     # O_NOFOLLOW: a symbolic link as the last component fails with ELOOP instead of being followed,
@@ -90,7 +90,7 @@ def _open_checked(path: str, allow_unsafe: bool, label: str | None = None) -> in
     return fd
 
 
-def _unsafe_directories(directory: str, uid: int, path: str, label: str | None = None) -> list[str]:
+def unsafe_code_directories(directory: str, uid: int, path: str, label: str | None = None) -> list[str]:
     """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
 
     The rule and the walk are :func:`inductor_knobs.ext.unsafe_directories` (shared with

@@ -29,10 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.attestation import CompileAttestation
-from ..core.events import AutotuneRecord, CompileEvent, RuntimeEvent
-from ..core.observers import triton_compiles
-from ..core.recorder import Collector
+from .. import AutotuneRecord, CompileAttestation, CompileEvent, RuntimeEvent
+from ..ext import Collector, triton_compiles
 
 #: torch's counters read before and after (``group.name``); a name a release lacks reads 0.
 TORCH_COUNTERS = (

@@ -18,11 +18,10 @@ import json
 import os
 from typing import Any
 
-from ..core import setup, torch_compat
-from ..core.knobs import ENV_PREFIX, Knobs
+from .. import Knobs
 from ..errors import InvalidKnobValue, NotSupportedOnThisTorch
-from ..ext import atomic_write
-from .cache_opener import _open_checked, _unsafe_directories  # noqa: F401 - _unsafe_directories: tests use it here
+from ..ext import ENV_PREFIX, atomic_write, setup, torch_compat
+from .cache_opener import open_checked, unsafe_code_directories  # noqa: F401 - unsafe_code_directories: tests use it here
 from .errors import CompileCacheRefused
 
 MAGIC = b"inductor_knobs compile cache v1\n"
@@ -181,7 +180,7 @@ def read_file(path: str, allow_unsafe: bool, label: str) -> tuple[dict[str, Any]
 
     Args:
         path (str): the file, as the caller named it.
-        allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (:func:`_open_checked`).
+        allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (:func:`open_checked`).
         label (str): who asks, starting every message (``"load_compile_cache('x')"``).
 
     Returns:
@@ -189,10 +188,10 @@ def read_file(path: str, allow_unsafe: bool, label: str) -> tuple[dict[str, Any]
         against this process.
 
     Raises:
-        CompileCacheRefused: the checks of :func:`_open_checked`; not a file this module wrote; a
+        CompileCacheRefused: the checks of :func:`open_checked`; not a file this module wrote; a
             header whose ``header_sha256`` does not match it (files written before it existed have none).
     """
-    with os.fdopen(_open_checked(path, allow_unsafe, label), "rb") as src:
+    with os.fdopen(open_checked(path, allow_unsafe, label), "rb") as src:
         magic, header_line, payload = src.readline(), src.readline(), src.read()
     try:
         header = json.loads(header_line) if magic == MAGIC else None

@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..core import events
-from ..core.events import RuntimeEvent
+from .. import RuntimeEvent
 from ..errors import InvalidKnobValue, torch_version
-from ..ext import describe_owner
+from ..ext import describe_owner, events
 from .errors import GraphCallRefused, GraphCaptureFailed
 
 #: What a replayed call returns: ``"copy"`` (a clone the caller owns) or ``"static"`` (the graph's own buffer).
@@ -137,11 +136,11 @@ class CapturedGraphs:
 
         Under ``ik.emulate_gpu`` on this thread the warm-up runs on the emulation's green stream (it runs
         whatever autotuning ``fn`` does on its first calls) and the capture on its capture stream, a second
-        stream of the green context (:func:`inductor_knobs.emulation.capture.capture_streams`): a graph
+        stream of the green context (:func:`inductor_knobs.emulation.confine.capture_streams`): a graph
         replays on the SMs of the stream it was captured on.  Otherwise the capture runs on
         ``torch.cuda.graph``'s own side stream (``stream=None``).
         """
-        from ..emulation.capture import capture_streams
+        from ..ext import capture_streams
 
         green = capture_streams()
         side = torch.cuda.Stream() if green is None else green[0]

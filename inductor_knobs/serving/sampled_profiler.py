@@ -27,7 +27,7 @@ QUIET_AFTER = 8
 _PROFILING = threading.Lock()
 
 
-def _sampling_profiler() -> Any:
+def sampling_profiler() -> Any:
     """The profiler the guard samples new shapes with: CPU activity and input shapes (the per-shape ops' detail)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -60,7 +60,7 @@ class SampledProfiler:
         if torch.autograd._profiler_enabled():  # the user's own profiler: leave it alone
             _PROFILING.release()
             return False
-        profiler = _sampling_profiler()
+        profiler = sampling_profiler()
         try:
             profiler.__enter__()
         except Exception as err:  # noqa: BLE001 - no profiler here: hooks still name what they see

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 from ..errors import InvalidKnobValue, torch_version
+from ..ext import CUDNN_SDPA_AVOID_RECOMPILE_VAR
 
 #: The line prefix the child prints its result after (everything else on stdout is the model's).
 RESULT = "inductor_knobs.sdpa_trial "

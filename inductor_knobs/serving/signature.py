@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def input_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """The call's tensor shapes, dtypes and devices (its "shape" for per-shape costs); other arguments by type.
 
     ``(dtype, shape, device)`` per tensor, ``(name, (dtype, shape, device))`` per keyword tensor.  The
@@ -31,7 +31,7 @@ _TENSOR_KEY = operator.attrgetter("dtype", "shape", "device")
 
 
 def _tensors(signature: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
-    """``(keyword or "", (dtype, shape, device))`` for each tensor of a :func:`_signature`."""
+    """``(keyword or "", (dtype, shape, device))`` for each tensor of a :func:`input_signature`."""
     out = []
     for part in signature:
         name, part = (f"{part[0]}=", part[1]) if isinstance(part, tuple) and isinstance(part[0], str) else ("", part)
@@ -40,11 +40,11 @@ def _tensors(signature: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
     return out
 
 
-def _on_cuda(signature: tuple[Any, ...]) -> bool:
+def on_cuda(signature: tuple[Any, ...]) -> bool:
     return any(getattr(part[2], "type", part[2]) == "cuda" for _, part in _tensors(signature))
 
 
-def _describe(signature: tuple[Any, ...]) -> list[str]:
+def describe_inputs(signature: tuple[Any, ...]) -> list[str]:
     """``["torch.int64[1, 901]", "attention_mask=torch.int64[1, 901]"]`` for the tensors of a signature."""
     return [f"{name}{part[0]}{list(part[1])}" for name, part in _tensors(signature)]
 
@@ -54,7 +54,7 @@ _PLAIN_TYPES = {t.__name__: t for t in (int, float, bool, str, type(None))}
 
 
 def to_json(signature: tuple[Any, ...]) -> list[Any] | None:
-    """A :func:`_signature` as JSON data (``ik.serving.save_serving_bundle``), or None when it names a type JSON cannot.
+    """A :func:`input_signature` as JSON data (``ik.serving.save_serving_bundle``), or None when it names a type JSON cannot.
 
     A tensor part is ``{"dtype": "torch.bfloat16", "shape": [1, 128], "device": "cuda:0"}``, a keyword
     part ``{"name": "input_ids", "tensor": {...}}``, another argument ``{"type": "int"}``.
@@ -78,7 +78,7 @@ def to_json(signature: tuple[Any, ...]) -> list[Any] | None:
 
 
 def from_json(data: Any) -> tuple[Any, ...]:
-    """The :func:`_signature` that :func:`to_json` wrote, with torch's own dtype, ``Size`` and device objects.
+    """The :func:`input_signature` that :func:`to_json` wrote, with torch's own dtype, ``Size`` and device objects.
 
     Raises:
         ValueError: ``data`` is not what :func:`to_json` writes (an unknown dtype, device or type).

@@ -32,11 +32,11 @@ import collections
 import threading
 from typing import Any
 
-from ..core import torch_compat
-from ..core.events import RuntimeEvent
-from .attribution import _explained, _tunableop_tuning
+from .. import RuntimeEvent
+from ..ext import torch_compat
+from .attribution import explained, tunableop_tuning
 from .latency import Latencies, ShapeMedian
-from .signature import _describe, _on_cuda
+from .signature import describe_inputs, on_cuda
 from .stall_report import Stall
 
 #: A profiled op below this many seconds of self CPU time is not named as a cause.
@@ -113,7 +113,7 @@ class StallJudge:
         baseline = self._baseline(signature)
         threshold = self.threshold_s if self.threshold_s is not None else None if baseline is None else self.factor * baseline
         causes = sorted(events, key=lambda e: -e.seconds)
-        if profile is not None and (threshold is None or seconds > threshold) and _on_cuda(signature):
+        if profile is not None and (threshold is None or seconds > threshold) and on_cuda(signature):
             # Parsed only when it may matter (about 10 ms for a Llama call): a fast call's profile is dropped.
             # CUDA only: there an op's self CPU time is host work (a plan build, a heuristic query); on the
             # CPU it is the op's computation, not a first-call cost.
@@ -130,19 +130,19 @@ class StallJudge:
             usual = max(0.0, self._off_cpu.value())  # wall less CPU time can read below 0 (clock granularity)
             # Only what other causes leave: off-CPU time inside a hook (a compile waiting on its workers)
             # is already in that hook's time, so the causes never add up to more than the call.
-            extra = min(off_cpu - usual, seconds - _explained(causes, seconds))
+            extra = min(off_cpu - usual, seconds - explained(causes, seconds))
             if extra >= MIN_OP_SECONDS:
                 detail = f"the thread was off the CPU {1000 * off_cpu:.2f} ms (usually {1000 * usual:.2f} ms)"
                 causes.append(RuntimeEvent("thread_off_cpu", extra, detail, None))
         if overlapped and baseline is not None and threshold is not None and seconds > threshold:
             # Other threads' calls ran at the same time: on one GPU their kernels, and on one interpreter their
             # Python, come before this call's, so the time beyond the steady call is theirs, not a slower host or GPU.
-            rest = seconds - baseline - _explained(causes, seconds)
+            rest = seconds - baseline - explained(causes, seconds)
             if rest >= MIN_OP_SECONDS:
                 detail = "other threads' calls of this guard ran at the same time (their GPU work and Python came first)"
                 causes.append(RuntimeEvent("concurrent_calls", rest, detail, None))
         elif host_seconds is not None and not new and baseline is not None and threshold is not None and seconds > threshold:
-            causes += self._host_or_gpu(seconds, host_seconds, baseline, _explained(causes, seconds), off_cpu)
+            causes += self._host_or_gpu(seconds, host_seconds, baseline, explained(causes, seconds), off_cpu)
         self.last_causes = causes
         if threshold is not None:
             stalled = seconds > threshold and seconds - (baseline or 0.0) >= self.min_excess_s
@@ -157,13 +157,13 @@ class StallJudge:
         self._shape(signature)  # seen from now on (a stall's time joins no median)
         self._quiet = 0
         excess = seconds - (baseline or 0.0)
-        missing = excess - _explained(causes, seconds)
+        missing = excess - explained(causes, seconds)
         # Without a baseline the steady part of the call is unknown: named causes are then the answer.
         if not causes or (baseline is not None and missing > 0.5 * excess):
             causes.append(RuntimeEvent("unattributed", max(missing, 0.0), "no hook or profiled op accounts for this time", None))
             self._clock_warm = True  # from now on the thread clock names time off the CPU (a system call a call)
         causes.sort(key=lambda e: -e.seconds)
-        stall = Stall(index, seconds, baseline, threshold, _describe(signature), new, profiled, causes)
+        stall = Stall(index, seconds, baseline, threshold, describe_inputs(signature), new, profiled, causes)
         self._stalls.append(stall)
         self.stall_count += 1
         self._unattributed += not stall.attributed
@@ -256,7 +256,7 @@ class StallJudge:
                 kind = "aten_first_call"
             if kind is None or self_seconds < MIN_OP_SECONDS:
                 continue
-            if kind == "cublas_first_call" and _tunableop_tuning():
+            if kind == "cublas_first_call" and tunableop_tuning():
                 kind = "tunableop"
             shapes_text = f" {shapes}" if shapes else ""
             found.append(RuntimeEvent(kind, self_seconds, f"{name}{shapes_text} (profiled, self CPU time)", None))

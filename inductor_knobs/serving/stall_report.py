@@ -7,7 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.events import CAUSES, RuntimeEvent
+from .. import RuntimeEvent
+from ..ext import CAUSES
 from .latency import RELATIVE_ERROR, Latencies
 
 

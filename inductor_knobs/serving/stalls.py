@@ -34,13 +34,13 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..core.events import AutotuneRecord, CompileEvent, RuntimeEvent
-from ..core.recorder import ObservedBlock, Subscription
+from .. import AutotuneRecord, CompileEvent, RuntimeEvent
 from ..errors import InvalidKnobValue, KnobsError, torch_version
+from ..ext import ObservedBlock, Subscription
 from .errors import StallDuringServing, StallWarning
 from .latency import Latencies
-from .sampled_profiler import QUIET_AFTER, SampledProfiler, _sampling_profiler
-from .signature import _signature
+from .sampled_profiler import QUIET_AFTER, SampledProfiler, sampling_profiler
+from .signature import input_signature
 from .stall_judge import StallJudge
 from .stall_report import Stall, StallReport
 
@@ -264,7 +264,7 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
     # -- one call ---------------------------------------------------------------------------------
 
     def _timed(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        signature = _signature(args, kwargs)
+        signature = input_signature(args, kwargs)
         # A warm shape's time below which a call cannot be a stall: such a call is only recorded (one in
         # SAMPLE_EVERY joins the medians), so a steady serving loop pays three clock reads, a dict lookup
         # and the lock.  On a real model each of these costs microseconds, and the thread clock is a system
@@ -358,7 +358,7 @@ def profiler_cost(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
     plain, profiled = [], []
     for _ in range(rounds):
         plain.append(timed())
-        with _sampling_profiler():
+        with sampling_profiler():
             profiled.append(timed())
     return max(0.0, statistics.median(profiled) - statistics.median(plain))
 

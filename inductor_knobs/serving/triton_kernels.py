@@ -314,8 +314,7 @@ def _count(value: Any) -> bool:
 
 def _torch_function(attribute: str) -> Any:
     """The torch function :class:`~inductor_knobs.patches.hooks.TorchHooks` names as ``attribute``, or None."""
-    from ..core import torch_compat
-    from ..ext import resolve
+    from ..ext import resolve, torch_compat
 
     try:
         owner, name = resolve(getattr(torch_compat.installed(), attribute))

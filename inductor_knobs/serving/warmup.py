@@ -15,13 +15,13 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..core.recorder import Collector
-from ..core.torch_fixes import torch_fixes
 from ..errors import InvalidKnobValue, torch_version
+from ..ext import Collector
 from .buckets import suggest_buckets
 from .sdpa_trial import TrialArm, decide, measure
-from .signature import _on_cuda, as_call
+from .signature import as_call, on_cuda
 from .stalls import no_stalls, profiler_cost
+from .torch_fixes import torch_fixes
 from .warmup_report import ColdCause, WarmupReport, WarmupStep
 
 #: A probe whose first call costs more than this multiple of the steady state paid a per-shape cost.
@@ -129,7 +129,7 @@ def warmup(
         )
     shares = [s.last_call_host_seconds / s.last_call_seconds for s in steps if s.last_call_host_seconds and s.last_call_seconds]
     host_share = statistics.median(shares) if shares and calls_per_input > 1 else None
-    if host_share is not None and host_share >= HOST_BOUND and any(_on_cuda(sig) for sig in guard.seen_shapes()):
+    if host_share is not None and host_share >= HOST_BOUND and any(on_cuda(sig) for sig in guard.seen_shapes()):
         fixes.append(
             f"capture one CUDA graph per bucket and serve by replay (ik.serving.capture_cuda_graphs(fn, shapes=buckets, "
             f"factory=...), fn compiled without CUDA graphs): {100 * host_share:.0f}% of a steady call is host work "

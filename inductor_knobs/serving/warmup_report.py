@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.events import AutotuneRecord, CompileEvent, RuntimeEvent, format_table
+from .. import AutotuneRecord, CompileEvent, RuntimeEvent
+from ..ext import format_table
 from .sdpa_trial import TrialVerdict
 
 

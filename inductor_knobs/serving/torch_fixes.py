@@ -3,7 +3,7 @@
 
 The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches.fixes`:
 on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again).  They
-are one :class:`~inductor_knobs.core.patching.SharedPatch`, installed while any warm-up or bundle load
+are one :class:`~inductor_knobs.ext.SharedPatch`, installed while any warm-up or bundle load
 holds it and restored by identity after the last one: process-wide while held, as torch's own fixed
 code would be, so a compile on another thread in that window gets the later release's behaviour too.
 """
@@ -16,14 +16,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from . import torch_compat
-from .patching import SharedPatch, present, wrap_attribute
+from ..ext import SharedPatch, present, release_of, torch_compat, wrap_attribute
 
 
 @functools.cache  # one step object per fix for the process: it reuses its wrapper while torch's original is the same
 def _steps() -> tuple[Any, ...]:
     patches = torch_compat.installed(strict=False)  # imports torch
-    fixes = patches.fixes(torch_compat.release_of(sys.modules["torch"].__version__))
+    fixes = patches.fixes(release_of(sys.modules["torch"].__version__))
     # A build whose module does not import has nothing to fix, and a warm-up must not fail for a fix.
     return tuple(wrap_attribute(path, wrapper) for path, wrapper in fixes if present(path))
 
