@@ -294,7 +294,7 @@ def host_bytecode(work: Path) -> dict:
 
     Why: on the GPU host the installed torch had no bytecode Python could use, so every process compiled
     about 1,500 modules from source (``builtins.compile``: 4.4 s of a 7.4 s AOT bundle load in
-    ``bench/profile_aot_load.py``, H100 host, torch 2.11), a cost a host that pip-installed torch does not
+    a one-off profile on an H100 host, torch 2.11, 2026-11-26), a cost a host that pip-installed torch does not
     pay, and one that would hide what a cold start costs.  The bytecode goes to a ``PYTHONPYCACHEPREFIX``
     directory under ``work`` that every arm's process uses (nothing in site-packages changes); every arm,
     ``cold`` included, gets the same.

@@ -27,17 +27,12 @@
 #                                              #   bundle, AOT bundle and autotune-lock GPU tests
 #   OUT=/tmp/out bash bench/session_gpu.sh k llama bert   # one-GPU node, all its CPUs: bench/cold_start.py for
 #                                              #   each model in turn (arms $ARMS, default all), then the AOT bundle GPU test
-#   OUT=/tmp/out bash bench/session_gpu.sh l   # one-GPU node: where an AOT load stands (probe_aot_load.py steps
-#                                              #   call, capture, ik-load; CXX=/usr/bin/g++), then the README's
-#                                              #   main job (timed) with the per-shape autotune turns
 #   OUT=/tmp/out bash bench/session_gpu.sh m   # one-GPU node: the main job with --parallel 6 (timed), then the
 #                                              #   A/A control alone with --parallel 1 (bench/aa_alone.toml)
 #   OUT=/tmp/out bash bench/session_gpu.sh p   # one-GPU node: the main job alone with --parallel 6 (timed), per-run lines
 #   OUT=/tmp/out bash bench/session_gpu.sh r   # one-GPU node: variants of the main job (timed) one after the other:
 #                                              #   VARIANTS="main onebatch parallel9" (as a new user runs it; every run
 #                                              #   live at once, bench/ablate_cap.py 18; --parallel 9)
-#   OUT=/tmp/out bash bench/session_gpu.sh n   # one-GPU node: profile of an AOT bundle's load in a fresh process
-#                                              #   (bench/profile_aot_load.py), then the main job with --parallel 6
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -224,17 +219,6 @@ k)
     fi
     cat "$OUT/status.txt"
     ;;
-l)
-    if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi  # see part k
-    timeout -k 10 300 python3 bench/probe_aot_load.py --out "$OUT/probe" --step-timeout 40 \
-        --steps contents call capture capture-single-threaded ik-load \
-        >"$OUT/probe.log" 2>&1
-    done_at probe $?
-    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); [print(k, v.get('exit'), round(v.get('seconds', 0)), \
-        (v.get('stderr') or v.get('tail') or '')[-600:]) for k, v in d.items()]" "$OUT/probe/probe_aot_load.json" 2>&1 | tail -c 5000
-    main_job_timed 270
-    cat "$OUT/status.txt"
-    ;;
 m)
     # The README's main job with --parallel 6 (timed), then the A/A control alone (bench/aa_alone.toml) with
     # --parallel 1: how much the GEMM picks and kernel times of one arm's processes spread with nothing beside them.
@@ -270,20 +254,6 @@ r)
         parallel*) ablate_timed "$v" "${MAIN_TIMEOUT_S:-250}" python3 -m inductor_knobs ablate --parallel "${v#parallel}" ;;
         esac
     done
-    cat "$OUT/status.txt"
-    ;;
-n)
-    # Where a fresh process's AOT bundle load spends its time (the tests' small model; empty caches), then the
-    # README's main job with --parallel $PARALLEL (default 6; timed).
-    if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi  # see part k
-    (cd tests && timeout -k 10 200 python3 bundle_worker.py build-aot "$OUT/tiny.bundle" cuda >"$OUT/tiny_build.log" 2>&1)
-    done_at tiny_build $?
-    TORCHINDUCTOR_CACHE_DIR="$OUT/empty-inductor" TRITON_CACHE_DIR="$OUT/empty-triton" timeout -k 10 120 \
-        python3 -X importtime bench/profile_aot_load.py "$OUT/tiny.bundle" --device cuda >"$OUT/profile.log" 2>"$OUT/importtime.log"
-    done_at profile $?
-    head -c 6000 "$OUT/profile.log"
-    grep "^import time:" "$OUT/importtime.log" | sort -t'|' -k2 -n -r | head -n 40
-    main_job_timed "${MAIN_TIMEOUT_S:-300}" --parallel "${PARALLEL:-6}"
     cat "$OUT/status.txt"
     ;;
 esac

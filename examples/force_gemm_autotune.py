@@ -6,8 +6,9 @@ closed and with it forced open, and print which GEMM choices autotuning consider
 Model: Linear(3420 -> 1280, bias=False), bf16 on GPU (fp32 on CPU), seq lens 560/1024/2048
 with a dynamic first dimension.  On a GPU below torch's 68-SM gate, "gate closed" is what
 torch does by default; on a bigger GPU the example closes the gate with min_sms above the
-GPU's SM count so you can see the difference there too.  On CPU the same code path runs,
-but the gate only guards GPU templates, so both arms see the same choices.
+GPU's SM count so you can see the difference there too.  Without a CUDA GPU there is nothing
+to autotune (see ``CPU_NOTE``): the example compiles the forced arm on CPU and prints what
+Inductor compiled with, read inside the compile (``ik.knobs_report``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,20 @@ import torch
 import inductor_knobs as ik
 
 SEQ_LENS = (560, 1024, 2048)
+BACKENDS = "ATEN,TRITON,CPP"
+# torch: the gate (``_use_template_for_gpu``) and ``use_triton_template`` want a GPU layout (or a Triton CPU
+# backend); ``use_cpp_gemm_template`` wants a constant weight (``mat2.is_module_buffer()``: ``freezing=True``
+# under no_grad).  2.13 ``_inductor/utils.py`` :2024, :2066, :2780.
+CPU_NOTE = (
+    "No CUDA GPU, so nothing is autotuned here: the SM gate and the Triton GEMM templates it opens need a CUDA GPU, "
+    "and Inductor's C++ GEMM template needs frozen weights (freezing=True under no_grad), which this model does not use. "
+    "On a GPU this prints, per arm, the GEMM candidates autotuning timed: ATen alone with the gate closed, "
+    "ATen and Triton templates with it forced open."
+)
 
 
-def compile_and_record(arm: str, knobs: ik.Knobs, device: str, dtype: torch.dtype) -> ik.record_autotune:
+def compile_and_run(knobs: ik.Knobs, device: str, dtype: torch.dtype) -> tuple[torch.nn.Module, ik.record_autotune]:
+    """Compile the model under ``knobs`` and run it at every length; returns it and what autotuning recorded."""
     torch._dynamo.reset()
     model = torch.nn.Linear(3420, 1280, bias=False, device=device, dtype=dtype)
     compiled = ik.compile(model, knobs, mode="max-autotune-no-cudagraphs")
@@ -28,23 +40,24 @@ def compile_and_record(arm: str, knobs: ik.Knobs, device: str, dtype: torch.dtyp
             x = torch.randn(seq_len, 3420, device=device, dtype=dtype)
             torch._dynamo.mark_dynamic(x, 0)
             compiled(x)
-    print(f"\n== {arm}: {len(rec.records)} GEMM(s) autotuned")
-    print(rec.table(top=5))
-    return rec
+    return compiled, rec
 
 
 def main() -> None:
-    if torch.cuda.is_available():
-        device, dtype = "cuda", torch.bfloat16
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        print(f"GPU: {torch.cuda.get_device_name(0)}, {sms} SMs (torch's gate opens at 68)")
-    else:
-        device, dtype, sms = "cpu", torch.float32, 0
-        print("No CUDA GPU: the SM gate does not apply on CPU; running the same code path anyway.")
-    closed = ik.Knobs(min_sms=min(max(sms + 1, 69), 1024), max_autotune_gemm=True, gemm_backends="ATEN,TRITON,CPP")
-    opened = ik.Knobs(min_sms=max(sms, 1), max_autotune_gemm=True, gemm_backends="ATEN,TRITON,CPP")
-    compile_and_record("gate closed", closed, device, dtype)
-    compile_and_record(f"force_gemm_autotune(min_sms={max(sms, 1)})", opened, device, dtype)
+    if not torch.cuda.is_available():
+        print(CPU_NOTE)
+        compiled, _ = compile_and_run(ik.Knobs(min_sms=1, max_autotune_gemm=True, gemm_backends=BACKENDS), "cpu", torch.float32)
+        print("\n== force_gemm_autotune(min_sms=1) on CPU: what Inductor compiled with, read inside the compile")
+        print(ik.knobs_report(compiled))
+        return
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"GPU: {torch.cuda.get_device_name(0)}, {sms} SMs (torch's gate opens at 68)")
+    closed = ik.Knobs(min_sms=min(max(sms + 1, 69), 1024), max_autotune_gemm=True, gemm_backends=BACKENDS)
+    opened = ik.Knobs(min_sms=sms, max_autotune_gemm=True, gemm_backends=BACKENDS)
+    for arm, knobs in (("gate closed", closed), (f"force_gemm_autotune(min_sms={sms})", opened)):
+        _, rec = compile_and_run(knobs, "cuda", torch.bfloat16)
+        print(f"\n== {arm}: {len(rec.records)} GEMM(s) autotuned")
+        print(rec.table(top=5))
 
 
 if __name__ == "__main__":
