@@ -68,7 +68,7 @@ COMPILER = ("torch._dynamo", "torch._inductor.graph")
 #: What of :data:`COMPILER` a server for CUDA runs may import: Dynamo.  ``torch._inductor.graph`` imports
 #: ``torch._inductor.runtime.benchmarking``, whose import asks ``torch.cuda.is_available()`` (2.11
 #: ``runtime/benchmarking.py:19``, ``use_experimental_benchmarker``); on a GPU host that started a CUDA driver
-#: thread in the server (``cuda00001800007``, H100, torch 2.11, ``bench/probe_import_threads.py``), so every run
+#: thread in the server (``cuda00001800007``, H100, torch 2.11, a one-off probe, 2026-11-26), so every run
 #: would start as a new interpreter.  ``torch._dynamo`` started none there; BERT's modeling module did (15 threads
 #: and jemalloc's), so it is not preloaded on CUDA either (:func:`preload_modules`).  The zygote still counts the
 #: threads, and refuses a server that has more than one.
