@@ -28,6 +28,7 @@ from . import events, gate
 from .asked import CHOICES_HANDLER, INDUCTOR_CONFIG, Asked
 from .attestation import AttestedSetting, CompileAttestation
 from .knobs import CACHE_BYPASS_KEY, cache_rule
+from .native_floors import banned_by_deterministic_mode
 from .records import current_compile_id
 from .torch_settings import SETTINGS, SETTINGS_MODULE, read_setting, setting_matches
 from .why_not_applied import diagnose
@@ -132,6 +133,7 @@ def _attest(snapshot: _Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             seen = patches.read_value(cfg, key)
             cause = None if _same(seen, asked.value) else diagnose(patches, cfg, key)
         settings.append(AttestedSetting(asked.label, asked.value, seen, asked.source, snapshot.overrode.get(key), cause))
+    settings = banned_by_deterministic_mode(patches, settings)
     verdicts: list[gate.Verdict] = []
     problem = None
     if snapshot.override is not None:
