@@ -59,7 +59,37 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     report["precedence"] = _precedence(torch.__version__)
     report["serving"] = _serving()
     report["release_knobs"] = _release_knobs(torch.__version__)
+    report["native_floors"] = _native_floors(torch.__version__, report["env"]["resolved"])
     return report
+
+
+def _native_floors(version: str, resolved: dict[str, Any] | None) -> dict[str, Any]:
+    """torch's own floors here: the recompile stance, deterministic mode and what it bans of the ``INDUCTOR_KNOBS_*``
+    knobs, and the Inductor config keys torch ignores that ``INDUCTOR_KNOBS_CONFIG`` or a ``TORCHINDUCTOR_*`` variable
+    sets (``patches/native_floors.py``: the facts, with torch's file:line)."""
+    from .core.knobs import KNOBS, knob_config
+
+    patches = torch_compat.select(version, strict=False)
+    cfg = importlib.import_module("torch._inductor.config")
+    asked: dict[str, tuple[Any, str]] = {}  # config key -> (value, the variable that asks it)
+    for name, value in (resolved or {}).items():
+        if name == "config":
+            asked.update({key: (v, f"{ENV_PREFIX}CONFIG") for key, v in value.items()})
+        elif name in KNOBS and value is not None:
+            asked.update({key: (v, f"{ENV_PREFIX}{name.upper()}") for key, v in knob_config(name, value).items()})
+    bans = patches.deterministic_bans(cfg, [(key, value) for key, (value, _) in asked.items()])
+    ignored = []
+    for key, (source, env) in patches.ignored_config_keys(torch_compat.release_of(version)).items():
+        setters = [asked[key][1]] if key in asked else []
+        setters += [name for name in (env, "TORCHINDUCTOR_" + key.upper()) if name and name in os.environ][:1]
+        if setters:
+            ignored.append({"key": key, "set_by": setters, "source": source})
+    return {
+        "fail_on_recompile": patches.recompile_stance is not None,
+        "deterministic": getattr(cfg, "deterministic", None),
+        "deterministic_bans": [{"key": k, "asked_by": asked[k][1], "what": what} for k, what in bans.items()],
+        "ignored_keys": ignored,
+    }
 
 
 def _release_knobs(version: str) -> list[dict[str, Any]]:
@@ -411,6 +441,29 @@ def render(report: dict[str, Any]) -> str:
     for knob in report["release_knobs"]:
         here = f"yes; now {knob['state']}" if knob["available"] else f"NOT on this torch (needs {knob['since']}+)"
         lines.append(f"  {knob['knob']:26} {here}: {knob['what']}")
+    floors = report["native_floors"]
+    lines += ["", "torch's own floors:"]
+    lines.append(
+        "  torch.compiler.set_stance('fail_on_recompile'): "
+        + (
+            "ik.serving.no_stalls(on='raise') holds it while it serves"
+            if floors["fail_on_recompile"]
+            else "not on this torch (2.6+)"
+        )
+    )
+    mode = {None: "not on this torch (2.10+)", True: "ON", False: "off"}.get(
+        floors["deterministic"], repr(floors["deterministic"])
+    )
+    lines.append(f"  Inductor deterministic mode (torch._inductor.config.deterministic): {mode}")
+    lines += [
+        f"  deterministic mode bans what {ban['asked_by']} asks for ({ban['key']}): it {ban['what']}; a compile raises "
+        "KnobNotApplied (on_mismatch='warn': a warning)"
+        for ban in floors["deterministic_bans"]
+    ]
+    lines += [
+        f"  IGNORED by torch {report['versions']['torch']}: {item['key']} (set by {', '.join(item['set_by'])}): {item['source']}"
+        for item in floors["ignored_keys"]
+    ]
     lines += ["", "torch.compile modes expand to (torch._inductor.list_mode_options):"]
     lines += [f"  {mode:28} {opts}" for mode, opts in report["modes"].items()]
     return "\n".join(lines)

@@ -16,7 +16,8 @@ The operations live in one base module per concern beside this one (``_``-prefix
 contexts), :mod:`._process_settings` (SDPA, TunableOp), :mod:`._hooks` (runtime hooks, feedback
 savers, recompile reasons), :mod:`._fixes` (torch bugs fixed in a later release) and :mod:`._features`
 (knobs only some releases have: CUDA graph capture sizes, the GEMM lookup table, cuDNN attention's
-avoid-recompile).  This module sets the 2.4–2.5 facts they read.
+avoid-recompile) and :mod:`.native_floors` (the recompile stance, deterministic mode's bans, ignored config
+keys, the profiler's stderr markers).  This module sets the 2.4–2.5 facts they read.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ from .fixes import TorchFixes
 from .gate import SmGate
 from .gemm_backends import GemmBackends
 from .hooks import TorchHooks
+from .native_floors import NativeFloors
 from .process_settings import ProcessSettings
 
 
-class TorchPatches(SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures, TorchFixes):
+class TorchPatches(
+    SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures, TorchFixes, NativeFloors
+):
     """What the knobs need to know about one range of torch releases.
 
     Each concern's operations come from its base class (see the module docstring); this class sets

@@ -104,8 +104,8 @@ def test_suggested_buckets_cover_the_range(low, width, count):
     high = low + width
     buckets = ik.serving.suggest_buckets(low, high, count=count)
     assert ik.serving.buckets.check_buckets(buckets) == buckets
-    assert all(b % 8 == 0 for b in buckets)
-    assert buckets[0] >= low and buckets[-1] >= high
+    assert all(b % 8 == 0 for b in buckets[:-1]) and (buckets[-1] % 8 == 0 or buckets[-1] == high)
+    assert buckets[0] >= low and buckets[-1] == high  # no bucket beyond the largest size the model accepts
     assert ik.serving.bucket_for(low, buckets) <= ik.serving.bucket_for(high, buckets)
     step = buckets[1] - buckets[0] if len(buckets) > 1 else 0
     assert all(b - a <= step for a, b in zip(buckets, buckets[1:]))
@@ -114,5 +114,12 @@ def test_suggested_buckets_cover_the_range(low, width, count):
 
 def test_suggest_buckets_of_the_serving_range():
     assert ik.serving.suggest_buckets(128, 2048) == tuple(range(128, 2049, 128))
+
+
+def test_suggested_buckets_end_at_the_largest_size_the_model_accepts():
+    # A model that accepts at most 100 positions: a bucket of 104 would pad requests beyond it.
+    assert ik.serving.suggest_buckets(1, 100)[-1] == 100
+    assert ik.serving.suggest_buckets(100, 100) == (100,)
+    assert ik.serving.suggest_buckets(56, 204)[-2:] == (200, 204)
     with pytest.raises(ik.errors.InvalidKnobValue, match=r"suggest_buckets\(low=9, high=3"):
         ik.serving.suggest_buckets(9, 3)

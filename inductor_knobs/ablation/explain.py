@@ -37,6 +37,13 @@ GEMM_KINDS = {
 }
 
 
+#: What a ratio measured under small-GPU emulation is, said wherever one is reported (report header, notes, plot title).
+EMULATION_MEANS = (
+    "emulation is SM confinement on the host GPU, which keeps the host's memory bandwidth and L2: "
+    "its ratios rank the choices; they are not a small GPU's numbers"
+)
+
+
 def gemm_summary(calls: Mapping[str, int]) -> str:
     """``{"aten.mm": 4}`` as ``aten.mm×4``.
 
@@ -192,7 +199,8 @@ def gpu_note(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ())
             "`gated` asks for GEMM autotuning with torch's 68-SM gate as it is, which is closed below 68 SMs; "
             "`force_gemm_autotune` lowers the gate to the section's SM count. The last section is this GPU, above "
             "the gate, where it is open for both arms: an A/A control, whose expected verdict is no detectable "
-            "difference. Read GPU kernel time for the GEMM choice and compile s for the price of forcing." + _graphs(results)
+            "difference. Read GPU kernel time for the GEMM choice and compile s for the price of forcing. "
+            f"{EMULATION_MEANS[0].upper()}{EMULATION_MEANS[1:]}." + _graphs(results)
         )
     bound = latency_bound(rows)
     if bound:

@@ -98,7 +98,10 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
         from .plot import plot as draw
 
         where = (results.get("environment") or {}).get("device_name") or results.get("device")
-        written.append(draw(rows, os.path.join(out, "results.png"), f"{results['workload']} on {where}"))
+        title = f"{results['workload']} on {where}"
+        if results.get("emulate_sms") or any(a.get("emulate") for a in results.get("arms", [])):
+            title += f"\n{explain.EMULATION_MEANS}"
+        written.append(draw(rows, os.path.join(out, "results.png"), title))
     return written
 
 

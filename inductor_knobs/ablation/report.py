@@ -94,7 +94,7 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
         + ("; smoke run (quick inputs)" if results.get("smoke") and not no_intervals else "")
     )
     if results.get("emulate_sms"):
-        head += f"; every arm under emulated {results['emulate_sms']} (SM emulation)"
+        head += f"; every arm under emulated {results['emulate_sms']} ({explain.EMULATION_MEANS})"
     quiet = explain.quiet_note(results)
     if quiet:
         head += f"; {quiet}"

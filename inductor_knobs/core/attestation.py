@@ -12,7 +12,7 @@ import importlib
 import inspect
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -316,6 +316,7 @@ def attest(snapshot: Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
             seen = patches.read_value(cfg, key)
             cause = None if _same(seen, asked.value) else diagnose(patches, cfg, key)
         settings.append(AttestedSetting(asked.label, asked.value, seen, asked.source, snapshot.overrode.get(key), cause))
+    settings = banned_by_deterministic_mode(patches, settings)
     verdicts: list[gate.Verdict] = []
     problem = None
     if snapshot.override is not None:
@@ -380,3 +381,33 @@ def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     inputs = args[1] if len(args) > 1 else kwargs.get("example_inputs", ())
     devices = {t.device for t in inputs or () if isinstance(t, torch.Tensor) and t.device.type == "cuda"}
     return sorted(devices, key=str)
+
+
+def banned_by_deterministic_mode(patches: Any, settings: Sequence[AttestedSetting]) -> list[AttestedSetting]:
+    """``settings`` with a cause on each one that asked for benchmarking which Inductor's deterministic mode bans.
+
+    Read inside the compile: ``torch._inductor.config.deterministic`` (torch 2.10+, env ``TORCHINDUCTOR_DETERMINISTIC``)
+    on, and a setting that took effect asks for GEMM autotuning (``max_autotune``, ``max_autotune_gemm``: torch then
+    picks the first ATen choice without benchmarking, on every device) or coordinate descent (reductions and scans
+    are not tuned).  Such a setting then counts as not applied: :class:`~inductor_knobs.errors.KnobNotApplied`, or a
+    warning with ``on_mismatch="warn"``, naming deterministic mode.
+
+    Args:
+        patches (TorchPatches): the installed torch's patch module (its ``deterministic_bans``).
+        settings (Sequence[AttestedSetting]): what the compile read.
+
+    Returns:
+        list[AttestedSetting]: the same settings, with ``cause`` set on the banned ones.
+    """
+    cfg = importlib.import_module(INDUCTOR_CONFIG)
+    bans = patches.deterministic_bans(cfg, [(s.key, s.compiled_with) for s in settings if s.ok])
+    return [
+        dataclasses.replace(
+            s,
+            cause=f"Inductor's deterministic mode is on (torch._inductor.config.deterministic=True, env "
+            f"TORCHINDUCTOR_DETERMINISTIC=1): it {bans[s.key]}; turn the mode off for this compile, or leave the knob out",
+        )
+        if s.key in bans and s.ok
+        else s
+        for s in settings
+    ]

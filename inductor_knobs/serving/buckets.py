@@ -99,10 +99,16 @@ def pad_to_bucket(x: Any, buckets: Iterable[int], *, dim: int = -1, value: float
 
 
 def suggest_buckets(low: int, high: int, *, count: int = 16) -> tuple[int, ...]:
-    """About ``count`` evenly spaced buckets that cover ``[low, high]``, each a multiple of 8.
+    """About ``count`` evenly spaced buckets that cover ``[low, high]``, each a multiple of 8 but the last.
 
     Evenly spaced buckets pad a request by at most one step (``(high - low) / count``); a multiple of
-    8 keeps GEMM and attention kernels on their aligned paths.
+    8 keeps GEMM and attention kernels on their aligned paths.  ``high`` is the largest size the model
+    accepts (its context length, the largest request warmed): the last bucket is ``high`` itself, so no
+    request is padded beyond it.
+
+    Returns:
+        Strictly increasing sizes, each in ``[low, high]`` but the first (``low`` rounded up to a multiple
+        of 8, at most ``high``).
 
     Raises:
         InvalidKnobValue: ``low``/``high`` not positive ints with ``low <= high``, or ``count`` < 1.
@@ -117,7 +123,7 @@ def suggest_buckets(low: int, high: int, *, count: int = 16) -> tuple[int, ...]:
         return -(-n // 8) * 8
 
     step = max(8, up8(-(-(high - low + 1) // count)))
-    sizes = [up8(low)]
+    sizes = [min(up8(low), high)]
     while sizes[-1] < high:
-        sizes.append(min(sizes[-1] + step, up8(high)))
+        sizes.append(min(sizes[-1] + step, high))
     return tuple(sizes)

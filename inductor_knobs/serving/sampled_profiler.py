@@ -10,7 +10,9 @@ measures it (:func:`~inductor_knobs.serving.stalls.profiler_cost`) and a guard s
 ``profiler``.
 
 Relies on ``torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True)`` and
-``torch.autograd._profiler_enabled()`` (torch 2.4-2.15).
+``torch.autograd._profiler_enabled()`` (torch 2.4-2.15).  torch 2.13's libkineto prints ``USDT: ...
+profiler_start`` and ``profiler_stop`` to stderr at each start and stop (``SyncActivityProfilerHandler.cpp``);
+the guard's starts and stops print nothing (the patch module's ``quiet_profiler_markers``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import warnings
 from typing import Any
 
+from ..ext import torch_compat
 from .errors import StallWarning
 
 #: Profiled new-shape calls in a row that must be fast before new shapes stop being profiled.
@@ -31,7 +34,28 @@ def sampling_profiler() -> Any:
     """The profiler the guard samples new shapes with: CPU activity and input shapes (the per-shape ops' detail)."""
     from torch.profiler import ProfilerActivity, profile
 
-    return profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    return _Quiet(profile(activities=[ProfilerActivity.CPU], record_shapes=True))
+
+
+class _Quiet:
+    """A profiler whose start and stop print nothing: libkineto's ``USDT: ... profiler_start`` and ``profiler_stop``
+    stderr lines (torch 2.13, two per profiled call) are off while it starts and stops, and only then
+    (``quiet_profiler_markers`` of the patch module: libkineto's log severity, put back after)."""
+
+    def __init__(self, profiler: Any) -> None:
+        self.profiler = profiler
+
+    def __enter__(self) -> _Quiet:
+        with torch_compat.installed(strict=False).quiet_profiler_markers():
+            self.profiler.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with torch_compat.installed(strict=False).quiet_profiler_markers():
+            self.profiler.__exit__(*exc)
+
+    def events(self) -> Any:
+        return self.profiler.events()
 
 
 class SampledProfiler:

@@ -154,6 +154,28 @@ class StallJudge:
             if new and profiled:
                 self._quiet += 1
             return None
+        return self._record_stall(index, seconds, baseline, threshold, signature, new, profiled, causes)
+
+    def _refusal(self, seconds: float, signature: tuple[Any, ...], new: bool, profiled: bool, cause: RuntimeEvent) -> Stall:
+        """Record a call torch refused to compile (under the lock): a stall whatever its time, caused by ``cause``."""
+        index = max(self.latencies.count - 1, 0)
+        self.last_causes = [cause]
+        baseline = self._baseline(signature)
+        threshold = self.threshold_s if self.threshold_s is not None else None if baseline is None else self.factor * baseline
+        return self._record_stall(index, seconds, baseline, threshold, signature, new, profiled, [cause])
+
+    def _record_stall(
+        self,
+        index: int,
+        seconds: float,
+        baseline: float | None,
+        threshold: float | None,
+        signature: tuple[Any, ...],
+        new: bool,
+        profiled: bool,
+        causes: list[RuntimeEvent],
+    ) -> Stall:
+        """Keep a stall (under the lock): its shape seen from now on, its causes in the totals."""
         self._shape(signature)  # seen from now on (a stall's time joins no median)
         self._quiet = 0
         excess = seconds - (baseline or 0.0)

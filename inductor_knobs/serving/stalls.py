@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import AutotuneRecord, CompileEvent, RuntimeEvent
 from ..errors import InvalidKnobValue, KnobsError, torch_version
-from ..ext import ObservedBlock, Subscription
+from ..ext import ObservedBlock, SharedPatch, Subscription, torch_compat
 from .errors import StallDuringServing, StallWarning
 from .latency import Latencies
 from .sampled_profiler import QUIET_AFTER, SampledProfiler, sampling_profiler
@@ -58,6 +58,21 @@ _clock = time.perf_counter
 _thread_clock = time.thread_time
 
 
+def _refuse_compiles_steps() -> list[Callable[[Callable[[Callable[[], None]], None]], None]]:
+    def step(register: Callable[[Callable[[], None]], None]) -> None:
+        undo = torch_compat.installed(strict=False).refuse_compiles()
+        if undo is not None:
+            register(undo)
+
+    return [step]
+
+
+#: ``torch.compiler.set_stance("fail_on_recompile")``, held while any ``on="raise"`` guard serves a call or has its
+#: block open: the stance is one global of the process, so the first holder sets it and the last one puts back the
+#: stance it found (patches/native_floors.py).
+REFUSE_COMPILES = SharedPatch("torch.compiler.set_stance('fail_on_recompile')", _refuse_compiles_steps)
+
+
 class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
     """Time every call of a served callable; report, warn or raise on a call over the threshold, naming its causes.
 
@@ -69,7 +84,15 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         fn: the compiled callable to serve (``torch.compile``/``ik.compile`` result, or any callable).
         on: ``"raise"`` (default): :class:`~inductor_knobs.serving.errors.StallDuringServing` after the call
             (its result is lost); ``"warn"``: a :class:`~inductor_knobs.serving.errors.StallWarning`;
-            ``"record"``: only :attr:`stalls`.
+            ``"record"``: only :attr:`stalls`.  With ``"raise"`` on torch 2.6+, torch's own floor holds too:
+            ``torch.compiler.set_stance("fail_on_recompile")`` while the guard's block is open or one of its
+            calls runs (the stance found is put back on every exit).  A call that would (re)compile then
+            compiles nothing: torch refuses it, and the guard raises :class:`StallDuringServing` at once, its
+            cause ``dynamo_compile`` with torch's message (the guard failures), chained from torch's
+            ``RuntimeError``.  The stance is one setting of the whole process (``_dynamo/eval_frame.py``
+            ``_stance``), not of a thread: meanwhile every ``torch.compile`` d function on every thread refuses
+            to compile, a first compile too, so warm up before serving (``ik.serving.warmup``) and compile nothing
+            else while a guard serves.  On torch 2.4-2.5 (no such stance) nothing is set.
         threshold_ms: a call over this many milliseconds is a stall (float > 0).  Default: ``factor``
             x the baseline.
         factor: the threshold as a multiple of the baseline (float > 1; default 3.0).
@@ -228,10 +251,34 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         """Call ``fn`` under the guard (what ``__call__`` and :meth:`wrap` do)."""
         if self._block:
             return self._timed(fn, args, kwargs)
-        # Not inside ``with guard``: the hooks are held for this call only, hearing this thread (several
-        # threads may call at once, each with its own subscription).
+        # Not inside ``with guard``: the hooks (and, with on="raise", the stance) are held for this call only,
+        # hearing this thread (several threads may call at once, each with its own subscription).
+        if self.on != "raise":
+            with Subscription(self, hooks=True):
+                return self._timed(fn, args, kwargs)
+        holder = object()
         with Subscription(self, hooks=True):
-            return self._timed(fn, args, kwargs)
+            REFUSE_COMPILES.acquire(holder)
+            try:
+                return self._timed(fn, args, kwargs)
+            finally:
+                REFUSE_COMPILES.release(holder)
+
+    def __enter__(self) -> no_stalls:
+        entered = super().__enter__()
+        if self.on == "raise":
+            try:
+                REFUSE_COMPILES.acquire(self)
+            except BaseException:
+                super().__exit__(None, None, None)
+                raise
+        return entered
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            super().__exit__(exc_type, exc, tb)
+        finally:
+            REFUSE_COMPILES.release(self)  # a no-op for a holder that is not in it
 
     def report(self) -> StallReport:
         """Counts, totals per cause and p50/p99 over every call; the recent calls and stalls."""
@@ -290,6 +337,10 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
                 sync = self._sync or self._find_sync()
                 if sync is not None:
                     sync()
+        except RuntimeError as err:
+            if self.on != "raise" or not torch_compat.installed(strict=False).refused_compile(err):
+                raise
+            self._refused(err, _clock() - started, signature, new, profiled)
         finally:
             seconds = _clock() - started
             running.events = None
@@ -314,6 +365,16 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         if stall is not None:
             self._react(stall)  # outside the lock: a warning filter or the raise runs the user's code
         return out
+
+    def _refused(self, err: RuntimeError, seconds: float, signature: tuple[Any, ...], new: bool, profiled: bool) -> None:
+        """Raise :class:`StallDuringServing` for a call torch refused to compile (the ``fail_on_recompile`` stance)."""
+        detail = f"torch.compiler.set_stance('fail_on_recompile') refused the compile, so nothing was compiled: {err}"
+        with self._lock:
+            self._active -= 1  # the call ends here (what follows the call's finally does not run)
+            self.latencies.add(seconds)
+            self._seconds.append(seconds)
+            stall = self._refusal(seconds, signature, new, profiled, RuntimeEvent("dynamo_compile", seconds, detail, None))
+        raise StallDuringServing(f"stall during serving (inside ik.serving.no_stalls): {stall.describe()}", stall) from err
 
     def _find_sync(self) -> Callable[[], None] | None:
         self._sync = _cuda_synchronize()  # kept once found: CUDA stays initialised
