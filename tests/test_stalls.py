@@ -508,3 +508,25 @@ def test_warm_calls_read_the_thread_clock_only_after_a_stall_needs_it(fake_clock
         guard()
     assert fake_clock.thread_reads - before >= 40  # from now on every call reads it at its start
     assert len(guard.stalls) == 1
+
+
+def test_a_call_that_raised_does_not_count_as_running_alongside_later_calls(fake_clock):
+    """A served call that raises ends there: a later stall is judged by its own causes, not ``concurrent_calls``."""
+    calls = {"n": 0}
+
+    def served(x):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ValueError("a bad request")
+        fake_clock.spend(0.05 if calls["n"] == 12 else 0.001)
+        return x
+
+    guard = ik.serving.no_stalls(served, on="record", synchronize=False, profile="off")
+    with guard:
+        with pytest.raises(ValueError, match="a bad request"):
+            guard(1)
+        for _ in range(11):
+            guard(1)
+    slow = [stall for stall in guard.stalls if stall.seconds > 0.04]
+    assert slow, guard.stalls
+    assert all(cause.kind != "concurrent_calls" for cause in slow[0].causes), slow[0].causes

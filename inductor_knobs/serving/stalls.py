@@ -339,8 +339,12 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
                     sync()
         except RuntimeError as err:
             if self.on != "raise" or not torch_compat.installed(strict=False).refused_compile(err):
+                self._ended_by_exception()
                 raise
             self._refused(err, _clock() - started, signature, new, profiled)
+        except BaseException:
+            self._ended_by_exception()
+            raise
         finally:
             seconds = _clock() - started
             running.events = None
@@ -365,6 +369,11 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         if stall is not None:
             self._react(stall)  # outside the lock: a warning filter or the raise runs the user's code
         return out
+
+    def _ended_by_exception(self) -> None:
+        """A call that raised ends here: it no longer runs (later calls must not count it as overlapping them)."""
+        with self._lock:
+            self._active -= 1
 
     def _refused(self, err: RuntimeError, seconds: float, signature: tuple[Any, ...], new: bool, profiled: bool) -> None:
         """Raise :class:`StallDuringServing` for a call torch refused to compile (the ``fail_on_recompile`` stance)."""
