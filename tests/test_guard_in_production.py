@@ -125,8 +125,8 @@ def test_per_shape_memory_is_capped_and_small(fake_clock):
     per_shape = (grown - before) / 300
     assert per_shape <= 1024, f"{per_shape:.0f} bytes per shape"
     assert len(guard.seen_shapes()) == 300
-    assert stalls._signature((torch.ones(1, 400),), {}) in guard.seen_shapes()
-    assert stalls._signature((torch.ones(1, 1),), {}) not in guard.seen_shapes()
+    assert stalls.input_signature((torch.ones(1, 400),), {}) in guard.seen_shapes()
+    assert stalls.input_signature((torch.ones(1, 1),), {}) not in guard.seen_shapes()
 
 
 @pytest.mark.parametrize(

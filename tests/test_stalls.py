@@ -340,7 +340,7 @@ def test_warmup_report_seeds_the_guard_with_warmed_shapes_and_their_times(monkey
 
 
 def test_warmup_argument_must_be_a_warmup_report():
-    with pytest.raises(ik.errors.InvalidKnobValue, match=r"no_stalls\(warmup=3\) is invalid on torch .*ik\.warmup"):
+    with pytest.raises(ik.errors.InvalidKnobValue, match=r"no_stalls\(warmup=3\) is invalid on torch .*ik\.serving\.warmup"):
         ik.serving.no_stalls(lambda: None, warmup=3)
 
 
@@ -423,7 +423,7 @@ def test_a_warm_shape_is_judged_only_when_slow_and_its_median_still_moves(monkey
             guard(x)
         assert len(judged) == before, "fast calls at a warm shape are not judged one by one"
         assert len(guard.seconds) == guard.min_calls + 1 + 2 * stalls.SAMPLE_EVERY
-        assert len(guard._shapes[stalls._signature((x,), {})].median) > guard.min_calls, "sampled into the median"
+        assert len(guard._shapes[stalls.input_signature((x,), {})].median) > guard.min_calls, "sampled into the median"
         delay["s"] = 0.05  # 25x the steady state, at the same shape
         guard(x)
     assert len(judged) == before + 1 and len(guard.stalls) == 1
