@@ -104,3 +104,17 @@ def test_the_recompile_limit_key_is_the_installed_releases():
         assert getattr(cfg, key) == before + 5 and cfg.cache_size_limit == before + 5
         assert cfg.automatic_dynamic_shapes is False
     assert getattr(cfg, key) == before and cfg.automatic_dynamic_shapes is True
+
+
+def test_the_benchmark_runs_on_cpu_with_smoke(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "bench" / "per_bucket.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--smoke"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "per_bucket.json").read_text())
+    assert [r["size"] for r in result["rows"]] == [4, 8, 16] and result["traffic_compiles"] == 0
+    assert "| 16 |" in done.stdout and "(c) per-bucket ms" in done.stdout
