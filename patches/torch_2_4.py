@@ -85,6 +85,12 @@ class TorchPatches(
     has_cache_artifacts: ClassVar[bool] = False
     has_aot_packages: ClassVar[bool] = False  # from 2.7 (torch_2_7.py)
 
+    # -- Dynamo's per-frame recompile limit, which ``ik.serving.warmup(per_bucket=...)`` raises to hold a graph per bucket --
+    #: The ``torch._dynamo.config`` key that stores it: ``cache_size_limit`` (default 8) before 2.7;
+    #: pytorch#143709 (merged 2024-12-22, first in 2.7) renamed it ``recompile_limit`` and kept
+    #: ``cache_size_limit`` as a ``Config(alias=...)`` of it (torch_2_7.py).
+    recompile_limit_key: ClassVar[str] = "cache_size_limit"
+
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:
         """The positional arguments of ``torch._C._aoti.AOTIModelPackageLoader`` for the package at ``path``: its
         model ``"model"``, run single-threaded, as torch's own ``load_package`` passes them (2.7+ only)."""

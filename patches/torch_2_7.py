@@ -38,6 +38,9 @@ class Torch27(Torch26):
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.7": 4}  # select_algorithm.py:2348
     recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reasons"  # guards.py:2953
     has_cache_artifacts: ClassVar[bool] = True  # compiler/__init__.py:438
+    #: ``_dynamo/config.py`` ``recompile_limit = 8`` stores the value; ``cache_size_limit`` is
+    #: ``Config(alias="torch._dynamo.config.recompile_limit")`` (2.13 :121 and :137; 2.14.1 :121 and :137).
+    recompile_limit_key: ClassVar[str] = "recompile_limit"
     #: ``_inductor/__init__.py:51`` ``aoti_compile_and_package(ep, ..., *, package_path, inductor_configs)``,
     #: ``:235`` ``aoti_load_package(path)``; the same keywords at 2.13 :57/:241 and 2.15 :64/:257.  Not
     #: checked in 2.6 (no 2.6 wheel was reachable), so it is off there; 2.5's takes ``(ep, args, kwargs)``.

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from typing import Any
 
 from ..errors import InvalidKnobValue, torch_version
 from ..ext import Collector
-from .buckets import suggest_buckets
+from .buckets import check_buckets, suggest_buckets
+from .per_bucket import check_per_bucket, graph_per_bucket, router, tune
 from .sdpa_trial import TrialArm, decide, measure
-from .signature import as_call, on_cuda
+from .signature import as_call, input_signature, on_cuda
 from .stalls import no_stalls, profiler_cost
 from .torch_fixes import torch_fixes
 from .warmup_report import ColdCause, WarmupReport, WarmupStep
@@ -55,6 +57,8 @@ def warmup(
     calls_per_input: int = 2,
     probes: Iterable[Any] | str | None = "auto",
     cudnn_sdpa_trial: str | Callable[[], tuple[TrialArm, TrialArm]] | None = None,
+    per_bucket: bool | str = False,
+    dynamic_fn: Callable[..., Any] | None = None,
 ) -> WarmupReport:
     """Run a compiled callable over representative inputs so that traffic pays no first-call cost; say what is still cold.
 
@@ -78,9 +82,23 @@ def warmup(
             returning the two :class:`~inductor_knobs.serving.sdpa_trial.TrialArm` s (off, on) instead
             supplies measurements made elsewhere.  The fix is recommended only where it cut the per-shape
             cost, with its measured steady-state cost beside the gain; ``report.trials`` has both arms.
+        per_bucket: give each bucket (``shapes``: ints, strictly increasing) its own graph, with GEMMs
+            autotuned at its size (:mod:`inductor_knobs.serving.per_bucket`): ``fn`` must be compiled with
+            static shapes (``dynamic=False`` or the default, no ``mark_dynamic`` on the bucketed dimension);
+            warm-up calls it at each bucket with Dynamo's ``automatic_dynamic_shapes`` off and its recompile
+            limit raised by the number of buckets (all releases 2.4-2.15).  ``True``: every bucket keeps its
+            graph.  ``"auto"``: also warms ``dynamic_fn`` at every bucket and keeps a bucket's own graph only
+            where its warm call was faster (by ``per_bucket.MIN_GAIN``).  ``report.buckets`` shows per bucket
+            the compile seconds, ms per call of both, the gain and the decision.  False (default): off.
+        dynamic_fn: with ``per_bucket``: the same model compiled with one dynamic graph
+            (``torch.compile(model, dynamic=True)``, same mode and options), measured beside ``fn`` at every
+            bucket; ``report.serving_fn`` then routes each kept bucket to ``fn`` and every other size to it.
+            Needed by ``"auto"``.
 
     Returns:
-        A :class:`WarmupReport`: per input, the first and last call's seconds, the autotune
+        A :class:`WarmupReport`: with ``per_bucket``, ``buckets`` (one row per bucket) and ``serving_fn``
+        (what to serve with: ``fn``, or a :class:`~inductor_knobs.serving.per_bucket.BucketRouter` when
+        ``dynamic_fn`` is given); per input, the first and last call's seconds, the autotune
         records, the Dynamo (re)compilations with their reasons and the first call's timed causes
         (see :class:`~inductor_knobs.serving.stalls.no_stalls`); per probe the same; the steady state;
         the per-shape costs still cold and the fixes (pad to buckets with
@@ -90,7 +108,12 @@ def warmup(
 
     Raises:
         InvalidKnobValue: neither or both of ``inputs`` and ``shapes``/``factory``, ``calls_per_input``
-            < 1, probes without ``factory``, or a ``cudnn_sdpa_trial`` builder without shapes and probes.
+            < 1, probes without ``factory``, a ``cudnn_sdpa_trial`` builder without shapes and probes, a bad
+            ``per_bucket``, ``per_bucket`` without ``shapes``/``factory``, with shapes that are not strictly
+            increasing positive ints, with probes but no ``dynamic_fn`` (a probe in ``fn`` would compile a
+            dynamic graph there, which then serves every bucket), ``"auto"`` without ``dynamic_fn``, or
+            ``dynamic_fn`` without ``per_bucket``, or ``per_bucket`` with ``calls_per_input`` < 2.  Nothing is
+            called then.
         RuntimeError: a ``cudnn_sdpa_trial`` process failed.
         Anything ``fn`` raises.
     """
@@ -102,7 +125,8 @@ def warmup(
     if isinstance(calls_per_input, bool) or not isinstance(calls_per_input, int) or calls_per_input < 1:
         raise InvalidKnobValue(f"warmup calls_per_input={calls_per_input!r} is invalid: allowed an int >= 1")
     shape_list = list(shapes) if shapes is not None else None
-    probe_list = _probe_shapes(probes, shape_list)
+    mode = _check_per_bucket(per_bucket, dynamic_fn, shape_list, probes, calls_per_input)
+    probe_list = _probe_shapes(probes, shape_list) if not mode or dynamic_fn is not None else []
     if probe_list and factory is None:
         raise InvalidKnobValue(f"warmup probes={probes!r} needs shapes=... with factory=... on torch {torch_version()}")
     if isinstance(cudnn_sdpa_trial, str) and (shape_list is None or not probe_list):
@@ -115,10 +139,22 @@ def warmup(
     items: Iterable[tuple[Any, Any]] = (
         ((None, item) for item in inputs) if inputs is not None else ((s, factory(s)) for s in shape_list or ())  # type: ignore[misc]
     )
+    serving_fn: Callable[..., Any] = fn
+    rows = []
     with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.11: patches/fixes.py)
-        steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
+        with graph_per_bucket(len(shape_list or ())) if mode else nullcontext():
+            steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
         profiler_seconds = guard.profiler_seconds
-        probed = [_warm(guard, fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
+        if mode:
+            dynamic = None
+            if dynamic_fn is not None:  # its own guard: the report's per-shape baselines stay fn's
+                other = no_stalls(on="record", profile="off", min_calls=10**9, quiet_after=float("inf"), history=None)
+                other.profiler_seconds = 0.0  # measured once, on fn
+                dynamic = [_warm(other, dynamic_fn, i, s, factory(s), calls_per_input) for i, s in enumerate(shape_list or ())]  # type: ignore[misc]
+            rows = tune(mode, steps, dynamic)
+            if dynamic_fn is not None:
+                serving_fn = router(fn, dynamic_fn, rows, {s.shape: s.signature for s in steps})
+        probed = [_warm(guard, serving_fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
     warm = [s.last_call_seconds for s in steps] if calls_per_input > 1 else []
     steady = 1000 * statistics.median(warm) if warm else None
     cold, fixes, buckets = _cold(steps, probed, steady)
@@ -140,10 +176,73 @@ def warmup(
         arms = cudnn_sdpa_trial() if callable(cudnn_sdpa_trial) else measure(cudnn_sdpa_trial, shape_list or [], probe_list)
         trials.append(decide(*arms))
         fixes += [t.text for t in trials if t.recommended]
+    fixes += _per_bucket_fixes(rows, dynamic_fn is not None)
     seen = guard.seen_shapes()
     return WarmupReport(
-        steps, probed, steady, cold, fixes, buckets, seen, guard.shape_seconds(), host_share, profiler_seconds, trials
+        steps,
+        probed,
+        steady,
+        cold,
+        fixes,
+        buckets,
+        seen,
+        guard.shape_seconds(),
+        host_share,
+        profiler_seconds,
+        trials,
+        rows,
+        serving_fn,
     )
+
+
+def _check_per_bucket(per_bucket: object, dynamic_fn: object, shapes: list[Any] | None, probes: object, calls: int) -> bool | str:
+    """``per_bucket`` and what it needs, checked before anything is called."""
+    mode = check_per_bucket(per_bucket)
+    version = torch_version()
+    if not mode:
+        if dynamic_fn is not None:
+            raise InvalidKnobValue(f"warmup dynamic_fn=... needs per_bucket=True or 'auto' on torch {version}")
+        return mode
+    if shapes is None:
+        raise InvalidKnobValue(
+            f"warmup per_bucket={mode!r} needs shapes=... (the bucket sizes) with factory=... on torch {version}"
+        )
+    check_buckets(shapes, name="shapes")
+    if calls < 2:
+        raise InvalidKnobValue(
+            f"warmup per_bucket={mode!r} needs calls_per_input >= 2 on torch {version} (got {calls}): a bucket's warm "
+            "call is its time per call, and its first call less that is its compile cost"
+        )
+    if dynamic_fn is not None and not callable(dynamic_fn):
+        raise InvalidKnobValue(f"warmup dynamic_fn={dynamic_fn!r} is invalid on torch {version}: allowed a callable or None")
+    if mode == "auto" and dynamic_fn is None:
+        raise InvalidKnobValue(
+            f"warmup per_bucket='auto' needs dynamic_fn=... on torch {version}: the same model compiled with one dynamic "
+            "graph (torch.compile(model, dynamic=True)), which it measures against each bucket's own graph"
+        )
+    if dynamic_fn is None and probes not in (None, "auto") and list(probes):  # type: ignore[call-overload]
+        raise InvalidKnobValue(
+            f"warmup probes={probes!r} with per_bucket={mode!r} needs dynamic_fn=... on torch {version}: a probe at an "
+            "unwarmed size would compile a dynamic graph in fn, which Dynamo then picks for every bucket"
+        )
+    return mode
+
+
+def _per_bucket_fixes(rows: list[Any], routed: bool) -> list[str]:
+    """What the per-bucket rows call for: a bucket that got no graph of its own, and how to serve."""
+    fixes = []
+    shared = [r.bucket for r in rows[1:] if r.compiles == 0]
+    if shared:
+        fixes.append(
+            f"buckets {shared} compiled no graph of their own (fn served them with a graph of another size): compile fn "
+            "with static shapes (torch.compile(..., dynamic=False), no mark_dynamic on the bucketed dimension)"
+        )
+    if rows and not routed:
+        fixes.append(
+            "serve only warmed bucket sizes through fn (ik.serving.pad_to_bucket): a new size compiles a dynamic graph, "
+            "which Dynamo then picks for every bucket; or pass dynamic_fn=... and serve report.serving_fn"
+        )
+    return fixes
 
 
 def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item: Any, calls: int) -> WarmupStep:
@@ -158,7 +257,18 @@ def _warm(guard: no_stalls, fn: Callable[..., Any], index: int, shape: Any, item
     if index == 0 and guard.profiler_seconds is None and calls > 1:  # at the first warm shape, once
         guard.profiler_seconds = profiler_cost(fn, args, kwargs)
     host = guard.last_host_seconds
-    return WarmupStep(index, _describe(args, kwargs), seconds[0], seconds[-1], seen.records, seen.compiles, causes, shape, host)
+    return WarmupStep(
+        index,
+        _describe(args, kwargs),
+        seconds[0],
+        seconds[-1],
+        seen.records,
+        seen.compiles,
+        causes,
+        shape,
+        host,
+        input_signature(args, kwargs),
+    )
 
 
 def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import AutotuneRecord, CompileEvent, RuntimeEvent
 from ..ext import format_table
+from .per_bucket import BucketTuning
 from .sdpa_trial import TrialVerdict
 
 
@@ -30,6 +31,7 @@ class WarmupStep:
         shape: the item passed to ``factory`` (``shapes=``), or None for ``inputs=``.
         last_call_host_seconds: of the last call, the seconds until the callable returned (its host
             part: Python and kernel launches), before the CUDA synchronize.
+        signature: the input signature of the calls (tensor dtypes, shapes and devices).
     """
 
     index: int
@@ -41,6 +43,7 @@ class WarmupStep:
     causes: list[RuntimeEvent] = field(default_factory=list)
     shape: Any = None
     last_call_host_seconds: float | None = None
+    signature: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +103,11 @@ class WarmupReport:
             names it ``profiler`` in a profiled stall.
         trials: fixes measured on this model both ways (``ik.serving.warmup(cudnn_sdpa_trial=...)``): each with its
             gain, its cost and whether ``fixes`` recommends it (only where it measured a gain).
+        buckets: with ``per_bucket=``: per bucket, its own graph's compile seconds, ms per call of it and of
+            ``dynamic_fn``'s one graph, the gain and whether it is kept
+            (:class:`~inductor_knobs.serving.per_bucket.BucketTuning`).
+        serving_fn: what to serve with: ``fn``, or with ``dynamic_fn`` a
+            :class:`~inductor_knobs.serving.per_bucket.BucketRouter` (kept buckets to ``fn``, the rest to ``dynamic_fn``).
     """
 
     steps: list[WarmupStep]
@@ -113,6 +121,8 @@ class WarmupReport:
     host_share: float | None = None
     profiler_seconds: float | None = None
     trials: list[TrialVerdict] = field(default_factory=list)
+    buckets: list[BucketTuning] = field(default_factory=list)
+    serving_fn: Any = field(default=None, repr=False, compare=False)
 
     @property
     def records(self) -> list[AutotuneRecord]:
@@ -140,6 +150,7 @@ class WarmupReport:
             lines.append(f"steady state: {self.steady_state_ms:.3f} ms per call (median of the warm calls){host}")
         if self.profiler_seconds is not None:
             lines.append(f"profiling a call (ik.serving.no_stalls does at new shapes) adds {1000 * self.profiler_seconds:.2f} ms")
+        lines += self._bucket_lines()
         lines += [f"COLD: {c.text}" for c in self.cold]
         if self.probes and not self.cold:
             lines.append("no per-shape cost at the probes: shapes between the warmed ones cost what warm ones do")
@@ -149,8 +160,22 @@ class WarmupReport:
             lines += ["", format_table(self.records, top=3)]
         return "\n".join(lines)
 
+    def _bucket_lines(self) -> list[str]:
+        if not self.buckets:
+            return []
+        lines = [f"{'bucket':>8} {'compile s':>9} {'own graph ms':>12} {'dynamic ms':>10} {'gain':>6}  decision"]
+        for r in self.buckets:
+            dynamic = "-" if r.dynamic_ms is None else f"{r.dynamic_ms:.4f}"
+            gain = "-" if r.gain is None else f"{r.gain:.2f}x"
+            decision = "own graph" if r.kept else "dynamic graph"
+            lines.append(
+                f"{r.bucket!s:>8} {r.compile_seconds:>9.3f} {r.per_bucket_ms:>12.4f} {dynamic:>10} {gain:>6}  {decision}"
+            )
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "buckets": [r.to_dict() for r in self.buckets],
             "steps": [s.to_dict() for s in self.steps],
             "probes": [s.to_dict() for s in self.probes],
             "steady_state_ms": self.steady_state_ms,

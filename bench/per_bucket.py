@@ -1,0 +1,174 @@
+"""Per-bucket tuning: kernel time per bucket of a graph per bucket against the better of a static and a dynamic compile.
+
+    python bench/per_bucket.py --out results/per-bucket                 # needs a CUDA GPU and triton
+    python bench/per_bucket.py --out results/per-bucket --model llama   # also needs transformers
+    python bench/per_bucket.py --out /tmp/pb --smoke                    # CPU, tiny sizes, seconds
+
+Workload (issue 48): ``Linear(3420 -> 1280)``, bf16, no bias, rows M = 128, 560, 1024, 2048, 4096, 8192,
+``mode="max-autotune-no-cudagraphs"``; with ``--model llama|bert`` the models of ``bench/serving_real.py``
+(its ``build`` and ``make_inputs``) at sequence lengths 128-2048 instead.  Per size, time per call
+(``triton.testing.do_bench``, ms; without triton the median of 50 timed calls) of:
+
+- (a) ``static``: ``torch.compile(..., dynamic=False)`` called only at that size;
+- (b) ``dynamic``: one ``torch.compile(..., dynamic=True)``, first called at the second size (560);
+- (c) ``per-bucket``: ``ik.serving.warmup(torch.compile(...), shapes=sizes, per_bucket=True)``, then called.
+
+Each arm compiles its own copy of the module (Dynamo counts a frame's graphs per module object, so the
+arms do not share a recompile limit).  Prints a markdown table with each arm's ratio to min(a, b) and
+writes ``per_bucket.json`` (with the warm-up's per-bucket rows) under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+LAYER_SIZES = (128, 560, 1024, 2048, 4096, 8192)
+MODEL_SIZES = (128, 256, 512, 1024, 2048)
+MODE = "max-autotune-no-cudagraphs"
+
+
+def workload(model: str, smoke: bool, device: str):
+    """``(module, factory(size) -> kwargs-or-args, sizes)``."""
+    import torch
+
+    if model == "layer":
+        k, n, sizes = (64, 32, (4, 8, 16)) if smoke else (3420, 1280, LAYER_SIZES)
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        module = torch.nn.Linear(k, n, bias=False).to(device, dtype).eval()
+        return module, (lambda m: (torch.randn(m, k, device=device, dtype=dtype),)), sizes
+    sys.path.insert(0, str(Path(__file__).parent))
+    import serving_real
+
+    serving_real.DEVICE = device
+    sizes = (8, 16, 32) if smoke else MODEL_SIZES
+    return serving_real.build(model), (lambda n: serving_real.make_inputs(model, n, None, seed=n)), sizes
+
+
+def timer(device: str):
+    """ms per call of ``fn()``: triton's ``do_bench`` on CUDA, else the median of 50 timed calls."""
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return do_bench
+
+    def median_ms(fn):
+        fn()
+        times = []
+        for _ in range(50):
+            start = time.perf_counter()
+            fn()
+            times.append(1000 * (time.perf_counter() - start))
+        return statistics.median(times)
+
+    return median_ms
+
+
+def call(fn, item):
+    return fn(**item) if isinstance(item, dict) else fn(*item)
+
+
+def run(model: str, smoke: bool, device: str, mode: str | None) -> dict:
+    import torch
+
+    import inductor_knobs as ik
+
+    module, factory, sizes = workload(model, smoke, device)
+    bench = timer(device)
+    inputs = {m: factory(m) for m in sizes}
+    rows = {m: {"size": m} for m in sizes}
+    with torch.no_grad():
+        for m in sizes:  # (a) a static compile per size
+            static = torch.compile(copy.deepcopy(module), mode=mode, dynamic=False)
+            call(static, inputs[m])
+            rows[m]["static_ms"] = bench(lambda s=static, x=inputs[m]: call(s, x))
+        dynamic = torch.compile(copy.deepcopy(module), mode=mode, dynamic=True)  # (b) first called at sizes[1]
+        for m in (sizes[1], *sizes):
+            call(dynamic, inputs[m])
+        for m in sizes:
+            rows[m]["dynamic_ms"] = bench(lambda x=inputs[m]: call(dynamic, x))
+        served = torch.compile(copy.deepcopy(module), mode=mode)  # (c) a graph per bucket
+        report = ik.serving.warmup(served, shapes=sizes, factory=lambda m: inputs[m], per_bucket=True, probes=None)
+        with ik.serving.no_stalls(on="raise"), ik.record_compiles() as traffic:
+            for m in sizes:
+                rows[m]["per_bucket_ms"] = bench(lambda x=inputs[m]: call(served, x))
+    for m in sizes:
+        row = rows[m]
+        best = min(row["static_ms"], row["dynamic_ms"])
+        row.update({f"{arm}_ratio": row[f"{arm}_ms"] / best for arm in ("static", "dynamic", "per_bucket")})
+    return {
+        "model": model,
+        "mode": mode,
+        "rows": list(rows.values()),
+        "warmup": [r.to_dict() for r in report.buckets],
+        "traffic_compiles": len(traffic.compiles),
+        "traffic_graphs": len(traffic.attestations),
+    }
+
+
+def markdown(result: dict, env: dict) -> str:
+    lines = [
+        f"{result['model']}, mode={result['mode']!r}; {env['device']}, torch {env['torch']}, triton {env['triton']}",
+        "",
+        "| size | (a) static ms | (b) dynamic ms (first call at the 2nd size) | (c) per-bucket ms | compile s (c) |",
+        "|---|---|---|---|---|",
+    ]
+    for row, tuning in zip(result["rows"], result["warmup"]):
+        lines.append(
+            f"| {row['size']} | {row['static_ms']:.4f} ({row['static_ratio']:.2f}x) | "
+            f"{row['dynamic_ms']:.4f} ({row['dynamic_ratio']:.2f}x) | {row['per_bucket_ms']:.4f} "
+            f"({row['per_bucket_ratio']:.2f}x) | {tuning['compile_seconds']:.2f} |"
+        )
+    lines.append("")
+    lines.append(
+        "ratios are to min(a, b) at that size; traffic over the warmed sizes compiled "
+        f"{result['traffic_compiles']} times ({result['traffic_graphs']} Inductor graphs)"
+    )
+    return "\n".join(lines)
+
+
+def environment(device: str) -> dict:
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    driver = None
+    if device == "cuda":
+        import subprocess
+
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip()
+    return {"device": name, "driver": driver, "torch": torch.__version__, "triton": triton_version}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", default="layer", choices=("layer", "llama", "bert"))
+    parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, the default mode: checks the flow")
+    args = parser.parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    mode = None if args.smoke else MODE
+    env = environment(device)
+    result = run(args.model, args.smoke, device, mode)
+    text = markdown(result, env)
+    print(text)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "per_bucket.json").write_text(json.dumps({"environment": env, **result}, indent=1))
+    return 1 if result["traffic_compiles"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Per-bucket tuning for ``ik.serving.warmup(per_bucket=...)``: one graph per bucket, each with GEMMs autotuned at its size.
+
+Why: a dynamic compile (``torch.compile(dynamic=True)``, ``mark_dynamic``) lowers and autotunes its GEMMs
+once, at the first size it sees.  On one H100 (torch 2.11, ``Linear(3420 -> 1280)``, bf16,
+``max-autotune-no-cudagraphs``) the graph first called at 560 rows ran 1.20-1.66x slower at 1024-8192 rows
+than a compile tuned at each size; at 128-560 rows it was the faster one (the static compile pads the
+weight's K dimension, 3420 -> 3424).  So the target at each size is the better of the two.
+
+How (every release 2.4-2.15): a graph per bucket.  ``fn`` is compiled with static shapes (``dynamic=False``
+or the default, no ``mark_dynamic`` on the bucketed dimension), and the warm-up calls it at each bucket while
+Dynamo's ``automatic_dynamic_shapes`` is off and its per-frame recompile limit is raised by the number of
+buckets (:func:`graph_per_bucket`).  Each bucket then fails the other buckets' size guards, recompiles
+with static sizes and autotunes its GEMMs at its own row count.  Traffic at a bucket size passes that
+bucket's guards: nothing compiles.  Dynamo looks a frame's graphs up newest first and moves a hit to the
+front; a graph with a dynamic size would pass every bucket's size and so serve them all once it exists.
+Traffic therefore must meet only warmed sizes in ``fn`` (pad to buckets), or go through a
+:class:`BucketRouter`, which sends every other size to a separately compiled dynamic ``dynamic_fn``.
+
+Considered and not used:
+
+- ``mark_dynamic(..., hint_override=)`` (2.13 ``_dynamo/decorators.py:1236``; later releases only): one
+  graph still tunes once, at the hint; per-size tuning needs one graph per range anyway, and the
+  argument is missing on older releases.
+- ``torch.compile(shapes_spec=)``: in 2.13 (``torch/__init__.py:2590``) but not in 2.14.1, whose
+  ``compile`` takes ``dynamic_shapes=`` (:3025) instead; it says which sizes are dynamic, not where to tune.
+- torch's GEMM ``lookup_table`` pinned per exact shape with ``ik.record_autotune().write_lookup_table()``:
+  2.10+ and CUDA only (``patches/features.py``), and it needs the per-size autotune this does first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidKnobValue, torch_version
+from ..ext import torch_compat
+from .signature import input_signature
+
+#: ``per_bucket=`` values: off, a graph per bucket, or a graph per bucket only where it measured faster.
+MODES = (False, True, "auto")
+#: ``"auto"`` keeps a bucket's own graph when the dynamic graph's call takes at least this much longer (2%).
+MIN_GAIN = 0.02
+
+
+def check_per_bucket(value: object) -> bool | str:
+    """Validate ``per_bucket=``.
+
+    Returns:
+        ``False``, ``True`` or ``"auto"``.
+
+    Raises:
+        InvalidKnobValue: anything else.
+    """
+    if isinstance(value, bool) or value == "auto":
+        return value  # type: ignore[return-value]
+    raise InvalidKnobValue(
+        f"warmup per_bucket={value!r} is invalid on torch {torch_version()}: allowed False, True (a graph per bucket) "
+        "or 'auto' (a graph per bucket where it measured faster than dynamic_fn's one graph)"
+    )
+
+
+@contextmanager
+def graph_per_bucket(count: int) -> Iterator[None]:
+    """While inside: Dynamo compiles a new size with static shapes, and a frame may hold ``count`` more graphs.
+
+    Sets ``torch._dynamo.config.automatic_dynamic_shapes = False`` (every release 2.4-2.15; 2.13
+    ``_dynamo/config.py:185``) and raises the per-frame recompile limit (the key per release is the patch
+    module's ``recompile_limit_key``: ``cache_size_limit`` before 2.7, ``recompile_limit`` from 2.7) by
+    ``count``.  Both are written as overrides with torch's raw patcher and put back exactly on exit
+    (the patch module's ``overrides_writer``, as knobs write Inductor config); from 2.12 Dynamo's
+    overrides are per thread, like Inductor's, so the calling thread compiles under them.
+
+    Args:
+        count: how many more graphs a frame may hold (int >= 0): the number of buckets.
+    """
+    import torch._dynamo.config as cfg
+
+    patches = torch_compat.installed()
+    key = patches.recompile_limit_key
+    limit = int(patches.read_config(cfg, key)) + count  # type: ignore[call-overload]
+    undo = patches.overrides_writer(cfg, {key: limit, "automatic_dynamic_shapes": False})()
+    try:
+        yield
+    finally:
+        undo()
+
+
+@dataclass(frozen=True)
+class BucketTuning:
+    """One bucket of ``ik.serving.warmup(per_bucket=...)``: what its own graph cost and what it gained.
+
+    Attributes:
+        bucket: the bucket size (the item passed to ``factory``).
+        compile_seconds: the first call's extra seconds over the warm call in ``fn`` (Dynamo compile,
+            Inductor lowering, GEMM autotune): the compile-time cost of the bucket's own graph.
+        compiles: the Dynamo compilations that first call caused (0: ``fn`` had a graph that covered it).
+        per_bucket_ms: ms per warm call of the bucket's own graph (``fn``).
+        dynamic_ms: ms per warm call of ``dynamic_fn``'s one graph at this size, or None (not given).
+        gain: ``dynamic_ms / per_bucket_ms`` (above 1: the bucket's own graph is faster), or None.
+        kept: whether traffic at this bucket runs the bucket's own graph (``per_bucket=True``: always;
+            ``"auto"``: where ``gain`` is at least ``1 + MIN_GAIN``).
+    """
+
+    bucket: Any
+    compile_seconds: float
+    compiles: int
+    per_bucket_ms: float
+    dynamic_ms: float | None
+    gain: float | None
+    kept: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def tune(mode: bool | str, own: Sequence[Any], dynamic: Sequence[Any] | None) -> list[BucketTuning]:
+    """Per bucket, the cost and gain of its own graph, and whether it is kept.
+
+    Args:
+        mode: ``True`` or ``"auto"`` (see :data:`MODES`).
+        own: the warm-up steps of ``fn`` (:class:`~inductor_knobs.serving.warmup_report.WarmupStep`), one per bucket.
+        dynamic: the steps of ``dynamic_fn`` at the same buckets, or None.
+
+    Returns:
+        One :class:`BucketTuning` per bucket, in bucket order.
+    """
+    rows = []
+    for index, step in enumerate(own):
+        own_ms = 1000 * step.last_call_seconds
+        dynamic_ms = 1000 * dynamic[index].last_call_seconds if dynamic is not None else None
+        gain = dynamic_ms / own_ms if dynamic_ms is not None and own_ms > 0 else None
+        kept = mode is True or (gain is not None and gain >= 1 + MIN_GAIN)
+        cost = max(0.0, step.first_call_seconds - step.last_call_seconds)
+        rows.append(BucketTuning(step.shape, cost, len(step.compiles), own_ms, dynamic_ms, gain, kept))
+    return rows
+
+
+class BucketRouter:
+    """Serves each warmed bucket with the graph the warm-up kept for it; made by ``ik.serving.warmup(per_bucket=...,
+    dynamic_fn=...)`` as ``report.serving_fn``.
+
+    A call whose input signature (tensor dtypes, shapes, devices) is a bucket kept per bucket goes to ``fn``
+    (that bucket's own graph); any other call goes to ``dynamic_fn`` (its one dynamic graph), so ``fn`` never
+    meets a new size and never compiles a dynamic graph that would serve the buckets instead.
+
+    Attributes:
+        fn: the callable holding a graph per bucket.
+        dynamic_fn: the callable with one dynamic graph.
+        own: the signatures served by ``fn``.
+    """
+
+    __slots__ = ("dynamic_fn", "fn", "own")
+
+    def __init__(self, fn: Callable[..., Any], dynamic_fn: Callable[..., Any], own: frozenset[tuple[Any, ...]]) -> None:
+        self.fn = fn
+        self.dynamic_fn = dynamic_fn
+        self.own = own
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        target = self.fn if input_signature(args, kwargs) in self.own else self.dynamic_fn
+        return target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"BucketRouter({len(self.own)} buckets with their own graph, others to dynamic_fn)"
+
+
+def router(
+    fn: Callable[..., Any], dynamic_fn: Callable[..., Any], rows: Sequence[BucketTuning], signatures: Mapping[Any, Any]
+) -> BucketRouter:
+    """A :class:`BucketRouter` that sends the kept buckets (``signatures``: bucket -> input signature) to ``fn``."""
+    return BucketRouter(fn, dynamic_fn, frozenset(signatures[r.bucket] for r in rows if r.kept))

@@ -1,0 +1,120 @@
+"""ik.serving.warmup(per_bucket=...): a static graph per bucket, the per-bucket decision, and traffic that compiles nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import inductor_knobs as ik
+from inductor_knobs.serving import per_bucket
+from inductor_knobs.serving.warmup_report import WarmupStep
+
+BUCKETS = [4, 8, 16]
+
+
+def _make(n):
+    return torch.randn(n, 32)
+
+
+def _step(shape, first_ms, last_ms, compiles=1):
+    events = [ik.CompileEvent(f"0/{i}", False) for i in range(compiles)]
+    return WarmupStep(0, [], first_ms / 1000, last_ms / 1000, compiles=events, shape=shape)
+
+
+def test_auto_keeps_a_bucket_graph_only_where_it_measured_faster():
+    own = [_step(128, 900.0, 0.051), _step(1024, 800.0, 0.057), _step(8192, 700.0, 0.146)]
+    dynamic = [_step(128, 0, 0.038), _step(1024, 0, 0.068), _step(8192, 0, 0.242)]  # issue 48's H100 numbers
+    rows = per_bucket.tune("auto", own, dynamic)
+    assert [r.kept for r in rows] == [False, True, True]
+    assert rows[2].gain == pytest.approx(0.242 / 0.146) and rows[0].compile_seconds == pytest.approx(0.899949)
+    assert per_bucket.tune(True, own, dynamic)[0].kept  # True keeps every bucket's graph
+    (row,) = per_bucket.tune("auto", [_step(1, 1.0, 1.0)], [_step(1, 1.0, 1.01)])  # 1% is noise, not a gain
+    assert not row.kept
+    text = ik.serving.warmup.__globals__["WarmupReport"]([], buckets=rows).table()
+    assert "dynamic graph" in text and "1.66x  own graph" in text
+
+
+def test_a_graph_per_bucket_and_traffic_compiles_nothing(fresh_inductor):
+    lin = torch.nn.Linear(32, 16, bias=False)
+    fn = torch.compile(lin)  # inductor, static shapes by default
+    with ik.record_compiles() as warming:
+        report = ik.serving.warmup(fn, shapes=BUCKETS, factory=_make, per_bucket=True, probes=None)
+    assert len(warming.attestations) == len(BUCKETS)  # one Inductor graph per bucket
+    assert [r.bucket for r in report.buckets] == BUCKETS
+    assert [r.compiles for r in report.buckets] == [1, 1, 1]  # each bucket compiled its own graph
+    assert all(e.recompile for s in report.steps[1:] for e in s.compiles)
+    assert report.serving_fn is fn and all(r.kept and r.dynamic_ms is None for r in report.buckets)
+    # the settings were put back
+    assert torch._dynamo.config.automatic_dynamic_shapes is True
+    assert torch._dynamo.config.cache_size_limit == 8
+    with ik.serving.no_stalls(on="raise"), ik.serving.no_autotune(), ik.record_compiles() as seen:
+        for n in BUCKETS:
+            torch.testing.assert_close(fn(x := _make(n)), lin(x))
+    assert seen.compiles == [] and seen.attestations == []
+
+
+def test_auto_routes_each_bucket_and_other_sizes_to_the_dynamic_graph(fresh_inductor):
+    lin = torch.nn.Linear(32, 16, bias=False)
+    fn, dyn = torch.compile(lin), torch.compile(lin, dynamic=True)
+    report = ik.serving.warmup(fn, shapes=BUCKETS, factory=_make, per_bucket="auto", dynamic_fn=dyn, probes="auto")
+    assert all(r.dynamic_ms is not None and r.gain is not None for r in report.buckets)
+    router = report.serving_fn
+    assert isinstance(router, per_bucket.BucketRouter)
+    assert len(router.own) == sum(r.kept for r in report.buckets)
+    assert report.probes and all(p.compiles == [] for p in report.probes)  # unwarmed sizes: dyn's one graph
+    assert "own graph ms" in report.table() and report.to_dict()["buckets"][0]["bucket"] == 4
+    with ik.serving.no_stalls(on="raise"), ik.record_compiles() as seen:
+        for n in [*BUCKETS, 11]:
+            torch.testing.assert_close(router(x := _make(n)), lin(x))
+    assert seen.compiles == [] and seen.attestations == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"shapes": [8, 4]}, r"shapes=\[8, 4\] is invalid .*strictly increasing"),
+        ({"shapes": [4, 4]}, r"shapes=\[4, 4\] is invalid"),
+        ({"shapes": [0, 4]}, r"shapes=\[0, 4\] is invalid .*positive ints"),
+        ({"per_bucket": "yes"}, r"per_bucket='yes' is invalid .*allowed False, True"),
+        ({"per_bucket": "auto"}, r"per_bucket='auto' needs dynamic_fn"),
+        ({"per_bucket": False, "dynamic_fn": abs}, r"dynamic_fn=\.\.\. needs per_bucket"),
+        ({"probes": [6]}, r"probes=\[6\] with per_bucket=True needs dynamic_fn"),
+        ({"calls_per_input": 1}, r"needs calls_per_input >= 2"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_called(kwargs, match):
+    calls = []
+    kwargs = {"shapes": BUCKETS, "per_bucket": True, **kwargs}
+    with pytest.raises(ik.errors.InvalidKnobValue, match=match):
+        ik.serving.warmup(calls.append, factory=_make, **kwargs)
+    assert calls == []
+
+
+def test_per_bucket_needs_shapes():
+    with pytest.raises(ik.errors.InvalidKnobValue, match="per_bucket=True needs shapes"):
+        ik.serving.warmup(abs, inputs=[torch.ones(2)], per_bucket=True)
+
+
+def test_the_recompile_limit_key_is_the_installed_releases():
+    import torch._dynamo.config as cfg
+
+    key = ik.ext.torch_compat.installed().recompile_limit_key
+    before = getattr(cfg, key)
+    with per_bucket.graph_per_bucket(5):
+        assert getattr(cfg, key) == before + 5 and cfg.cache_size_limit == before + 5
+        assert cfg.automatic_dynamic_shapes is False
+    assert getattr(cfg, key) == before and cfg.automatic_dynamic_shapes is True
+
+
+def test_the_benchmark_runs_on_cpu_with_smoke(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "bench" / "per_bucket.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--smoke"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "per_bucket.json").read_text())
+    assert [r["size"] for r in result["rows"]] == [4, 8, 16] and result["traffic_compiles"] == 0
+    assert "| 16 |" in done.stdout and "(c) per-bucket ms" in done.stdout
