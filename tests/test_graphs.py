@@ -9,7 +9,7 @@ import torch
 
 import inductor_knobs as ik
 from inductor_knobs.serving import graphs
-from inductor_knobs.serving import warmup as serving
+from inductor_knobs.serving import warm_up as serving
 
 
 class FakeGraph:

@@ -7,7 +7,7 @@ import torch
 
 import inductor_knobs as ik
 from inductor_knobs.serving import per_bucket
-from inductor_knobs.serving.warmup_report import WarmupStep
+from inductor_knobs.serving.warm_up_report import WarmupStep
 
 BUCKETS = [4, 8, 16]
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 import inductor_knobs as ik
 from inductor_knobs.core.events import RuntimeEvent
-from inductor_knobs.serving import warmup as serving
-from inductor_knobs.serving.warmup_report import WarmupStep
+from inductor_knobs.serving import warm_up as serving
+from inductor_knobs.serving.warm_up_report import WarmupStep
 
 
 def _step(index, shape, first_ms, last_ms, *kinds):

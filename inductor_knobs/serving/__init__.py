@@ -39,7 +39,7 @@ _PUBLIC = {
     "Stall": "stall_report",
     "StallReport": "stall_report",
     "no_stalls": "stalls",
-    "warmup": "warmup",
+    "warmup": "warm_up",
 }
 
 __all__ = sorted(_PUBLIC)
@@ -89,4 +89,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .stall_report import Stall as Stall
     from .stall_report import StallReport as StallReport
     from .stalls import no_stalls as no_stalls
-    from .warmup import warmup as warmup
+    from .warm_up import warmup as warmup

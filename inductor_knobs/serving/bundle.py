@@ -35,7 +35,7 @@ from . import aot_package, bundle_format, compile_cache, triton_kernels
 from .cold_start import ColdStartProof, ColdStartRecorder
 from .errors import ColdStartCompiled, ColdStartWarning, CompileCacheRefused
 from .torch_fixes import torch_fixes
-from .warmup_report import WarmupReport
+from .warm_up_report import WarmupReport
 
 #: What :func:`load_serving_bundle` does when the load compiled something cold.
 ON_COLD = ("raise", "warn")
@@ -55,7 +55,7 @@ class ServingBundle:
             shapes are neither new nor profiled); enter it around traffic (``with bundle.guard as served:``).
         proof: what the load compiled, autotuned, Triton-compiled and captured, with seconds per phase.
         buckets: the bucket sizes to pad requests to (``ik.serving.pad_to_bucket(x, bundle.buckets, dim=...)``), or None.
-        report: the build's baselines as a :class:`~inductor_knobs.serving.warmup_report.WarmupReport` (no steps).
+        report: the build's baselines as a :class:`~inductor_knobs.serving.warm_up_report.WarmupReport` (no steps).
         header: the file's header (identity, artifact counts, serving section).
     """
 

@@ -20,7 +20,7 @@ from .buckets import check_buckets
 from .errors import CompileCacheRefused
 from .graphs import OUTPUTS, CapturedGraphs
 from .signature import from_json, to_json
-from .warmup_report import WarmupReport
+from .warm_up_report import WarmupReport
 
 #: The serving section's layout written; 2 adds ``"triton_kernels"`` and their bytes after torch's artifacts
 #: (:mod:`inductor_knobs.serving.triton_kernels`); 3 adds ``"aot"``: the payload is an AOTInductor package

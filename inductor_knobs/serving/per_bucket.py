@@ -120,7 +120,7 @@ def tune(mode: bool | str, own: Sequence[Any], dynamic: Sequence[Any] | None) ->
 
     Args:
         mode: ``True`` or ``"auto"`` (see :data:`MODES`).
-        own: the warm-up steps of ``fn`` (:class:`~inductor_knobs.serving.warmup_report.WarmupStep`), one per bucket.
+        own: the warm-up steps of ``fn`` (:class:`~inductor_knobs.serving.warm_up_report.WarmupStep`), one per bucket.
         dynamic: the steps of ``dynamic_fn`` at the same buckets, or None.
 
     Returns:

@@ -11,7 +11,7 @@ gain: with a bias (a compiled graph that passes the causal mask as one), or q/k/
 falls back to a plan per shape and the trial measures no gain.
 
 The model comes from a builder, ``"module:function"``, importable in a fresh process, whose function returns
-``(fn, factory)`` as :func:`~inductor_knobs.serving.warmup.warmup` takes them (``factory(shape)`` gives a
+``(fn, factory)`` as :func:`~inductor_knobs.serving.warm_up.warmup` takes them (``factory(shape)`` gives a
 call's inputs).  Shapes and probes must be JSON values (ints, usually).
 """
 

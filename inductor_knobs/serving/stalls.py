@@ -110,7 +110,7 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         profile: ``"new-shapes"`` (default, the sampled mode above), ``"all"`` (every call; a few ms
             each) or ``"off"`` (hooks only: per-shape ATen costs are then ``unattributed``).
         window: calls in each shape's running median (int >= 1; default 31).
-        warmup: an ``ik.serving.warmup`` report (:class:`~inductor_knobs.serving.warmup_report.WarmupReport`): the shapes
+        warmup: an ``ik.serving.warmup`` report (:class:`~inductor_knobs.serving.warm_up_report.WarmupReport`): the shapes
             it warmed count as seen, with their steady-state times as medians, so the sampled
             profiler (a few ms a call) profiles only shapes warm-up never met.  This, not the
             report's ``steady_state_ms`` (a median over shapes), is the baseline to give a guard.

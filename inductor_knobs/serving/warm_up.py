@@ -4,7 +4,7 @@ Why a new shape can stall: Dynamo guards on what it specialised (a static size, 
 and 0/1-specialisation of a dynamic one); a guard failure recompiles the frame, and Inductor then
 lowers every GEMM again and autotunes any ``op(shapes)`` whose timings are not in its autotune
 cache.  ``warmup`` runs the compiled callable over representative inputs so that all of that
-happens before traffic, and reports what each input caused (:mod:`inductor_knobs.serving.warmup_report`);
+happens before traffic, and reports what each input caused (:mod:`inductor_knobs.serving.warm_up_report`);
 probes at shapes it did not warm tell what is still cold, and the standard fixes.  During traffic,
 ``ik.serving.no_autotune`` (:mod:`inductor_knobs.serving.autotune_guard`) proves it.
 """
@@ -24,7 +24,7 @@ from .sdpa_trial import TrialArm, decide, measure
 from .signature import as_call, input_signature, on_cuda
 from .stalls import no_stalls, profiler_cost
 from .torch_fixes import torch_fixes
-from .warmup_report import ColdCause, WarmupReport, WarmupStep
+from .warm_up_report import ColdCause, WarmupReport, WarmupStep
 
 #: A probe whose first call costs more than this multiple of the steady state paid a per-shape cost.
 COLD_RATIO = 2.0
