@@ -32,9 +32,10 @@ from inductor_knobs.ablation import (
     workers,
     workloads,
 )
+from inductor_knobs.ablation.errors import MergeRefused
 from inductor_knobs.ablation.plan import Plan
 from inductor_knobs.core import setup
-from inductor_knobs.errors import InvalidKnobValue, MergeRefused, UnknownKnob
+from inductor_knobs.errors import InvalidKnobValue, UnknownKnob
 
 TESTS = Path(__file__).parent
 
@@ -796,7 +797,7 @@ def test_plot_without_matplotlib_fails_before_any_arm_runs(monkeypatch, capsys, 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--plot"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--plot" in err and "pip install 'matplotlib>=3.5'" in err
+    assert err.count("\n") == 1 and "--plot needs matplotlib" in err and "pip install 'inductor-knobs[ablate]'" in err
 
 
 CWD_MODELS = """

@@ -16,7 +16,6 @@ compiles (the phase barrier of :mod:`.quiet`).  1 by default; the main job on a 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 from typing import Any
 
@@ -24,6 +23,7 @@ from ..emulation.emulate import EmulationSpec, spec_from_text
 from ..errors import InvalidKnobValue
 from . import main_job as main
 from . import slurm_options, spec, stats, workloads
+from .errors import require_extra
 from .options import (
     DEFAULT_PROCESSES,
     DEFAULT_WORKLOAD,
@@ -98,13 +98,10 @@ def check_plot(plot: bool) -> None:
         plot (bool): ``--plot``.
 
     Raises:
-        InvalidKnobValue: ``plot`` and matplotlib is not installed.
+        ExtraMissing: ``plot`` and matplotlib is not installed.
     """
-    if plot and importlib.util.find_spec("matplotlib") is None:
-        raise InvalidKnobValue(
-            "--plot needs matplotlib, which is not installed: pip install 'matplotlib>=3.5' (the [plot] extra: "
-            "pip install 'inductor-knobs[plot]'); or leave out --plot"
-        )
+    if plot:
+        require_extra(("matplotlib",), "--plot", "or leave out --plot")
 
 
 def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec | None:
@@ -238,8 +235,8 @@ def _executor(args: argparse.Namespace, toml: dict[str, Any]) -> tuple[str, Slur
 
     Raises:
         InvalidKnobValue: an unknown executor; a Slurm option (or a ``[slurm]`` table) without the Slurm
-            executor; a bad Slurm option; with the Slurm executor, no ``--out``, no submitit (the message
-            names ``pip install 'inductor-knobs[slurm]'``) or no ``sbatch``.
+            executor; a bad Slurm option; with the Slurm executor, no ``--out`` or no ``sbatch``.
+        ExtraMissing: the Slurm executor without submitit.
     """
     given = getattr(args, "executor", None)
     if given is not None:

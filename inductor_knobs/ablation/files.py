@@ -82,7 +82,7 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
 
     Raises:
         OSError: a file could not be written (the earlier files are whole; that file is as it was).
-        NotSupportedOnThisTorch: ``plot`` without matplotlib (the command checks this before running).
+        ExtraMissing: ``plot`` without matplotlib (the command checks this before running).
     """
     os.makedirs(out, exist_ok=True)
     rows = summarize(results)

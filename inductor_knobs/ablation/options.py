@@ -92,7 +92,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--executor",
         help="where each run's process runs: local (default; here, one worker per GPU at a time) or slurm (one "
-        "Slurm job per run, submitted with submitit as a job array; needs --out and pip install 'inductor-knobs[slurm]')",
+        "Slurm job per run, submitted with submitit as a job array; needs --out and submitit, from "
+        "pip install 'inductor-knobs[ablate]')",
     )
     p.add_argument("--slurm-partition", metavar="NAME", help="--executor slurm: the jobs' partition (default: the cluster's)")
     p.add_argument(
@@ -133,7 +134,9 @@ def add_parser(sub: Any) -> None:
         "file it did not write is removed; other files are kept); a run that fails or is interrupted leaves the earlier "
         "results unchanged",
     )
-    p.add_argument("--plot", action="store_true", help="also write results.png (needs pip install 'inductor-knobs[plot]')")
+    p.add_argument(
+        "--plot", action="store_true", help="also write results.png (needs matplotlib, from pip install 'inductor-knobs[ablate]')"
+    )
     p.add_argument(
         "--strict",
         action="store_true",

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ext import atomic_write
+from .errors import INSTALL_HINT, ExtraMissing
 from .summary import compile_source
 
 #: Inches of figure height per arm (and the least height).
@@ -52,7 +53,7 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
         str: ``path``.
 
     Raises:
-        NotSupportedOnThisTorch: matplotlib is not installed (the command checks this first).
+        ExtraMissing: matplotlib is not installed (the command checks this first).
     """
     try:
         import matplotlib
@@ -61,9 +62,7 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as err:
-        from ..errors import NotSupportedOnThisTorch
-
-        raise NotSupportedOnThisTorch("--plot needs matplotlib: pip install 'inductor-knobs[plot]'") from err
+        raise ExtraMissing(f"--plot needs matplotlib, which cannot be imported ({err}): {INSTALL_HINT}") from err
     ok = [r for r in rows if "median_ms" in r]
     compile_of = {r["arm"]: r.get("compile_seconds") for r in ok}
     labels = [_label(i + 1, r, compile_of) for i, r in enumerate(ok)]
