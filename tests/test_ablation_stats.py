@@ -563,6 +563,50 @@ def test_plot_with_many_arms(tmp_path):
     assert height > 14 * plot.ROW_INCHES * 100  # the figure grew with the arms
 
 
+def _drawn(monkeypatch, tmp_path, rows, device):
+    """The figure :func:`plot.plot` draws for ``rows`` (kept open: ``plt.close`` is stubbed)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from inductor_knobs.ablation import plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot.plot(rows, str(tmp_path / "results.png"), "w", device)
+    forest, _, _, scatter = figures[0].axes
+    return forest, scatter
+
+
+def test_plot_on_cpu_names_what_was_measured_and_says_why_a_speedup_has_no_interval(monkeypatch, tmp_path):
+    per_arm = {"base": [[1.0], [1.02], [0.98]], "slow": [[2.0], [2.1], [1.9]], "two": [[1.0], [1.1]]}
+    rows = summary.summarize(results_of(per_arm))  # "two": 2 processes, too few for an interval
+    forest, scatter = _drawn(monkeypatch, tmp_path, rows, "cpu")
+    assert "latency on CPU" in forest.get_title() and "GPU" not in forest.get_title()
+    assert "GPU" not in scatter.get_ylabel()
+    # Every speedup drawn has its interval, or says beside its mark why there is none.
+    with_interval = [c for c in forest.containers if c.has_xerr]
+    assert len(forest.containers) == 3 and len(with_interval) == 1
+    assert sorted(a.get_text() for a in forest.texts) == ["baseline (1.00x by definition)", "no interval: < 3 processes"]
+    assert len([c for c in scatter.containers if c.has_yerr]) == 1
+
+
+def test_plot_draws_no_speedup_where_the_baseline_has_no_measurement(monkeypatch, tmp_path):
+    rows = summary.summarize(results_of({"base": [[1.0], [1.02], [0.98]], "arm": [[2.0], [2.1], [1.9]]}))
+    for key in ("speedup", "speedup_low", "speedup_high", "verdict"):
+        rows[1].pop(key)
+    rows[1]["baseline"] = "failed"
+    forest, scatter = _drawn(monkeypatch, tmp_path, rows[1:], "cuda")
+    assert not forest.containers and not scatter.containers  # not a point at 1.00x as if no different
+    assert [a.get_text() for a in forest.texts] == ["no speedup: baseline 'failed' has no measurement"]
+
+
+def test_plot_legend_names_gpu_kernel_time_only_where_it_was_measured():
+    from inductor_knobs.ablation import plot
+
+    assert plot.legend([{"arm": "a", "kernel_speedup": 1.2}], "cuda") == "\u25a0 GPU kernel time, \u25cb latency"
+    assert plot.legend([{"arm": "a"}], "cuda") == "\u25cb latency on CUDA"
+
+
 class FakeProfile:
     """Stands in for ``torch.profiler.profile``: two CUDA kernels of 300 and 100 us per iteration,
     one user annotation over them, and a CPU op (neither may count)."""

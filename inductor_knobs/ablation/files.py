@@ -98,7 +98,8 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
         from .plot import plot as draw
 
         where = (results.get("environment") or {}).get("device_name") or results.get("device")
-        written.append(draw(rows, os.path.join(out, "results.png"), f"{results['workload']} on {where}"))
+        png = os.path.join(out, "results.png")
+        written.append(draw(rows, png, f"{results['workload']} on {where}", str(results.get("device") or "cuda")))
     return written
 
 
