@@ -312,6 +312,15 @@ def test_too_few_processes_in_a_config_names_the_file(tmp_path):
         plan_for("--device", "cpu", "--config", str(path))
 
 
+def test_command_line_wins_over_the_config_file_which_wins_over_the_defaults():
+    example = str(TESTS.parent / "examples" / "ablation.toml")  # repeats = 5, 8 arms
+    assert plan_for("--device", "cpu", "--config", example).repeats == 5
+    smoke = plan_for("--device", "cpu", "--config", example, "--smoke")
+    assert smoke.repeats == options.SMOKE_PROCESSES == 1 and len(smoke.arms) == 8  # 8 processes, not 40
+    assert plan_for("--device", "cpu", "--config", example, "--quick").repeats == options.QUICK_PROCESSES
+    assert plan_for("--device", "cpu", "--config", example, "--smoke", "--repeats", "2").repeats == 2
+
+
 def test_process_defaults_and_smoke():
     assert plan_for("--device", "cpu", "--arm", "eager").repeats == options.DEFAULT_PROCESSES == 5
     assert plan_for("--device", "cpu", "--arm", "eager", "--quick").repeats == 3
