@@ -1,5 +1,8 @@
 """The ``inductor-knobs`` command line.  Errors print one line and exit 2, no traceback;
-``doctor`` exits 1 when it finds a bad ``INDUCTOR_KNOBS_*`` variable (the report still prints)."""
+``doctor`` exits 1 when it finds a bad ``INDUCTOR_KNOBS_*`` variable (the report still prints).
+``ablate`` lives in :mod:`inductor_knobs.ablation` (its options, :mod:`~inductor_knobs.ablation.options`, and the
+subcommand, :mod:`~inductor_knobs.ablation.command`); without the ``[ablate]`` extra it names the install and exits 2,
+and ``doctor`` works without it."""
 
 from __future__ import annotations
 
@@ -30,13 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     doctor = sub.add_parser("doctor", help="versions, patch module, GPUs and the SM gate, backends, env, modes")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument("--min-sms", type=int, default=None, help="also show the gate verdict at this threshold")
-    from .ablation import command as ablate
     from .ablation.options import add_parser as add_ablate_parser
 
     add_ablate_parser(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "ablate":
+            from .ablation import command as ablate
+
             return ablate.run(args)
         from . import doctor as doctor_mod
 

@@ -103,18 +103,6 @@ class PipCutlassUnavailable(KnobsError, RuntimeError):
         self.missing = missing
 
 
-class SlurmSubmitFailed(KnobsError, RuntimeError):
-    """``ablate --executor slurm``: ``sbatch`` refused the ablation's jobs (no partition, no account, a bad
-    option, slurmctld unreachable); nothing was submitted."""
-
-
-class MergeRefused(KnobsError, ValueError):
-    """``ablate --merge`` refused its files: the same run twice, files of different ablations, or (unless
-    ``--allow-mixed``) runs whose fingerprints differ or files without fingerprints; or ``ablate --resume``
-    refused to pool the kept runs with new ones whose fingerprints differ (unless ``--allow-mixed``).  The
-    message names the files, the run or arm, and each differing field with both values."""
-
-
 class SettingKeptWarning(KnobsWarning):
     """A block changed a setting torch reads once per process, and torch may have read it inside the block: the
     block's exit restores the variable, but torch keeps the value it read for the rest of the process."""

@@ -10,7 +10,8 @@ imports a core module directly (``tests/test_contract.py`` checks that).
   (a wrapt wrapper as one step of a patch), :func:`resolve` and :func:`present` (find a dotted target).
 - Knobs to changes: :func:`plan` (the undo records of a :class:`~inductor_knobs.Knobs`), :func:`config_values`
   (the Inductor config keys it sets), :func:`mode_options` (what a ``torch.compile`` mode sets),
-  :func:`environ_before_knobs`, and the variable names :data:`ENV_PREFIX`, :data:`EMULATE_SMS_VAR`,
+  :func:`environ_before_knobs`, :data:`KNOBS` (the knob table: each knob's check, variable parsing and releases),
+  and the variable names :data:`ENV_PREFIX`, :data:`EMULATE_SMS_VAR`,
   :data:`CUDNN_SDPA_AVOID_RECOMPILE_VAR`.
 - Compile events: :data:`events` (the channel: ``publish``), :class:`ObservedBlock`, :class:`Subscription` and
   :class:`Collector` (blocks that receive events), :func:`can_record_autotune`, :func:`triton_compiles`,
@@ -33,7 +34,7 @@ from .core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR, environ_before_knobs
 from .core.compile_backend import mode_options
 from .core.events import CAUSES, format_table
 from .core.files import atomic_write, unsafe_directories, who, write_json
-from .core.knobs import EMULATE_SMS_VAR, ENV_PREFIX, canonical_json
+from .core.knobs import EMULATE_SMS_VAR, ENV_PREFIX, KNOBS, canonical_json
 from .core.observers import can_record_autotune, triton_compiles
 from .core.patching import SharedPatch, present, resolve, wrap_attribute
 from .core.plan import config_values, plan
@@ -53,6 +54,7 @@ __all__ = [
     "EMULATE_SMS_VAR",
     "ENV_PREFIX",
     "GPU_PRESETS",
+    "KNOBS",
     "STARTUP_HOOK_MODULE",
     "Collector",
     "EmulationSpec",

@@ -32,9 +32,10 @@ from inductor_knobs.ablation import (
     workers,
     workloads,
 )
+from inductor_knobs.ablation.errors import MergeRefused
 from inductor_knobs.ablation.plan import Plan
 from inductor_knobs.core import setup
-from inductor_knobs.errors import InvalidKnobValue, MergeRefused, UnknownKnob
+from inductor_knobs.errors import InvalidKnobValue, UnknownKnob
 
 TESTS = Path(__file__).parent
 
@@ -69,8 +70,9 @@ def test_eager_arm():
 @pytest.mark.parametrize(
     ("text", "error", "match"),
     [
-        ("a:min_smz=4", UnknownKnob, r"arm 'a'.*did you mean 'min_sms'"),
-        ("a:min_sms=0", InvalidKnobValue, r"arm 'a'.*INDUCTOR_KNOBS_MIN_SMS=.*from 1 to"),
+        ("a:min_smz=4", UnknownKnob, r"--arm a: unknown knob 'min_smz'.*did you mean 'min_sms'"),
+        ("a:min_sms=0", InvalidKnobValue, r"--arm a: min_sms=0 is invalid on torch .*from 1 to"),
+        ("a:preset=nope", UnknownKnob, r"--arm a: unknown preset 'nope'"),
         ("a:mode=max-autotun", UnknownKnob, r"did you mean 'max-autotune'"),
         ("a:fullgraph=maybe", InvalidKnobValue, "true or false"),
         ('a:config={"max_autotun": true}', UnknownKnob, "max_autotune"),
@@ -81,6 +83,22 @@ def test_eager_arm():
 def test_bad_arms_fail_before_anything_runs(text, error, match):
     with pytest.raises(error, match=match):
         spec.parse_arm(text)
+
+
+def test_a_bad_knob_value_is_named_as_the_user_wrote_it(capsys, tmp_path):
+    import torch
+
+    assert cli.main(["ablate", "--device", "cpu", "--arm", "x:gemm_backends=ATEN,FOO"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "INDUCTOR_KNOBS_" not in err  # a variable the user never set
+    assert f"--arm x: gemm_backends='ATEN,FOO' is invalid on torch {torch.__version__}: allowed a non-empty subset of " in err
+    assert "ATEN" in err.split("allowed")[1] and "TRITON" in err.split("allowed")[1]
+    toml = tmp_path / "a.toml"
+    toml.write_text('[[arm]]\nname = "x"\ngemm_backends = "ATEN,FOO"\n')
+    with pytest.raises(InvalidKnobValue, match=r"^\[\[arm\]\] 'x' in --config '.*a\.toml': gemm_backends='ATEN,FOO' is invalid"):
+        spec.load_toml(str(toml))
+    with pytest.raises(InvalidKnobValue, match=r"^--grid min_sms=0 is invalid on torch .*from 1 to"):
+        spec.parse_grid(["min_sms=1,0"])
 
 
 def test_grid_is_a_cartesian_product():
@@ -796,7 +814,7 @@ def test_plot_without_matplotlib_fails_before_any_arm_runs(monkeypatch, capsys, 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--plot"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--plot" in err and "pip install 'matplotlib>=3.5'" in err
+    assert err.count("\n") == 1 and "--plot needs matplotlib" in err and "pip install 'inductor-knobs[ablate]'" in err
 
 
 CWD_MODELS = """

@@ -20,10 +20,11 @@ import pytest
 
 from inductor_knobs import cli
 from inductor_knobs.ablation import build, command, files, options, outdir, slurm, store
+from inductor_knobs.ablation.errors import SlurmSubmitFailed
 from inductor_knobs.ablation.job import stamp
 from inductor_knobs.ablation.plan import TIME_MARGIN_MIN, SlurmOptions
 from inductor_knobs.ablation.signals import Interrupted
-from inductor_knobs.errors import InvalidKnobValue, SlurmSubmitFailed
+from inductor_knobs.errors import InvalidKnobValue
 
 pytest_plugins = ["slurm_cluster"]
 
@@ -102,7 +103,7 @@ def test_slurm_without_submitit_names_the_install(monkeypatch, capsys, no_arm_ru
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "submitit" else real(name, *a))
     assert cli.main(["ablate", "--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", "o"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "submitit" in err and "pip install 'inductor-knobs[slurm]'" in err
+    assert err.count("\n") == 1 and "needs submitit" in err and "pip install 'inductor-knobs[ablate]'" in err
 
 
 def test_slurm_without_sbatch_says_where_to_run(monkeypatch):

@@ -312,6 +312,15 @@ def test_too_few_processes_in_a_config_names_the_file(tmp_path):
         plan_for("--device", "cpu", "--config", str(path))
 
 
+def test_command_line_wins_over_the_config_file_which_wins_over_the_defaults():
+    example = str(TESTS.parent / "examples" / "ablation.toml")  # repeats = 5, 8 arms
+    assert plan_for("--device", "cpu", "--config", example).repeats == 5
+    smoke = plan_for("--device", "cpu", "--config", example, "--smoke")
+    assert smoke.repeats == options.SMOKE_PROCESSES == 1 and len(smoke.arms) == 8  # 8 processes, not 40
+    assert plan_for("--device", "cpu", "--config", example, "--quick").repeats == options.QUICK_PROCESSES
+    assert plan_for("--device", "cpu", "--config", example, "--smoke", "--repeats", "2").repeats == 2
+
+
 def test_process_defaults_and_smoke():
     assert plan_for("--device", "cpu", "--arm", "eager").repeats == options.DEFAULT_PROCESSES == 5
     assert plan_for("--device", "cpu", "--arm", "eager", "--quick").repeats == 3
@@ -561,6 +570,50 @@ def test_plot_with_many_arms(tmp_path):
 
     height = matplotlib.image.imread(path).shape[0]
     assert height > 14 * plot.ROW_INCHES * 100  # the figure grew with the arms
+
+
+def _drawn(monkeypatch, tmp_path, rows, device):
+    """The figure :func:`plot.plot` draws for ``rows`` (kept open: ``plt.close`` is stubbed)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from inductor_knobs.ablation import plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot.plot(rows, str(tmp_path / "results.png"), "w", device)
+    forest, _, _, scatter = figures[0].axes
+    return forest, scatter
+
+
+def test_plot_on_cpu_names_what_was_measured_and_says_why_a_speedup_has_no_interval(monkeypatch, tmp_path):
+    per_arm = {"base": [[1.0], [1.02], [0.98]], "slow": [[2.0], [2.1], [1.9]], "two": [[1.0], [1.1]]}
+    rows = summary.summarize(results_of(per_arm))  # "two": 2 processes, too few for an interval
+    forest, scatter = _drawn(monkeypatch, tmp_path, rows, "cpu")
+    assert "latency on CPU" in forest.get_title() and "GPU" not in forest.get_title()
+    assert "GPU" not in scatter.get_ylabel()
+    # Every speedup drawn has its interval, or says beside its mark why there is none.
+    with_interval = [c for c in forest.containers if c.has_xerr]
+    assert len(forest.containers) == 3 and len(with_interval) == 1
+    assert sorted(a.get_text() for a in forest.texts) == ["baseline (1.00x by definition)", "no interval: < 3 processes"]
+    assert len([c for c in scatter.containers if c.has_yerr]) == 1
+
+
+def test_plot_draws_no_speedup_where_the_baseline_has_no_measurement(monkeypatch, tmp_path):
+    rows = summary.summarize(results_of({"base": [[1.0], [1.02], [0.98]], "arm": [[2.0], [2.1], [1.9]]}))
+    for key in ("speedup", "speedup_low", "speedup_high", "verdict"):
+        rows[1].pop(key)
+    rows[1]["baseline"] = "failed"
+    forest, scatter = _drawn(monkeypatch, tmp_path, rows[1:], "cuda")
+    assert not forest.containers and not scatter.containers  # not a point at 1.00x as if no different
+    assert [a.get_text() for a in forest.texts] == ["no speedup: baseline 'failed' has no measurement"]
+
+
+def test_plot_legend_names_gpu_kernel_time_only_where_it_was_measured():
+    from inductor_knobs.ablation import plot
+
+    assert plot.legend([{"arm": "a", "kernel_speedup": 1.2}], "cuda") == "\u25a0 GPU kernel time, \u25cb latency"
+    assert plot.legend([{"arm": "a"}], "cuda") == "\u25cb latency on CUDA"
 
 
 class FakeProfile:

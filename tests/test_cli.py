@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -90,3 +93,42 @@ def test_doctor_refuses_a_min_sms_the_knob_refuses(capsys, value):
     assert main(["doctor", "--min-sms", value]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--min-sms={int(value)!r} is invalid" in err and "from 1 to 1024" in err
+
+
+#: The modules of the [ablate] extra (pyproject.toml).
+ABLATE_EXTRA = ("scipy", "tqdm", "matplotlib", "submitit")
+
+
+def _cli_without(blocked, argv, *, as_module=False):
+    """The CLI in a fresh interpreter where ``import`` of each of ``blocked`` fails as for a module that is not
+    installed (None in ``sys.modules``): through ``python -m inductor_knobs`` or the console script's ``main``."""
+    run = (
+        "import runpy; runpy.run_module('inductor_knobs', run_name='__main__', alter_sys=True)"
+        if as_module
+        else "from inductor_knobs.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    code = "\n".join(
+        [
+            "import sys",
+            f"for name in {list(blocked)!r}: sys.modules[name] = None",
+            f"sys.argv = ['inductor-knobs', *{list(argv)!r}]",
+            run,
+        ]
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.parametrize("as_module", [False, True], ids=["console-script", "python-m"])
+@pytest.mark.parametrize("missing", ["scipy", "tqdm"])
+def test_ablate_without_its_extra_names_the_install_in_one_line(missing, as_module):
+    done = _cli_without([missing], ["ablate", "--smoke", "--device", "cpu", "--arm", "eager"], as_module=as_module)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "pip install 'inductor-knobs[ablate]'" in done.stderr and f"needs {missing}," in done.stderr
+
+
+def test_doctor_works_without_the_ablate_extra():
+    done = _cli_without(ABLATE_EXTRA, ["doctor", "--json"])
+    assert done.returncode == 0, done.stderr
+    assert "GEMM" in json.dumps(json.loads(done.stdout))

@@ -5,6 +5,7 @@ name or a private module of another; each lazy public table equals what type che
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ PACKAGE = ROOT / "inductor_knobs"
 SATELLITES = ("serving", "ablation")
 #: What a satellite may import of the rest of the package.
 CORE_FACES = ("inductor_knobs", "inductor_knobs.errors", "inductor_knobs.ext")
+
+#: The ablation's dependencies: the [ablate] extra, never the package's own.
+ABLATE_EXTRA = {"scipy", "tqdm", "matplotlib", "submitit"}
 
 
 def _modules() -> list[tuple[str, Path]]:
@@ -114,3 +118,44 @@ def test_at_most_25_public_names_at_the_top_level():
 
     assert len(ik.__all__) <= 25, ik.__all__
     assert all(getattr(ik, name) is not None for name in ik.__all__)
+
+
+def _module_level_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, top-level module) of every absolute import that runs when the module is imported (not inside a def)."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name.split(".")[0]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module.split(".")[0]))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_the_package_depends_on_torch_wrapt_packaging_only():
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in project["dependencies"]}
+    assert names == {"torch", "wrapt", "packaging", "tomli"}, names
+    extras = project["optional-dependencies"]
+    assert {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in extras["ablate"]} == ABLATE_EXTRA
+    assert "inductor-knobs[ablate]" in extras["test"]
+
+
+def test_no_module_imports_the_ablate_extra_when_it_is_imported():
+    """The CLI imports the ablation's options for every command (``doctor`` too), so no module, the ablation's
+    included, may import scipy, tqdm, matplotlib or submitit at module level: only inside the function that needs it."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line} import {name}"
+        for folder in (PACKAGE, ROOT / "patches")
+        for path in sorted(folder.rglob("*.py"))
+        for line, name in _module_level_imports(ast.parse(path.read_text(), str(path)))
+        if name in ABLATE_EXTRA
+    ]
+    assert found == [], found

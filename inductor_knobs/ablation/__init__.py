@@ -9,5 +9,5 @@ that imported torch), :mod:`.quiet` (latency measured while nothing compiles), :
 :mod:`.runner` (the local executor), :mod:`.slurm` and :mod:`.slurm_options` (the Slurm executor), :mod:`.signals`,
 :mod:`.store` (``<out>/runs``).  The results: :mod:`.summary`, :mod:`.stats`, :mod:`.load`,
 :mod:`.kernels`, :mod:`.explain`, :mod:`.report` (Markdown), :mod:`.files` (``--out``'s files),
-:mod:`.plot`, :mod:`.compare`, :mod:`.merge`.
+:mod:`.plot`, :mod:`.compare`, :mod:`.merge`.  Its errors and the check of its extra: :mod:`.errors`.
 """

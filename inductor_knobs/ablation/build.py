@@ -5,7 +5,9 @@
 :mod:`.stats`): 5 by default (nominal 95 % coverage in simulation); 3 with ``--quick`` and for the
 main job, whose budget is 5 minutes on one H100 or H200 (6 arms × 3 processes) and 2 minutes on a
 2-core CPU (2 arms × 3 processes); fewer than 3 is an error unless ``--smoke`` (1 process per arm,
-quick inputs, no intervals: does every arm compile, run and match eager?).
+quick inputs, no intervals: does every arm compile, run and match eager?).  An option on the command
+line wins over ``--config``'s file, and the file over the defaults: ``--smoke`` and ``--quick`` give
+their counts over the file's ``repeats`` (an explicit ``--repeats`` wins over both).
 
 **Processes at once** (``--parallel``): that many workers per GPU (or on the CPU) start, build and
 compile at the same time; they measure one at a time, and only while no worker of the ablation
@@ -16,7 +18,6 @@ compiles (the phase barrier of :mod:`.quiet`).  1 by default; the main job on a 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..errors import InvalidKnobValue
 from ..ext import EmulationSpec, spec_from_text
 from . import main_job as main
 from . import slurm_options, spec, stats, workloads
+from .errors import require_extra
 from .options import (
     DEFAULT_PROCESSES,
     DEFAULT_WORKLOAD,
@@ -98,13 +100,10 @@ def check_plot(plot: bool) -> None:
         plot (bool): ``--plot``.
 
     Raises:
-        InvalidKnobValue: ``plot`` and matplotlib is not installed.
+        ExtraMissing: ``plot`` and matplotlib is not installed.
     """
-    if plot and importlib.util.find_spec("matplotlib") is None:
-        raise InvalidKnobValue(
-            "--plot needs matplotlib, which is not installed: pip install 'matplotlib>=3.5' (the [plot] extra: "
-            "pip install 'inductor-knobs[plot]'); or leave out --plot"
-        )
+    if plot:
+        require_extra(("matplotlib",), "--plot", "or leave out --plot")
 
 
 def _emulation(text: str | None, device: str, gpus: list[int]) -> EmulationSpec | None:
@@ -158,11 +157,14 @@ def build_plan(args: argparse.Namespace) -> Plan:
     model_size = main_job and device == "cuda" and not args.workload and not toml.get("workload")
     quick = bool(args.quick or toml.get("quick", False) or smoke or model_size)
     fewer_samples = bool(args.quick or toml.get("quick", False) or smoke)
+    # The command line wins over the file, the file over the defaults: --repeats, then the count --smoke or
+    # --quick stands for, then the file's repeats (checked all the same), then the defaults.
+    value = toml.get("repeats")
+    count = processes(value, f"repeats = {value!r} in --config {args.config!r}", quick=quick, smoke=smoke, main_job=main_job)
     if args.repeats is not None:
         count = processes(args.repeats, f"--repeats={args.repeats}", quick=quick, smoke=smoke, main_job=main_job)
-    else:
-        value = toml.get("repeats")
-        count = processes(value, f"repeats = {value!r} in --config {args.config!r}", quick=quick, smoke=smoke, main_job=main_job)
+    elif smoke or args.quick:
+        count = processes(None, "", quick=quick, smoke=smoke, main_job=main_job)
     # On Slurm the GPUs are the jobs': a login node without one submits --device cuda all the same.
     remote_gpus = executor == "slurm" and device == "cuda" and not torch.cuda.is_available()
     if device == "cuda" and not torch.cuda.is_available() and not remote_gpus:
@@ -238,8 +240,8 @@ def _executor(args: argparse.Namespace, toml: dict[str, Any]) -> tuple[str, Slur
 
     Raises:
         InvalidKnobValue: an unknown executor; a Slurm option (or a ``[slurm]`` table) without the Slurm
-            executor; a bad Slurm option; with the Slurm executor, no ``--out``, no submitit (the message
-            names ``pip install 'inductor-knobs[slurm]'``) or no ``sbatch``.
+            executor; a bad Slurm option; with the Slurm executor, no ``--out`` or no ``sbatch``.
+        ExtraMissing: the Slurm executor without submitit.
     """
     given = getattr(args, "executor", None)
     if given is not None:

@@ -44,6 +44,7 @@ from typing import Any
 from ..errors import InvalidKnobValue
 from . import compare, files, outdir, report, slurm, store
 from .build import build_plan, check_plot
+from .errors import REQUIRED, require_extra
 from .job import stamp
 from .merge import check_resume, merge
 from .plan import Plan
@@ -188,8 +189,10 @@ def run(args: argparse.Namespace) -> int:
         APPLIED); 128 + the signal's number (130 SIGINT, 143 SIGTERM) when interrupted.
 
     Raises:
+        ExtraMissing: a module of the ``[ablate]`` extra (:data:`.errors.REQUIRED`) is not installed.
         KnobsError: bad input, before any arm runs (the CLI prints it as one line).
     """
+    require_extra(REQUIRED, "inductor-knobs ablate")
     try:
         with signals_raise():
             return _run(args)

@@ -82,7 +82,7 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
 
     Raises:
         OSError: a file could not be written (the earlier files are whole; that file is as it was).
-        NotSupportedOnThisTorch: ``plot`` without matplotlib (the command checks this before running).
+        ExtraMissing: ``plot`` without matplotlib (the command checks this before running).
     """
     os.makedirs(out, exist_ok=True)
     rows = summarize(results)
@@ -100,8 +100,9 @@ def write(results: dict[str, Any], out: str, plot: bool = False) -> list[str]:
         where = (results.get("environment") or {}).get("device_name") or results.get("device")
         title = f"{results['workload']} on {where}"
         if results.get("emulate_sms") or any(a.get("emulate") for a in results.get("arms", [])):
-            title += f"\n{explain.EMULATION_MEANS}"
-        written.append(draw(rows, os.path.join(out, "results.png"), title))
+            title += "\n" + explain.EMULATION_MEANS
+        png = os.path.join(out, "results.png")
+        written.append(draw(rows, png, title, str(results.get("device") or "cuda")))
     return written
 
 

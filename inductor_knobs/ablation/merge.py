@@ -19,7 +19,7 @@ cannot mix what should not be mixed.
    (overlapping shards: the same ``--shard`` run twice).  A field a run does not have (a run whose
    worker reported nothing) is not compared.
 
-The error (:class:`~inductor_knobs.errors.MergeRefused`) names the files, the run (its id's first 8
+The error (:class:`~inductor_knobs.ablation.errors.MergeRefused`) names the files, the run (its id's first 8
 characters, arm, repeat) or arm, and each field that differs with both values.  With ``allow_mixed``
 the merged results keep every difference in ``mixed`` (the report says the data is mixed and lists
 them).  The processes of all shards are concatenated: each is one more replicate of its arm,
@@ -34,8 +34,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import MergeRefused
 from . import fingerprint
+from .errors import MergeRefused
 
 #: Differences shown in the error (the rest are counted).
 SHOWN = 6

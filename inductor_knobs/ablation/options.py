@@ -54,13 +54,19 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--arm", action="append", default=[], help="NAME:knob=value,... (repeatable); 'eager' for the eager baseline")
     p.add_argument("--grid", action="append", default=[], help="knob=v1,v2 or knob=v1|v2 (repeatable; cartesian product)")
-    p.add_argument("--config", help="a TOML file of arms (see examples/ablation.toml)")
+    p.add_argument(
+        "--config",
+        help="a TOML file of arms and settings (see examples/ablation.toml); an option given here wins over the file, "
+        "and the file over the defaults: --smoke and --quick set the processes per arm over the file's repeats, and "
+        "--repeats over both",
+    )
     p.add_argument("--baseline", help="the arm speedups are relative to (default: the first)")
     p.add_argument(
         "--repeats",
         type=int,
-        help=f"processes per arm, interleaved; the unit of the confidence intervals (default {DEFAULT_PROCESSES}; "
-        f"{QUICK_PROCESSES} with --quick and for the main job; at least {stats.MIN_PROCESSES} unless --smoke)",
+        help=f"processes per arm, interleaved; the unit of the confidence intervals (default: the --config file's "
+        f"repeats, else {DEFAULT_PROCESSES}; {QUICK_PROCESSES} with --quick and for the main job, {SMOKE_PROCESSES} with "
+        f"--smoke; at least {stats.MIN_PROCESSES} unless --smoke)",
     )
     p.add_argument("--iters", type=int, help="latency samples per process (default 20; main job on a GPU 200; 5 with --quick)")
     p.add_argument("--quick", action="store_true", help="small inputs, few samples")
@@ -92,7 +98,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--executor",
         help="where each run's process runs: local (default; here, one worker per GPU at a time) or slurm (one "
-        "Slurm job per run, submitted with submitit as a job array; needs --out and pip install 'inductor-knobs[slurm]')",
+        "Slurm job per run, submitted with submitit as a job array; needs --out and submitit, from "
+        "pip install 'inductor-knobs[ablate]')",
     )
     p.add_argument("--slurm-partition", metavar="NAME", help="--executor slurm: the jobs' partition (default: the cluster's)")
     p.add_argument(
@@ -133,7 +140,9 @@ def add_parser(sub: Any) -> None:
         "file it did not write is removed; other files are kept); a run that fails or is interrupted leaves the earlier "
         "results unchanged",
     )
-    p.add_argument("--plot", action="store_true", help="also write results.png (needs pip install 'inductor-knobs[plot]')")
+    p.add_argument(
+        "--plot", action="store_true", help="also write results.png (needs matplotlib, from pip install 'inductor-knobs[ablate]')"
+    )
     p.add_argument(
         "--strict",
         action="store_true",

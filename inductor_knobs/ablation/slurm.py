@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import SlurmSubmitFailed
+from .errors import SlurmSubmitFailed
 from .job import run_detached, stamp
 from .plan import Plan, SlurmOptions
 from .signals import Interrupted, signals_ignored

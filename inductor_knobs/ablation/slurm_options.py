@@ -6,20 +6,17 @@ submitted from here at all (:func:`check_available`).  The jobs themselves are :
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import re
 import shutil
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidKnobValue
+from .errors import require_extra
 from .plan import SlurmOptions
 
 #: ``--executor`` values.
 EXECUTORS = ("local", "slurm")
-
-#: What installs submitit.
-INSTALL_HINT = "pip install 'inductor-knobs[slurm]'"
 
 #: ``sbatch`` options that submitit sets itself for a job array: an extra flag may not replace them.
 RESERVED_FLAGS = frozenset({"array", "output", "error", "open-mode", "wrap", "parsable"})
@@ -149,10 +146,10 @@ def check_available() -> None:
     """Raise unless Slurm jobs can be submitted from here: submitit is installed and ``sbatch`` is on PATH.
 
     Raises:
-        InvalidKnobValue: either is missing (the message names the fix).
+        ExtraMissing: submitit is missing (the message names the install).
+        InvalidKnobValue: ``sbatch`` is not on PATH.
     """
-    if importlib.util.find_spec("submitit") is None:
-        raise InvalidKnobValue(f"--executor slurm needs submitit, which is not installed: {INSTALL_HINT}; or --executor local")
+    require_extra(("submitit",), "--executor slurm", "or --executor local")
     if shutil.which("sbatch") is None:
         raise InvalidKnobValue(
             "--executor slurm needs Slurm's sbatch, which is not on PATH: run the command on a Slurm login node "

@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import Knobs
+from .. import PRESETS, Knobs
 from ..errors import InvalidKnobValue, KnobsError, UnknownKnob, torch_version
-from ..ext import ENV_PREFIX, plan
+from ..ext import ENV_PREFIX, KNOBS, plan
 from ..ext import unknown_message as _unknown_message
 
 COMPILE_ARGS = ("mode", "dynamic", "fullgraph")
@@ -161,46 +161,60 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def make_arm(name: str, settings: Mapping[str, Any]) -> Arm:
+def make_arm(name: str, settings: Mapping[str, Any], where: str | None = None) -> Arm:
     """Build and validate one arm from ``{key: value}`` (knobs, compile args, ``eager``).
+
+    Each knob's value is checked by its row of the knob table (``Knob.parse`` then ``Knob.check``, what
+    ``Knobs.from_env`` runs for an ``INDUCTOR_KNOBS_*`` variable), under the name the user wrote, then all
+    of them together by :func:`~inductor_knobs.core.plan.plan` against the installed torch.
 
     Args:
         name (str): the arm's name.
         settings (Mapping[str, Any]): knob, ``preset``, ``mode``/``dynamic``/``fullgraph`` and ``eager``
             values (text or TOML values).
+        where (str | None): how the user wrote the arm, to begin an error with (``"--arm x:"``,
+            ``"[[arm]] 'x' in --config 'a.toml':"``); default ``"arm 'NAME':"``.
 
     Returns:
         Arm: the arm, checked against the installed torch.
 
     Raises:
         UnknownKnob: a key that is neither a knob, ``preset``, a compile argument nor ``eager``,
-            or an unknown mode.
-        InvalidKnobValue: a bad value (the message names the arm and the knob).
+            an unknown preset or an unknown mode.
+        InvalidKnobValue: a bad value; the message begins with ``where``, then ``knob='value'``, what is
+            allowed and the torch version (``--arm x: gemm_backends='ATEN,FOO' is invalid on torch 2.13.0: allowed ...``).
     """
     if not name:
         raise InvalidKnobValue("an ablation arm needs a name (--arm NAME:knob=value,...)")
+    where = where or f"arm {name!r}:"
     knobs: dict[str, str] = {}
     compile_args: dict[str, Any] = {}
     eager = name == "eager" and not settings
     allowed = [*Knobs.fields(), "preset", *COMPILE_ARGS, "eager"]
     for key, value in settings.items():
         if key == "eager":
-            eager = _bool(name, key, value)
+            eager = _bool(where, key, value)
         elif key in COMPILE_ARGS:
-            compile_args[key] = _compile_arg(name, key, value)
+            compile_args[key] = _compile_arg(where, key, value)
+        elif key == "preset":
+            knobs[key] = _text(value).strip()
+            if knobs[key] not in PRESETS:
+                raise UnknownKnob(f"{where} " + _unknown_message("preset", knobs[key], PRESETS))
         elif key in allowed:
             knobs[key] = _text(value)
+            row = KNOBS[key]
+            row.check(f"{where} {key}", row.parse(f"{where} {key}", knobs[key]))
         else:
-            raise UnknownKnob(f"arm {name!r}: " + _unknown_message("knob", key, allowed))
+            raise UnknownKnob(f"{where} " + _unknown_message("knob", key, allowed))
     arm = Arm(name, knobs, compile_args, eager)
     try:
         plan(Knobs.from_env(arm.env()))  # every check against the live torch; plan changes nothing
     except KnobsError as err:
-        raise type(err)(f"arm {name!r}: {err}") from None
+        raise type(err)(f"{where} {err}") from None
     return arm
 
 
-def _bool(arm: str, key: str, value: Any) -> bool:
+def _bool(where: str, key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -208,20 +222,20 @@ def _bool(arm: str, key: str, value: Any) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise InvalidKnobValue(f"arm {arm!r}: {key}={value!r} is invalid on torch {torch_version()}: allowed true or false")
+    raise InvalidKnobValue(f"{where} {key}={value!r} is invalid on torch {torch_version()}: allowed true or false")
 
 
-def _compile_arg(arm: str, key: str, value: Any) -> Any:
+def _compile_arg(where: str, key: str, value: Any) -> Any:
     if key == "fullgraph":
-        return _bool(arm, key, value)
+        return _bool(where, key, value)
     if key == "dynamic":
-        return None if str(value).strip().lower() in ("none", "") else _bool(arm, key, value)
+        return None if str(value).strip().lower() in ("none", "") else _bool(where, key, value)
     from ..ext import mode_options
 
     try:
         mode_options(str(value))
     except UnknownKnob as err:
-        raise UnknownKnob(f"arm {arm!r}: {err}") from None
+        raise UnknownKnob(f"{where} {err}") from None
     return str(value)
 
 
@@ -271,7 +285,7 @@ def parse_arm(text: str) -> Arm:
             pairs[-1][1] += "," + token.strip()  # gemm_backends=ATEN,TRITON
         else:
             raise InvalidKnobValue(f"--arm {text!r}: expected NAME:knob=value,knob=value")
-    return make_arm(name.strip(), dict(pairs))
+    return make_arm(name.strip(), dict(pairs), f"--arm {name.strip()}:")
 
 
 def parse_grid(items: Iterable[str]) -> list[Arm]:
@@ -293,14 +307,15 @@ def parse_grid(items: Iterable[str]) -> list[Arm]:
         if not key.strip() or not [c for c in choices if c]:
             raise InvalidKnobValue(f"--grid {item!r}: expected knob=value1,value2 with at least one value")
         axes.append((key.strip(), [c for c in choices if c]))
-    return grid_arms(dict(axes))
+    return grid_arms(dict(axes), "--grid")
 
 
-def grid_arms(axes: Mapping[str, list[Any]]) -> list[Arm]:
+def grid_arms(axes: Mapping[str, list[Any]], where: str = "grid") -> list[Arm]:
     """One arm per combination of ``axes``, named ``knob=value knob=value``.
 
     Args:
         axes (Mapping[str, list[Any]]): knob -> its values.
+        where (str): how the user wrote the grid, to begin an error with (``"--grid"``, ``"[grid] in --config 'a.toml':"``).
 
     Returns:
         list[Arm]: the arms (none without axes).
@@ -318,7 +333,7 @@ def grid_arms(axes: Mapping[str, list[Any]]) -> list[Arm]:
     arms = []
     for combo in itertools.product(*(axes[k] for k in keys)):
         settings = dict(zip(keys, combo))  # both as long as ``keys``
-        arms.append(make_arm(" ".join(f"{k}={_text(v)}" for k, v in settings.items()), settings))
+        arms.append(make_arm(" ".join(f"{k}={_text(v)}" for k, v in settings.items()), settings, where))
     return arms
 
 
@@ -352,8 +367,9 @@ def load_toml(path: str) -> dict[str, Any]:
     arms = []
     for table in data.pop("arm", []):
         table = dict(table)
-        arms.append(make_arm(str(table.pop("name", "")), table))
-    arms += grid_arms(data.pop("grid", {}))
+        name = str(table.pop("name", ""))
+        arms.append(make_arm(name, table, f"[[arm]] {name!r} in --config {path!r}:"))
+    arms += grid_arms(data.pop("grid", {}), f"[grid] in --config {path!r}:")
     unknown = set(data) - {"workload", "repeats", "baseline", "quick", "executor", "slurm"}
     if unknown:
         raise InvalidKnobValue(
