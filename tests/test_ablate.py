@@ -731,7 +731,7 @@ def test_help_prints_percent_signs_once_and_says_what_overwrite_does():
     sub = parser.add_subparsers(dest="command")
     options.add_parser(sub)
     text = " ".join(sub.choices["ablate"].format_help().split())
-    assert "%%" not in text and "95% bootstrap intervals" in text
+    assert "%%" not in text and "95% t-intervals" in text
     assert "before the run" not in text
     assert f"writes into <out>/{outdir.STAGING} and, only if it exits 0" in text
     assert "a run that fails or is interrupted leaves the earlier results unchanged" in text

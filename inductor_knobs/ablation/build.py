@@ -2,7 +2,7 @@
 (:func:`build_plan`) before the first worker starts or the first Slurm job is submitted.
 
 **Processes per arm** (``--repeats``; the process is the unit of the confidence intervals, see
-:mod:`.stats`): 5 by default (nominal 95 % coverage in simulation); 3 with ``--quick`` and for the
+:mod:`.stats`): 5 by default (narrower intervals); 3 with ``--quick`` and for the
 main job, whose budget is 5 minutes on one H100 or H200 (6 arms × 3 processes) and 2 minutes on a
 2-core CPU (2 arms × 3 processes); fewer than 3 is an error unless ``--smoke`` (1 process per arm,
 quick inputs, no intervals: does every arm compile, run and match eager?).  An option on the command
@@ -68,8 +68,8 @@ def processes(value: int | None, source: str, *, quick: bool, smoke: bool, main_
     if value < stats.MIN_PROCESSES and not smoke:
         raise InvalidKnobValue(
             f"{source} is too few processes per arm for a confidence interval: allowed an int >= {stats.MIN_PROCESSES} "
-            f"(the bootstrap resamples processes; {DEFAULT_PROCESSES} for nominal 95% coverage), or add --smoke for a "
-            "run without intervals"
+            f"(the speedup's {stats.METHOD} is over processes, and its false-verdict rate is measured from "
+            f"{stats.MIN_PROCESSES} per arm), or add --smoke for a run without intervals"
         )
     return value
 

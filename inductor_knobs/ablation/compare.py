@@ -11,8 +11,9 @@ from .summary import compile_source, summarize
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What changed between two results.json files, per arm: latency ratio new/old with a 95 %
-    bootstrap interval over both files' processes, compile time, GEMM kernels.
+    """What changed between two results.json files, per arm: latency ratio new/old (geometric means over
+    processes) with its 95 % interval over both files' processes (:func:`.stats.ratio_interval`), compile
+    time, GEMM kernels.
 
     Args:
         old (dict[str, Any]): the earlier results.json's data.
@@ -34,6 +35,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
             continue
         # new/old latency: the old file plays the baseline's part with the ratio inverted.
         interval = stats.ratio_interval(row["process_medians_ms"], prev["process_medians_ms"])
+        ratio = stats.speedup(row["process_medians_ms"], prev["process_medians_ms"])
         ci = f"{interval.low:.3f}–{interval.high:.3f}" if interval else "n/a"
         verdict = "n/a" if interval is None else ("no detectable change" if interval.contains(1.0) else "changed")
         changed = sorted(k for k in set(prev["kernels"]) | set(row["kernels"]) if prev["kernels"].get(k) != row["kernels"].get(k))
@@ -41,7 +43,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
             old_calls, new_calls = (explain.gemm_summary(r.get("gemm_calls") or {}) for r in (prev, row))
             changed.append(f"GEMM calls {old_calls} -> {new_calls}")
         lines.append(
-            f"| {row['arm']} | {prev['median_ms']:.4f} | {row['median_ms']:.4f} | {row['median_ms'] / prev['median_ms']:.3f} | "
+            f"| {row['arm']} | {prev['median_ms']:.4f} | {row['median_ms']:.4f} | {ratio:.3f} | "
             f"{ci} | {verdict} | {_compile_cell(prev)} | {_compile_cell(row)} | {', '.join(changed) or 'none'} |"
         )
     return "\n".join(lines)

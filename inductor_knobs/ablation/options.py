@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
         description="With no arguments (the main job): on a GPU, a randomly initialised BERT-base under arms gated "
         "(GEMM autotuning, torch's 68-SM gate as it is) and force_gemm_autotune, on an emulated T4 (40 SMs) and L4 "
         "(58 SMs) below the gate and on this GPU (an A/A control); on CPU, which has no SM gate, gemm_mlp under default "
-        "and max-autotune-no-cudagraphs.  Each arm x repeat is a fresh process; speedups get 95% bootstrap intervals "
+        "and max-autotune-no-cudagraphs.  Each arm x repeat is a fresh process; speedups get 95% t-intervals "
         "over processes.",
     )
     p.add_argument(

@@ -12,7 +12,7 @@ from . import explain, load, stats
 from .merge import describe
 from .summary import compile_source, section_of, summarize
 
-#: Processes per arm below which the table says its intervals are indicative (see :mod:`.stats`).
+#: Processes per arm below which the table says what an arm's latency interval covers (see :mod:`.stats`).
 NOMINAL_PROCESSES = 5
 
 #: Differences a mixed merge's paragraph lists (the rest are counted; results.json keeps all).
@@ -90,7 +90,7 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
     head = (
         f"workload `{results['workload']}` on {env.get('device_name', results.get('device'))}, torch {env.get('torch')}, "
         f"{_processes_per_arm(results, rows)}, {results.get('iters', '?')} samples each, interleaved; "
-        + ("**smoke run: no confidence intervals**" if no_intervals else "95% percentile-bootstrap intervals over processes")
+        + ("**smoke run: no confidence intervals**" if no_intervals else _method(rows, repeats))
         + ("; smoke run (quick inputs)" if results.get("smoke") and not no_intervals else "")
     )
     if results.get("emulate_sms"):
@@ -115,10 +115,13 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
         gpus = results.get("gpus") or []
         head += f"; whole run {results['wall_seconds']:.0f} s" + (f" on {len(gpus)} GPU(s)" if gpus else "")
     present = min((r["runs"] for r in rows if r["runs"]), default=repeats)
-    if not no_intervals and 0 < present < NOMINAL_PROCESSES:
+    if not no_intervals and 0 < present < stats.MIN_PROCESSES:
+        head += f". With {present} processes per arm there are no intervals and no verdicts: they need {stats.MIN_PROCESSES}"
+    elif not no_intervals and stats.MIN_PROCESSES <= present < NOMINAL_PROCESSES:
         head += (
-            f". With {present} processes per arm the intervals are indicative (about 90% coverage, close to "
-            f"the processes' range); --repeats {NOMINAL_PROCESSES} or more for 95%"
+            f". With {present} processes per arm an arm's latency interval is the range of its processes, which "
+            f"contains the median of their distribution {1 - 2 ** (1 - present):.0%} of the time; --repeats "
+            f"{NOMINAL_PROCESSES} or more for about 95% (the speedups' intervals hold at {present})"
         )
     if results.get("partial"):
         planned = results.get("planned_runs")
@@ -133,6 +136,21 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
             + " runs; the table shows the runs that finished."
         )
     return head
+
+
+def _method(rows: list[dict[str, Any]], repeats: int) -> str:
+    """The speedups' method, its unit of replication and its measured false-verdict rate (:data:`.stats.FALSE_VERDICTS`)
+    at the largest measured count of processes per arm that the arms reach."""
+    present = min((int(r["processes"]) for r in rows if r.get("processes")), default=repeats)
+    measured = [n for n in sorted(stats.FALSE_VERDICTS) if n <= present]
+    text = f"speedups: 95% {stats.METHOD}, the process the unit of replication"
+    if measured:
+        n = measured[-1]
+        text += (
+            f" (two equal arms said faster or slower in {stats.FALSE_VERDICTS[n]:.0%} of resampled recorded A/A "
+            f"comparisons with {n} processes per arm: bench/aa_coverage.py)"
+        )
+    return text
 
 
 def _processes_per_arm(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -200,14 +218,14 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]] | None = None) 
         if len(sections) > 1 or section:
             lines += [f"**{section or _main_section(results)}**", ""]
         base = section_rows[0]["baseline"] if section_rows else results["baseline"]
-        lines.append(f"baseline `{base}`; speedup = baseline latency / arm latency (> 1: faster)")
+        lines.append(f"baseline `{base}`; speedup = baseline / arm, geometric means over processes (> 1: faster)")
         lines.append("")
         lines += _table(section_rows, loaded=bool(warnings))
     if any(r.get("verdict") in ("faster", "slower", stats.NO_DIFFERENCE) for r in rows):
         lines.append(
             f"\nverdict: `faster` / `slower` when the 95% interval of the speedup excludes 1.00x; `{stats.NO_DIFFERENCE}` "
-            "when it contains 1.00x. Latency is the median over processes of each process's median; the process is "
-            "the unit of the intervals."
+            "when it contains 1.00x. Latency is the median over processes of each process's median; the speedup is the "
+            "ratio of the geometric means of those per-process values; the process is the unit of the intervals."
         )
     for warning in warnings:
         lines.append(f"\n**LOAD WARNING**: {warning}.")

@@ -1,11 +1,11 @@
 """Per-arm statistics of an ablation's records: one summary row per arm (:func:`summarize`).
 
 Each successful process is one latency, the median of its samples; the arm's latency is the median of
-those per-process medians, with a 95 % bootstrap interval over processes; its speedup is
-``baseline latency / arm latency`` with a 95 % bootstrap interval over both arms' processes
-(:mod:`.stats`).  The verdict is ``faster`` or ``slower`` when that interval excludes 1.00x and
-``no detectable difference`` when it contains it.  Arms belong to sections (this GPU, an emulated
-smaller one); each section has its own baseline.
+those per-process medians, with a 95 % bootstrap interval over processes; its speedup is the ratio of
+the baseline's and the arm's geometric means over processes, with a 95 % Student t-interval over both
+arms' processes (:mod:`.stats`).  The verdict is ``faster`` or ``slower`` when that interval excludes
+1.00x and ``no detectable difference`` when it contains it.  Arms belong to sections (this GPU, an
+emulated smaller one); each section has its own baseline.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def summarize(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     Returns:
         list[dict[str, Any]]: rows with ``arm``, ``section``, ``baseline``, ``runs``, ``failed`` and, where a run
         succeeded, ``median_ms`` (median of per-process medians) and its interval
-        (``median_low_ms``, ``median_high_ms``), ``processes``, ``n`` (samples), ``speedup``,
+        (``median_low_ms``, ``median_high_ms``), ``processes``, ``n`` (samples), ``speedup`` (the ratio of
+        geometric means over processes, :func:`.stats.speedup`),
         ``speedup_low``, ``speedup_high``, ``verdict``, ``kernel_ms`` (GPU kernel time per
         iteration, None off CUDA) and, where both arms have it, ``kernel_speedup`` with
         ``kernel_speedup_low``, ``kernel_speedup_high`` and ``kernel_verdict`` (the same statistics
@@ -108,12 +109,12 @@ def summarize(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         base = by_name.get(row["baseline"])
         if base is None or "median_ms" not in base or "median_ms" not in row:
             continue
-        row["speedup"] = base["median_ms"] / row["median_ms"]
+        row["speedup"] = stats.speedup(base["process_medians_ms"], row["process_medians_ms"])
         if row["arm"] == row["baseline"]:
             row["verdict"] = "baseline"
             continue
         if base.get("kernel_ms") and row.get("kernel_ms"):
-            row["kernel_speedup"] = base["kernel_ms"] / row["kernel_ms"]
+            row["kernel_speedup"] = stats.speedup(base["kernel_process_ms"], row["kernel_process_ms"])
             kernel = stats.ratio_interval(base["kernel_process_ms"], row["kernel_process_ms"])
             if kernel is not None:
                 row.update(kernel_speedup_low=kernel.low, kernel_speedup_high=kernel.high, kernel_verdict=kernel.verdict())
