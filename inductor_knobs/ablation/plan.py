@@ -194,7 +194,7 @@ def placement_note(results: Mapping[str, Any]) -> str:
     gpus = [int(g) for g in results.get("gpus") or []]
     runs = [r for r in results.get("runs") or [] if r.get("gpu") is not None and r.get("repeat") is not None]
     if results.get("executor") == "slurm":
-        return "each run ran on its own Slurm job's GPU: repeats were not blocked by GPU" if runs else ""
+        return "Each run ran on its own Slurm job's GPU: repeats were not blocked by GPU" if runs else ""
     if len(gpus) < 2 or not runs:
         return ""
     seen: dict[int, set[int]] = defaultdict(set)
