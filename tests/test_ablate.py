@@ -925,7 +925,7 @@ def test_a_worker_through_the_barrier_records_its_wait_and_its_cpus(tmp_path):
     plan = plan_for("--device", "cpu", "--workload", "ablation_workload:tiny", "--arm", "eager", "--smoke")
     job_spec = plan.jobs()[0]
     registry = workers.Workers()
-    barrier = quiet.Quiet([None], parallel=2, cap=2, jobs=1)
+    barrier = quiet.Quiet([None], parallel=2, cap=2, jobs={None: 1})
     try:
         record = job.run_job(
             job_spec, plan.arms[0], None, 300, registry, parallel=2, compile_threads=1, barrier=barrier.admit(None)

@@ -91,7 +91,7 @@ class _Fake:
 def test_a_worker_that_dies_while_others_wait_does_not_block_the_barrier():
     """Three workers on one lane (two compile at once, three live): one dies while compiling, one dies while
     waiting for its turn; the last still gets its turn, and after it admission opens again."""
-    barrier = quiet.Quiet([None], parallel=2, cap=3, jobs=4)
+    barrier = quiet.Quiet([None], parallel=2, cap=3, jobs={None: 4})
     try:
         a, b = barrier.admit(None), barrier.admit(None)
         assert a and b
@@ -128,7 +128,7 @@ def test_lanes_measure_one_at_a_time_and_closing_wakes_every_waiter():
     """Two GPU lanes, one worker each: once both are ready (nothing compiles, both lanes full), the one
     ready first measures and the other waits until it says ``measured``: one measurement at a time on the
     whole host; closing the barrier wakes a thread waiting to start."""
-    barrier = quiet.Quiet([0, 1], parallel=1, cap=1, jobs=10)
+    barrier = quiet.Quiet([0, 1], parallel=1, cap=1, jobs={0: 5, 1: 5})
     result: list = []
     try:
         zero = _Fake(barrier.admit(0))
@@ -326,7 +326,7 @@ def test_a_line_over_the_bound_closes_its_connection_and_is_never_buffered_whole
             return super().feed(data)
 
     monkeypatch.setattr(quiet, "LineBuffer", Recording)
-    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs=1, max_line=64)
+    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs={None: 1}, max_line=64)
     try:
         job = barrier.admit(None)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -355,7 +355,7 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
 
 
 def test_a_peer_of_another_uid_is_refused(caplog):
-    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs=1, uid_of=lambda sock: 65534)
+    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs={None: 1}, uid_of=lambda sock: 65534)
     try:
         job = barrier.admit(None)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -377,7 +377,7 @@ def test_peer_uid_reads_the_kernels_credentials():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to uid 65534 needs root")
 def test_a_process_running_as_nobody_is_refused():
-    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs=1)
+    barrier = quiet.Quiet([None], parallel=1, cap=1, jobs={None: 1})
     try:
         job = barrier.admit(None)
         child = os.fork()

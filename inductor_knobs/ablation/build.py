@@ -10,9 +10,10 @@ line wins over ``--config``'s file, and the file over the defaults: ``--smoke`` 
 their counts over the file's ``repeats`` (an explicit ``--repeats`` wins over both).
 
 **Processes at once** (``--parallel``): that many workers per GPU (or on the CPU) start, build and
-compile at the same time; they measure one at a time, and only while no worker of the ablation
-compiles (the phase barrier of :mod:`.quiet`).  1 by default; the main job on a GPU uses
-:func:`.main_job.main_job_parallel` (9 on a 16-CPU host).
+compile at the same time, ``parallel × GPUs`` on the host, whichever GPUs their repeats are on (repeat
+``r`` of every arm runs on GPU ``r mod GPUs``, :func:`.plan.gpu_for_repeat`); they measure one at a time,
+and only while no worker of the ablation compiles (the phase barrier of :mod:`.quiet`).  1 by default;
+the main job on a GPU uses :func:`.main_job.main_job_parallel` (9 on a 16-CPU host).
 """
 
 from __future__ import annotations

@@ -8,10 +8,14 @@ runs, and read by the executors (:mod:`.runner`, :mod:`.slurm`); this module imp
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .spec import Arm
+
+_Lane = TypeVar("_Lane")
 
 #: Minutes added to ``--timeout`` for the default Slurm time limit (the job's start and imports).
 TIME_MARGIN_MIN = 5
@@ -153,3 +157,62 @@ class Plan:
         ]
         index, count = self.shard
         return [j for j in jobs if int(j["index"]) % count == index]
+
+
+def gpu_for_repeat(repeat: int, gpus: Sequence[_Lane]) -> _Lane:
+    """The GPU (lane) that repeat ``repeat`` of every arm runs on: ``gpus[repeat mod len(gpus)]``.
+
+    Every arm's repeat ``r`` runs on the same GPU, so every arm has the same number of processes on each GPU
+    and a difference between GPUs shifts every arm alike: no arm is confounded with a GPU.  When the repeats
+    are not a multiple of the GPUs, some GPUs run one repeat more than others (3 repeats on 2 GPUs: GPU 0
+    runs repeats 0 and 2, GPU 1 repeat 1), every arm alike; a rotation by arm (``(r + arm) mod len(gpus)``)
+    would even out the count per GPU but give two arms different GPUs in that case.  The local executor
+    compiles on the host's shared CPUs whichever GPU a run is on (:mod:`.quiet`), so the GPU with more runs
+    does not lengthen the compile.
+
+    Args:
+        repeat (int): the repeat (0-based).
+        gpus (Sequence): the lanes: GPU indices as torch numbers them in this process, or ``[None]`` (the CPU).
+
+    Returns:
+        the lane of ``repeat``.
+    """
+    return gpus[repeat % len(gpus)]
+
+
+def placement_note(results: Mapping[str, Any]) -> str:
+    """The report's sentence on how the repeats were placed on the GPUs, read from the records' ``gpu`` and
+    ``repeat`` and results.json's ``gpus``, e.g. "Repeats were blocked by GPU: repeat r of every arm ran on GPU
+    r mod 2 (GPU 0: repeats 0,2; GPU 1: repeat 1)".
+
+    Args:
+        results (Mapping[str, Any]): the results (``gpus``, ``executor``, ``runs``).
+
+    Returns:
+        str: the sentence; empty for one GPU or the CPU (nothing to place), and for records without ``gpu``.
+    """
+    gpus = [int(g) for g in results.get("gpus") or []]
+    runs = [r for r in results.get("runs") or [] if r.get("gpu") is not None and r.get("repeat") is not None]
+    if results.get("executor") == "slurm":
+        return "Each run ran on its own Slurm job's GPU: repeats were not blocked by GPU" if runs else ""
+    if len(gpus) < 2 or not runs:
+        return ""
+    seen: dict[int, set[int]] = defaultdict(set)
+    for run in runs:
+        seen[int(run["gpu"])].add(int(run["repeat"]))
+    per_gpu = "; ".join(
+        f"GPU {g}: "
+        + (f"repeat{'s' if len(seen[g]) > 1 else ''} {','.join(str(r) for r in sorted(seen[g]))}" if seen[g] else "no runs")
+        for g in sorted(set(gpus) | set(seen))
+    )
+    if all(int(r["gpu"]) == gpu_for_repeat(int(r["repeat"]), gpus) for r in runs):
+        rule = (
+            f"GPU r mod {len(gpus)}"
+            if gpus == list(range(len(gpus)))
+            else f"the (r mod {len(gpus)})-th of GPUs {','.join(map(str, gpus))}"
+        )
+        return f"Repeats were blocked by GPU: repeat r of every arm ran on {rule} ({per_gpu})"
+    return (
+        f"Repeats were not blocked by GPU: each run took whichever GPU was free, so an arm's processes may differ in "
+        f"GPU from another arm's ({per_gpu})"
+    )

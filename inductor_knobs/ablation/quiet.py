@@ -4,14 +4,17 @@ The local executor's workers compile several at a time (``--parallel``), so a wo
 soon as it had compiled would measure beside others that compile, import and autotune, all CPU work
 that a host-bound latency feels.  So every run goes through a phase barrier (:class:`Quiet`):
 
-1. **Compile.**  A job thread asks :meth:`Quiet.admit` before it starts a worker.  A GPU lane (one GPU,
-   or the CPU) admits up to ``parallel`` compiling workers at once and up to ``cap`` live ones.
+1. **Compile.**  A job thread asks :meth:`Quiet.admit` before it starts a worker on its lane (one GPU,
+   or the CPU).  The host compiles up to ``parallel`` workers per lane at once, on whichever lanes their
+   jobs are (compiling is CPU work on the host's shared CPUs, and a lane may hold more jobs than
+   another: repeats are blocked by GPU, :func:`.plan.gpu_for_repeat`); a lane holds up to ``cap`` live
+   workers (its GPU's memory).
 2. **Ready.**  A worker that has compiled (and compared with eager) connects to the barrier's socket,
    says ``ready`` and waits: it has released its compile slot, so the lane may admit the next job.  The
    wait is the worker's ``wait`` phase; ``compile_seconds`` ended before it.
 3. **Measure.**  When no worker of the ablation is compiling (every live worker is ready, measuring
-   or done) and none can be admitted (every lane holds ``cap`` live workers, or every job has
-   started), the barrier lets the ready workers measure one at a time on the whole host, in the order
+   or done) and none can be admitted (every lane holds ``cap`` live workers or has started all its
+   jobs), the barrier lets the ready workers measure one at a time on the whole host, in the order
    they became ready, each pinned to its lane's CPUs, and admits nothing.  A worker says ``measured``
    after its samples and its profiling; then the next one goes.  (Lanes measuring at once made the
    latency intervals of the main job on 4 GPUs up to 4 times wider than on one GPU, on a 4xH200 host;
@@ -57,7 +60,7 @@ import socket
 import struct
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -125,8 +128,8 @@ def live_cap(parallel: int, jobs: int, lanes: int = 1, gpu_gib: float | None = N
 
     Args:
         parallel (int): compiling workers per lane at once.
-        jobs (int): the jobs of the ablation.
-        lanes (int): the lanes.
+        jobs (int): the most jobs any one lane runs (all of them with one lane).
+        lanes (int): the lanes (they share the host's memory).
         gpu_gib (float | None): the memory of the smallest GPU of the lanes, in GiB; None on CPU.
 
     Returns:
@@ -141,7 +144,7 @@ def live_cap(parallel: int, jobs: int, lanes: int = 1, gpu_gib: float | None = N
         cap = min(cap, max(parallel, int(memory / lanes / GIB_PER_WORKER)))
     if gpu_gib is not None:
         cap = min(cap, max(parallel, int(gpu_gib / GPU_GIB_PER_WORKER)))
-    per_lane = max(1, math.ceil(jobs / max(1, lanes)))
+    per_lane = max(1, jobs)
     batches = math.ceil(per_lane / cap)
     return max(parallel, math.ceil(per_lane / batches))
 
@@ -213,9 +216,10 @@ class Quiet:
 
     Args:
         lanes (list[Any]): the lane keys (GPU indices, or ``[None]`` on CPU).
-        parallel (int): compiling workers per lane at once.
+        parallel (int): compiling workers per lane at once: up to ``parallel × len(lanes)`` compile at once on
+            the host, whichever lanes they are on.
         cap (int): live workers per lane (:func:`live_cap`).
-        jobs (int): how many jobs will be admitted in all.
+        jobs (Mapping[Any, int]): lane -> how many jobs it will be admitted (a lane left out: none).
         max_line (int): the longest line a connection may send, in bytes (:data:`MAX_LINE`).
         uid_of (Callable[[socket.socket], int]): a connection's peer uid (:func:`peer_uid`); a connection
             whose uid is not this process's effective uid is closed unread.
@@ -230,11 +234,13 @@ class Quiet:
         lanes: list[Any],
         parallel: int,
         cap: int,
-        jobs: int,
+        jobs: Mapping[Any, int],
         max_line: int = MAX_LINE,
         uid_of: Callable[[socket.socket], int] = peer_uid,
     ) -> None:
-        self.parallel, self.cap, self.remaining = max(1, parallel), max(1, cap), jobs
+        self.parallel, self.cap = max(1, parallel), max(1, cap)
+        self.slots = self.parallel * len(lanes)  # compiling workers at once on the host
+        self.remaining = {lane: int(jobs.get(lane, 0)) for lane in lanes}
         self.max_line, self.uid_of, self.uid = max_line, uid_of, os.geteuid()
         self.cpus = dict(zip(lanes, lane_cpus(len(lanes))))
         self.cond = threading.Condition()
@@ -268,22 +274,20 @@ class Quiet:
 
         Returns:
             dict[str, Any] | None: the job's ``barrier`` (``address``, ``token``), or None when no job
-            is left to admit or the barrier was closed.
+            is left to admit on ``lane`` or the barrier was closed.
         """
         with self.cond:
-            self.cond.wait_for(lambda: self.closed or self.remaining <= 0 or self._admissible(lane))
-            if self.closed or self.remaining <= 0:
+            self.cond.wait_for(lambda: self.closed or self.remaining[lane] <= 0 or self._admissible(lane))
+            if self.closed or self.remaining[lane] <= 0:
                 return None
-            self.remaining -= 1
+            self.remaining[lane] -= 1
             token = uuid.uuid4().hex
             self.lane_of[token] = lane
             self.compiling.add(token)
             return {"address": self.address, "token": token}
 
     def _admissible(self, lane: Any) -> bool:
-        live = sum(1 for v in self.lane_of.values() if v == lane)
-        compiling = sum(1 for t in self.compiling if self.lane_of[t] == lane)
-        return not self.measuring_phase and compiling < self.parallel and live < self.cap
+        return not self.measuring_phase and len(self.compiling) < self.slots and self._live(lane) < self.cap
 
     def finished(self, barrier: dict[str, Any] | None) -> None:
         """The worker of ``barrier`` has exited (or never started): it leaves the barrier.
@@ -401,8 +405,8 @@ class Quiet:
         """Open the measurement phase, hand out turns, or reopen admission (with ``cond`` held)."""
         waiting = any(self.ready.values())
         if not self.measuring_phase and waiting and not self.compiling:
-            lanes_full = all(self._live(lane) >= self.cap for lane in self.ready)
-            if self.remaining <= 0 or lanes_full or self.closed:
+            stuck = all(self._live(lane) >= self.cap or self.remaining[lane] <= 0 for lane in self.ready)
+            if stuck or self.closed:
                 self.measuring_phase = True
         if self.measuring_phase:
             while not any(m is not None for m in self.measuring.values()) and any(self.ready.values()):

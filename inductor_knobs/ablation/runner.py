@@ -1,21 +1,25 @@
 """The local executor: every run of an ablation in a fresh process here, repeats interleaved (ABCABC…),
-spread over GPUs.
+blocked by GPU.
 
 Each job (arm × repeat) is one worker process (:func:`.job.call_job`, :mod:`.workers`).  With several
-GPUs, one thread per GPU takes the next job in the interleaved order, so every GPU runs one process
-at a time.  A job that crashes or runs past its timeout becomes an error record; the others still
-run.  The records do not depend on the number of GPUs: one GPU or several (``--gpus 0,1``) give the
-same fields, so the command's total ``wall_seconds`` of the two can be compared directly.
+GPUs, repeat ``r`` of every arm runs on the same GPU, ``gpus[r mod len(gpus)]``
+(:func:`.plan.gpu_for_repeat`), so that every arm has the same processes on each GPU and no arm is
+confounded with a GPU; each GPU's threads take its jobs in the interleaved order.  A job that crashes
+or runs past its timeout becomes an error record; the others still run.  Every record says which GPU
+it ran on (``gpu``, and ``cuda_visible_devices``: the physical GPU).  The records do not depend on the
+number of GPUs: one GPU or several (``--gpus 0,1``) give the same fields, so the command's total
+``wall_seconds`` of the two can be compared directly.
 
 **Start-up paid once**: with more than one job, the workers are forked from one fork server that
 imported torch and the workload's libraries once (:mod:`.forkserver`, :meth:`.workers.Workers.start`).
 
-**Processes at once, measured in quiet** (``Plan.parallel``): each lane (a GPU, or the CPU) compiles up
-to ``parallel`` workers at once, and every worker measures only through the phase barrier of
-:mod:`.quiet`: one at a time on the whole host, pinned to its lane's CPUs, and only while no worker of the
-ablation compiles.  Each lane has :func:`.quiet.live_cap` job threads (workers that have compiled
-wait for their turn, holding a thread each).  With several at once, each worker gets
-``CPUs / (lanes × parallel)`` Inductor compile threads.
+**Processes at once, measured in quiet** (``Plan.parallel``): the host compiles up to ``parallel`` workers
+per lane (a GPU, or the CPU) at once, ``parallel × lanes`` in all, on whichever lanes their repeats are (a
+lane may hold more jobs than another when the repeats are not a multiple of the GPUs), and every worker
+measures only through the phase barrier of :mod:`.quiet`: one at a time on the whole host, pinned to its
+lane's CPUs, and only while no worker of the ablation compiles.  Each lane has up to :func:`.quiet.live_cap`
+job threads (workers that have compiled wait for their turn, holding a thread each).  With several at
+once, each worker gets ``CPUs / (lanes × parallel)`` Inductor compile threads.
 
 On SIGINT or SIGTERM (under :func:`.signals.signals_raise`) :func:`execute` kills every worker's
 process group, removes the temporary directories and raises :class:`.signals.Interrupted` with the
@@ -35,7 +39,7 @@ from typing import Any
 
 from .forkserver import preload_modules
 from .job import call_job
-from .plan import Plan
+from .plan import Plan, gpu_for_repeat
 from .quiet import Quiet, live_cap, usable_cpus
 from .signals import Interrupted, signals_ignored
 from .workers import Workers
@@ -113,7 +117,8 @@ def execute(
     on_record: Callable[[dict[str, Any]], None] | None = None,
     workers: Workers | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every job of ``plan`` here; one thread per GPU (or one on CPU) takes jobs in order.
+    """Run every job of ``plan`` here, repeat ``r`` of every arm on ``gpus[r mod len(gpus)]``
+    (:func:`.plan.gpu_for_repeat`; the CPU on CPU); each GPU's threads take its jobs in order.
 
     Args:
         plan (Plan): what to run.
@@ -138,19 +143,20 @@ def execute(
 
     arms = {a.name: a for a in plan.arms}
     jobs = plan.jobs() if jobs is None else jobs
-    pending: queue.Queue[dict[str, Any]] = queue.Queue()
-    for job in jobs:
-        pending.put(job)
+    lanes = _lanes(plan)
+    pending: dict[int | None, queue.Queue[dict[str, Any]]] = {lane: queue.Queue() for lane in lanes}
+    for job in jobs:  # in the interleaved order: each lane's queue keeps it
+        pending[gpu_for_repeat(int(job["repeat"]), lanes)].put(job)
+    counts = {lane: pending[lane].qsize() for lane in lanes}
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
-    lanes = _lanes(plan)
     parallel = max(1, plan.parallel)
     if workers is None:
         workers = make_workers(plan, len(jobs))
     threads_each = workers.compile_threads  # the server's and every worker's: one value per ablation
-    cap = live_cap(parallel, len(jobs), len(lanes), _gpu_gib(plan))
-    quiet = Quiet(lanes, parallel, cap, len(jobs))
-    slots = [lane for lane in lanes for _ in range(cap)]
+    cap = live_cap(parallel, max(counts.values()), len(lanes), _gpu_gib(plan))
+    quiet = Quiet(lanes, parallel, cap, counts)
+    slots = [lane for lane in lanes for _ in range(min(cap, counts[lane]))]
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
     origin = time.perf_counter()
 
@@ -160,8 +166,8 @@ def execute(
             if barrier is None:
                 return
             try:
-                job = pending.get_nowait()
-            except queue.Empty:  # pragma: no cover - admit() counts the jobs
+                job = pending[gpu].get_nowait()
+            except queue.Empty:  # pragma: no cover - admit() counts each lane's jobs
                 quiet.finished(barrier)
                 return
             arm = arms[job["arm"]["name"]]
