@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .plan import placement_note
 from .summary import compile_source
 
 #: The knobs that only move the CUDA SM gate (``preset`` covers ``force_gemm_autotune``).
@@ -254,6 +255,9 @@ def notes(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list
         list[str]: paragraphs, possibly none (the results' own ``notes`` first).
     """
     out = list(results.get("notes") or [])
+    placed = placement_note(results)
+    if placed:
+        out.append(placed + ".")
     if results.get("device") == "cpu" and _touches_gate(results):
         out.append(cpu_note(results, rows))
     elif results.get("device") == "cuda" and results.get("main_job"):
@@ -324,8 +328,8 @@ def quiet_note(results: Mapping[str, Any]) -> str:
         if parallel <= 1:
             return ""
         return f"{parallel} processes per GPU compiled at once and measured one at a time beside the others"
-    per = " per GPU" if int(quiet.get("lanes") or 1) > 1 else ""
-    text = f"latency was measured one process at a time{per} while no worker of this ablation compiled"
+    host = " on the whole host" if int(quiet.get("lanes") or 1) > 1 else ""
+    text = f"latency was measured one process at a time{host} while no worker of this ablation compiled"
     if int(quiet.get("parallel") or 1) > 1:
         text += f" (a phase barrier: up to {quiet['parallel']} compiled at once, and a compiled worker waited for its turn)"
     turns = [r for r in runs if r.get("autotune_lock_turns") is not None]
