@@ -2,7 +2,8 @@
 other extensions may use of the core besides the public ``inductor_knobs`` names.
 
 Each name is documented where it is defined; this module only gives it a public, stable home, so no satellite
-imports a core module directly (``tests/test_contract.py`` checks that).
+imports a core module directly (``tests/test_contract.py`` checks that).  Names load on first use (PEP 562), so
+importing this module imports nothing else (a forked ablation server imports it without loading the core).
 
 - The installed torch: :data:`torch_compat` (its :func:`~inductor_knobs.core.torch_compat.installed` patch module,
   chosen by release) and :func:`release_of`.
@@ -27,62 +28,103 @@ imports a core module directly (``tests/test_contract.py`` checks that).
   whose import activates ``INDUCTOR_KNOBS_*``).
 """
 
-from __future__ import annotations
+import importlib
 
-from .core import events, setup, torch_compat
-from .core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR, environ_before_knobs
-from .core.compile_backend import mode_options
-from .core.events import CAUSES, format_table
-from .core.files import atomic_write, unsafe_directories, who, write_json
-from .core.knobs import EMULATE_SMS_VAR, ENV_PREFIX, KNOBS, canonical_json
-from .core.observers import can_record_autotune, triton_compiles
-from .core.patching import SharedPatch, present, resolve, wrap_attribute
-from .core.plan import config_values, plan
-from .core.recorder import Collector, ObservedBlock, Subscription
-from .core.scope import describe_owner
-from .core.torch_compat import release_of
-from .emulation.confine import capture_streams
-from .emulation.gpus import PRESETS as GPU_PRESETS
-from .emulation.gpus import EmulationSpec, spec_from_text
-from .errors import unknown_message
-from .startup import HOOK_MODULE as STARTUP_HOOK_MODULE
-from .startup import bootstrap as run_startup_hook
+TYPE_CHECKING = False
 
-__all__ = [
-    "CAUSES",
-    "CUDNN_SDPA_AVOID_RECOMPILE_VAR",
-    "EMULATE_SMS_VAR",
-    "ENV_PREFIX",
-    "GPU_PRESETS",
-    "KNOBS",
-    "STARTUP_HOOK_MODULE",
-    "Collector",
-    "EmulationSpec",
-    "ObservedBlock",
-    "SharedPatch",
-    "Subscription",
-    "atomic_write",
-    "can_record_autotune",
-    "canonical_json",
-    "capture_streams",
-    "config_values",
-    "describe_owner",
-    "environ_before_knobs",
-    "events",
-    "format_table",
-    "mode_options",
-    "plan",
-    "present",
-    "release_of",
-    "resolve",
-    "run_startup_hook",
-    "setup",
-    "spec_from_text",
-    "torch_compat",
-    "triton_compiles",
-    "unknown_message",
-    "unsafe_directories",
-    "who",
-    "wrap_attribute",
-    "write_json",
-]
+#: Public name -> (the module of this package that defines it, its name there; None: the module itself).
+_PUBLIC = {
+    "events": ("core.events", None),
+    "setup": ("core.setup", None),
+    "torch_compat": ("core.torch_compat", None),
+    "CUDNN_SDPA_AVOID_RECOMPILE_VAR": ("core.changes", "CUDNN_SDPA_AVOID_RECOMPILE_VAR"),
+    "environ_before_knobs": ("core.changes", "environ_before_knobs"),
+    "mode_options": ("core.compile_backend", "mode_options"),
+    "CAUSES": ("core.events", "CAUSES"),
+    "format_table": ("core.events", "format_table"),
+    "atomic_write": ("core.files", "atomic_write"),
+    "unsafe_directories": ("core.files", "unsafe_directories"),
+    "who": ("core.files", "who"),
+    "write_json": ("core.files", "write_json"),
+    "EMULATE_SMS_VAR": ("core.knobs", "EMULATE_SMS_VAR"),
+    "ENV_PREFIX": ("core.knobs", "ENV_PREFIX"),
+    "KNOBS": ("core.knobs", "KNOBS"),
+    "canonical_json": ("core.knobs", "canonical_json"),
+    "can_record_autotune": ("core.observers", "can_record_autotune"),
+    "triton_compiles": ("core.observers", "triton_compiles"),
+    "SharedPatch": ("core.patching", "SharedPatch"),
+    "present": ("core.patching", "present"),
+    "resolve": ("core.patching", "resolve"),
+    "wrap_attribute": ("core.patching", "wrap_attribute"),
+    "config_values": ("core.plan", "config_values"),
+    "plan": ("core.plan", "plan"),
+    "Collector": ("core.recorder", "Collector"),
+    "ObservedBlock": ("core.recorder", "ObservedBlock"),
+    "Subscription": ("core.recorder", "Subscription"),
+    "describe_owner": ("core.scope", "describe_owner"),
+    "release_of": ("core.torch_compat", "release_of"),
+    "capture_streams": ("emulation.confine", "capture_streams"),
+    "EmulationSpec": ("emulation.gpus", "EmulationSpec"),
+    "GPU_PRESETS": ("emulation.gpus", "PRESETS"),
+    "spec_from_text": ("emulation.gpus", "spec_from_text"),
+    "unknown_message": ("errors", "unknown_message"),
+    "STARTUP_HOOK_MODULE": ("startup", "HOOK_MODULE"),
+    "run_startup_hook": ("startup", "bootstrap"),
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> object:
+    found = _PUBLIC.get(name)
+    if found is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = found
+    value: object = importlib.import_module(f"inductor_knobs.{module}")
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUBLIC)
+    from .core import events as events
+    from .core import setup as setup
+    from .core import torch_compat as torch_compat
+    from .core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR as CUDNN_SDPA_AVOID_RECOMPILE_VAR
+    from .core.changes import environ_before_knobs as environ_before_knobs
+    from .core.compile_backend import mode_options as mode_options
+    from .core.events import CAUSES as CAUSES
+    from .core.events import format_table as format_table
+    from .core.files import atomic_write as atomic_write
+    from .core.files import unsafe_directories as unsafe_directories
+    from .core.files import who as who
+    from .core.files import write_json as write_json
+    from .core.knobs import EMULATE_SMS_VAR as EMULATE_SMS_VAR
+    from .core.knobs import ENV_PREFIX as ENV_PREFIX
+    from .core.knobs import KNOBS as KNOBS
+    from .core.knobs import canonical_json as canonical_json
+    from .core.observers import can_record_autotune as can_record_autotune
+    from .core.observers import triton_compiles as triton_compiles
+    from .core.patching import SharedPatch as SharedPatch
+    from .core.patching import present as present
+    from .core.patching import resolve as resolve
+    from .core.patching import wrap_attribute as wrap_attribute
+    from .core.plan import config_values as config_values
+    from .core.plan import plan as plan
+    from .core.recorder import Collector as Collector
+    from .core.recorder import ObservedBlock as ObservedBlock
+    from .core.recorder import Subscription as Subscription
+    from .core.scope import describe_owner as describe_owner
+    from .core.torch_compat import release_of as release_of
+    from .emulation.confine import capture_streams as capture_streams
+    from .emulation.gpus import PRESETS as GPU_PRESETS  # noqa: F401 - re-exported under its extension name
+    from .emulation.gpus import EmulationSpec as EmulationSpec
+    from .emulation.gpus import spec_from_text as spec_from_text
+    from .errors import unknown_message as unknown_message
+    from .startup import HOOK_MODULE as STARTUP_HOOK_MODULE  # noqa: F401 - re-exported under its extension name
+    from .startup import bootstrap as run_startup_hook  # noqa: F401 - re-exported under its extension name

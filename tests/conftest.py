@@ -293,16 +293,16 @@ def private_base(tmp_path_factory):
     """
     uid = os.geteuid()
     base = tmp_path_factory.mktemp("private")
-    if not compile_cache._unsafe_directories(str(base), uid, str(base)):
+    if not compile_cache.unsafe_code_directories(str(base), uid, str(base)):
         yield base
         return
     for root in ("/tmp", "/var/tmp"):
-        if os.path.isdir(root) and not compile_cache._unsafe_directories(root, uid, root):
+        if os.path.isdir(root) and not compile_cache.unsafe_code_directories(root, uid, root):
             fallback = Path(tempfile.mkdtemp(prefix="ik-cache-test-", dir=root))
             yield fallback
             shutil.rmtree(fallback, ignore_errors=True)
             return
-    pytest.skip(f"no directory here passes the checks: {compile_cache._unsafe_directories(str(base), uid, str(base))}")
+    pytest.skip(f"no directory here passes the checks: {compile_cache.unsafe_code_directories(str(base), uid, str(base))}")
 
 
 @pytest.fixture

@@ -159,3 +159,26 @@ def test_no_module_imports_the_ablate_extra_when_it_is_imported():
         if name in ABLATE_EXTRA
     ]
     assert found == [], found
+
+
+def test_the_extension_api_loads_lazily_and_its_table_equals_what_type_checkers_read():
+    """``inductor_knobs.ext`` imports nothing until a name is used (a forked ablation server imports it), and its
+    ``_PUBLIC`` table names the objects its ``if TYPE_CHECKING:`` imports name."""
+    import importlib
+    import subprocess
+    import sys
+
+    code = "import sys, inductor_knobs.ext; print(sorted(m for m in sys.modules if m.startswith('inductor_knobs')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "['inductor_knobs', 'inductor_knobs.ext']", loaded
+    ext = importlib.import_module("inductor_knobs.ext")
+    checked = {}
+    for node in ast.walk(ast.parse(Path(ext.__file__).read_text())):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                for alias in imp.names:  # ``from .core import setup`` is the module itself: ("core.setup", None)
+                    is_module = (imp.module, alias.name) in (("core", "events"), ("core", "setup"), ("core", "torch_compat"))
+                    entry = (f"{imp.module}.{alias.name}", None) if is_module else (imp.module, alias.name)
+                    checked[alias.asname or alias.name] = entry
+    assert checked == ext._PUBLIC
+    assert sorted(ext.__all__) == sorted(ext._PUBLIC) and all(getattr(ext, name) is not None for name in ext.__all__)

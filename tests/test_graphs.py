@@ -157,7 +157,7 @@ def test_warmup_reports_the_host_share_and_recommends_graphs_only_for_a_host_bou
     assert all(s.last_call_host_seconds is not None for s in report.steps)
     assert not any("capture_cuda_graphs" in fix for fix in report.fixes), "CPU calls: no CUDA graph to capture"
     assert "host work" in report.table() and report.to_dict()["host_share"] == report.host_share
-    monkeypatch.setattr(serving, "_on_cuda", lambda signature: True)
+    monkeypatch.setattr(serving, "on_cuda", lambda signature: True)
     report = ik.serving.warmup(host_work, shapes=[4, 8], factory=lambda n: torch.ones(1, n), probes=None)
     (fix,) = [f for f in report.fixes if "capture_cuda_graphs" in f]
     assert f"{100 * report.host_share:.0f}% of a steady call is host work" in fix

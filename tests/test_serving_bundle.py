@@ -485,7 +485,7 @@ def test_the_proof_names_every_cold_thing():
 
 def test_the_bundle_exports_are_public():
     for name in ("save_serving_bundle", "load_serving_bundle", "ServingBundle", "ColdStartProof", "ColdStartCompiled"):
-        assert name in ik.__all__ and getattr(ik, name) is not None
+        assert name in ik.serving.__all__ and getattr(ik.serving, name) is not None
 
 
 # --- Triton's compilation listener (a stand-in Triton: none is installed with the CPU wheel) -------------
@@ -500,7 +500,7 @@ def fake_triton(monkeypatch):
         previous_calls.append(kwargs["cache_hit"])
 
     compilation = types.SimpleNamespace(listener=previous)
-    monkeypatch.setattr(observers, "_triton_compilation", lambda *triton: compilation)
+    monkeypatch.setattr(observers, "triton_compilation", lambda *triton: compilation)
     # Imported, as the listener's hook waits for Triton's import (on_import).
     monkeypatch.setitem(sys.modules, "triton", sys.modules.get("triton") or types.ModuleType("triton"))
     return types.SimpleNamespace(compilation=compilation, previous=previous, calls=previous_calls)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from inductor_knobs.patches import _fixes
+from inductor_knobs.patches import fixes as _fixes
 from inductor_knobs.patches.torch_2_4 import PATCHES as T24
 from inductor_knobs.patches.torch_2_8 import PATCHES as T28
 from inductor_knobs.patches.torch_2_12 import PATCHES as T212
