@@ -169,7 +169,7 @@ def test_warmup_measures_what_the_profiler_adds_and_the_guard_names_it_in_a_prof
     assert report.profiler_seconds is not None and report.profiler_seconds >= 0
     assert report.to_dict()["profiler_seconds"] == report.profiler_seconds
     assert not any(c.kind == "profiler" for s in report.steps for c in s.causes), "warm-up's own guard never names it"
-    measured = ik.serving.warmup_report.WarmupReport(report.steps, profiler_seconds=0.030, shape_seconds=report.shape_seconds)
+    measured = ik.serving.WarmupReport(report.steps, profiler_seconds=0.030, shape_seconds=report.shape_seconds)
     guard = ik.serving.no_stalls(lambda: None, on="record", baseline_ms=10.0, warmup=measured)
     cuda_call = ((torch.int64, (1, 1679), "cuda"),)
     guard._judge(0.077, [], None, True, True, cuda_call, None, 0.076)  # profiled, a new shape

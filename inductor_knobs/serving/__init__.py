@@ -40,6 +40,7 @@ _PUBLIC = {
     "StallReport": "stall_report",
     "no_stalls": "stalls",
     "warmup": "warm_up",
+    "WarmupReport": "warm_up_report",
 }
 
 __all__ = sorted(_PUBLIC)
@@ -90,3 +91,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .stall_report import StallReport as StallReport
     from .stalls import no_stalls as no_stalls
     from .warm_up import warmup as warmup
+    from .warm_up_report import WarmupReport as WarmupReport
