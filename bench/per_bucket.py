@@ -94,9 +94,11 @@ def run(model: str, smoke: bool, device: str, mode: str | None) -> dict:
             rows[m]["dynamic_ms"] = bench(lambda x=inputs[m]: call(dynamic, x))
         served = torch.compile(copy.deepcopy(module), mode=mode)  # (c) a graph per bucket
         report = ik.serving.warmup(served, shapes=sizes, factory=lambda m: inputs[m], per_bucket=True, probes=None)
-        with ik.serving.no_stalls(on="raise"), ik.record_compiles() as traffic:
+        with ik.serving.no_stalls(on="raise"), ik.record_compiles() as traffic:  # traffic compiles nothing
             for m in sizes:
-                rows[m]["per_bucket_ms"] = bench(lambda x=inputs[m]: call(served, x))
+                call(served, inputs[m])
+        for m in sizes:  # timed outside the guard and the recorder, as (a) and (b) are
+            rows[m]["per_bucket_ms"] = bench(lambda x=inputs[m]: call(served, x))
     for m in sizes:
         row = rows[m]
         best = min(row["static_ms"], row["dynamic_ms"])
