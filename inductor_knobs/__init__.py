@@ -106,9 +106,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time names load lazily (a test keeps this equal to _PUBLIC)
-    from . import ablation as ablation
     from . import errors as errors
-    from . import ext as ext
     from . import serving as serving
     from .core.attestation import CompileAttestation as CompileAttestation
     from .core.blocks import KnobsContext as KnobsContext

@@ -24,6 +24,7 @@ from .changes import SETTINGS, SETTINGS_MODULE, diagnose, read_setting, setting_
 from .events import current_compile_id
 from .knobs import CACHE_BYPASS_KEY, cache_rule
 from .scope import Life, ScopedSlot
+from .torch_compat import INDUCTOR_CONFIG
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,6 @@ def unwrap_not_applied(exc: BaseException | None) -> KnobNotApplied | None:
     return None
 
 
-INDUCTOR_CONFIG = "torch._inductor.config"
 #: The "module" of an asked cache salt: ``Asked(CACHE_SALT, tag, True, source)`` asks that every
 #: compile's cache keys carry ``tag`` (see :func:`_with_salt`); one slot per tag, so salts compose.
 CACHE_SALT = "cache_salt"

@@ -143,7 +143,7 @@ def warn_unused_table(snapshot: Any, args: tuple[Any, ...], kwargs: dict[str, An
     import torch
 
     from ..errors import LookupTableUnusedWarning
-    from .attestation import INDUCTOR_CONFIG
+    from .torch_compat import INDUCTOR_CONFIG
 
     asked = snapshot.asked.get((INDUCTOR_CONFIG, "lookup_table.table"))
     if asked is None or not asked.value:

@@ -28,6 +28,9 @@ from packaging.version import InvalidVersion, Version
 from ..errors import DriftWarning, PatchTargetChanged, UnsupportedTorchVersion
 from ..patches.torch_2_4 import TorchPatches
 
+#: The module that holds Inductor's config (every release 2.4-2.15).
+INDUCTOR_CONFIG = "torch._inductor.config"
+
 
 @functools.cache
 def all_patch_modules() -> tuple[TorchPatches, ...]:
