@@ -63,6 +63,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import KnobsError
+
 log = logging.getLogger(__name__)
 
 #: The longest line (bytes, without its newline) a worker may send the barrier; the longest it sends is
@@ -167,7 +169,7 @@ def peer_uid(sock: socket.socket) -> int:
     return int(struct.unpack("3i", ucred)[1])
 
 
-class LineTooLong(Exception):
+class LineTooLong(KnobsError):
     """A connection sent a line longer than its :class:`LineBuffer` allows."""
 
 
