@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import sys
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
@@ -398,8 +399,35 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
         raise InvalidKnobValue(
             f"knobs({spec!r}) is invalid on torch {torch_version()}: allowed an ik.Knobs or keyword arguments{hint}"
         )
-    extra = Knobs.from_kwargs(**kwargs)
+    extra = _knobs_from_kwargs(kwargs)
     return KnobsContext(spec.merged(extra) if spec is not None else extra)
+
+
+#: (torch version, keyword items, their types) -> the validated Knobs: a block written in a loop
+#: (``with ik.knobs(...)``) validates its keywords once.  Knobs are immutable, so sharing is safe.
+_KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
+#: Only these values are cached, keyed with their exact types: ``1 == True`` and ``40 == 40.0`` hash
+#: alike, and a wrong type must still be refused after an equal valid value was cached.
+_CACHED_TYPES = frozenset({bool, int, float, str, type(None)})
+
+
+def _knobs_from_kwargs(kwargs: dict[str, Any]) -> Knobs:
+    types = tuple(map(type, kwargs.values()))
+    if not _CACHED_TYPES.issuperset(types) or isinstance(kwargs.get("trace"), str):
+        # a container (config=...) can hold 1 for True; a trace directory is probed on the file system every time
+        return Knobs.from_kwargs(**kwargs)
+    torch = sys.modules.get("torch")
+    version = torch.__version__ if torch is not None else torch_version()  # no call once torch is imported
+    key = (version, tuple(kwargs.items()), types)  # call-site order: each order is cached once
+    found = _KNOBS_BY_KWARGS.get(key)
+    return found if found is not None else _remember(key, Knobs.from_kwargs(**kwargs))
+
+
+def _remember(key: tuple[Any, ...], knobs: Knobs) -> Knobs:
+    if len(_KNOBS_BY_KWARGS) >= 256:
+        _KNOBS_BY_KWARGS.clear()
+    _KNOBS_BY_KWARGS[key] = knobs
+    return knobs
 
 
 def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwargs: Any) -> KnobsContext:
@@ -410,4 +438,15 @@ def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwarg
         backends: ``max_autotune_gemm_backends`` (default ``"ATEN,TRITON"``, keeping the ATen fallback).
         **kwargs: further knobs, as for :func:`knobs`; they win over the two above.
     """
-    return KnobsContext(Knobs.from_kwargs(**{"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends, **kwargs}))
+    torch = sys.modules.get("torch")
+    if kwargs or torch is None or type(min_sms) is not int or type(backends) is not str:
+        return KnobsContext(_knobs_from_kwargs({**_forced(min_sms, backends), **kwargs}))
+    # The common form, written in a loop: a small key instead of the general one (the exact types
+    # are checked above, so 40.0 or True for min_sms never reaches this cache).
+    key = (torch.__version__, "force_gemm_autotune", min_sms, backends)
+    found = _KNOBS_BY_KWARGS.get(key)
+    return KnobsContext(found if found is not None else _remember(key, _knobs_from_kwargs(_forced(min_sms, backends))))
+
+
+def _forced(min_sms: object, backends: object) -> dict[str, Any]:
+    return {"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends}

@@ -93,6 +93,12 @@ class _Validated:
     writers: Writers  # ``groups``' writers (overrides only)
 
 
+#: (id of the Knobs, arguments, patch module, torch version, id of the gate) -> (knobs, gate, validated).
+#: The Knobs and gate objects are kept in the value so their ids cannot be reused while cached.
+_VALIDATED: dict[tuple[Any, ...], tuple[Knobs, object, _Validated]] = {}
+_VALIDATED_MAX = 256
+
+
 def plan(
     knobs: Knobs,
     *,
@@ -119,12 +125,24 @@ def plan(
         PatchTargetChanged: ``is_big_gpu`` is not what the patch module expects (strict mode).
         UnknownKnob: a config key the installed Inductor does not have.
         InvalidKnobValue: a value of the wrong type, or CUTLASS requested but not found.
+
+    The validation is cached per (``knobs`` object, torch version, gate function identity); a
+    request that involves the file system (CUTLASS) is validated every time.
     """
     patches = torch_compat.installed(strict=knobs.strict)  # imports torch
     version = sys.modules["torch"].__version__
     gate_fn = _gate_function() if knobs.min_sms is not None else None
     cfg = sys.modules.get(INDUCTOR_CONFIG) or importlib.import_module(INDUCTOR_CONFIG)
-    checked = _validate(knobs, patches, cfg, source, sources or {}, version, gate_fn)
+    key = (id(knobs), process_wide, source, tuple(sorted(sources.items())) if sources else (), id(patches), version, id(gate_fn))
+    cached = _VALIDATED.get(key)
+    if cached is not None and cached[0] is knobs and cached[1] is gate_fn and cached[2].cfg is cfg:
+        checked = cached[2]
+    else:
+        checked = _validate(knobs, patches, cfg, source, sources or {}, version, gate_fn)
+        if not _on_disk(knobs):  # so a request that is never stored is never found either
+            if len(_VALIDATED) >= _VALIDATED_MAX:
+                _VALIDATED.clear()
+            _VALIDATED[key] = (knobs, gate_fn, checked)
     if checked.warn_no_fallback:
         warnings.warn(
             f"gemm_backends={knobs.gemm_backends!r} leaves out ATEN: a GEMM for which no template fits "
@@ -349,3 +367,8 @@ def _cutlass_from_pip(
         ) from err
     _check_key(patches, cfg, key, found.directory, version)
     return found.directory
+
+
+def _on_disk(knobs: Knobs) -> bool:
+    """Whether validating ``knobs`` looks at the file system (CUTLASS): such a plan is never cached."""
+    return knobs.gemm_backends is not None and "CUTLASS" in knobs.gemm_backends.split(",")
