@@ -2,9 +2,8 @@
 
 Entering and leaving ``ik.knobs(...)`` costs about what ``config.patch`` of the same keys costs because the
 keywords are checked once per distinct call (``blocks._KNOBS_BY_KWARGS``) and a ``Knobs`` is validated against the
-live torch once (``plan._VALIDATED``).  Without them a block costs 3.5x more (CPU, torch 2.13: 682 us against 194 us
-per enter + exit of ``ik.knobs(coordinate_descent_tuning=True)``, ``config.patch`` 89-101 us, measured side by side
-on a busy 2-core machine).  These tests count the validations, not the time.
+live torch once (``plan._VALIDATED``); without them a block's enter + exit costs several times more
+(``bench/overhead.py`` measures the ratio to ``config.patch``).  These tests count the validations, not the time.
 """
 
 from __future__ import annotations
