@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 HOOK_MODULE = "torch._inductor.compile_fx"
 _registered = False
-#: The module whose code has run while activation runs inside its import (for core/_patching.initializing).
+#: The module whose code has run while activation runs inside its import (for core/patching.initializing).
 executed = None
 
 
@@ -91,7 +91,7 @@ class _ActivatingLoader:
         global executed
         self._loader.exec_module(module)
         # Its code has run, though importlib still marks it as being imported until this returns: the hooks
-        # activation installs on it (core/_patching.py on_import reads `executed`) install now.  Other
+        # activation installs on it (core/patching.py on_import reads `executed`) install now.  Other
         # importers keep waiting for the import lock, so no compile starts before activation ends.
         executed = module
         try:

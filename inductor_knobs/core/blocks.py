@@ -2,7 +2,7 @@
 async generators) and ``start()``/``stop()``, whose changes are undo records on a stack of frames.
 
 :class:`UndoContext` is the one mechanism under ``ik.knobs``/``force_gemm_autotune``
-(:mod:`inductor_knobs.core.knob_blocks`), ``ik.emulate_gpu`` (:mod:`inductor_knobs.emulation.block`),
+(this module's :func:`knobs`), ``ik.emulate_gpu`` (:mod:`inductor_knobs.emulation.block`),
 recorders, guards and ``ik.compile``'s report (:mod:`inductor_knobs.core.recorder`).
 
 Every active block is a frame on its thread's or asyncio task's own stack (a ``ContextVar``), on
@@ -11,7 +11,7 @@ asyncio task), and an exit or ``stop()`` by anyone else is refused with
 :class:`~inductor_knobs.errors.NotBlockOwner` before anything changes.  A child asyncio task (or a
 thread started in a copied context) sees its parent's frames, as it sees the parent's Inductor
 config on torch 2.12+, but may only read them, and only while they last: each frame has a
-:class:`~inductor_knobs.core._scope.Life`, given to the records it applies whose entries the
+:class:`~inductor_knobs.core.scope.Life`, given to the records it applies whose entries the
 child's copy of a ``ContextVar`` keeps (what the block asked, its gate override), and ended first
 thing at the block's exit, so an exited block acts in no context, whatever copies still hold it.
 

@@ -20,7 +20,7 @@ that has the checkout's layout (see :func:`layout`) in the user's cache,
 ``$XDG_CACHE_HOME/inductor_knobs/cutlass/<version>-<digest>`` (``~/.cache`` without
 ``XDG_CACHE_HOME``), and :func:`inductor_knobs.core.plan.plan` points the config key at it as one more
 undo record.  Torch compiles and loads whatever that directory points at, so it is made and checked
-by :mod:`inductor_knobs.core.cutlass_cache`, which refuses one that anyone else could change.
+by :func:`cache_root` and the checks under it, which refuse one that anyone else could change.
 """
 
 from __future__ import annotations

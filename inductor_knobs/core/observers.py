@@ -28,10 +28,10 @@ leaves:
   the steady-state path: torch calls them only when it pays that cost (for the descent from 2.9 on;
   before, ``run`` calls it on every launch of a template kernel, and an event under 0.1 ms is dropped);
 - Triton's compilation listener (``triton.knobs.compilation.listener``, Triton 3.4+), which tells a real
-  Triton compile from a hit in Triton's cache (see :func:`~inductor_knobs.core.hook_callbacks.triton_compiles`).
+  Triton compile from a hit in Triton's cache (see :func:`triton_compiles`).
 
 This module installs and removes them (:data:`OBSERVER_HOOKS`, one :class:`HooksUse` record per
-holder); what each does when torch calls it is :mod:`inductor_knobs.core.hook_callbacks`.
+holder); what each does when torch calls it is below, in this module.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ DYNAMO = "torch._dynamo"
 
 
 def _hook_steps() -> list[Step]:
-    """The install steps, each deferred to its module's import (:func:`~._patching.on_import`): entering an
+    """The install steps, each deferred to its module's import (:func:`~.patching.on_import`): entering an
     observer imports neither Inductor nor Dynamo nor Triton, and a process that never imports them (one
     serving an AOT bundle) never pays for them; nothing of a module can run before its import installs
     the hooks there."""
@@ -108,7 +108,7 @@ def _triton_installed() -> bool:
 
 def _await_triton(push: Callable[[Undo], None]) -> None:
     """While an installed Triton is not imported yet, it has compiled nothing here: say so (``(0, 0)`` counts
-    from :func:`~.hook_callbacks.triton_compiles`) until its import installs the listener."""
+    from :func:`triton_compiles`) until its import installs the listener."""
     if "triton" in sys.modules or not _triton_installed():
         return
 

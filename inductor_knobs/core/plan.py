@@ -84,7 +84,7 @@ class _Validated:
     """
 
     values: dict[str, Any]
-    settings: tuple[tuple[str, Any], ...]  # process-global torch settings (torch_settings), in knob order
+    settings: tuple[tuple[str, Any], ...]  # process-global torch settings (changes.SETTINGS), in knob order
     asked: dict[tuple[str, str], Asked]
     override: Override | None
     warn_no_fallback: bool
@@ -268,7 +268,7 @@ def _check_release(knobs: Knobs, patches: TorchPatches, values: Mapping[str, Any
 
 
 def _check_setting(patches: TorchPatches, key: str, value: object, version: str) -> None:
-    """Whether this torch can set the process-global setting ``key`` to ``value`` (see torch_settings)."""
+    """Whether this torch can set the process-global setting ``key`` to ``value`` (see changes.SETTINGS)."""
     setting = SETTINGS[key]
     problem = setting.problem(patches, value)
     if problem is None:

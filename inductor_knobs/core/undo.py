@@ -6,7 +6,7 @@ change.  :func:`apply_all` runs steps in order onto one undo list and, if one fa
 the one loop that undoes, last first: every undo runs even when one fails, then one
 :class:`~inductor_knobs.errors.RevertError` lists the failures.  A block's config keys, its gate,
 its interception, its cache salt, its settings and an emulation's getters are steps on the block's
-list; the process-wide patches the blocks share (:class:`~inductor_knobs.core._patching.SharedPatch`:
+list; the process-wide patches the blocks share (:class:`~inductor_knobs.core.patching.SharedPatch`:
 the gate wrapper, the compile interception, the observers' hooks, the emulator's getters) keep
 their install steps' undos on a list of their own, with the same two functions.
 
