@@ -399,4 +399,4 @@ def test_environment_of_these_tests_is_private(private_base):
     # What the acceptance tests above rely on, stated once: every directory above them is safe.
     st = os.stat(private_base)
     assert st.st_uid == os.geteuid() and not stat.S_IMODE(st.st_mode) & 0o022
-    assert compile_cache._unsafe_directories(str(private_base), os.geteuid(), str(private_base)) == []
+    assert compile_cache.unsafe_code_directories(str(private_base), os.geteuid(), str(private_base)) == []
