@@ -111,7 +111,10 @@ def test_a_fresh_process_compiles_nothing_cold_from_the_bundle(built, tmp_path):
     assert proof["autotune_benchmarks"] == 0 and not [r for r in proof["autotune"] if not r["from_cache"]]
     assert proof["cold"] == [], proof["cold"]
     assert loaded["buckets"] == [48, 56]
-    assert loaded["guard_calls"] == 1 and loaded["guard_stalls"] == []
+    assert loaded["guard_calls"] == 1
+    # A loaded machine may delay the call (host_slower, thread_off_cpu, a collection); nothing cold may cause it.
+    host_only = ("host_slower", "thread_off_cpu", "python_gc", "unattributed")
+    assert all(c["kind"] in host_only for s in loaded["guard_stalls"] for c in s["causes"]), loaded["guard_stalls"]
     assert "nothing compiled, autotuned or Triton-compiled cold" in loaded["table"]
     # A CPU build has no Triton kernels to carry: the field is there, empty, and the load restored none.
     header, _ = compile_cache.read_file(str(built[0]), False, "test")
