@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from importlib import metadata
 
 
 class KnobsError(Exception):
@@ -128,12 +127,27 @@ class StaleConfigHashWarning(KnobsWarning):
 
 
 def torch_version() -> str:
-    """The installed torch's ``__version__``; read from package metadata if torch is not imported yet.
+    """The installed torch's ``__version__``, without importing torch.
 
-    Metadata can lack the local tag (``2.11.0`` for ``2.11.0+cu130``), so an imported torch wins.
+    An imported torch answers; else torch's own ``torch/version.py`` (``__version__ = '2.13.0+cpu'``, written by every
+    torch build since 1.0), read as text; else package metadata, which can lack the local tag (``2.11.0`` for
+    ``2.11.0+cu130``) and costs the startup hook tens of milliseconds to import.
     """
     if "torch" in sys.modules:
         return str(sys.modules["torch"].__version__)
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            with open(f"{folder}/version.py", encoding="utf-8") as file:
+                for line in file:
+                    if line.startswith("__version__"):
+                        return line.split("=", 1)[1].strip().strip("'\"")
+        except OSError:
+            continue
+    from importlib import metadata
+
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
