@@ -1,5 +1,6 @@
 """The ``inductor-knobs`` command line.  Errors print one line and exit 2, no traceback;
-``doctor`` exits 1 when it finds a bad ``INDUCTOR_KNOBS_*`` variable (the report still prints).
+``doctor`` exits 1 when it finds a bad ``INDUCTOR_KNOBS_*`` variable (the report still prints); its serving
+section comes from :mod:`inductor_knobs.serving.first_call_costs`.
 ``ablate`` lives in :mod:`inductor_knobs.ablation` (its options, :mod:`~inductor_knobs.ablation.options`, and the
 subcommand, :mod:`~inductor_knobs.ablation.command`); without the ``[ablate]`` extra it names the install and exits 2,
 and ``doctor`` works without it."""
@@ -43,9 +44,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return ablate.run(args)
         from . import doctor as doctor_mod
+        from .serving import first_call_costs
 
         report = doctor_mod.collect(min_sms=args.min_sms)
-        print(json.dumps(report, indent=2, default=str) if args.json else doctor_mod.render(report))
+        report["serving"] = first_call_costs.doctor_section()
+        text = "\n".join([doctor_mod.render(report), *first_call_costs.render_doctor_section(report["serving"])])
+        print(json.dumps(report, indent=2, default=str) if args.json else text)
         if report["env"]["error"]:  # a bad INDUCTOR_KNOBS_* is an error of this machine's setup
             print(f"inductor-knobs: error: {report['env']['error']}", file=sys.stderr)
             return BAD_SETUP

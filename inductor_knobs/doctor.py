@@ -57,7 +57,6 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     report["env"] = _env()
     report["modes"] = _modes()
     report["precedence"] = _precedence(torch.__version__)
-    report["serving"] = _serving()
     report["release_knobs"] = _release_knobs(torch.__version__)
     report["native_floors"] = _native_floors(torch.__version__, report["env"]["resolved"])
     return report
@@ -120,47 +119,6 @@ def _release_knobs(version: str) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _serving() -> dict[str, Any]:
-    """What ``ik.serving.no_stalls`` can see on this torch: each first-call cost, the hook that names it, and whether it
-    exists."""
-    from .core import torch_compat
-    from .core.events import CAUSES
-    from .core.observers import can_record_autotune, runtime_hook_status, triton_compilation
-
-    patches = torch_compat.installed(strict=False)
-    hooks = [{"cause": kind, "hook": path, "available": ok} for kind, path, ok in runtime_hook_status()]
-    hooks.insert(0, {"cause": "dynamo_compile", "hook": "torch._dynamo.callback_handler start/end callbacks", "available": True})
-    hooks.insert(
-        1,
-        {
-            "cause": "gemm_autotune",
-            "hook": "torch._inductor.select_algorithm.add_feedback_saver",
-            "available": can_record_autotune(),
-        },
-    )
-    hooks.append(
-        {
-            "cause": "triton_load",
-            "hook": "triton.knobs.compilation.listener (Triton 3.4+: tells a Triton compile from a hit in Triton's cache)",
-            "available": triton_compilation() is not None,
-            "missing": "MISSING (no Triton, or Triton < 3.4): every timed precompile is named triton_compile",
-        }
-    )
-    by_profiler = sorted(set(patches.per_shape_ops.values()) | {"tunableop", "aten_first_call"})
-    try:
-        enabled, order = patches.read_sdpa()
-        sdpa: dict[str, Any] = {"enabled": list(enabled), "priority_order": list(order) if order else None}
-    except Exception as err:  # noqa: BLE001 - doctor reports, it does not fail
-        sdpa = {"error": repr(err)}
-    tunable = patches.tunableop_problem()
-    return {
-        "hooks": hooks,
-        "profiled": [{"cause": kind, "what": CAUSES[kind]} for kind in by_profiler],
-        "sdpa": sdpa,
-        "tunableop": tunable or ("enabled" if patches.read_tunableop() else "disabled"),
-    }
 
 
 def _version_of(name: str) -> str | None:
@@ -424,19 +382,6 @@ def render(report: dict[str, Any]) -> str:
     lines += [f"  beats any knob here: {item}" for item in beats] or [
         "  nothing here beats a knob (no forcing env var, implication or foreign __setattr__)"
     ]
-    serving = report["serving"]
-    lines += ["", "serving guard (ik.serving.no_stalls) names these first-call costs on this torch:"]
-    for hook in serving["hooks"]:
-        missing = hook.get("missing", "MISSING on this torch: shows as a slow op or 'unattributed'")
-        state = "hook present" if hook["available"] else missing
-        lines.append(f"  {hook['cause']:20} {hook['hook']}: {state}")
-    lines += [f"  {p['cause']:20} torch.profiler, on calls at new shapes (sampled): {p['what']}" for p in serving["profiled"]]
-    sdpa = serving["sdpa"]
-    if "error" in sdpa:
-        lines.append(f"  SDPA backends: could not be read ({sdpa['error']})")
-    else:
-        lines.append(f"  SDPA backends enabled, in priority order: {', '.join(sdpa['enabled'])} (knob: sdpa_backends)")
-    lines.append(f"  TunableOp: {serving['tunableop']} (knob: tunableop)")
     lines += ["", "per-shape knobs of newer torch releases:"]
     for knob in report["release_knobs"]:
         here = f"yes; now {knob['state']}" if knob["available"] else f"NOT on this torch (needs {knob['since']}+)"

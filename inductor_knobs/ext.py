@@ -7,16 +7,17 @@ importing this module imports nothing else (a forked ablation server imports it 
 
 - The installed torch: :data:`torch_compat` (its :func:`~inductor_knobs.core.torch_compat.installed` patch module,
   chosen by release) and :func:`release_of`.
-- Patching torch: :class:`SharedPatch` (install once, count users, restore by identity), :func:`wrap_attribute`
-  (a wrapt wrapper as one step of a patch), :func:`resolve` and :func:`present` (find a dotted target).
+- Patching torch: :class:`SharedPatch` (install once, count users, restore by identity; a block holds one by
+  listing it in its ``patches``), :func:`wrap_attribute` (a wrapt wrapper as one step of a patch),
+  :func:`on_import` (a step deferred to a module's import), :func:`resolve` and :func:`present` (find a dotted
+  target), :func:`remove_by_identity`, and :data:`SAFE_EXIT` (the second item of a ``with`` that holds a lock).
 - Knobs to changes: :func:`plan` (the undo records of a :class:`~inductor_knobs.Knobs`), :func:`config_values`
   (the Inductor config keys it sets), :func:`mode_options` (what a ``torch.compile`` mode sets),
   :func:`environ_before_knobs`, :data:`KNOBS` (the knob table: each knob's check, variable parsing and releases),
   and the variable names :data:`ENV_PREFIX`, :data:`EMULATE_SMS_VAR`,
   :data:`CUDNN_SDPA_AVOID_RECOMPILE_VAR`.
 - Compile events: :data:`events` (the channel: ``publish``), :class:`ObservedBlock`, :class:`Subscription` and
-  :class:`Collector` (blocks that receive events), :func:`can_record_autotune`, :func:`triton_compiles`,
-  :data:`CAUSES` (what a first-call cost is) and :func:`format_table`.
+  :class:`Collector` (blocks that receive events), :func:`can_record_autotune` and :func:`format_table`.
 - The setup snapshot: :data:`setup` (``snapshot``, ``differences``, ``Setup``).
 - Emulation: :class:`EmulationSpec`, :func:`spec_from_text`, :data:`GPU_PRESETS`, :func:`capture_streams`.
 - Files: :func:`atomic_write` and :func:`write_json` (a file is whole or absent), :func:`unsafe_directories` and
@@ -40,7 +41,6 @@ _PUBLIC = {
     "CUDNN_SDPA_AVOID_RECOMPILE_VAR": ("core.changes", "CUDNN_SDPA_AVOID_RECOMPILE_VAR"),
     "environ_before_knobs": ("core.changes", "environ_before_knobs"),
     "mode_options": ("core.compile_backend", "mode_options"),
-    "CAUSES": ("core.events", "CAUSES"),
     "format_table": ("core.events", "format_table"),
     "atomic_write": ("core.files", "atomic_write"),
     "unsafe_directories": ("core.files", "unsafe_directories"),
@@ -51,8 +51,9 @@ _PUBLIC = {
     "KNOBS": ("core.knobs", "KNOBS"),
     "canonical_json": ("core.knobs", "canonical_json"),
     "can_record_autotune": ("core.observers", "can_record_autotune"),
-    "triton_compiles": ("core.observers", "triton_compiles"),
     "SharedPatch": ("core.patching", "SharedPatch"),
+    "on_import": ("core.patching", "on_import"),
+    "remove_by_identity": ("core.patching", "remove_by_identity"),
     "present": ("core.patching", "present"),
     "resolve": ("core.patching", "resolve"),
     "wrap_attribute": ("core.patching", "wrap_attribute"),
@@ -62,6 +63,7 @@ _PUBLIC = {
     "ObservedBlock": ("core.recorder", "ObservedBlock"),
     "Subscription": ("core.recorder", "Subscription"),
     "describe_owner": ("core.scope", "describe_owner"),
+    "SAFE_EXIT": ("core.undo", "SAFE_EXIT"),
     "release_of": ("core.torch_compat", "release_of"),
     "capture_streams": ("emulation.confine", "capture_streams"),
     "EmulationSpec": ("emulation.gpus", "EmulationSpec"),
@@ -98,7 +100,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR as CUDNN_SDPA_AVOID_RECOMPILE_VAR
     from .core.changes import environ_before_knobs as environ_before_knobs
     from .core.compile_backend import mode_options as mode_options
-    from .core.events import CAUSES as CAUSES
     from .core.events import format_table as format_table
     from .core.files import atomic_write as atomic_write
     from .core.files import unsafe_directories as unsafe_directories
@@ -109,9 +110,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core.knobs import KNOBS as KNOBS
     from .core.knobs import canonical_json as canonical_json
     from .core.observers import can_record_autotune as can_record_autotune
-    from .core.observers import triton_compiles as triton_compiles
     from .core.patching import SharedPatch as SharedPatch
+    from .core.patching import on_import as on_import
     from .core.patching import present as present
+    from .core.patching import remove_by_identity as remove_by_identity
     from .core.patching import resolve as resolve
     from .core.patching import wrap_attribute as wrap_attribute
     from .core.plan import config_values as config_values
@@ -121,6 +123,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core.recorder import Subscription as Subscription
     from .core.scope import describe_owner as describe_owner
     from .core.torch_compat import release_of as release_of
+    from .core.undo import SAFE_EXIT as SAFE_EXIT
     from .emulation.confine import capture_streams as capture_streams
     from .emulation.gpus import PRESETS as GPU_PRESETS  # noqa: F401 - re-exported under its extension name
     from .emulation.gpus import EmulationSpec as EmulationSpec

@@ -226,16 +226,17 @@ def fake_clock(monkeypatch):
     import time
 
     from inductor_knobs.core import observers
-    from inductor_knobs.serving import stalls
+    from inductor_knobs.serving import first_call_costs, stalls
 
     clock = FakeClock()
     monkeypatch.setattr(stalls, "_clock", clock.now)
     monkeypatch.setattr(stalls, "_thread_clock", clock.thread)
-    # the observers read time.perf_counter through its module global: a stand-in module whose perf_counter is the fake
+    # the hooks read time.perf_counter through its module global: a stand-in module whose perf_counter is the fake
     fake_time = types.ModuleType("time")
     fake_time.__dict__.update({k: v for k, v in vars(time).items() if not k.startswith("__")})
     fake_time.perf_counter = clock.now
     monkeypatch.setattr(observers, "time", fake_time)
+    monkeypatch.setattr(first_call_costs, "time", fake_time)
     return clock
 
 

@@ -152,12 +152,19 @@ def block_state() -> dict[str, object]:
 
     from inductor_knobs.core import blocks, events, gate, interception, observers, patching, torch_compat
     from inductor_knobs.emulation import sm_view
+    from inductor_knobs.serving import first_call_costs
 
     patches = torch_compat.installed()
     state: dict[str, object] = {key: patches.read_override(cfg, key) for key in KEYS}
     state["is_big_gpu"] = inductor_utils.is_big_gpu
     state["compile_fx"] = getattr(sys.modules.get("torch._inductor.compile_fx"), "compile_fx", None)
-    shared = (gate.GATE_PATCH, interception.INTERCEPTION, observers.OBSERVER_HOOKS, sm_view.SM_VIEW_PATCH)
+    shared = (
+        gate.GATE_PATCH,
+        interception.INTERCEPTION,
+        observers.OBSERVER_HOOKS,
+        first_call_costs.FIRST_CALL_HOOKS,
+        sm_view.SM_VIEW_PATCH,
+    )
     state["users"] = {patch.name: patch.users for patch in shared}
     state["waiting for an import"] = {name: len(installs) for name, installs in patching._WAITING.items() if installs}
     state["frames"] = len(blocks._FRAMES.get())
@@ -179,6 +186,7 @@ def assert_locks_free(bound: float = HANG_BOUND_S) -> None:
         patching,
     )
     from inductor_knobs.emulation import sm_view
+    from inductor_knobs.serving import first_call_costs
 
     locks = {
         "gate": gate.GATE_PATCH.lock,
@@ -190,7 +198,8 @@ def assert_locks_free(bound: float = HANG_BOUND_S) -> None:
         "process asks": attestation.PROCESS_ASKED_LOCK,
         "event subscribers": events._LOCK,
         "environment variables": changes._ENV_LOCK,
-        "triton counts": observers._TRITON_LOCK,
+        "triton counts": first_call_costs._TRITON_LOCK,
+        "first-call hooks": first_call_costs.FIRST_CALL_HOOKS.lock,
         "env activation": env._lock,
     }
     for name, lock in locks.items():

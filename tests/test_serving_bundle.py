@@ -23,11 +23,10 @@ import pytest
 import torch
 
 import inductor_knobs as ik
-from inductor_knobs.core import observers
 from inductor_knobs.core.events import RuntimeEvent
 from inductor_knobs.errors import InvalidKnobValue
-from inductor_knobs.serving import bundle_format, compile_cache
-from inductor_knobs.serving.cold_start import ColdStartProof
+from inductor_knobs.serving import bundle_format, compile_cache, first_call_costs
+from inductor_knobs.serving.cold_start import ColdStartProof, ColdStartRecorder
 from inductor_knobs.serving.signature import from_json, input_signature, to_json
 
 WORKER = Path(__file__).with_name("bundle_worker.py")
@@ -503,7 +502,7 @@ def fake_triton(monkeypatch):
         previous_calls.append(kwargs["cache_hit"])
 
     compilation = types.SimpleNamespace(listener=previous)
-    monkeypatch.setattr(observers, "triton_compilation", lambda *triton: compilation)
+    monkeypatch.setattr(first_call_costs, "triton_compilation", lambda *triton: compilation)
     # Imported, as the listener's hook waits for Triton's import (on_import).
     monkeypatch.setitem(sys.modules, "triton", sys.modules.get("triton") or types.ModuleType("triton"))
     return types.SimpleNamespace(compilation=compilation, previous=previous, calls=previous_calls)
@@ -514,17 +513,17 @@ def compile_heard(compilation, cache_hit):
 
 
 def test_triton_compiles_are_counted_by_whether_tritons_cache_served_them(fake_triton):
-    assert observers.triton_compiles() is None
-    with ik.record_compiles():
+    assert first_call_costs.triton_compiles() is None
+    with ColdStartRecorder():
         assert fake_triton.compilation.listener is not fake_triton.previous
-        before = observers.triton_compiles()
+        before = first_call_costs.triton_compiles()
         compile_heard(fake_triton.compilation, False)
         compile_heard(fake_triton.compilation, True)
-        after = observers.triton_compiles()
+        after = first_call_costs.triton_compiles()
     assert after is not None and before is not None and (after[0] - before[0], after[1] - before[1]) == (1, 1)
     assert fake_triton.calls == [False, True]  # the listener that was there still hears every compile
     assert fake_triton.compilation.listener is fake_triton.previous  # put back by identity
-    assert observers.triton_compiles() is None
+    assert first_call_costs.triton_compiles() is None
 
 
 @pytest.mark.parametrize(("cache_hit", "kind"), [(True, "triton_load"), (False, "triton_compile")])
@@ -534,6 +533,8 @@ def test_a_precompile_without_a_triton_compile_is_named_a_load(fake_triton, fake
     heard = []
 
     class Listener:
+        patches = (first_call_costs.FIRST_CALL_HOOKS,)
+
         def on_runtime(self, event):
             heard.append(event)
 
@@ -542,7 +543,7 @@ def test_a_precompile_without_a_triton_compile_is_named_a_load(fake_triton, fake
         fake_clock.spend(0.5)
 
     with Subscription(Listener()):
-        timed = observers._timed_wrapper("triton_compile")
+        timed = first_call_costs._timed_wrapper("triton_compile")
         timed(precompile, types.SimpleNamespace(fn=types.SimpleNamespace(__name__="triton_poi_0")), (), {})
     assert [(e.kind, e.seconds, e.detail) for e in heard if e.kind.startswith("triton")] == [(kind, 0.5, "triton_poi_0")]
 

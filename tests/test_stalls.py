@@ -13,7 +13,7 @@ import torch._dynamo
 import inductor_knobs as ik
 from inductor_knobs.core import observers, torch_compat
 from inductor_knobs.core.events import RuntimeEvent
-from inductor_knobs.serving import attribution, sampled_profiler, signature, stalls
+from inductor_knobs.serving import attribution, first_call_costs, sampled_profiler, signature, stalls
 
 
 class FakeAutotuner:
@@ -34,7 +34,7 @@ class FakeAutotuner:
 
     def precompile(self, *args):
         # a real compile, as Triton's listener counts it (Triton 3.4+, torch 2.8+): without it, it is a triton_load
-        observers._THREAD.triton_compiled += 1
+        first_call_costs._THREAD.triton_compiled += 1
         self.clock.spend(0.001)
 
     def record_function(self, *args):
@@ -81,18 +81,19 @@ def test_each_runtime_hook_is_a_named_cause(fake_hooks, kind):
     assert FakeAutotuner.__dict__[HOOKS[kind]] is original
 
 
-def test_a_missing_hook_warns_and_doctor_lists_it(monkeypatch):
+def test_a_missing_hook_warns_and_doctor_lists_it(monkeypatch, capsys):
     patches = type(torch_compat.installed())
     monkeypatch.setattr(patches, "runtime_cost_hooks", (("runtime_benchmark", f"{__name__}:FakeAutotuner.gone"),))
     with pytest.warns(ik.errors.DriftWarning, match="FakeAutotuner.gone does not exist"):
         ik.serving.no_stalls(lambda: None, on="record")()
-    assert observers.runtime_hook_status() == [("runtime_benchmark", f"{__name__}.FakeAutotuner.gone", False)]
-    from inductor_knobs import doctor
+    assert first_call_costs.runtime_hook_status() == [("runtime_benchmark", f"{__name__}.FakeAutotuner.gone", False)]
+    from inductor_knobs import cli
 
-    report = doctor.collect()
     gone = {"cause": "runtime_benchmark", "hook": f"{__name__}.FakeAutotuner.gone", "available": False}
-    assert gone in report["serving"]["hooks"]
-    assert "MISSING on this torch" in doctor.render(report)
+    assert gone in first_call_costs.doctor_section()["hooks"]
+    assert cli.main(["doctor"]) == cli.OK  # the CLI's doctor report includes the serving section
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "FakeAutotuner.gone" in line]
+    assert line.split()[:2] == ["runtime_benchmark", f"{__name__}.FakeAutotuner.gone:"] and "MISSING on this torch" in line
 
 
 def _names_recompile_reasons() -> bool:
@@ -105,7 +106,7 @@ def _names_recompile_reasons() -> bool:
 def test_a_recompile_is_a_stall_named_with_dynamos_reason(fresh_inductor, monkeypatch):
     # Before min_calls a call is a stall only by its hook events: a young collection preempted on a busy
     # machine (over 1 ms of wall time) would make one of the warm calls a stall.  gc is not what this tests.
-    monkeypatch.setattr(observers, "MIN_GC_SECONDS", float("inf"))
+    monkeypatch.setattr(first_call_costs, "MIN_GC_SECONDS", float("inf"))
     # Dynamo's compile and its guard failure are what is named: the eager backend spares a C++ build per compile.
     compiled = torch.compile(lambda x: (x @ x.T).relu(), backend="eager")
     guard = ik.serving.no_stalls(compiled, on="record", profile="off")
@@ -297,7 +298,7 @@ def test_the_descent_hook_is_the_descent_itself_on_this_torch():
     from packaging.version import Version
 
     assert inner == (Version(release) >= Version("2.9"))
-    assert all(available for _, _, available in observers.runtime_hook_status()), observers.runtime_hook_status()
+    assert all(available for _, _, available in first_call_costs.runtime_hook_status()), first_call_costs.runtime_hook_status()
     assert dict(torch_compat.installed().runtime_hooks("2.8"))["coordinate_descent"].endswith(".coordinate_descent_tuning")
 
 

@@ -265,10 +265,8 @@ class RuntimeEvent:
     """A first-call cost torch paid inside a call: what it was, how long, and where.
 
     Attributes:
-        kind: one of :data:`CAUSES` (``dynamo_compile``, ``gemm_autotune``, ``runtime_benchmark``,
-            ``coordinate_descent``, ``triton_compile``, ``cudagraph_recording``, ``cudnn_sdpa_plan``,
-            ``cublas_first_call``, ``tunableop``, ``cudnn_conv``, ``aten_first_call``, ``python_gc``,
-            ``thread_off_cpu``).
+        kind: ``dynamo_compile`` (published by the core's observer hooks), or one of the causes
+            ``ik.serving`` times and names (``inductor_knobs.serving.first_call_costs.CAUSES``).
         seconds: wall seconds it took (host side).
         detail: what torch said about it: the op and shapes, the kernel, Dynamo's recompile reason.
         started: ``time.perf_counter()`` when it started, or None when only its length is known
@@ -282,35 +280,6 @@ class RuntimeEvent:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-#: Every cause a stall can be attributed to, with what it is (the guard's report and ``doctor`` use these words).
-CAUSES = {
-    "dynamo_compile": "Dynamo (re)compile and Inductor compile of the graph",
-    "gemm_autotune": "Inductor GEMM autotune (select_algorithm benchmarking)",
-    "runtime_benchmark": "Inductor runtime benchmark of Triton configs (CachingAutotuner.benchmark_all_configs)",
-    "coordinate_descent": "Inductor coordinate-descent tuning (CachingAutotuner.coordinate_descent_tuning)",
-    "triton_compile": "Triton kernel compile (CachingAutotuner.precompile; with Triton 3.4+, one in which Triton compiled)",
-    "triton_load": "Inductor loaded Triton kernels compiled before (Triton's cache, the FX graph cache's bundle or a compile "
-    "worker): CachingAutotuner.precompile in which Triton compiled nothing (Triton 3.4+)",
-    "cudagraph_recording": "CUDA graph recording of a new shape (CUDAGraphTreeManager.record_function, or a capture "
-    "of ik.serving.capture_cuda_graphs)",
-    "cudnn_sdpa_plan": "cuDNN SDPA execution-plan build (one per exact input shape)",
-    "cublas_first_call": "cuBLAS/cuBLASLt first call at a new GEMM shape (heuristics, handles, workspace)",
-    "tunableop": "TunableOp GEMM tuning (torch.cuda.tunable)",
-    "cudnn_conv": "cuDNN convolution algorithm search at a new shape",
-    "aten_first_call": "an ATen op slow at a new shape (named in the detail)",
-    "python_gc": "Python's cyclic garbage collector (gc.callbacks): a collection walks the objects the process holds",
-    "thread_off_cpu": "the serving thread was off the CPU (time.thread_time): waiting for the GIL, preempted, a CPU quota",
-    "profiler": "the guard's own sampled torch.profiler on a new-shape call (its cost measured by ik.serving.warmup)",
-    "host_slower": "the call's host part (Python, kernel launches) ran longer at a warm shape with no hook or profiled op "
-    "in it: a slower or shared CPU, not a first-call cost",
-    "gpu_slower": "the call waited longer for the GPU after its last launch: clocks, power or thermal limits, another "
-    "process on the GPU; not a first-call cost",
-    "queued": "waited for another thread's call of the same CUDA graphs (capture_cuda_graphs' lock)",
-    "concurrent_calls": "other threads' calls of the guard ran at the same time: their GPU work and Python came first",
-    "unattributed": "no hook or profiled op accounts for the time",
-}
 
 
 def finite_or_none(value: float) -> float | None:

@@ -1,45 +1,21 @@
-"""Process-wide hooks that publish autotuning, Dynamo compilations and first-call costs on the compile-event channel.
+"""Observer hooks: process-wide hooks that publish autotuning and Dynamo's compiles on the compile-event channel.
 
-Every event goes through :func:`inductor_knobs.core.events.publish`, on the thread that compiles, to the
-consumers that hear it (recorders, guards, ``ik.serving.warmup``).  The hooks exist while at least one
-:class:`HooksUse` record holds them, anywhere in the process, and are removed when the last one
-leaves:
+Each event goes through :func:`inductor_knobs.core.events.publish`, on the compiling thread.  The hooks exist
+while at least one :class:`HooksUse` record holds them (:data:`OBSERVER_HOOKS`):
 
-- a feedback saver (``select_algorithm.add_feedback_saver``, torch 2.5+), called positionally with
-  4, 5 or 6 arguments depending on the release (see each patch module's
-  ``feedback_saver_arity_by_release``); removed from ``_ALGORITHM_SELECTOR_CACHE.feedback_saver_fns``
-  by identity, since ``clear_feedback_savers`` (2.9+) would drop other people's savers too;
-- a wrapt wrapper of the static ``AlgorithmSelectorCache.log_results``, which receives the
-  benchmarking and precompile seconds torch measured (``(name, input_nodes, timings, elapse,
-  precompile_elapse, ...)`` in every release 2.4–2.15); torch calls it, before the savers, only
-  when it really benchmarked or logs at DEBUG;
-- a wrapt wrapper of the recompile-reason function ``_dynamo/convert_frame.py`` imported by name
-  (``patches.recompile_reasons_name``), which returns Dynamo's guard-failure reasons; on 2.4-2.5,
-  which ask for them after the compile-start callbacks ran (``patches.reasons_after_start_callbacks``),
-  a wrapper of ``convert_frame._compile`` that reads them before it starts instead;
-- a Dynamo compile-start and compile-end callback (``torch._dynamo.callback_handler``, 2.4+), which
-  also time each compile.  ``torch._dynamo.reset()`` clears every callback, so entering an observer
-  registers them again when they went missing;
-- timing wrappers (wrapt) of the first-call costs Inductor pays at run time, each delivered as a
-  :class:`~inductor_knobs.core.events.RuntimeEvent`: ``CachingAutotuner.benchmark_all_configs`` (runtime
-  benchmark of Triton configs), ``CachingAutotuner.coordinate_descent_tuning``,
-  ``CachingAutotuner.precompile`` (Triton compile) and ``CUDAGraphTreeManager.record_function`` (a
-  CUDA graph recording); the patch module lists them (``runtime_hooks``).  They cost nothing on
-  the steady-state path: torch calls them only when it pays that cost (for the descent from 2.9 on;
-  before, ``run`` calls it on every launch of a template kernel, and an event under 0.1 ms is dropped);
-- Triton's compilation listener (``triton.knobs.compilation.listener``, Triton 3.4+), which tells a real
-  Triton compile from a hit in Triton's cache (see :func:`triton_compiles`).
-
-This module installs and removes them (:data:`OBSERVER_HOOKS`, one :class:`HooksUse` record per
-holder); what each does when torch calls it is below, in this module.
+- a feedback saver (``select_algorithm.add_feedback_saver``, 2.5+; 4, 5 or 6 positional arguments by release:
+  ``feedback_saver_arity``), removed by identity (``clear_feedback_savers``, 2.9+, would drop others' savers);
+- a wrapt wrapper of the static ``AlgorithmSelectorCache.log_results`` (benchmarking and precompile seconds,
+  ``(name, input_nodes, timings, elapse, precompile_elapse, ...)`` in 2.4–2.15);
+- a wrapper of Dynamo's recompile-reason function (``patches.recompile_reasons_name``), or on 2.4–2.5 of
+  ``convert_frame._compile``, which asks for them after the start callbacks ran;
+- Dynamo's compile-start and -end callbacks (``torch._dynamo.callback_handler``), which time each compile as a
+  ``dynamo_compile`` :class:`~inductor_knobs.core.events.RuntimeEvent`; ``torch._dynamo.reset()`` drops them, so
+  entering an observer registers them again.
 """
 
 from __future__ import annotations
 
-import functools
-import gc
-import importlib
-import importlib.util
 import sys
 import threading
 import time
@@ -55,7 +31,6 @@ from .patching import (
     initializing,
     on_import,
     remove_by_identity,
-    resolve,
     warn_import_hook_failures,
     wrap_attribute,
 )
@@ -84,125 +59,13 @@ def _hook_steps() -> list[Step]:
     else:
         steps.append(on_import(CONVERT_FRAME, lambda: [_wrap_recompile_reasons(patches.recompile_reasons_name)]))
     steps.append(on_import(DYNAMO, lambda: [_add_compile_callback]))
-    for kind, path in patches.runtime_hooks(release):
-        steps.append(on_import(path.partition(":")[0], functools.partial(_timed_steps, path, kind)))
-    steps += [_add_gc_callback, _await_triton, on_import("triton", lambda: [_add_triton_listener])]
     return steps
-
-
-def _timed_steps(path: str, kind: str) -> list[Step]:
-    return [_wrap_timed(path, kind)]
 
 
 def _read_autotune_count(push: Callable[[Undo], None]) -> None:
     """Start from torch's autotune counter as it is (the feedback saver tells a fresh benchmark by its rise)."""
     counters = sys.modules["torch._dynamo.utils"].counters  # imported by select_algorithm (steps do not import)
     _HOOKS.autotune_count = counters["inductor"]["select_algorithm_autotune"]
-
-
-@functools.cache
-def _triton_installed() -> bool:
-    """Whether Triton can be imported here (a search of ``sys.path``: once per process, not per block)."""
-    return importlib.util.find_spec("triton") is not None
-
-
-def _await_triton(push: Callable[[Undo], None]) -> None:
-    """While an installed Triton is not imported yet, it has compiled nothing here: say so (``(0, 0)`` counts
-    from :func:`triton_compiles`) until its import installs the listener."""
-    if "triton" in sys.modules or not _triton_installed():
-        return
-
-    def undo() -> None:
-        _TRITON.waiting = False
-
-    push(undo)
-    _TRITON.waiting = True
-
-
-def _add_triton_listener(push: Callable[[Undo], None]) -> None:
-    """Count Triton's compiles by whether its own cache served them (``triton.knobs.compilation.listener``).
-
-    Triton has one listener slot (3.4+; absent before, and then nothing is installed): ours calls the
-    listener that was there.  The undo puts that one back only while ours is still installed; a
-    listener installed after ours stays (it may call ours, which then only counts).
-    """
-    compilation = triton_compilation(sys.modules["triton"])
-    _TRITON.waiting = False  # imported: from now on only the listener can say
-    if compilation is None:
-        return
-    previous = compilation.listener
-    ours = _triton_listener(previous)
-
-    def undo() -> None:
-        _TRITON.listening = False
-        if compilation.listener is ours:
-            compilation.listener = previous
-
-    push(undo)
-    compilation.listener = ours
-    _TRITON.listening = True
-
-
-def _add_gc_callback(push: Callable[[Undo], None]) -> None:
-    """Time Python's garbage collections (``gc.callbacks``, Python 3.3+) as ``python_gc`` events.
-
-    A collection pauses every thread (it holds the GIL), so it lands on the call running in the
-    thread that triggered it.  A full (generation 2) collection walks every tracked object: in a
-    process that holds a model, its compiled graphs and transformers, tens of milliseconds.
-    """
-    push(lambda: remove_by_identity(gc.callbacks, _gc_callback))
-    gc.callbacks.append(_gc_callback)
-
-
-def _wrap_timed(path: str, kind: str) -> Step:
-    """A step that wraps ``path`` (``module:Class.method``) to deliver a timed ``RuntimeEvent`` of ``kind``."""
-    timed = _timed_wrapper(kind)
-
-    def step(push: Callable[[Undo], None]) -> None:
-        try:
-            owner, name = resolve(path)
-            found = getattr(owner, name, None)
-        except (ImportError, AttributeError):
-            found = None
-        if not callable(found):
-            warnings.warn(
-                f"{path.replace(':', '.')} does not exist on this torch; {kind} costs will show as a slow op or "
-                "'unattributed' (inductor-knobs doctor lists the hooks)",
-                DriftWarning,
-                stacklevel=4,
-            )
-            return
-        wrap_attribute(path, timed)(push)
-
-    return step
-
-
-def triton_compilation(triton: Any = None) -> Any:
-    """``triton.knobs.compilation`` of ``triton`` (None: import it, for ``doctor``) when it has the ``listener``
-    slot (Triton 3.4+), else None (older, or no Triton)."""
-    if triton is None:
-        try:
-            triton = importlib.import_module("triton")
-        except ImportError:
-            return None
-    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
-    return compilation if compilation is not None and hasattr(compilation, "listener") else None
-
-
-def runtime_hook_status() -> list[tuple[str, str, bool]]:
-    """``(cause kind, dotted path, exists on this torch)`` for every timing hook the patch module lists (``doctor``)."""
-    import torch
-
-    patches = torch_compat.installed(strict=False)
-    status = []
-    for kind, path in patches.runtime_hooks(torch_compat.release_of(torch.__version__)):
-        try:
-            owner, name = resolve(path)
-            exists = callable(getattr(owner, name, None))
-        except (ImportError, AttributeError):
-            exists = False
-        status.append((kind, path.replace(":", "."), exists))
-    return status
 
 
 def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
@@ -327,20 +190,12 @@ def hooks_installed() -> bool:
     return OBSERVER_HOOKS.users > 0
 
 
-#: A timed hook event shorter than this (seconds) is not a first-call cost: it is not delivered.
-MIN_EVENT_SECONDS = 1e-4
-#: A collection shorter than this (seconds) is not named: young generations take microseconds.
-MIN_GC_SECONDS = 1e-3
-_GC_STARTED: list[float] = []  # the running collection's start (collections do not nest)
-
-
 class _ThreadState(threading.local):
     """Facts torch reports just before the event they belong to, on the same thread."""
 
     timing: tuple[str, float, float] | None = None  # log_results(name, elapse, precompile_elapse)
     reasons: tuple[list[str], str | None, dict[str, str]] | None = None  # the recompile about to start
     compiling: list[tuple[float, CompileEvent | None]] | None = None  # started compiles (start time, event)
-    triton_compiled = 0  # real Triton compiles on this thread (the listener's cache_hit=False calls)
 
 
 _THREAD = _ThreadState()
@@ -354,100 +209,6 @@ class _Hooks:
 
 
 _HOOKS = _Hooks()
-
-
-class _TritonCounts:
-    """Triton's compilation-listener calls, process-wide: real compiles and hits in Triton's own cache."""
-
-    listening = False  # whether the listener is installed (Triton 3.4+ and the hooks held)
-    waiting = False  # whether the hooks wait for an installed Triton's import (it compiled nothing yet)
-    compiled = 0
-    cache_hits = 0
-
-
-_TRITON = _TritonCounts()
-_TRITON_LOCK = threading.Lock()
-
-
-def triton_compiles() -> tuple[int, int] | None:
-    """``(real compiles, Triton cache hits)`` Triton reported in this process while the hooks were held.
-
-    None while Triton's compilation listener is not installed (Triton < 3.4, no Triton, or no observer
-    hooks held): then a Triton compile cannot be told from a load of a compiled kernel.  While the hooks
-    wait for an installed Triton's first import, the counts (which move only under the listener) hold:
-    a Triton not imported compiled nothing.  A compile in
-    one of Inductor's compile-worker processes is reported there, not here.
-    """
-    with _TRITON_LOCK, SAFE_EXIT:
-        # waiting holds only while Triton is not imported: an install that never fired must not vouch for it
-        waiting = _TRITON.waiting and "triton" not in sys.modules
-        return (_TRITON.compiled, _TRITON.cache_hits) if _TRITON.listening or waiting else None
-
-
-def _triton_listener(previous: Callable[..., Any] | None) -> Callable[..., Any]:
-    """Triton's compilation listener that counts each compile by ``cache_hit``, then calls ``previous``.
-
-    Triton calls it with keywords only (``src, metadata, metadata_group, times, cache_hit``;
-    ``triton/compiler/compiler.py`` ``compile``, 3.4+) after each ``triton.compile``.
-    """
-
-    def listener(**kwargs: Any) -> None:
-        hit = bool(kwargs.get("cache_hit"))
-        with _TRITON_LOCK, SAFE_EXIT:
-            if hit:
-                _TRITON.cache_hits += 1
-            else:
-                _TRITON.compiled += 1
-        if not hit:
-            _THREAD.triton_compiled += 1
-        if previous is not None:
-            previous(**kwargs)
-
-    return listener
-
-
-def _gc_callback(phase: str, info: dict[str, Any]) -> None:
-    if phase == "start":
-        _GC_STARTED[:] = [time.perf_counter()]
-        return
-    if not _GC_STARTED:
-        return
-    started = _GC_STARTED.pop()
-    seconds = time.perf_counter() - started
-    if seconds >= MIN_GC_SECONDS and events.listeners():
-        detail = f"generation {info.get('generation')} collection, {info.get('collected')} objects freed"
-        events.publish("runtime", RuntimeEvent("python_gc", seconds, detail, started))
-
-
-def _timed_wrapper(kind: str) -> Callable[..., Any]:
-    """A wrapt wrapper that delivers a timed :class:`RuntimeEvent` of ``kind`` for a call of the wrapped method."""
-
-    def timed(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not events.listeners():
-            return wrapped(*args, **kwargs)
-        started = time.perf_counter()
-        compiled = _THREAD.triton_compiled
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            seconds = time.perf_counter() - started
-            if seconds >= MIN_EVENT_SECONDS:  # torch < 2.9 calls the descent hook on every template launch
-                named = kind
-                if kind == "triton_compile" and _TRITON.listening and _THREAD.triton_compiled == compiled:
-                    named = "triton_load"  # Triton compiled nothing here: kernels from its cache or a worker
-                events.publish("runtime", RuntimeEvent(named, seconds, _what(instance, args), started))
-
-    return timed
-
-
-def _what(instance: object, args: tuple[Any, ...]) -> str:
-    """The kernel a CachingAutotuner hook ran for, or the CUDA graph tree's compile id."""
-    fn = getattr(instance, "fn", None)
-    name = getattr(fn, "__name__", None) or getattr(instance, "inductor_meta", {}).get("kernel_name")
-    if name:
-        return str(name)
-    compile_id = getattr(instance, "compile_id", None)
-    return f"compile {compile_id}" if compile_id is not None else type(instance).__name__
 
 
 def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any], choices: list[Any], *rest: Any) -> None:

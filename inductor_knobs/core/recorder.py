@@ -12,21 +12,44 @@ from .blocks import UndoContext
 from .events import AutotuneRecord, CompileEvent, RuntimeEvent, Subscribe, format_table, write_jsonl
 from .interception import InterceptionUse
 from .observers import HooksUse
+from .patching import SharedPatch
 from .undo import Change
 
 _Block = TypeVar("_Block", bound="ObservedBlock")
+
+
+class PatchUse(Change):
+    """Undo record: hold a :class:`~inductor_knobs.core.patching.SharedPatch` (idempotent both ways)."""
+
+    __slots__ = ("patch",)
+
+    def __init__(self, patch: SharedPatch) -> None:
+        self.patch = patch
+
+    @property
+    def description(self) -> str:
+        return f"use {self.patch.name}"
+
+    def apply(self) -> None:
+        self.patch.acquire(self)
+
+    def revert(self) -> None:
+        self.patch.release(self)
 
 
 def subscription_records(consumer: Any, scope: str, *, hooks: bool, need_autotune: bool) -> list[Change]:
     """The undo records that deliver compile events to ``consumer``: the hooks it needs, then its subscription.
 
     Args:
-        consumer: an object with some of ``on_autotune``, ``on_compile``, ``on_runtime``, ``on_attestation``.
+        consumer: an object with some of ``on_autotune``, ``on_compile``, ``on_runtime``, ``on_attestation``, and
+            optionally ``patches``: more shared patches to hold with the hooks (``ik.serving``'s first-call hooks).
         scope: ``"context"`` or ``"process"`` (:class:`~inductor_knobs.core.events.Subscribe`).
-        hooks: hold the observer hooks (autotune, Dynamo compiles, first-call costs).
+        hooks: hold the observer hooks (autotune, Dynamo compiles) and the consumer's ``patches``.
         need_autotune: with ``hooks``, refuse a torch without feedback savers (< 2.5).
     """
     records: list[Change] = [HooksUse(need_autotune=need_autotune)] if hooks else []
+    if hooks:
+        records += [PatchUse(patch) for patch in getattr(consumer, "patches", ())]
     if callable(getattr(consumer, "on_attestation", None)):  # attestations come from the compile interception
         records.append(InterceptionUse(torch_compat.installed(strict=False)))
     records.append(Subscribe(consumer, scope))
@@ -70,6 +93,8 @@ class ObservedBlock(UndoContext):
     #: Which compiles it hears of: ``"context"`` (this thread/task and its children) or ``"process"``.
     event_scope = "context"
     changes_config = False
+    #: More shared patches held while it observes (:func:`subscription_records`).
+    patches: tuple[SharedPatch, ...] = ()
     #: Whether this object is inside its block now (a serving guard's fast path reads it every call).
     _block: bool | None = None
 

@@ -10,7 +10,7 @@ sources, both read inside torch:
   Inductor compiled), Dynamo's compile events, autotune records, and the timed first-call costs
   (runtime benchmarks, coordinate descent, Triton compiles and loads, CUDA graph captures);
 - torch's own counters (``torch._dynamo.utils.counters``: FX graph and AOTAutograd cache hits, misses
-  and bypasses) and Triton's compilation listener (:func:`~inductor_knobs.core.observers.triton_compiles`,
+  and bypasses) and Triton's compilation listener (:func:`~inductor_knobs.serving.first_call_costs.triton_compiles`,
   Triton 3.4+), as deltas over the block.
 
 torch's counters of what a compile did inside Inductor (``select_algorithm_autotune``, the benchmarker's
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import AutotuneRecord, CompileAttestation, CompileEvent, RuntimeEvent
-from ..ext import Collector, triton_compiles
+from ..ext import Collector
+from .first_call_costs import FIRST_CALL_HOOKS, triton_compiles
 
 #: torch's counters read before and after (``group.name``); a name a release lacks reads 0.
 TORCH_COUNTERS = (
@@ -183,6 +184,8 @@ class ColdStartRecorder(Collector):
     of Inductor's compile-worker processes is heard as its parent's Dynamo and Inductor compile; its
     Triton compile is Triton's business in that worker (``ik.serving.load_serving_bundle`` compiles in-process).
     """
+
+    patches = (FIRST_CALL_HOOKS,)
 
     def __init__(self) -> None:
         super().__init__(need_autotune=False)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import RuntimeEvent
-from ..ext import CAUSES
+from .first_call_costs import CAUSES
 from .latency import RELATIVE_ERROR, Latencies
 
 

@@ -5,8 +5,8 @@ at its end, as a response would) and judges it against a threshold: ``threshold_
 else ``factor`` x a baseline (``baseline_ms``, e.g. ``ik.serving.warmup``'s steady state, or the running
 median of calls at shapes already seen).  A call over it is a :class:`Stall`; its causes come from
 torch's own signals (:mod:`inductor_knobs.serving.stall_judge`): the hooks of
-:mod:`inductor_knobs.core.observers`, the profiler the guard samples new shapes with
-(:mod:`inductor_knobs.serving.sampled_profiler`), the thread's CPU time, and the split of the call
+:mod:`inductor_knobs.core.observers` and :mod:`~inductor_knobs.serving.first_call_costs`, the profiler the
+guard samples new shapes with (:mod:`inductor_knobs.serving.sampled_profiler`), the thread's CPU time, and the split of the call
 into its host part and its wait for the GPU.  What none of them accounts for is reported as
 ``unattributed`` with its time, never dropped.
 
@@ -38,6 +38,7 @@ from .. import AutotuneRecord, CompileEvent, RuntimeEvent
 from ..errors import InvalidKnobValue, KnobsError, torch_version
 from ..ext import ObservedBlock, SharedPatch, Subscription, torch_compat
 from .errors import StallDuringServing, StallWarning
+from .first_call_costs import FIRST_CALL_HOOKS
 from .latency import Latencies
 from .sampled_profiler import QUIET_AFTER, SampledProfiler, sampling_profiler
 from .signature import input_signature
@@ -142,10 +143,12 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
             and the torch version).
         StallDuringServing: ``on="raise"`` and a call stalled.
 
-    Relies on the hooks of :mod:`inductor_knobs.core.observers` (torch 2.4-2.15; GEMM autotune records
-    need 2.5+), ``torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True)``
+    Relies on the hooks of :mod:`inductor_knobs.core.observers` and :mod:`~.first_call_costs` (torch 2.4-2.15;
+    GEMM autotune records need 2.5+), ``torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True)``
     and the patch module's ``per_shape_ops`` (profiler op names per release).
     """
+
+    patches = (FIRST_CALL_HOOKS,)
 
     need_autotune = False
     event_scope = "process"
