@@ -2,6 +2,7 @@
 
     python bench/per_bucket.py --out results/per-bucket                 # needs a CUDA GPU and triton
     python bench/per_bucket.py --out results/per-bucket --model llama   # also needs transformers
+    python bench/per_bucket.py --out results/pb-bert --model bert --sizes 128,512,2048 --requests 2000
     python bench/per_bucket.py --out /tmp/pb --smoke                    # CPU, tiny sizes, seconds
 
 Workload (issue 48): ``Linear(3420 -> 1280)``, bf16, no bias, rows M = 128, 560, 1024, 2048, 4096, 8192,
@@ -13,6 +14,11 @@ Workload (issue 48): ``Linear(3420 -> 1280)``, bf16, no bias, rows M = 128, 560,
 - (b) ``dynamic``: one ``torch.compile(..., dynamic=True)``, first called at the second size (560);
 - (c) ``per-bucket``: ``ik.serving.warmup(torch.compile(...), shapes=sizes, per_bucket=True)``, then called.
 
+Then traffic: ``--requests`` calls of (c) at sizes drawn (seeded) from the warmed ones, under
+``ik.serving.no_stalls(on="record")`` (its per-call latency, CUDA synchronised: p50/p99 overall and per size)
+with ``ik.record_compiles()`` and, on torch 2.5+, ``ik.record_autotune()`` counting what traffic compiled and
+autotuned.
+
 Each arm compiles its own copy of the module (Dynamo counts a frame's graphs per module object, so the
 arms do not share a recompile limit).  Prints a markdown table with each arm's ratio to min(a, b) and
 writes ``per_bucket.json`` (with the warm-up's per-bucket rows) under ``--out``.
@@ -21,8 +27,10 @@ writes ``per_bucket.json`` (with the warm-up's per-bucket rows) under ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import random
 import statistics
 import sys
 import time
@@ -33,12 +41,13 @@ MODEL_SIZES = (128, 256, 512, 1024, 2048)
 MODE = "max-autotune-no-cudagraphs"
 
 
-def workload(model: str, smoke: bool, device: str):
+def workload(model: str, smoke: bool, device: str, sizes: tuple[int, ...] | None = None):
     """``(module, factory(size) -> kwargs-or-args, sizes)``."""
     import torch
 
     if model == "layer":
-        k, n, sizes = (64, 32, (4, 8, 16)) if smoke else (3420, 1280, LAYER_SIZES)
+        k, n, default = (64, 32, (4, 8, 16)) if smoke else (3420, 1280, LAYER_SIZES)
+        sizes = sizes or default
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         module = torch.nn.Linear(k, n, bias=False).to(device, dtype).eval()
         return module, (lambda m: (torch.randn(m, k, device=device, dtype=dtype),)), sizes
@@ -46,7 +55,7 @@ def workload(model: str, smoke: bool, device: str):
     import serving_real
 
     serving_real.DEVICE = device
-    sizes = (8, 16, 32) if smoke else MODEL_SIZES
+    sizes = sizes or ((8, 16, 32) if smoke else MODEL_SIZES)
     return serving_real.build(model), (lambda n: serving_real.make_inputs(model, n, None, seed=n)), sizes
 
 
@@ -69,16 +78,24 @@ def timer(device: str):
     return median_ms
 
 
+def traffic_quantiles(seconds: list[float]) -> dict:
+    """p50 and p99 (ms) of the traffic's calls, and their ratio; None without calls."""
+    if len(seconds) < 2:
+        return {"p50_ms": None, "p99_ms": None, "p99_over_p50": None}
+    cuts = statistics.quantiles([1000 * x for x in seconds], n=100, method="inclusive")
+    return {"p50_ms": cuts[49], "p99_ms": cuts[98], "p99_over_p50": cuts[98] / cuts[49]}
+
+
 def call(fn, item):
     return fn(**item) if isinstance(item, dict) else fn(*item)
 
 
-def run(model: str, smoke: bool, device: str, mode: str | None) -> dict:
+def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int, ...] | None, requests: int) -> dict:
     import torch
 
     import inductor_knobs as ik
 
-    module, factory, sizes = workload(model, smoke, device)
+    module, factory, sizes = workload(model, smoke, device, sizes)
     bench = timer(device)
     inputs = {m: factory(m) for m in sizes}
     rows = {m: {"size": m} for m in sizes}
@@ -99,17 +116,39 @@ def run(model: str, smoke: bool, device: str, mode: str | None) -> dict:
                 call(served, inputs[m])
         for m in sizes:  # timed outside the guard and the recorder, as (a) and (b) are
             rows[m]["per_bucket_ms"] = bench(lambda x=inputs[m]: call(served, x))
+        drawn = random.Random(48).choices(sizes, k=requests)
+        seconds: dict[int, list[float]] = {m: [] for m in sizes}
+        tuned = ik.record_autotune() if ik.ext.can_record_autotune() else contextlib.nullcontext(None)
+        guard = ik.serving.no_stalls(on="record")
+        with guard, ik.record_compiles() as served_traffic, tuned as autotuned:
+            for m in drawn:
+                started = time.perf_counter()
+                guard.call(call, served, inputs[m])  # the guard synchronises CUDA at the call's end
+                seconds[m].append(time.perf_counter() - started)
+    stall_report = guard.report()
     for m in sizes:
         row = rows[m]
         best = min(row["static_ms"], row["dynamic_ms"])
         row.update({f"{arm}_ratio": row[f"{arm}_ms"] / best for arm in ("static", "dynamic", "per_bucket")})
+    for m in sizes:
+        rows[m].update(traffic_quantiles(seconds[m]))
     return {
         "model": model,
         "mode": mode,
+        "requests": requests,
+        "traffic": {
+            **traffic_quantiles([x for xs in seconds.values() for x in xs]),
+            "guard_p50_ms": stall_report.percentile_ms(50),
+            "guard_p99_ms": stall_report.percentile_ms(99),
+            "stalls": stall_report.stall_count if hasattr(stall_report, "stall_count") else len(stall_report.stalls),
+            "compiles": len(served_traffic.compiles),
+            "graphs": len(served_traffic.attestations),
+            "autotunes": None if autotuned is None else len(autotuned.records),
+        },
         "rows": list(rows.values()),
         "warmup": [r.to_dict() for r in report.buckets],
-        "traffic_compiles": len(traffic.compiles),
-        "traffic_graphs": len(traffic.attestations),
+        "traffic_compiles": len(traffic.compiles) + len(served_traffic.compiles),
+        "traffic_graphs": len(traffic.attestations) + len(served_traffic.attestations),
     }
 
 
@@ -131,6 +170,22 @@ def markdown(result: dict, env: dict) -> str:
         "ratios are to min(a, b) at that size; traffic over the warmed sizes compiled "
         f"{result['traffic_compiles']} times ({result['traffic_graphs']} Inductor graphs)"
     )
+    traffic = result["traffic"]
+    if result["requests"] and traffic["p50_ms"] is not None:
+        lines += [
+            "",
+            f"{result['requests']} requests at sizes drawn from the warmed ones (seed 48), each synchronised: "
+            f"p50 {traffic['p50_ms']:.3f} ms, p99 {traffic['p99_ms']:.3f} ms (p99/p50 {traffic['p99_over_p50']:.2f}); "
+            f"compiles {traffic['compiles']}, autotunes {traffic['autotunes']}, stalls {traffic['stalls']}",
+            "",
+            "| size | requests p50 ms | p99 ms | p99/p50 |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {row['size']} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['p99_over_p50']:.2f} |"
+            for row in result["rows"]
+            if row["p50_ms"] is not None
+        ]
     return "\n".join(lines)
 
 
@@ -159,17 +214,21 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--model", default="layer", choices=("layer", "llama", "bert"))
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, the default mode: checks the flow")
+    parser.add_argument("--sizes", default=None, help="comma-separated sizes (rows or tokens) instead of the defaults")
+    parser.add_argument("--requests", type=int, default=None, help="traffic calls after the warm-up (2000; smoke 50)")
     args = parser.parse_args()
+    sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
+    requests = args.requests if args.requests is not None else (50 if args.smoke else 2000)
     device = "cpu" if args.smoke else "cuda"
     mode = None if args.smoke else MODE
     env = environment(device)
-    result = run(args.model, args.smoke, device, mode)
+    result = run(args.model, args.smoke, device, mode, sizes, requests)
     text = markdown(result, env)
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "per_bucket.json").write_text(json.dumps({"environment": env, **result}, indent=1))
-    return 1 if result["traffic_compiles"] else 0
+    return 1 if result["traffic_compiles"] or result["traffic"]["autotunes"] else 0
 
 
 if __name__ == "__main__":
