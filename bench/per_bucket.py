@@ -10,6 +10,9 @@ Workload (issue 48): ``Linear(3420 -> 1280)``, bf16, no bias, rows M = 128, 560,
 (its ``build`` and ``make_inputs``) at sequence lengths 128-2048 instead.  Per size, time per call
 (``triton.testing.do_bench``, ms; without triton the median of 50 timed calls) of:
 
+Kernel time is timed by replaying the call from a CUDA graph (``--timer cudagraph``, the default), as a
+served bucket's CUDA graph runs it; ``--timer events`` times eager calls with CUDA events instead.
+
 - (a) ``static``: ``torch.compile(..., dynamic=False)`` called only at that size;
 - (b) ``dynamic``: one ``torch.compile(..., dynamic=True)``, first called at the second size (560);
 - (c) ``per-bucket``: ``ik.serving.warmup(torch.compile(...), shapes=sizes, per_bucket=True)``, then called.
@@ -59,12 +62,14 @@ def workload(model: str, smoke: bool, device: str, sizes: tuple[int, ...] | None
     return serving_real.build(model), (lambda n: serving_real.make_inputs(model, n, None, seed=n)), sizes
 
 
-def timer(device: str):
-    """ms per call of ``fn()``: triton's ``do_bench`` on CUDA, else the median of 50 timed calls."""
+def timer(device: str, how: str = "cudagraph"):
+    """ms per call of ``fn()``: on CUDA triton's ``do_bench_cudagraph`` (the calls replayed from one CUDA graph:
+    kernel time without the host's launch cost, as a served bucket's CUDA graph runs) or ``do_bench`` (CUDA
+    events around eager calls: launch-bound models measure their host path); else the median of 50 timed calls."""
     if device == "cuda":
-        from triton.testing import do_bench
+        from triton.testing import do_bench, do_bench_cudagraph
 
-        return do_bench
+        return do_bench_cudagraph if how == "cudagraph" else do_bench
 
     def median_ms(fn):
         fn()
@@ -90,13 +95,13 @@ def call(fn, item):
     return fn(**item) if isinstance(item, dict) else fn(*item)
 
 
-def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int, ...] | None, requests: int) -> dict:
+def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int, ...] | None, requests: int, how: str) -> dict:
     import torch
 
     import inductor_knobs as ik
 
     module, factory, sizes = workload(model, smoke, device, sizes)
-    bench = timer(device)
+    bench = timer(device, how)
     inputs = {m: factory(m) for m in sizes}
     rows = {m: {"size": m} for m in sizes}
     with torch.no_grad():
@@ -135,6 +140,7 @@ def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int
     return {
         "model": model,
         "mode": mode,
+        "timer": how if device == "cuda" else "median of 50 calls",
         "requests": requests,
         "traffic": {
             **traffic_quantiles([x for xs in seconds.values() for x in xs]),
@@ -154,7 +160,8 @@ def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int
 
 def markdown(result: dict, env: dict) -> str:
     lines = [
-        f"{result['model']}, mode={result['mode']!r}; {env['device']}, torch {env['torch']}, triton {env['triton']}",
+        f"{result['model']}, mode={result['mode']!r}, timer {result['timer']}; {env['device']}, torch {env['torch']}, "
+        f"triton {env['triton']}",
         "",
         "| size | (a) static ms | (b) dynamic ms (first call at the 2nd size) | (c) per-bucket ms | compile s (c) |",
         "|---|---|---|---|---|",
@@ -215,6 +222,7 @@ def main() -> int:
     parser.add_argument("--model", default="layer", choices=("layer", "llama", "bert"))
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, the default mode: checks the flow")
     parser.add_argument("--sizes", default=None, help="comma-separated sizes (rows or tokens) instead of the defaults")
+    parser.add_argument("--timer", default="cudagraph", choices=("cudagraph", "events"), help="kernel time on CUDA")
     parser.add_argument("--requests", type=int, default=None, help="traffic calls after the warm-up (2000; smoke 50)")
     args = parser.parse_args()
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
@@ -222,7 +230,7 @@ def main() -> int:
     device = "cpu" if args.smoke else "cuda"
     mode = None if args.smoke else MODE
     env = environment(device)
-    result = run(args.model, args.smoke, device, mode, sizes, requests)
+    result = run(args.model, args.smoke, device, mode, sizes, requests, args.timer)
     text = markdown(result, env)
     print(text)
     out = Path(args.out)
