@@ -15,7 +15,8 @@ served bucket's CUDA graph runs it; ``--timer events`` times eager calls with CU
 
 - (a) ``static``: ``torch.compile(..., dynamic=False)`` called only at that size;
 - (b) ``dynamic``: one ``torch.compile(..., dynamic=True)``, first called at the second size (560);
-- (c) ``per-bucket``: ``ik.serving.warmup(torch.compile(...), shapes=sizes, per_bucket=True)``, then called.
+- (c) ``per-bucket``: ``ik.serving.warmup(torch.compile(...), shapes=sizes, per_bucket="auto")`` (``--per-bucket
+  true``: a graph for every size), then its ``serving_fn`` called.
 
 Then traffic: ``--requests`` calls of (c) at sizes drawn (seeded) from the warmed ones, under
 ``ik.serving.no_stalls(on="record")`` (its per-call latency, CUDA synchronised: p50/p99 overall and per size)
@@ -95,7 +96,16 @@ def call(fn, item):
     return fn(**item) if isinstance(item, dict) else fn(*item)
 
 
-def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int, ...] | None, requests: int, how: str) -> dict:
+def run(
+    model: str,
+    smoke: bool,
+    device: str,
+    mode: str | None,
+    sizes: tuple[int, ...] | None,
+    requests: int,
+    how: str,
+    per_bucket: bool | str = "auto",
+) -> dict:
     import torch
 
     import inductor_knobs as ik
@@ -115,7 +125,10 @@ def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int
         for m in sizes:
             rows[m]["dynamic_ms"] = bench(lambda x=inputs[m]: call(dynamic, x))
         served = torch.compile(copy.deepcopy(module), mode=mode)  # (c) a graph per bucket
-        report = ik.serving.warmup(served, shapes=sizes, factory=lambda m: inputs[m], per_bucket=True, probes=None)
+        report = ik.serving.warmup(
+            served, shapes=sizes, factory=lambda m: inputs[m], per_bucket=per_bucket, dynamic_fn=dynamic, probes=None
+        )
+        served = report.serving_fn or served
         with ik.serving.no_stalls(on="raise"), ik.record_compiles() as traffic:  # traffic compiles nothing
             for m in sizes:
                 call(served, inputs[m])
@@ -141,6 +154,7 @@ def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int
         "model": model,
         "mode": mode,
         "timer": how if device == "cuda" else "median of 50 calls",
+        "per_bucket": per_bucket,
         "requests": requests,
         "traffic": {
             **traffic_quantiles([x for xs in seconds.values() for x in xs]),
@@ -160,17 +174,18 @@ def run(model: str, smoke: bool, device: str, mode: str | None, sizes: tuple[int
 
 def markdown(result: dict, env: dict) -> str:
     lines = [
-        f"{result['model']}, mode={result['mode']!r}, timer {result['timer']}; {env['device']}, torch {env['torch']}, "
-        f"triton {env['triton']}",
+        f"{result['model']}, mode={result['mode']!r}, per_bucket={result['per_bucket']!r}, timer {result['timer']}; "
+        f"{env['device']}, torch {env['torch']}, triton {env['triton']}",
         "",
-        "| size | (a) static ms | (b) dynamic ms (first call at the 2nd size) | (c) per-bucket ms | compile s (c) |",
-        "|---|---|---|---|---|",
+        "| size | (a) static ms | (b) dynamic ms (first call at the 2nd size) | (c) per-bucket ms | compile s (c) | (c) serves |",
+        "|---|---|---|---|---|---|",
     ]
     for row, tuning in zip(result["rows"], result["warmup"]):
         lines.append(
             f"| {row['size']} | {row['static_ms']:.4f} ({row['static_ratio']:.2f}x) | "
             f"{row['dynamic_ms']:.4f} ({row['dynamic_ratio']:.2f}x) | {row['per_bucket_ms']:.4f} "
-            f"({row['per_bucket_ratio']:.2f}x) | {tuning['compile_seconds']:.2f} |"
+            f"({row['per_bucket_ratio']:.2f}x) | {tuning['compile_seconds']:.2f} | "
+            f"{'its own graph' if tuning['kept'] else 'the dynamic graph'} |"
         )
     lines.append("")
     lines.append(
@@ -222,6 +237,7 @@ def main() -> int:
     parser.add_argument("--model", default="layer", choices=("layer", "llama", "bert"))
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, the default mode: checks the flow")
     parser.add_argument("--sizes", default=None, help="comma-separated sizes (rows or tokens) instead of the defaults")
+    parser.add_argument("--per-bucket", default="auto", choices=("auto", "true"), help="warmup(per_bucket=...)")
     parser.add_argument("--timer", default="cudagraph", choices=("cudagraph", "events"), help="kernel time on CUDA")
     parser.add_argument("--requests", type=int, default=None, help="traffic calls after the warm-up (2000; smoke 50)")
     args = parser.parse_args()
@@ -230,7 +246,8 @@ def main() -> int:
     device = "cpu" if args.smoke else "cuda"
     mode = None if args.smoke else MODE
     env = environment(device)
-    result = run(args.model, args.smoke, device, mode, sizes, requests, args.timer)
+    per_bucket = True if args.per_bucket == "true" else "auto"
+    result = run(args.model, args.smoke, device, mode, sizes, requests, args.timer, per_bucket)
     text = markdown(result, env)
     print(text)
     out = Path(args.out)
