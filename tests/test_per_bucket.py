@@ -34,6 +34,19 @@ def test_auto_keeps_a_bucket_graph_only_where_it_measured_faster():
     assert "dynamic graph" in text and "1.66x  own graph" in text
 
 
+def test_auto_decides_by_kernel_time_where_it_was_measured():
+    """A launch-bound bucket: the warm calls' wall times are equal (host time), the kernels are not."""
+    own = [_step(128, 900.0, 0.2), _step(8192, 900.0, 0.2)]
+    dynamic = [_step(128, 0, 0.2), _step(8192, 0, 0.2)]
+    assert [r.kept for r in per_bucket.tune("auto", own, dynamic)] == [False, False]
+    rows = per_bucket.tune("auto", own, dynamic, [(0.0239, 0.0326), None])  # the 8192 bucket was not measured
+    assert [r.kept for r in rows] == [True, False] and rows[0].per_bucket_ms == 0.0239 and rows[1].per_bucket_ms == 0.2
+
+
+def test_kernel_time_needs_cuda_inputs():
+    assert per_bucket.kernel_ms(torch.relu, (torch.ones(2),), {}) is None  # CPU: the wall-time comparison stands
+
+
 def test_a_graph_per_bucket_and_traffic_compiles_nothing(fresh_inductor):
     lin = torch.nn.Linear(32, 16, bias=False)
     fn = torch.compile(lin)  # inductor, static shapes by default

@@ -96,8 +96,9 @@ class BucketTuning:
         compile_seconds: the first call's extra seconds over the warm call in ``fn`` (Dynamo compile,
             Inductor lowering, GEMM autotune): the compile-time cost of the bucket's own graph.
         compiles: the Dynamo compilations that first call caused (0: ``fn`` had a graph that covered it).
-        per_bucket_ms: ms per warm call of the bucket's own graph (``fn``).
-        dynamic_ms: ms per warm call of ``dynamic_fn``'s one graph at this size, or None (not given).
+        per_bucket_ms: ms per call of the bucket's own graph (``fn``): its kernel time replayed from a CUDA graph
+            (:func:`kernel_ms`) where that was measured for both graphs, else a warm call's wall time.
+        dynamic_ms: the same of ``dynamic_fn``'s one graph at this size, or None (not given).
         gain: ``dynamic_ms / per_bucket_ms`` (above 1: the bucket's own graph is faster), or None.
         kept: whether traffic at this bucket runs the bucket's own graph (``per_bucket=True``: always;
             ``"auto"``: where ``gain`` is at least ``1 + MIN_GAIN``).
@@ -115,13 +116,39 @@ class BucketTuning:
         return dict(vars(self))
 
 
-def tune(mode: bool | str, own: Sequence[Any], dynamic: Sequence[Any] | None) -> list[BucketTuning]:
+def kernel_ms(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> float | None:
+    """Milliseconds per call of the warmed ``fn(*args, **kwargs)`` replayed from one CUDA graph: its kernels'
+    time without the host's launch cost, as a served bucket's CUDA graph runs them.
+
+    Returns None where that cannot be measured: no CUDA tensor among the inputs, no Triton
+    (``triton.testing.do_bench_cudagraph``, Triton 2.1+), or a call that cannot be captured (it synchronises
+    or compiles); the caller then compares warm calls' wall times.
+    """
+    import torch
+
+    if not any(isinstance(v, torch.Tensor) and v.is_cuda for v in (*args, *kwargs.values())):
+        return None
+    try:
+        from triton.testing import do_bench_cudagraph
+    except ImportError:
+        return None
+    try:
+        return float(do_bench_cudagraph(lambda: fn(*args, **kwargs)))
+    except Exception:  # noqa: BLE001 - not capturable: the wall-time comparison stands
+        return None
+
+
+def tune(
+    mode: bool | str, own: Sequence[Any], dynamic: Sequence[Any] | None, kernels: Sequence[tuple[float, float] | None] = ()
+) -> list[BucketTuning]:
     """Per bucket, the cost and gain of its own graph, and whether it is kept.
 
     Args:
         mode: ``True`` or ``"auto"`` (see :data:`MODES`).
         own: the warm-up steps of ``fn`` (:class:`~inductor_knobs.serving.warm_up_report.WarmupStep`), one per bucket.
         dynamic: the steps of ``dynamic_fn`` at the same buckets, or None.
+        kernels: per bucket, ``(fn's, dynamic_fn's)`` kernel ms (:func:`kernel_ms`) where both were measured;
+            they then replace the warm calls' wall times.
 
     Returns:
         One :class:`BucketTuning` per bucket, in bucket order.
@@ -130,6 +157,9 @@ def tune(mode: bool | str, own: Sequence[Any], dynamic: Sequence[Any] | None) ->
     for index, step in enumerate(own):
         own_ms = 1000 * step.last_call_seconds
         dynamic_ms = 1000 * dynamic[index].last_call_seconds if dynamic is not None else None
+        measured = kernels[index] if index < len(kernels) else None
+        if measured is not None:
+            own_ms, dynamic_ms = measured
         gain = dynamic_ms / own_ms if dynamic_ms is not None and own_ms > 0 else None
         kept = mode is True or (gain is not None and gain >= 1 + MIN_GAIN)
         cost = max(0.0, step.first_call_seconds - step.last_call_seconds)

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InvalidKnobValue, torch_version
 from ..ext import Collector
 from .buckets import check_buckets, suggest_buckets
-from .per_bucket import check_per_bucket, graph_per_bucket, router, tune
+from .per_bucket import check_per_bucket, graph_per_bucket, kernel_ms, router, tune
 from .sdpa_trial import TrialArm, decide, measure
 from .signature import as_call, input_signature, on_cuda
 from .stalls import no_stalls, profiler_cost
@@ -88,7 +88,8 @@ def warmup(
             warm-up calls it at each bucket with Dynamo's ``automatic_dynamic_shapes`` off and its recompile
             limit raised by the number of buckets (all releases 2.4-2.15).  ``True``: every bucket keeps its
             graph.  ``"auto"``: also warms ``dynamic_fn`` at every bucket and keeps a bucket's own graph only
-            where its warm call was faster (by ``per_bucket.MIN_GAIN``).  ``report.buckets`` shows per bucket
+            where it was faster (by ``per_bucket.MIN_GAIN``): by kernel time replayed from a CUDA graph on CUDA
+            with Triton, else by a warm call's wall time.  ``report.buckets`` shows per bucket
             the compile seconds, ms per call of both, the gain and the decision.  False (default): off.
         dynamic_fn: with ``per_bucket``: the same model compiled with one dynamic graph
             (``torch.compile(model, dynamic=True)``, same mode and options), measured beside ``fn`` at every
@@ -151,7 +152,13 @@ def warmup(
                 other = no_stalls(on="record", profile="off", min_calls=10**9, quiet_after=float("inf"), history=None)
                 other.profiler_seconds = 0.0  # measured once, on fn
                 dynamic = [_warm(other, dynamic_fn, i, s, factory(s), calls_per_input) for i, s in enumerate(shape_list or ())]  # type: ignore[misc]
-            rows = tune(mode, steps, dynamic)
+            kernels = []
+            if dynamic_fn is not None:  # compared by kernel time where a CUDA graph replay can measure it
+                for step in dynamic or ():
+                    args, kwargs = as_call(factory(step.shape))  # type: ignore[misc]
+                    own_ms, other_ms = kernel_ms(fn, args, kwargs), kernel_ms(dynamic_fn, args, kwargs)
+                    kernels.append(None if own_ms is None or other_ms is None else (own_ms, other_ms))
+            rows = tune(mode, steps, dynamic, kernels)
             if dynamic_fn is not None:
                 serving_fn = router(fn, dynamic_fn, rows, {s.shape: s.signature for s in steps})
         probed = [_warm(guard, serving_fn, index, shape, factory(shape), 2) for index, shape in enumerate(probe_list)]  # type: ignore[misc]
