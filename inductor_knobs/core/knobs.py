@@ -52,16 +52,30 @@ def fail(label: str, value: object, allowed: str) -> InvalidKnobValue:
     return InvalidKnobValue(f"{label}={value!r} is invalid on torch {torch_version()}: allowed {allowed}")
 
 
-def check_bool(label: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise fail(label, value, "True or False")
-    return value
+def _checker(ok: Callable[[Any], bool], allowed: str, normal: Callable[[Any], Any] = lambda v: v) -> Callable[[str, object], Any]:
+    """A knob check: ``normal(value)`` when ``ok(value)``, else :func:`fail` with ``allowed``."""
+
+    def check(label: str, value: object) -> Any:
+        if not ok(value):
+            raise fail(label, value, allowed)
+        return normal(value)
+
+    return check
 
 
-def check_min_sms(label: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SMS:
-        raise fail(label, value, f"an int SM count from 1 to {MAX_SMS}")
-    return value
+def _positive(item: object) -> bool:
+    return isinstance(item, int) and not isinstance(item, bool) and item >= 1
+
+
+check_bool = _checker(lambda v: isinstance(v, bool), "True or False")
+check_min_sms = _checker(lambda v: _positive(v) and v <= MAX_SMS, f"an int SM count from 1 to {MAX_SMS}")
+check_positive_int = _checker(_positive, "a positive int")
+check_search_space = _checker(lambda v: isinstance(v, str) and v.upper() in SEARCH_SPACES, " or ".join(SEARCH_SPACES), str.upper)
+check_on_mismatch = _checker(
+    lambda v: isinstance(v, str) and v.strip().lower() in ("raise", "warn"),
+    "'raise' (KnobNotApplied) or 'warn' (KnobNotAppliedWarning)",
+    lambda v: v.strip().lower(),
+)
 
 
 def check_backends(label: str, value: object) -> str:
@@ -96,12 +110,6 @@ def check_sdpa_backends(label: str, value: object) -> str:
     if not names or any(n not in SDPA_BACKENDS for n in names):
         raise fail(label, value, f"a non-empty list of {', '.join(SDPA_BACKENDS)} (in priority order)")
     return ",".join(names)
-
-
-def check_search_space(label: str, value: object) -> str:
-    if not isinstance(value, str) or value.upper() not in SEARCH_SPACES:
-        raise fail(label, value, " or ".join(SEARCH_SPACES))
-    return value.upper()
 
 
 def check_directory(label: str, value: object) -> str:
@@ -153,31 +161,15 @@ def check_capture_sizes(label: str, value: object) -> tuple[int | tuple[int, ...
     return tuple(sizes)
 
 
-def _positive(item: object) -> bool:
-    return isinstance(item, int) and not isinstance(item, bool) and item >= 1
-
-
 def check_lookup_table(label: str, value: object) -> dict[str, list[dict[str, Any]]]:
     from .lookup_table import load_table
 
     return load_table(label, value)
 
 
-def check_on_mismatch(label: str, value: object) -> str:
-    if not isinstance(value, str) or value.strip().lower() not in ("raise", "warn"):
-        raise fail(label, value, "'raise' (KnobNotApplied) or 'warn' (KnobNotAppliedWarning)")
-    return value.strip().lower()
-
-
 def config_key(key: str) -> str:
     """An Inductor config key as torch spells it: ``-`` read as ``_``, as ``torch.compile(options=)`` does."""
     return key.replace("-", "_")
-
-
-def check_positive_int(label: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise fail(label, value, "a positive int")
-    return value
 
 
 def check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
@@ -262,17 +254,9 @@ def _parse_sizes(var: str, raw: str) -> Any:
 
 @dataclass(frozen=True)
 class Knob:
-    """One row of the knob table.
-
-    Attributes:
-        changes: what it changes in torch (:class:`Config`, :class:`Gate`, :class:`ProcessSetting`, :class:`Policy`).
-        summary, values: what it sets and what it accepts, for ``doctor`` and the reference table.
-        check: ``(label, value) -> normalised value``; raises :class:`~inductor_knobs.errors.InvalidKnobValue`.
-        parse: ``(variable, text) -> value`` for its ``INDUCTOR_KNOBS_<NAME>`` variable (then ``check`` runs).
-        since, until: the first and last torch release that has it (``"2.10"``), None for no bound.
-        cache: what a cache hit does to it (:data:`CACHE_RULES`).
-        default: its value when not given (None: leave torch's value alone).
-    """
+    """One row of the knob table: what it ``changes`` in torch, ``summary`` and ``values`` for the reference table,
+    ``check(label, value)`` (normalises or raises ``InvalidKnobValue``), ``parse(variable, text)`` for its variable,
+    the first and last releases that have it (``since``, ``until``), its :data:`CACHE_RULES` entry, its ``default``."""
 
     changes: Config | Gate | ProcessSetting | Policy
     summary: str
@@ -443,32 +427,28 @@ def cache_rule(key: str) -> str:
 class Knobs:
     """What to change in TorchInductor: keyword arguments only, validated on construction, immutable, hashable.
 
-    A knob left out is None (leave torch's value alone).  ``==``, ``hash()`` and :meth:`digest` are defined by
-    :meth:`identity`, which keeps value types apart (``1``, ``True``, ``1.0``; a list and a tuple).
-    :func:`reference_table` lists what each knob sets and accepts, and the releases that have it.
+    A knob left out is None: torch's value stays.  ``==``, ``hash()`` and :meth:`digest` follow :meth:`identity`,
+    which keeps value types apart.  :func:`reference_table` says what each knob sets and accepts, and since when.
 
     Attributes:
-        min_sms (int, 1..1024): open the GEMM-template SM gate (``torch._inductor.utils.is_big_gpu``; torch: 68)
-            for CUDA devices with at least this many SMs.
-        gate_rocm_xpu (bool): apply ``min_sms`` to ROCm CUs and XPU subslices too (else torch's rule).
-        max_autotune, max_autotune_gemm, coordinate_descent_tuning, cudagraphs (bool): those Inductor config keys
-            (``cudagraphs``: ``triton.cudagraphs``).
-        gemm_backends (str or list): ``max_autotune_gemm_backends``, names the installed torch knows (``"ATEN,TRITON"``).
-        gemm_search_space (str): ``max_autotune_gemm_search_space``, ``"DEFAULT"`` or ``"EXHAUSTIVE"``.
+        min_sms (int, 1..1024): open the GEMM-template SM gate ``is_big_gpu`` (torch: 68) at this many CUDA SMs.
+        gate_rocm_xpu (bool): apply ``min_sms`` to ROCm CUs and XPU subslices too (else torch's own rule).
+        max_autotune, max_autotune_gemm, coordinate_descent_tuning (bool): those Inductor config keys.
+        cudagraphs (bool): ``triton.cudagraphs``.
+        gemm_backends (str or list): ``max_autotune_gemm_backends`` names the installed torch knows (``"ATEN,TRITON"``).
+        gemm_search_space (str): ``max_autotune_gemm_search_space``: ``"DEFAULT"`` or ``"EXHAUSTIVE"``.
         trace (bool or path): ``trace.enabled``; a path also sets ``trace.debug_dir``.
-        sdpa_backends (str or list): ``SDPBackend`` names, exactly these enabled and tried in this order, as
-            ``sdpa_kernel(..., set_priority=True)`` does (order from 2.6).  Process-wide.
-        tunableop (bool): ``torch.cuda.tunable.enable``.  Process-wide; CUDA/ROCm builds.
-        cudnn_sdpa_avoid_recompile (bool): ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` (2.9+), read once per process by cuDNN
-            attention: ``SettingAlreadyRead`` once CUDA is initialised, ``SettingKeptWarning`` on exit if read.
-        cudagraph_capture_sizes (tuple of ints or of int tuples): ``triton.cudagraph_capture_sizes`` (2.8+), read at
-            every call of the compiled function on the calling thread: hold it around the calls too.
+        sdpa_backends (str or list): ``SDPBackend`` names, the only ones enabled, tried in this order (2.6+; process-wide).
+        tunableop (bool): ``torch.cuda.tunable.enable`` (process-wide; CUDA/ROCm builds).
+        cudnn_sdpa_avoid_recompile (bool): ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` (2.9+), read once per process: refused
+            once CUDA is initialised (``SettingAlreadyRead``); ``SettingKeptWarning`` on exit if torch may have read it.
+        cudagraph_capture_sizes (tuple of ints or of int tuples): ``triton.cudagraph_capture_sizes`` (2.8+), read
+            at every call of the compiled function on the calling thread: hold it around the calls too.
         cudagraph_dynamic_shape_rerecord_limit (int >= 1): that ``triton`` key (2.15+), read at every call.
-        lookup_table (mapping or JSON path): ``lookup_table.table`` (2.10+, CUDA), with ``LookupTableChoices`` as
-            the choices handler inside each compile; Triton entries need max-autotune, TRITON and the gate open.
-        config (mapping): any other Inductor config, ``{"dotted.key": value}``, type-checked when applied.
-        on_mismatch (str): a knob that did not take effect in a compile: ``"raise"`` (default: ``KnobNotApplied``)
-            or ``"warn"`` (``KnobNotAppliedWarning``).
+        lookup_table (mapping or JSON path): ``lookup_table.table`` (2.10+, CUDA), ``LookupTableChoices`` made the
+            choices handler in each compile; Triton entries need max-autotune, TRITON and the gate open.
+        config (mapping): other Inductor config, ``{"dotted.key": value}``, type-checked when applied.
+        on_mismatch (str): a knob that did not take effect: ``"raise"`` (default; ``KnobNotApplied``) or ``"warn"``.
         strict (bool): refuse (True, default) or warn on an unrecognised torch or patched function.
 
     Raises:

@@ -33,13 +33,8 @@ from .undo import Change
 
 
 def config_values(knobs: Knobs) -> dict[str, Any]:
-    """The Inductor config ``{dotted key: value}`` that ``knobs`` sets, with the cache bypass while a ``bypass`` key is on.
-
-    Args:
-        knobs (Knobs): validated knobs.
-
-    Returns:
-        dict[str, Any]: ``{dotted key: value}``; the gate and process settings are not config.
+    """The Inductor config ``{dotted key: value}`` that ``knobs`` (Knobs) sets (not the gate or process settings),
+    with the cache bypass while a ``bypass`` key is on.
 
     Raises:
         InvalidKnobValue: ``config`` sets a key a named knob sets too, or ``force_disable_caches=False`` while a
@@ -91,21 +86,18 @@ _VALIDATED_MAX = 256
 def plan(
     knobs: Knobs, *, process_wide: bool = False, source: str = "knobs", sources: Mapping[str, str] | None = None
 ) -> list[Change]:
-    """Validate ``knobs`` against the installed torch and return the changes to apply, in order.
-
-    Validation is cached per (``knobs`` object, arguments, torch version, ``is_big_gpu`` identity), except
-    for CUTLASS, which reads the file system.
+    """Validate ``knobs`` against the installed torch (cached per ``knobs`` object, arguments, torch version and
+    ``is_big_gpu``, but for CUTLASS, which reads files) and return the changes to apply, in order.
 
     Args:
         knobs (Knobs): what to change.
-        process_wide (bool): process-wide defaults (env activation) instead of overrides on the calling
-            thread (torch 2.12+) or the process (< 2.12).
+        process_wide (bool): process-wide defaults (env activation), not overrides for this thread (2.12+) or process.
         source (str): who asks, as attestations name it (``knobs``, ``env``, ``ik.compile``).
         sources (Mapping[str, str] | None): per config key, a more precise source (``mode:max-autotune``).
 
     Returns:
-        list[Change]: the config change, the gate change, the settings' changes, and the
-        :class:`~inductor_knobs.core.interception.AskChange` that enforces, salts and attests them in every compile.
+        list[Change]: the config, gate and settings' changes, and the ``AskChange`` that enforces, salts and attests
+        them in every compile (:mod:`inductor_knobs.core.interception`).
 
     Raises:
         UnsupportedTorchVersion: torch outside the supported range (strict mode).
@@ -156,12 +148,22 @@ def _validate(
 ) -> _Validated:
     """Every check of :func:`plan` that reads torch but changes nothing; raises as :func:`plan` documents."""
     values = config_values(knobs)
-    _check_release(knobs, values, version)
+    release = torch_compat.release_of(version)
+    for name, row in KNOBS.items():
+        if not row.on(release) and (getattr(knobs, name) is not None or CONFIG_KEYS.get(name) in values):
+            raise NotSupportedOnThisTorch(
+                f"{name} needs {row.releases()} (the releases that have it); the installed torch {version} does not. "
+                "Nothing was applied"
+            )
     for key, value in values.items():
         _check_key(patches, cfg, key, value, version)
-    warn_no_fallback = False
-    if knobs.gemm_backends is not None:
-        warn_no_fallback = _find_cutlass_for(patches, cfg, knobs.gemm_backends, values, version)
+    backends = knobs.gemm_backends
+    if backends is not None and "CUTLASS" in backends.split(","):
+        key = patches.cutlass_dir_key(release)
+        found, where = patches.cutlass_available(cfg, release, str(values[key]) if key in values else None)
+        if not found:  # set and attested like any key
+            values[key] = _cutlass_from_pip(patches, cfg, backends, key, where, key in values, version)
+    warn_no_fallback = backends is not None and "ATEN" not in backends.split(",")
     policy = knobs.on_mismatch or "raise"
     settings = tuple(
         (name, getattr(knobs, name))
@@ -169,7 +171,12 @@ def _validate(
         if isinstance(row.changes, ProcessSetting) and getattr(knobs, name) is not None
     )
     for key, value in settings:
-        _check_setting(patches, key, value, version)
+        setting = SETTINGS[key]
+        problem = setting.problem(patches, value)
+        if problem is not None and setting.missing_feature:
+            raise NotSupportedOnThisTorch(f"{key}={value!r} cannot be set on torch {version}: {problem}")
+        if problem is not None:
+            raise InvalidKnobValue(f"{key}={value!r} is invalid on torch {version}: {problem}")
     asked = by_slot(
         [
             *(Asked(INDUCTOR_CONFIG, k, v, sources.get(k, source), on_mismatch=policy) for k, v in values.items()),
@@ -211,30 +218,6 @@ def cache_salts(knobs: Knobs, values: Mapping[str, Any]) -> list[str]:
     return salts
 
 
-def _check_release(knobs: Knobs, values: Mapping[str, Any], version: str) -> None:
-    """Raise ``NotSupportedOnThisTorch`` for a knob set (by name or ``config=`` key) outside its row's releases."""
-    release = torch_compat.release_of(version)
-    for name, row in KNOBS.items():
-        if row.on(release):
-            continue
-        if getattr(knobs, name) is not None or CONFIG_KEYS.get(name) in values:
-            raise NotSupportedOnThisTorch(
-                f"{name} needs {row.releases()} (the releases that have it); the installed torch {version} does not. "
-                "Nothing was applied"
-            )
-
-
-def _check_setting(patches: TorchPatches, key: str, value: object, version: str) -> None:
-    """Raise unless this torch can set the process-global setting ``key`` to ``value`` (``changes.SETTINGS``)."""
-    setting = SETTINGS[key]
-    problem = setting.problem(patches, value)
-    if problem is None:
-        return
-    if setting.missing_feature:
-        raise NotSupportedOnThisTorch(f"{key}={value!r} cannot be set on torch {version}: {problem}")
-    raise InvalidKnobValue(f"{key}={value!r} is invalid on torch {version}: {problem}")
-
-
 def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, version: str) -> None:
     """Check a config value against the type the installed config declares for ``key`` (its value may be None)."""
     if key not in cfg._config:  # type: ignore[attr-defined]  # every release keeps its entries in _config
@@ -246,19 +229,6 @@ def _check_key(patches: TorchPatches, cfg: ModuleType, key: str, value: object, 
     raise InvalidKnobValue(
         f"{INDUCTOR_CONFIG}.{key}={value!r} is invalid on torch {version}: allowed {patches.describe_types(allowed)}"
     )
-
-
-def _find_cutlass_for(patches: TorchPatches, cfg: ModuleType, backends: str, values: dict[str, Any], version: str) -> bool:
-    """Return whether ATEN, the fallback, is left out; if CUTLASS is asked for and torch finds no checkout, add
-    its directory key with one generated from ``nvidia-cutlass`` to ``values``, to be set and attested like any key."""
-    names = backends.split(",")
-    if "CUTLASS" in names:
-        release = torch_compat.release_of(version)
-        key = patches.cutlass_dir_key(release)
-        found, where = patches.cutlass_available(cfg, release, str(values[key]) if key in values else None)
-        if not found:
-            values[key] = _cutlass_from_pip(patches, cfg, backends, key, where, key in values, version)
-    return "ATEN" not in names
 
 
 def _cutlass_from_pip(

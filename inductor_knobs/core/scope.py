@@ -65,7 +65,6 @@ class ScopedSlot(Generic[T]):
         self.scopes: tuple[Any, Any] = (_GlobalVar(default), contextvars.ContextVar(name, default=default))
 
     def get(self, thread_local: bool) -> T:
-        """The value in the scope of ``thread_local``."""
         return self.scopes[thread_local].get()  # type: ignore[no-any-return]
 
 
@@ -80,7 +79,7 @@ def current_owner() -> tuple[int, int | None]:
 
 
 def describe_owner(owner: tuple[int, int | None]) -> str:
-    """``thread MainThread, asyncio task 0x7f…`` for messages."""
+    """``owner`` (:func:`current_owner`) for messages: ``thread MainThread, asyncio task 0x7f…``."""
     names = {t.ident: t.name for t in threading.enumerate()}
     task = f", asyncio task {owner[1]:#x}" if owner[1] is not None else ""
     return f"thread {names.get(owner[0], owner[0])}{task}"

@@ -48,10 +48,7 @@ _DEFERRED = _Deferred()
 
 
 def _reverting_now() -> bool:
-    """Whether a revert runs on this thread: its frame is on the call stack.
-
-    A frame, not a counter, which an interrupt could leave raised, holding every later warning back.
-    """
+    """Whether a revert runs on this thread: its frame is on the stack (a counter could be left raised by an interrupt)."""
     outer = _DEFERRED.outer
     if outer is None:
         return False
@@ -64,10 +61,8 @@ def _reverting_now() -> bool:
 
 
 def warn_after_restore(message: str, category: type[Warning]) -> None:
-    """Warn now, or once the revert running on this thread has put everything back.
-
-    Undos call this instead of ``warnings.warn``: under ``-W error`` a warning raised mid-revert would stop it.
-    """
+    """Warn now, or once the revert running on this thread has put everything back (under ``-W error`` a warning
+    raised mid-revert would stop it)."""
     if _reverting_now():
         _DEFERRED.pending.append((message, category))
     else:
@@ -75,10 +70,8 @@ def warn_after_restore(message: str, category: type[Warning]) -> None:
 
 
 def reverting(revert: Callable[[], None], stacklevel: int) -> None:
-    """Run ``revert`` holding its undos' warnings back; the outermost issues them after, ``stacklevel`` frames up.
-
-    When ``revert`` raises, a warning raised as an error does not replace the exception in flight.
-    """
+    """Run ``revert`` holding its undos' warnings back; the outermost issues them after, ``stacklevel`` frames up,
+    and when ``revert`` raised, a warning raised as an error does not replace that exception."""
     nested = _reverting_now()
     failed = True
     try:
@@ -120,11 +113,8 @@ class Change:
 
 
 def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Undo]:
-    """Run ``steps`` in order onto ``undos``; on any failure (``KeyboardInterrupt`` too) undo them and re-raise.
-
-    ``undos`` may be the caller's own list, so an interrupt between two lines here leaves every undo on it.
-    Returns ``undos``, for :func:`revert_all`.
-    """
+    """Run ``steps`` onto ``undos`` (the caller's own list, so an interrupt here leaves every undo on it) and return it;
+    on any failure (``KeyboardInterrupt`` too) undo them and re-raise."""
     undos = [] if undos is None else undos
     try:
         push = undos.append
@@ -140,12 +130,8 @@ def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Un
 
 
 def revert_all(undos: list[Undo]) -> None:
-    """Pop and run every undo, last first, each popped after it ran; their warnings come after all ran.
-
-    Raises:
-        RevertError: one or more undos failed (all others ran).
-        KeyboardInterrupt, SystemExit: re-raised after every undo was attempted.
-    """
+    """Pop and run every undo, last first, each popped after it ran; then issue their warnings, then raise the
+    first ``KeyboardInterrupt``/``SystemExit``, else one ``RevertError`` for the undos that failed."""
     reverting(lambda: _revert_each(undos), stacklevel=2)
 
 
