@@ -1,9 +1,8 @@
 """The SM-gate override: a wrapt wrapper around ``torch._inductor.utils.is_big_gpu`` (torch 2.4+).
 
-The wrapper is a :class:`~inductor_knobs.core.patching.SharedPatch`, installed while any override is active,
-and every module global bound to the function by name is rebound both ways.  At call time it answers for
-the innermost live override of this thread/task (2.12+) or process (< 2.12), else the process-wide default
-(env activation), else calls torch's original (with its ``functools.cache``).
+A :class:`~inductor_knobs.core.patching.SharedPatch`, installed while any override is active (module globals
+bound to the function are rebound too).  It answers for the innermost live override of this thread/task (2.12+)
+or process, else the process-wide default (env activation), else calls torch's original (with its cache).
 """
 
 from __future__ import annotations

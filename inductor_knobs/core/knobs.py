@@ -1,10 +1,8 @@
 """``Knobs``: the frozen, validated description of what to change in Inductor.
 
-Owns the knob table (:data:`KNOBS`), each knob's check and ``INDUCTOR_KNOBS_*`` parsing, and what makes
-two knobs equal (:meth:`Knobs.identity`) or layered (:meth:`Knobs.merged`).  Everything here is checked
-without importing ``torch._inductor``; :func:`inductor_knobs.core.plan.plan` checks the rest against the
-live config.  ``None`` always means "leave torch's value alone".  GEMM backend names per release come from
-``patches/gemm_backends.py``, release ranges from ``patches/features.py``.
+Owns the knob table (:data:`KNOBS`): each knob's check (without importing ``torch._inductor``; ``plan``
+checks the rest), its ``INDUCTOR_KNOBS_*`` parsing, its cache rule, and equality and layering of ``Knobs``.
+``None`` means "leave torch's value alone".  GEMM backend names per release: ``patches/gemm_backends.py``.
 """
 
 from __future__ import annotations
@@ -78,15 +76,16 @@ check_on_mismatch = _checker(
 )
 
 
+def _names(value: Iterable[Any], name: Callable[[Any], object] = str) -> list[str]:
+    """Upper-case names from a comma-separated string or an iterable, deduplicated, blanks dropped."""
+    items = value.split(",") if isinstance(value, str) else value
+    return list(dict.fromkeys(n for n in (str(name(i)).strip().upper() for i in items) if n))
+
+
 def check_backends(label: str, value: object) -> str:
-    names: list[str]
-    if isinstance(value, str):
-        names = [n.strip().upper() for n in value.split(",")]
-    elif isinstance(value, Iterable):
-        names = [str(n).strip().upper() for n in value]
-    else:
+    if not isinstance(value, Iterable):
         raise fail(label, value, "a comma-separated string or a list of backend names")
-    names = list(dict.fromkeys(n for n in names if n))
+    names = _names(value)
     from .torch_compat import release_of, select
 
     version = torch_version()
@@ -99,14 +98,7 @@ def check_backends(label: str, value: object) -> str:
 
 def check_sdpa_backends(label: str, value: object) -> str:
     """SDPA backend names in priority order (``SDPBackend`` members or their names, any case), comma-joined."""
-    if isinstance(value, str):
-        items: list[object] = list(value.split(","))
-    elif isinstance(value, Iterable):
-        items = list(value)
-    else:
-        items = [value]
-    names = [str(getattr(i, "name", i)).strip().upper() for i in items]
-    names = list(dict.fromkeys(n for n in names if n))
+    names = _names(value if isinstance(value, Iterable) else [value], lambda i: getattr(i, "name", i))
     if not names or any(n not in SDPA_BACKENDS for n in names):
         raise fail(label, value, f"a non-empty list of {', '.join(SDPA_BACKENDS)} (in priority order)")
     return ",".join(names)

@@ -1,11 +1,8 @@
 """The one undo mechanism: every change to torch is a :data:`Step` that registers its :data:`Undo`.
 
-A step pushes its undo *before* it changes anything; :func:`apply_all` runs steps onto one undo list and
-unwinds it on any failure; :func:`revert_all` undoes it, last first.  Blocks and shared patches alike use them.
-
-Interrupt safety (a ``KeyboardInterrupt`` may arrive at any line): an undo is on the list before its change
-starts, and every undo is idempotent and safe on a change that stopped part-way (it puts back only what it
-captured), so running the list puts torch back exactly, and an interrupted revert can simply run again.
+Interrupt safety (a ``KeyboardInterrupt`` may arrive at any line): a step pushes its undo before it changes
+anything, and every undo is idempotent and safe on a change that stopped part-way (it puts back only what it
+captured), so running the list (:func:`revert_all`) puts torch back exactly, and can simply run again.
 """
 
 from __future__ import annotations
