@@ -1,16 +1,8 @@
-"""The SM-gate override: a wrapt wrapper around ``torch._inductor.utils.is_big_gpu``.
+"""The SM-gate override: a wrapt wrapper around ``torch._inductor.utils.is_big_gpu`` (torch 2.4+).
 
-The wrapper is a :class:`~inductor_knobs.core.patching.SharedPatch`: installed while at least one
-override is active anywhere in the process, the original function object put back by identity
-when the last one ends, and every module global bound to it by name (``from
-torch._inductor.utils import is_big_gpu``) rebound both ways.  Which ``min_sms`` applies is read
-at call time:
-
-- from a slot scoped like Inductor config (per thread/task on 2.12+, per process before): the
-  innermost override of a block still alive (a child task or copied context keeps the overrides
-  of its parent's blocks, which stop acting when those blocks exit);
-- else from the process-wide default set by env activation, if any;
-- else the wrapper calls torch's original (with its cache).
+A :class:`~inductor_knobs.core.patching.SharedPatch`, installed while any override is active (module globals
+bound to the function are rebound too).  It answers for the innermost live override of this thread/task (2.12+)
+or process, else the process-wide default (env activation), else calls torch's original (with its cache).
 """
 
 from __future__ import annotations
@@ -30,8 +22,8 @@ from .undo import Change
 log = logging.getLogger(__name__)
 
 GATE_MODULE = "torch._inductor.utils"
-_NOT_SET = object()
 GATE_NAME = "is_big_gpu"
+_NOT_SET = object()
 
 
 @dataclass(frozen=True)
@@ -44,14 +36,8 @@ class Override:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the gate answers for one device under an override.
-
-    Attributes:
-        device: ``"cuda:0"``.
-        sms: the SM count the gate read (what Inductor sees, emulation included).
-        min_sms: the override's threshold, or None when torch's own rule decided (ROCm/XPU).
-        verdict: the gate's answer.
-    """
+    """The gate's answer for ``device`` (``"cuda:0"``): the SM count read (emulation included) and the threshold,
+    both None when torch's own rule decided (ROCm/XPU)."""
 
     device: str
     sms: int | None
@@ -78,9 +64,7 @@ class _GateState:
 _STATE = _GateState()
 
 
-# One step object for the process: it keeps the wrapper it made, so installing again (every block)
-# reuses it while torch's original is the same object.
-@functools.cache
+@functools.cache  # one step for the process: it reuses its wrapper while torch's original is the same object
 def _steps() -> tuple[Any, ...]:
     return (wrap_attribute(f"{GATE_MODULE}:{GATE_NAME}", _gate, sweep=True, on_install=_STATE.on_install),)
 
@@ -89,10 +73,7 @@ GATE_PATCH = SharedPatch(f"{GATE_MODULE}.{GATE_NAME} wrapper", _steps)
 
 
 def current_override() -> Override | None:
-    """The override that applies on this thread/task now, or None (torch's own gate).
-
-    The innermost override of a block still alive, else the process default (env activation).
-    """
+    """The innermost live override of this thread/task, else the process default (env activation), else None."""
     if _STATE.patches is not None:
         for life, override in reversed(_STATE.scoped.scopes[_STATE.patches.config_is_thread_local].get()):
             if life.alive:
@@ -116,11 +97,7 @@ def installed_wrapper() -> Any:
 
 
 def verdict(device: Any, override: Override) -> Verdict:
-    """What the wrapper answers for ``device`` (an int index or ``torch.device``) under ``override``.
-
-    Reads the SM count exactly as the wrapper does; never touches torch's cache.  Only valid
-    while the wrapper is installed (it needs the patch module it was installed with).
-    """
+    """What the installed wrapper answers for ``device`` (an index or ``torch.device``); bypasses torch's cache."""
     patches = _STATE.patches
     if patches is None:
         raise RuntimeError("the is_big_gpu wrapper is not installed")
@@ -146,12 +123,9 @@ def _gate(wrapped: Callable[..., bool], instance: object, args: tuple[Any, ...],
 
 
 class GateChange(Change, Lived):
-    """Undo record: make ``min_sms`` the gate for this thread (2.12+) or process (< 2.12).
+    """Undo record: the override for this thread (2.12+) or process (< 2.12) while its life lasts, or the default.
 
-    ``process_wide`` sets the default every thread sees (env activation); otherwise the override
-    acts while the record's life (its block's: :class:`~inductor_knobs.core.scope.Lived`) lasts.
-    Apply clears ``is_big_gpu``'s cache before and revert clears it after, so no verdict
-    computed under one gate survives into another.
+    Apply and revert clear ``is_big_gpu``'s cache, so no verdict made under one gate survives into another.
     """
 
     __slots__ = ("_prior_default", "_token", "life", "override", "own_life", "patches", "process_wide")
@@ -163,10 +137,6 @@ class GateChange(Change, Lived):
         self._token: Any = None
         self._prior_default: object = _NOT_SET
         self.life = self.own_life = Life()
-
-    @property
-    def description(self) -> str:  # built when read (messages only), not at every plan
-        return f"{GATE_MODULE}.{GATE_NAME}: open at >= {self.override.min_sms} SMs"
 
     def apply(self) -> None:
         _STATE.patches = self.patches  # the step imports torch._inductor.utils if needed
@@ -183,7 +153,6 @@ class GateChange(Change, Lived):
             scope.set((*below, (self.life, self.override)))
 
     def revert(self) -> None:
-        """Idempotent: a revert interrupted part-way can run again."""
         try:
             self.own_life.end()  # first: no context that copied the override acts on it from here on
             if self.process_wide:

@@ -1,23 +1,8 @@
 """The one undo mechanism: every change to torch is a :data:`Step` that registers its :data:`Undo`.
 
-A step is called with ``push``; it pushes the undo *before* it changes anything, then makes the
-change.  :func:`apply_all` runs steps in order onto one undo list and, if one fails (a
-``KeyboardInterrupt`` too), runs the undos pushed so far before re-raising; :func:`revert_all` is
-the one loop that undoes, last first: every undo runs even when one fails, then one
-:class:`~inductor_knobs.errors.RevertError` lists the failures.  A block's config keys, its gate,
-its interception, its cache salt, its settings and an emulation's getters are steps on the block's
-list; the process-wide patches the blocks share (:class:`~inductor_knobs.core.patching.SharedPatch`:
-the gate wrapper, the compile interception, the observers' hooks, the emulator's getters) keep
-their install steps' undos on a list of their own, with the same two functions.
-
-Interrupt safety (a ``KeyboardInterrupt`` may arrive at any line): an undo is on the list before
-its change starts, and every undo is idempotent and safe on a change that stopped part-way (it
-captures what it found first, and puts back only what it captured).  So whatever line an
-interrupt hits, running the list puts torch back exactly, and a revert that was itself
-interrupted can simply run again.
-
-:class:`Change` is the step of a change that keeps state (what it found): ``apply`` and ``revert``
-methods, and ``__call__(push)`` pushes ``revert`` then applies.
+Interrupt safety (a ``KeyboardInterrupt`` may arrive at any line): a step pushes its undo before it changes
+anything, and every undo is idempotent and safe on a change that stopped part-way (it puts back only what it
+captured), so running the list (:func:`revert_all`) puts torch back exactly, and can simply run again.
 """
 
 from __future__ import annotations
@@ -33,34 +18,17 @@ from ..errors import ExternalChangeWarning, RevertError
 
 #: Undoes one step; safe to call whether or not the step got as far as changing anything, and again.
 Undo = Callable[[], None]
-#: One change: registers its undo through the callback *before* it changes anything, so an interrupt
-#: at any line of the step leaves an undo that puts back whatever part happened.
+#: One change: registers its undo through the callback *before* it changes anything.
 Step = Callable[[Callable[[Undo], None]], None]
 #: The second item of every ``with`` that holds a lock on an undo path: ``with lock, SAFE_EXIT:``.
-#:
-#: Why: on CPython 3.11-3.13 a ``with lock:`` statement emits one more line event, for its own line, after
-#: the body and just before it calls ``lock.__exit__``, and that instruction lies outside the statement's
-#: exception range.  An exception raised at that event (by a ``sys.settrace`` function: the model of the
-#: interrupt tests, which raise ``KeyboardInterrupt`` at every line) skips ``__exit__``: the lock stays held
-#: for good, and a retried exit (:func:`revert_all` runs an interrupted undo again) then blocks on a
-#: ``Lock`` forever, or every other thread does on an ``RLock``.  With a second item the two exits share
-#: that line, so its one line event comes before the inner item's exit, which lies inside the lock's
-#: exception range: the lock's own ``__exit__`` runs for whatever is raised there.
-#:
-#: An interrupt from a signal is raised only where CPython checks for pending calls (a function's entry,
-#: a backward jump, the end of a call): ``with`` acquires a C lock in one instruction (``BEFORE_WITH``)
-#: whose exception range starts right after it, and releases it in one call, so a ``with`` on a C lock
-#: cannot be split from its release there, with or without this item.  A flag set at the end of the body
-#: and released by a handler instead would release twice after a signal at the end of the ``__exit__``
-#: call; a re-entrant lock would let only the leaking thread through.  A ``nullcontext`` has no state:
-#: one instance serves every thread and nesting.
-#:
-#: The body holds no ``try`` statement of its own (call a function that has it): on 3.11 the line event of a
-#: ``try:`` line, and of a ``try``/``finally`` that ends the body, fires at a ``NOP`` that lies outside every
-#: exception range, so nothing in the frame, ``__exit__`` included, runs for an exception raised there.
+#: On CPython 3.11-3.13 ``with lock:`` emits a line event for its own line after the body, at an instruction
+#: outside the statement's exception range: an exception raised there (by a ``sys.settrace`` function, as the
+#: interrupt tests do) skips ``lock.__exit__`` and leaves the lock held for good.  With a second item that
+#: event comes before the inner exit, inside the lock's exception range.  (A signal's interrupt cannot split
+#: a ``with`` on a C lock from its release.)  The body holds no ``try`` of its own: on 3.11 the line event of
+#: a ``try:`` line fires at a ``NOP`` outside every exception range.  A ``nullcontext`` is stateless: one serves all.
 SAFE_EXIT = contextlib.nullcontext()
-#: How many times an undo interrupted by a ``KeyboardInterrupt`` is run again (a tuple to iterate: no
-#: ``range`` object is built for every undo of every block).
+#: How many times an undo interrupted by a ``KeyboardInterrupt`` is run (a tuple: no ``range`` built per undo).
 TRIES = (1, 2, 3)
 
 
@@ -77,12 +45,7 @@ _DEFERRED = _Deferred()
 
 
 def _reverting_now() -> bool:
-    """Whether a revert runs on this thread: its frame is still on the call stack.
-
-    A frame, not a counter: an interrupt that lands before a revert put its marker back leaves a
-    frame that has returned, which the next revert sees as gone (a counter would stay raised and hold
-    every later warning back).
-    """
+    """Whether a revert runs on this thread: its frame is on the stack (a counter could be left raised by an interrupt)."""
     outer = _DEFERRED.outer
     if outer is None:
         return False
@@ -95,11 +58,8 @@ def _reverting_now() -> bool:
 
 
 def warn_after_restore(message: str, category: type[Warning]) -> None:
-    """Warn now, or, while a revert runs on this thread, once it has put everything back.
-
-    Undos call this instead of ``warnings.warn``: under ``-W error`` (pytest's ``filterwarnings =
-    error``) a warning is an exception, and one raised in the middle of a revert would stop it.
-    """
+    """Warn now, or once the revert running on this thread has put everything back (under ``-W error`` a warning
+    raised mid-revert would stop it)."""
     if _reverting_now():
         _DEFERRED.pending.append((message, category))
     else:
@@ -107,11 +67,8 @@ def warn_after_restore(message: str, category: type[Warning]) -> None:
 
 
 def reverting(revert: Callable[[], None], stacklevel: int) -> None:
-    """Run ``revert`` with the warnings of its undos held back; the outermost revert issues them after it.
-
-    Each warning points ``stacklevel`` frames above this function.  When ``revert`` raises, the
-    warnings are still issued, but one raised as an error does not replace the exception in flight.
-    """
+    """Run ``revert`` holding its undos' warnings back; the outermost issues them after, ``stacklevel`` frames up,
+    and when ``revert`` raised, a warning raised as an error does not replace that exception."""
     nested = _reverting_now()
     failed = True
     try:
@@ -137,8 +94,7 @@ def _issue_pending(stacklevel: int, *, quiet: bool) -> None:
 
 
 class Change:
-    """A step that keeps state: ``apply`` raises if the change could not be made (and leaves nothing);
-    ``revert`` is idempotent.  Calling it with ``push`` pushes ``revert``, then applies."""
+    """A step that keeps state: called with ``push``, it pushes its idempotent ``revert``, then applies."""
 
     __slots__ = ()
 
@@ -154,16 +110,8 @@ class Change:
 
 
 def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Undo]:
-    """Run ``steps`` in order onto ``undos``; on any failure (``KeyboardInterrupt`` too) undo them and re-raise.
-
-    Args:
-        steps: the changes, in apply order.
-        undos: the list the steps push onto (a block's frame passes its own, so an interrupt
-            between two lines of this function still leaves every touched change's undo on it).
-
-    Returns:
-        ``undos``, last to undo at the end (pass it to :func:`revert_all`).
-    """
+    """Run ``steps`` onto ``undos`` (the caller's own list, so an interrupt here leaves every undo on it) and return it;
+    on any failure (``KeyboardInterrupt`` too) undo them and re-raise."""
     undos = [] if undos is None else undos
     try:
         push = undos.append
@@ -179,17 +127,8 @@ def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Un
 
 
 def revert_all(undos: list[Undo]) -> None:
-    """Pop and run every undo, last first; all run even if some fail (``BaseException`` too).
-
-    An undo is popped only after it ran, so an interrupted call can run again and carry on where it
-    stopped (undos are idempotent).
-
-    Warnings of the undos (:func:`warn_after_restore`) are issued after every undo ran.
-
-    Raises:
-        RevertError: one or more undos failed (all others ran).
-        KeyboardInterrupt, SystemExit: re-raised after every undo was attempted.
-    """
+    """Pop and run every undo, last first, each popped after it ran; then issue their warnings, then raise the
+    first ``KeyboardInterrupt``/``SystemExit``, else one ``RevertError`` for the undos that failed."""
     reverting(lambda: _revert_each(undos), stacklevel=2)
 
 
