@@ -1,27 +1,14 @@
 """``ik.compile``: ``torch.compile`` whose knobs are active during every compilation of it, and only then.
 
-A ``with ik.knobs(...)`` block around the first call does not cover the recompile at request
-10,000.  ``ik.compile`` instead hands Dynamo a backend that enters the knobs around Inductor's
-compile entry (``torch._inductor.compile_fx.compile_fx``), and hands the ``mode``/``options``
-keys to it as ``config_patches``, exactly as ``torch.compile`` does
-(``torch/__init__.py`` ``_TorchCompileInductorWrapper.__call__``, 2.4-2.15).  So the precedence is
-torch.compile's plus the knobs: **knob > env (INDUCTOR_KNOBS_*) > options > mode > default**; the
-compile interception gives every asked value (a block's, env activation's, these knobs') precedence
-over ``config_patches`` and records the mode/options value that lost (``overrode``).
-
-The compile interception (:mod:`inductor_knobs.core.interception`) carries the knobs into every graph of a compile,
-including a backward that AOTAutograd compiles lazily after the backend returned, and attests
-what each graph compiled with.  So the knobs hold on the compiling thread for the first
-compile, every recompile and the backward, and nowhere else; on torch 2.12+ that is literally
-per thread (Inductor config is thread-local there), before 2.12 the process-global rules of
-:class:`~inductor_knobs.core.blocks.KnobsContext` apply while a compilation runs.
-
-Each ``ik.compile`` call makes its own backend object, and Dynamo guards each cache entry on the
-backend that built it, so two models compiled with different knobs keep their own settings.
+Dynamo gets a :class:`KnobsBackend` that enters the knobs around ``compile_fx`` (recompiles and a lazy backward
+included) and passes the mode's and options' keys as ``config_patches`` as ``torch.compile`` does
+(``torch/__init__.py:_TorchCompileInductorWrapper.__call__``, 2.4–2.15): knob > env > options > mode > default.
+Dynamo guards each cache entry on its backend object, so results compiled with other knobs keep theirs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -32,25 +19,23 @@ from typing import Any
 
 from ..errors import InvalidKnobValue, UnknownKnob, torch_version, unknown_message
 from . import torch_compat
-from .attestation import INDUCTOR_CONFIG, AttestedSetting, CompileAttestation
+from .attestation import INDUCTOR_CONFIG, AttestedSetting, CompileAttestation, diagnose
 from .blocks import KnobsContext
 from .knobs import Knobs, config_key
 from .plan import config_values, plan
 from .recorder import Subscription
 
-#: torch.compile arguments that ik.compile supplies itself.
 _OWN_ARGUMENTS = ("model", "backend", "mode", "options")
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One Inductor setting of a compiled callable: its value and who asked for it.
+    """One Inductor setting of a compiled callable.
 
     Attributes:
-        key: the Inductor config key (``max_autotune``, ``triton.cudagraphs``) or ``is_big_gpu``
-            for the SM gate override.
-        value: what it is set to during compilation.
-        source: ``mode:<name>``, ``options`` or ``knobs``.
+        key (str): an Inductor config key (``triton.cudagraphs``), or ``is_big_gpu`` for the SM gate override.
+        value (Any): what it is set to during compilation.
+        source (str): ``mode:<name>``, ``options`` or ``knobs``.
     """
 
     key: str
@@ -63,15 +48,9 @@ class KnobsReport:
     """The merged settings of an ``ik.compile`` result (knobs > options > mode), and what compiled.
 
     Attributes:
-        settings: each merged setting and its source (``knobs``, ``options``, ``mode:<name>``): what
-            this ``ik.compile`` asked for.  Where something with precedence (a ``with ik.knobs``
-            block, ``INDUCTOR_KNOBS_*``) set a key differently, ``attestations`` say so: the
-            setting's ``source`` names the winner and ``overrode`` the mode/options value that lost.
-        knobs: the merged :class:`Knobs` (the user's knobs plus the mode's and options' keys).
-        attestations: one :class:`~inductor_knobs.core.attestation.CompileAttestation` per graph
-            Inductor compiled so far (forward, backward, each recompile), read inside the compile:
-            what the interception attests (every asked value), plus each key of ``settings`` it
-            did not attest, read inside the same graph's compile.
+        settings (tuple[Setting, ...]): what this ``ik.compile`` asked for, each with its source.
+        knobs (Knobs): the user's knobs plus the mode's and options' keys.
+        attestations (list[CompileAttestation]): one per graph compiled so far, read inside the compile.
     """
 
     settings: tuple[Setting, ...]
@@ -110,31 +89,19 @@ class KnobsReport:
 
 
 class KnobsBackend:
-    """A Dynamo backend: Inductor's ``compile_fx`` with ``knobs`` entered around it.
-
-    Also usable directly: ``torch.compile(model, backend=KnobsBackend(ik.Knobs(...)))``.
-    Relies on ``compile_fx(model, example_inputs, inner_compile=..., config_patches=...)`` (same
-    parameters in torch 2.4–2.15, ``_inductor/compile_fx.py``: 2.4 :1254, 2.13 :2685, 2.15 :3128),
-    which applies ``config_patches`` with ``config.patch`` around the compile and around every
-    ``inner_compile`` call (a lazily compiled backward included), as for ``torch.compile``'s mode.
+    """A Dynamo backend: ``compile_fx(gm, inputs, inner_compile=..., config_patches=...)`` with ``knobs`` entered
+    around it (``_inductor/compile_fx.py``: 2.4 :1254, 2.13 :2685, 2.15 :3128).
 
     Args:
-        knobs (Knobs): the user's knobs, entered around every compile as asked values (rank "knob").
-        report (KnobsReport | None): the report to fill (``ik.compile`` builds one); None: built from
-            ``knobs`` and ``config_patches`` (their source: ``options``).
-        config_patches (Mapping[str, Any] | None): Inductor config keys handed to ``compile_fx`` as
-            ``config_patches`` (``ik.compile``: the mode's and the options' keys).  Every asked value
-            wins over them: ``knobs``, an enclosing ``with ik.knobs(...)``, ``INDUCTOR_KNOBS_*``.
+        knobs (Knobs): entered around every compile as asked values.
+        report (KnobsReport | None): the report to fill; None: built from ``knobs`` and ``config_patches``.
+        config_patches (Mapping[str, Any] | None): Inductor config keys for ``compile_fx``; asked values win.
 
     Attributes:
-        knobs (Knobs): everything this backend compiles with as one value (``knobs`` plus the
-            ``config_patches`` keys they do not set); what ``ik.serving.save_compile_cache`` records.
-        own_knobs (Knobs): ``knobs`` as given: the only values entered.
+        knobs (Knobs): ``knobs`` plus the ``config_patches`` keys they do not set; ``own_knobs``: as given.
         config_patches (dict[str, Any]): as given, keys spelled as torch does.
-        recipe (dict[str, Any] | None): the arguments ``ik.compile`` was called with besides the model
-            (``mode``, ``options``, ``torch_compile``: the ``torch.compile`` keywords), so that
-            ``ik.serving.save_serving_bundle`` can compile the same way in another process; None for a
-            backend made directly.
+        recipe (dict[str, Any] | None): ``ik.compile``'s ``mode``, ``options`` and ``torch_compile`` keywords
+            (for ``ik.serving.save_serving_bundle``); None for a backend made directly.
     """
 
     recipe: dict[str, Any] | None = None
@@ -149,19 +116,14 @@ class KnobsBackend:
         self.own_knobs = knobs
         self.report = report or KnobsReport(_settings(self.knobs, own, {k: "options" for k in patched}), self.knobs)
         self.context = KnobsContext(knobs, source="ik.compile")
-        #: Per thread: what :meth:`_reading` read inside each graph compile, for :meth:`on_attestation`.
-        self._reads = threading.local()
+        self._reads = threading.local()  # what _reading read inside this thread's graph compile
 
     def __repr__(self) -> str:
         return f"KnobsBackend({self.context!r}, config_patches={self.config_patches!r})"
 
     def __deepcopy__(self, memo: dict[int, Any]) -> KnobsBackend:
-        """The backend itself: one per ``ik.compile`` result, shared by every copy of the model.
-
-        torch 2.4's Dynamo deep-copies a called module to fake tensors
-        (``torch/_dynamo/utils.py:deepcopy_to_fake_tensor``), which reaches this backend through the
-        ``ik.compile`` result's attributes; a copy would fail on its ``threading.local``.
-        """
+        """The backend itself: torch 2.4's ``torch/_dynamo/utils.py:deepcopy_to_fake_tensor`` reaches it through
+        the result's attributes, and a copy would fail on its ``threading.local``."""
         return self
 
     def __call__(self, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
@@ -174,23 +136,14 @@ class KnobsBackend:
         if self.config_patches:
             kwargs["config_patches"] = {**self.config_patches, **(kwargs.get("config_patches") or {})}
         self._reads.__dict__.pop("values", None)  # nothing left over from a compile that failed
-        # compile_fx is looked up when called: entering the blocks installs the interception over it
-        if self.context.active:  # re-entered on this thread: the knobs already hold
+        # compile_fx is looked up when called: entering the block installs the interception over it
+        if self.context.active:  # re-entered on this thread
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
         with Subscription(self, hooks=False), self.context:
             return compile_fx_module.compile_fx(gm, example_inputs, **kwargs)
 
-    def _unattested(self, attestation: CompileAttestation) -> list[Setting]:
-        attested = {s.key for s in attestation.settings}
-        return [s for s in self.report.settings if s.key not in attested and s.key != "is_big_gpu"]
-
     def _reading(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """``inner`` (``compile_fx_inner``) that first reads every key of the report.
-
-        Torch calls it inside ``config.patch(config_patches)`` and inside the interception's
-        attesting wrapper, so it reads what Inductor compiles this graph with; the interception
-        delivers the graph's attestation after it returns, on this thread (:meth:`on_attestation`).
-        """
+        """``inner`` (``compile_fx_inner``) that first reads the report's keys, as Inductor compiles this graph."""
         keys = [s.key for s in self.report.settings if s.key != "is_big_gpu"]
 
         def inner_compile(*args: Any, **kwargs: Any) -> Any:
@@ -200,50 +153,40 @@ class KnobsBackend:
         return inner_compile
 
     def on_attestation(self, attestation: CompileAttestation) -> None:
-        """Compile-event channel: the interception's attestation of a graph, completed with the report's other keys.
-
-        The keys the interception did not attest (the mode's and options' keys that nobody asked
-        for) are taken from what :meth:`_reading` read inside the same graph's compile; for a
-        compile that AOTAutograd's cache served whole (no inner compile ran) they are read under
-        ``config_patches`` as torch applied them to compute the cache key.
-        """
-        missing = self._unattested(attestation)
+        """Compile-event channel: a graph's attestation, completed with the report's unattested keys as
+        :meth:`_reading` read them (or, for an AOTAutograd cache hit, read under ``config_patches``)."""
+        attested = {s.key for s in attestation.settings}
+        missing = [s for s in self.report.settings if s.key not in attested and s.key != "is_big_gpu"]
         if missing:
             reads: dict[str, Any] | None = self._reads.__dict__.pop("values", None)
-            if reads is None:
-                reads = self._read_patched([s.key for s in missing])
+            if reads is None:  # an AOTAutograd cache hit: read under config_patches written raw, restored exactly
+                keys = [s.key for s in missing]
+                cfg = importlib.import_module(INDUCTOR_CONFIG)
+                patched = {k: v for k, v in self.config_patches.items() if k in keys}
+                revert = torch_compat.installed(strict=False).write_overrides(cfg, patched)
+                try:
+                    reads = _read(keys)
+                finally:
+                    revert()
             extra = tuple(_attested(s, reads[s.key]) for s in missing)
             attestation = dataclasses.replace(attestation, settings=(*attestation.settings, *extra))
         self.report.on_attestation(attestation)
 
-    def _read_patched(self, keys: list[str]) -> dict[str, Any]:
-        """``keys`` read under ``config_patches`` written raw (restored exactly after: no pinned values)."""
-        patches = torch_compat.installed(strict=False)
-        cfg = importlib.import_module(INDUCTOR_CONFIG)
-        revert = patches.write_overrides(cfg, {k: v for k, v in self.config_patches.items() if k in keys})
-        try:
-            return _read(keys)
-        finally:
-            revert()
-
 
 def _read(keys: list[str]) -> dict[str, Any]:
-    """What Inductor reads for ``keys`` now (reads that leave no pinned override behind)."""
+    """What Inductor reads for ``keys`` now."""
     patches = torch_compat.installed(strict=False)
     cfg = importlib.import_module(INDUCTOR_CONFIG)
     return {key: patches.read_value(cfg, key) for key in keys}
 
 
 def _attested(setting: Setting, seen: Any) -> AttestedSetting:
-    """``setting`` as read inside a compile; the cause when it did not hold (the report's own record: nothing raises)."""
-    from .attestation import diagnose
-
+    """``setting`` as read inside a compile, with the cause when it did not hold (nothing raises)."""
     same = (type(seen) is type(setting.value) and seen == setting.value) or (
         isinstance(seen, (int, float)) and not isinstance(seen, bool) and seen == setting.value
     )
-    cause = None
-    if not same:
-        cause = diagnose(torch_compat.installed(strict=False), importlib.import_module(INDUCTOR_CONFIG), setting.key)
+    cfg = importlib.import_module(INDUCTOR_CONFIG)
+    cause = None if same else diagnose(torch_compat.installed(strict=False), cfg, setting.key)
     return AttestedSetting(setting.key, setting.value, seen, setting.source, None, cause)
 
 
@@ -258,29 +201,21 @@ def compile(
     """``torch.compile`` with knobs that follow every compilation of the result.
 
     Args:
-        model: an ``nn.Module`` or function, as for ``torch.compile``.
-        knobs: a :class:`~inductor_knobs.core.knobs.Knobs` (e.g. ``ik.Knobs(min_sms=40,
-            max_autotune_gemm=True)``); None: only ``mode``/``options``.
-        mode: a ``torch.compile`` mode (``"max-autotune"`` …), expanded with the installed torch's
-            own table (``torch._inductor.list_mode_options(mode, dynamic)``).  Unlike
-            ``torch.compile``, ``mode`` and ``options`` may be given together.
-        options: Inductor config keys and values (``-`` in keys reads as ``_``, as in torch); they
-            win over the mode's, and ``knobs`` win over both.  The mode's and options' keys reach
-            Inductor as ``compile_fx``'s ``config_patches`` (as in ``torch.compile``), so an enclosing
-            ``with ik.knobs(...)`` block and ``INDUCTOR_KNOBS_*`` win over them too: knob > env >
-            options > mode > default.
-        **torch_compile_kwargs: ``fullgraph``, ``dynamic``, ``disable`` … passed to ``torch.compile``.
+        model (nn.Module | Callable): as for ``torch.compile``.
+        knobs (Knobs | None): e.g. ``ik.Knobs(min_sms=40)``; None: only ``mode``/``options``.
+        mode (str | None): a ``torch.compile`` mode, expanded by ``torch._inductor.list_mode_options(mode,
+            dynamic)``; may be given with ``options``.
+        options (Mapping[str, Any] | None): Inductor config keys (``-`` reads as ``_``); they win over the
+            mode's, and knobs, blocks and ``INDUCTOR_KNOBS_*`` win over both.
+        **torch_compile_kwargs: ``fullgraph``, ``dynamic``, ``disable`` … for ``torch.compile``.
 
     Returns:
-        What ``torch.compile`` returns (an ``OptimizedModule`` or a function), with a
-        ``knobs_report()`` method showing each merged setting and its source; also readable
-        for any result via :func:`knobs_report`.
+        What ``torch.compile`` returns, with a ``knobs_report()`` method (:func:`knobs_report`).
 
     Raises:
         UnknownKnob: an unknown mode, options key or ``torch.compile`` argument.
-        InvalidKnobValue: ``backend=`` given (ik.compile supplies it), or a bad value.
-        UnsupportedTorchVersion, PatchTargetChanged: as for ``ik.knobs``.  All checks run now,
-        before anything is compiled or changed.
+        InvalidKnobValue: ``backend=`` given, or a bad value.
+        UnsupportedTorchVersion, PatchTargetChanged: as for ``ik.knobs``; all checks run before compiling.
     """
     import torch
 
@@ -297,43 +232,26 @@ def compile(
         raise InvalidKnobValue(
             f"ik.compile(knobs={knobs!r}) is invalid on torch {torch.__version__}: allowed an ik.Knobs or None"
         )
-    merged, base, sources = _recipe(knobs, mode, options, torch_compile_kwargs.get("dynamic"))
-    own = set(config_values(knobs))
-    report = KnobsReport(_settings(merged, own, sources), merged)
-    # Only the user's knobs are entered as asked values; the mode's and options' keys reach compile_fx
-    # as config_patches, as torch.compile hands them, so a block or env activation wins over them.
-    backend = KnobsBackend(knobs, report, config_patches=base)
-    backend.recipe = {"mode": mode, "options": dict(options) if options else None, "torch_compile": dict(torch_compile_kwargs)}
-    compiled: Any = torch.compile(model, backend=backend, **torch_compile_kwargs)
-    try:
-        compiled.knobs_report = lambda: backend.report
-        compiled._inductor_knobs_backend = backend
-    except AttributeError:  # pragma: no cover - a result that takes no attributes
-        pass
-    return compiled
-
-
-def _recipe(
-    knobs: Knobs, mode: str | None, options: Mapping[str, Any] | None, dynamic: Any
-) -> tuple[Knobs, dict[str, Any], dict[str, str]]:
-    """The merged knobs (validated against the live torch; ``plan`` changes nothing), the mode's and
-    options' config keys, and each key's source."""
-    base = mode_options(mode, dynamic)
+    base = mode_options(mode, torch_compile_kwargs.get("dynamic"))
     sources = {key: f"mode:{mode}" for key in base}
     for key, value in _normalise(options).items():
         base[key], sources[key] = value, "options"
     own = set(config_values(knobs))
     merged = knobs.merged(Knobs(config={k: v for k, v in base.items() if k not in own}))
-    plan(merged)
-    return merged, base, sources
+    plan(merged)  # validates against the live torch; changes nothing
+    report = KnobsReport(_settings(merged, own, sources), merged)
+    # Only the user's knobs are asked values: a block or env activation wins over the config_patches.
+    backend = KnobsBackend(knobs, report, config_patches=base)
+    backend.recipe = {"mode": mode, "options": dict(options) if options else None, "torch_compile": dict(torch_compile_kwargs)}
+    compiled: Any = torch.compile(model, backend=backend, **torch_compile_kwargs)
+    with contextlib.suppress(AttributeError):  # a result that takes no attributes
+        compiled.knobs_report = lambda: backend.report
+        compiled._inductor_knobs_backend = backend
+    return compiled
 
 
 def knobs_report(compiled: Any) -> KnobsReport:
-    """The merged settings of an ``ik.compile`` result.
-
-    Raises:
-        InvalidKnobValue: ``compiled`` did not come from ``ik.compile``.
-    """
+    """The :class:`KnobsReport` of ``compiled``, an ``ik.compile`` result (else InvalidKnobValue)."""
     backend = getattr(compiled, "_inductor_knobs_backend", None)
     if not isinstance(backend, KnobsBackend):
         raise InvalidKnobValue(f"knobs_report({compiled!r}): not an ik.compile result")
@@ -341,11 +259,8 @@ def knobs_report(compiled: Any) -> KnobsReport:
 
 
 def mode_options(mode: str | None, dynamic: bool | None = None) -> dict[str, Any]:
-    """The Inductor config a ``torch.compile`` mode sets, from the installed torch's own table.
-
-    Raises:
-        UnknownKnob: a mode this torch does not know ("did you mean" included).
-    """
+    """The Inductor config (dict) a ``torch.compile`` mode (str | None) sets, from the installed torch's
+    ``torch._inductor.list_mode_options``; raises UnknownKnob for a mode this torch does not know."""
     if mode is None or mode == "default":
         return {}
     from torch._inductor import list_mode_options
@@ -376,7 +291,7 @@ def _normalise(options: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _settings(knobs: Knobs, own: set[str], sources: Mapping[str, str]) -> tuple[Setting, ...]:
-    """Every config key ``knobs`` sets, with its source (the user's knobs win, then options, then mode)."""
+    """Every config key ``knobs`` sets, with its source."""
     settings = [Setting(k, v, "knobs" if k in own else sources.get(k, "knobs")) for k, v in config_values(knobs).items()]
     if knobs.min_sms is not None:
         settings.append(Setting("is_big_gpu", f"open for >= {knobs.min_sms} SMs", "knobs"))

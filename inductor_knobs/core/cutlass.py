@@ -1,26 +1,16 @@
 """CUTLASS for Inductor from the ``nvidia-cutlass`` wheel, for users without a CUTLASS checkout.
 
-Inductor's CUTLASS backend reads one directory, the config key ``cuda.cutlass_dir`` (torch
-2.4–2.10) or ``cutlass.cutlass_dir`` (2.11+, :meth:`TorchPatches.cutlass_dir_key`), and expects a
-CUTLASS *checkout* there.  What torch reads under it (torch 2.13 and 2.15, identical):
+Inductor reads a CUTLASS *checkout* at ``cuda.cutlass_dir`` (torch 2.4–2.10) or ``cutlass.cutlass_dir``
+(2.11+, :meth:`TorchPatches.cutlass_dir_key`); under it (2.13, 2.15):
 
-- ``torch/_inductor/codegen/cutlass/utils.py:try_import_cutlass`` requires ``<dir>/python`` to be
-  a directory, links ``<dir>/python/{cutlass_library,cutlass_cppgen,pycute}`` into
-  ``<inductor cache>/torch_cutlass``, appends that to ``sys.path`` and imports ``cutlass_cppgen``,
-  ``cutlass_library.{generator,library,manifest}`` and ``pycute`` (torch 2.4's
-  ``codegen/cuda/cutlass_utils.py`` only linked and imported ``python/cutlass_library``);
-- ``torch/_inductor/codegen/cuda/compile_utils.py:_cutlass_paths`` adds ``<dir>/include``,
-  ``<dir>/tools/library/include``, ``<dir>/tools/library/src`` and ``<dir>/tools/util/include``
-  to nvcc's include path.
+- ``torch/_inductor/codegen/cutlass/utils.py:try_import_cutlass`` links ``<dir>/python/{cutlass_library,
+  cutlass_cppgen,pycute}`` into the cache, appends that to ``sys.path`` and imports them (2.4: only
+  ``cutlass_library``, ``codegen/cuda/cutlass_utils.py``);
+- ``torch/_inductor/codegen/cuda/compile_utils.py:_cutlass_paths`` puts ``<dir>/include`` and
+  ``<dir>/tools/{library/include,library/src,util/include}`` on nvcc's include path.
 
-The ``nvidia-cutlass`` wheel (4.2.0.0) installs the same pieces in another layout: the top-level
-packages ``cutlass_library``, ``cutlass_cppgen`` and ``pycute``, and the C++ sources under
-``cutlass_library/source/{include,tools}``.  :func:`resolve` builds a directory of symbolic links
-that has the checkout's layout (see :func:`layout`) in the user's cache,
-``$XDG_CACHE_HOME/inductor_knobs/cutlass/<version>-<digest>`` (``~/.cache`` without
-``XDG_CACHE_HOME``), and :func:`inductor_knobs.core.plan.plan` points the config key at it as one more
-undo record.  Torch compiles and loads whatever that directory points at, so it is made and checked
-by :func:`cache_root` and the checks under it, which refuse one that anyone else could change.
+The wheel (4.2.0.0) has those packages top-level and the C++ under ``cutlass_library/source``;
+:func:`resolve` makes a private directory of links with the checkout's layout under :func:`cache_root`.
 """
 
 from __future__ import annotations
@@ -41,9 +31,7 @@ from typing import NoReturn
 from ..errors import PipCutlassUnavailable
 from .files import unsafe_directories, who
 
-#: The distribution that ships CUTLASS's Python packages and C++ headers.
 DISTRIBUTION = "nvidia-cutlass"
-#: What to tell a user who has neither a checkout nor the distribution.
 INSTALL_HINT = "pip install 'inductor-knobs[cutlass]'"
 #: The top-level packages torch imports (``try_import_cutlass``), each linked under ``python/``.
 PACKAGES = ("cutlass_library", "cutlass_cppgen", "pycute")
@@ -55,12 +43,7 @@ LAYOUT_VERSION = 1
 
 @dataclass(frozen=True)
 class Installed:
-    """An installed ``nvidia-cutlass``.
-
-    Attributes:
-        version (str): the distribution's version (``"4.2.0.0"``).
-        site (str): the real path of the directory holding its top-level packages (a ``site-packages``).
-    """
+    """An installed ``nvidia-cutlass``: its version and the real path of its ``site-packages``."""
 
     version: str
     site: str
@@ -68,17 +51,9 @@ class Installed:
 
 @dataclass(frozen=True)
 class PipCutlass:
-    """The generated CUTLASS directory for an installed ``nvidia-cutlass``.
+    """The generated directory (real path; the config key's value) and its links (relative path -> target).
 
-    Attributes:
-        version (str): the distribution's version.
-        site (str): where its packages are (real path).
-        directory (str): the generated directory, an absolute path without symbolic links; the
-            value the CUTLASS config key is set to.
-        links (Mapping[str, str]): each link inside ``directory`` (relative, ``/``-separated) -> its
-            exact target.
-        ready (bool): ``directory`` exists and passed the checks (False only from
-            ``resolve(create=False)`` when it has not been made yet).
+    ``ready``: it exists and passed the checks (False only from ``resolve(create=False)`` before it is made).
     """
 
     version: str
@@ -89,18 +64,14 @@ class PipCutlass:
 
 
 def find_distribution() -> Installed | None:
-    """The ``nvidia-cutlass`` visible on ``sys.path``, through ``importlib.metadata`` (imports nothing of it).
-
-    Returns:
-        Installed | None: its version and site directory, or None when it is not installed.
-    """
+    """The ``nvidia-cutlass`` on ``sys.path`` (``importlib.metadata``, imports nothing), or None."""
     dist: metadata.Distribution | None
     try:
         dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        # Defensive: installers spell the dist-info directory differently (nvidia_cutlass, NVIDIA_Cutlass)
-        # and importlib.metadata's name matching has changed across Pythons; compare PEP 503 names.
-        dist = next((d for d in metadata.distributions() if _normalize(d.metadata["Name"] or "") == DISTRIBUTION), None)
+        # Installers spell the dist-info name differently (nvidia_cutlass, NVIDIA_Cutlass): compare PEP 503 names.
+        names = ((d, re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower()) for d in metadata.distributions())
+        dist = next((d for d, normalized in names if normalized == DISTRIBUTION), None)
     if dist is None:
         return None
     site = os.path.dirname(str(dist.locate_file(PACKAGES[0])))
@@ -108,17 +79,7 @@ def find_distribution() -> Installed | None:
 
 
 def layout(site: str) -> dict[str, str]:
-    """The links of a generated directory: checkout path -> where the wheel has it.
-
-    Args:
-        site (str): the real path holding the wheel's top-level packages.
-
-    Returns:
-        dict[str, str]: ``include`` and ``tools`` -> ``<site>/cutlass_library/source/{include,tools}``
-        (what ``compile_utils._cutlass_paths`` puts on nvcc's include path), and
-        ``python/<package>`` -> ``<site>/<package>`` for each of :data:`PACKAGES` (what
-        ``try_import_cutlass`` links and imports).
-    """
+    """Checkout path -> wheel path: ``include``, ``tools`` and ``python/<package>`` for each of :data:`PACKAGES`."""
     source = os.path.join(site, "cutlass_library", "source")
     links = {name: os.path.join(source, name) for name in ("include", "tools")}
     links.update({f"python/{package}": os.path.join(site, package) for package in PACKAGES})
@@ -126,37 +87,21 @@ def layout(site: str) -> dict[str, str]:
 
 
 def entry_name(installed: Installed) -> str:
-    """``<version>-<16 hex digits>``: the generated directory's name for ``installed``.
-
-    The digest covers the site path and :data:`LAYOUT_VERSION`, so two environments never share a
-    directory and a new layout never reuses an old one.
-    """
+    """``<version>-<digest of site and LAYOUT_VERSION>``: no two environments or layouts share a directory."""
     digest = hashlib.sha256(f"{LAYOUT_VERSION}\0{installed.site}".encode()).hexdigest()[:16]
     return f"{re.sub(r'[^0-9A-Za-z._+-]', '_', installed.version)}-{digest}"
 
 
 def resolve(*, create: bool = True) -> PipCutlass:
-    """Find ``nvidia-cutlass`` and return the checkout-shaped directory of links to it, making it if needed.
-
-    Relies on what torch 2.4–2.15 read under the CUTLASS directory (module docstring:
-    ``try_import_cutlass`` and ``_cutlass_paths``).  Changes nothing in torch; makes at most the
-    cache root (mode 0700) and one directory under it.
+    """The checkout-shaped directory of links to ``nvidia-cutlass``, made (cache root mode 0700) if needed.
 
     Args:
-        create (bool): make the cache root and the directory when missing.  False (``doctor``)
-            only checks what exists and returns ``ready=False`` for a directory not made yet.
-
-    Returns:
-        PipCutlass: the distribution, the directory and its links.
+        create (bool): make what is missing; False (``doctor``) returns ``ready=False`` instead.
 
     Raises:
-        PipCutlassUnavailable: ``nvidia-cutlass`` is not installed (``missing=True``); it lacks a
-            package or source directory torch needs; another ``cutlass_library``,
-            ``cutlass_cppgen`` or ``pycute`` shadows its own on ``sys.path``; the cache root, a
-            directory above it or the generated directory is owned by someone else or writable by
-            others; the generated directory is a symbolic link, or holds other entries, links or
-            targets than :func:`layout` gives; the file system refused an operation; no POSIX
-            ownership (Windows).
+        PipCutlassUnavailable: not installed (``missing=True``); a package or source dir torch needs is
+            missing or shadowed on ``sys.path``; the cache or its parents are not private; the directory
+            differs from :func:`layout`; an OS error; no POSIX ownership (Windows).
     """
     if not hasattr(os, "geteuid"):
         raise PipCutlassUnavailable("CUTLASS from nvidia-cutlass needs POSIX file ownership (Linux); it is not supported here")
@@ -166,7 +111,7 @@ def resolve(*, create: bool = True) -> PipCutlass:
     _check_installed(installed)
     links = layout(installed.site)
     name = entry_name(installed)
-    uid = os.geteuid()  # the identity torch will compile and import as
+    uid = os.geteuid()
     root = cache_root()
     try:
         opened = _open_root(root, uid, create)
@@ -193,20 +138,7 @@ def resolve(*, create: bool = True) -> PipCutlass:
 
 
 def describe(checkout_found: bool, cutlass_dir: str, key: str, gpu_ok: bool) -> str:
-    """``doctor``'s line for the CUTLASS backend: where CUTLASS comes from, or how to get it.
-
-    Makes nothing (``resolve(create=False)``) and never raises for a missing piece.
-
-    Args:
-        checkout_found (bool): torch finds a checkout at the configured directory
-            (:meth:`TorchPatches.cutlass_available`).
-        cutlass_dir (str): the configured directory.
-        key (str): the config key holding it on this torch (``cutlass.cutlass_dir``).
-        gpu_ok (bool): an NVIDIA GPU is visible (CUTLASS kernels run nowhere else).
-
-    Returns:
-        str: ``usable: …``, ``not usable here: needs an NVIDIA GPU (…)`` or ``not usable: … Fix: …``.
-    """
+    """``doctor``'s CUTLASS line (``usable: …``, ``not usable here: …``, ``not usable: … Fix: …``); makes nothing."""
     if checkout_found:
         where = f"CUTLASS checkout at {cutlass_dir} ({key})"
         return f"usable: {where}" if gpu_ok else f"not usable here: needs an NVIDIA GPU ({where})"
@@ -225,13 +157,6 @@ def describe(checkout_found: bool, cutlass_dir: str, key: str, gpu_ok: bool) -> 
     return f"usable: {where}" if gpu_ok else f"not usable here: needs an NVIDIA GPU (CUTLASS would come {where})"
 
 
-# -- checks of the installed distribution ------------------------------------------------------------
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _check_installed(installed: Installed) -> None:
     """Raise unless the wheel has every package and source directory torch reads, and they are the ones imported."""
     where = f"{DISTRIBUTION} {installed.version} at {installed.site}"
@@ -244,15 +169,13 @@ def _check_installed(installed: Installed) -> None:
             f"reinstall it: pip install --force-reinstall '{DISTRIBUTION}>=4.2'"
         )
     for package in PACKAGES:
-        # try_import_cutlass appends its link directory to the END of sys.path, so an earlier package
-        # of the same name wins the import: its generator would then meet these headers.
+        # try_import_cutlass appends its links to the END of sys.path: an earlier package of the name wins.
         try:
-            spec = importlib.util.find_spec(package)  # a top-level name: finds, imports nothing
+            spec = importlib.util.find_spec(package)  # top-level: imports nothing
         except (ImportError, ValueError):
             spec = None
         locations = list(spec.submodule_search_locations or []) if spec is not None else []
-        expected = os.path.join(installed.site, package)
-        if locations and os.path.realpath(locations[0]) != expected:
+        if locations and os.path.realpath(locations[0]) != os.path.join(installed.site, package):
             raise PipCutlassUnavailable(
                 f"{package} imports from {locations[0]}, not from {where}: torch would mix that package with "
                 f"{DISTRIBUTION}'s headers. Remove the other {package} from sys.path (PYTHONPATH), or point the CUTLASS "
@@ -264,11 +187,7 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLL
 
 
 def cache_root() -> str:
-    """``$XDG_CACHE_HOME/inductor_knobs/cutlass``, or ``~/.cache/inductor_knobs/cutlass`` when unset or relative.
-
-    Raises:
-        PipCutlassUnavailable: no home directory to put it in.
-    """
+    """``$XDG_CACHE_HOME/inductor_knobs/cutlass`` (``~/.cache`` when unset or relative); raises without a home."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):  # the XDG spec: a relative value is invalid and is ignored
         home = os.path.expanduser("~")
@@ -279,11 +198,7 @@ def cache_root() -> str:
 
 
 def _open_root(root: str, uid: int, create: bool) -> tuple[str, int] | None:
-    """Make (if ``create``) and check the cache root; return its real path and a descriptor on it.
-
-    Returns None when ``create`` is False and the root does not exist.  The descriptor is opened
-    without following a link at the last component, so it is on the directory that was checked.
-    """
+    """Make (if ``create``) and check the cache root: its real path and an ``O_NOFOLLOW`` descriptor, or None."""
     if create:
         _make_private_dirs(root)
     elif not os.path.lexists(root):
@@ -295,8 +210,7 @@ def _open_root(root: str, uid: int, create: bool) -> tuple[str, int] | None:
     real_root = os.path.realpath(root)
     fd = os.open(real_root, _DIR_FLAGS)
     try:
-        st = os.fstat(fd)
-        problems = _private_problems(st, real_root, uid)
+        problems = _private_problems(os.fstat(fd), real_root, uid)
         if problems:
             _refuse_root(root, problems)
     except BaseException:
@@ -306,7 +220,7 @@ def _open_root(root: str, uid: int, create: bool) -> tuple[str, int] | None:
 
 
 def _make_private_dirs(path: str) -> None:
-    """``mkdir -p`` with mode 0700 for every directory made (``os.makedirs`` gives the parents the umask's mode)."""
+    """``mkdir -p`` with mode 0700 for every directory made (``os.makedirs`` gives parents the umask's)."""
     missing = []
     while not os.path.lexists(path):
         missing.append(path)
@@ -321,7 +235,6 @@ def _make_private_dirs(path: str) -> None:
 
 
 def _private_problems(st: os.stat_result, path: str, uid: int) -> list[str]:
-    """Why a directory or link we own is not private: another owner, or writable by group or others."""
     problems = []
     if st.st_uid != uid:
         problems.append(f"{path} is owned by {who(st.st_uid)}, not by you, {who(uid)}")
@@ -347,12 +260,8 @@ def _exists(name: str, root_fd: int) -> bool:
 
 
 def _create(root_fd: int, name: str, links: Mapping[str, str]) -> None:
-    """Make ``name`` under the root: links in a temporary directory, then one ``rename`` into place.
-
-    Losing a race to another process making the same directory is fine: its directory is then the
-    one verified.  Anything else at the name (a symbolic link, a file) makes ``rename`` fail, and
-    the verification that follows refuses it.
-    """
+    """Make ``name``: links in a temporary directory, then one ``rename`` (a lost race or a foreign entry is
+    left for :func:`_verify` to judge)."""
     tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     os.mkdir(tmp, 0o700, dir_fd=root_fd)
     renamed = False
@@ -378,7 +287,7 @@ def _create(root_fd: int, name: str, links: Mapping[str, str]) -> None:
 
 
 def _remove_tmp(root_fd: int, tmp: str, links: Mapping[str, str]) -> None:
-    """Remove a temporary directory of :func:`_create` (only the entries it makes; best effort)."""
+    """Remove :func:`_create`'s temporary directory (only its own entries; best effort)."""
     with contextlib.suppress(OSError):
         tmp_fd = os.open(tmp, _DIR_FLAGS, dir_fd=root_fd)
         try:
@@ -394,12 +303,7 @@ def _remove_tmp(root_fd: int, tmp: str, links: Mapping[str, str]) -> None:
 
 
 def _verify(root_fd: int, name: str, directory: str, links: Mapping[str, str], uid: int) -> list[str]:
-    """Problems with the directory ``name`` under the root; ``[]`` when it is exactly what :func:`_create` makes.
-
-    It must be a real directory (opened with ``O_NOFOLLOW``) owned by ``uid`` and not writable by
-    others, holding exactly the expected entries; each subdirectory likewise; each link owned by
-    ``uid`` with ``readlink`` equal to its target, character for character.
-    """
+    """Why ``name`` is not exactly what :func:`_create` makes (private real dirs, ``uid``'s links, exact targets)."""
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
     except OSError as err:
@@ -412,8 +316,7 @@ def _verify(root_fd: int, name: str, directory: str, links: Mapping[str, str], u
         return [f"{directory} is not a directory (mode {st.st_mode:o})"]
     try:
         problems = _private_problems(os.fstat(fd), directory, uid)
-        tops = {rel.split("/")[0] for rel in links}
-        _check_entries(fd, directory, tops, problems)
+        _check_entries(fd, directory, {rel.split("/")[0] for rel in links}, problems)
         usable_subs = set()
         for sub in sorted({rel.split("/")[0] for rel in links if "/" in rel}):
             if sub not in os.listdir(fd):

@@ -1,8 +1,5 @@
-"""Files written whole or not at all: a temporary file in the same directory, then :func:`os.replace`.
-
-A reader (or a rerun after a crash, Ctrl-C or a full disk) sees the old file or the new one, never
-part of one, and no temporary file is left behind.  :func:`atomic_write` is the one way the package
-writes its files (the ablation's run store and results, compile caches and serving bundles).
+"""Files written whole or not at all (a temporary file in the same directory, then :func:`os.replace`),
+and the ownership checks of the directories leading to one (:func:`unsafe_directories`).
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ _UMASK_LOCK = threading.Lock()
 
 
 def _umask() -> int:
-    """This process's umask, read without changing it where Linux tells it (``/proc/self/status``)."""
+    """This process's umask, read without changing it where Linux has ``/proc/self/status``."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
@@ -30,7 +27,7 @@ def _umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    with _UMASK_LOCK, SAFE_EXIT:  # elsewhere: set and restore it (process-wide, hence the lock)
+    with _UMASK_LOCK, SAFE_EXIT:  # set and restore it: process-wide, hence the lock
         mask = os.umask(0o022)
         os.umask(mask)
     return mask
@@ -40,32 +37,25 @@ def _umask() -> int:
 def atomic_write(
     path: str | os.PathLike[str], *, binary: bool = False, newline: str | None = None, mode: int | None = None
 ) -> Iterator[IO[Any]]:
-    """Write ``path`` all at once: the block writes to a temporary file in the same directory, which
-    replaces ``path`` (:func:`os.replace`) only when the block ends without an exception.
+    """Write ``path`` all at once: a temporary file that replaces it only when the block ends without an exception.
 
     Args:
         path (str | os.PathLike[str]): the file; its directory must exist.
-        binary (bool): open the temporary file in binary mode (``"wb"``); else text, UTF-8.
+        binary (bool): ``"wb"``; else text, UTF-8.
         newline (str | None): ``open``'s ``newline`` in text mode (``""`` for :mod:`csv`).
-        mode (int | None): the file's permission bits (None: what ``open`` would give, ``0o666`` less
-            the umask).
+        mode (int | None): permission bits (None: ``0o666`` less the umask, as ``open``).
 
     Yields:
         IO[Any]: the temporary file, open for writing.
 
     Raises:
-        OSError: the temporary file cannot be made or written, or the rename failed; ``path`` is then
-            unchanged and the temporary file removed.
+        OSError: making, writing or renaming failed; ``path`` is unchanged and the temporary file removed.
     """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
     try:
         os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
-        if binary:
-            handle: IO[Any] = os.fdopen(fd, "wb")
-        else:
-            handle = os.fdopen(fd, "w", encoding="utf-8", newline=newline)
+        handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline=newline)
         with handle:
             yield handle
             handle.flush()
@@ -78,49 +68,29 @@ def atomic_write(
 
 
 def write_json(path: str | os.PathLike[str], data: Any, **dump: Any) -> None:
-    """Write ``data`` as JSON to ``path`` with :func:`atomic_write`.
-
-    Args:
-        path (str | os.PathLike[str]): the file.
-        data (Any): JSON-ready data (anything else is written as ``str``).
-        **dump (Any): more :func:`json.dump` arguments (``indent``).
-
-    Raises:
-        OSError: as :func:`atomic_write`.
-    """
+    """Write ``data`` (Any; non-JSON values as ``str``) to ``path`` with :func:`atomic_write`; ``**dump`` goes to
+    :func:`json.dump` (``indent``).  Raises OSError as :func:`atomic_write`."""
     with atomic_write(path) as dst:
         json.dump(data, dst, default=str, **dump)
 
 
-#: Longest chain of symbolic links followed while checking a path (Linux's MAXSYMLINKS).
-MAX_SYMLINKS = 40
+MAX_SYMLINKS = 40  # Linux's limit of links followed on a walk
 
 
 def unsafe_directories(directory: str, uid: int, *, label: str, error: type[Exception]) -> list[str]:
-    """Problems with the directories the kernel walks through to reach ``directory``; ``[]`` if none.
-
-    Each directory from ``/`` down must be owned by root or ``uid`` and not writable by group or
-    others unless sticky (then only an entry's owner can remove or rename it, and every entry on
-    the walk is checked to belong to root or ``uid``).  Symbolic links among the components are
-    resolved here, component by component as the kernel does, rather than with ``realpath`` and a
-    check of the result (OpenSSH's way): that way the link itself must be owned by root or
-    ``uid`` (in a sticky directory its owner can replace it with a link elsewhere), the directory
-    holding it is checked like any other, and so is every directory its target passes through,
-    including ones a ``..`` in the target leaves again.  After that, no one but root and ``uid``
-    can change where the walk leads, so a later ``open`` reaches the directory checked here.
+    """Why others could change where the walk to ``directory`` leads: each directory from ``/`` down and each
+    symbolic link (resolved component by component, as the kernel does) must belong to root or ``uid``, and
+    directories must not be writable by group or others unless sticky.
 
     Args:
         directory (str): an absolute path.
-        uid (int): the current (effective) user.
-        label (str): who asks, starting every raised message (``"load_compile_cache('/x/y')"``).
-        error (type[Exception]): the class raised for a walk that cannot be completed.
+        uid (int): the effective user.
+        label (str): starts every raised message (``"load_compile_cache('/x/y')"``).
+        error (type[Exception]): raised when a component is missing or not a directory, or past
+            :data:`MAX_SYMLINKS` links.
 
     Returns:
-        list[str]: one sentence per problem, naming the directory or link.
-
-    Raises:
-        error: a directory on the way does not exist or is not a directory, or the walk meets
-            more than :data:`MAX_SYMLINKS` symbolic links.
+        list[str]: one sentence per problem; ``[]`` if none.
     """
     problems: list[str] = []
     pending = [part for part in reversed(directory.split(os.sep)) if part]  # a stack: next component last
@@ -132,7 +102,7 @@ def unsafe_directories(directory: str, uid: int, *, label: str, error: type[Exce
         if part == ".":
             continue
         if part == "..":
-            resolved = os.path.dirname(resolved)  # ``resolved`` holds no links, so its textual parent is real
+            resolved = os.path.dirname(resolved)  # ``resolved`` holds no links: its textual parent is real
             continue
         candidate = os.path.join(resolved, part)
         try:
@@ -161,10 +131,7 @@ def unsafe_directories(directory: str, uid: int, *, label: str, error: type[Exce
 
 
 def check_directory(directory: str, st: os.stat_result, uid: int, problems: list[str]) -> None:
-    """Append to ``problems`` why ``directory`` (whose ``lstat`` is ``st``) is unsafe to pass through.
-
-    Allowed: owned by root or ``uid``, and not writable by group or others unless sticky.
-    """
+    """Append to ``problems`` why ``directory`` (``lstat`` ``st``) is unsafe to pass through."""
     if st.st_uid not in (uid, 0):
         problems.append(f"the directory {directory} is owned by {who(st.st_uid)} (allowed: root or you, {who(uid)})")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
@@ -176,7 +143,7 @@ def check_directory(directory: str, st: os.stat_result, uid: int, problems: list
 
 
 def who(uid: int) -> str:
-    """``uid 65534 (nobody)``: the number always, the name where the password database has one."""
+    """``"uid 65534 (nobody)"`` for ``uid`` (int): the name where the password database has one."""
     try:
         import pwd
 

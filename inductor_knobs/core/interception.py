@@ -1,44 +1,15 @@
 """The one interception of Inductor's compile entry: the precedence rule, and proof of what compiled.
 
-Every path that sets knobs (``ik.knobs``/``force_gemm_autotune`` blocks, env activation,
-``ik.compile``, ``emulate_gpu``, ablation arms) does two things through this module:
+Every path that sets knobs pushes an :class:`AskChange` (scoped like Inductor config: per thread/task on
+2.12+, per process before) and holds :data:`INTERCEPTION`, a wrapper of ``compile_fx``.  It applies
+**emulation > knob > options > mode > default** through ``config_patches``, sets the cache salt
+(``torch.compiler.config.cache_key_tag``, 2.6+) around the compile, and wraps ``inner_compile`` to re-apply
+what a lazily compiled backward lost and to attest each graph (:mod:`inductor_knobs.core.attestation`).
 
-1. It pushes the values it asked for as an :class:`AskChange` undo record.  Asked values live
-   in a slot scoped like Inductor config (per thread/task on torch 2.12+, per process before),
-   over a process-wide layer for env activation.
-2. It holds a user of :data:`INTERCEPTION`, a wrapt wrapper of
-   ``torch._inductor.compile_fx.compile_fx`` (installed once, restored by identity; see
-   :mod:`inductor_knobs.core.patching`).
-
-When Inductor compiles (``torch.compile`` hands a mode or ``options=`` to ``compile_fx`` as
-``config_patches``, which torch applies with ``config.patch`` over whatever was set before),
-the wrapper applies **the precedence rule: emulation > knob > options > mode > process
-default**.  Every asked Inductor key that the mode/options set differently, or that does not
-hold now, is written into ``config_patches``, so torch's own ``config.patch`` applies the
-knob's value for the forward, the lazily compiled backward and every recompile; the mode's
-other keys still apply.  It **salts the cache keys** of the compile when a gate override or an
-emulated GPU is active (they are invisible to Inductor's cache keys): ``cache_key_tag`` in
-``torch.compiler.config`` (2.6+; the FX graph cache off on 2.4–2.5) is set around the whole
-compile, so the AOTAutograd and FX graph cache keys carry it, and put back when it returns.
-The wrapper also wraps ``inner_compile`` (Inductor's
-``compile_fx_inner``, which torch calls once per forward/backward/inference graph); there it
-
-- re-applies what was asked at the start of this compile if it no longer holds (a backward
-  compiled after the block exited keeps the block's knobs, the gate override and cache salt
-  included), and
-- **attests** (:mod:`inductor_knobs.core.attestation`): reads every asked key *inside the compile* and the
-  gate verdict per CUDA device of the graph, records a
-  :class:`~inductor_knobs.core.attestation.CompileAttestation` for listeners (``ik.record_compiles``,
-  ``ik.record_autotune``, ``ik.compile(...).knobs_report()``, the ablation worker) and raises
-  :class:`~inductor_knobs.errors.KnobNotApplied` (or warns, with ``on_mismatch="warn"``) for a
-  value that did not take effect, naming its cause: a forcing env var, a torch 2.15 config
-  implication, a foreign ``__setattr__`` on the config module, or a replaced ``is_big_gpu``.
-
-Relies on ``compile_fx(model_, example_inputs_, inner_compile=compile_fx_inner,
-config_patches=None, ...)`` recursing through the module global ``compile_fx`` with
-``inner_compile=config.patch(config_patches)(inner_compile)`` (``_inductor/compile_fx.py``:
-2.4 :1254, 2.13 :2685, 2.15 :3128), and on ``torch.compile`` reaching it by name at call time
-(``torch/__init__.py`` ``_TorchCompileInductorWrapper.__call__``).
+Relies on ``compile_fx(model_, example_inputs_, inner_compile=compile_fx_inner, config_patches=None, ...)``
+recursing through the module global with ``inner_compile=config.patch(config_patches)(inner_compile)``
+(``_inductor/compile_fx.py``: 2.4 :1254, 2.13 :2685, 2.15 :3128) and on ``torch.compile`` looking it up at
+call time (``torch/__init__.py`` ``_TorchCompileInductorWrapper.__call__``).
 """
 
 from __future__ import annotations
@@ -52,7 +23,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import DriftWarning
+from ..errors import DriftWarning, InvalidKnobValue, torch_version
 from ..patches.torch_2_4 import TorchPatches
 from . import events, gate
 from .attestation import (
@@ -87,15 +58,12 @@ class _Depth(threading.local):
 
 
 _DEPTH = _Depth()
-#: The patch module the interception's holders were made with (all of the same torch: the latest is kept).
-_HOLDERS_PATCHES: list[TorchPatches | None] = [None]
-
-
+_HOLDERS_PATCHES: list[TorchPatches | None] = [None]  # the latest holder's patch module
 _PENDING: list[BaseException] = []  # a bad INDUCTOR_KNOBS_* from the startup hook, raised once
 
 
 def raise_at_first_compile(err: BaseException, patches: TorchPatches) -> None:
-    """Raise ``err`` from the next Inductor compile in this process (once); used instead of raising in an import hook."""
+    """Raise ``err`` from the next Inductor compile (once): an import hook must not raise."""
     _PENDING.append(err)
     InterceptionUse(patches).apply()  # held for the process's life: it only raises, then passes through
 
@@ -105,8 +73,7 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     if _PENDING and not _DEPTH.value:
         raise _PENDING.pop()
     patches = _HOLDERS_PATCHES[0]
-    # torch's own recursion under config.patch(config_patches), or no holder left (a foreign patch
-    # that replaced compile_fx meanwhile keeps our wrapper inside it: inert)
+    # torch's own recursion, or no holder left (a foreign patch over compile_fx keeps ours inside it: inert)
     if _DEPTH.value or not INTERCEPTION.users or patches is None:
         return wrapped(*args, **kwargs)
     asked = effective_asked(patches)
@@ -118,14 +85,10 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     bound = inspect.signature(wrapped).bind(*args, **kwargs)
     given = bound.arguments.get("config_patches")
     if given is not None and not isinstance(given, Mapping):
-        import torch
-
-        from ..errors import InvalidKnobValue
-
         keys = ", ".join(sorted(a.label for a in asked.values())) or "the is_big_gpu override"
         raise InvalidKnobValue(
             f"compile_fx(config_patches={given!r}) is not a dict of Inductor config keys, so the knobs ({keys}) "
-            f"cannot be given precedence over it on torch {torch.__version__}; nothing was compiled"
+            f"cannot be given precedence over it on torch {torch_version()}; nothing was compiled"
         )
     config_patches = dict(given or {})
     requested, asked = asked, _with_salt(patches, asked)
@@ -137,9 +100,8 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     bound.arguments["inner_compile"] = _attesting(inner, snapshot)
     if config_patches:
         bound.arguments["config_patches"] = config_patches
-    # Keys outside Inductor's config (the cache salt in torch.compiler.config) are not config_patches'
-    # to set: they are set around the whole compile, which computes the AOTAutograd and FX graph
-    # cache keys, and put back when it returns.
+    # Keys outside Inductor's config (the cache salt) are set around the whole compile, which computes the
+    # AOTAutograd and FX graph cache keys.
     applied: list[Any] = []
     _DEPTH.value += 1
     try:
@@ -162,18 +124,11 @@ def _cache_hits(group: str, name: str) -> int:
 
 
 def _with_salt(patches: TorchPatches, asked: dict[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
-    """``asked`` with its :data:`CACHE_SALT` tags replaced by the config values that salt the cache keys.
-
-    Inductor's cache keys (FX graph, AOTAutograd) see its config but not the ``is_big_gpu`` override or
-    an emulated GPU, so a compile under either must not share cache entries with one without.  The
-    salt is written at the compile, not at every block's enter: only a compile reads it, and a block
-    that never compiles (the usual case in a serving loop) then costs a config write less.  It extends
-    the ``cache_key_tag`` that holds when the compile starts (the user's, if any); the tags of nested
-    blocks (an emulation around a gate override) join in the order they were asked.
-    """
-    if not any(module == CACHE_SALT for module, _ in asked):
-        return asked
+    """``asked`` with its :data:`CACHE_SALT` tags replaced by config values salting the cache keys (which do not
+    see the gate override or an emulated GPU); nested blocks' tags join in the order asked."""
     salts = [a for (module, _), a in asked.items() if module == CACHE_SALT]
+    if not salts:
+        return asked
     source = "+".join(dict.fromkeys(a.source for a in salts))
     policy = "raise" if any(a.on_mismatch == "raise" for a in salts) else "warn"  # the strictest block's
     salted = {slot: a for slot, a in asked.items() if slot[0] != CACHE_SALT}
@@ -185,7 +140,7 @@ def _with_salt(patches: TorchPatches, asked: dict[tuple[str, str], Asked]) -> di
 def _apply_precedence(
     patches: TorchPatches, asked: Mapping[tuple[str, str], Asked], config_patches: dict[str, Any]
 ) -> dict[str, Any]:
-    """Write each asked Inductor key into ``config_patches`` where it would not hold; return what lost."""
+    """Write each asked Inductor key into ``config_patches`` where it would not hold; returns what lost."""
     cfg = importlib.import_module(INDUCTOR_CONFIG)
     overrode: dict[str, Any] = {}
     for (module, key), want in asked.items():
@@ -217,15 +172,15 @@ def _warn_overriding(want: Asked, what: str) -> None:
 
 
 def _attesting(inner: Callable[..., Any], snapshot: Snapshot) -> Callable[..., Any]:
-    """``inner`` (Inductor's ``compile_fx_inner``) with the snapshot re-applied if needed, attested."""
+    """``inner`` (``compile_fx_inner``) with the snapshot re-applied if needed, attested."""
 
     def attested_inner_compile(*args: Any, **kwargs: Any) -> Any:
         reapply = _reapply_changes(snapshot)
         applied = apply_all(reapply) if reapply else []
-        # Events of this graph's compile (autotuning, Triton compiles) go where its forward's went.
+        # This graph's events (autotuning, Triton compiles) go where its forward's went.
         token = events._MARKS.set(snapshot.marks | events.current_marks())
         try:
-            with choices_for(snapshot):  # the lookup table's handler, for this graph's lowering only
+            with choices_for(snapshot):  # the lookup table's handler, for this graph only
                 attestation = attest(snapshot, args, kwargs)
                 snapshot.attested += 1
                 hits = _cache_hits("inductor", "fxgraph_cache_hit")
@@ -254,13 +209,8 @@ def _attesting(inner: Callable[..., Any], snapshot: Snapshot) -> Callable[..., A
 
 
 def _reapply_changes(snapshot: Snapshot) -> list[Any]:
-    """Changes that bring back what the snapshot asked where it no longer holds (a lazily compiled backward).
-
-    A backward compiled after the block exited, or on another thread, gets the block's values back;
-    the cache salt, set only while ``compile_fx`` runs, is set again for every backward.  While the
-    block still asks the same, an Inductor key or setting that does not hold is left for the
-    attestation to name (a forcing variable, a foreign ``__setattr__``), not written over.
-    """
+    """Changes restoring the snapshot for a backward compiled after the block exited (or on another thread);
+    while the block still asks the same, a value that does not hold is left for the attestation to name."""
     # Compared before the salt is expanded: inside compile_fx, cache_key_tag already holds the salt.
     same = effective_asked(snapshot.patches) == (snapshot.asked if snapshot.requested is None else snapshot.requested)
     changes = _config_changes(snapshot, outside_inductor=same)
@@ -272,8 +222,7 @@ def _reapply_changes(snapshot: Snapshot) -> list[Any]:
 
 
 def _config_changes(snapshot: Snapshot, *, outside_inductor: bool) -> list[Any]:
-    """A change for each asked value that does not hold now; with ``outside_inductor``, only for keys
-    outside Inductor's config and the settings (those config_patches cannot set: the cache salt)."""
+    """A change per asked value that does not hold; ``outside_inductor``: only keys config_patches cannot set."""
     patches = snapshot.patches
     changes: list[Any] = []
     for (module, key), asked in snapshot.asked.items():
@@ -281,7 +230,7 @@ def _config_changes(snapshot: Snapshot, *, outside_inductor: bool) -> list[Any]:
             if not outside_inductor and not setting_matches(patches, key, read_setting(patches, key), asked.value):
                 changes.append(SettingChange(patches, key, asked.value, in_compile=True))
         elif module == CHOICES_HANDLER:
-            continue  # installed around each graph's compile (attestation.choices_for), not a value to write
+            continue  # installed around each graph's compile (attestation.choices_for)
         elif not (outside_inductor and module == INDUCTOR_CONFIG):
             cfg = importlib.import_module(module)
             if patches.read_value(cfg, key) != asked.value:
@@ -289,12 +238,8 @@ def _config_changes(snapshot: Snapshot, *, outside_inductor: bool) -> list[Any]:
     return changes
 
 
-# No sweep of other modules: torch reaches compile_fx through the module attribute at call time
-# (torch.compile's _TorchCompileInductorWrapper, the "inductor" Dynamo backend, compile_fx's own
-# recursion), and a sweep of sys.modules would cost every block a millisecond.  One step object for
-# the process: it keeps the wrapper it made, so installing again (every block) reuses it.  Installed
-# when compile_fx is imported (on_import): nothing compiles before that, and a process that never
-# compiles (an AOT bundle's) never imports Inductor for it.
+# No sweep: torch reaches compile_fx through the module attribute at call time.  One cached step reuses
+# its wrapper at every block; installed on compile_fx's import, so a process that never compiles skips it.
 @functools.cache
 def _steps() -> tuple[Any, ...]:
     wrapper = wrap_attribute(f"{COMPILE_FX_MODULE}:compile_fx", _intercept)
@@ -305,11 +250,7 @@ INTERCEPTION = SharedPatch(f"{COMPILE_FX_MODULE}.compile_fx interception", _step
 
 
 class InterceptionUse(Change):
-    """Undo record: hold the interception (installs it for the first holder) with this torch's patch module.
-
-    Idempotent both ways: :class:`~inductor_knobs.core.patching.SharedPatch` counts each holder once, so a
-    record whose apply or revert was interrupted and runs again cannot count twice.
-    """
+    """Undo record: hold the interception with this torch's patch module (idempotent: one count per holder)."""
 
     __slots__ = ("patches",)
 
@@ -321,7 +262,7 @@ class InterceptionUse(Change):
         return f"use {INTERCEPTION.name}"
 
     def apply(self) -> None:
-        warn_import_hook_failures(DriftWarning)  # an import hook cannot raise: its failures are told here
+        warn_import_hook_failures(DriftWarning)
         _HOLDERS_PATCHES[0] = self.patches
         INTERCEPTION.acquire(self)
 
@@ -330,18 +271,14 @@ class InterceptionUse(Change):
 
 
 class AskChange(InterceptionUse, Lived):
-    """Undo record: add ``values`` to what the interception enforces and attests, holding the interception.
-
-    ``process_wide`` adds them to the process layer (env activation) instead of the
-    calling thread's scope, where they are a layer with the record's life (its block's:
-    :class:`~inductor_knobs.core.scope.Lived`).  Revert is idempotent.
-    """
+    """Undo record: add ``values`` to what the interception enforces, as a layer of the calling scope with the
+    record's life, or (``process_wide``, env activation) to the process layer.  Revert is idempotent."""
 
     __slots__ = ("_prior", "_token", "life", "own_life", "process_wide", "values")
 
     def __init__(self, patches: TorchPatches, values: Mapping[tuple[str, str], Asked], *, process_wide: bool = False) -> None:
         self.patches = patches
-        self.values = values  # by (module, key); never changed, so a cached plan's mapping can be shared
+        self.values = values  # never changed: a cached plan's mapping is shared
         self.process_wide = process_wide
         self._token: Any = None
         self._prior: dict[tuple[str, str], Asked] | None = None
@@ -361,7 +298,7 @@ class AskChange(InterceptionUse, Lived):
             scope = SCOPED_ASKED.scopes[self.patches.config_is_thread_local]
             below = scope.get()
             self._token = (scope, below)  # the undo first
-            scope.set((*below, (self.life, self.values)))  # values is never changed
+            scope.set((*below, (self.life, self.values)))
 
     def revert(self) -> None:
         try:

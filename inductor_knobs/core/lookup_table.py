@@ -1,50 +1,30 @@
 """torch's GEMM lookup table (``torch._inductor.config.lookup_table.table``, 2.10+): read, check and write it.
 
-The format is torch's own (``torch/_inductor/lookup_table/choices.py``, ``LookupTableChoices``): a JSON
-object whose keys are ``"[device+]input_key+op_name"`` (``make_lookup_key``; ``input_key`` is
-``_generate_kernel_inputs_key``: ``str(((dtype, shape, stride), ...))`` with ``+alpha=1&beta=1`` style
-scalars) and whose values are lists of ``{"template_id": ..., <template parameters>..., "template_hash":
-...}``.  Torch uses an entry only for a template that Inductor has in use for that op, only on CUDA, and
-only while ``LookupTableChoices`` is the choices handler (the ``lookup_table`` knob makes it so inside
-each compile: :mod:`inductor_knobs.core.interception`).  One entry per key pins the choice (no
-benchmarking); several are autotuned among.
-
-:func:`table_from_records` writes one from :class:`~inductor_knobs.core.events.AutotuneRecord` s
-(``ik.record_autotune``), whose choices carry their key and entry where torch gave them a
-``KernelTemplateChoice`` (2.10+: Triton, ATen and other KTC templates; not the C++ GEMM template).
+The format is torch's (``torch/_inductor/lookup_table/choices.py``, ``LookupTableChoices``): a JSON object of
+``"[device+]input_key+op_name"`` keys (``make_lookup_key``) to lists of ``{"template_id": ..., <template
+parameters>...}``.  Torch uses an entry only on CUDA, for a template in use for that op, while
+``LookupTableChoices`` is the choices handler (set inside each compile by the ``lookup_table`` knob).
+One entry per key pins the choice; several are autotuned among.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import InvalidKnobValue, torch_version
+from ..errors import InvalidKnobValue, LookupTableUnusedWarning, torch_version
 
-#: ``template_id`` prefix of Inductor's Triton templates (``triton::mm``): those need the Triton template in
-#: use, which the SM gate and max-autotune decide (:class:`~inductor_knobs.errors.LookupTableUnusedWarning`).
-TRITON_PREFIX = "triton"
+TRITON_PREFIX = "triton"  # template_id prefix of Inductor's Triton templates (``triton::mm``)
 _SCALARS = (bool, int, float, str, type(None))
 
 
 def load_table(label: str, value: object) -> dict[str, list[dict[str, Any]]]:
-    """A lookup table from a mapping or a JSON file path, checked and copied (the knob's value).
-
-    Args:
-        label: the knob or variable name, for messages.
-        value: a mapping in torch's format, or a ``str``/``os.PathLike`` path of a JSON file holding one.
-
-    Returns:
-        dict: ``{key: [entry, ...]}``, a deep copy with lists for sequences.
-
-    Raises:
-        InvalidKnobValue: an unreadable file, invalid JSON, or anything that is not torch's format
-            (a key that is not a non-empty string, a value that is not a list of objects each with a
-            string ``template_id``, a parameter that is not a JSON scalar); names the knob, the value,
-            what is allowed and the torch version.
-    """
+    """The ``lookup_table`` knob's value (a mapping in torch's format, or a JSON file path), checked and copied;
+    InvalidKnobValue naming ``label`` for an unreadable file, bad JSON, or anything not torch's format."""
     table: object = value
     if isinstance(value, (str, os.PathLike)):
         try:
@@ -79,28 +59,10 @@ def _fail(label: str, value: object, allowed: str) -> InvalidKnobValue:
     return InvalidKnobValue(f"{label}={shown!r} is invalid on torch {torch_version()}: allowed {allowed}")
 
 
-def triton_entries(table: Mapping[str, list[dict[str, Any]]]) -> int:
-    """How many entries are for a Triton template (``template_id`` ``triton::…``)."""
-    return sum(str(e.get("template_id", "")).startswith(TRITON_PREFIX) for entries in table.values() for e in entries)
-
-
 def table_from_records(records: Iterable[Any], *, top: int = 1, device: bool = True) -> dict[str, list[dict[str, Any]]]:
-    """A lookup table in torch's format from autotune records: per key, the ``top`` fastest choices.
-
-    Args:
-        records: :class:`~inductor_knobs.core.events.AutotuneRecord` s (``ik.record_autotune().records``).
-        top: entries per key, fastest first (int >= 1; 1 pins the winner: torch then does not benchmark).
-        device: key by the GPU too (``"NVIDIA H100 80GB HBM3+…"``, what ``make_lookup_key(include_device=True)``
-            gives; torch tries that key first), else device-agnostic keys only.  A choice recorded on a
-            non-CUDA device has only a device-agnostic key (torch never looks a table up there).
-
-    Returns:
-        dict: ``{key: [entry, ...]}``; choices without a key (no ``KernelTemplateChoice``, such as the C++
-        GEMM template, or torch < 2.10) and failed choices are left out.
-
-    Raises:
-        InvalidKnobValue: ``top`` is not an int >= 1.
-    """
+    """A lookup table in torch's format from ``AutotuneRecord`` s: per key, the ``top`` (int >= 1, else
+    InvalidKnobValue) fastest choices; ``device`` keys by GPU too (``make_lookup_key(include_device=True)``).
+    Choices without a ``KernelTemplateChoice`` key (torch < 2.10, the C++ GEMM template) are left out."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise InvalidKnobValue(f"lookup table top={top!r} is invalid on torch {torch_version()}: allowed an int >= 1")
     timed: dict[str, list[tuple[float, dict[str, Any]]]] = {}
@@ -116,7 +78,7 @@ def table_from_records(records: Iterable[Any], *, top: int = 1, device: bool = T
 
 
 def write_table(path: str | os.PathLike[str], table: Mapping[str, list[dict[str, Any]]]) -> int:
-    """Write ``table`` as JSON (what ``lookup_table=path`` loads); returns the number of keys written."""
+    """Write ``table`` as JSON (what ``lookup_table=path`` loads); returns the number of keys."""
     from .files import write_json
 
     write_json(path, table, indent=2, sort_keys=True)
@@ -124,25 +86,10 @@ def write_table(path: str | os.PathLike[str], table: Mapping[str, list[dict[str,
 
 
 def warn_unused_table(snapshot: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Inside one graph's compile under the ``lookup_table`` knob: warn where torch cannot use the table.
-
-    :class:`~inductor_knobs.errors.LookupTableUnusedWarning` when the graph has no CUDA input (torch's
-    ``LookupTableChoices`` answers only on CUDA), or when the table has Triton entries and Inductor's Triton
-    GEMM template is not in use for a CUDA device of the graph: ``use_triton_template``
-    (``_inductor/utils.py``, 2.10-2.15) needs max_autotune or max_autotune_gemm, TRITON among
-    ``max_autotune_gemm_backends``, and ``is_big_gpu`` (the SM gate: 68 SMs, or the ``min_sms`` knob).
-
-    Args:
-        snapshot: the interception's snapshot of what this compile was asked (``patches``, ``asked``).
-        args: ``compile_fx_inner``'s positional arguments (the graph, its example inputs).
-        kwargs: its keyword arguments.
-    """
-    import importlib
-    import warnings
-
+    """Inside a graph's compile: warn where torch cannot use the asked table.  Torch needs a CUDA input, and for
+    Triton entries ``_inductor/utils.py:use_triton_template`` (2.10-2.15): max_autotune(_gemm), TRITON, ``is_big_gpu``."""
     import torch
 
-    from ..errors import LookupTableUnusedWarning
     from .torch_compat import INDUCTOR_CONFIG
 
     asked = snapshot.asked.get((INDUCTOR_CONFIG, "lookup_table.table"))
@@ -159,7 +106,7 @@ def warn_unused_table(snapshot: Any, args: tuple[Any, ...], kwargs: dict[str, An
             stacklevel=4,
         )
         return
-    triton = triton_entries(asked.value)
+    triton = sum(str(e.get("template_id", "")).startswith(TRITON_PREFIX) for es in asked.value.values() for e in es)
     if not triton:
         return
     patches, cfg = snapshot.patches, importlib.import_module(INDUCTOR_CONFIG)

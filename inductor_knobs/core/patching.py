@@ -1,20 +1,11 @@
 """Process-wide patches shared by blocks: install once, count users, restore by identity.
 
-Every process-wide patch inductor_knobs makes to torch (the ``is_big_gpu`` gate wrapper, the
-compile interception, the autotune observers' hooks, the emulator's SM view) is a
-:class:`SharedPatch`: install steps (:data:`~inductor_knobs.core.undo.Step`) run by
-:func:`~inductor_knobs.core.undo.apply_all` when the first user arrives, and undone by
-:func:`~inductor_knobs.core.undo.revert_all` when the last user leaves: the same undo mechanism as a
-block's own changes, so a step that fails (or a ``KeyboardInterrupt`` between two steps) unwinds
-exactly the steps before it, and an undo that fails does not stop the others.
-
-Attribute steps (:func:`wrap_attribute`) put back the *original object* (by identity) and only
-when the attribute still holds the replacement; if something else replaced it meanwhile, that
-foreign patch is left alone and an :class:`~inductor_knobs.errors.ExternalChangeWarning` says so
-(the replacement stays inside it, and is inert without users).  With ``sweep=True`` every module
-global bound to the original under the same name (``from torch._inductor.utils import
-is_big_gpu``) is rebound too, and put back on undo: modules imported while the patch was active
-bound the replacement, so they are found by identity as well.
+A :class:`SharedPatch` applies its steps (``undo.apply_all``) for the first holder and reverts them after the
+last, so a failed step or an interrupt unwinds exactly the steps before it.  :func:`wrap_attribute` restores
+the original by identity, only while the attribute still holds the replacement (else
+:class:`~inductor_knobs.errors.ExternalChangeWarning`).  :func:`on_import` defers steps until a module's import
+ends (``wrapt`` post-import hooks), so a process that never compiles never imports Inductor; an import hook
+never raises (the next block entry warns instead).
 """
 
 from __future__ import annotations
@@ -22,6 +13,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,16 +25,14 @@ from .undo import SAFE_EXIT, Step, Undo, apply_all, revert_all
 
 
 class SharedPatch:
-    """A process-wide patch shared by its holders.
+    """A process-wide patch, installed while it has holders.  Thread-safe (one re-entrant lock).
 
     Args:
-        name: what it patches, for messages.
-        steps: called when the first holder arrives; returns the install steps, in order.
+        name (str): what it patches, for messages.
+        steps (Callable[[], Sequence[Step]]): called when the first holder arrives; the install steps, in order.
 
-    Holders are objects (undo records), kept in a set: :meth:`acquire` and :meth:`release` are
-    idempotent per holder, so a record whose apply or revert was interrupted and is run again
-    cannot count twice.  The patch is installed while the set is non-empty.  Thread-safe (one
-    re-entrant lock).
+    :meth:`acquire` and :meth:`release` are idempotent per holder (an undo record run again after an
+    interrupt cannot count twice).
     """
 
     def __init__(self, name: str, steps: Callable[[], Sequence[Step]]) -> None:
@@ -50,68 +40,45 @@ class SharedPatch:
         self._steps = steps
         self._undos: list[Undo] = []
         self._holders: set[int] = set()
-        #: How many holders hold the patch now (an attribute, not a property: read at every block).
-        self.users = 0
+        self.users = 0  # an attribute, not a property: read at every block
         self.lock = threading.RLock()
 
     def acquire(self, holder: object) -> None:
         """Add ``holder``; the first one installs every step (all or nothing)."""
         with self.lock, SAFE_EXIT:
-            holders = self._holders
-            if not holders and not self._undos:
+            if not self._holders and not self._undos:
                 apply_all(self._steps(), self._undos)
-            holders.add(id(holder))  # a set: a holder already in it is not counted twice
-            self.users = len(holders)
+            self._holders.add(id(holder))
+            self.users = len(self._holders)
 
     def release(self, holder: object) -> None:
         """Drop ``holder``; when none is left every step is undone (all run, then the first error is raised)."""
         with self.lock, SAFE_EXIT:
-            holders = self._holders
-            holders.discard(id(holder))
-            self.users = len(holders)
-            if not holders and self._undos:
+            self._holders.discard(id(holder))
+            self.users = len(self._holders)
+            if not self._holders and self._undos:
                 revert_all(self._undos)
 
 
 def resolve(path: str) -> tuple[Any, str]:
-    """``"pkg.mod:Class.attr"`` -> (the object owning ``attr``, ``"attr"``); imports ``pkg.mod``."""
+    """``"pkg.mod:Class.attr"`` -> (the object owning ``attr``, ``"attr"``); imports ``pkg.mod``.
+
+    Raises ImportError or AttributeError when the module or a parent attribute is missing.
+    """
     module_name, parents, name = _parse(path)
     return _owner(module_name, parents), name
 
 
 def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
-    """A step that runs ``steps()`` (all or nothing) once ``module`` is imported: at once if it is, else
-    right after its import, in the importing thread, if the patch still holds then.
+    """A step running ``steps()`` (all or nothing; they must not import) once ``module``'s import has ended.
 
-    Why: a hook's target module is imported only to install the hook otherwise, and Inductor's and
-    Dynamo's modules cost seconds to import (``torch._inductor.select_algorithm`` imports Dynamo and
-    1,400 modules: 1.4 s on this project's CI machine, several on a GPU host without bytecode), which
-    a process that never compiles (one loading an AOT bundle) need not pay.  Nothing of a module can run
-    before its import ends, so a hook installed then misses nothing.
-
-    How: one ``wrapt.register_post_import_hook`` per module name and import (not one per install, so
-    installs that come and go while the module is never imported hold no memory); it runs the steps of
-    every install still waiting.  Nothing here waits for an import while a lock is held (the install runs
-    under its :class:`SharedPatch`'s lock, which the importing thread may need: the startup hook activates
-    ``INDUCTOR_KNOBS_*`` inside ``compile_fx``'s import, once its code has run): the steps read modules from
-    ``sys.modules``, and an install that finds its module still being imported (:func:`initializing`) is
-    handed to one polling thread per module, which fires every install waiting once that import ends (the
-    steps never run on a half-imported module: its own code could still overwrite what they patched).
-    The steps must not import.  The undo drops a waiting install, or undoes its steps.
-
-    The hook never raises an error into the user's import: a step that fails leaves nothing of its install,
-    :func:`import_hook_failures` keeps the error and the next block entry reports it
-    (:func:`warn_import_hook_failures`).  An interrupt is re-raised after the other installs fired, and every
-    install goes back to waiting (Python drops the module whose import failed; an import run again within
-    milliseconds gets the hooks from the poller, just after its code ran).  Blind spot: an import that
-    another thread began before the hook was registered and that had not yet put the module in
-    ``sys.modules`` (between its ``find_spec`` and ``module_from_spec``) goes unseen until the next install
-    of a hook on that module, which then fires every install waiting for it.
+    No lock is held while waiting (the startup hook activates inside ``compile_fx``'s import); an import under
+    way in another thread goes to a poller thread, one not yet in ``sys.modules`` is seen at the next install.
     """
 
     def step(push: Callable[[Undo], None]) -> None:
         found = sys.modules.get(module)
-        if found is not None and not initializing(found):  # imported: the plain steps, on the caller's undo list
+        if found is not None and not initializing(found):  # imported: the steps, on the caller's undo list
             for each in steps():
                 each(push)
             if _WAITING.get(module):  # installs left by an import no hook saw: theirs too, now
@@ -119,15 +86,16 @@ def on_import(module: str, steps: Callable[[], Sequence[Step]]) -> Step:
             return
         waiting = _OnImport(module, steps)
         push(waiting.cancel)
-        waiting.wait()
+        with _WAITING_LOCK, SAFE_EXIT:
+            _WAITING.setdefault(module, []).append(waiting)
+        _notify_when_imported(module)
 
     return step
 
 
 def initializing(module: Any) -> bool:
-    """Whether ``module`` is still being imported (``__spec__._initializing``, which importlib sets until its
-    loader returns), unless its code has run and the startup hook activates inside its import
-    (``inductor_knobs.startup.executed``)."""
+    """Whether ``module`` is still being imported (importlib's ``__spec__._initializing``), unless its code
+    has run and the startup hook activates inside its import (``inductor_knobs.startup.executed``)."""
     if getattr(getattr(module, "__spec__", None), "_initializing", False) is not True:
         return False
     startup = sys.modules.get("inductor_knobs.startup")
@@ -135,7 +103,7 @@ def initializing(module: Any) -> bool:
 
 
 class _OnImport:
-    """One install of :func:`on_import`: waiting for ``module``, then holding the undos of its steps."""
+    """One install of :func:`on_import`: waiting for ``module``, then holding its steps' undos."""
 
     def __init__(self, module: str, steps: Callable[[], Sequence[Step]]) -> None:
         self.module = module
@@ -145,21 +113,14 @@ class _OnImport:
         self.live = True
         self.fired = False
 
-    def wait(self) -> None:
-        """Queue for the module's import (or for the end of another thread's import of it)."""
-        with _WAITING_LOCK, SAFE_EXIT:
-            _WAITING.setdefault(self.module, []).append(self)
-        _notify_when_imported(self.module)
-
     def fire(self) -> None:
-        """Run the steps (all or nothing) unless undone or done; the module's code has run."""
         with self.lock, SAFE_EXIT:
             if self.live and not self.fired:
                 apply_all(self.steps(), self.undos)
                 self.fired = True
 
     def reset(self) -> None:
-        """Undo the steps and wait again (the module they patched was dropped: its import failed)."""
+        """Undo the steps: the module was dropped (its import failed)."""
         with self.lock, SAFE_EXIT:
             revert_all(self.undos)
             self.fired = False
@@ -173,20 +134,16 @@ class _OnImport:
             self.fired = False
 
 
-#: Installs waiting for their module, by module name.
-_WAITING: dict[str, list[_OnImport]] = {}
-#: Module names with a wrapt post-import hook registered and not yet called.
-_HOOKED: set[str] = set()
-#: Module names a poller thread watches (another thread is importing them).
-_POLLING: set[str] = set()
+_WAITING: dict[str, list[_OnImport]] = {}  # by module name
+_HOOKED: set[str] = set()  # module names with a wrapt post-import hook not yet called
+_POLLING: set[str] = set()  # module names a poller thread watches
 _WAITING_LOCK = threading.Lock()
 _IMPORT_HOOK_FAILURES: list[str] = []
 _REPORTED = [0]  # how many of the failures a block entry has warned of
 
 
 def _notify_when_imported(name: str) -> None:
-    """Make the installs waiting for ``name`` fire when its import ends: a wrapt post-import hook, or, for a
-    module another thread is importing now (its loader was found before any hook existed), a poller."""
+    """Fire the installs waiting for ``name`` when its import ends (a wrapt hook, or a poller thread)."""
     if sys.modules.get(name) is None:
         with _WAITING_LOCK, SAFE_EXIT:
             register = name not in _HOOKED
@@ -198,14 +155,13 @@ def _notify_when_imported(name: str) -> None:
                 _REGISTERING.active = False
             with _WAITING_LOCK, SAFE_EXIT:
                 _HOOKED.add(name)
-        if sys.modules.get(name) is None:
-            return
     module = sys.modules.get(name)
-    if module is None or not initializing(module):
-        if module is not None:
-            _fire_waiting(module)
+    if module is None:
         return
-    with _WAITING_LOCK, SAFE_EXIT:  # one poller per module: it fires every install waiting when the import ends
+    if not initializing(module):
+        _fire_waiting(module)
+        return
+    with _WAITING_LOCK, SAFE_EXIT:
         if name in _POLLING:
             return
         _POLLING.add(name)
@@ -218,9 +174,7 @@ def _notify_when_imported(name: str) -> None:
 
 
 def _poll_import(name: str, interval: float = 0.005) -> None:
-    """Wait, without any lock, until another thread's import of ``name`` ends; then fire what waits for it."""
-    import time
-
+    """Wait, holding no lock, for another thread's import of ``name`` to end; then fire what waits for it."""
     module = sys.modules.get(name)
     while module is not None and initializing(module):
         time.sleep(interval)
@@ -234,26 +188,18 @@ def _poll_import(name: str, interval: float = 0.005) -> None:
 
 
 def _imported(module: Any) -> None:
-    """wrapt's post-import hook: called as ``module``'s import ends (its code has run), or at once from
-    ``register_post_import_hook`` when the module is in ``sys.modules`` already, maybe half imported by
-    another thread (then :func:`_notify_when_imported`, after the register, hands it to a poller)."""
-    if not (_REGISTERING.active and initializing(module)):
+    """wrapt's post-import hook; when called from ``register_post_import_hook`` on a module another thread is
+    half importing, :func:`_notify_when_imported` hands it to a poller instead."""
+    if not (getattr(_REGISTERING, "active", False) and initializing(module)):
         _fire_waiting(module)
 
 
-class _Registering(threading.local):
-    active = False
-
-
-_REGISTERING = _Registering()
+_REGISTERING = threading.local()  # .active: this thread is inside wrapt.register_post_import_hook
 
 
 def _fire_waiting(module: Any) -> None:
-    """Fire every install waiting for ``module``.
-
-    Never raises an error into the import (see :func:`on_import`); an interrupt is re-raised once the
-    other installs fired, with every install waiting again for the next import.
-    """
+    """Fire every install waiting for ``module``; errors are kept, not raised into the import.  An interrupt is
+    re-raised after the others fired, every install waiting again (Python drops the module)."""
     name = getattr(module, "__name__", None)
     with _WAITING_LOCK, SAFE_EXIT:
         _HOOKED.discard(str(name))
@@ -268,7 +214,7 @@ def _fire_waiting(module: Any) -> None:
         except BaseException as err:  # noqa: BLE001 - the user's interrupt: re-raised below
             interrupted = interrupted or err
             again.append(install)
-    if interrupted is not None:  # Python drops the module: every install waits for the next import
+    if interrupted is not None:
         for install in waiting:
             install.reset()
         again = waiting
@@ -285,13 +231,12 @@ def _fire_waiting(module: Any) -> None:
 
 
 def import_hook_failures() -> list[str]:
-    """Errors of hooks that :func:`on_import` installed from an import, oldest first (for ``doctor`` and tests)."""
+    """Errors of :func:`on_import` hooks run from an import, oldest first."""
     return list(_IMPORT_HOOK_FAILURES)
 
 
 def warn_import_hook_failures(category: type[Warning]) -> None:
-    """Warn (``category``) of each hook failure no block entry has warned of yet: an import hook cannot raise
-    (:func:`on_import`), so a block entry says it, and under ``-W error`` refuses to enter."""
+    """Warn (``category``) of each import hook failure not warned of yet (``-W error`` refuses the block)."""
     if _REPORTED[0] == len(_IMPORT_HOOK_FAILURES):  # every block entry asks: no lock when nothing is new
         return
     with _WAITING_LOCK, SAFE_EXIT:
@@ -303,7 +248,7 @@ def warn_import_hook_failures(category: type[Warning]) -> None:
 
 
 def remove_by_identity(items: list[Any], item: object) -> None:
-    """Delete the first element of ``items`` that is ``item`` (not one that merely equals it), if any."""
+    """Delete the first element of ``items`` that is ``item`` (not merely equal), if any."""
     for i, candidate in enumerate(items):
         if candidate is item:
             del items[i]
@@ -311,7 +256,7 @@ def remove_by_identity(items: list[Any], item: object) -> None:
 
 
 def present(path: str) -> bool:
-    """Whether ``path`` (``module:Class.attr``) can be found here: its module imports and has the attribute."""
+    """Whether ``path`` (str, ``"pkg.mod:Class.attr"``) exists here: its module imports and has the attribute."""
     try:
         owner, name = resolve(path)
         return hasattr(owner, name)
@@ -339,20 +284,20 @@ def wrap_attribute(
     sweep: bool = False,
     on_install: Callable[[Any, Any], None] | None = None,
 ) -> Step:
-    """A step that replaces ``path`` with a ``wrapt.FunctionWrapper(original, wrapper)``.
+    """A step that replaces ``path`` with ``wrapt.FunctionWrapper(original, wrapper)`` (torch-independent).
 
-    Staticmethods stay staticmethods.  ``on_install(original, replacement)`` is called after the
-    swap (the gate remembers its original there).  Undo restores by identity (see the module
-    docstring); with ``sweep`` module globals of the same name are rebound both ways.
+    Args:
+        path (str): ``"pkg.mod:Class.attr"``; a staticmethod stays one.
+        wrapper (Callable): wrapt's ``wrapper(wrapped, instance, args, kwargs)``.
+        sweep (bool): also rebind module globals of the same name bound to the original, and back on undo.
+        on_install (Callable[[Any, Any], None] | None): called with ``(original, replacement)`` after the swap.
+
+    Returns a :class:`Step` for :class:`SharedPatch`; its undo restores by identity (module docstring).
     """
-
-    # The wrapper (and its undo) made for the last original found, reused while that original is the
-    # one found: blocks install and remove the patch at every enter and exit, so an install is one
-    # setattr.  A different original (torch reloaded, someone else's patch) gets a new one.
+    # Reused while the same original is found: blocks install at every enter, so an install is one setattr.
     made: list[Any] = []  # [owner, raw, function, wrapped, replacement, undo]
-
-    module_name, parents, name = _parse(path)  # once: the step runs at every first holder
-    binders = _binders(name) if sweep else None  # rebinds module globals of that name (see _Binders)
+    module_name, parents, name = _parse(path)
+    binders = _BINDERS.setdefault(name, _Binders(name)) if sweep else None  # one per name in the process
 
     def make(owner: Any, raw: Any) -> list[Any]:
         function = raw.__func__ if isinstance(raw, staticmethod) else raw
@@ -394,15 +339,8 @@ def wrap_attribute(
 
 
 class _Binders:
-    """The module namespaces that bind one function by name, found incrementally.
-
-    A full scan of ``sys.modules`` costs about a millisecond with a few thousand modules loaded, and
-    the gate is installed and removed at every block; so the scan remembers how far it got (modules
-    are appended to ``sys.modules`` in import order) and later sweeps only look at modules imported
-    since, plus the namespaces already known to bind the name.  Modules imported while the patch
-    was active bound the replacement and are found the same way.  If ``sys.modules`` shrank or was
-    reordered (a module deleted), the scan starts over.
-    """
+    """The module namespaces binding one function by name, found incrementally: a full scan of ``sys.modules``
+    costs ~1 ms per block, so only modules appended since the last scan are looked at."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -411,7 +349,6 @@ class _Binders:
         self.last_key: str | None = None  # the newest module name at the last scan
 
     def rebind(self, find: object, replace: object) -> None:
-        """Rebind every module global ``self.name`` that is ``find`` to ``replace``."""
         modules = sys.modules
         if self.scanned != len(modules) or next(reversed(modules), None) != self.last_key:
             self._scan(modules, find, replace)
@@ -421,7 +358,6 @@ class _Binders:
                 namespace[name] = replace
 
     def _scan(self, modules: dict[str, Any], *candidates: object) -> None:
-        """Add the namespaces imported since the last scan that bind one of ``candidates``."""
         try:
             fresh = []
             for key in reversed(modules):  # newest first, back to the last module scanned
@@ -441,12 +377,3 @@ class _Binders:
 
 
 _BINDERS: dict[str, _Binders] = {}
-
-
-def _binders(name: str) -> _Binders:
-    """The one :class:`_Binders` of ``name`` for the process (shared by every patch of that name).
-
-    Undo rebinds for the replacement again, so modules imported while the patch was active (which
-    bound the replacement) are put back too.
-    """
-    return _BINDERS.get(name) or _BINDERS.setdefault(name, _Binders(name))
