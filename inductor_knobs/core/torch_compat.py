@@ -1,9 +1,8 @@
 """Pick the patch module for the installed torch, and check its targets for drift.
 
-Selection compares the release's ``major.minor`` (``packaging.version.Version(...).release[:2]``)
-with each module's ``torch_range``.  Local tags (``2.13.0+cpu``), ``.dev`` nightlies and source
-builds (``2.14.0a0+git…``) therefore count as their minor release; the drift check is what
-catches a nightly whose internals moved.
+Selection compares ``major.minor`` with each module's ``torch_range``, so local tags (``2.13.0+cpu``), nightlies and source
+builds (``2.14.0a0+git…``) count as their minor release; the drift check of ``torch/_inductor/utils.py:is_big_gpu`` catches
+a nightly whose internals moved.
 """
 
 from __future__ import annotations
@@ -34,11 +33,7 @@ INDUCTOR_CONFIG = "torch._inductor.config"
 
 @functools.cache
 def all_patch_modules() -> tuple[TorchPatches, ...]:
-    """Every ``PATCHES`` object under :mod:`inductor_knobs.patches`, oldest range first.
-
-    Only the ``torch_*`` modules are eras; the others there are the base modules of ``TorchPatches`` (one per
-    concern) and define no ``PATCHES``.
-    """
+    """Every ``PATCHES`` object of the ``torch_*`` modules of :mod:`inductor_knobs.patches`, oldest range first."""
     package = importlib.import_module("inductor_knobs.patches")
     found = []
     for info in pkgutil.iter_modules(package.__path__):
@@ -105,10 +100,7 @@ def select(torch_version: str, *, strict: bool = True) -> TorchPatches:
 
 @functools.cache
 def _select(torch_version: str) -> tuple[TorchPatches, bool]:
-    """(the module covering the release or the nearest one, whether the release is outside every range).
-
-    Cached: it depends only on the version string, and every enter of a block asks.
-    """
+    """(the module covering the release or the nearest one, whether the release is outside every range); cached."""
     release = Version(release_of(torch_version))
     modules = all_patch_modules()
     for module in modules:
@@ -151,21 +143,10 @@ def check_gate(patches: TorchPatches, gate: object) -> DriftReport:
         return _check_gate(patches, gate)
 
 
-@functools.lru_cache(maxsize=32)
-def _check_gate_cached(patches: TorchPatches, gate: object) -> DriftReport:
-    # Depends only on the patch module (the torch version) and the identity of the gate object.
-    return _check_gate(patches, gate)
-
-
 def _check_gate(patches: TorchPatches, gate: object) -> DriftReport:
-    """Check that ``gate`` (the original ``is_big_gpu``) is what ``patches`` expects.
-
-    Checks: it is callable, is functools-cached (has ``cache_clear``), its parameters and
-    defaults match ``patches.gate_parameters``, its fingerprint is a known one, and the
-    attributes the wrapper reads (``patches.gate_prerequisites()``) exist.
-    """
+    """Whether ``gate`` (the original ``is_big_gpu``) is callable, functools-cached, and has ``patches``' parameters,
+    a known fingerprint and the prerequisites the wrapper reads."""
     problems: list[str] = []
-    fp: str | None = None
     if not callable(gate):
         return DriftReport(False, (f"is_big_gpu is {type(gate).__name__}, not callable",), None)
     if not callable(getattr(gate, "cache_clear", None)):
@@ -186,6 +167,9 @@ def _check_gate(patches: TorchPatches, gate: object) -> DriftReport:
         if _resolve(dotted) is None:
             problems.append(f"{dotted} does not exist")
     return DriftReport(not problems, tuple(problems), fp)
+
+
+_check_gate_cached = functools.lru_cache(maxsize=32)(_check_gate)
 
 
 def enforce(report: DriftReport, *, strict: bool, torch_version: str) -> None:
@@ -235,13 +219,8 @@ __all__: list[str] = [
 
 
 def fingerprint_source(source: str) -> str:
-    """Return the fingerprint of the first function defined in ``source``.
-
-    Args:
-        source: Python source text holding a ``def`` (decorators and indentation allowed).
-
-    Returns:
-        16 lowercase hex digits.
+    """16 lowercase hex digits of the first function defined in ``source`` (decorators and indentation allowed),
+    ignoring comments and layout.
 
     Raises:
         ValueError: ``source`` defines no function.
@@ -264,17 +243,12 @@ def fingerprint_source(source: str) -> str:
 
 
 def fingerprint(fn: Callable[..., object]) -> str | None:
-    """Return the fingerprint of a live function, or ``None`` when its source is unavailable.
-
-    ``functools.cache``/``lru_cache`` and wrapt wrappers are unwrapped through ``__wrapped__``.
-    """
+    """The fingerprint of a live function (unwrapped through ``__wrapped__``), or ``None`` when its source is unavailable."""
     target = inspect.unwrap(fn)
     return _fingerprint_of(getattr(target, "__code__", target))
 
 
-# Every knobs enter checks the gate; tokenizing its source each time cost ~0.9 ms (H200 bench).
-# The code object identifies the source, so the fingerprint is computed once per function.
-@functools.cache
+@functools.cache  # every enter checks the gate; tokenizing its source costs ~0.9 ms (H200), so once per code object
 def _fingerprint_of(code_or_object: object) -> str | None:
     try:
         return fingerprint_source(inspect.getsource(code_or_object))  # type: ignore[arg-type]
