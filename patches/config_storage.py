@@ -2,8 +2,7 @@
 types, aliases, implications, forcing environment variables, and the cache salt of a gate override.
 
 :class:`ConfigStorage` encodes torch 2.4–2.5; the era modules override what changed (``torch/`` relative):
-- ``utils/_config_module.py``: values in a plain, process-global dict ``module._config``; ``ConfigModule.__getattr__``
-  answers a key.  2.6 stores ``_ConfigEntry.user_override``; 2.12 makes it a per-thread ``ContextVar``.
+- ``utils/_config_module.py``: values in a plain, process-global dict ``module._config``, read by ``ConfigModule.__getattr__``.
 - ``utils/_config_module.py:_make_closure_patcher`` (2.4–2.15) writes the raw stored value, "unset" included; it marks
   ``get_hash()``'s ``_hash_dirty_var`` itself from 2.13 (not ``_is_dirty`` before).  ``config.patch`` pins on exit until 2.15.
 - No ``value_type`` (2.6), ``env_name_force`` (2.6; ``fx_graph_cache`` from 2.7), aliases (2.7) or implications (2.15).
@@ -28,16 +27,12 @@ class ConfigStorage:
 
     #: Inductor config overrides are per thread (ContextVar) from 2.12; process-global before.
     config_is_thread_local: ClassVar[bool]
-    #: ``config.patch(...)`` restores a key it found unset to "unset" on exit (2.15 ``_ImplicationConfigPatch``);
-    #: before, its exit writes back the value it read, pinning it as a user override.
+    #: ``config.patch(...)`` restores "unset" on exit (2.15); before, it pins the value it read as a user override.
     config_patch_restores_unset: ClassVar[bool]
 
     def read_config(self, cfg: ModuleType, key: str) -> object:
-        """``getattr(cfg, key)``: the value Inductor reads (overrides, forcing env vars, aliases and all).
-
-        Calls the type's ``__getattr__`` directly (half the cost: no failed generic lookup first) unless the module's
-        ``__dict__`` or type could answer, or there is no type-level ``__getattr__``.
-        """
+        """``getattr(cfg, key)``, calling the type's ``__getattr__`` directly (half the cost: no failed generic lookup)
+        where neither the module's ``__dict__`` nor its type could answer."""
         found = cfg.__dict__
         kind: type = type(cfg)
         names = _type_names(kind)
@@ -159,7 +154,7 @@ class ConfigStorage:
         return [("torch._inductor.config", "fx_graph_cache", False)]
 
 
-@functools.lru_cache(maxsize=None)  # noqa: UP033 - declared types are few and fixed per torch
+@functools.cache  # declared types are few and fixed per torch
 def as_types(declared: Any) -> tuple[Any, ...] | None:
     """Flatten a declared type (``str | None``, ``Literal["a", "b"]``) into types and literal values; None if unchecked."""
     import types as _types

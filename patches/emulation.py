@@ -3,14 +3,12 @@
 Facts (``torch/`` relative):
 - ``cuda/__init__.py:get_device_properties`` serves ``is_big_gpu`` (2.4–2.5), ``get_max_num_sms``, flex decoding and GEMM
   config pruning; ``_dynamo/device_interface.py:CudaInterface.get_device_properties`` is bound to it (2.4 :194, 2.15 :341).
-- ``_inductor/codecache.py:CacheBase.get_local_cache_path``: GEMM autotune timings, one file per device name (2.8.0 :242,
-  2.13.0 :319, 2.14.1 :364); emulation gives the emulated GPU its own, so full-GPU timings and emulated ones never mix.
-- ``cuda/green_contexts.py:GreenContext``: ``Stream()`` from 2.11 (2.10: ``create``/``set_context`` only); ``create(num_sms=,
-  device_id=)`` 2.11–2.13 (:mod:`.torch_2_8`), the constructor from 2.14 (:mod:`.torch_2_14`), ``.sm_count`` 2.15.
-- ``_inductor/cudagraph_trees.py:CUDAGraphTreeManager.__init__`` records every graph on ``self.stream`` (2.13 :2090, 2.14.1
-  :2315); ``cuda/graphs.py:graph`` captures on ``default_capture_stream`` when ``stream`` is None (2.13 :408, 2.14.1 :1125);
-  ``compile_fx.py:cudagraphify_impl`` uses a local stream (2.13 :1995), so emulation asks for the trees; 2.14's
-  ``autotune_cudagraph_benchmarking`` captures on a local stream (``runtime/benchmarking.py:376``), so it is asked off.
+- ``_inductor/codecache.py:CacheBase.get_local_cache_path`` (2.8.0 :242, 2.14.1 :364): autotune timings per device name;
+  the emulated GPU gets its own.
+- ``cuda/green_contexts.py:GreenContext``: ``Stream()`` from 2.11; ``create`` 2.11–2.13, the constructor from 2.14.
+- ``_inductor/cudagraph_trees.py:CUDAGraphTreeManager.__init__`` records on ``self.stream`` (2.13 :2090, 2.14.1 :2315);
+  ``cuda/graphs.py:graph`` captures on ``default_capture_stream`` when ``stream`` is None (2.13 :408, 2.14.1 :1125);
+  ``compile_fx.py:cudagraphify_impl`` uses a local stream (2.13 :1995), so emulation asks for the trees.
 """
 
 from __future__ import annotations
@@ -37,9 +35,18 @@ class SmallGpuEmulation:
     device_properties_dict_cache: ClassVar[str] = "torch._dynamo.device_interface:caching_worker_device_properties"
     #: The first release whose ``torch.cuda.GreenContext`` has ``Stream()``, which emulation needs.
     green_stream_since: ClassVar[str] = "2.11"
-    #: How this range makes the green context: None (2.4-2.10), ``"create"`` (2.11-2.13), ``"constructor"`` (2.14),
-    #: ``"constructor+sm_count"`` (2.15: ``.sm_count`` says how many SMs the driver granted).
+    #: How this range makes the green context: None, ``"create"``, ``"constructor"``, ``"constructor+sm_count"`` (2.15).
     green_context_api: ClassVar[str | None]
+
+    cudagraph_trees_module: ClassVar[str] = "torch._inductor.cudagraph_trees"
+    #: Makes ``self.stream``, the stream the manager warms up and records every graph on.
+    cudagraph_tree_manager_init: ClassVar[str] = "torch._inductor.cudagraph_trees:CUDAGraphTreeManager.__init__"
+    #: The manager's attribute holding that stream; each node copies it when it is made.
+    cudagraph_tree_stream_attribute: ClassVar[str] = "stream"
+    #: ``torch.cuda.graph.__init__(self, cuda_graph, pool=None, stream=None, ...)``.
+    graph_capture_init: ClassVar[str] = "torch.cuda.graphs:graph.__init__"
+    #: Inductor config that makes every graph Inductor captures one emulation can redirect.
+    emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (("triton.cudagraph_trees", True),)
 
     def green_context_problem(self) -> str | None:
         """Why emulation cannot make a confining green context here (a phrase completing "torch X has …"), or None."""
@@ -50,8 +57,6 @@ class SmallGpuEmulation:
             return "no GreenContext"
         if not callable(getattr(green, "Stream", None)):
             return "GreenContext without Stream()"
-        if self.green_context_api is None:
-            return f"a GreenContext whose API patches.{self.name} does not know"
         return self._green_api_problem(green)
 
     def _green_api_problem(self, green: Any) -> str | None:
@@ -70,11 +75,8 @@ class SmallGpuEmulation:
         )
 
     def make_green_stream(self, device_index: int, sms: int) -> tuple[Any, Any, int | None]:
-        """Create a green context of ``sms`` SMs on ``device_index`` and one stream of it.
-
-        Returns:
-            ``(context, stream, granted SMs or None)``.  Keep ``context`` alive while ``stream`` is used: from 2.14
-            ``GreenContext.__del__`` destroys its streams, and the ``ExternalStream`` holds no reference to it.
+        """``(context, stream, granted SMs or None)``: a green context of ``sms`` SMs on ``device_index`` and a stream of it;
+        keep ``context`` alive while ``stream`` is used (from 2.14 its ``__del__`` destroys its streams).
 
         Raises:
             NotSupportedOnThisTorch: this torch has no green-context API this range knows.
@@ -92,11 +94,8 @@ class SmallGpuEmulation:
         return context, stream, self.granted_sms(context, device_index, sms)
 
     def make_capture_stream(self, context: Any) -> Any:
-        """One more stream of ``context`` (``GreenContext.Stream()`` makes a new one per call): where graphs are captured.
-
-        Not the work stream: a graph captured there keeps that stream's cuBLAS workspace, allocated outside any graph's
-        pool, which ``cudagraph_trees.clear_cublass_cache`` frees under the replay ("unspecified launch failure", H100, 2.11).
-        """
+        """A new stream of ``context`` to capture graphs on: one captured on the work stream keeps its cuBLAS workspace, outside
+        any graph pool, which ``cudagraph_trees.clear_cublass_cache`` frees under the replay (H100, 2.11: launch failure)."""
         return context.Stream()
 
     def _new_green_context(self, green: Any, device_index: int, sms: int) -> Any:
@@ -106,17 +105,6 @@ class SmallGpuEmulation:
     def granted_sms(self, context: Any, device_index: int, sms: int) -> int | None:
         """SMs the driver granted ``context`` (it rounds requests up to its SM groups), or None if unknown."""
         return None
-
-    #: The module of Inductor's CUDA graph trees.
-    cudagraph_trees_module: ClassVar[str] = "torch._inductor.cudagraph_trees"
-    #: Makes ``self.stream``, the stream the manager warms up and records every graph on.
-    cudagraph_tree_manager_init: ClassVar[str] = "torch._inductor.cudagraph_trees:CUDAGraphTreeManager.__init__"
-    #: The manager's attribute holding that stream; each node copies it when it is made.
-    cudagraph_tree_stream_attribute: ClassVar[str] = "stream"
-    #: ``torch.cuda.graph.__init__(self, cuda_graph, pool=None, stream=None, ...)``.
-    graph_capture_init: ClassVar[str] = "torch.cuda.graphs:graph.__init__"
-    #: Inductor config that makes every graph Inductor captures one emulation can redirect.
-    emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (("triton.cudagraph_trees", True),)
 
     def cudagraph_tree_manager(self, device_index: int) -> Any:
         """This thread's CUDA graph tree manager of ``device_index``, or None; creates nothing (unlike ``get_manager``,

@@ -3,12 +3,10 @@
 Checked in the release wheels (``torch/`` relative; 2.15.0 read from the +cu132 wheel without installing):
 - ``_inductor/config.py:triton.cudagraph_capture_sizes`` from 2.8 (2.8 :1107, 2.13 :1821, 2.14.1 :1956, 2.15 :2156); read at
   every call, not compile: ``cudagraph_trees.py:is_cudagraph_capture_sizes`` (2.13 :402) via ``deferred_cudagraphify`` (:435).
-- ``_inductor/config.py:lookup_table.table`` from 2.10 (2.10 :2234, 2.13 :2892, 2.14.1 :3060, 2.15 :3336), CUDA-only, read only
-  by ``lookup_table/choices.py:LookupTableChoices`` as the choices handler, which ``virtualized.py:_choices_default`` caches
-  per thread (so ``inductor_choices_class`` set after a thread's first compile does not reach it).
-- ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``: ``aten/src/ATen/native/cudnn/MHA.cpp:use_ragged_in_dense`` reads it once per process
-  (``static bool``, ``"1"`` on) at the first dense cuDNN attention call; in ``libtorch_cuda.so`` 2.9.0–2.15.0, not 2.8.0
-  (pytorch#155958); only bias-free calls with BSHD q, k, v and output take the path.
+- ``_inductor/config.py:lookup_table.table`` from 2.10 (2.10 :2234, 2.13 :2892, 2.14.1 :3060, 2.15 :3336), CUDA-only, read by
+  ``lookup_table/choices.py:LookupTableChoices`` as the choices handler, cached per thread (``virtualized.py:_choices_default``).
+- ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``: ``aten/src/ATen/native/cudnn/MHA.cpp:use_ragged_in_dense`` reads it once per process,
+  at the first dense cuDNN attention call (only bias-free, BSHD); ``libtorch_cuda.so`` 2.9.0–2.15.0, not 2.8.0 (pytorch#155958).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Bugs of some torch releases that a later release fixed, and the fix inductor_knobs applies while it warms.
 
-Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.serving.torch_fixes` applies the fixes.
+Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.serving.torch_fixes` applies the fixes:
 - Coordinate-descent results ignored on a warm cache (pytorch#172819, fixed by pytorch#173391 in 2.12):
   ``_inductor/runtime/triton_heuristics.py:CachingAutotuner.recheck_autotune_cache`` (2.8.0 :351, 2.9.1 :391,
   2.10.0 :386, 2.11.0 :445; called from ``codecache.py:StaticAutotunerFuture``, 2.11.0 :4381) ignores a one-config

@@ -3,8 +3,6 @@
 :class:`SmGate` encodes torch 2.4–2.5; the era modules override what changed (``torch/`` relative):
 - ``_inductor/utils.py:is_big_gpu`` (2.4 :972, 2.5 :1043): ``lru_cache(None)``, ``(index)``, CUDA only, ``min_sms = 68``,
   SMs from ``torch.cuda.get_device_properties(index)``.
-- 2.6 (:mod:`.torch_2_6`): ``(index_or_device=0)``, SMs from ``DeviceProperties.create(device)``, ROCm gated by arch;
-  2.7 (:mod:`.torch_2_7`): XPU gated at 16 SMs, an int becomes ``torch.device(get_gpu_type(), idx)``.
 """
 
 from __future__ import annotations

@@ -20,14 +20,12 @@ from .release_tables import by_release
 class GemmBackends:
     """Facts about GEMM backends, per minor release."""
 
-    #: GEMM backend names per minor release.
     gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]]
     #: The Inductor config key codegen reads the CUTLASS checkout from, per minor release.
     cutlass_dir_key_by_release: ClassVar[dict[str, str]]
     #: Backends whose template check calls ``is_big_gpu``, per minor release (``inductor-knobs doctor``).
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]]
-    #: Whether the template checks ask the gate last (2.15), so its "Not enough SMs" warning and cached verdict
-    #: appear only under max-autotune with TRITON or CUTLASS selected; before 2.15, first at every GEMM lowering.
+    #: Whether the template checks ask the gate last (2.15: its warning and verdict only under max-autotune), not first.
     gate_checked_last: ClassVar[bool]
     #: Modules NVGEMM needs (``ensure_cute_available``, ``ensure_nv_universal_gemm_available``); empty: no NVGEMM.
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]]

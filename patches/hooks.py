@@ -2,15 +2,14 @@
 feedback savers, Dynamo's recompile reasons, and the compile-cache artifacts API.
 
 Facts (``torch/`` relative):
-- ``_inductor/runtime/triton_heuristics.py``, ``_inductor/cudagraph_trees.py``: the methods torch calls only when it pays a
-  first-call cost, the same names 2.4–2.15; from 2.9 ``CachingAutotuner.coordinate_descent_tuning`` is an eligibility check
-  around ``_coordinate_descent_tuning`` (2.8.0 has none; a hook on the check cost 81 us per call, H100, 2.11).
+- ``_inductor/runtime/triton_heuristics.py``, ``_inductor/cudagraph_trees.py``: first-call-cost methods, the same names in
+  2.4–2.15; from 2.9 ``CachingAutotuner.coordinate_descent_tuning`` only checks eligibility around
+  ``_coordinate_descent_tuning`` and runs at every launch (a hook there: 81 us per call, H100, 2.11).
 - ``_inductor/select_algorithm.py:add_feedback_saver``: absent in 2.4; 2.5 :1727 ``(timings, name, input_nodes, choices)``.
 - ``_dynamo/convert_frame.py`` imports ``get_and_maybe_log_recompilation_reason`` (``guards.py:2570`` in 2.4; ``..._reasons``
-  from 2.7) and in 2.4–2.5 asks it after the compile-start callbacks (2.5.1 :824, then :828-831); 2.6 asks first (:891).
-- ``compiler/__init__.py:save_cache_artifacts``/``load_cache_artifacts`` from 2.7 (:438).
-- ``_inductor/codecache.py:PyCodeCache.modules`` (2.8 :3263, 2.13 :4576), ``runtime/triton_heuristics.py:CachingAutotuner``
-  (2.13 :454, :2651) and ``runtime/runtime_utils.py:triton_cache_dir``: the same names in 2.8.0–2.14.1.
+  from 2.7), in 2.4–2.5 after the compile-start callbacks (2.5.1 :824, :828-831); 2.6 before (:891).
+- ``compiler/__init__.py:save_cache_artifacts``/``load_cache_artifacts`` from 2.7 (:438).  ``_inductor/codecache.py:
+  PyCodeCache.modules`` (2.8 :3263, 2.13 :4576), ``CachingAutotuner`` and ``runtime_utils.py:triton_cache_dir``: 2.8.0–2.14.1.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ class TorchHooks:
     feedback_saver_arity_by_release: ClassVar[dict[str, int]]
     #: The name ``_dynamo/convert_frame.py`` imports the recompile-reason function under.
     recompile_reasons_name: ClassVar[str]
-    #: ``convert_frame._compile`` asks for the reasons after the compile-start callbacks (2.4-2.5), so the observer reads
-    #: them itself when ``_compile`` is called (:meth:`recompile_reasons_of`).
+    #: The reasons are asked after the compile-start callbacks (2.4-2.5): read them via :meth:`recompile_reasons_of`.
     reasons_after_start_callbacks: ClassVar[bool]
     #: ``torch.compiler.save_cache_artifacts``/``load_cache_artifacts`` exist (2.7+).
     has_cache_artifacts: ClassVar[bool]
@@ -44,8 +42,7 @@ class TorchHooks:
     autotuner_class: ClassVar[str] = "torch._inductor.runtime.triton_heuristics:CachingAutotuner"
     #: torch's Triton cache directory of a device index (``TRITON_CACHE_DIR``, else ``<Inductor cache>/triton/<index>``).
     triton_cache_dir: ClassVar[str] = "torch._inductor.runtime.runtime_utils:triton_cache_dir"
-    #: Functions that time one candidate on the GPU, one ablation turn per call (``ablation/autotune_lock.py``); before 2.8
-    #: ``CachingAutotuner.bench``, none from 2.8 (``autotune_timing_hooks`` instead).
+    #: Functions timing one candidate on the GPU, one ablation turn per call (before 2.8; then ``autotune_timing_hooks``).
     autotune_benchmark_hooks: ClassVar[tuple[str, ...]] = ("torch._inductor.runtime.triton_heuristics:CachingAutotuner.bench",)
     #: Timers whose first argument is the callable they time, run once before the turn (2.8+).
     autotune_timing_hooks: ClassVar[tuple[str, ...]] = ()
@@ -70,8 +67,7 @@ class TorchHooks:
             (kind, path.replace(public, ":CachingAutotuner._coordinate_descent_tuning")) for kind, path in self.runtime_cost_hooks
         )
 
-    #: Profiler op names -> the per-shape first-call cost they stand for (cuDNN attention also as the inner
-    #: ``_cudnn_attention_forward`` from 2.9).
+    #: Profiler op names -> the per-shape first-call cost they stand for.
     per_shape_ops: ClassVar[dict[str, str]] = {
         "aten::_scaled_dot_product_cudnn_attention": "cudnn_sdpa_plan",
         "aten::_scaled_dot_product_cudnn_attention_backward": "cudnn_sdpa_plan",
@@ -94,10 +90,8 @@ class TorchHooks:
     def recompile_reasons_of(
         self, compile_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[list[str], Any] | None:
-        """For a call of ``convert_frame._compile``: (Dynamo's guard-failure reasons, the frame) when it recompiles, else None.
-
-        Reasons from ``_dynamo/guards.py:get_guard_fail_reason_helper`` (2.5.1 :2675), which neither logs nor records.
-        """
+        """For a call of ``convert_frame._compile``: (Dynamo's guard-failure reasons, the frame) when it recompiles, else None;
+        the reasons from ``_dynamo/guards.py:get_guard_fail_reason_helper`` (2.5.1 :2675), which neither logs nor records."""
         from torch._dynamo.cache_size import is_recompilation
 
         bound = inspect.signature(compile_fn).bind(*args, **kwargs).arguments

@@ -2,16 +2,14 @@
 
 Checked in the release wheels' sources (``torch/`` relative):
 - ``compiler/__init__.py:set_stance`` with ``"fail_on_recompile"`` (2.10 :261/:305, 2.13 :298/:342, 2.14 and 2.15 :390/:434;
-  absent in 2.4, 2.5 unchecked; used from 2.6).  One process-global stance: ``_dynamo/eval_frame.py:_stance``, rebound by
-  ``_set_stance`` (2.13 :185/:188, 2.14 :208/:227).  Under it every frame Dynamo would convert raises ``RuntimeError``, a
-  first compile too (2.13 ``eval_frame.py``:261-307, 2.14 :300/:319); ``_dynamo/decorators.py:set_stance`` (2.13 :143) puts
-  back the ``DynamoStance`` it replaced on ``__exit__`` and raises inside a ``torch.compile`` region.
-- ``_inductor/config.py:deterministic`` (``TORCHINDUCTOR_DETERMINISTIC``; 2.10 :791, 2.13 :1009, 2.14 :1052, 2.15 :1154;
-  absent in 2.4): ``select_algorithm.py:AlgorithmSelectorCache.__call__`` picks ``pick_deterministic_choice`` without
-  benchmarking (2.10 :2816, 2.13 :3900, 2.14 :4072, 2.15 :4230), on every device; ``runtime/benchmarking.py:may_ban_benchmarking``
-  (2.10 :64, 2.15 :163) raises; ``runtime/triton_heuristics.py:CachingAutotuner`` skips coordinate descent of reductions and
-  scans (2.10 :1226, 2.13 :1907).  ``torch.use_deterministic_algorithms(True)`` sets none of this.
-- Keys torch defines but no longer reads (``IGNORED_CONFIG_KEYS``; "since": the first release checked, 2.5–2.9 unchecked).
+  absent in 2.4; used from 2.6): one process-global ``_dynamo/eval_frame.py:_stance`` (2.13 :185/:188, 2.14 :208/:227); every
+  frame Dynamo would convert raises, a first compile too (2.13 :261-307, 2.14 :300/:319); ``_dynamo/decorators.py:set_stance``
+  (2.13 :143) restores on ``__exit__`` and raises inside ``torch.compile``.
+- ``_inductor/config.py:deterministic`` (2.10 :791, 2.13 :1009, 2.15 :1154; absent in 2.4): ``select_algorithm.py:
+  AlgorithmSelectorCache.__call__`` picks without benchmarking (2.10 :2816, 2.15 :4230), ``runtime/benchmarking.py:
+  may_ban_benchmarking`` (2.10 :64, 2.15 :163) raises, ``CachingAutotuner`` skips coordinate descent of reductions (2.13 :1907);
+  ``torch.use_deterministic_algorithms(True)`` sets none of this (env ``TORCHINDUCTOR_DETERMINISTIC`` does).
+- ``IGNORED_CONFIG_KEYS``: defined but no longer read ("since": the first release checked; 2.5–2.9 unchecked).
 """
 
 from __future__ import annotations
@@ -28,66 +26,44 @@ from typing import Any, ClassVar
 #: How torch's refusal under that stance starts (``_dynamo/eval_frame.py`` 2.13 :280, 2.14 :319).
 RECOMPILE_REFUSED = "Detected recompile when torch.compile stance is 'fail_on_recompile'"
 
+_ATEN_FIRST = "picks the first ATen choice of each GEMM without benchmarking (select_algorithm.py, pick_deterministic_choice)"
 #: Inductor config keys that ask for benchmarking, and what ``config.deterministic`` does to each.
 DETERMINISTIC_BANS = {
-    "max_autotune": "picks the first ATen choice of each GEMM without benchmarking (select_algorithm.py, "
-    "pick_deterministic_choice)",
-    "max_autotune_gemm": "picks the first ATen choice of each GEMM without benchmarking (select_algorithm.py, "
-    "pick_deterministic_choice)",
+    "max_autotune": _ATEN_FIRST,
+    "max_autotune_gemm": _ATEN_FIRST,
     "coordinate_descent_tuning": "does not tune reductions and scans (runtime/triton_heuristics.py, deterministic_mode)",
 }
 
+_IC = "_inductor/config.py"
+_IGNORED = "under '# DEPRECATED. This setting is ignored.'"
+_UNREAD = "under '# Deprecated', read nowhere in _inductor"
+_NOOP = "Config(deprecated=True, 'does not do anything')"
 #: (key, first release checked that ignores it, where torch says so or stops reading it, env var an older release read).
 IGNORED_CONFIG_KEYS: tuple[tuple[str, str, str, str | None], ...] = (
     (
         "autotune_fallback_to_aten",
         "2.10",
-        "_inductor/config.py 2.10 :589 (2.15 :826) under '# DEPRECATED. This setting is ignored.'; "
-        "2.4 read it (kernel/mm.py:173)",
+        f"{_IC} 2.10 :589 (2.15 :826) {_IGNORED}; 2.4 read it (kernel/mm.py:173)",
         "TORCHINDUCTOR_AUTOTUNE_FALLBACK_TO_ATEN",
     ),
     (
         "search_autotune_cache",
         "2.10",
-        "_inductor/config.py 2.10 :596 (2.15 :833) under '# DEPRECATED. This setting is ignored.'; "
-        "2.4 read it (select_algorithm.py:1192)",
+        f"{_IC} 2.10 :596 (2.15 :833) {_IGNORED}; 2.4 read it (select_algorithm.py:1192)",
         "TORCHINDUCTOR_SEARCH_AUTOTUNE_CACHE",
     ),
     (
         "max_autotune_subproc_graceful_timeout_seconds",
         "2.10",
-        "_inductor/config.py 2.10 :608 (2.15 :845) under '# DEPRECATED. This "
-        "setting is ignored.'; 2.4 read it (autotune_process.py:376)",
+        f"{_IC} 2.10 :608 (2.15 :845) {_IGNORED}; 2.4 read it (autotune_process.py:376)",
         None,
     ),
-    (
-        "max_autotune_subproc_terminate_timeout_seconds",
-        "2.10",
-        "_inductor/config.py 2.10 :610 (2.15 :847) under '# DEPRECATED. This setting is ignored.'",
-        None,
-    ),
-    (
-        "use_mixed_mm",
-        "2.10",
-        "_inductor/config.py 2.10 :356 under '# Deprecated', read nowhere in _inductor; 2.15 :430 "
-        "Config(deprecated=True, 'does not do anything')",
-        None,
-    ),
-    (
-        "mixed_mm_choice",
-        "2.10",
-        "_inductor/config.py 2.10 :371 under '# Deprecated', read nowhere in _inductor; 2.15 :446 "
-        "Config(deprecated=True, 'does not do anything')",
-        None,
-    ),
-    (
-        "split_cat_fx_passes",
-        "2.4",
-        "_inductor/config.py 2.4 :116 (2.15 :368) under '# Deprecated', read nowhere in _inductor",
-        None,
-    ),
-    ("group_fusion", "2.4", "_inductor/config.py 2.4 :125 (2.15 :377) under '# Deprecated', read nowhere in _inductor", None),
-    ("batch_fusion", "2.4", "_inductor/config.py 2.4 :128 (2.15 :380) under '# Deprecated', read nowhere in _inductor", None),
+    ("max_autotune_subproc_terminate_timeout_seconds", "2.10", f"{_IC} 2.10 :610 (2.15 :847) {_IGNORED}", None),
+    ("use_mixed_mm", "2.10", f"{_IC} 2.10 :356 {_UNREAD}; 2.15 :430 {_NOOP}", None),
+    ("mixed_mm_choice", "2.10", f"{_IC} 2.10 :371 {_UNREAD}; 2.15 :446 {_NOOP}", None),
+    ("split_cat_fx_passes", "2.4", f"{_IC} 2.4 :116 (2.15 :368) {_UNREAD}", None),
+    ("group_fusion", "2.4", f"{_IC} 2.4 :125 (2.15 :377) {_UNREAD}", None),
+    ("batch_fusion", "2.4", f"{_IC} 2.4 :128 (2.15 :380) {_UNREAD}", None),
 )
 
 #: libkineto's log severity (``std::atomic_int libkineto::Logger::severityLevel_``, exported by ``libtorch_cpu.so``).
@@ -105,12 +81,10 @@ class NativeFloors:
     def refuse_compiles(self) -> Callable[[], None] | None:
         """Set ``torch.compiler.set_stance("fail_on_recompile")``; return the undo putting back the stance it replaced while
         ours is still current, or None where torch has no such stance.  Raises ``RuntimeError`` inside ``torch.compile``."""
-        if self.recompile_stance is None:
-            return None
         import torch
 
         set_stance = getattr(torch.compiler, "set_stance", None)
-        if set_stance is None:
+        if self.recompile_stance is None or set_stance is None:
             return None
         eval_frame = importlib.import_module("torch._dynamo.eval_frame")
         stance = set_stance(self.recompile_stance)  # sets it; its __exit__ puts back the previous DynamoStance

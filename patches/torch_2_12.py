@@ -1,20 +1,15 @@
 """torch 2.12–2.13: Inductor config overrides are per thread.
 
 Facts (torch 2.12.0 and 2.13.0 wheels, ``torch/`` relative):
-- ``utils/_config_module.py:_ConfigEntry.user_override`` is a ``ContextVar`` (2.12 :334; "User overrides are thread-local",
-  :53): a new ``threading.Thread`` does not see another's override, so the gate override is per thread too.
-- ``_inductor/utils.py:is_big_gpu`` (2.12 :1697, 2.13 :1933): ``(index_or_device: int | torch.device = 0)``; the template
-  checks ask ``_use_template_for_gpu`` first.  NVGEMM needs ``cutlass`` and ``cutlass_api`` (2.13 ``utils.py:2315``) and never
-  asks the gate (:2468); the backend comment lists CUTEDSL and NVGEMM (2.12 ``config.py:605``).
+- ``utils/_config_module.py:_ConfigEntry.user_override`` is a ``ContextVar`` (2.12 :334, :53): a new thread does not see
+  another's override, so the gate override is per thread too.
+- ``_inductor/utils.py:is_big_gpu`` (2.12 :1697, 2.13 :1933): ``(index_or_device: int | torch.device = 0)``.  NVGEMM needs
+  ``cutlass`` and ``cutlass_api`` (2.13 ``utils.py:2315``), never asks the gate (:2468); CUTEDSL, NVGEMM in ``config.py:605``.
 - ``cuda/green_contexts.py:GreenContext.create(*, num_sms=None, ..., device_id=None)``: keyword-only, C++-backed, ``Stream()``.
-- ``utils/_config_module.py:ConfigModule.__getattr__`` (2.13 :441, ``_get_dict`` :547) reads ``env_value_force``, the context's
-  ``user_override``, ``env_value_default`` (``TORCHINDUCTOR_*_DEFAULT``: in Inductor only ``fx_graph_cache``, ``config.py:109``),
-  a justknob, then ``default``.  ``install_config_module`` (:251) keeps ``get_hash()``'s and ``_get_dict()``'s caches in
-  ``ContextVar`` s: a write marks only the writing context's caches dirty, a change of ``default`` marks none.
-
-Process defaults (env activation) are the entry's ``default`` and ``env_value_default``; of the per-context overrides only the
-activating context's own is touched, and put back only in that context (a ``ContextVar`` token decides): see
-:meth:`Torch212.set_process_default` and :meth:`Torch212.restore_process_default`.
+- ``utils/_config_module.py:ConfigModule.__getattr__`` (2.13 :441) reads ``env_value_force``, the context's ``user_override``,
+  ``env_value_default`` (``TORCHINDUCTOR_*_DEFAULT``, in Inductor only ``fx_graph_cache``, ``config.py:109``), a justknob, then
+  ``default``.  ``install_config_module`` (:251) keeps ``get_hash()``'s and ``_get_dict()``'s caches in ``ContextVar`` s: a write
+  marks only the writing context's caches dirty, a change of ``default`` marks none.
 """
 
 from __future__ import annotations
@@ -59,12 +54,8 @@ class Torch212(Torch28):
         return state
 
     def set_process_default(self, cfg: ModuleType, key: str, value: object) -> None:
-        """Make ``value`` what every context reads for ``key`` unless it overrides ``key`` itself.
-
-        Writes ``default`` and, where a ``TORCHINDUCTOR_*_DEFAULT`` variable set one, ``env_value_default``;
-        ``env_value_force`` is left alone.  The calling context's own override is cleared to "unset" if it pins the old
-        default (what ``config.patch`` leaves before 2.15), else rewritten to ``value``.
-        """
+        """Write ``value`` into ``default`` and any ``env_value_default`` (not ``env_value_force``); the calling context's own
+        override is cleared if it pins the old default (as ``config.patch`` leaves it), else rewritten to ``value``."""
         from torch.utils._config_module import _UNSET_SENTINEL
 
         state = _captured().pop((id(cfg), key), None)
@@ -76,7 +67,8 @@ class Torch212(Torch28):
         if override is _UNSET_SENTINEL:
             self.write_override(cfg, key, override)  # the same state: only marks this context's caches dirty
             return
-        pinned = state is not None and _same(override, state.read_before())
+        before = None if state is None else state.read_before()
+        pinned = state is not None and type(override) is type(before) and override == before  # a pinned False is not a 0
         written = _UNSET_SENTINEL if pinned else value
         self.write_override(cfg, key, written)
         if state is not None:
@@ -96,11 +88,8 @@ class Torch212(Torch28):
         return stored is value or stored == value
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
-        """Undo :meth:`set_process_default` exactly; idempotent.
-
-        ``default`` and ``env_value_default`` are put back from any thread; the rewritten override only in the activating
-        context while it still holds what activation wrote.  Marks the calling context's caches dirty.
-        """
+        """Undo :meth:`set_process_default` exactly, idempotently: the defaults from any thread, the rewritten override only
+        in the activating context while it still holds what activation wrote."""
         if not isinstance(prior, ProcessDefault):
             raise TypeError(f"restore_process_default({key!r}) takes what process_default_state returned, not {prior!r}")
         entry = cfg._config[key]  # type: ignore[attr-defined]
@@ -202,17 +191,9 @@ _REWRITTEN_LOCK = threading.Lock()
 _CAPTURE = threading.local()
 
 
-def _same(a: object, b: object) -> bool:
-    """Equal and of the same type (a pinned ``False`` is not the default ``0``)."""
-    return type(a) is type(b) and a == b
-
-
 def _captured() -> dict[tuple[int, str], ProcessDefault]:
     """This thread's states captured by ``process_default_state``, not yet taken by ``set_process_default``."""
-    found: dict[tuple[int, str], ProcessDefault] | None = getattr(_CAPTURE, "states", None)
-    if found is None:
-        found = _CAPTURE.states = {}
-    return found
+    return _CAPTURE.__dict__.setdefault("states", {})  # type: ignore[no-any-return]
 
 
 PATCHES = Torch212()

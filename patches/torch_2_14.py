@@ -1,13 +1,11 @@
 """torch 2.14: green contexts rewritten in Python over ``cuda.bindings``; NVGEMM via ``cutlass.operators``.
 
 Facts (torch 2.14.1 wheel, ``torch/`` relative):
-- ``cuda/green_contexts.py:GreenContext`` (:81): Python over ``cuda.bindings`` (12.8+ driver); ``GreenContext(*, num_sms=None,
-  ..., device_id=None)`` (:102) makes the same ``cuDevSmResourceSplitByCount(1, resource, 0, num_sms)`` split as 2.11–2.13's
-  C++; ``create`` (:259) is "Kept for compatibility"; ``set_context``/``pop_context`` are deprecated.  ``Stream()`` returns an
+- ``cuda/green_contexts.py:GreenContext`` (:81): Python over ``cuda.bindings``; ``GreenContext(*, num_sms=None, ...,
+  device_id=None)`` (:102) splits SMs as 2.11–2.13's C++ did; ``create`` (:259) "Kept for compatibility"; ``Stream()``: an
   ``ExternalStream`` from a pool of 32; ``__del__`` destroys the context and its streams.  No ``sm_count``.
-- ``_inductor/utils.py:is_big_gpu`` (:1785): ``raise AssertionError`` for the ROCm ``assert`` (new fingerprint);
-  ``use_triton_template`` (:1919) and ``use_cutlass_template`` (:2288) still ask the gate first.
-- ``_inductor/utils.py`` (:2168): NVGEMM needs ``cutlass.operators`` (not ``cutlass_api``); backends as 2.13 (``config.py:638``).
+- ``_inductor/utils.py:is_big_gpu`` (:1785): ``raise AssertionError`` for the ROCm ``assert`` (new fingerprint); the template
+  checks (:1919, :2288) ask the gate first; NVGEMM needs ``cutlass.operators`` (:2168); backends as 2.13 (``config.py:638``).
 - ``_inductor/config.py:autotune_cudagraph_benchmarking`` (:562) captures each candidate on its own stream
   (``runtime/benchmarking.py:376``), escaping an emulated GPU's green context, so emulation asks it off.
 - ``utils/_config_module.py:ConfigPatch.__exit__`` (:937) still pins the value it read.

@@ -1,16 +1,13 @@
 """torch 2.15: config implications, the gate asked last, FLYDSL, ``SMPartition`` and ``GreenContext.sm_count``.
 
 Facts (torch 2.15.0 wheel, ``torch/`` relative); otherwise as 2.14:
-- ``utils/_config_module.py:_ImplicationConfigModule`` (:1347): an entry ``implies`` values of other keys (Inductor's
-  ``numerics="strict"``), beating assignment, ``patch()`` and ``env_name_force``; ``module._implications`` maps each target
-  to ``(source, condition, value)`` rules (:1348).  ``_ImplicationConfigPatch`` (:1515-1534) restores "unset" on exit;
-  ``_make_closure_patcher`` becomes ``_set_raw_values`` (:1469).
-- ``_inductor/utils.py:use_triton_template`` (:2269), ``use_cutlass_template`` (:3073): the gate last ("Keep
-  _use_template_for_gpu last", :3088).  FLYDSL (``config.py:690``, ROCm): ``use_flydsl_gemm_template`` (:2982) asks the gate;
-  NVGEMM (:3108) still does not.
-- ``cuda/green_contexts.py``: ``SMPartition`` (:271), ``GreenContext(..., sm_partition=None, ...)`` (:523), ``sm_count``
-  (:760, SMs granted); ``create`` (:776) kept.  Emulation keeps ``GreenContext(num_sms=, device_id=)``: ``SMPartition.split``
-  needs a 13.1+ driver and does not round counts (:356); ``num_sms`` works from 12.8 and rounds up to SM groups.
+- ``utils/_config_module.py:_ImplicationConfigModule`` (:1347): ``implies`` (Inductor's ``numerics="strict"``) beats assignment,
+  ``patch()`` and ``env_name_force``; ``module._implications``: target -> ``(source, condition, value)`` (:1348).
+  ``_ImplicationConfigPatch`` (:1515-1534) restores "unset" on exit; the raw patcher is ``_set_raw_values`` (:1469).
+- ``_inductor/utils.py:use_triton_template`` (:2269), ``use_cutlass_template`` (:3073) ask the gate last (:3088).  FLYDSL
+  (``config.py:690``, ROCm): ``use_flydsl_gemm_template`` (:2982) asks it; NVGEMM (:3108) does not.
+- ``cuda/green_contexts.py:GreenContext.sm_count`` (:760, SMs granted).  ``SMPartition.split`` (:271) needs a 13.1+ driver
+  and does not round (:356), so emulation keeps ``GreenContext(num_sms=, device_id=)`` (12.8+, rounds up to SM groups).
 """
 
 from __future__ import annotations

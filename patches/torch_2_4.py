@@ -1,10 +1,7 @@
 """torch 2.4–2.5: the base adapter, and what is true of Inductor in these releases.
 
-Facts (torch 2.4.0 / 2.5.0 wheels, ``torch/`` relative; the operations live in the base modules beside this one):
-- ``_inductor/utils.py:is_big_gpu`` (2.4 :972, 2.5 :1043): ``lru_cache(None)``, ``(index)``, CUDA only, ``min_sms = 68``.
-- ``utils/_config_module.py``: values in a plain dict ``module._config``, process-global.
-- No ``torch.compiler.config.cache_key_tag``: the FX graph cache is off while a gate override is active.
-- GEMM backends (``_inductor/config.py``): 2.4 ATEN, TRITON, CUTLASS, CPP; 2.5 + CK; CUTLASS via ``cuda.cutlass_dir``.
+The facts (torch 2.4.0 / 2.5.0 wheels) are those the base modules beside this one encode (:mod:`.gate`,
+:mod:`.config_storage`, :mod:`.gemm_backends`, ...); the tables below set them per release.
 """
 
 from __future__ import annotations
@@ -28,10 +25,7 @@ from .process_settings import ProcessSettings
 class TorchPatches(
     SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures, TorchFixes, NativeFloors
 ):
-    """What the knobs need to know about one range of torch releases (here 2.4–2.5); stateless.
-
-    Subclasses override class attributes (facts) and the few methods whose behaviour differs.
-    """
+    """What the knobs need to know about one range of torch releases (2.4–2.5 here; subclasses override facts); stateless."""
 
     name: ClassVar[str] = "torch_2_4"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.4,<2.6")

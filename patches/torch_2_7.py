@@ -9,6 +9,7 @@ Facts (torch 2.7.0 wheel, ``torch/`` relative):
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -55,8 +56,6 @@ class Torch27(Torch26):
         return torch.device(get_gpu_type(), index)
 
     def resolve_alias(self, cfg: ModuleType, key: str) -> tuple[ModuleType, str]:
-        import importlib
-
         alias = cfg._config[key].alias  # type: ignore[attr-defined]
         if alias is None:
             return cfg, key

@@ -7,14 +7,10 @@ Facts (torch 2.8.0–2.11.0 wheels, ``torch/`` relative):
 - ``_inductor/select_algorithm.py`` feedback savers: a 5th argument (2.8 :2101), a 6th, ``precompile_times`` (2.11 :2757).
 - ``_inductor/utils.py`` backends: CKTILE 2.8; CUTEDSL 2.10 (``use_blackwell_cutedsl_grouped_mm`` asks the gate, :1985); NVGEMM
   2.11 (``use_nv_universal_gemm_template``, :2182, never asks it; needs ``cutlass`` and ``cutlass_api``).
-- Knobs (:mod:`.features`): ``triton.cudagraph_capture_sizes`` 2.8, ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` 2.9, ``lookup_table``
-  2.10.  ``cuda/green_contexts.py:GreenContext``: ``create(num_sms, device_id=0)`` 2.10, ``Stream()`` 2.11 (:45), a shim over
-  C++ ``torch._C._CUDAGreenContext`` that cannot say how many SMs the driver granted (cuda-python is asked instead).
-- ``_inductor/runtime/benchmarking.py``: every GPU timing of Inductor (GEMM choices, Triton configs, coordinate descent,
-  epilogue-fusion benchmarks) goes through a benchmarker's own ``benchmark_gpu`` (2.8.0 :148/:208, 2.10.0 :255/:324, 2.12.0
-  :350/:431, 2.13.0 :492/:592/:721, 2.14.1 :513/:635/:788, 2.15.0 :531/:662/:815) and ``InductorBenchmarker.get_event_pairs``
-  (2.8.0 :184, 2.11.0 :305, 2.15.0 :610); a turn around ``benchmark_choices`` would also hold a template's Triton compile
-  (15-18 s in ``make_cubin``, H100, 2.11), so those methods are the ablation's turns.
+- ``cuda/green_contexts.py:GreenContext``: ``create(num_sms, device_id=0)`` 2.10, ``Stream()`` 2.11 (:45); no granted-SM count.
+- ``_inductor/runtime/benchmarking.py``: every GPU timing goes through a benchmarker's own ``benchmark_gpu`` (2.8.0 :148/:208,
+  2.13.0 :492/:592/:721, 2.15.0 :531/:662/:815) and ``InductorBenchmarker.get_event_pairs`` (2.8.0 :184, 2.15.0 :610): the
+  ablation's turns, not ``benchmark_choices``, which would also hold a template's Triton compile (15-18 s, H100, 2.11).
 """
 
 from __future__ import annotations
@@ -101,21 +97,17 @@ class Torch28(Torch27):
 
 def takes_keywords(fn: Any, *names: str) -> bool:
     """Whether ``fn`` is callable with each of ``names`` as a keyword argument (named, not ``**kwargs``)."""
-    if not callable(fn):
-        return False
     try:
         params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # a C++ callable without a signature
+    except (TypeError, ValueError):  # not callable, or a C++ callable without a signature
         return False
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return all(name in params and params[name].kind in kinds for name in names)
 
 
 def driver_split_sms(device_index: int, sms: int) -> int | None:
-    """SMs the CUDA driver grants a one-group split of ``sms`` on ``device_index`` (cuda-python; None if unanswered).
-
-    The request torch makes (``cuDevSmResourceSplitByCount(1, resource, 0, sms)``; 2.14-2.15 ``GreenContext.__init__``).
-    """
+    """SMs the CUDA driver grants a one-group split of ``sms`` on ``device_index`` (cuda-python; None if unanswered), by
+    the request torch makes (``cuDevSmResourceSplitByCount(1, resource, 0, sms)``; 2.14-2.15 ``GreenContext.__init__``)."""
     try:
         from cuda.bindings import driver
     except ImportError:
