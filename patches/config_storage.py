@@ -1,21 +1,12 @@
 """Inductor config storage: overrides read and written back exactly, process defaults, declared
 types, aliases, implications, forcing environment variables, and the cache salt of a gate override.
 
-A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  What :class:`ConfigStorage`
-encodes is true of torch 2.4–2.5 (``torch/`` relative); the era modules override what changed:
-
-- ``utils/_config_module.py``: config values live in a plain dict ``module._config`` (no
-  override/default split), process-global.  A key is not an attribute of the module object:
-  ``ConfigModule.__getattr__`` answers it.  2.6 stores ``_ConfigEntry.user_override``
-  (:mod:`.torch_2_6`); 2.12 makes it a ``ContextVar``, per thread (:mod:`.torch_2_12`).
-- ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw stored value
-  (including "unset"); before 2.13 it leaves ``get_hash()``'s ``_is_dirty`` flag alone, from 2.13
-  it marks ``_hash_dirty_var`` itself.  ``config.patch`` pins the value it read on exit until 2.15.
-- No declared types (``value_type`` from 2.6), no forcing variables (``env_name_force`` from 2.6,
-  first used by ``fx_graph_cache`` in 2.7), no aliases (2.7), no implications (2.15).
-- ``torch.compiler.config.cache_key_tag`` does not exist, so the FX graph cache is switched off
-  (``fx_graph_cache=False``) while a gate override is active (2.6: ``compiler/config.py:58``).
+:class:`ConfigStorage` encodes torch 2.4–2.5; the era modules override what changed (``torch/`` relative):
+- ``utils/_config_module.py``: values in a plain, process-global dict ``module._config``, read by ``ConfigModule.__getattr__``.
+- ``utils/_config_module.py:_make_closure_patcher`` (2.4–2.15) writes the raw stored value, "unset" included; it marks
+  ``get_hash()``'s ``_hash_dirty_var`` itself from 2.13 (not ``_is_dirty`` before).  ``config.patch`` pins on exit until 2.15.
+- No ``value_type`` (2.6), ``env_name_force`` (2.6; ``fx_graph_cache`` from 2.7), aliases (2.7) or implications (2.15).
+- No ``torch.compiler.config.cache_key_tag`` (2.6 ``compiler/config.py:58``): a gate override sets ``fx_graph_cache=False``.
 """
 
 from __future__ import annotations
@@ -28,30 +19,20 @@ from typing import Any, ClassVar
 
 @functools.cache
 def _type_names(kind: type) -> frozenset[str]:
-    """Every attribute name ``kind`` and its bases define (see :meth:`ConfigStorage.read_config`)."""
     return frozenset(name for klass in kind.__mro__ for name in vars(klass))
 
 
 class ConfigStorage:
-    """How Inductor stores its config, and how to change it and put it back exactly (see the module docstring)."""
+    """How Inductor stores its config, and how to change it and put it back exactly."""
 
     #: Inductor config overrides are per thread (ContextVar) from 2.12; process-global before.
     config_is_thread_local: ClassVar[bool]
-    #: ``torch._inductor.config.patch(...)`` restores a key it found unset to "unset" on exit (2.15:
-    #: ``_ImplicationConfigPatch``); before 2.15 its exit writes back the value it read, which pins
-    #: it as a user override.
+    #: ``config.patch(...)`` restores "unset" on exit (2.15); before, it pins the value it read as a user override.
     config_patch_restores_unset: ClassVar[bool]
 
     def read_config(self, cfg: ModuleType, key: str) -> object:
-        """``getattr(cfg, key)``: the value Inductor reads (overrides, forcing env vars, aliases and all).
-
-        A config key is not an attribute of the module object: ``ConfigModule.__getattr__``
-        (``utils/_config_module.py``) answers it, which Python calls only after the generic lookup
-        failed and built its ``AttributeError``.  So that method is called directly (half the cost,
-        read at every enter), unless the generic lookup could find something (a name in the module's
-        ``__dict__`` or on its type, or a module-level ``__getattr__``) or the type has no
-        ``__getattr__``: then plain ``getattr`` runs.  The type's names are cached per type.
-        """
+        """``getattr(cfg, key)``, calling the type's ``__getattr__`` directly (half the cost: no failed generic lookup)
+        where neither the module's ``__dict__`` nor its type could answer."""
         found = cfg.__dict__
         kind: type = type(cfg)
         names = _type_names(kind)
@@ -72,24 +53,14 @@ class ConfigStorage:
         return self.overrides_writer(cfg, raw)()
 
     def overrides_writer(self, cfg: ModuleType, raw: Mapping[str, object]) -> Callable[[], Callable[[], None]]:
-        """A function that writes ``raw`` with one call of torch's own raw patcher and returns its exact undo.
-
-        ``_make_closure_patcher`` exists in every release 2.4–2.15 and writes the raw stored value
-        (including "unset"), unlike ``config.patch`` whose exit writes the value it read and so
-        pins it as a user override.  The patcher writes the same values every time it is called, so
-        a cached plan makes its writers once and a block's write is one call.
-
-        Returns:
-            ``write()``, which writes and returns ``undo()``; ``undo()`` puts back exactly the
-            stored states that write replaced (cheaper than a second write).
-        """
+        """``write()``: writes ``raw`` with one call of torch's ``_make_closure_patcher`` (raw values, "unset" included) and
+        returns ``undo()``, which puts back exactly the stored states it replaced.  Reusable: a cached plan makes it once."""
         patcher: Callable[[], Callable[[], None]] = cfg._make_closure_patcher(**raw)  # type: ignore[attr-defined]
         if "_is_dirty" not in cfg._bypass_keys:  # type: ignore[attr-defined]
             return patcher  # 2.13+: the patcher marks get_hash()'s cache dirty itself (_hash_dirty_var)
 
-        # 2.4-2.12: torch's raw patcher leaves get_hash()'s cache flag alone, so both ways set it, in the
-        # module's own namespace, where ConfigModule.__setattr__ puts its bypass keys (without running
-        # that Python method, or a foreign one, at every enter and exit).
+        # 2.4-2.12: the patcher leaves get_hash()'s flag alone; set it in the module's namespace, where
+        # ConfigModule.__setattr__ puts bypass keys, without running that method at every enter and exit.
         namespace = cfg.__dict__
 
         def write() -> Callable[[], None]:
@@ -105,12 +76,8 @@ class ConfigStorage:
         return write
 
     def read_value(self, cfg: ModuleType, key: str) -> object:
-        """``getattr(cfg, key)`` without side effects.
-
-        From 2.6 reading a key whose default is mutable (a dict, a list) through ``getattr``
-        makes torch store a deep copy as the user override; that copy is removed again here,
-        so a read never turns "unset" into a pinned value.
-        """
+        """``getattr(cfg, key)`` without side effects: from 2.6 reading a mutable default stores a deep copy as the
+        user override, which is removed again here."""
         before = self.read_override(cfg, key)
         value = self.read_config(cfg, key)
         if self.read_override(cfg, key) is not before:
@@ -118,10 +85,7 @@ class ConfigStorage:
         return value
 
     def declared_types(self, cfg: ModuleType, key: str) -> tuple[Any, ...] | None:
-        """The values ``key`` accepts, as a tuple of types and ``Literal`` values, or None (unknown).
-
-        2.4–2.5 declare no types: the default's type (None when the default is None: unchecked).
-        """
+        """The values ``key`` accepts (types and ``Literal`` values), or None (unchecked); 2.4–2.5: the default's type."""
         default = cfg._config[key]  # type: ignore[attr-defined]
         return None if default is None else as_types(type(default))  # type: ignore[arg-type,no-any-return]
 
@@ -160,10 +124,7 @@ class ConfigStorage:
         return self.read_override(cfg, key)
 
     def set_process_default(self, cfg: ModuleType, key: str, value: object) -> None:
-        """Make ``value`` what every thread sees unless it overrides ``key`` itself.
-
-        Config is process-global before 2.12, so a plain set is process-wide.
-        """
+        """Make ``value`` what every thread sees unless it overrides ``key`` itself (a plain set before 2.12)."""
         self.write_override(cfg, key, value)
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
@@ -171,10 +132,7 @@ class ConfigStorage:
         self.write_override(cfg, key, prior)
 
     def process_default_holds(self, cfg: ModuleType, key: str, value: object) -> bool:
-        """Whether the process-wide value of ``key`` is still ``value`` (what env activation set).
-
-        Before 2.12 the one process-global override is the process value.
-        """
+        """Whether the process-wide value of ``key`` is still ``value`` (what env activation set)."""
         stored = self.read_override(cfg, key)
         return stored is value or stored == value
 
@@ -190,25 +148,15 @@ class ConfigStorage:
         """Follow a config alias to the module and key that really store the value."""
         return cfg, key  # aliases arrived in 2.7
 
-    # -- cache hygiene -----------------------------------------------------------------
-
     def cache_salt(self, tag: str) -> list[tuple[str, str, object]]:
-        """Config changes that keep kernels built under a gate override out of other caches.
-
-        Args:
-            tag: a short string naming the override (its digest).
-
-        Returns:
-            ``(config module, key, value)`` triples to apply while the override is active.
-            2.4–2.5 have no ``cache_key_tag``, so the FX graph cache is switched off.
-        """
+        """``(config module, key, value)`` triples that keep kernels built under the gate override named ``tag`` (its
+        digest) out of other caches; 2.4–2.5 have no ``cache_key_tag``, so the FX graph cache is switched off."""
         return [("torch._inductor.config", "fx_graph_cache", False)]
 
 
-@functools.lru_cache(maxsize=None)  # noqa: UP033 - declared types are few and fixed per torch
+@functools.cache  # declared types are few and fixed per torch
 def as_types(declared: Any) -> tuple[Any, ...] | None:
-    """Flatten a declared type (``str | None``, ``Optional[int]``, ``Literal["a", "b"]``) into types
-    and literal values; None when it is something that cannot be checked (``Any``, a callable)."""
+    """Flatten a declared type (``str | None``, ``Literal["a", "b"]``) into types and literal values; None if unchecked."""
     import types as _types
     import typing
 

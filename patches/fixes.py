@@ -1,22 +1,11 @@
 """Bugs of some torch releases that a later release fixed, and the fix inductor_knobs applies while it warms.
 
-A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  Each era module sets the
-``*_fix_by_release`` tables; :mod:`inductor_knobs.serving.torch_fixes` holds the steps while
-``ik.serving.warmup`` and ``ik.serving.load_serving_bundle`` run.
-
-- **Coordinate-descent results ignored on a warm cache** (pytorch#172819, fixed by pytorch#173391 in
-  2.12).  When the FX graph cache serves a graph, its statically launchable Triton kernels come back
-  as the compile-time list of configs, and ``CachingAutotuner.recheck_autotune_cache``
-  (``_inductor/runtime/triton_heuristics.py``: 2.8.0 :351, 2.9.1 :391, 2.10.0 :386, 2.11.0 :445; called
-  from ``codecache.py`` ``StaticAutotunerFuture``, 2.11.0 :4381) asks the autotune cache for the
-  winner.  In 2.8-2.11 it ignores a hit when the kernel has one config (``len(configs) > 1``), and
-  when the winner is one of the compiled configs it keeps that config without marking it
-  ``found_by_coordesc``; ``CachingAutotuner.run`` then tunes the kernel again by coordinate descent
-  (benchmarks and a Triton compile per candidate) on every warm load.  Measured on an H100 (torch
-  2.11.0, triton 3.6.0): 5 kernels of a 2-layer Llama tuned again in a process on warm caches and in
-  one loading a serving bundle.  2.12.0 and 2.14.1 have the fix (2.12.0 :471-479); 2.7 and older
-  have no ``recheck_autotune_cache``.  The replacement is 2.12's body.
+Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.serving.torch_fixes` applies the fixes:
+- Coordinate-descent results ignored on a warm cache (pytorch#172819, fixed by pytorch#173391 in 2.12):
+  ``_inductor/runtime/triton_heuristics.py:CachingAutotuner.recheck_autotune_cache`` (2.8.0 :351, 2.9.1 :391,
+  2.10.0 :386, 2.11.0 :445; called from ``codecache.py:StaticAutotunerFuture``, 2.11.0 :4381) ignores a one-config
+  hit and keeps a cached winner without ``found_by_coordesc``, so ``CachingAutotuner.run`` tunes it again on every
+  warm load (H100, 2.11.0: 5 kernels of a 2-layer Llama).  Fixed in 2.12.0 (:471-479) and 2.14.1; absent before 2.8.
 """
 
 from __future__ import annotations
@@ -30,7 +19,7 @@ RECHECK_PATH = "torch._inductor.runtime.triton_heuristics:CachingAutotuner.reche
 
 
 class TorchFixes:
-    """Which releases need which fix, and the fix itself (see the module docstring)."""
+    """Which releases need which fix, and the fix itself."""
 
     #: Per minor release: whether ``recheck_autotune_cache`` needs 2.12's fix.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]]
@@ -44,9 +33,7 @@ class TorchFixes:
 
 def recheck_autotune_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """torch 2.12's ``CachingAutotuner.recheck_autotune_cache`` in place of 2.8-2.11's (a wrapt wrapper; the
-    original is not called).  Keeps the cached winner, marked ``found_by_coordesc`` as the cache says, even
-    for a kernel with one config; compiles the winner only when coordinate descent found it and it is not
-    among the compiled configs (as 2.11 does)."""
+    original is not called): keeps the cached winner with the cache's ``found_by_coordesc``, even for one config."""
     from torch._inductor.runtime.triton_heuristics import check_autotune_cache, triton_config_to_hashable
 
     reload_kernel_from_src = args[0] if args else kwargs["reload_kernel_from_src"]

@@ -1,17 +1,11 @@
 """GEMM backends: which ones a release accepts, which ones the SM gate governs, CUTLASS and NVGEMM.
 
-A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  The facts are tables per minor
-release, which every era module sets for each release of its range (``torch/`` relative):
-
-- Backend names from the comment above ``max_autotune_gemm_backends`` in ``_inductor/config.py`` (2.4:
-  ATen, Triton, CUTLASS, CPP; 2.5: + CK) and, where the comment lags, the ``_use_autotune_backend("…")``
-  calls in ``_inductor/utils.py`` (CKTILE 2.8, CUTEDSL 2.10, NVGEMM 2.11, FLYDSL 2.15).
-- ``use_triton_template`` and ``use_cutlass_template`` ask the gate through ``_use_template_for_cuda``
-  (2.4–2.6) / ``_use_template_for_gpu`` (2.7+), first until 2.15 and last from 2.15; ATEN, CPP, CK and
-  CKTILE never ask it, nor does NVGEMM.
-- CUTLASS is found through ``cuda.cutlass_dir`` (``cutlass.cutlass_dir`` from 2.11) and
-  ``try_import_cutlass``, which needs the checkout's ``python/cutlass_library``.
+Tables per minor release, set by every era module (``torch/`` relative):
+- Names: the comment above ``_inductor/config.py:max_autotune_gemm_backends`` (2.4: ATEN, TRITON, CUTLASS, CPP; 2.5: + CK)
+  and ``_inductor/utils.py:_use_autotune_backend("…")`` calls (CKTILE 2.8, CUTEDSL 2.10, NVGEMM 2.11, FLYDSL 2.15).
+- ``_inductor/utils.py:use_triton_template``/``use_cutlass_template`` ask the gate via ``_use_template_for_cuda``
+  (2.4–2.6) / ``_use_template_for_gpu`` (2.7+), first until 2.14, last from 2.15; ATEN, CPP, CK, CKTILE, NVGEMM never do.
+- CUTLASS: ``cuda.cutlass_dir`` (``cutlass.cutlass_dir`` from 2.11) and ``try_import_cutlass`` (needs ``python/cutlass_library``).
 """
 
 from __future__ import annotations
@@ -24,26 +18,16 @@ from .release_tables import by_release
 
 
 class GemmBackends:
-    """Facts about GEMM backends, per minor release (see the module docstring)."""
+    """Facts about GEMM backends, per minor release."""
 
-    #: GEMM backend names per minor release, from the comment above ``max_autotune_gemm_backends``.
     gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]]
     #: The Inductor config key codegen reads the CUTLASS checkout from, per minor release.
     cutlass_dir_key_by_release: ClassVar[dict[str, str]]
-
-    # -- which GEMM backends the SM gate governs (``inductor-knobs doctor``) --
-    #: Backends whose template check calls ``is_big_gpu`` (through ``_use_template_for_cuda`` in
-    #: 2.4-2.6, ``_use_template_for_gpu`` from 2.7), per minor release: ``use_triton_template`` and
-    #: ``use_cutlass_template`` in every release (``_inductor/utils.py``).  ATEN, CPP, CK and CKTILE
-    #: (``use_ck_template``: its own ROCm arch rule) never ask the gate.
+    #: Backends whose template check calls ``is_big_gpu``, per minor release (``inductor-knobs doctor``).
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]]
-    #: Whether ``use_triton_template``/``use_cutlass_template`` call the gate last (2.15), so its
-    #: "Not enough SMs" warning and cached verdict appear only under max-autotune with TRITON or
-    #: CUTLASS selected.  Before 2.15 the gate is asked first, at every GEMM lowering.
+    #: Whether the template checks ask the gate last (2.15: its warning and verdict only under max-autotune), not first.
     gate_checked_last: ClassVar[bool]
-    #: Modules ``use_nv_universal_gemm_template`` needs for the NVGEMM backend (``ensure_cute_available``
-    #: and ``ensure_nv_universal_gemm_available``), per minor release; empty: no NVGEMM backend.
-    #: NVGEMM never calls ``is_big_gpu``.
+    #: Modules NVGEMM needs (``ensure_cute_available``, ``ensure_nv_universal_gemm_available``); empty: no NVGEMM.
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]]
     #: PyPI distributions that provide the modules above (where torch's source names one).
     module_distributions: ClassVar[dict[str, str]] = {
@@ -68,11 +52,8 @@ class GemmBackends:
         return by_release(self.cutlass_dir_key_by_release, release)
 
     def cutlass_available(self, cfg: ModuleType, release: str, cutlass_dir: str | None = None) -> tuple[bool, str]:
-        """Whether Inductor would find CUTLASS, and the directory it looks in.
-
-        Mirrors ``try_import_cutlass``: the CUTLASS checkout's ``python/cutlass_library``
-        must exist under ``cutlass_dir`` (default: the configured one).
-        """
+        """(whether ``try_import_cutlass`` would find ``python/cutlass_library`` under ``cutlass_dir``, that directory);
+        ``cutlass_dir`` defaults to the configured one."""
         cutlass_dir = cutlass_dir or str(getattr(cfg, self.cutlass_dir_key(release)))
         found = os.path.isdir(os.path.join(cutlass_dir, "python", "cutlass_library"))
         return found, cutlass_dir

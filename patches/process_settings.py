@@ -1,17 +1,11 @@
-"""Process-global torch settings outside Inductor's config: SDPA backends and TunableOp
-(the knobs ``sdpa_backends`` and ``tunableop``).
+"""Process-global torch settings outside Inductor's config: SDPA backends and TunableOp (knobs ``sdpa_backends``, ``tunableop``).
 
-A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).  What :class:`ProcessSettings`
-encodes holds in every release 2.4–2.15, read through feature checks (``torch/`` relative):
-
-- ``nn/attention/__init__.py`` ``_backend_names``: each ``SDPBackend`` has a
-  ``torch._C._get_<word>_sdp_enabled``/``_set_sdp_use_<word>`` pair; OVERRIDEABLE only where torch has it.
-- ``torch._C._get_sdp_priority_order``/``_set_sdp_priority_order`` (what ``sdpa_kernel(...,
-  set_priority=True)`` changes) arrive in 2.6 (``_C/__init__.pyi:1203``); 2.4–2.5 have only which
-  backends are enabled.
-- ``cuda/tunable.py`` (2.3+): ``torch.cuda.tunable.is_enabled()``/``enable()``; a CPU-only build has
-  no ``torch._C._cuda_tunableop_enable``.
+Read through feature checks, true of 2.4–2.15 (``torch/`` relative):
+- ``nn/attention/__init__.py:_backend_names``: each ``SDPBackend`` has a ``torch._C._get_<word>_sdp_enabled``/
+  ``_set_sdp_use_<word>`` pair; OVERRIDEABLE only where torch has it.
+- ``torch._C._get_sdp_priority_order``/``_set_sdp_priority_order`` (what ``sdpa_kernel(..., set_priority=True)`` changes)
+  from 2.6 (``_C/__init__.pyi:1203``); 2.4–2.5 have only which backends are enabled.
+- ``cuda/tunable.py:is_enabled``/``enable`` (2.3+); a CPU-only build has no ``torch._C._cuda_tunableop_enable``.
 """
 
 from __future__ import annotations
@@ -20,11 +14,9 @@ from typing import Any, ClassVar
 
 
 class ProcessSettings:
-    """Read and write SDPA backends and TunableOp exactly (see the module docstring)."""
+    """Read and write SDPA backends and TunableOp exactly."""
 
-    #: ``torch.nn.attention.SDPBackend`` name -> the word of torch's ``torch._C._get_<word>_sdp_enabled`` /
-    #: ``_set_sdp_use_<word>`` pair (``torch/nn/attention/__init__.py`` ``_backend_names``, 2.4-2.15).
-    #: A backend whose getter the installed torch lacks (OVERRIDEABLE before it existed) is not offered.
+    #: ``SDPBackend`` name -> the ``<word>`` of its ``torch._C`` getter/setter pair; offered only where the getter exists.
     sdpa_backend_words: ClassVar[dict[str, str]] = {
         "FLASH_ATTENTION": "flash",
         "EFFICIENT_ATTENTION": "mem_efficient",
@@ -40,11 +32,7 @@ class ProcessSettings:
         return [name for name, word in self.sdpa_backend_words.items() if hasattr(torch._C, f"_get_{word}_sdp_enabled")]
 
     def read_sdpa(self) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
-        """The SDPA state to restore exactly: (enabled backend names, torch's priority order or None).
-
-        The priority order is ``torch._C._get_sdp_priority_order()`` where torch has it (what
-        ``sdpa_kernel(..., set_priority=True)`` changes); enabled names are listed in that order.
-        """
+        """(enabled backend names in priority order, ``torch._C._get_sdp_priority_order()`` or None where absent)."""
         import torch
 
         enabled = [
@@ -59,19 +47,14 @@ class ProcessSettings:
         return tuple(sorted(enabled, key=rank.__getitem__)), order
 
     def _sdpa_ids(self) -> dict[str, int]:
-        """``SDPBackend`` name -> the int torch's priority order lists it by."""
         import torch
 
         members: dict[str, Any] = dict(torch.nn.attention.SDPBackend.__members__)
         return {name: int(member) for name, member in members.items()}
 
     def sdpa_matches(self, found: object, asked: object) -> bool:
-        """Whether the SDPA backends read back (``",".join(read_sdpa()[0])``) are the knob's ``asked``.
-
-        The same names in the same order; on a torch without a priority order (2.4-2.5: no
-        ``torch._C._get_sdp_priority_order``, which 2.6 adds, ``torch/_C/__init__.pyi:1203``) only which
-        backends are enabled exists, and :meth:`read_sdpa` lists them in its own order, so the same names.
-        """
+        """Whether the backends read back (``",".join(read_sdpa()[0])``) are the knob's ``asked``: the same names in the
+        same order, or in any order where torch has no priority order (2.4-2.5)."""
         import torch
 
         if type(found) is not type(asked):
@@ -83,8 +66,8 @@ class ProcessSettings:
         return sorted(found.split(",")) == sorted(asked.split(","))
 
     def write_sdpa(self, enabled: tuple[str, ...], order: tuple[int, ...] | None) -> None:
-        """Enable exactly ``enabled``; set the priority order to ``order``, or (None) to ``enabled`` first, then
-        the others as they were, as ``sdpa_kernel(backends, set_priority=True)`` does."""
+        """Enable exactly ``enabled``; set the priority order to ``order``, or (None) to ``enabled`` first, then the
+        others as they were, as ``sdpa_kernel(backends, set_priority=True)`` does."""
         import torch
 
         for name in self.sdpa_backends_here():

@@ -1,8 +1,4 @@
-"""Lookup in the per-minor-release fact tables (``gemm_backends_by_release`` and the like).
-
-A base module of :mod:`inductor_knobs.patches.torch_2_4` (``_``-prefixed: no ``PATCHES``, so
-:func:`inductor_knobs.core.torch_compat.all_patch_modules` skips it).
-"""
+"""Lookup in the per-minor-release fact tables (``gemm_backends_by_release`` and the like)."""
 
 from __future__ import annotations
 

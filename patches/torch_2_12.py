@@ -1,40 +1,15 @@
 """torch 2.12–2.13: Inductor config overrides are per thread.
 
-Facts (torch 2.12.0 and 2.13.0 wheels):
-- ``utils/_config_module.py:334`` (2.12): ``_ConfigEntry.user_override`` is a ``ContextVar``;
-  "User overrides are thread-local" (:53).  A value patched on one thread is invisible in a new
-  ``threading.Thread``, so the gate override is per thread (per context) too.
-- ``_inductor/utils.py:1697`` (2.12) / ``:1933`` (2.13): ``is_big_gpu(index_or_device: int |
-  torch.device = 0)``.
-- ``max_autotune_gemm_backends`` comment lists CUTEDSL and NVGEMM (2.12 ``config.py:605``); NVGEMM
-  needs the modules ``cutlass`` and ``cutlass_api`` (``ensure_nv_universal_gemm_available``,
-  2.13 ``utils.py:2315``) and never asks the gate (``use_nv_universal_gemm_template``, :2468).
-  ``use_triton_template``/``use_cutlass_template`` ask ``_use_template_for_gpu`` (the gate) first.
-- ``torch/cuda/green_contexts.py``: ``GreenContext.create(*, num_sms=None, workqueue_scope=None,
-  workqueue_concurrency_limit=None, device_id=None)`` takes keywords only; still the C++-backed shim
-  with ``Stream()``, as in 2.11.
-- ``utils/_config_module.py`` (2.13 ``__getattr__`` :441, ``_get_dict`` :547): a value is, in order,
-  ``env_value_force`` (``env_name_force``, read at import), the calling context's
-  ``user_override``, ``env_value_default`` (``env_name_default``: ``TORCHINDUCTOR_*_DEFAULT``, read
-  at import), a justknob, then ``default``.  Inductor 2.13 declares one ``env_name_default``:
-  ``fx_graph_cache`` (``TORCHINDUCTOR_FX_GRAPH_CACHE_DEFAULT``, ``_inductor/config.py:109``).
-- The caches of ``get_hash()`` (``_hash_cache_var``/``_hash_dirty_var``) and of ``_get_dict()`` (the
-  FX graph cache key's config, ``_get_dict_cache_var``/``_get_dict_dirty_keys_var``) are
-  ``ContextVar`` s too (``install_config_module``, :251): a write marks only the writing context's
-  caches dirty, and a change of ``default`` marks none.
-
-**Process defaults** (env activation, :meth:`Torch212.set_process_default`) are the entry's
-``default``, and its ``env_value_default`` when a ``TORCHINDUCTOR_*_DEFAULT`` variable set one (a
-knob beats a variable that only sets a default; ``env_value_force`` is left alone and stays a named
-cause).  Of the per-context overrides only one is touched: the activating context's own, if it
-holds one, is made to see the knob too: a pin of the old default (torch's ``config.patch`` leaves
-one before 2.15) is cleared to "unset", an override that differs is rewritten to the knob's value.
-Restoring puts back ``default`` and ``env_value_default`` from any thread; that override is put
-back only in the context that activated (a ``ContextVar`` token decides: resetting it in another
-context raises), and only while it still holds what activation wrote.  Restoring from elsewhere
-never writes the calling context's overrides (it only marks its caches dirty).  A cleared pin then
-reads the old value again anyway (the old default is back); a rewritten override keeps the knob's
-value, and :meth:`Torch212.overrides_out_of_reach` names it beforehand (``deactivate_env`` warns).
+Facts (torch 2.12.0 and 2.13.0 wheels, ``torch/`` relative):
+- ``utils/_config_module.py:_ConfigEntry.user_override`` is a ``ContextVar`` (2.12 :334, :53): a new thread does not see
+  another's override, so the gate override is per thread too.
+- ``_inductor/utils.py:is_big_gpu`` (2.12 :1697, 2.13 :1933): ``(index_or_device: int | torch.device = 0)``.  NVGEMM needs
+  ``cutlass`` and ``cutlass_api`` (2.13 ``utils.py:2315``), never asks the gate (:2468); CUTEDSL, NVGEMM in ``config.py:605``.
+- ``cuda/green_contexts.py:GreenContext.create(*, num_sms=None, ..., device_id=None)``: keyword-only, C++-backed, ``Stream()``.
+- ``utils/_config_module.py:ConfigModule.__getattr__`` (2.13 :441) reads ``env_value_force``, the context's ``user_override``,
+  ``env_value_default`` (``TORCHINDUCTOR_*_DEFAULT``, in Inductor only ``fx_graph_cache``, ``config.py:109``), a justknob, then
+  ``default``.  ``install_config_module`` (:251) keeps ``get_hash()``'s and ``_get_dict()``'s caches in ``ContextVar`` s: a write
+  marks only the writing context's caches dirty, a change of ``default`` marks none.
 """
 
 from __future__ import annotations
@@ -54,7 +29,7 @@ GATED = frozenset({"TRITON", "CUTLASS", "CUTEDSL"})
 
 
 class Torch212(Torch28):
-    """Facts and operations for torch 2.12-2.13 (see the module docstring)."""
+    """Facts and operations for torch 2.12-2.13."""
 
     name: ClassVar[str] = "torch_2_12"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.12,<2.14")
@@ -65,36 +40,22 @@ class Torch212(Torch28):
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {r: 6 for r in ("2.12", "2.13")}
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {r: GATED for r in ("2.12", "2.13")}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {r: ("cutlass", "cutlass_api") for r in ("2.12", "2.13")}
-    coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # pytorch#173391: see _fixes
+    coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # pytorch#173391: see fixes
 
     def read_override(self, cfg: ModuleType, key: str) -> object:
         return cfg._config[key].user_override.get()  # type: ignore[attr-defined]
 
     def process_default_state(self, cfg: ModuleType, key: str) -> object:
-        """Capture what :meth:`set_process_default` changes on ``key``, for :meth:`restore_process_default`.
-
-        Returns:
-            A :class:`ProcessDefault` (``default``, ``env_value_default``, the calling context's
-            override, the calling thread); :meth:`set_process_default` on the same thread adds what
-            it wrote to it.
-        """
+        """A :class:`ProcessDefault` of ``key`` for :meth:`restore_process_default`; :meth:`set_process_default` on the
+        same thread adds what it wrote to it."""
         entry = cfg._config[key]  # type: ignore[attr-defined]
         state = ProcessDefault(key, entry.default, entry.env_value_default, entry.user_override.get())
         _captured()[(id(cfg), key)] = state
         return state
 
     def set_process_default(self, cfg: ModuleType, key: str, value: object) -> None:
-        """Make ``value`` what every context reads for ``key`` unless it overrides ``key`` itself.
-
-        Writes the entry's ``default`` and, when a ``TORCHINDUCTOR_*_DEFAULT`` variable set one, its
-        ``env_value_default`` (which torch reads before ``default``): the knob beats a variable
-        that only sets a default.  ``env_value_force`` is left alone (the read-back then names the
-        forcing variable).  If the calling context holds an override of ``key``, this context is made
-        to see the value too: an override equal to the old default (a pin: torch's own
-        ``config.patch`` leaves one before 2.15) is cleared to "unset", one that differs is rewritten
-        to ``value``; the :class:`ProcessDefault` captured on this thread records which.  The calling
-        context's config caches are marked dirty either way.
-        """
+        """Write ``value`` into ``default`` and any ``env_value_default`` (not ``env_value_force``); the calling context's own
+        override is cleared if it pins the old default (as ``config.patch`` leaves it), else rewritten to ``value``."""
         from torch.utils._config_module import _UNSET_SENTINEL
 
         state = _captured().pop((id(cfg), key), None)
@@ -106,10 +67,8 @@ class Torch212(Torch28):
         if override is _UNSET_SENTINEL:
             self.write_override(cfg, key, override)  # the same state: only marks this context's caches dirty
             return
-        # A pin of the old default (what config.patch leaves) is cleared, so this context follows the
-        # process default like every other, and reads the old value again however it is restored; an
-        # override that differs from it (set on purpose) is rewritten to the knob's value.
-        pinned = state is not None and _same(override, state.read_before())
+        before = None if state is None else state.read_before()
+        pinned = state is not None and type(override) is type(before) and override == before  # a pinned False is not a 0
         written = _UNSET_SENTINEL if pinned else value
         self.write_override(cfg, key, written)
         if state is not None:
@@ -119,9 +78,8 @@ class Torch212(Torch28):
                 _REWRITTEN[id(state)] = state
 
     def process_default_holds(self, cfg: ModuleType, key: str, value: object) -> bool:
-        """Whether the entry's process-wide value is still ``value``: its ``env_value_default`` where a
-        ``TORCHINDUCTOR_*_DEFAULT`` variable set one, else its ``default``.  Not what the calling thread
-        reads: a thread's own override is its own business, not a change of the process default."""
+        """Whether the entry's ``env_value_default`` (where a variable set one), else its ``default``, is still ``value``;
+        a thread's own override is not a change of the process default."""
         from torch.utils._config_module import _UNSET_SENTINEL
 
         entry = cfg._config[key]  # type: ignore[attr-defined]
@@ -130,13 +88,8 @@ class Torch212(Torch28):
         return stored is value or stored == value
 
     def restore_process_default(self, cfg: ModuleType, key: str, prior: object) -> None:
-        """Undo :meth:`set_process_default` exactly; idempotent.
-
-        ``default`` and ``env_value_default`` are put back from any thread.  The activating
-        context's rewritten override is put back only when this runs in that context and the
-        override still holds what activation wrote; no other override is written (the calling
-        context's caches are marked dirty by writing its own state back unchanged).
-        """
+        """Undo :meth:`set_process_default` exactly, idempotently: the defaults from any thread, the rewritten override only
+        in the activating context while it still holds what activation wrote."""
         if not isinstance(prior, ProcessDefault):
             raise TypeError(f"restore_process_default({key!r}) takes what process_default_state returned, not {prior!r}")
         entry = cfg._config[key]  # type: ignore[attr-defined]
@@ -161,15 +114,8 @@ class Torch212(Torch28):
             _REWRITTEN.pop(id(prior), None)
 
     def overrides_out_of_reach(self) -> list[str]:
-        """Overrides that env activation rewrote on another thread, which a restore from here cannot put back.
-
-        A pin that activation cleared is not listed: that context reads the old value again once the
-        defaults are restored, from any thread.
-
-        Returns:
-            One ``"<key> (thread <name>)"`` per override rewritten to the knob's value in the
-            context of a live thread other than the calling one (empty when none).
-        """
+        """``"<key> (thread <name>)"`` per override env activation rewrote on another live thread, which a restore from
+        here cannot put back (a cleared pin is not listed: it reads the old value again once the defaults are back)."""
         from torch.utils._config_module import _UNSET_SENTINEL
 
         me = threading.current_thread()
@@ -182,20 +128,8 @@ class Torch212(Torch28):
         ]
 
     def stale_config_caches(self, cfg: ModuleType) -> int | None:
-        """How many contexts other than the calling one hold config caches that a change of defaults leaves stale.
-
-        torch caches ``get_hash()`` and ``_get_dict()`` (the FX graph cache key's config) per
-        context (``_hash_cache_var``, ``_get_dict_cache_var``); changing an entry's ``default``
-        marks no context dirty.  A context holds a stale cache when its hash is cached and not
-        marked dirty, or its ``_get_dict`` cache is non-empty and tracks dirty keys (None there means
-        "recompute everything").  Every thread's and task's context is found among the objects the
-        garbage collector tracks: one walk over them (about 0.2 s for 400,000 objects), so callers
-        ask only when another thread is alive.
-
-        Returns:
-            The number of such contexts, or None when this torch's config module has none of these
-            caches (then nothing here can tell).
-        """
+        """How many other contexts hold a ``get_hash()`` or ``_get_dict()`` cache not marked dirty, which a change of defaults
+        leaves stale; None where the config module has no such caches.  Walks ``gc.get_objects()`` (0.2 s per 400,000)."""
         hash_cache = getattr(cfg, "_hash_cache_var", None)
         hash_dirty = getattr(cfg, "_hash_dirty_var", None)
         dict_cache = getattr(cfg, "_get_dict_cache_var", None)
@@ -222,18 +156,8 @@ class Torch212(Torch28):
 
 
 class ProcessDefault:
-    """What :meth:`Torch212.set_process_default` changed on one key, and how to put it back.
-
-    Attributes:
-        key: the config key.
-        default: the entry's ``default`` before.
-        env_default: its ``env_value_default`` before (torch's "unset" sentinel when no variable set it).
-        override: the activating context's override before ("unset" sentinel when none).
-        thread: the thread that activated.
-        written: the value written into that override, when one was rewritten.
-        token: the ``ContextVar`` token that identifies the activating context, when one was rewritten.
-        restored: whether :meth:`Torch212.restore_process_default` ran.
-    """
+    """What :meth:`Torch212.set_process_default` changed on one key (``default``, ``env_default``, the activating context's
+    ``override`` before; ``written`` and ``token`` when that override was rewritten), and how to put it back."""
 
     __slots__ = ("default", "env_default", "key", "override", "restored", "thread", "token", "written")
 
@@ -248,7 +172,7 @@ class ProcessDefault:
         self.restored = False
 
     def read_before(self) -> object:
-        """What a context without an override of the key read before (``env_value_default``, else ``default``)."""
+        """What a context without an override of the key read before."""
         from torch.utils._config_module import _UNSET_SENTINEL
 
         return self.default if self.env_default is _UNSET_SENTINEL else self.env_default
@@ -267,17 +191,9 @@ _REWRITTEN_LOCK = threading.Lock()
 _CAPTURE = threading.local()
 
 
-def _same(a: object, b: object) -> bool:
-    """Equal and of the same type (a pinned ``False`` is not the default ``0``)."""
-    return type(a) is type(b) and a == b
-
-
 def _captured() -> dict[tuple[int, str], ProcessDefault]:
-    """This thread's states captured by ``process_default_state`` and not yet taken by ``set_process_default``."""
-    found: dict[tuple[int, str], ProcessDefault] | None = getattr(_CAPTURE, "states", None)
-    if found is None:
-        found = _CAPTURE.states = {}
-    return found
+    """This thread's states captured by ``process_default_state``, not yet taken by ``set_process_default``."""
+    return _CAPTURE.__dict__.setdefault("states", {})  # type: ignore[no-any-return]
 
 
 PATCHES = Torch212()

@@ -1,25 +1,14 @@
 """torch 2.14: green contexts rewritten in Python over ``cuda.bindings``; NVGEMM via ``cutlass.operators``.
 
 Facts (torch 2.14.1 wheel, ``torch/`` relative):
-- ``cuda/green_contexts.py:81``: ``class GreenContext`` is plain Python over ``cuda.bindings``
-  (it needs that package and a 12.8+ driver, ``_ensure_supported``).  Its constructor
-  ``GreenContext(*, num_sms=None, workqueue_scope=None, workqueue_concurrency_limit=None,
-  device_id=None)`` (:102) splits the device's SMs with ``cuDevSmResourceSplitByCount(1, resource, 0,
-  num_sms)``, as the C++ class of 2.11–2.13 did; ``create(...)`` (:259) is "Kept for compatibility,
-  see ``GreenContext`` constructor"; ``set_context``/``pop_context`` are ``@deprecated``
-  (``FutureWarning``).  ``Stream()`` returns a ``torch.cuda.ExternalStream`` of a pool of 32
-  non-blocking green streams; ``__del__`` destroys the context and its streams.  No ``sm_count`` yet.
-- ``_inductor/utils.py:1785``: ``is_big_gpu`` turns the ROCm ``assert`` into ``raise AssertionError``
-  (new fingerprint); otherwise as 2.12–2.13.  ``use_triton_template`` (:1919) and
-  ``use_cutlass_template`` (:2288) still ask the gate first.
-- ``_inductor/utils.py:2168``: NVGEMM needs ``cutlass.operators`` (PyPI ``nvidia-cutlass-operators``)
-  instead of ``cutlass_api``; the backend list is unchanged (``config.py:638``).
-- ``_inductor/config.py:562``: ``autotune_cudagraph_benchmarking`` (off unless
-  ``TORCHINDUCTOR_AUTOTUNE_CUDAGRAPH_BENCHMARKING=1``): under max-autotune each candidate is captured
-  and timed as a CUDA graph on a ``torch.cuda.Stream()`` of its own (``runtime/benchmarking.py:376``),
-  whose replays escape an emulated GPU's green context, so emulation asks it off.
-- Config overrides stay per thread, and ``config.patch`` still pins the value it read on exit
-  (``utils/_config_module.py:937`` ``ConfigPatch.__exit__`` writes it back with ``__setattr__``).
+- ``cuda/green_contexts.py:GreenContext`` (:81): Python over ``cuda.bindings``; ``GreenContext(*, num_sms=None, ...,
+  device_id=None)`` (:102) splits SMs as 2.11–2.13's C++ did; ``create`` (:259) "Kept for compatibility"; ``Stream()``: an
+  ``ExternalStream`` from a pool of 32; ``__del__`` destroys the context and its streams.  No ``sm_count``.
+- ``_inductor/utils.py:is_big_gpu`` (:1785): ``raise AssertionError`` for the ROCm ``assert`` (new fingerprint); the template
+  checks (:1919, :2288) ask the gate first; NVGEMM needs ``cutlass.operators`` (:2168); backends as 2.13 (``config.py:638``).
+- ``_inductor/config.py:autotune_cudagraph_benchmarking`` (:562) captures each candidate on its own stream
+  (``runtime/benchmarking.py:376``), escaping an emulated GPU's green context, so emulation asks it off.
+- ``utils/_config_module.py:ConfigPatch.__exit__`` (:937) still pins the value it read.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ from .torch_2_12 import BACKENDS, GATED, Torch212
 
 
 class Torch214(Torch212):
-    """Facts and operations for torch 2.14 (see the module docstring)."""
+    """Facts and operations for torch 2.14."""
 
     name: ClassVar[str] = "torch_2_14"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.14,<2.15")
@@ -51,8 +40,7 @@ class Torch214(Torch212):
     )
 
     def _green_api_problem(self, green: Any) -> str | None:
-        """2.14+: the class itself is the constructor, ``GreenContext(num_sms=, device_id=)``
-        (``torch/cuda/green_contexts.py:GreenContext.__init__``)."""
+        """``torch/cuda/green_contexts.py:GreenContext.__init__(num_sms=, device_id=)`` (2.14+)."""
         if isinstance(green, type) and takes_keywords(green, "num_sms", "device_id"):
             return None
         return "a GreenContext without the GreenContext(num_sms=, device_id=) constructor"

@@ -1,30 +1,13 @@
 """torch 2.15: config implications, the gate asked last, FLYDSL, ``SMPartition`` and ``GreenContext.sm_count``.
 
-Facts (torch 2.15.0 wheel):
-- ``utils/_config_module.py:64`` (docstring) and ``_ImplicationConfigModule`` (:1347): a config
-  entry may ``implies`` values of other keys; Inductor's config is such a module
-  (``numerics="strict"``/``"strict_pointwise"`` force ``emulate_precision_casts`` and
-  ``eager_numerics.*``).  An active implication beats assignment, ``patch()`` and
-  ``env_name_force`` alike; ``module._implications`` maps each target to its
-  ``(source, condition, value)`` rules (:1348).
-- On implication modules ``patch()`` restores the stored override ("unset") on exit instead of
-  pinning the value it read (``_ImplicationConfigPatch``, :1515-1534), and
-  ``_make_closure_patcher`` becomes ``_set_raw_values`` (:1469), which validates implications.
-- ``_inductor/utils.py:2269`` ``use_triton_template`` and ``:3073`` ``use_cutlass_template`` ask
-  ``_use_template_for_gpu`` (the gate) last, after max-autotune and the backend selection ("Keep
-  _use_template_for_gpu last", :3088), so the "Not enough SMs" warning and the cached verdict
-  appear only under max-autotune with TRITON or CUTLASS selected.
-- New GEMM backend FLYDSL (``config.py:690``, ROCm, experimental): ``use_flydsl_gemm_template``
-  (``utils.py:2982``) asks the gate, whose ROCm rule is by arch, not SMs.  NVGEMM (``:3108``,
-  modules ``cutlass`` and ``cutlass.operators``) still never asks it.
-- ``cuda/green_contexts.py``: ``SMPartition`` (:271; ``from_device``, ``split``, ``sm_count``) and
-  ``GreenContext(..., sm_partition=None, ...)`` (:523), ``GreenContext.split``, and the properties
-  ``sm_count`` (:760, the SMs the driver granted), ``sm_partition`` and ``device_id``; ``create``
-  (:776) is still "kept for compatibility".  Emulation keeps ``GreenContext(num_sms=, device_id=)``
-  rather than ``SMPartition.split``: the split needs a 13.1+ driver and cuda.bindings and does not
-  round counts ("counts are not automatically rounded", :356), while ``num_sms`` works from 12.8 and
-  rounds up to the driver's SM groups as 2.11–2.14 did.
-- Everything else the toolkit relies on is as in 2.14 (see :mod:`.torch_2_14`).
+Facts (torch 2.15.0 wheel, ``torch/`` relative); otherwise as 2.14:
+- ``utils/_config_module.py:_ImplicationConfigModule`` (:1347): ``implies`` (Inductor's ``numerics="strict"``) beats assignment,
+  ``patch()`` and ``env_name_force``; ``module._implications``: target -> ``(source, condition, value)`` (:1348).
+  ``_ImplicationConfigPatch`` (:1515-1534) restores "unset" on exit; the raw patcher is ``_set_raw_values`` (:1469).
+- ``_inductor/utils.py:use_triton_template`` (:2269), ``use_cutlass_template`` (:3073) ask the gate last (:3088).  FLYDSL
+  (``config.py:690``, ROCm): ``use_flydsl_gemm_template`` (:2982) asks it; NVGEMM (:3108) does not.
+- ``cuda/green_contexts.py:GreenContext.sm_count`` (:760, SMs granted).  ``SMPartition.split`` (:271) needs a 13.1+ driver
+  and does not round (:356), so emulation keeps ``GreenContext(num_sms=, device_id=)`` (12.8+, rounds up to SM groups).
 """
 
 from __future__ import annotations
@@ -39,7 +22,7 @@ from .torch_2_14 import Torch214
 
 
 class Torch215(Torch214):
-    """Facts and operations for torch 2.15 (see the module docstring)."""
+    """Facts and operations for torch 2.15."""
 
     name: ClassVar[str] = "torch_2_15"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.15,<2.16")
@@ -59,8 +42,7 @@ class Torch215(Torch214):
         return (path, "model", True, 1, -1, False)
 
     def granted_sms(self, context: Any, device_index: int, sms: int) -> int | None:
-        """``GreenContext.sm_count`` (``torch/cuda/green_contexts.py:760``): the SMs of the context's
-        own resource, as the driver granted them; the cuda-python query if it is unreadable."""
+        """``torch/cuda/green_contexts.py:GreenContext.sm_count`` (:760), else the cuda-python query."""
         try:
             return int(context.sm_count)
         except (AttributeError, RuntimeError, TypeError, ValueError):  # destroyed or unreadable: ask the driver

@@ -1,15 +1,11 @@
 """torch 2.6: ``is_big_gpu(index_or_device=0)``, ``DeviceProperties``, the ROCm rule, ``cache_key_tag``.
 
-Facts (torch 2.6.0 wheel):
-- ``_inductor/utils.py:1116``: ``@functools.lru_cache(None) def is_big_gpu(index_or_device:
-  Union[int, torch.device] = 0)``; an int becomes ``torch.device("cuda", idx)``; the SM count is
-  ``DeviceProperties.create(device).multi_processor_count`` (``runtime/hints.py:128``, itself
-  lru_cached); ROCm is gated by arch (major < 9 or == 10 is small), not by SM count.
-- ``utils/_config_module.py:214``: each key is a ``_ConfigEntry`` whose ``user_override`` attribute
-  holds the stored override (``_UNSET_SENTINEL`` when unset); still process-global.  ``_Config``
-  gains ``env_name_force`` (:57): that variable beats any override, so ``config.patch`` silently loses.
-- ``compiler/config.py:58``: ``cache_key_tag`` exists and is hashed into the FX graph, AOTAutograd
-  and autotune cache keys (``_inductor/codecache.py:786``, ``runtime/autotune_cache.py:88``).
+Facts (torch 2.6.0 wheel, ``torch/`` relative):
+- ``_inductor/utils.py:is_big_gpu`` (:1116): ``lru_cache(None)``, ``(index_or_device=0)``, an int becomes ``torch.device("cuda",
+  idx)``, SMs from ``runtime/hints.py:DeviceProperties.create`` (:128, lru_cached); ROCm small when arch major < 9 or == 10.
+- ``utils/_config_module.py:_ConfigEntry`` (:214): ``user_override`` (``_UNSET_SENTINEL`` when unset), process-global;
+  ``_Config.env_name_force`` (:57) beats any override.
+- ``compiler/config.py:cache_key_tag`` (:58), hashed into the FX graph, AOTAutograd and autotune cache keys.
 """
 
 from __future__ import annotations
@@ -31,20 +27,17 @@ _COMPILER_CONFIG = "torch.compiler.config"
 
 
 class Torch26(TorchPatches):
-    """Facts and operations for torch 2.6 (see the module docstring)."""
+    """Facts and operations for torch 2.6."""
 
     name: ClassVar[str] = "torch_2_6"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.6,<2.7")
-    #: ``DeviceProperties.create`` (``runtime/hints.py:127``) is lru_cached from 2.6.
     sm_count_caches: ClassVar[tuple[str, ...]] = (
         "torch._inductor.utils:is_big_gpu",
         "torch._inductor.runtime.hints:DeviceProperties.create",
     )
     gate_parameters: ClassVar[tuple[tuple[str, object], ...]] = (("index_or_device", 0),)
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"866ddf0080c36d59"})  # 2.6.0
-    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
-        "2.6": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
-    }
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.6": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"})}
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.6": "cuda.cutlass_dir"}
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.6": frozenset({"TRITON", "CUTLASS"})}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.6": ()}
@@ -52,13 +45,6 @@ class Torch26(TorchPatches):
     reasons_after_start_callbacks: ClassVar[bool] = False  # convert_frame.py:891, callbacks from :986
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.6": False}
     recompile_stance: ClassVar[str | None] = "fail_on_recompile"  # torch.compiler.set_stance (patches/native_floors.py)
-
-    def gate_device(self, index: Any) -> torch.device:
-        import torch
-
-        if isinstance(index, torch.device):
-            return index
-        return torch.device("cuda", index)
 
     def sm_count(self, device: torch.device) -> int:
         from torch._inductor.runtime.hints import DeviceProperties
@@ -72,7 +58,7 @@ class Torch26(TorchPatches):
         return cfg._config[key].user_override  # type: ignore[attr-defined]
 
     def declared_types(self, cfg: ModuleType, key: str) -> tuple[Any, ...] | None:
-        """From 2.6 each entry declares ``value_type`` (from the annotation, else the default's type)."""
+        """The entry's ``value_type`` (from the annotation, else the default's type)."""
         from .config_storage import as_types
 
         entry = cfg._config[key]  # type: ignore[attr-defined]
@@ -87,8 +73,7 @@ class Torch26(TorchPatches):
         entry = cfg._config[key]  # type: ignore[attr-defined]
         if entry.env_value_force is _UNSET_SENTINEL:
             return None
-        # The entry keeps the forced value but not the variable's name: name the set
-        # variables that spell the key (TORCHINDUCTOR_FX_GRAPH_CACHE for fx_graph_cache).
+        # The entry keeps the forced value but not the variable's name: name the set variables that spell the key.
         stem = key.rsplit(".", 1)[-1].upper()
         names = sorted(n for n in os.environ if n.endswith(stem) and n.startswith(("TORCHINDUCTOR_", "TORCH_")))
         return ", ".join(names) or f"an env_name_force variable of {key}"

@@ -1,17 +1,15 @@
 """torch 2.7: XPU threshold, ``get_gpu_type``, config aliases and forcing env vars.
 
-Facts (torch 2.7.0 wheel):
-- ``_inductor/utils.py:1229``: ``min_sms = 16 if device.type == "xpu" else 68``; an int argument
-  becomes ``torch.device(get_gpu_type(), idx)``.
-- ``utils/_config_module.py:85``: ``_Config`` gains ``alias`` (the value lives in another config
-  module); ``fx_graph_cache`` starts using ``env_name_force`` (added in 2.6), so
-  ``TORCHINDUCTOR_FX_GRAPH_CACHE`` beats any override.
-- ``_dynamo/guards.py:2953``: ``get_and_maybe_log_recompilation_reasons`` (plural) replaces
-  ``..._reason``; ``compiler/__init__.py:438``: ``save_cache_artifacts``/``load_cache_artifacts``.
+Facts (torch 2.7.0 wheel, ``torch/`` relative):
+- ``_inductor/utils.py:is_big_gpu`` (:1229): ``min_sms = 16 if device.type == "xpu" else 68``; an int becomes
+  ``torch.device(get_gpu_type(), idx)``.
+- ``utils/_config_module.py:_Config.alias`` (:85); ``fx_graph_cache`` uses ``env_name_force`` (``TORCHINDUCTOR_FX_GRAPH_CACHE``).
+- ``_dynamo/guards.py:get_and_maybe_log_recompilation_reasons`` (:2953); ``compiler/__init__.py:save_cache_artifacts`` (:438).
 """
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,29 +22,25 @@ if TYPE_CHECKING:
 
 
 class Torch27(Torch26):
-    """Facts and operations for torch 2.7 (see the module docstring)."""
+    """Facts and operations for torch 2.7."""
 
     name: ClassVar[str] = "torch_2_7"
     torch_range: ClassVar[SpecifierSet] = SpecifierSet(">=2.7,<2.8")
     gate_fingerprints: ClassVar[frozenset[str]] = frozenset({"005b0eeebdc4037d"})  # 2.7.0-2.7.1
-    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {
-        "2.7": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"}),
-    }
+    gemm_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.7": frozenset({"ATEN", "TRITON", "CUTLASS", "CK", "CPP"})}
     cutlass_dir_key_by_release: ClassVar[dict[str, str]] = {"2.7": "cuda.cutlass_dir"}
     gate_checked_backends_by_release: ClassVar[dict[str, frozenset[str]]] = {"2.7": frozenset({"TRITON", "CUTLASS"})}
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.7": ()}
     feedback_saver_arity_by_release: ClassVar[dict[str, int]] = {"2.7": 4}  # select_algorithm.py:2348
     recompile_reasons_name: ClassVar[str] = "get_and_maybe_log_recompilation_reasons"  # guards.py:2953
     has_cache_artifacts: ClassVar[bool] = True  # compiler/__init__.py:438
-    #: ``_dynamo/config.py`` ``recompile_limit = 8`` stores the value; ``cache_size_limit`` is
-    #: ``Config(alias="torch._dynamo.config.recompile_limit")`` (2.13 :121 and :137; 2.14.1 :121 and :137).
+    #: ``_dynamo/config.py:recompile_limit``; ``cache_size_limit`` is its alias (2.13 and 2.14.1 :121/:137).
     recompile_limit_key: ClassVar[str] = "recompile_limit"
-    #: ``_inductor/__init__.py:51`` ``aoti_compile_and_package(ep, ..., *, package_path, inductor_configs)``,
-    #: ``:235`` ``aoti_load_package(path)``; the same keywords at 2.13 :57/:241 and 2.15 :64/:257.  Not
-    #: checked in 2.6 (no 2.6 wheel was reachable), so it is off there; 2.5's takes ``(ep, args, kwargs)``.
+    #: ``_inductor/__init__.py:aoti_compile_and_package(ep, ..., *, package_path, inductor_configs)``/``aoti_load_package``
+    #: (2.7 :51/:235, 2.13 :57/:241, 2.15 :64/:257); 2.6 unchecked, 2.5 takes ``(ep, args, kwargs)``.
     has_aot_packages: ClassVar[bool] = True
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": False}
-    #: ``get_max_num_sms`` (``_inductor/utils.py:1258``, lru_cached) sizes ``NUM_SMS`` from 2.7.
+    #: ``_inductor/utils.py:get_max_num_sms`` (:1258, lru_cached) sizes ``NUM_SMS`` from 2.7.
     sm_count_caches: ClassVar[tuple[str, ...]] = (*Torch26.sm_count_caches, "torch._inductor.utils:get_max_num_sms")
 
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:
@@ -62,8 +56,6 @@ class Torch27(Torch26):
         return torch.device(get_gpu_type(), index)
 
     def resolve_alias(self, cfg: ModuleType, key: str) -> tuple[ModuleType, str]:
-        import importlib
-
         alias = cfg._config[key].alias  # type: ignore[attr-defined]
         if alias is None:
             return cfg, key

@@ -1,9 +1,7 @@
 """Pick the patch module for the installed torch, and check its targets for drift.
 
-Selection compares the release's ``major.minor`` (``packaging.version.Version(...).release[:2]``)
-with each module's ``torch_range``.  Local tags (``2.13.0+cpu``), ``.dev`` nightlies and source
-builds (``2.14.0a0+git…``) therefore count as their minor release; the drift check is what
-catches a nightly whose internals moved.
+Selection is by ``major.minor`` (``2.13.0+cpu``, nightlies, ``2.14.0a0+git…`` count as their minor release); the drift
+check of ``torch/_inductor/utils.py:is_big_gpu`` catches a nightly whose internals moved.
 """
 
 from __future__ import annotations
@@ -34,18 +32,10 @@ INDUCTOR_CONFIG = "torch._inductor.config"
 
 @functools.cache
 def all_patch_modules() -> tuple[TorchPatches, ...]:
-    """Every ``PATCHES`` object under :mod:`inductor_knobs.patches`, oldest range first.
-
-    Only the ``torch_*`` modules are eras; the others there are the base modules of ``TorchPatches`` (one per
-    concern) and define no ``PATCHES``.
-    """
+    """Every ``PATCHES`` object of the ``torch_*`` modules of :mod:`inductor_knobs.patches`, oldest range first."""
     package = importlib.import_module("inductor_knobs.patches")
-    found = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if not info.name.startswith("torch_"):
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        found.append(module.PATCHES)
+    names = [info.name for info in pkgutil.iter_modules(package.__path__) if info.name.startswith("torch_")]
+    found = [importlib.import_module(f"{package.__name__}.{name}").PATCHES for name in names]
     return tuple(sorted(found, key=lambda p: _lowest(p.torch_range)))
 
 
@@ -76,12 +66,8 @@ def release_of(torch_version: str) -> str:
 
 
 def select(torch_version: str, *, strict: bool = True) -> TorchPatches:
-    """Return the patch module for ``torch_version``.
-
-    Args:
-        torch_version: a ``torch.__version__`` string.
-        strict: when False, a release outside every range gets the nearest module and a
-            :class:`~inductor_knobs.errors.DriftWarning` instead of an error.
+    """The patch module for ``torch_version`` (a ``torch.__version__`` string); with ``strict=False`` a release outside every
+    range gets the nearest module and a :class:`~inductor_knobs.errors.DriftWarning`.
 
     Raises:
         UnsupportedTorchVersion: no module covers the release and ``strict`` is True.
@@ -90,9 +76,8 @@ def select(torch_version: str, *, strict: bool = True) -> TorchPatches:
     if outside:
         if strict:
             raise UnsupportedTorchVersion(
-                f"torch {torch_version} is not supported: inductor_knobs supports torch "
-                f"{supported_range()} (set INDUCTOR_KNOBS_STRICT=0 or strict=False to run the "
-                "nearest patch module anyway)"
+                f"torch {torch_version} is not supported: inductor_knobs supports torch {supported_range()} "
+                "(set INDUCTOR_KNOBS_STRICT=0 or strict=False to run the nearest patch module anyway)"
             )
         warnings.warn(
             f"torch {torch_version} is outside {supported_range()}; lenient mode uses "
@@ -105,10 +90,7 @@ def select(torch_version: str, *, strict: bool = True) -> TorchPatches:
 
 @functools.cache
 def _select(torch_version: str) -> tuple[TorchPatches, bool]:
-    """(the module covering the release or the nearest one, whether the release is outside every range).
-
-    Cached: it depends only on the version string, and every enter of a block asks.
-    """
+    """(the module covering the release or the nearest one, whether the release is outside every range); cached."""
     release = Version(release_of(torch_version))
     modules = all_patch_modules()
     for module in modules:
@@ -119,10 +101,7 @@ def _select(torch_version: str) -> tuple[TorchPatches, bool]:
 
 def installed(*, strict: bool = True) -> TorchPatches:
     """The patch module for the torch that is importable here (imports torch)."""
-    torch = sys.modules.get("torch")  # asked several times per enter and exit: no import statement once loaded
-    if torch is None:
-        importlib.import_module("torch")
-        torch = sys.modules["torch"]
+    torch = sys.modules.get("torch") or importlib.import_module("torch")  # asked at every enter and exit: no import statement
     version = torch.__version__
     module, outside = _select(version)  # select() only when it warns or raises
     return select(version, strict=strict) if outside else module
@@ -130,13 +109,8 @@ def installed(*, strict: bool = True) -> TorchPatches:
 
 @dataclass(frozen=True)
 class DriftReport:
-    """What the drift check saw of ``torch._inductor.utils.is_big_gpu``.
-
-    Attributes:
-        ok: every check passed.
-        problems: one sentence per failed check.
-        fingerprint: the fingerprint of the function found, or None if it has no source.
-    """
+    """What the drift check saw of ``torch._inductor.utils.is_big_gpu``: ``ok`` (every check passed), ``problems`` (one
+    sentence per failed check) and the ``fingerprint`` of the function found (None without source)."""
 
     ok: bool
     problems: tuple[str, ...]
@@ -151,21 +125,10 @@ def check_gate(patches: TorchPatches, gate: object) -> DriftReport:
         return _check_gate(patches, gate)
 
 
-@functools.lru_cache(maxsize=32)
-def _check_gate_cached(patches: TorchPatches, gate: object) -> DriftReport:
-    # Depends only on the patch module (the torch version) and the identity of the gate object.
-    return _check_gate(patches, gate)
-
-
 def _check_gate(patches: TorchPatches, gate: object) -> DriftReport:
-    """Check that ``gate`` (the original ``is_big_gpu``) is what ``patches`` expects.
-
-    Checks: it is callable, is functools-cached (has ``cache_clear``), its parameters and
-    defaults match ``patches.gate_parameters``, its fingerprint is a known one, and the
-    attributes the wrapper reads (``patches.gate_prerequisites()``) exist.
-    """
+    """Whether ``gate`` (the original ``is_big_gpu``) is callable, functools-cached, and has ``patches``' parameters,
+    a known fingerprint and the prerequisites the wrapper reads."""
     problems: list[str] = []
-    fp: str | None = None
     if not callable(gate):
         return DriftReport(False, (f"is_big_gpu is {type(gate).__name__}, not callable",), None)
     if not callable(getattr(gate, "cache_clear", None)):
@@ -182,10 +145,11 @@ def _check_gate(patches: TorchPatches, gate: object) -> DriftReport:
             f"is_big_gpu fingerprint {fp} is not one patches.{patches.name} knows "
             f"({', '.join(sorted(patches.gate_fingerprints))})"
         )
-    for dotted in patches.gate_prerequisites():
-        if _resolve(dotted) is None:
-            problems.append(f"{dotted} does not exist")
+    problems += [f"{dotted} does not exist" for dotted in patches.gate_prerequisites() if _resolve(dotted) is None]
     return DriftReport(not problems, tuple(problems), fp)
+
+
+_check_gate_cached = functools.lru_cache(maxsize=32)(_check_gate)
 
 
 def enforce(report: DriftReport, *, strict: bool, torch_version: str) -> None:
@@ -197,10 +161,9 @@ def enforce(report: DriftReport, *, strict: bool, torch_version: str) -> None:
     if report.ok:
         return
     message = (
-        f"torch._inductor.utils.is_big_gpu on torch {torch_version} is not what inductor_knobs "
-        f"expects: {'; '.join(report.problems)}. Nothing was patched. If torch changed, "
-        "inductor_knobs needs a patch module update; strict=False (INDUCTOR_KNOBS_STRICT=0) "
-        "patches it anyway"
+        f"torch._inductor.utils.is_big_gpu on torch {torch_version} is not what inductor_knobs expects: "
+        f"{'; '.join(report.problems)}. Nothing was patched. If torch changed, inductor_knobs needs a patch module update; "
+        "strict=False (INDUCTOR_KNOBS_STRICT=0) patches it anyway"
     )
     if strict:
         raise PatchTargetChanged(message)
@@ -208,18 +171,10 @@ def enforce(report: DriftReport, *, strict: bool, torch_version: str) -> None:
 
 
 def _resolve(dotted: str) -> object | None:
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj: object = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                return None
-        return obj
-    return None
+    try:
+        return pkgutil.resolve_name(dotted)  # type: ignore[no-any-return]
+    except (ImportError, AttributeError, ValueError):
+        return None
 
 
 __all__: list[str] = [
@@ -235,46 +190,29 @@ __all__: list[str] = [
 
 
 def fingerprint_source(source: str) -> str:
-    """Return the fingerprint of the first function defined in ``source``.
-
-    Args:
-        source: Python source text holding a ``def`` (decorators and indentation allowed).
-
-    Returns:
-        16 lowercase hex digits.
+    """16 lowercase hex digits of the first function in ``source``, ignoring comments, decorators and layout.
 
     Raises:
         ValueError: ``source`` defines no function.
     """
     source = textwrap.dedent(source)
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines = source.splitlines()[node.lineno - 1 : node.end_lineno]
-            body = "\n".join(lines) + "\n"
-            break
-    else:
+    defs = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs:
         raise ValueError("no function definition in source")
-    kept: list[str] = []
-    for tok in tokenize.generate_tokens(io.StringIO(body).readline):
-        if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
-            continue
-        kept.append(tok.string)
+    body = "\n".join(source.splitlines()[defs[0].lineno - 1 : defs[0].end_lineno]) + "\n"
+    layout = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+    kept = [tok.string for tok in tokenize.generate_tokens(io.StringIO(body).readline) if tok.type not in layout]
     normalised = " ".join(" ".join(kept).split())
     return hashlib.sha256(normalised.encode()).hexdigest()[:16]
 
 
 def fingerprint(fn: Callable[..., object]) -> str | None:
-    """Return the fingerprint of a live function, or ``None`` when its source is unavailable.
-
-    ``functools.cache``/``lru_cache`` and wrapt wrappers are unwrapped through ``__wrapped__``.
-    """
+    """The fingerprint of a live function (unwrapped through ``__wrapped__``), or ``None`` when its source is unavailable."""
     target = inspect.unwrap(fn)
     return _fingerprint_of(getattr(target, "__code__", target))
 
 
-# Every knobs enter checks the gate; tokenizing its source each time cost ~0.9 ms (H200 bench).
-# The code object identifies the source, so the fingerprint is computed once per function.
-@functools.cache
+@functools.cache  # every enter checks the gate; tokenizing its source costs ~0.9 ms (H200), so once per code object
 def _fingerprint_of(code_or_object: object) -> str | None:
     try:
         return fingerprint_source(inspect.getsource(code_or_object))  # type: ignore[arg-type]
