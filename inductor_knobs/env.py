@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .core.undo import Undo
 
 DISABLE_VAR = ENV_PREFIX + "DISABLE"
+DISABLE_HINT = f"fix the variable, or set {DISABLE_VAR}=1 to run without inductor_knobs"
 _T = TypeVar("_T")
 
 # Re-entrant: an explicit activate_from_env() before torch._inductor.utils exists imports it
@@ -39,9 +40,6 @@ def env_requests_knobs(environ: Mapping[str, str] | None = None) -> bool:
     if env.get(DISABLE_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
         return False
     return any(k.startswith(ENV_PREFIX) and k != DISABLE_VAR and v.strip() for k, v in env.items())
-
-
-DISABLE_HINT = f"fix the variable, or set {DISABLE_VAR}=1 to run without inductor_knobs"
 
 
 def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpec | None:

@@ -26,11 +26,8 @@ from .sm_view import SmViewChange, check_no_conflict, physical_properties
 
 
 def plan_emulation(spec: EmulationSpec, *, process_wide: bool = False) -> tuple[list[Change], Emulation]:
-    """Check ``spec`` on the live torch and GPU; return the changes in apply order and the :class:`Emulation`.
-
-    Changes nothing (a green context may be created and cached; it runs nothing until its stream is current).
-    Raises what :func:`emulate_gpu` raises on enter.
-    """
+    """Check ``spec`` on the live torch and GPU (raising as :func:`emulate_gpu` does on enter); return the changes in
+    apply order and the :class:`Emulation`.  Changes nothing (a green context may be created and cached, idle)."""
     import torch
 
     patches = torch_compat.installed(strict=False)

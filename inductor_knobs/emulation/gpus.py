@@ -63,14 +63,9 @@ def find_preset(name: str, source: str = "emulate_gpu") -> GpuPreset:
 
 @dataclass(frozen=True)
 class EmulationSpec:
-    """What to emulate, before it is checked against a GPU.
-
-    Attributes:
-        sms: SM count Inductor sees and the green context is asked for.
-        shared_memory_per_block: bytes per block Inductor prunes Triton configs by, or None (the real GPU's).
-        preset: the preset name it came from, or None.
-        device_index: the CUDA device, or None (the current device on enter).
-    """
+    """What to emulate, before it is checked against a GPU: ``sms`` (what Inductor sees and the green context is
+    asked for), ``shared_memory_per_block`` (bytes Inductor prunes Triton configs by, or None: the real GPU's),
+    ``preset`` (the name it came from, or None) and ``device_index`` (or None: the current device on enter)."""
 
     sms: int
     shared_memory_per_block: int | None = None
