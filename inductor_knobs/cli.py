@@ -1,9 +1,6 @@
-"""The ``inductor-knobs`` command line.  Errors print one line and exit 2, no traceback;
-``doctor`` exits 1 when it finds a bad ``INDUCTOR_KNOBS_*`` variable (the report still prints); its serving
-section comes from :mod:`inductor_knobs.serving.first_call_costs`.
-``ablate`` lives in :mod:`inductor_knobs.ablation` (its options, :mod:`~inductor_knobs.ablation.options`, and the
-subcommand, :mod:`~inductor_knobs.ablation.command`); without the ``[ablate]`` extra it names the install and exits 2,
-and ``doctor`` works without it."""
+"""The ``inductor-knobs`` command line: errors print one line and exit 2, no traceback; ``doctor`` exits 1 on a
+bad ``INDUCTOR_KNOBS_*`` variable (the report still prints), its serving section from
+:mod:`inductor_knobs.serving.first_call_costs`; ``ablate`` is :mod:`inductor_knobs.ablation.command`."""
 
 from __future__ import annotations
 

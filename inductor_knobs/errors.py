@@ -1,11 +1,7 @@
 """The exceptions and warnings of inductor_knobs, and how their messages name the installed torch and a close name.
 
-Every error the package raises on purpose derives from :class:`KnobsError`, so
-``except inductor_knobs.errors.KnobsError`` catches them all.  Leaves also derive
-from the builtin type a caller would expect (``ValueError`` for a bad value,
-``KeyError``-free on purpose: unknown names are ``ValueError`` too, so ``str(err)``
-is the readable message rather than a quoted key).
-"""
+Every error raised on purpose derives from :class:`KnobsError` and from the builtin a caller expects (unknown
+names are ``ValueError``, not ``KeyError``, so ``str(err)`` is the message, not a quoted key)."""
 
 from __future__ import annotations
 
@@ -34,14 +30,11 @@ class PatchTargetChanged(KnobsError, RuntimeError):
 
 
 class KnobNotApplied(KnobsError, RuntimeError):
-    """A knob did not take effect: reading it back, or reading it inside Inductor's compile, gave
-    something else (a forcing env var, a torch 2.15 config implication, a foreign ``__setattr__``,
-    a replaced ``is_big_gpu``); the message names the key, both values and the cause."""
+    """A knob read back, or read in Inductor's compile, as another value; the message names key, values and cause."""
 
 
 class SettingAlreadyRead(KnobNotApplied):
-    """A setting torch reads once per process (``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``) may already have been read,
-    so changing it now would not take effect; nothing was applied.  The message says when torch reads it."""
+    """A setting torch reads once per process (``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``) may be read; nothing applied."""
 
 
 class ConcurrentKnobsError(KnobsError, RuntimeError):
@@ -89,13 +82,7 @@ class NoFallbackWarning(KnobsWarning):
 
 
 class PipCutlassUnavailable(KnobsError, RuntimeError):
-    """CUTLASS cannot come from ``nvidia-cutlass``: not installed, incomplete, shadowed, or its cache is unsafe.
-
-    Planning knobs that ask for CUTLASS turns it into :class:`InvalidKnobValue`; ``doctor`` reports it.
-
-    Attributes:
-        missing (bool): True when the distribution is simply not installed (the fix is to install it).
-    """
+    """CUTLASS cannot come from ``nvidia-cutlass``: not installed (``missing``), incomplete, shadowed, unsafe cache."""
 
     def __init__(self, message: str, *, missing: bool = False) -> None:
         super().__init__(message)
@@ -103,14 +90,12 @@ class PipCutlassUnavailable(KnobsError, RuntimeError):
 
 
 class SettingKeptWarning(KnobsWarning):
-    """A block changed a setting torch reads once per process, and torch may have read it inside the block: the
-    block's exit restores the variable, but torch keeps the value it read for the rest of the process."""
+    """A block changed a once-per-process setting torch may have read inside it, and keeps after the block's exit."""
 
 
 class LookupTableUnusedWarning(KnobsWarning):
-    """A compile under ``lookup_table`` where torch cannot use (some of) the table: not a CUDA graph (torch's
-    lookup table is CUDA-only), or its Triton entries while Inductor's Triton GEMM template is not in use
-    (max-autotune off, TRITON not among the GEMM backends, or the SM gate closed)."""
+    """A compile under ``lookup_table`` where torch cannot use (some of) the table: not a CUDA graph (the table
+    is CUDA-only), or Triton entries without Inductor's Triton GEMM template (max-autotune off, no TRITON, gate shut)."""
 
 
 class KnobNotAppliedWarning(KnobsWarning):
@@ -122,17 +107,12 @@ class EmulationWarning(KnobsWarning):
 
 
 class StaleConfigHashWarning(KnobsWarning):
-    """Env activation changed process-wide defaults after other threads may have compiled (torch 2.12+
-    caches each thread's config hash, so those threads would use their old cache key)."""
+    """Env activation changed process defaults after other threads compiled (2.12+ caches a config hash per thread)."""
 
 
 def torch_version() -> str:
-    """The installed torch's ``__version__``, without importing torch.
-
-    An imported torch answers; else torch's own ``torch/version.py`` (``__version__ = '2.13.0+cpu'``, written by every
-    torch build since 1.0), read as text; else package metadata, which can lack the local tag (``2.11.0`` for
-    ``2.11.0+cu130``) and costs the startup hook tens of milliseconds to import.
-    """
+    """The installed torch's ``__version__`` without importing it: an imported torch's, else ``torch/version.py`` as text
+    (every build since 1.0), else package metadata (slower to import, and it can lack the local tag ``+cu130``)."""
     if "torch" in sys.modules:
         return str(sys.modules["torch"].__version__)
     import importlib.util

@@ -1,28 +1,10 @@
 """Startup hook: activate ``INDUCTOR_KNOBS_*`` in processes that never import inductor_knobs.
 
-The installed ``inductor_knobs_startup.pth`` runs one line at interpreter start.  It checks the
-environment first and imports this module only when an ``INDUCTOR_KNOBS_*`` variable other than
-``INDUCTOR_KNOBS_DISABLE`` has a non-empty value (and ``INDUCTOR_KNOBS_DISABLE`` is not set), so an
-unconfigured process pays for one scan of ``os.environ`` and imports nothing.
-
-At interpreter start, once ``site`` has put every site directory on ``sys.path`` (at its import of
-``sitecustomize``, which ``site.main`` always tries after the ``.pth`` files; or at the first ``import torch``
-if that comes first), :func:`start_up` checks the variables (what can be checked without torch: every
-name and value but ``config=`` keys) and sets the environment variables of the process settings torch reads
-at or before its first CUDA call (:func:`inductor_knobs.env.start_up`: ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``
-from ``INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE``), so that a process whose CUDA starts before its first
-compile, or that never compiles, runs with them.  (While this ``.pth`` runs, site directories after its own,
-such as a virtual environment's system site-packages, are not on ``sys.path`` yet: torch's metadata and
-this package's dependencies may not be found.)  :func:`bootstrap` also puts a one-shot finder on
-``sys.meta_path`` that runs :func:`activate` right after ``torch._inductor.compile_fx`` (Inductor's compile
-entry, which imports ``torch._inductor.utils`` and ``config``) has executed.  A process that never compiles
-(pip, a shell tool in a launch script) therefore imports neither torch nor wrapt (only this package's light
-modules).
-
-Nothing here ever raises into the user's ``import``: a bad variable is said at start, as one line on stderr
-naming the variable, the value, what is allowed, the torch version and ``INDUCTOR_KNOBS_DISABLE=1``, with
-nothing applied; it is kept and raised at the first Inductor compile (and by an explicit
-``activate_from_env()``), once.
+``inductor_knobs_startup.pth`` imports this module only when a non-empty ``INDUCTOR_KNOBS_*`` other than
+``DISABLE`` is set (and ``DISABLE`` is not).  :func:`bootstrap` runs :func:`start_up` once ``site`` has put every
+site directory on ``sys.path`` (its ``sitecustomize`` import, or the first ``import torch``), and :func:`activate`
+right after ``torch._inductor.compile_fx`` has executed: a process that never compiles imports neither torch nor
+wrapt.  Nothing here raises into an ``import``: a bad variable is one stderr line, raised at the first compile.
 """
 
 import sys
@@ -33,7 +15,7 @@ if TYPE_CHECKING:
 
 HOOK_MODULE = "torch._inductor.compile_fx"
 _registered = False
-#: The module whose code has run while activation runs inside its import (for core/patching.initializing).
+#: The module whose code has run while activation runs inside its import (core/patching.py initializing).
 executed = None
 
 
@@ -90,9 +72,8 @@ class _ActivatingLoader:
     def exec_module(self, module: "Any") -> None:
         global executed
         self._loader.exec_module(module)
-        # Its code has run, though importlib still marks it as being imported until this returns: the hooks
-        # activation installs on it (core/patching.py on_import reads `executed`) install now.  Other
-        # importers keep waiting for the import lock, so no compile starts before activation ends.
+        # importlib marks it as importing until this returns: patching.initializing() reads `executed`, so
+        # activation's hooks install now.  Other importers wait on the import lock: no compile starts before the end.
         executed = module
         try:
             activate()
@@ -104,7 +85,7 @@ class _ActivatingLoader:
 
 
 def start_up() -> None:
-    """Run :func:`inductor_knobs.env.start_up`; its lines, or why it failed, go to stderr, and nothing is raised."""
+    """Run :func:`inductor_knobs.env.start_up`; its lines, or why it failed, go to stderr; never raises."""
     try:
         from .env import start_up as env_start_up
 
@@ -124,11 +105,14 @@ def start_up() -> None:
 def activate() -> None:
     """Apply the variables (``activate_from_env``); an error is deferred to the first compile, never raised here."""
     try:
-        from .env import activate_from_env, defer_error
+        from .env import activate_from_env
 
         try:
             activate_from_env()
         except Exception as err:  # noqa: BLE001 - surfaced at the first compile instead
-            defer_error(err)
+            from .core import torch_compat
+            from .core.interception import raise_at_first_compile
+
+            raise_at_first_compile(err, torch_compat.installed(strict=False))
     except Exception as err:  # noqa: BLE001 - the last resort: one line, and torch stays usable
         print(f"inductor_knobs: INDUCTOR_KNOBS_* not applied: {err} (INDUCTOR_KNOBS_DISABLE=1 turns this off)", file=sys.stderr)

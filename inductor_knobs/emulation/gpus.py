@@ -1,15 +1,8 @@
 """Real GPUs that ``ik.emulate_gpu("T4")`` can stand for: SM count and shared memory per block.
 
-Sources:
-- SM counts: NVIDIA's product specifications and architecture whitepapers (Turing: T4;
-  Ampere GA102/GA104/GA106: RTX 3060/3070/3080, A10; Ada AD104/AD107: L4, RTX 4060/4070;
-  Blackwell GB205: RTX 5070; DGX Spark: GB10; Jetson AGX Orin module data sheet): T4 40,
-  L4 58, RTX 3060 28, 3070 46, 4060 24, 4070 46, 5070 48, GB10 48, Jetson Orin 16.
-- Shared memory per block: the opt-in maximum per thread block of the GPU's compute
-  capability, from the CUDA C++ Programming Guide table "Technical Specifications per
-  Compute Capability": 7.5 → 64 KB; 8.6, 8.9, 12.x → 99 KB; 8.7 → 163 KB.  That is the value
-  ``torch.cuda.get_device_properties(i).shared_memory_per_block_optin`` reports and the one
-  Inductor prunes Triton GEMM configs by.
+SM counts: NVIDIA product specifications, whitepapers and data sheets.  Shared memory per block: the opt-in
+maximum per compute capability (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability"),
+``get_device_properties(i).shared_memory_per_block_optin``, which Inductor prunes Triton GEMM configs by.
 """
 
 from __future__ import annotations
@@ -24,16 +17,8 @@ KB = 1024
 
 @dataclass(frozen=True)
 class GpuPreset:
-    """A real GPU to emulate.
-
-    Attributes:
-        name: the preset name (``"T4"``).
-        sms: its SM count.
-        shared_memory_per_block: its opt-in maximum shared memory per block, in bytes.
-        compute_capability: ``(major, minor)``, for information only: emulation does not change
-            the instruction set Inductor compiles for.
-        description: the product, in words.
-    """
+    """A real GPU to emulate: ``name`` (``"T4"``), ``sms``, ``shared_memory_per_block`` (opt-in maximum, bytes),
+    ``compute_capability`` (information only: emulation keeps the real instruction set) and ``description``."""
 
     name: str
     sms: int
@@ -68,13 +53,7 @@ _BY_KEY = {_normalize(name): preset for name, preset in PRESETS.items()}
 
 
 def find_preset(name: str, source: str = "emulate_gpu") -> GpuPreset:
-    """Look a preset up by name, ignoring case, spaces and dashes (``"rtx-3070"`` is ``RTX3070``).
-
-    ``source`` is what the error names (the function, option or environment variable).
-
-    Raises:
-        UnknownKnob: no such preset; the message lists every known one.
-    """
+    """The preset ``name``, ignoring case, spaces and dashes; raises :class:`UnknownKnob` naming ``source``."""
     preset = _BY_KEY.get(_normalize(name))
     if preset is None:
         known = ", ".join(f"{p.name} ({p.sms} SMs)" for p in PRESETS.values())
@@ -84,15 +63,9 @@ def find_preset(name: str, source: str = "emulate_gpu") -> GpuPreset:
 
 @dataclass(frozen=True)
 class EmulationSpec:
-    """What to emulate, before it is checked against a GPU.
-
-    Attributes:
-        sms: SM count Inductor sees and the green context is asked for.
-        shared_memory_per_block: bytes per block Inductor prunes Triton configs by, or None
-            (the real GPU's).
-        preset: the preset name it came from, or None.
-        device_index: the CUDA device, or None (the current device on enter).
-    """
+    """What to emulate, before it is checked against a GPU: ``sms`` (what Inductor sees and the green context is
+    asked for), ``shared_memory_per_block`` (bytes Inductor prunes Triton configs by, or None: the real GPU's),
+    ``preset`` (the name it came from, or None) and ``device_index`` (or None: the current device on enter)."""
 
     sms: int
     shared_memory_per_block: int | None = None
@@ -100,8 +73,7 @@ class EmulationSpec:
     device_index: int | None = None
 
     def cache_tag(self) -> str:
-        """What keeps this emulation's compiled graphs and autotune timings apart from another GPU's (the FX graph
-        cache key's salt, the suffix of Inductor's autotune timings file)."""
+        """The FX graph cache salt and autotune timings file suffix that keep this emulation apart from other GPUs."""
         return f"inductor_knobs-emulate-{self.sms}sm-{self.shared_memory_per_block or 0}"
 
     def label(self) -> str:
@@ -111,21 +83,10 @@ class EmulationSpec:
 
 @dataclass(frozen=True)
 class Emulation:
-    """An active emulation, as ``with ik.emulate_gpu(...) as emu`` returns it.
-
-    Attributes:
-        sms: the SM count Inductor sees.
-        granted_sms: SMs the driver gave the green context, or None if this torch cannot say.
-            The driver grants SMs in groups (on an H200: multiples of 8, so 46 → 48, 58 → 64).
-        physical_sms: the real GPU's SM count.
-        shared_memory_per_block: bytes Inductor sees, or None (the real GPU's).
-        preset: preset name or None.
-        device_index: the CUDA device.
-        gpu: the real GPU's name.
-        stream: the green context's stream work is launched on.
-        capture_stream: the green context's stream CUDA graphs are captured on (pass it as
-            ``torch.cuda.graph(..., stream=)`` to capture on the emulated SMs with a stream of your choice).
-    """
+    """An active emulation, as ``with ik.emulate_gpu(...) as emu`` returns it: ``sms`` (what Inductor sees),
+    ``granted_sms`` (what the driver gave, in groups: multiples of 8 on an H200; or None), ``physical_sms``,
+    ``shared_memory_per_block`` (bytes, or None: the real GPU's), ``preset``, ``device_index``, ``gpu`` (the real
+    name), ``stream`` (work runs on it) and ``capture_stream`` (CUDA graphs are captured on it)."""
 
     sms: int
     granted_sms: int | None
@@ -146,54 +107,36 @@ def resolve_spec(
     device: int | None = None,
     source: str = "emulate_gpu",
 ) -> EmulationSpec:
-    """Check the arguments that need no GPU and return an :class:`EmulationSpec`.
-
-    Args:
-        preset_or_sms: a preset name (``"T4"``, see :data:`~inductor_knobs.emulation.gpus.PRESETS`)
-            or an SM count.
-        sms: SM count (int, >= 1); not together with an SM count or preset given positionally.
-        shared_memory_per_block: bytes per block (int, >= 1024); overrides the preset's.
-        device: CUDA device index (int >= 0) or None.
-        source: what to name in errors (the function or environment variable).
-
-    Raises:
-        InvalidKnobValue: a bad type or value, or the SM count given twice.
-        UnknownKnob: an unknown preset (the message lists the known ones).
-    """
-    preset: GpuPreset | None = None
+    """Check the ``emulate_gpu`` arguments that need no GPU: raises InvalidKnobValue (bad type or value, SM count
+    given twice) or UnknownKnob (unknown preset), naming ``source``."""
+    smem = shared_memory_per_block
+    preset = None
     if isinstance(preset_or_sms, str):
         preset = find_preset(preset_or_sms, source)
+        if sms is not None:
+            raise InvalidKnobValue(f"{source}: preset {preset.name!r} fixes sms={preset.sms}; drop sms={sms!r} or the preset")
+        sms = preset.sms
+        smem = preset.shared_memory_per_block if smem is None else smem
     elif preset_or_sms is not None:
         if sms is not None:
             raise InvalidKnobValue(f"{source}: the SM count is given twice ({preset_or_sms!r} and sms={sms!r}); give it once")
         sms = preset_or_sms
-    if preset is not None and sms is not None:
-        raise InvalidKnobValue(f"{source}: preset {preset.name!r} fixes sms={preset.sms}; drop sms={sms!r} or the preset")
-    if preset is not None:
-        sms = preset.sms
-        if shared_memory_per_block is None:
-            shared_memory_per_block = preset.shared_memory_per_block
     if sms is None:
         raise InvalidKnobValue(f'{source}: give an SM count (sms=40) or a preset name ("T4")')
     if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
         raise InvalidKnobValue(f"{source}: sms={sms!r} is not allowed; it must be an int >= 1 (at most the GPU's SM count)")
-    if shared_memory_per_block is not None and (
-        isinstance(shared_memory_per_block, bool)
-        or not isinstance(shared_memory_per_block, int)
-        or shared_memory_per_block < 1024
-    ):
+    if smem is not None and (isinstance(smem, bool) or not isinstance(smem, int) or smem < 1024):
         raise InvalidKnobValue(
-            f"{source}: shared_memory_per_block={shared_memory_per_block!r} is not allowed; it must be an int number "
+            f"{source}: shared_memory_per_block={smem!r} is not allowed; it must be an int number "
             "of bytes >= 1024 (at most the GPU's), or None"
         )
     if device is not None and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
         raise InvalidKnobValue(f"{source}: device={device!r} is not allowed; it must be a CUDA device index (int >= 0) or None")
-    return EmulationSpec(sms, shared_memory_per_block, preset.name if preset else None, device)
+    return EmulationSpec(sms, smem, preset.name if preset else None, device)
 
 
 def spec_from_text(text: str, *, shared_memory_per_block: int | None = None, source: str) -> EmulationSpec:
-    """:func:`resolve_spec` for text from an environment variable or option: digits are an SM count,
-    anything else a preset name (``"40"``, ``"T4"``).
+    """:func:`resolve_spec` for ``text`` (digits: an SM count, else a preset name) and bytes per block.
 
     Raises:
         InvalidKnobValue, UnknownKnob: as :func:`resolve_spec`, naming ``source``.

@@ -1,17 +1,14 @@
 """What Inductor sees: the CUDA device-property getters report the emulated SM count (and shared memory).
 
-The getters the patch modules list per torch release (``device_property_getters``), and the path of
-Inductor's GEMM autotune timings file (``autotune_local_cache_path``: the emulated GPU gets a file of its own, as a
-real GPU of another name has; before, emulation turned that cache off, and every GEMM of a model was benchmarked
-again: 1,989 choices against 146 on the whole GPU for BERT-base's 96 autotuned GEMMs, H100, torch 2.11), are wrapped while
-any emulation is active (:data:`SM_VIEW_PATCH`, installed for the first user and restored by identity
-after the last), and the caches that hold an SM count read earlier (``sm_count_caches``,
-``device_properties_dict_cache``) are emptied on enter and on exit.  The view is process-wide, so two
-emulations of different GPUs at once are refused (:func:`check_no_conflict`).
+While any emulation is active, the patch module's ``device_property_getters`` and ``autotune_local_cache_path``
+(the emulated GPU gets a timings file of its own) are wrapped (:data:`SM_VIEW_PATCH`, restored by identity after
+the last user), and the caches of SM counts read earlier (``sm_count_caches``, ``device_properties_dict_cache``)
+are emptied on enter and exit.  The view is process-wide: :func:`check_no_conflict`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import wrapt
@@ -53,19 +50,12 @@ class EmulatedDeviceProperties(wrapt.ObjectProxy):  # type: ignore[misc]
         return f"<emulated {self._self_spec.label()} on {self.__wrapped__!r}>"
 
 
+@dataclass
 class _SmView:
-    """Process-wide state of the SM view: the spec Inductor sees while the getters are wrapped."""
+    """Process-wide state: the spec Inductor sees while the getters are wrapped, and the real getter."""
 
-    def __init__(self) -> None:
-        self.spec: EmulationSpec | None = None
-        self.original_getter: Any = None
-
-    def original_properties(self, device_index: int) -> Any:
-        """The real device properties, whether or not the view is installed."""
-        import torch
-
-        getter = self.original_getter if SM_VIEW_PATCH.users else torch.cuda.get_device_properties
-        return getter(device_index)
+    spec: EmulationSpec | None = None
+    original_getter: Any = None
 
 
 SM_VIEW = _SmView()
@@ -84,19 +74,14 @@ def _properties_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwar
     from torch.cuda._utils import _get_device_index
 
     device = args[0] if args else kwargs.get("device")
-    if _get_device_index(device, optional=True) != spec.device_index:
-        return props
-    return EmulatedDeviceProperties(props, spec)
+    return props if _get_device_index(device, optional=True) != spec.device_index else EmulatedDeviceProperties(props, spec)
 
 
 def _local_cache_path_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Inductor's GEMM autotune timings file, one of the emulated GPU's own while an emulation is active
-    (``<file>-<spec.cache_tag()>``: the same directory, so torch's clean-ups find it)."""
+    """``<file>-<spec.cache_tag()>`` while an emulation is active: same directory, so torch's clean-ups find it."""
     path = wrapped(*args, **kwargs)
     spec = SM_VIEW.spec
-    if spec is None:
-        return path
-    return path.with_name(f"{path.name}-{spec.cache_tag()}")
+    return path if spec is None else path.with_name(f"{path.name}-{spec.cache_tag()}")
 
 
 def _remember_getter(original: Any, _wrapper: Any) -> None:
@@ -123,11 +108,7 @@ def _clear_sm_caches(patches: TorchPatches) -> None:
 
 
 class SmViewChange(Change):
-    """Undo record: Inductor sees ``spec``'s SM count (and shared memory per block) on its device.
-
-    The first user wraps the property getters (:data:`SM_VIEW_PATCH`); the last one puts the
-    original objects back by identity.  Both ends empty the caches of SM counts read earlier.
-    """
+    """Undo record: Inductor sees ``spec``'s SM count (and shared memory per block) on its device."""
 
     def __init__(self, patches: TorchPatches, spec: EmulationSpec) -> None:
         self.patches = patches
@@ -157,11 +138,7 @@ class SmViewChange(Change):
 
 
 def check_no_conflict(spec: EmulationSpec) -> None:
-    """Refuse a second, different emulation while one is active.
-
-    Raises:
-        EmulationConflict: another emulation is active with other values.
-    """
+    """Raise :class:`EmulationConflict` when another emulation with other values is active."""
     active = SM_VIEW.spec if SM_VIEW_PATCH.users else None
     if active is not None and active != spec:
         raise EmulationConflict(
@@ -172,4 +149,7 @@ def check_no_conflict(spec: EmulationSpec) -> None:
 
 def physical_properties(device_index: int = 0) -> torch.cuda._CudaDeviceProperties:  # type: ignore[name-defined]
     """The real GPU's properties, even inside an emulation (for reports and benchmarks)."""
-    return SM_VIEW.original_properties(device_index)
+    import torch
+
+    getter = SM_VIEW.original_getter if SM_VIEW_PATCH.users else torch.cuda.get_device_properties
+    return getter(device_index)
