@@ -141,13 +141,8 @@ def _gpus(threshold: int, min_sms: int | None) -> list[dict[str, Any]]:
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
         sms = int(props.multi_processor_count)
-        entry: dict[str, Any] = {
-            "index": index,
-            "name": props.name,
-            "sms": sms,
-            "capability": f"{props.major}.{props.minor}",
-            "gate_at_torch_threshold": sms >= threshold,
-        }
+        entry: dict[str, Any] = {"index": index, "name": props.name, "sms": sms, "capability": f"{props.major}.{props.minor}"}
+        entry["gate_at_torch_threshold"] = sms >= threshold
         if min_sms is not None:
             entry["gate_at_min_sms"] = sms >= min_sms
         gpus.append(entry)

@@ -77,10 +77,8 @@ def deliver(subscribers: Iterable[Subscriber], kind: str, event: Any) -> None:
 
 
 class Subscribe(Change):
-    """Undo record: ``consumer`` (with some ``on_<kind>`` methods) receives events in ``scope`` while applied.
-
-    Revert removes only this record's subscriber and mark; both directions are idempotent.
-    """
+    """Undo record: ``consumer``'s ``on_<kind>`` methods receive events in ``scope`` while applied (idempotent;
+    revert removes only this record's subscriber and mark)."""
 
     __slots__ = ("_subscriber", "consumer", "scope")
 

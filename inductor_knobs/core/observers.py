@@ -18,6 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from ..errors import DriftWarning
@@ -149,9 +150,7 @@ class PatchUse(Change):
 
 class HooksUse(PatchUse):
     """Hold the observer hooks; with ``need_autotune``, apply raises NotSupportedOnThisTorch on torch < 2.5.
-
-    Apply registers Dynamo's callbacks again when ``torch._dynamo.reset()`` dropped them.
-    """
+    Apply registers Dynamo's callbacks again when ``torch._dynamo.reset()`` dropped them."""
 
     __slots__ = ("need_autotune",)
 
@@ -193,14 +192,7 @@ class _ThreadState(threading.local):
 _THREAD = _ThreadState()
 
 
-class _Hooks:
-    """The autotune counter baseline and the installed torch's feedback saver arity."""
-
-    autotune_count = 0
-    arity = 0
-
-
-_HOOKS = _Hooks()
+_HOOKS = SimpleNamespace(autotune_count=0, arity=0)  # the autotune counter baseline; this torch's saver arity
 
 
 def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any], choices: list[Any], *rest: Any) -> None:

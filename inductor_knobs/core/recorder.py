@@ -19,14 +19,11 @@ _Block = TypeVar("_Block", bound="ObservedBlock")
 
 
 def subscription_records(consumer: Any, scope: str, *, hooks: bool, need_autotune: bool) -> list[Change]:
-    """The undo records that deliver compile events to ``consumer``: the hooks it needs, then its subscription.
-
-    With ``hooks``: the observer hooks (refusing torch < 2.5 with ``need_autotune``) and the shared patches in
-    ``consumer.patches``; with an ``on_attestation``: the compile interception.
-    """
-    records: list[Change] = [HooksUse(need_autotune=need_autotune)] if hooks else []
+    """The undo records that deliver compile events to ``consumer``: with ``hooks`` the observer hooks and the shared
+    patches in ``consumer.patches``, with an ``on_attestation`` the compile interception, then its subscription."""
+    records: list[Change] = []
     if hooks:
-        records += [PatchUse(patch) for patch in getattr(consumer, "patches", ())]
+        records = [HooksUse(need_autotune=need_autotune), *(PatchUse(patch) for patch in getattr(consumer, "patches", ()))]
     if callable(getattr(consumer, "on_attestation", None)):  # attestations come from the compile interception
         records.append(InterceptionUse(torch_compat.installed(strict=False)))
     records.append(Subscribe(consumer, scope))

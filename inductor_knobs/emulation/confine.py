@@ -29,12 +29,8 @@ _CAPTURE: dict[tuple[int, int], Any] = {}
 
 
 def check_green_context_support(patches: TorchPatches, torch_version: str) -> None:
-    """Refuse a torch without a green-context API its patch module knows (< 2.11), then one without CUDA.
-
-    Raises:
-        NotSupportedOnThisTorch: no known green-context API on this torch (the message names the release).
-        EmulationUnavailable: no CUDA GPU.
-    """
+    """Raise NotSupportedOnThisTorch without a green-context API the patch module knows (< 2.11), then
+    EmulationUnavailable without CUDA."""
     import torch
 
     refusal = patches.green_context_refusal(torch_version)
@@ -48,11 +44,7 @@ def check_green_context_support(patches: TorchPatches, torch_version: str) -> No
 
 def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
     """The (cached) stream of a green context of ``sms`` SMs on ``device_index``, and the SMs granted (or None).
-
-    Raises:
-        NotSupportedOnThisTorch: this torch has no green-context API its patch module knows.
-        EmulationUnavailable: the driver refused the green context (its message is included).
-    """
+    Raises NotSupportedOnThisTorch (no known green-context API) or EmulationUnavailable (the driver refused)."""
     key = (device_index, sms)
     with _GREEN_LOCK, SAFE_EXIT:
         if key not in _GREEN:
@@ -78,19 +70,14 @@ def _made(device_index: int, sms: int, what: str, make: Callable[[], Any]) -> An
 
 
 def green_capture_stream(device_index: int, sms: int) -> Any:
-    """The (cached) capture stream of the green context of :func:`green_stream`, which raises as it does.
-
-    Not the work stream: see ``TorchPatches.make_capture_stream`` (cuBLAS's per-stream workspace).
-    """
+    """The (cached) capture stream of :func:`green_stream`'s context, which raises as it does; not the work stream
+    (``TorchPatches.make_capture_stream``: cuBLAS's per-stream workspace)."""
     green_stream(device_index, sms)
     key = (device_index, sms)
     with _GREEN_LOCK, SAFE_EXIT:
         if key not in _CAPTURE:
-            patches = torch_compat.installed(strict=False)
-            green = _GREEN[key][0]
-            _CAPTURE[key] = _made(
-                device_index, sms, "a second stream of the green context", lambda: patches.make_capture_stream(green)
-            )
+            make, green = torch_compat.installed(strict=False).make_capture_stream, _GREEN[key][0]
+            _CAPTURE[key] = _made(device_index, sms, "a second stream of the green context", lambda: make(green))
         return _CAPTURE[key]
 
 
@@ -140,17 +127,18 @@ def capture_streams(device_index: int | None = None) -> tuple[Any, Any] | None:
     Returns:
         The outermost active ``ik.emulate_gpu``'s streams for that device, or None (capture as torch would).
     """
-    changes = _ACTIVE.changes
-    if not changes:
+    if not _ACTIVE.changes:
         return None
     if device_index is None:
         import torch
 
         device_index = torch.cuda.current_device()
-    for change in changes:
-        if change.device_index == device_index:
-            return change.work_stream, change.stream
-    return None
+    change = _outermost(device_index)
+    return None if change is None else (change.work_stream, change.stream)
+
+
+def _outermost(device_index: int | None) -> CaptureStreamChange | None:
+    return next((c for c in _ACTIVE.changes if c.device_index == device_index), None)
 
 
 def capture_stream(device_index: int | None = None) -> Any:
@@ -162,12 +150,9 @@ def capture_stream(device_index: int | None = None) -> Any:
 def _manager_init(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A ``CUDAGraphTreeManager`` made on an emulating thread records on the capture stream."""
     wrapped(*args, **kwargs)
-    if _ACTIVE.changes:
-        device_index = args[0] if args else kwargs.get("device_index")
-        for change in _ACTIVE.changes:  # the outermost owns it: an inner block's exit must not restore it
-            if change.device_index == device_index:
-                change.adopt(instance)
-                break
+    change = _outermost(args[0] if args else kwargs.get("device_index"))  # an inner block's exit must not restore it
+    if change is not None:
+        change.adopt(instance)
 
 
 def _graph_init(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
