@@ -1,12 +1,6 @@
 """inductor_knobs: safe, reversible knobs for TorchInductor (torch 2.4–2.15).
 
->>> import inductor_knobs as ik
->>> with ik.force_gemm_autotune(min_sms=40):          # doctest: +SKIP
-...     y = torch.compile(model, mode="max-autotune")(x)
-
-Importing this package imports nothing else: every public name is loaded from its submodule
-on first use (PEP 562), and neither torch nor ``torch._inductor`` is imported until knobs are
-entered.
+Importing this package imports nothing else: each public name loads from its submodule on first use (PEP 562).
 """
 
 import importlib
@@ -51,14 +45,8 @@ __all__ = sorted([*_PUBLIC, *_SUBMODULES])
 
 
 class _CheckoutPatches:
-    """Serves ``inductor_knobs.patches`` from the top-level ``patches/`` folder of a source checkout.
-
-    Installs (wheel and editable) map that folder to ``inductor_knobs.patches`` themselves (setuptools'
-    ``package-dir``).  A checkout on ``sys.path`` ahead of them (``python -m inductor_knobs`` in the
-    repository, which puts the current directory first) has no ``inductor_knobs/patches``, so this
-    finder (a ``sys.meta_path`` entry) makes its spec the way the editable finder does, when it is
-    first imported: a process that never needs the patch modules never loads them.
-    """
+    """Serves ``inductor_knobs.patches`` from the top-level ``patches/`` folder of a source checkout on ``sys.path``
+    (installs map it with setuptools' ``package-dir``; a checkout has no ``inductor_knobs/patches``)."""
 
     def __init__(self, init: str) -> None:
         self.init = init
@@ -75,9 +63,7 @@ def _patches_from_checkout() -> None:
     """Install :class:`_CheckoutPatches` when this package is a source checkout's."""
     here = os.path.dirname(__file__)
     init = os.path.join(os.path.dirname(here), "patches", "__init__.py")
-    # The test is for the package's __init__.py, not the folder: after a pull that moved the modules to
-    # patches/, a leftover inductor_knobs/patches/__pycache__ (git keeps ignored files) would otherwise
-    # make an empty namespace package of it (seen on the H200 machine's checkout).
+    # Test for __init__.py, not the folder: a leftover inductor_knobs/patches/__pycache__ is no package.
     if os.path.isfile(os.path.join(here, "patches", "__init__.py")) or not os.path.isfile(init):
         return
     if not any(isinstance(finder, _CheckoutPatches) for finder in sys.meta_path):

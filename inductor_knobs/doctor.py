@@ -1,7 +1,7 @@
 """``inductor-knobs doctor``: what this machine, torch and environment mean for the knobs.
 
-:func:`collect` gathers a JSON-ready dict; :func:`render` turns it into text.  Works without
-a GPU (it says so) and never raises for a missing optional piece.
+:func:`collect` gathers a JSON-ready dict, :func:`render` turns it into text; a missing GPU or optional piece is
+reported, never raised.
 """
 
 from __future__ import annotations
@@ -10,64 +10,58 @@ import importlib.util
 import os
 import platform
 import shutil
+from importlib import metadata
 from typing import Any
 
 from .core import torch_compat
-from .core.knobs import ENV_PREFIX, Knobs
+from .core.changes import foreign_setattr
+from .core.cutlass import describe as describe_cutlass
+from .core.gate import original_gate
+from .core.knobs import ENV_PREFIX, KNOBS, Config, Knobs, knob_config
+from .env import DISABLE_HINT, active_env_knobs, emulation_from_env
 from .errors import KnobsError
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def collect(min_sms: int | None = None) -> dict[str, Any]:
-    """Return the doctor report.
+    """Return the doctor report, a dict of plain JSON types.
 
     Args:
-        min_sms: also give each GPU's gate verdict at this SM threshold (checked as the ``min_sms`` knob is).
+        min_sms: also give each GPU's gate verdict at this SM threshold (an int from 1 to 1024, as the knob).
 
     Raises:
-        InvalidKnobValue: ``min_sms`` is not a value the ``min_sms`` knob takes (an int from 1 to 1024).
-
-    Returns:
-        A dict of plain JSON types: ``versions``, ``patch_module``, ``gpus``, ``gemm_backends``,
-        ``env``, ``modes``, ``precedence`` (the order inductor_knobs enforces at every compile,
-        and what can still override a knob: forcing env vars, active torch 2.15 config
-        implications, a foreign ``__setattr__`` on a config module).
+        InvalidKnobValue: ``min_sms`` is not a value the ``min_sms`` knob takes.
     """
     if min_sms is not None:
-        from .core.knobs import KNOBS
-
         KNOBS["min_sms"].check("--min-sms", min_sms)
     import torch
 
+    version = torch.__version__
     report: dict[str, Any] = {
         "versions": {
             "python": platform.python_version(),
-            "torch": torch.__version__,
+            "torch": version,
             "triton": _version_of("triton"),
             "cuda": torch.version.cuda,
             "hip": torch.version.hip,
-        }
+        },
+        "patch_module": _patch_module(version),
     }
-    report["patch_module"] = _patch_module(torch.__version__)
-    threshold = report["patch_module"].get("torch_min_sms", 68)
-    report["gpus"] = _gpus(threshold, min_sms)
-    report["gemm_backends"] = _backends(torch.__version__, bool(report["gpus"]))
-    report["sm_gate"] = _sm_gate(torch.__version__, report["gpus"])
+    gpus = report["gpus"] = _gpus(report["patch_module"].get("torch_min_sms", 68), min_sms)
+    report["gemm_backends"] = _backends(version, bool(gpus))
+    report["sm_gate"] = _sm_gate(version, gpus)
     report["env"] = _env()
     report["modes"] = _modes()
-    report["precedence"] = _precedence(torch.__version__)
-    report["release_knobs"] = _release_knobs(torch.__version__)
-    report["native_floors"] = _native_floors(torch.__version__, report["env"]["resolved"])
+    report["precedence"] = _precedence(version)
+    report["release_knobs"] = _release_knobs(version)
+    report["native_floors"] = _native_floors(version, report["env"]["resolved"])
     return report
 
 
 def _native_floors(version: str, resolved: dict[str, Any] | None) -> dict[str, Any]:
-    """torch's own floors here: the recompile stance, deterministic mode and what it bans of the ``INDUCTOR_KNOBS_*``
-    knobs, and the Inductor config keys torch ignores that ``INDUCTOR_KNOBS_CONFIG`` or a ``TORCHINDUCTOR_*`` variable
-    sets (``patches/native_floors.py``: the facts, with torch's file:line)."""
-    from .core.knobs import KNOBS, knob_config
-
+    """torch's recompile stance, deterministic mode and what it bans of the env knobs, and the ignored config keys
+    an env variable sets (facts with torch's file:line: ``patches/native_floors.py``)."""
     patches = torch_compat.select(version, strict=False)
     cfg = importlib.import_module("torch._inductor.config")
     asked: dict[str, tuple[Any, str]] = {}  # config key -> (value, the variable that asks it)
@@ -92,10 +86,7 @@ def _native_floors(version: str, resolved: dict[str, Any] | None) -> dict[str, A
 
 
 def _release_knobs(version: str) -> list[dict[str, Any]]:
-    """Per knob that only some releases have (its row's ``since``/``until``): whether this torch has it, the releases
-    that do, what it is, and its Inductor config key's value here when it has one."""
-    from .core.knobs import KNOBS, Config
-
+    """Per knob that only some releases have: whether this torch has it, what it is, and its config value here."""
     release = torch_compat.release_of(version)
     cfg = importlib.import_module("torch._inductor.config")
     patches = torch_compat.select(version, strict=False)
@@ -108,22 +99,11 @@ def _release_knobs(version: str) -> list[dict[str, Any]]:
             state = f"{len(value)} keys set" if isinstance(value, dict) else repr(value)
         else:
             state = "process setting"
-        rows.append(
-            {
-                "knob": name,
-                "available": row.on(release),
-                "since": row.since,
-                "until": row.until,
-                "what": row.summary,
-                "state": state,
-            }
-        )
+        rows.append(dict(knob=name, available=row.on(release), since=row.since, until=row.until, what=row.summary, state=state))
     return rows
 
 
 def _version_of(name: str) -> str | None:
-    from importlib import metadata
-
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -132,8 +112,6 @@ def _version_of(name: str) -> str | None:
 
 def _patch_module(version: str) -> dict[str, Any]:
     import torch._inductor.utils as utils
-
-    from .core.gate import original_gate
 
     try:
         patches = torch_compat.select(version)
@@ -163,13 +141,8 @@ def _gpus(threshold: int, min_sms: int | None) -> list[dict[str, Any]]:
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
         sms = int(props.multi_processor_count)
-        entry: dict[str, Any] = {
-            "index": index,
-            "name": props.name,
-            "sms": sms,
-            "capability": f"{props.major}.{props.minor}",
-            "gate_at_torch_threshold": sms >= threshold,
-        }
+        entry: dict[str, Any] = {"index": index, "name": props.name, "sms": sms, "capability": f"{props.major}.{props.minor}"}
+        entry["gate_at_torch_threshold"] = sms >= threshold
         if min_sms is not None:
             entry["gate_at_min_sms"] = sms >= min_sms
         gpus.append(entry)
@@ -182,8 +155,6 @@ def _backends(version: str, has_gpu: bool) -> dict[str, str]:
     patches = torch_compat.select(version, strict=False)
     release = torch_compat.release_of(version)
     names = sorted(patches.gemm_backends(release))
-    from .core.cutlass import describe as describe_cutlass  # CUTLASS: a checkout, nvidia-cutlass, or how to get it
-
     cutlass_found, cutlass_dir = patches.cutlass_available(importlib.import_module("torch._inductor.config"), release)
     rocm = bool(torch.version.hip)
     reasons = {
@@ -221,14 +192,8 @@ def _nvgemm_reason(modules: tuple[str, ...], nvidia: bool) -> str:
 
 
 def _sm_gate(version: str, gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which GEMM backends the SM gate (``is_big_gpu``) governs here, and whether NVGEMM avoids it.
-
-    Per-release facts come from the patch module (``gate_checked_backends``, ``gate_checked_last``,
-    ``nvgemm_modules``, read from ``torch/_inductor/utils.py``'s ``use_*_template`` checks).  NVGEMM
-    is a no-patch alternative when an NVIDIA GPU is below torch's threshold, this torch has the
-    backend and its modules import; its templates exist only where ``cutlass.operators`` (2.14+) or
-    ``cutlass_api`` (2.11-2.13) has kernels for the GPU's architecture.
-    """
+    """Which GEMM backends the SM gate governs here (the patch module's reading of ``torch/_inductor/utils.py``'s
+    ``use_*_template``), and whether NVGEMM is a no-patch alternative for a GPU below torch's threshold."""
     import torch
 
     patches = torch_compat.select(version, strict=False)
@@ -265,23 +230,14 @@ def _sm_gate(version: str, gpus: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _env() -> dict[str, Any]:
     variables = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
-    from .env import DISABLE_HINT, emulation_from_env
-
     try:
         resolved: Any = Knobs.from_env().to_dict()
         emulation_from_env()
         error = None
     except KnobsError as err:
         resolved, error = None, f"{err}; {DISABLE_HINT}"
-    from .env import active_env_knobs
-
     active = active_env_knobs()
-    return {
-        "variables": variables,
-        "resolved": resolved,
-        "error": error,
-        "active": active.to_dict() if active else None,
-    }
+    return {"variables": variables, "resolved": resolved, "error": error, "active": active.to_dict() if active else None}
 
 
 def _modes() -> dict[str, Any]:
@@ -301,8 +257,6 @@ PRECEDENCE = "emulation > knob > options > mode > process default"
 
 def _precedence(version: str) -> dict[str, Any]:
     """What decides an Inductor config value at compile time, and what beats a knob here."""
-    from .core.changes import foreign_setattr
-
     patches = torch_compat.select(version, strict=False)
     cfg = importlib.import_module("torch._inductor.config")
     forcing, implied = [], []

@@ -1,32 +1,9 @@
-"""The extension API: what the package's satellites (``inductor_knobs.serving``, ``inductor_knobs.ablation``) and
-other extensions may use of the core besides the public ``inductor_knobs`` names.
+"""The extension API: what satellites (``inductor_knobs.serving``, ``inductor_knobs.ablation``) and other extensions
+may use of the core besides the public ``inductor_knobs`` names.
 
-Each name is documented where it is defined; this module only gives it a public, stable home, so no satellite
-imports a core module directly (``tests/test_contract.py`` checks that).  Names load on first use (PEP 562), so
-importing this module imports nothing else (a forked ablation server imports it without loading the core).
-
-- The installed torch: :data:`torch_compat` (its :func:`~inductor_knobs.core.torch_compat.installed` patch module,
-  chosen by release) and :func:`release_of`.
-- Patching torch: :class:`SharedPatch` (install once, count users, restore by identity; a block holds one by
-  listing it in its ``patches``), :func:`wrap_attribute` (a wrapt wrapper as one step of a patch),
-  :func:`on_import` (a step deferred to a module's import), :func:`resolve` and :func:`present` (find a dotted
-  target), :func:`remove_by_identity`, and :data:`SAFE_EXIT` (the second item of a ``with`` that holds a lock).
-- Knobs to changes: :func:`plan` (the undo records of a :class:`~inductor_knobs.Knobs`), :func:`config_values`
-  (the Inductor config keys it sets), :func:`mode_options` (what a ``torch.compile`` mode sets),
-  :func:`environ_before_knobs`, :data:`KNOBS` (the knob table: each knob's check, variable parsing and releases),
-  and the variable names :data:`ENV_PREFIX`, :data:`EMULATE_SMS_VAR`,
-  :data:`CUDNN_SDPA_AVOID_RECOMPILE_VAR`.
-- Compile events: :data:`events` (the channel: ``publish``), :class:`ObservedBlock`, :class:`Subscription` and
-  :class:`Collector` (blocks that receive events), :func:`can_record_autotune` and :func:`format_table`.
-- The setup snapshot: :data:`setup` (``snapshot``, ``differences``, ``Setup``).
-- Emulation: :class:`EmulationSpec`, :func:`spec_from_text`, :data:`GPU_PRESETS`, :func:`capture_streams`.
-- Files: :func:`atomic_write` and :func:`write_json` (a file is whole or absent), :func:`unsafe_directories` and
-  :func:`who` (the ownership rule for files that are code).
-- Messages: :func:`unknown_message` ("did you mean"), :func:`describe_owner` (a thread or asyncio task),
-  :func:`canonical_json` (JSON data that keeps every type apart, as ``Knobs.identity`` writes it).
-- Start-up: :func:`run_startup_hook` (what ``inductor_knobs_startup.pth`` does at interpreter start, for a process
-  forked from one that started without the run's environment) and :data:`STARTUP_HOOK_MODULE` (the torch module
-  whose import activates ``INDUCTOR_KNOBS_*``).
+Each name is documented where it is defined; this module gives it a stable home, so no satellite imports a core
+module (``tests/test_contract.py`` checks that).  Names load on first use (PEP 562): importing this module imports
+nothing else (a forked ablation server imports it without loading the core).
 """
 
 import importlib

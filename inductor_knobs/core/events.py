@@ -1,25 +1,11 @@
 """The one compile-event channel: what happened in a compile, published once, delivered to every live consumer.
 
-Torch reports a compile through several hooks (Dynamo's compile callbacks, Inductor's feedback
-savers, the compile interception's attestation, timing wrappers of first-call costs; see
-:mod:`inductor_knobs.core.observers` and :mod:`inductor_knobs.core.interception`).  Each hook calls
-:func:`publish` with one event: an :class:`~inductor_knobs.core.events.AutotuneRecord` (``"autotune"``),
-a :class:`~inductor_knobs.core.events.CompileEvent` (``"compile"``), a
-:class:`~inductor_knobs.core.events.RuntimeEvent` (``"runtime"``) or a
-:class:`~inductor_knobs.core.attestation.CompileAttestation` (``"attestation"``).  It reaches each
-live consumer that has a method ``on_<kind>``.
-
-Consumers are live while a :class:`Subscribe` undo record holds them: a recorder's or guard's
-block, ``ik.compile``'s backend around each compile.  The registry is process-wide and a record
-removes exactly its own entry, so an exit out of order cannot revive an ended consumer or drop a
-live one.  Which compiles a consumer hears of is its scope:
-
-- ``"context"`` (recorders, ``ik.compile``): compiles that run in the thread or asyncio task that
-  subscribed, and in tasks and copied contexts started from it.  The subscriber's mark is put in a
-  ``ContextVar`` that children inherit; a backward that AOTAutograd compiles lazily, after the
-  block or on another thread, carries the marks its forward's compile had.
-- ``"process"`` (serving guards): compiles on every thread; each event is published on the thread
-  that compiled, so a consumer can tell them apart with ``threading.get_ident()``.
+Hooks (:mod:`~inductor_knobs.core.observers`, :mod:`~inductor_knobs.core.interception`, serving's timers) call
+:func:`publish` with an :class:`AutotuneRecord` (``"autotune"``), :class:`CompileEvent` (``"compile"``),
+:class:`RuntimeEvent` (``"runtime"``) or ``CompileAttestation`` (``"attestation"``); each live consumer with a
+method ``on_<kind>`` gets it, synchronously.  A :class:`Subscribe` record keeps a consumer live and removes exactly
+its own entry.  Scope ``"context"``: compiles in the subscribing thread/task and contexts copied from it (a
+``ContextVar`` of marks; a lazily compiled backward keeps its forward's marks); ``"process"``: every thread.
 """
 
 from __future__ import annotations
@@ -41,17 +27,15 @@ SCOPES = ("context", "process")
 
 
 class Subscriber:
-    """One live consumer: the object whose ``on_<kind>`` methods receive events, and its scope."""
+    """One live consumer, its scope and its ``on_<kind>`` handlers (None where it has none)."""
 
     __slots__ = ("consumer", "handlers", "mark", "scope")
 
     def __init__(self, consumer: Any, scope: str) -> None:
         self.consumer = consumer
         self.scope = scope
-        #: Unique for the process's life (an ``id`` could be reused by a later subscriber, and a child
-        #: context may still hold an ended one's mark).
+        # Unique for the process's life: an id() could be reused while a child context holds an ended one's mark.
         self.mark = next(_MARK_NUMBERS)
-        #: kind -> the bound method, or None when the consumer does not take that kind.
         self.handlers = {kind: getattr(consumer, f"on_{kind}", None) for kind in KINDS}
 
     def hears(self, marks: frozenset[int]) -> bool:
@@ -65,7 +49,7 @@ _MARKS: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("inducto
 
 
 def current_marks() -> frozenset[int]:
-    """The scope marks of the running thread/task (a compile keeps them for its lazily compiled backward)."""
+    """The scope marks of the running thread/task."""
     return _MARKS.get()
 
 
@@ -79,48 +63,22 @@ def listeners(marks: frozenset[int] | None = None) -> tuple[Subscriber, ...]:
 
 
 def publish(kind: str, event: Any, marks: frozenset[int] | None = None) -> None:
-    """Deliver ``event`` to every live subscriber that hears ``marks`` (default: the running context's).
-
-    Synchronous, on the publishing thread: what a consumer raises propagates into the compile
-    (a guard's ``on="raise"``).
-    """
+    """Deliver ``event`` to every live subscriber that hears ``marks``; what a consumer raises propagates."""
     if _LIVE:
         deliver(listeners(marks), kind, event)
 
 
 def deliver(subscribers: Iterable[Subscriber], kind: str, event: Any) -> None:
-    """Deliver ``event`` to ``subscribers`` (those a compile addressed when it started)."""
+    """Deliver ``event`` to ``subscribers``."""
     for subscriber in subscribers:
         handler = subscriber.handlers[kind]
         if handler is not None:
             handler(event)
 
 
-def _add(subscriber: Subscriber) -> None:
-    global _LIVE
-    with _LOCK, SAFE_EXIT:
-        if subscriber not in _LIVE:
-            _LIVE = (*_LIVE, subscriber)
-
-
-def _remove(subscriber: Subscriber) -> None:
-    global _LIVE
-    with _LOCK, SAFE_EXIT:
-        _LIVE = tuple(s for s in _LIVE if s is not subscriber)
-
-
 class Subscribe(Change):
-    """Undo record: ``consumer`` receives compile events while the record is applied.
-
-    Args:
-        consumer: any object with some of ``on_autotune``, ``on_compile``, ``on_runtime``,
-            ``on_attestation`` (each takes the event).
-        scope: ``"context"`` or ``"process"`` (see the module docstring).
-
-    Apply adds a fresh subscriber (and, for ``"context"``, its mark in the running context); revert
-    removes that subscriber and that mark only.  Both are idempotent.  A hook that a consumer needs
-    (the interception, the observer hooks) is held by its own record before this one.
-    """
+    """Undo record: ``consumer``'s ``on_<kind>`` methods receive events in ``scope`` while applied (idempotent;
+    revert removes only this record's subscriber and mark)."""
 
     __slots__ = ("_subscriber", "consumer", "scope")
 
@@ -136,88 +94,67 @@ class Subscribe(Change):
         return f"deliver compile events ({self.scope}) to {type(self.consumer).__name__}"
 
     def apply(self) -> None:
+        global _LIVE
         subscriber = Subscriber(self.consumer, self.scope)
         self._subscriber = subscriber  # first: revert takes back whatever part of the rest happened
         if self.scope == "context":
             _MARKS.set(_MARKS.get() | {subscriber.mark})
-        _add(subscriber)
+        with _LOCK, SAFE_EXIT:
+            if subscriber not in _LIVE:
+                _LIVE = (*_LIVE, subscriber)
 
     def revert(self) -> None:
+        global _LIVE
         subscriber = self._subscriber
         if subscriber is None:
             return
-        _remove(subscriber)
+        with _LOCK, SAFE_EXIT:
+            _LIVE = tuple(s for s in _LIVE if s is not subscriber)
         marks = _MARKS.get()
         if subscriber.mark in marks:
             _MARKS.set(marks - {subscriber.mark})
         self._subscriber = None  # last: a revert interrupted before it runs again in full
 
 
-#: ``ChoiceCaller.info_dict()["backend"]`` (torch's spelling) -> the kind this package reports.
+#: ``ChoiceCaller.info_dict()["backend"]`` -> the kind this package reports.
 CHOICE_KINDS = {"extern": "aten", "triton": "triton", "cuda": "cutlass", "cpp": "cpp", "rocm": "ck"}
 
 
 @dataclass(frozen=True)
 class ChoiceTiming:
-    """One candidate kernel of an autotuned op.
+    """One candidate kernel of an autotuned op (lookup-table fields: torch 2.10+ ``lookup_table.table``)."""
 
-    Attributes:
-        name: torch's name for the choice (``triton_mm_11``, ``mm``, ``cpp_CppMicroGemmFP32Vec_0``).
-        kind: ``aten``, ``triton``, ``cutlass``, ``cpp``, ``ck`` or torch's own backend word.
-        params: template parameters (BLOCK_M, num_warps, …) as torch describes them.
-        time_ms: benchmarked time in milliseconds; None if the choice failed (torch: ``inf``).
-        precompile_ms: precompile time in milliseconds where torch reports it (2.11+), else None.
-        lookup_key: the key torch's GEMM lookup table (``lookup_table.table``, 2.10+) finds this choice
-            under, device-agnostic (``"((torch.float16, [64, 128], [128, 1]), ...)+mm"``); None where torch
-            built the choice without a ``KernelTemplateChoice`` (the C++ GEMM template, torch < 2.10).
-        lookup_device_key: the same key with the GPU's name first, which torch tries first (CUDA only).
-        lookup_entry: the choice as a table entry (``template_id``, template parameters, ``template_hash``).
-    """
-
-    name: str
-    kind: str
-    params: dict[str, Any]
-    time_ms: float | None
-    precompile_ms: float | None = None
+    name: str  #: torch's name for the choice (``triton_mm_11``, ``mm``).
+    kind: str  #: ``aten``, ``triton``, ``cutlass``, ``cpp``, ``ck`` or torch's own backend word.
+    params: dict[str, Any]  #: template parameters (BLOCK_M, num_warps, …).
+    time_ms: float | None  #: benchmarked milliseconds; None if the choice failed (torch: ``inf``).
+    precompile_ms: float | None = None  #: precompile milliseconds (torch 2.11+), else None.
+    #: the device-agnostic lookup-table key; None without a ``KernelTemplateChoice`` (C++ GEMM template, < 2.10).
     lookup_key: str | None = None
-    lookup_device_key: str | None = None
+    lookup_device_key: str | None = None  #: the same key with the GPU's name first, tried first (CUDA only).
+    #: the choice as a table entry (``template_id``, template parameters, ``template_hash``).
     lookup_entry: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class AutotuneRecord:
-    """One autotuned op.
+    """One autotuned op; a symbolic size is its expression (``"s0"``)."""
 
-    Attributes:
-        op: the op torch autotuned (``mm``, ``addmm``, ``bmm``, ``linear_unary``, …).
-        shapes: input sizes; a symbolic size is its expression (``"s0"``).
-        shape_hints: input sizes with symbols replaced by the hint torch benchmarked with.
-        strides: input strides (same conventions as ``shapes``).
-        dtypes: input dtypes (``"torch.bfloat16"``).
-        choices: every candidate, fastest first.
-        winner: the fastest choice's name (what the timings favour).
-        benchmark_seconds: wall seconds torch spent benchmarking (0.0 when the timings came
-            from a cache; None when torch did not report it).
-        precompile_seconds: wall seconds torch spent precompiling choices (as above).
-        from_cache: the timings came from Inductor's autotune cache (no benchmarking ran).
-        compile_id: Dynamo's compile id (``"0/1"``) when known.
-    """
-
-    op: str
-    shapes: list[list[int | str]]
-    shape_hints: list[list[int]] | None
-    strides: list[list[int | str]] | None
-    dtypes: list[str]
-    choices: list[ChoiceTiming]
-    winner: str | None
-    benchmark_seconds: float | None
-    precompile_seconds: float | None
-    from_cache: bool
-    compile_id: str | None = None
+    op: str  #: the op torch autotuned (``mm``, ``addmm``, ``bmm``, …).
+    shapes: list[list[int | str]]  #: input sizes.
+    shape_hints: list[list[int]] | None  #: input sizes with symbols replaced by the hint torch benchmarked with.
+    strides: list[list[int | str]] | None  #: input strides.
+    dtypes: list[str]  #: input dtypes (``"torch.bfloat16"``).
+    choices: list[ChoiceTiming]  #: every candidate, fastest first.
+    winner: str | None  #: the fastest choice's name.
+    benchmark_seconds: float | None  #: wall seconds of benchmarking (0.0 from a cache; None: torch did not say).
+    precompile_seconds: float | None  #: wall seconds of precompiling (as above).
+    from_cache: bool  #: the timings came from Inductor's autotune cache.
+    compile_id: str | None = None  #: Dynamo's compile id (``"0/1"``) when known.
 
     @property
     def signature(self) -> str:
-        """``mm(560x3420, 3420x1280)``: the op and its (hinted) input shapes, as torch prints them."""
+        """``mm(560x3420, 3420x1280)``: the op and its (hinted) input shapes."""
         shapes = self.shape_hints or self.shapes
         return f"{self.op}({', '.join('x'.join(str(d) for d in s) for s in shapes)})"
 
@@ -228,25 +165,14 @@ class AutotuneRecord:
 
 @dataclass(frozen=True)
 class CompileEvent:
-    """One Dynamo compilation.
+    """One Dynamo compilation."""
 
-    Attributes:
-        compile_id: Dynamo's compile id (``"0/1"``: frame 0, its second compilation) when known.
-        recompile: True when an earlier compilation of the same frame existed (a guard failed).
-        reasons: Dynamo's guard-failure reasons for a recompile (``"tensor 'x' size mismatch at
-            index 0. expected 1024, actual 2048"``); empty for a first compile.
-        trigger: what started it: ``dynamo`` or, on torch 2.8+, ``lazy_backward``,
-            ``cudagraph_recording`` etc.
-        code: the recompiled function as ``name (file:line)``; known for recompiles.
-        inputs: the recompiled frame's tensor arguments as ``{name: "torch.float32[2048, 3420]"}``.
-    """
-
-    compile_id: str | None
-    recompile: bool
-    reasons: list[str] = field(default_factory=list)
-    trigger: str = "dynamo"
-    code: str | None = None
-    inputs: dict[str, str] = field(default_factory=dict)
+    compile_id: str | None  #: Dynamo's compile id (``"0/1"``: frame 0, its second compilation) when known.
+    recompile: bool  #: an earlier compilation of the same frame existed (a guard failed).
+    reasons: list[str] = field(default_factory=list)  #: Dynamo's guard-failure reasons; empty for a first compile.
+    trigger: str = "dynamo"  #: ``dynamo`` or, on torch 2.8+, ``lazy_backward``, ``cudagraph_recording`` etc.
+    code: str | None = None  #: the recompiled function as ``name (file:line)``.
+    inputs: dict[str, str] = field(default_factory=dict)  #: tensor arguments: ``{name: "torch.float32[2048, 3420]"}``.
 
     def describe(self) -> str:
         """One line: what compiled and why."""
@@ -262,38 +188,19 @@ class CompileEvent:
 
 @dataclass(frozen=True)
 class RuntimeEvent:
-    """A first-call cost torch paid inside a call: what it was, how long, and where.
+    """A first-call cost torch paid inside a call."""
 
-    Attributes:
-        kind: ``dynamo_compile`` (published by the core's observer hooks), or one of the causes
-            ``ik.serving`` times and names (``inductor_knobs.serving.first_call_costs.CAUSES``).
-        seconds: wall seconds it took (host side).
-        detail: what torch said about it: the op and shapes, the kernel, Dynamo's recompile reason.
-        started: ``time.perf_counter()`` when it started, or None when only its length is known
-            (profiled ops), so nested events are not counted twice.
-    """
-
-    kind: str
-    seconds: float
-    detail: str = ""
-    started: float | None = None
+    kind: str  #: ``dynamo_compile``, or a cause ``ik.serving`` times (``serving.first_call_costs.CAUSES``).
+    seconds: float  #: host wall seconds it took.
+    detail: str = ""  #: what torch said: the op and shapes, the kernel, Dynamo's recompile reason.
+    started: float | None = None  #: ``time.perf_counter()`` at its start, or None when only its length is known.
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def finite_or_none(value: float) -> float | None:
-    """torch marks failed choices with ``inf``; JSON has no ``inf``, so they become None."""
-    return float(value) if math.isfinite(value) else None
-
-
 def format_table(records: Iterable[AutotuneRecord], top: int = 10) -> str:
-    """The human table, like torch's ``AUTOTUNE mm(...)`` block, for each record.
-
-    Args:
-        records: what to show.
-        top: choices shown per record (fastest first).
-    """
+    """The human table, like torch's ``AUTOTUNE mm(...)`` block, with the ``top`` fastest choices per record."""
     lines: list[str] = []
     for rec in records:
         if rec.from_cache:
@@ -326,10 +233,7 @@ def write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) ->
 
 
 def current_compile_id() -> str | None:
-    """Dynamo's id of the compile running on this thread (``"0/1"``), or None outside one.
-
-    Relies on ``torch._guards.CompileContext.current_compile_id()`` (torch 2.4-2.15).
-    """
+    """Dynamo's id of the compile running on this thread (``torch._guards.CompileContext``), or None."""
     try:
         from torch._guards import CompileContext
 
@@ -387,14 +291,14 @@ def _choice(choice: Any, time: float, precompile_seconds: float | None, op: str 
         name=str(getattr(choice, "name", choice)),
         kind=CHOICE_KINDS.get(backend, backend or type(choice).__name__),
         params=params,
-        time_ms=finite_or_none(time),
+        time_ms=float(time) if math.isfinite(time) else None,  # torch times a failed choice as inf
         precompile_ms=None if precompile_seconds is None else 1000.0 * precompile_seconds,
         **_lookup(choice, op),
     )
 
 
 def _lookup(choice: Any, op: str) -> dict[str, Any]:
-    """The choice's lookup-table key (device-agnostic and per device) and entry, or nothing (see ``ChoiceTiming``)."""
+    """The choice's ``lookup_*`` fields of :class:`ChoiceTiming`, or none."""
     annotations = getattr(choice, "annotations", None)
     ktc = annotations.get("ktc") if isinstance(annotations, dict) else None
     if ktc is None or not op:
@@ -436,10 +340,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _hints(sizes: list[Any]) -> list[list[int]] | None:
-    """Symbolic sizes as the ints torch benchmarked with.
-
-    ``SizeVarAllocator.size_hints`` (2.4–2.11) was renamed ``optimization_hints`` (2.11+).
-    """
+    """Symbolic sizes as the ints torch benchmarked with (``SizeVarAllocator.size_hints`` is
+    ``optimization_hints`` from 2.11)."""
     try:
         from torch._inductor.virtualized import V
 

@@ -1,17 +1,14 @@
 """Observer hooks: process-wide hooks that publish autotuning and Dynamo's compiles on the compile-event channel.
 
-Each event goes through :func:`inductor_knobs.core.events.publish`, on the compiling thread.  The hooks exist
-while at least one :class:`HooksUse` record holds them (:data:`OBSERVER_HOOKS`):
+Installed while a :class:`HooksUse` record holds :data:`OBSERVER_HOOKS`; each event is published on the compiling
+thread.  Torch facts:
 
-- a feedback saver (``select_algorithm.add_feedback_saver``, 2.5+; 4, 5 or 6 positional arguments by release:
-  ``feedback_saver_arity``), removed by identity (``clear_feedback_savers``, 2.9+, would drop others' savers);
-- a wrapt wrapper of the static ``AlgorithmSelectorCache.log_results`` (benchmarking and precompile seconds,
-  ``(name, input_nodes, timings, elapse, precompile_elapse, ...)`` in 2.4–2.15);
-- a wrapper of Dynamo's recompile-reason function (``patches.recompile_reasons_name``), or on 2.4–2.5 of
-  ``convert_frame._compile``, which asks for them after the start callbacks ran;
-- Dynamo's compile-start and -end callbacks (``torch._dynamo.callback_handler``), which time each compile as a
-  ``dynamo_compile`` :class:`~inductor_knobs.core.events.RuntimeEvent`; ``torch._dynamo.reset()`` drops them, so
-  entering an observer registers them again.
+- ``select_algorithm.add_feedback_saver`` (2.5+; 4/5/6 positional arguments by release: ``feedback_saver_arity``);
+  removed by identity (``clear_feedback_savers``, 2.9+, would drop others' savers);
+- static ``AlgorithmSelectorCache.log_results(name, input_nodes, timings, elapse, precompile_elapse, ...)`` (2.4–2.15);
+- Dynamo's recompile-reason function (``patches.recompile_reasons_name``), or on 2.4–2.5 ``convert_frame._compile``;
+- ``torch._dynamo.callback_handler`` start/end callbacks (``dynamo_compile`` runtime events); ``torch._dynamo.reset()``
+  drops them, so a new holder registers them again.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from ..errors import DriftWarning
@@ -42,10 +40,7 @@ DYNAMO = "torch._dynamo"
 
 
 def _hook_steps() -> list[Step]:
-    """The install steps, each deferred to its module's import (:func:`~.patching.on_import`): entering an
-    observer imports neither Inductor nor Dynamo nor Triton, and a process that never imports them (one
-    serving an AOT bundle) never pays for them; nothing of a module can run before its import installs
-    the hooks there."""
+    """The install steps, each deferred to its module's import: entering an observer imports no torch submodule."""
     import torch
 
     patches = torch_compat.installed()
@@ -53,7 +48,7 @@ def _hook_steps() -> list[Step]:
     _HOOKS.arity = patches.feedback_saver_arity(release)
     steps: list[Step] = []
     if _HOOKS.arity:
-        steps.append(on_import(SELECT_ALGORITHM, lambda: [_read_autotune_count, _add_feedback_saver, _wrap_log_results]))
+        steps.append(on_import(SELECT_ALGORITHM, lambda: [_add_feedback_saver, _wrap_log_results]))
     if patches.reasons_after_start_callbacks:  # 2.4-2.5: read them as _compile starts
         steps.append(on_import(CONVERT_FRAME, lambda: [wrap_attribute(f"{CONVERT_FRAME}:_compile", _compile_wrapper)]))
     else:
@@ -62,24 +57,19 @@ def _hook_steps() -> list[Step]:
     return steps
 
 
-def _read_autotune_count(push: Callable[[Undo], None]) -> None:
-    """Start from torch's autotune counter as it is (the feedback saver tells a fresh benchmark by its rise)."""
+def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
+    """Add the saver, from a baseline of torch's autotune counter (its rise tells a fresh benchmark)."""
     counters = sys.modules["torch._dynamo.utils"].counters  # imported by select_algorithm (steps do not import)
     _HOOKS.autotune_count = counters["inductor"]["select_algorithm_autotune"]
-
-
-def _add_feedback_saver(push: Callable[[Undo], None]) -> None:
     sa = sys.modules[SELECT_ALGORITHM]
-    # By identity: clear_feedback_savers (2.9+) would drop other people's savers too.
-    push(lambda: _remove_feedback_saver(sa))
+
+    def undo() -> None:  # safe when add_feedback_saver failed before it made the selector cache
+        cache = getattr(sa, "_ALGORITHM_SELECTOR_CACHE", None)
+        if cache is not None:
+            remove_by_identity(cache.feedback_saver_fns, _feedback_saver)
+
+    push(undo)
     sa.add_feedback_saver(_feedback_saver)
-
-
-def _remove_feedback_saver(sa: Any) -> None:
-    """Undo of :func:`_add_feedback_saver`, safe when ``add_feedback_saver`` failed before it made the selector cache."""
-    cache = getattr(sa, "_ALGORITHM_SELECTOR_CACHE", None)
-    if cache is not None:
-        remove_by_identity(cache.feedback_saver_fns, _feedback_saver)
 
 
 def _wrap_log_results(push: Callable[[Undo], None]) -> None:
@@ -111,7 +101,10 @@ def _wrap_recompile_reasons(name: str) -> Step:
 
 def _add_compile_callback(push: Callable[[Undo], None]) -> None:
     def undo() -> None:
-        _drop_compile_callback()
+        handler = getattr(sys.modules.get(DYNAMO), "callback_handler", None)
+        if handler is not None:
+            remove_by_identity(handler.start_callbacks, _compile_started)
+            remove_by_identity(handler.end_callbacks, _compile_ended)
         _THREAD.timing = _THREAD.reasons = _THREAD.compiling = None
 
     push(undo)
@@ -126,13 +119,6 @@ def _register_compile_callback() -> None:
         handler.register_end_callback(_compile_ended)
 
 
-def _drop_compile_callback() -> None:
-    handler = getattr(sys.modules.get(DYNAMO), "callback_handler", None)
-    if handler is not None:
-        remove_by_identity(handler.start_callbacks, _compile_started)
-        remove_by_identity(handler.end_callbacks, _compile_ended)
-
-
 OBSERVER_HOOKS = SharedPatch("autotune/compile observer hooks", _hook_steps)
 
 
@@ -143,33 +129,41 @@ def can_record_autotune() -> bool:
     return bool(torch_compat.installed().feedback_saver_arity(torch_compat.release_of(torch.__version__)))
 
 
-class HooksUse(Change):
-    """Undo record: hold the observer hooks (installed for the first holder, removed after the last).
+class PatchUse(Change):
+    """Undo record: hold a :class:`~inductor_knobs.core.patching.SharedPatch` (idempotent both ways)."""
 
-    Args:
-        need_autotune: refuse on a torch that cannot report autotuning (no feedback savers).
+    __slots__ = ("patch",)
 
-    Apply raises :class:`~inductor_knobs.errors.NotSupportedOnThisTorch` with ``need_autotune`` on
-    torch < 2.5 (``add_feedback_saver`` arrived in 2.5), and registers Dynamo's callbacks again when
-    ``torch._dynamo.reset()`` dropped them.  Idempotent both ways (a holder counts once).
-    """
+    def __init__(self, patch: SharedPatch) -> None:
+        self.patch = patch
+
+    @property
+    def description(self) -> str:
+        return f"use {self.patch.name}"
+
+    def apply(self) -> None:
+        self.patch.acquire(self)
+
+    def revert(self) -> None:
+        self.patch.release(self)
+
+
+class HooksUse(PatchUse):
+    """Hold the observer hooks; with ``need_autotune``, apply raises NotSupportedOnThisTorch on torch < 2.5.
+    Apply registers Dynamo's callbacks again when ``torch._dynamo.reset()`` dropped them."""
 
     __slots__ = ("need_autotune",)
 
     def __init__(self, *, need_autotune: bool = True) -> None:
+        super().__init__(OBSERVER_HOOKS)
         self.need_autotune = need_autotune
-
-    @property
-    def description(self) -> str:
-        return f"use {OBSERVER_HOOKS.name}"
 
     def apply(self) -> None:
         import torch
 
         from ..errors import NotSupportedOnThisTorch
 
-        patches = torch_compat.installed()
-        if self.need_autotune and not patches.feedback_saver_arity(torch_compat.release_of(torch.__version__)):
+        if not can_record_autotune() and self.need_autotune:  # installed() raises on an unsupported torch either way
             raise NotSupportedOnThisTorch(
                 f"autotune records need torch.{SELECT_ALGORITHM}.add_feedback_saver, which torch "
                 f"{torch.__version__} does not have (it arrived in torch 2.5)"
@@ -181,12 +175,9 @@ class HooksUse(Change):
                 _register_compile_callback()  # again, if torch._dynamo.reset() dropped it
             OBSERVER_HOOKS.acquire(self)
 
-    def revert(self) -> None:
-        OBSERVER_HOOKS.release(self)
-
 
 def hooks_installed() -> bool:
-    """Whether any observer hook is installed now (for tests and ``doctor``)."""
+    """Whether any observer hook is installed now."""
     return OBSERVER_HOOKS.users > 0
 
 
@@ -201,14 +192,7 @@ class _ThreadState(threading.local):
 _THREAD = _ThreadState()
 
 
-class _Hooks:
-    """What the hooks share: the counter baseline and the saver arity of the installed torch."""
-
-    autotune_count = 0
-    arity = 0
-
-
-_HOOKS = _Hooks()
+_HOOKS = SimpleNamespace(autotune_count=0, arity=0)  # the autotune counter baseline; this torch's saver arity
 
 
 def _feedback_saver(timings: dict[Any, float], name: str, input_nodes: list[Any], choices: list[Any], *rest: Any) -> None:
@@ -238,41 +222,39 @@ def _log_results_wrapper(wrapped: Callable[..., Any], instance: object, args: tu
 def _reasons_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     reasons = wrapped(*args, **kwargs)
     if not kwargs.get("skip_logging"):
-        frame = args[1] if len(args) > 1 else kwargs.get("frame")
-        texts = [str(r) for r in reasons or []] or ["Dynamo found no guard-failure reason"]
-        _THREAD.reasons = (texts, *_describe_frame(frame))
+        _THREAD.reasons = _recompile(reasons, args[1] if len(args) > 1 else kwargs.get("frame"))
     return reasons
 
 
 def _compile_wrapper(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """2.4-2.5: Dynamo's recompile reasons, read before ``_compile`` runs the start callbacks."""
+    """2.4-2.5: read Dynamo's recompile reasons before ``_compile`` runs the start callbacks."""
     try:
         found = torch_compat.installed().recompile_reasons_of(wrapped, args, kwargs)
     except Exception as err:  # noqa: BLE001 - telemetry must never break a compilation
         warnings.warn(f"inductor_knobs could not read Dynamo's recompile reasons: {err!r}", DriftWarning, stacklevel=2)
         found = None
     if found is not None:
-        reasons, frame = found
-        _THREAD.reasons = ([str(r) for r in reasons] or ["Dynamo found no guard-failure reason"], *_describe_frame(frame))
+        _THREAD.reasons = _recompile(*found)
     return wrapped(*args, **kwargs)
 
 
-def _describe_frame(frame: Any) -> tuple[str | None, dict[str, str]]:
-    """``name (file:line)`` and the tensor arguments of the frame Dynamo is about to recompile."""
+def _recompile(reasons: Any, frame: Any) -> tuple[list[str], str | None, dict[str, str]]:
+    """The reasons, ``name (file:line)`` and tensor arguments of the frame Dynamo is about to recompile."""
     import torch
 
+    texts = [str(r) for r in reasons or []] or ["Dynamo found no guard-failure reason"]
     code = getattr(frame, "f_code", None)
     if code is None:
-        return None, {}
+        return texts, None, {}
     where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
     tensors = {}
     for name, value in list(getattr(frame, "f_locals", {}).items())[:16]:
-        # nn.Module calls reach Dynamo through a wrapper whose frame holds ``args``.
+        # nn.Module calls reach Dynamo through a wrapper whose frame holds ``args``
         items = enumerate(value) if isinstance(value, (tuple, list)) else [(None, value)]
         for index, item in list(items)[:8]:
             if isinstance(item, torch.Tensor):
                 tensors[name if index is None else f"{name}[{index}]"] = f"{item.dtype}{list(item.shape)}"
-    return where, tensors
+    return texts, where, tensors
 
 
 def _compile_started(*args: Any) -> None:
@@ -299,7 +281,7 @@ def _compile_started(*args: Any) -> None:
 
 
 def _compile_ended(*args: Any) -> None:
-    """Deliver how long the compile that just ended took (CUDA graph recordings are timed by their own hook)."""
+    """Publish the ended compile's time (CUDA graph recordings are timed by their own hook)."""
     if not _THREAD.compiling:
         return
     started, event = _THREAD.compiling.pop()

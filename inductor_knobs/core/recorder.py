@@ -9,47 +9,21 @@ from typing import Any, TypeVar
 from . import torch_compat
 from .attestation import CompileAttestation
 from .blocks import UndoContext
-from .events import AutotuneRecord, CompileEvent, RuntimeEvent, Subscribe, format_table, write_jsonl
+from .events import AutotuneRecord, CompileEvent, Subscribe, format_table, write_jsonl
 from .interception import InterceptionUse
-from .observers import HooksUse
+from .observers import HooksUse, PatchUse
 from .patching import SharedPatch
 from .undo import Change
 
 _Block = TypeVar("_Block", bound="ObservedBlock")
 
 
-class PatchUse(Change):
-    """Undo record: hold a :class:`~inductor_knobs.core.patching.SharedPatch` (idempotent both ways)."""
-
-    __slots__ = ("patch",)
-
-    def __init__(self, patch: SharedPatch) -> None:
-        self.patch = patch
-
-    @property
-    def description(self) -> str:
-        return f"use {self.patch.name}"
-
-    def apply(self) -> None:
-        self.patch.acquire(self)
-
-    def revert(self) -> None:
-        self.patch.release(self)
-
-
 def subscription_records(consumer: Any, scope: str, *, hooks: bool, need_autotune: bool) -> list[Change]:
-    """The undo records that deliver compile events to ``consumer``: the hooks it needs, then its subscription.
-
-    Args:
-        consumer: an object with some of ``on_autotune``, ``on_compile``, ``on_runtime``, ``on_attestation``, and
-            optionally ``patches``: more shared patches to hold with the hooks (``ik.serving``'s first-call hooks).
-        scope: ``"context"`` or ``"process"`` (:class:`~inductor_knobs.core.events.Subscribe`).
-        hooks: hold the observer hooks (autotune, Dynamo compiles) and the consumer's ``patches``.
-        need_autotune: with ``hooks``, refuse a torch without feedback savers (< 2.5).
-    """
-    records: list[Change] = [HooksUse(need_autotune=need_autotune)] if hooks else []
+    """The undo records that deliver compile events to ``consumer``: with ``hooks`` the observer hooks and the shared
+    patches in ``consumer.patches``, with an ``on_attestation`` the compile interception, then its subscription."""
+    records: list[Change] = []
     if hooks:
-        records += [PatchUse(patch) for patch in getattr(consumer, "patches", ())]
+        records = [HooksUse(need_autotune=need_autotune), *(PatchUse(patch) for patch in getattr(consumer, "patches", ()))]
     if callable(getattr(consumer, "on_attestation", None)):  # attestations come from the compile interception
         records.append(InterceptionUse(torch_compat.installed(strict=False)))
     records.append(Subscribe(consumer, scope))
@@ -57,10 +31,10 @@ def subscription_records(consumer: Any, scope: str, *, hooks: bool, need_autotun
 
 
 class Subscription(UndoContext):
-    """A block that delivers compile events to ``consumer`` while it lasts (``ik.compile``'s report, tests).
+    """A block that delivers compile events to ``consumer`` (``on_<kind>`` methods) while it lasts.
 
     Args:
-        consumer: as for :func:`subscription_records`.
+        consumer: any object with some ``on_<kind>`` methods and optionally ``patches`` (shared patches to hold).
         scope: ``"context"`` (default) or ``"process"``.
         hooks: also hold the observer hooks (default True); attestations alone need only the interception.
     """
@@ -80,32 +54,21 @@ class Subscription(UndoContext):
 
 
 class ObservedBlock(UndoContext):
-    """A block that receives compile events itself (recorders, guards): a frame on the block stack like ``ik.knobs``.
+    """A block on the block stack that receives compile events in its own ``on_<kind>`` methods.
 
-    Its records (:func:`subscription_records`) are the hooks it needs and its subscription to the
-    compile-event channel, applied and reverted by the same loop as config changes: an exit out of
-    order, an interrupt or ``-W error`` treat them as they treat config.  It changes no Inductor
-    config, so it claims nothing before torch 2.12.  One object observes one block at a time.
+    Its hooks and subscription are undo records, reverted like config on any exit.  One object observes one block
+    at a time (enter raises RuntimeError otherwise).
     """
 
     #: Raise NotSupportedOnThisTorch on enter when torch cannot report autotuning.
     need_autotune: bool = True
-    #: Which compiles it hears of: ``"context"`` (this thread/task and its children) or ``"process"``.
+    #: ``"context"`` (this thread/task and its children) or ``"process"``.
     event_scope = "context"
     changes_config = False
-    #: More shared patches held while it observes (:func:`subscription_records`).
+    #: More shared patches held while it observes.
     patches: tuple[SharedPatch, ...] = ()
     #: Whether this object is inside its block now (a serving guard's fast path reads it every call).
     _block: bool | None = None
-
-    def on_autotune(self, record: AutotuneRecord) -> None:
-        pass
-
-    def on_compile(self, event: CompileEvent) -> None:
-        pass
-
-    def on_runtime(self, event: RuntimeEvent) -> None:
-        pass
 
     def _plan(self) -> tuple[list[Change], Any]:
         return subscription_records(self, self.event_scope, hooks=True, need_autotune=self.need_autotune), self
@@ -145,22 +108,10 @@ class Collector(ObservedBlock):
 
 
 class record_autotune(Collector):
-    """Collect one :class:`~inductor_knobs.core.events.AutotuneRecord` per autotuned op, and the Dynamo compiles.
+    """Collect one :class:`~inductor_knobs.core.events.AutotuneRecord` per op autotuned on this thread (and tasks
+    started from it) in ``records``, and Dynamo's compile events in ``compiles``.
 
-    Records what Inductor autotunes on this thread (and in tasks started from it) while inside
-    the block: the op, its input shapes/strides/dtypes, every choice with its kind (aten, triton,
-    cutlass, cpp, …), template parameters and time in ms, the winner, the benchmarking and
-    precompile seconds, and whether the timings came from Inductor's autotune cache.
-
-    Example::
-
-        with ik.record_autotune() as rec:
-            compiled(x)
-        print(rec.table())
-        rec.to_jsonl("autotune.jsonl")
-
-    Relies on ``torch._inductor.select_algorithm.add_feedback_saver`` (torch 2.5+; callbacks get
-    4 arguments in 2.5–2.7, 5 in 2.8–2.10, 6 in 2.11+) and Dynamo's compile callbacks.
+    Relies on ``torch._inductor.select_algorithm.add_feedback_saver`` (torch 2.5+) and Dynamo's compile callbacks.
 
     Raises (on enter):
         NotSupportedOnThisTorch: torch 2.4 (no feedback savers).
@@ -174,7 +125,7 @@ class record_autotune(Collector):
 
     @property
     def benchmark_seconds(self) -> float:
-        """Total seconds of benchmarking and precompiling torch reported, over all records."""
+        """Total seconds of benchmarking and precompiling torch reported."""
         return sum((r.benchmark_seconds or 0.0) + (r.precompile_seconds or 0.0) for r in self.records)
 
     def by_shape(self) -> dict[str, list[AutotuneRecord]]:
@@ -189,12 +140,11 @@ class record_autotune(Collector):
         return format_table(self.records, top=top)
 
     def lookup_table(self, *, top: int = 1, device: bool = True) -> dict[str, list[dict[str, Any]]]:
-        """The recorded choices as torch's GEMM lookup table (``lookup_table.table``, 2.10+): per key, the ``top``
-        fastest (:func:`inductor_knobs.core.lookup_table.table_from_records`).  Load it with
-        ``ik.knobs(lookup_table=...)`` to compile with these choices and, with ``top=1``, no benchmarking.
+        """The recorded choices as torch's GEMM lookup table (``lookup_table.table``, 2.10+), for
+        ``ik.knobs(lookup_table=...)``.
 
         Args:
-            top (int): entries per key (>= 1).
+            top (int): the fastest entries kept per key (>= 1).
             device (bool): key entries by the GPU's name too (torch tries that key first).
 
         Returns:
@@ -227,11 +177,7 @@ class record_autotune(Collector):
         return write_table(path, table)
 
     def to_jsonl(self, path: str | os.PathLike[str]) -> int:
-        """Write one JSON object per line: ``{"type": "autotune", ...}`` and ``{"type": "compile", ...}``.
-
-        Returns:
-            The number of lines written.
-        """
+        """Write one JSON object per line (``"type"``: ``compile``, ``attestation``, ``autotune``); returns the count."""
         rows: list[dict[str, Any]] = [{"type": "compile", **e.to_dict()} for e in self.compiles]
         rows += [{"type": "attestation", **a.to_dict()} for a in self.attestations]
         rows += [{"type": "autotune", **r.to_dict()} for r in self.records]
@@ -242,22 +188,13 @@ class record_autotune(Collector):
 
 
 class record_compiles(Collector):
-    """Collect what every Inductor compile in this thread (and its tasks) compiled with.
+    """Collect what every Inductor compile in this thread (and its tasks) compiled with, on torch 2.4–2.15.
 
-    ``attestations`` holds one :class:`~inductor_knobs.core.attestation.CompileAttestation` per
-    graph (forward, backward, inference; every recompile): each value inductor_knobs asked for
-    as read *inside* Inductor's compile, where it came from, and the ``is_big_gpu`` verdict per
-    CUDA device; ``compiles`` holds Dynamo's compile events with their recompile reasons.  A
-    compile served from a cache is attested too (``attestation.cache``: ``"fx_graph"`` or
-    ``"aot_autograd"``, whose one attestation covers the whole compile), from what torch hashed
-    into the cache key.  Works on every supported torch (2.4–2.15); it does not need autotune
-    reporting.
+    ``attestations``: one :class:`~inductor_knobs.core.attestation.CompileAttestation` per graph (cache hits
+    included); ``compiles``: Dynamo's compile events with their recompile reasons.
 
-    Example (also on a warm cache, in a second process on the same cache directory)::
-
-        with ik.record_compiles() as rec, ik.knobs(coordinate_descent_tuning=False):
-            torch.compile(f, mode="max-autotune-no-cudagraphs")(x)
-        assert rec.attestations[0].value("coordinate_descent_tuning") is False
+    Raises (on enter):
+        UnsupportedTorchVersion: torch outside 2.4–2.15.
     """
 
     def __init__(self) -> None:

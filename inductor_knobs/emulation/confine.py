@@ -1,13 +1,10 @@
 """Confinement: the stream of a CUDA green context of ``sms`` SMs, made current on the entering thread.
 
-Work launched from that thread goes to the stream of a green context (``GreenContext.create(num_sms=,
-device_id=).Stream()`` on torch 2.11-2.13, ``GreenContext(num_sms=, device_id=).Stream()`` on
-2.14-2.15: the patch modules' ``make_green_stream``), made current with ``torch.cuda.set_stream``.
-Eager ATen/cuBLAS kernels, Inductor's Triton kernels and Inductor's autotune benchmarks all launch on
-the current stream, so all run on the partition (measured on an H200, torch 2.11: a 4096³ bf16 GEMM
-autotuned at 16 SMs benchmarks 1.26 ms against 0.19 ms on 132).  ``GreenContext.set_context()`` is
-not used: after it, Inductor's compiled kernels escaped the partition (issue 5's measurement).  The
-stream is per thread, as torch's current stream is.
+The stream (patch modules' ``make_green_stream``: ``GreenContext.create(num_sms=, device_id=).Stream()`` on torch
+2.11-2.13, ``GreenContext(num_sms=, device_id=).Stream()`` on 2.14-2.15) is made current with
+``torch.cuda.set_stream``, so eager kernels, Inductor's kernels and its autotune benchmarks all run on the partition.
+``GreenContext.set_context()`` is not used: Inductor's compiled kernels escaped the partition after it.  CUDA graphs
+captured on an emulating thread use a second stream of the same context (:data:`CAPTURE_PATCH`).
 """
 
 from __future__ import annotations
@@ -24,27 +21,16 @@ from ..errors import EmulationUnavailable, EmulationWarning, KnobsError, NotSupp
 from ..patches.torch_2_4 import TorchPatches
 
 _GREEN_LOCK = threading.Lock()
-#: (device, sms) -> (green context, its stream, granted SMs).  Kept for the process's life: the
-#: caching allocator keeps blocks tied to these streams, torch 2.11-2.13 have no destroy, and from
-#: 2.14 ``GreenContext.__del__`` destroys the context and its streams while the stream object (a
-#: ``torch.cuda.ExternalStream``) holds no reference to it.
+#: (device, sms) -> (green context, its stream, granted SMs), kept for the process's life: the caching allocator
+#: keeps blocks tied to these streams, and from 2.14 ``GreenContext.__del__`` destroys its streams.
 _GREEN: dict[tuple[int, int], tuple[Any, Any, int | None]] = {}
-#: (device, sms) -> a second stream of that green context, the one CUDA graphs are captured on
-#: (:func:`green_capture_stream`); kept as long as the context.
+#: (device, sms) -> the second stream of that green context, for CUDA graph captures.
 _CAPTURE: dict[tuple[int, int], Any] = {}
 
 
 def check_green_context_support(patches: TorchPatches, torch_version: str) -> None:
-    """Refuse a torch without a green-context API its patch module knows, then one without CUDA.
-
-    The API per release is the patch module's (``green_context_api``: ``GreenContext.create``
-    on 2.11-2.13, the ``GreenContext(num_sms=, device_id=)`` constructor on 2.14-2.15).
-
-    Raises:
-        NotSupportedOnThisTorch: no ``GreenContext``, none with ``Stream()`` (< 2.11), or one whose
-            API this torch's patch module does not recognise; the message names the release.
-        EmulationUnavailable: no CUDA GPU.
-    """
+    """Raise NotSupportedOnThisTorch without a green-context API the patch module knows (< 2.11), then
+    EmulationUnavailable without CUDA."""
     import torch
 
     refusal = patches.green_context_refusal(torch_version)
@@ -57,18 +43,8 @@ def check_green_context_support(patches: TorchPatches, torch_version: str) -> No
 
 
 def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
-    """The (cached) stream of a green context of ``sms`` SMs on ``device_index``, and the SMs granted.
-
-    The context is made the way this torch's patch module says (``TorchPatches.make_green_stream``:
-    ``GreenContext.create(num_sms=, device_id=)`` on 2.11-2.13, ``GreenContext(num_sms=, device_id=)``
-    on 2.14-2.15, ``torch/cuda/green_contexts.py``); the granted SMs come from ``GreenContext.sm_count``
-    on 2.15, else from the driver through cuda-python (None if neither answers).
-
-    Raises:
-        NotSupportedOnThisTorch: this torch has no green-context API its patch module knows.
-        EmulationUnavailable: the driver refused the green context (its message is included).
-    """
-
+    """The (cached) stream of a green context of ``sms`` SMs on ``device_index``, and the SMs granted (or None).
+    Raises NotSupportedOnThisTorch (no known green-context API) or EmulationUnavailable (the driver refused)."""
     key = (device_index, sms)
     with _GREEN_LOCK, SAFE_EXIT:
         if key not in _GREEN:
@@ -79,8 +55,7 @@ def green_stream(device_index: int, sms: int) -> tuple[Any, int | None]:
 
 
 def _made(device_index: int, sms: int, what: str, make: Callable[[], Any]) -> Any:
-    """``make()``, with the driver's refusal as :class:`EmulationUnavailable` (a call, so that no ``try`` is in a
-    body under ``_GREEN_LOCK``: see ``SAFE_EXIT``)."""
+    """``make()``, with the driver's refusal as EmulationUnavailable (no ``try`` under ``_GREEN_LOCK``: see SAFE_EXIT)."""
     import torch
 
     try:
@@ -95,35 +70,19 @@ def _made(device_index: int, sms: int, what: str, make: Callable[[], Any]) -> An
 
 
 def green_capture_stream(device_index: int, sms: int) -> Any:
-    """A second stream of the (cached) green context of ``sms`` SMs on ``device_index``, cached too.
-
-    Emulation captures CUDA graphs there, never on the stream work runs on (see
-    ``TorchPatches.make_capture_stream`` for why: cuBLAS's per-stream workspace).
-
-    Raises:
-        NotSupportedOnThisTorch, EmulationUnavailable: as :func:`green_stream`, or the driver refused
-            the second stream.
-    """
-
+    """The (cached) capture stream of :func:`green_stream`'s context, which raises as it does; not the work stream
+    (``TorchPatches.make_capture_stream``: cuBLAS's per-stream workspace)."""
     green_stream(device_index, sms)
     key = (device_index, sms)
     with _GREEN_LOCK, SAFE_EXIT:
         if key not in _CAPTURE:
-            patches = torch_compat.installed(strict=False)
-            green = _GREEN[key][0]
-            _CAPTURE[key] = _made(
-                device_index, sms, "a second stream of the green context", lambda: patches.make_capture_stream(green)
-            )
+            make, green = torch_compat.installed(strict=False).make_capture_stream, _GREEN[key][0]
+            _CAPTURE[key] = _made(device_index, sms, "a second stream of the green context", lambda: make(green))
         return _CAPTURE[key]
 
 
 class GreenStreamChange(Change):
-    """Undo record: make the green context's stream current on this thread, ordered by events.
-
-    The green stream waits for the work already queued on the prior stream (so inputs made before
-    the block are ready) and, on revert, the prior stream waits for the green one (so results
-    made inside are ready after it).
-    """
+    """Undo record: make the green stream current on this thread; each stream waits for the other's queued work."""
 
     def __init__(self, device_index: int, stream: Any, description: str) -> None:
         self.device_index = device_index
@@ -163,46 +122,42 @@ def capture_streams(device_index: int | None = None) -> tuple[Any, Any] | None:
     """The green streams of the emulation active on this thread: (the one work runs on, the capture stream).
 
     Args:
-        device_index: the CUDA device of the capture (default: the current device, read only while an
-            emulation is active on this thread).
+        device_index: the CUDA device of the capture (default: the current device).
 
     Returns:
-        The streams of the outermost ``ik.emulate_gpu`` active on this thread for that device, or None
-        (no emulation there: capture as torch would).
+        The outermost active ``ik.emulate_gpu``'s streams for that device, or None (capture as torch would).
     """
-    changes = _ACTIVE.changes
-    if not changes:
+    if not _ACTIVE.changes:
         return None
     if device_index is None:
         import torch
 
         device_index = torch.cuda.current_device()
-    for change in changes:
-        if change.device_index == device_index:
-            return change.work_stream, change.stream
-    return None
+    change = _outermost(device_index)
+    return None if change is None else (change.work_stream, change.stream)
+
+
+def _outermost(device_index: int | None) -> CaptureStreamChange | None:
+    return next((c for c in _ACTIVE.changes if c.device_index == device_index), None)
 
 
 def capture_stream(device_index: int | None = None) -> Any:
-    """The green stream a CUDA graph captured now on this thread must be captured on, or None (see :func:`capture_streams`)."""
+    """The stream a CUDA graph captured now on this thread must be captured on, or None."""
     streams = capture_streams(device_index)
     return None if streams is None else streams[1]
 
 
 def _manager_init(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``CUDAGraphTreeManager.__init__``: a manager made on an emulating thread records on the capture stream."""
+    """A ``CUDAGraphTreeManager`` made on an emulating thread records on the capture stream."""
     wrapped(*args, **kwargs)
-    if _ACTIVE.changes:
-        device_index = args[0] if args else kwargs.get("device_index")
-        for change in _ACTIVE.changes:  # the outermost owns it: an inner block's exit must not restore it
-            if change.device_index == device_index:
-                change.adopt(instance)
-                break
+    change = _outermost(args[0] if args else kwargs.get("device_index"))  # an inner block's exit must not restore it
+    if change is not None:
+        change.adopt(instance)
 
 
 def _graph_init(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``torch.cuda.graph.__init__(cuda_graph, pool=None, stream=None, ...)``: no stream on an emulating thread
-    means the capture stream (not torch's ``default_capture_stream``)."""
+    means the capture stream."""
     if _ACTIVE.changes and (args[2] if len(args) > 2 else kwargs.get("stream")) is None:
         green = capture_stream()
         if green is not None:
@@ -221,22 +176,15 @@ def _capture_steps() -> list[Any]:
     ]
 
 
-#: ``CUDAGraphTreeManager.__init__`` and ``torch.cuda.graph.__init__`` wrapped while any emulation is active
-#: (installed for the first user, restored by identity after the last); the wrappers act only on
-#: threads with an active emulation.
+#: ``CUDAGraphTreeManager.__init__`` and ``torch.cuda.graph.__init__``, wrapped while any emulation is active.
 CAPTURE_PATCH = SharedPatch("CUDA graph capture streams (emulation)", _capture_steps)
 
 
 class CaptureStreamChange(Change):
-    """Undo record: CUDA graphs captured for this thread on ``device_index`` are captured on ``stream``.
+    """Undo record: this thread's CUDA graph tree managers of ``device_index`` record on the capture ``stream``.
 
-    ``stream`` is the green context's capture stream; ``work_stream`` the one work runs on (where
-    ``ik.serving.capture_cuda_graphs`` warms up).
-
-    On apply the thread's CUDA graph tree manager of the device (if one exists) records on ``stream``;
-    one made while the record is active does too.  On revert each gets back the stream object it had,
-    unless an emulation of the same GPU stays active on this thread (an out-of-order exit): that one
-    then owns them.  A manager that something else gave another stream meanwhile is left alone.
+    Revert gives each its stream back unless an emulation of the same GPU stays active on this thread (an
+    out-of-order exit takes them over); a manager given another stream meanwhile is left alone.
     """
 
     def __init__(self, patches: TorchPatches, device_index: int, work_stream: Any, stream: Any, description: str) -> None:
@@ -245,8 +193,7 @@ class CaptureStreamChange(Change):
         self.work_stream = work_stream
         self.stream = stream
         self.description = f"CUDA graph captures on cuda:{device_index} from this thread: a green context stream ({description})"
-        #: (weak reference to a tree manager, the stream it had), in adoption order.
-        self._adopted: list[tuple[Any, Any]] = []
+        self._adopted: list[tuple[Any, Any]] = []  # (weak reference to a manager, the stream it had)
 
     def apply(self) -> None:
         CAPTURE_PATCH.acquire(self)
@@ -257,7 +204,7 @@ class CaptureStreamChange(Change):
             self.adopt(manager)
 
     def adopt(self, manager: Any) -> None:
-        """Make ``manager`` warm up and record on the capture stream, remembering the stream it had."""
+        """Make ``manager`` record on the capture stream, remembering the stream it had."""
         name = self.patches.cudagraph_tree_stream_attribute
         had = getattr(manager, name, None)
         if had is None:
