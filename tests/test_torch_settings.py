@@ -169,10 +169,10 @@ def test_tunableop_on_a_build_without_it_is_refused_with_nothing_applied(cfg):
 
 
 def test_doctor_shows_the_backends():
-    from inductor_knobs import doctor
+    from inductor_knobs.serving import first_call_costs
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = doctor.collect()
-    assert report["serving"]["sdpa"]["enabled"]
-    assert "SDPA backends enabled, in priority order" in doctor.render(report)
+        section = first_call_costs.doctor_section()
+    assert section["sdpa"]["enabled"]
+    assert "SDPA backends enabled, in priority order" in "\n".join(first_call_costs.render_doctor_section(section))
