@@ -11,6 +11,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 #: How long one interrupted enter or exit (and its retried exit) may run before it counts as hung: a
@@ -18,16 +19,21 @@ from typing import Any
 HANG_BOUND_S = 60.0
 
 #: The files whose lines the tracer interrupts: the undo path of every block kind.
-CORE = ("context", "knob_blocks", "_undo", "changes", "asked", "_patching", "_scope", "gate", "interception", "attest")
-CORE += ("plan", "knobs", "knob_values", "messages", "torch_compat", "_drift", "recorder", "observe", "events", "hook_callbacks")
+CORE = ("blocks", "undo", "changes", "attestation", "patching", "scope", "gate", "interception", "plan", "knobs")
+CORE += ("torch_compat", "recorder", "observers", "events")
 PATCHES = ("config_storage", "gate", "gemm_backends", "emulation", "process_settings", "hooks")
 PACKAGE_FILES = (
     *(f"inductor_knobs/core/{name}.py" for name in CORE),
+    "inductor_knobs/errors.py",
     "inductor_knobs/emulation/sm_view.py",
     "inductor_knobs/emulation/block.py",
     *(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15)),
-    *(f"patches/_{name}.py" for name in PATCHES),
+    *(f"patches/{name}.py" for name in PATCHES),
 )
+_ROOT = Path(__file__).resolve().parent.parent
+_MISSING = [name for name in PACKAGE_FILES if not (_ROOT / name).is_file()]
+if _MISSING:  # a renamed module would silently leave the interrupt tests' reach
+    raise ImportError(f"tests/interrupting.py names files that do not exist: {_MISSING}")
 
 
 def inject(at: int, lines: list[tuple[str, int]]) -> Callable[..., Any]:
