@@ -45,12 +45,13 @@ class Subscriber:
 _MARK_NUMBERS = itertools.count(1)
 _LIVE: tuple[Subscriber, ...] = ()  # replaced whole under the lock, read without it
 _LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
-_MARKS: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("inductor_knobs.event_marks", default=frozenset())
+#: The scope marks of the running thread/task: each subscriber in scope "context" adds its own (children inherit them).
+MARKS: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("inductor_knobs.event_marks", default=frozenset())
 
 
 def current_marks() -> frozenset[int]:
     """The scope marks of the running thread/task."""
-    return _MARKS.get()
+    return MARKS.get()
 
 
 def listeners(marks: frozenset[int] | None = None) -> tuple[Subscriber, ...]:
@@ -58,7 +59,7 @@ def listeners(marks: frozenset[int] | None = None) -> tuple[Subscriber, ...]:
     live = _LIVE
     if not live:
         return ()
-    marks = _MARKS.get() if marks is None else marks
+    marks = MARKS.get() if marks is None else marks
     return tuple(s for s in live if s.hears(marks))
 
 
@@ -98,7 +99,7 @@ class Subscribe(Change):
         subscriber = Subscriber(self.consumer, self.scope)
         self._subscriber = subscriber  # first: revert takes back whatever part of the rest happened
         if self.scope == "context":
-            _MARKS.set(_MARKS.get() | {subscriber.mark})
+            MARKS.set(MARKS.get() | {subscriber.mark})
         with _LOCK, SAFE_EXIT:
             if subscriber not in _LIVE:
                 _LIVE = (*_LIVE, subscriber)
@@ -110,9 +111,9 @@ class Subscribe(Change):
             return
         with _LOCK, SAFE_EXIT:
             _LIVE = tuple(s for s in _LIVE if s is not subscriber)
-        marks = _MARKS.get()
+        marks = MARKS.get()
         if subscriber.mark in marks:
-            _MARKS.set(marks - {subscriber.mark})
+            MARKS.set(marks - {subscriber.mark})
         self._subscriber = None  # last: a revert interrupted before it runs again in full
 
 

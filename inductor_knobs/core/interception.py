@@ -178,7 +178,7 @@ def _attesting(inner: Callable[..., Any], snapshot: Snapshot) -> Callable[..., A
         reapply = _reapply_changes(snapshot)
         applied = apply_all(reapply) if reapply else []
         # This graph's events (autotuning, Triton compiles) go where its forward's went.
-        token = events._MARKS.set(snapshot.marks | events.current_marks())
+        token = events.MARKS.set(snapshot.marks | events.current_marks())
         try:
             with choices_for(snapshot):  # the lookup table's handler, for this graph only
                 attestation = attest(snapshot, args, kwargs)
@@ -201,7 +201,7 @@ def _attesting(inner: Callable[..., Any], snapshot: Snapshot) -> Callable[..., A
                     events.deliver(snapshot.addressed, "attestation", attestation)
                 return compiled
         finally:
-            events._MARKS.reset(token)
+            events.MARKS.reset(token)
             if applied:
                 revert_all(applied)
 
