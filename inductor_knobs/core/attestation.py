@@ -55,14 +55,7 @@ class AttestedSetting:
         return self.source if self.cause is None else self.cause.split(":", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "asked": _plain(self.asked),
-            "compiled_with": _plain(self.compiled_with),
-            "source": self.source,
-            "overrode": _plain(self.overrode),
-            "cause": self.cause,
-        }
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,6 @@ class _Frame:
 _FRAMES: contextvars.ContextVar[tuple[_Frame, ...]] = contextvars.ContextVar("inductor_knobs.frames", default=())
 #: Every thread's and task's active frames, by id, to name a block's owner to another thread (GIL-atomic ops).
 _LIVE: dict[int, _Frame] = {}
-#: What before-2.12 blocks claim: Inductor config is one process-wide dict there.
-PROCESS_CONFIG = "torch._inductor.config"
 
 
 def live_blocks() -> list[UndoContext]:
@@ -77,8 +75,8 @@ class UndoContext:
             if isinstance(change, Lived):
                 change.life = life
         if self.changes_config and not thread_local:
-            why = f"on this torch ({torch_version()}) Inductor config is process-global"
-            changes = [Claim(PROCESS_CONFIG, f"{why} (use torch >= 2.12, where it is per thread and task)", repr(self)), *changes]
+            why = f"on this torch ({torch_version()}) Inductor config is process-global (use torch >= 2.12, where it is"
+            changes = [Claim(torch_compat.INDUCTOR_CONFIG, f"{why} per thread and task)", repr(self)), *changes]
         return changes, value
 
     def __enter__(self) -> Any:
