@@ -1,20 +1,18 @@
 """The proof of what a compile compiled with: :class:`CompileAttestation`, one per graph, read inside Inductor.
 
-Made by the compile interception (:mod:`inductor_knobs.core.interception`) and delivered on the compile-event
-channel (:mod:`inductor_knobs.core.events`) to ``ik.record_compiles``, ``ik.compile(...).knobs_report()``
-and the ablation worker.
+Owns what blocks asked for (:class:`Asked`, by scope and rank), reading it back inside a compile
+(:func:`attest`) and enforcing each value's ``on_mismatch`` policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import threading
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import KnobNotApplied, KnobNotAppliedWarning
@@ -32,14 +30,12 @@ class AttestedSetting:
     """One asked value as Inductor saw it inside a compile.
 
     Attributes:
-        key: the config key (``triton.cudagraphs``; keys outside Inductor's config are prefixed
-            with their module, e.g. ``torch.compiler.config.cache_key_tag``).
+        key (str): the config key (``triton.cudagraphs``; outside Inductor's config prefixed with the module).
         asked: the value inductor_knobs set.
         compiled_with: the value read inside the compile.
-        source: who asked for it (``knobs``, ``env``, ``emulate_gpu``, ``mode:max-autotune`` …).
-        overrode: the different value torch.compile's mode/options asked for, which lost
-            (precedence rule), or None.
-        cause: why ``compiled_with`` differs from ``asked`` (None when it does not).
+        source (str): who asked (``knobs``, ``env``, ``emulate_gpu``, ``mode:max-autotune`` …).
+        overrode: the different value torch.compile's mode/options asked for, which lost, or None.
+        cause (str | None): why ``compiled_with`` differs from ``asked``; None when it does not.
     """
 
     key: str
@@ -59,14 +55,7 @@ class AttestedSetting:
         return self.source if self.cause is None else self.cause.split(":", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "asked": _plain(self.asked),
-            "compiled_with": _plain(self.compiled_with),
-            "source": self.source,
-            "overrode": _plain(self.overrode),
-            "cause": self.cause,
-        }
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
@@ -74,19 +63,14 @@ class CompileAttestation:
     """What one Inductor graph compile (forward, backward or inference) compiled with.
 
     Attributes:
-        compile_id: Dynamo's compile id (``"0/1"``), or None outside Dynamo.
-        graph: ``"forward"``, ``"backward"`` or ``"inference"``.
-        settings: every asked value, read inside the compile.
-        gate: the ``is_big_gpu`` verdict per CUDA device of the graph under the active
-            override (empty without an override or without CUDA inputs).
-        gate_problem: why the override could not hold (``is_big_gpu`` replaced by something
-            else), or None.
-        cache: None when Inductor compiled the graph; ``"fx_graph"`` when Inductor's FX graph cache
-            served it; ``"aot_autograd"`` when AOTAutograd's cache served the whole compile (every
-            graph of it: ``graph`` is then ``"cached"``).  On a hit the values are read inside the
-            compile as torch hashed them into the cache key, so the artifact was built with them
-            (torch leaves a few keys out of the key: ``_cache_config_ignore_prefix`` in
-            ``_inductor/config.py``, such as ``trace.*``).
+        compile_id (str | None): Dynamo's compile id (``"0/1"``), or None outside Dynamo.
+        graph (str): ``"forward"``, ``"backward"``, ``"inference"``, or ``"cached"`` (see ``cache``).
+        settings (tuple[AttestedSetting, ...]): every asked value, read inside the compile.
+        gate (tuple[Verdict, ...]): the ``is_big_gpu`` verdict per CUDA device of the graph under the active
+            override (empty without an override or CUDA inputs).
+        gate_problem (str | None): why the override could not hold (``is_big_gpu`` replaced), or None.
+        cache (str | None): which cache served it: ``"fx_graph"``, ``"aot_autograd"`` (the whole compile), or None.
+            Values are read as hashed into the cache key (less ``torch/_inductor/config.py:_cache_config_ignore_prefix``).
     """
 
     compile_id: str | None
@@ -144,12 +128,10 @@ def unwrap_not_applied(exc: BaseException | None) -> KnobNotApplied | None:
 
 
 #: The "module" of an asked cache salt: ``Asked(CACHE_SALT, tag, True, source)`` asks that every
-#: compile's cache keys carry ``tag`` (see :func:`_with_salt`); one slot per tag, so salts compose.
+#: compile's cache keys carry ``tag``; one slot per tag, so salts compose.
 CACHE_SALT = "cache_salt"
-ON_MISMATCH = ("raise", "warn")
-#: The "module" of an asked choices handler: ``Asked(CHOICES_HANDLER, "V.choices", "LookupTableChoices", ...)``
-#: asks that Inductor's choices handler be torch's ``LookupTableChoices`` inside each compile (the
-#: ``lookup_table`` knob); the interception installs it there and attests its class.
+#: The "module" of an asked choices handler (``lookup_table``): ``Asked(CHOICES_HANDLER, "V.choices",
+#: "LookupTableChoices", ...)``; the interception installs torch's handler inside each compile.
 CHOICES_HANDLER = "torch._inductor.virtualized"
 
 #: Precedence ranks of asked values (higher wins; equal ranks: the innermost block wins).
@@ -158,18 +140,9 @@ KNOB, EMULATION = 1, 2
 
 @dataclass(frozen=True)
 class Asked:
-    """One value inductor_knobs asked for.
-
-    Attributes:
-        module: the config module (``torch._inductor.config``, ``torch.compiler.config``).
-        key: the key in it, dotted as torch spells it (``triton.cudagraphs``).
-        value: the value asked for.
-        source: who asked: ``knobs``, ``env``, ``emulate_gpu``, ``mode:<name>``, ``options``, …
-        rank: :data:`KNOB` or :data:`EMULATION`.
-        on_mismatch: ``"raise"`` or ``"warn"`` when it does not hold inside a compile.
-        overriding_warning: warning class to issue when this value overrides a different one
-            a mode, options or a knob asked for (emulation's ``triton.cudagraph_trees``), or None.
-    """
+    """One value inductor_knobs asked for: ``key`` (dotted as torch spells it) of config ``module``, who asked
+    (``source``), its ``rank`` (:data:`KNOB`, :data:`EMULATION`), ``on_mismatch`` (``"raise"``/``"warn"``), and
+    the warning to issue when it overrides a different value a mode, options or a knob asked for."""
 
     module: str
     key: str
@@ -193,6 +166,7 @@ PROCESS_ASKED_LOCK = threading.RLock()  # an RLock only so a test can tell this 
 
 
 def merge_asked(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, str], Asked]) -> dict[tuple[str, str], Asked]:
+    """``top`` over ``base``, slot by slot: the higher rank wins, ``top`` on a tie."""
     merged = dict(base)
     for slot, asked in top.items():
         if slot not in merged or asked.rank >= merged[slot].rank:
@@ -201,10 +175,7 @@ def merge_asked(base: Mapping[tuple[str, str], Asked], top: Mapping[tuple[str, s
 
 
 def effective_asked(patches: TorchPatches) -> dict[tuple[str, str], Asked]:
-    """What applies on this thread now: the process layer (env), then blocks still alive (inner wins), by rank.
-
-    A block that has exited asks nothing, even where a child task or copied context still holds its layer.
-    """
+    """What applies on this thread now: the process layer (env), then blocks still alive (inner wins), by rank."""
     merged = dict(PROCESS_ASKED)
     for life, values in SCOPED_ASKED.scopes[patches.config_is_thread_local].get():
         if life.alive:
@@ -219,54 +190,33 @@ def by_slot(asked: Iterable[Asked]) -> dict[tuple[str, str], Asked]:
 
 @dataclass
 class Snapshot:
-    """What was asked when Inductor started compiling one graph (for its inner compiles).
-
-    ``asked`` has the cache salt as config values (:func:`~inductor_knobs.core.interception._with_salt`);
-    ``requested`` is what this thread asked before that (its salt as tags), to tell whether a later
-    inner compile is still under the same blocks.
-    """
+    """What was asked when Inductor started compiling one graph (for its inner compiles); ``asked`` has the
+    cache salt as config values, ``requested`` what this thread asked before that (its salt as tags)."""
 
     patches: TorchPatches
     asked: dict[tuple[str, str], Asked]
     override: gate.Override | None
     overrode: dict[str, Any]
-    #: The compile-event scope marks when the compile started: its lazily compiled backward publishes
-    #: under them, and its attestations go to the consumers that heard the start (``addressed``).
+    #: The event scope marks at the start (a lazy backward publishes under them) and who heard the start.
     marks: frozenset[int]
     addressed: tuple[events.Subscriber, ...]
-    signature: inspect.Signature | None = field(default=None)
-    requested: Mapping[tuple[str, str], Asked] | None = field(default=None)
-    #: Inner compiles attested so far (none when AOTAutograd's cache served the compile).
-    attested: int = 0
+    requested: Mapping[tuple[str, str], Asked] | None = None
+    attested: int = 0  # inner compiles attested so far (none when AOTAutograd's cache served the compile)
 
 
 def attest_cache_hit(snapshot: Snapshot, config_patches: Mapping[str, Any], args: tuple[Any, ...]) -> None:
-    """Attest a compile that AOTAutograd's cache served whole (no inner compile ran).
-
-    The values are read under the same ``config.patch(config_patches)`` that ``compile_fx`` applied
-    when it computed the cache key, so they are what the cached artifact was built with.
-    """
+    """Attest, deliver and enforce a compile AOTAutograd's cache served whole, read under the
+    ``config.patch(config_patches)`` that ``compile_fx`` applied when it computed the cache key."""
     cfg = importlib.import_module(INDUCTOR_CONFIG)
     with cfg.patch(dict(config_patches)), choices_for(snapshot):
         attestation = served_from_cache(dataclasses.replace(attest(snapshot, args, {}), graph="cached"), "aot_autograd")
-    _deliver(snapshot, attestation)
+    events.deliver(snapshot.addressed, "attestation", attestation)
+    enforce(snapshot, attestation)
 
 
 def served_from_cache(attestation: CompileAttestation, cache: str) -> CompileAttestation:
-    """``attestation`` of a compile that torch's ``cache`` served, each knob read by its row's cache rule.
-
-    A hit was built under the same cache key, so a ``keyed`` or ``salted`` value holds for it and a ``runtime``
-    one acts when the code runs; a ``bypass`` knob (``trace``) acts only while Inductor generates code, which a hit
-    skips, so it is attested as not applied (its bypass of the caches, ``force_disable_caches``, did not hold).  A
-    bypass knob asked off (``trace=False``) and ``force_disable_caches=False`` turn nothing off, so a hit holds them.
-
-    Args:
-        attestation (CompileAttestation): what was read inside the compile.
-        cache (str): ``"fx_graph"`` or ``"aot_autograd"``.
-
-    Returns:
-        CompileAttestation: with ``cache`` set and a cause on each ``bypass`` setting.
-    """
+    """``attestation`` with ``cache`` (``"fx_graph"``, ``"aot_autograd"``) set and a cause on each ``bypass`` knob
+    asked on (``trace``, ``force_disable_caches``): it acts only while Inductor generates code, which a hit skips."""
     settings = tuple(
         dataclasses.replace(
             s,
@@ -282,12 +232,8 @@ def served_from_cache(attestation: CompileAttestation, cache: str) -> CompileAtt
 
 
 def choices_for(snapshot: Snapshot) -> AbstractContextManager[Any]:
-    """The lookup table's choices handler for one compile on this thread, when the snapshot asks for it.
-
-    Raises:
-        KnobNotApplied: the thread's handler is someone's own ``InductorChoices`` subclass, which the
-            knob does not replace (torch's ``LookupTableChoices`` is the one that reads the table).
-    """
+    """The lookup table's choices handler for one compile on this thread, when the snapshot asks for it;
+    ``KnobNotApplied`` when the thread's handler is someone's own ``InductorChoices`` subclass."""
     if not any(module == CHOICES_HANDLER for module, _ in snapshot.asked):
         return nullcontext()
     try:
@@ -301,6 +247,7 @@ def choices_for(snapshot: Snapshot) -> AbstractContextManager[Any]:
 
 
 def attest(snapshot: Snapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompileAttestation:
+    """Read every asked value and the gate's verdicts inside the compile of ``compile_fx_inner(*args, **kwargs)``."""
     patches = snapshot.patches
     settings = []
     for (module, key), asked in sorted(snapshot.asked.items()):
@@ -331,20 +278,12 @@ def _same(a: Any, b: Any) -> bool:
     return (type(a) is type(b) and a == b) or (isinstance(a, (int, float)) and not isinstance(a, bool) and a == b)
 
 
-def _deliver(snapshot: Snapshot, attestation: CompileAttestation) -> None:
-    """Publish ``attestation`` to the consumers the compile addressed, then enforce it."""
-    events.deliver(snapshot.addressed, "attestation", attestation)
-    enforce(snapshot, attestation)
-
-
 def enforce(snapshot: Snapshot, attestation: CompileAttestation) -> None:
-    """Warn or raise :class:`KnobNotApplied` (by each value's policy) for what did not take effect.
-
-    A compile about to raise still publishes its attestation first, so recorders see the mismatch.
-    """
+    """Warn or raise :class:`KnobNotApplied` (by each value's policy) for what did not take effect; a compile
+    about to raise publishes its attestation first, so recorders see the mismatch."""
     messages = [
         (
-            snapshot.asked[_slot(snapshot, s.key)].on_mismatch,
+            next(a.on_mismatch for a in snapshot.asked.values() if a.label == s.key),
             f"{s.key}={s.asked!r} (from {s.source}) did not take effect: Inductor compiled this {attestation.graph} graph "
             f"with {s.key}={s.compiled_with!r}, because {s.cause}",
         )
@@ -360,10 +299,6 @@ def enforce(snapshot: Snapshot, attestation: CompileAttestation) -> None:
         if attestation.cache is None:
             events.deliver(snapshot.addressed, "attestation", attestation)
         raise KnobNotApplied("; ".join(errors) + ". Fix the cause, leave the knob out, or pass on_mismatch='warn'")
-
-
-def _slot(snapshot: Snapshot, label: str) -> tuple[str, str]:
-    return next(slot for slot, a in snapshot.asked.items() if a.label == label)
 
 
 def _gate_problem() -> str | None:
@@ -384,21 +319,8 @@ def _cuda_devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 
 
 def banned_by_deterministic_mode(patches: Any, settings: Sequence[AttestedSetting]) -> list[AttestedSetting]:
-    """``settings`` with a cause on each one that asked for benchmarking which Inductor's deterministic mode bans.
-
-    Read inside the compile: ``torch._inductor.config.deterministic`` (torch 2.10+, env ``TORCHINDUCTOR_DETERMINISTIC``)
-    on, and a setting that took effect asks for GEMM autotuning (``max_autotune``, ``max_autotune_gemm``: torch then
-    picks the first ATen choice without benchmarking, on every device) or coordinate descent (reductions and scans
-    are not tuned).  Such a setting then counts as not applied: :class:`~inductor_knobs.errors.KnobNotApplied`, or a
-    warning with ``on_mismatch="warn"``, naming deterministic mode.
-
-    Args:
-        patches (TorchPatches): the installed torch's patch module (its ``deterministic_bans``).
-        settings (Sequence[AttestedSetting]): what the compile read.
-
-    Returns:
-        list[AttestedSetting]: the same settings, with ``cause`` set on the banned ones.
-    """
+    """``settings`` with a cause on each that took effect but asks for benchmarking (GEMM autotuning, coordinate
+    descent) which ``torch._inductor.config.deterministic`` (2.10+), read inside the compile, bans."""
     cfg = importlib.import_module(INDUCTOR_CONFIG)
     bans = patches.deterministic_bans(cfg, [(s.key, s.compiled_with) for s in settings if s.ok])
     return [

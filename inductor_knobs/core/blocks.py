@@ -1,34 +1,11 @@
 """Blocks: one object that is a context manager, a decorator (functions, coroutines, generators,
 async generators) and ``start()``/``stop()``, whose changes are undo records on a stack of frames.
 
-:class:`UndoContext` is the one mechanism under ``ik.knobs``/``force_gemm_autotune``
-(this module's :func:`knobs`), ``ik.emulate_gpu`` (:mod:`inductor_knobs.emulation.block`),
-recorders, guards and ``ik.compile``'s report (:mod:`inductor_knobs.core.recorder`).
-
-Every active block is a frame on its thread's or asyncio task's own stack (a ``ContextVar``), on
-every torch.  **A block belongs to whoever entered it**: each frame records its owner (thread,
-asyncio task), and an exit or ``stop()`` by anyone else is refused with
-:class:`~inductor_knobs.errors.NotBlockOwner` before anything changes.  A child asyncio task (or a
-thread started in a copied context) sees its parent's frames, as it sees the parent's Inductor
-config on torch 2.12+, but may only read them, and only while they last: each frame has a
-:class:`~inductor_knobs.core.scope.Life`, given to the records it applies whose entries the
-child's copy of a ``ContextVar`` keeps (what the block asked, its gate override), and ended first
-thing at the block's exit, so an exited block acts in no context, whatever copies still hold it.
-
-Before torch 2.12 Inductor config is process-global: a block that changes it first takes a
-:class:`~inductor_knobs.core.changes.Claim` on it, so a second thread or task entering while
-another holds knobs gets :class:`ConcurrentKnobsError` instead of interleaving two undo lists;
-blocks that change no config (recorders, guards) claim nothing.
-
-**Out-of-order exits unwind and re-apply.** When a block ends while blocks entered after it are
-still active (``a.start(); b.start(); a.stop()``, or a generator holding a block finished inside
-another block), the blocks above it are reverted, it is reverted, and the blocks above are planned
-and applied again on top of what is left.  Torch then holds exactly what it would hold had the
-ended block never been entered.  An exit is retried until every record is reverted, even when an
-interrupt arrives in the middle of it; the interrupt is re-raised afterwards.  The frame leaves
-its stack on every exit, a failed revert (:class:`~inductor_knobs.errors.RevertError`) included,
-and warnings about what other code changed inside the block are issued only after everything is
-restored (so ``-W error`` cannot stop a revert part-way).
+Each active block (``ik.knobs``, ``ik.emulate_gpu``, recorders, guards) is a frame on its thread's or task's
+stack (a ``ContextVar``); only its owner may end it (``NotBlockOwner``); a child task reads it while its
+:class:`~.scope.Life` lasts.  Before torch 2.12 Inductor config is process-global: a block changing it takes a
+:class:`~.changes.Claim`.  An out-of-order exit reverts the blocks above, itself, then re-applies those above;
+an interrupted exit is finished, then re-raised; warnings wait until everything is restored.
 """
 
 from __future__ import annotations
@@ -40,7 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, TypeVar
 
-from ..errors import KnobsError, NotBlockOwner, torch_version
+from ..errors import InvalidKnobValue, KnobsError, NotBlockOwner, torch_version
 from . import torch_compat
 from .attestation import unwrap_not_applied
 from .changes import Claim
@@ -54,8 +31,8 @@ Owner = tuple[int, "int | None"]
 
 
 class _Frame:
-    """One active block: its context, the records it applied, who entered it, whether it is
-    reverted to unwind a block below it, to be applied again, and its life (enter to exit)."""
+    """One active block: its records, owner, life (enter to exit), and whether it is suspended (reverted
+    while a block below it unwinds, to be applied again)."""
 
     __slots__ = ("applied", "context", "life", "owner", "suspended")
 
@@ -67,14 +44,10 @@ class _Frame:
         self.life = Life()
 
 
-#: This thread's or task's active blocks, innermost last.  A child task copies the tuple, not the frames'
-#: right to be undone: only a frame's owner may revert it.
+#: This thread's or task's active blocks, innermost last (a child task copies the tuple, not the right to undo).
 _FRAMES: contextvars.ContextVar[tuple[_Frame, ...]] = contextvars.ContextVar("inductor_knobs.frames", default=())
-#: Every thread's and task's active frames, by id: only to name a block's owner to a caller in another
-#: thread (its own stack cannot see the frame).  Single dict operations, atomic under the GIL.
+#: Every thread's and task's active frames, by id, to name a block's owner to another thread (GIL-atomic ops).
 _LIVE: dict[int, _Frame] = {}
-#: What before-2.12 blocks claim: Inductor config is one process-wide dict there.
-PROCESS_CONFIG = "torch._inductor.config"
 
 
 def live_blocks() -> list[UndoContext]:
@@ -82,21 +55,9 @@ def live_blocks() -> list[UndoContext]:
     return [frame.context for frame in list(_LIVE.values())]
 
 
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
 class UndoContext:
-    """Plans on enter, applies all or nothing, reverts every change last first on exit.
-
-    One object is a context manager, a decorator and ``start()``/``stop()``.  Re-entrant (a
-    recursive decorated function nests), usable from several threads and tasks, reverted on
-    exceptions and ``KeyboardInterrupt`` too, and exact on out-of-order exits (see the module
-    docstring).  Nothing is resolved until enter, so creating one (or decorating with one) imports
-    no torch.  Subclasses say what to plan (:meth:`_plan`).
-    """
+    """Plans on enter, applies all or nothing, reverts every change last first on exit; re-entrant.
+    Creating or decorating with one imports no torch.  Subclasses implement :meth:`_plan`."""
 
     strict = False
     #: Whether the plan changes Inductor config (claimed per process before torch 2.12).
@@ -107,15 +68,15 @@ class UndoContext:
         raise NotImplementedError
 
     def _records(self, life: Life) -> tuple[list[Change], Any]:
-        """:meth:`_plan`'s changes, after the claim on process-global config where torch < 2.12 needs one;
-        the records that keep scoped entries live with ``life`` (the frame's)."""
+        """:meth:`_plan`'s changes living with ``life``, after a claim on process-global config (torch < 2.12)."""
         thread_local = torch_compat.installed(strict=self.strict).config_is_thread_local
         changes, value = self._plan()
         for change in changes:
             if isinstance(change, Lived):
                 change.life = life
         if self.changes_config and not thread_local:
-            changes = [_config_claim(self), *changes]
+            why = f"on this torch ({torch_version()}) Inductor config is process-global (use torch >= 2.12, where it is"
+            changes = [Claim(torch_compat.INDUCTOR_CONFIG, f"{why} per thread and task)", repr(self)), *changes]
         return changes, value
 
     def __enter__(self) -> Any:
@@ -131,9 +92,8 @@ class UndoContext:
             raise
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        try:  # every line of the unwinding is inside: an interrupt anywhere is finished below, then re-raised
+        try:  # an interrupt anywhere in the unwinding is finished below, then re-raised
             found: list[_Frame] = []  # the frame being ended, once found (an interrupt below finishes that one)
-            # Warnings about what other code changed inside the block wait until the frame has left its stack.
             reverting(lambda: self._exit(found), stacklevel=3)
         except KnobsError:
             raise
@@ -149,9 +109,8 @@ class UndoContext:
             raise not_applied.with_traceback(None) from exc
 
     def _exit(self, found: list[_Frame]) -> None:
-        frame = self._own_frame("exit")
-        found.append(frame)
-        _unwind(frame)
+        found.append(self._own_frame("exit"))
+        _unwind(found[0])
 
     def _top_frame(self, *, owned: bool = False) -> _Frame | None:
         """The innermost frame of this context on this thread's/task's stack (with ``owned``: of the caller's)."""
@@ -162,12 +121,7 @@ class UndoContext:
         return None
 
     def _own_frame(self, how: str) -> _Frame:
-        """The innermost frame of this context here, if the caller owns it.
-
-        Raises:
-            NotBlockOwner: the innermost one belongs to another thread/task (a parent's, seen by a child).
-            KnobsError: none is active here.
-        """
+        """The innermost frame of this context here; ``NotBlockOwner`` if another owns it, ``KnobsError`` if none."""
         frame = self._top_frame()
         me = current_owner()
         if frame is None:
@@ -192,8 +146,7 @@ class UndoContext:
 
     @property
     def active(self) -> bool:
-        """Whether this context holds here: entered in this thread/task, or in a parent task (or the
-        thread whose context this one copied) and not exited yet."""
+        """Whether this context holds here: entered in this thread/task or a parent's, and not exited yet."""
         return any(frame.context is self and frame.life.alive for frame in _FRAMES.get())
 
     def start(self) -> Any:
@@ -204,21 +157,15 @@ class UndoContext:
         """Revert the most recent :meth:`start` of this context in this thread/task.
 
         Raises:
-            NotBlockOwner: the most recent one was entered by another thread or asyncio task (a
-                parent's block, seen from a child task); nothing changes.
-            KnobsError: nothing of this context is active here (never started, already stopped,
-                or started in another thread, whose knobs stay until it stops them).
+            NotBlockOwner: another thread or asyncio task entered it (a parent's block); nothing changes.
+            KnobsError: nothing of this context is active here (never started, stopped, or another thread's).
         """
         self._own_frame("stop()")
         self.__exit__(None, None, None)
 
     def __call__(self, func: F) -> F:
-        """Decorate ``func`` so every call runs inside this context.
-
-        Coroutine functions hold the context across the whole call (their awaits included);
-        generator and async-generator functions hold it around each resume of the body, and
-        not while the caller holds the yielded value.
-        """
+        """Decorate ``func`` so every call runs inside this context: a coroutine's across its awaits, a
+        (async) generator's around each resume of the body, not while the caller holds a yielded value."""
         if inspect.isasyncgenfunction(func):
             return self._wrap_async_generator(func)  # type: ignore[return-value]
         if inspect.isgeneratorfunction(func):
@@ -290,15 +237,6 @@ class UndoContext:
         return generator
 
 
-def _config_claim(context: UndoContext) -> Claim:
-    return Claim(
-        PROCESS_CONFIG,
-        f"on this torch ({_torch_version()}) Inductor config is process-global (use torch >= 2.12, where it is per "
-        "thread and task)",
-        repr(context),
-    )
-
-
 def _finish(frame: _Frame | None) -> None:
     """Finish unwinding ``frame`` after an interrupt: retried until it completes (each step is idempotent)."""
     for _ in range(8):
@@ -313,11 +251,8 @@ def _finish(frame: _Frame | None) -> None:
 
 
 def _unwind(frame: _Frame) -> None:
-    """Revert ``frame`` (and, for an out-of-order exit, the frames above it, then apply those again).
-
-    The frame leaves the stack whatever a revert raises.  Idempotent: run again after an interrupt,
-    it carries on where it stopped (a frame already off the stack only reverts what is left on it).
-    """
+    """Revert ``frame`` (out of order: the frames above it first, applied again after); it leaves the stack
+    whatever a revert raises.  Idempotent: run again after an interrupt, it carries on where it stopped."""
     frame.life.end()  # first: contexts that copied the frame's records stop acting on them
     stack = _FRAMES.get()
     try:
@@ -354,11 +289,8 @@ def _reapply_suspended() -> None:
 
 
 class KnobsContext(UndoContext):
-    """Applies a :class:`Knobs` on enter (returning it) and reverts every change on exit.
-
-    Raises (on enter):
-        KnobsError subclasses from :func:`inductor_knobs.core.plan.plan`; nothing stays applied.
-    """
+    """Applies a :class:`Knobs` on enter (returning it) and reverts every change on exit; enter raises
+    :func:`~inductor_knobs.core.plan.plan`'s ``KnobsError`` subclasses, with nothing left applied."""
 
     def __init__(self, knobs: Knobs, *, source: str = "knobs", sources: dict[str, str] | None = None) -> None:
         self.knobs = knobs
@@ -377,24 +309,18 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
     """Return a context manager / decorator that applies knobs to TorchInductor.
 
     Args:
-        spec: a prebuilt :class:`Knobs` (e.g. ``Knobs.from_env()``); keywords override it.
-        **kwargs: any :class:`Knobs` field: ``min_sms`` (int SMs), ``max_autotune``,
-            ``max_autotune_gemm``, ``gemm_backends``, ``gemm_search_space``,
-            ``coordinate_descent_tuning``, ``cudagraphs``, ``trace``, ``sdpa_backends``, ``tunableop``,
-            ``cudnn_sdpa_avoid_recompile`` (2.9+), ``cudagraph_capture_sizes`` (2.8+), ``lookup_table``
-            (2.10+), ``config``, ``on_mismatch``, ``strict``.
+        spec (Knobs | None): a prebuilt :class:`Knobs` (``Knobs.from_env()``); keywords override it.
+        **kwargs: any :class:`Knobs` field (``min_sms`` in SMs, ``max_autotune``, ``gemm_backends``, …), each
+            documented there with the torch releases it needs.
 
     Returns:
-        A :class:`KnobsContext`.  ``torch.compile`` compiles at the first call of the
-        compiled function, so that call (and any recompile) must happen inside it.
+        KnobsContext: ``torch.compile`` compiles at the first call, so that call (and recompiles) must run inside it.
 
     Raises:
         UnknownKnob: an unknown keyword ("did you mean" included).
-        InvalidKnobValue: a bad value.  Torch-dependent checks happen on enter.
+        InvalidKnobValue: a bad value; torch-dependent checks happen on enter.
     """
     if spec is not None and not isinstance(spec, Knobs):
-        from ..errors import InvalidKnobValue
-
         hint = f"; did you mean knobs(min_sms={spec!r})?" if isinstance(spec, int) and not isinstance(spec, bool) else ""
         raise InvalidKnobValue(
             f"knobs({spec!r}) is invalid on torch {torch_version()}: allowed an ik.Knobs or keyword arguments{hint}"
@@ -403,8 +329,7 @@ def knobs(spec: Knobs | None = None, /, **kwargs: Any) -> KnobsContext:
     return KnobsContext(spec.merged(extra) if spec is not None else extra)
 
 
-#: (torch version, keyword items, their types) -> the validated Knobs: a block written in a loop
-#: (``with ik.knobs(...)``) validates its keywords once.  Knobs are immutable, so sharing is safe.
+#: (torch version, keyword items, their types) -> the validated (immutable) Knobs: a block in a loop validates once.
 _KNOBS_BY_KWARGS: dict[tuple[Any, ...], Knobs] = {}
 #: Only these values are cached, keyed with their exact types: ``1 == True`` and ``40 == 40.0`` hash
 #: alike, and a wrong type must still be refused after an equal valid value was cached.
@@ -434,19 +359,18 @@ def force_gemm_autotune(min_sms: int = 1, backends: str = "ATEN,TRITON", **kwarg
     """Open the SM gate and turn GEMM autotuning on: ``knobs(min_sms=…, max_autotune_gemm=True, gemm_backends=…)``.
 
     Args:
-        min_sms: open the gate for CUDA devices with at least this many SMs (default 1: every GPU).
-        backends: ``max_autotune_gemm_backends`` (default ``"ATEN,TRITON"``, keeping the ATen fallback).
+        min_sms (int): open the gate for CUDA devices with at least this many SMs (default 1: every GPU).
+        backends (str): ``max_autotune_gemm_backends`` (default keeps the ATen fallback).
         **kwargs: further knobs, as for :func:`knobs`; they win over the two above.
+
+    Returns:
+        KnobsContext: as :func:`knobs`, raising as it does.
     """
+    forced = {"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends}
     torch = sys.modules.get("torch")
     if kwargs or torch is None or type(min_sms) is not int or type(backends) is not str:
-        return KnobsContext(_knobs_from_kwargs({**_forced(min_sms, backends), **kwargs}))
-    # The common form, written in a loop: a small key instead of the general one (the exact types
-    # are checked above, so 40.0 or True for min_sms never reaches this cache).
+        return KnobsContext(_knobs_from_kwargs({**forced, **kwargs}))
+    # The common form, in a loop: a small key (exact types checked above: 40.0 or True never reach this cache).
     key = (torch.__version__, "force_gemm_autotune", min_sms, backends)
     found = _KNOBS_BY_KWARGS.get(key)
-    return KnobsContext(found if found is not None else _remember(key, _knobs_from_kwargs(_forced(min_sms, backends))))
-
-
-def _forced(min_sms: object, backends: object) -> dict[str, Any]:
-    return {"min_sms": min_sms, "max_autotune_gemm": True, "gemm_backends": backends}
+    return KnobsContext(found if found is not None else _remember(key, _knobs_from_kwargs(forced)))

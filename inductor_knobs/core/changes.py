@@ -1,8 +1,7 @@
 """The undo records of torch's own state: Inductor config keys, process-global settings, and claims on them.
 
-Each is a :class:`~inductor_knobs.core.undo.Change` (apply, then an idempotent revert that restores
-first and warns after, through :func:`~inductor_knobs.core.undo.warn_after_restore`), run by the one
-loop of :mod:`inductor_knobs.core.undo`.
+Each is a :class:`~inductor_knobs.core.undo.Change` whose idempotent revert restores first and warns
+after (:func:`~inductor_knobs.core.undo.warn_after_restore`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from .undo import SAFE_EXIT, Change, warn_after_restore
 
 _NOT_READ = object()  # a SettingChange that has not read the state it replaces (nothing to restore)
 
-
 #: Config keys grouped by the module that stores them: ``((module, {key: value}), ...)``.
 Groups = tuple[tuple[ModuleType, dict[str, object]], ...]
 #: Per group, the function that writes it and returns the undo (``TorchPatches.overrides_writer``).
@@ -30,11 +28,7 @@ Writers = tuple[Callable[[], Callable[[], None]], ...]
 
 
 def config_groups(patches: TorchPatches, settings: Sequence[tuple[ModuleType, str, object]]) -> Groups:
-    """``(config module, key, value)`` triples grouped by the module that stores each key.
-
-    Aliases (2.7+) are followed to the module that stores the value; the keys of one module are
-    written with one call of torch's raw patcher (a block's keys cost one write, not one each).
-    """
+    """``(config module, key, value)`` triples grouped by the module that stores each key (aliases, 2.7+, followed)."""
     groups: dict[int, tuple[ModuleType, dict[str, object]]] = {}
     for cfg, key, value in settings:
         module, real = patches.resolve_alias(cfg, key)
@@ -43,30 +37,16 @@ def config_groups(patches: TorchPatches, settings: Sequence[tuple[ModuleType, st
 
 
 def config_writers(patches: TorchPatches, groups: Groups) -> Writers:
-    """The writer of each group (made once per cached plan: a block's write is then one call of torch's patcher)."""
+    """The writer of each group (made once per cached plan: one call of torch's patcher per group)."""
     return tuple(patches.overrides_writer(cfg, values) for cfg, values in groups)
 
 
 class ConfigChange(Change):
-    """Set keys of torch ``ConfigModule`` s and put back their stored overrides on revert.
+    """Set keys of torch ``ConfigModule`` s (overrides, or process defaults with ``process_wide``); apply
+    reads each back (``KnobNotApplied``); revert restores the raw stored state, "unset" included, and warns
+    (``ExternalChangeWarning``) for each key other code changed meanwhile."""
 
-    Args:
-        patches: the installed torch's patch module.
-        settings: ``(config module, key, value)`` triples, grouped by :func:`config_groups`.
-        process_wide: set process defaults (env activation) instead of overrides.
-        groups: the settings already grouped (instead of ``settings``).
-        writers: ``groups``' writers from :func:`config_writers` (made here if not given; unused with
-            ``process_wide``, which sets process defaults).
-
-    Revert restores the raw stored state (including "unset"), not the value read before,
-    so a key that was at its default is at its default again afterwards (torch's own
-    ``config.patch`` pins it instead).  Apply reads every value back and raises
-    :class:`~inductor_knobs.errors.KnobNotApplied` (restoring everything) if one did not take;
-    revert warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` for every key that
-    code outside inductor_knobs changed meanwhile.
-    """
-
-    __slots__ = ("_priors", "_restored", "_undos", "groups", "patches", "process_wide", "writers")
+    __slots__ = ("_priors", "_restored", "groups", "patches", "process_wide", "writers")
 
     def __init__(
         self,
@@ -78,34 +58,23 @@ class ConfigChange(Change):
         writers: Writers | None = None,
     ) -> None:
         self.patches = patches
-        #: ``groups``: ``settings`` already passed through :func:`config_groups` (a cached plan's; never changed).
         self.groups = config_groups(patches, settings) if groups is None else groups
-        if writers is None and not process_wide:  # the process layer writes defaults, not overrides
+        if writers is None and not process_wide:
             writers = config_writers(patches, self.groups)
         self.writers = writers or ()
         self.process_wide = process_wide
-        #: Per group written so far, ``[module, the states found before the write, torch's revert of the
-        #: write once it returned]`` (an interrupt inside the write leaves no revert: the captured states
-        #: are written back instead).  One list, so an interrupt cannot leave the two out of step.
+        #: Per group written so far, ``[module, states found before the write, torch's revert once the write
+        #: returned]``: one list, so an interrupt cannot leave them out of step (no revert: states written back).
         self._priors: list[list[Any]] = []
         self._restored = False
-
-    @property
-    def description(self) -> str:  # built when read (messages only), not at every plan
-        return ", ".join(f"{cfg.__name__}.{key}={value!r}" for cfg, values in self.groups for key, value in values.items())
 
     def apply(self) -> None:
         # Written through torch's raw patcher, not setattr: a foreign __setattr__ on the config
         # module (Unsloth's rewrites the process default) would make the revert inexact.
-        patches = self.patches
-        process_wide = self.process_wide
-        writers = self.writers
+        patches, process_wide, writers = self.patches, self.process_wide, self.writers
+        read = patches.process_default_state if process_wide else patches.read_override
         for index, (cfg, values) in enumerate(self.groups):
-            read = patches.process_default_state if process_wide else patches.read_override
-            prior = {}
-            for key in values:
-                prior[key] = read(cfg, key)
-            found_before = [cfg, prior, None]
+            found_before = [cfg, {key: read(cfg, key) for key in values}, None]
             self._priors.append(found_before)  # before the write: revert puts back only what was captured
             if process_wide:
                 for key, value in values.items():
@@ -113,7 +82,6 @@ class ConfigChange(Change):
             else:
                 found_before[2] = writers[index]()
             for key, value in values.items():
-                # What Inductor reads now (see _read); inlined, as every block reads each key back.
                 found = patches.read_value(cfg, key) if process_wide else patches.read_config(cfg, key)
                 if found != value:
                     cause = diagnose(patches, cfg, key)
@@ -124,8 +92,7 @@ class ConfigChange(Change):
                     )
 
     def revert(self) -> None:
-        """Idempotent: a revert interrupted part-way can run again.  Restores first, then warns
-        (through :func:`warn_after_restore`), so a warning raised as an error cannot stop a restore."""
+        """Idempotent; restores first, then warns, so a warning raised as an error cannot stop a restore."""
         changed: list[str] = []
         if not self._restored:
             process_wide, read_override = self.process_wide, self.patches.read_override
@@ -134,34 +101,22 @@ class ConfigChange(Change):
                     continue  # an interrupt before its write returned: nothing of this block's to check
                 for key in prior:
                     value = values[key]
-                    # Whether something else set the key since apply read ``value`` back.  Every write to an
-                    # override (setattr, config.patch, torch's raw patcher) replaces the stored override, so
-                    # comparing that is exact and costs one dictionary read where getattr on a ConfigModule
-                    # runs its whole lookup; the process layer (env activation) compares what Inductor reads.
+                    # Every write to an override (setattr, config.patch, torch's raw patcher) replaces the stored
+                    # override, so comparing it is exact and cheaper than getattr's whole ConfigModule lookup.
                     if process_wide:
                         is_changed = not self.patches.process_default_holds(cfg, key, value)
                     else:
                         stored = read_override(cfg, key)
                         is_changed = stored is not value and stored != value
                     if is_changed:
+                        now = self.patches.read_value(cfg, key) if process_wide else self.patches.read_config(cfg, key)
                         changed.append(
-                            f"{cfg.__name__}.{key} was changed to {self._read(cfg, key)!r} inside the knobs block "
+                            f"{cfg.__name__}.{key} was changed to {now!r} inside the knobs block "
                             f"(the block set {value!r}); restored the value from before the block"
                         )
         self._restore()
         for message in changed:
             warn_after_restore(message, ExternalChangeWarning)
-
-    def _read(self, cfg: ModuleType, key: str) -> object:
-        """The value Inductor reads now (implications and aliases included).
-
-        A block's own override is in place whenever this runs (just written, or about to be
-        rewritten by the revert), so a plain read cannot pin a copy of a mutable default, which is
-        what :meth:`TorchPatches.read_value` guards against (and costs two more reads).
-        """
-        if self.process_wide:
-            return self.patches.read_value(cfg, key)
-        return self.patches.read_config(cfg, key)
 
     def _restore(self) -> None:
         self._restored = True
@@ -177,26 +132,15 @@ class ConfigChange(Change):
                 self.patches.write_overrides(cfg, prior)
 
 
-#: Process-global resource -> the owners (thread id, asyncio task id) of the blocks that hold it now.
-#: resource -> its holds: (owner, the Claim that holds it), so a revert releases its own hold and no other
-#: (a nested block of the same owner holds the same resource too).
+#: Process-global resource -> its holds: (owner (thread id, asyncio task id), the Claim holding it), so a
+#: revert releases its own hold and no other (a nested block of the same owner holds it too).
 _HOLDERS: dict[str, list[tuple[tuple[int, int | None], Claim]]] = {}
 _HOLDERS_LOCK = threading.RLock()  # an RLock only so a test can tell this thread holds it (_is_owned)
 
 
 class Claim(Change):
-    """Undo record: hold a process-global resource for the calling thread/task, or refuse.
-
-    Args:
-        resource: what is held (``"torch._inductor.config"`` before torch 2.12, a setting's key).
-        what: why it is process-global, for the message.
-        asked: what the block asks of it, for the message.
-
-    Apply raises :class:`~inductor_knobs.errors.ConcurrentKnobsError` (holding nothing) when a block
-    of another thread or asyncio task holds ``resource``: two owners of one process-wide value would
-    undo each other's changes.  The same owner may hold it any number of times (nested blocks).
-    Revert releases this record's hold only; idempotent.
-    """
+    """Hold a process-global ``resource`` for the calling thread/task (nested holds allowed); apply raises
+    ``ConcurrentKnobsError`` while another owner holds it; revert releases this record's hold only."""
 
     __slots__ = ("_owner", "asked", "resource", "what")
 
@@ -205,10 +149,6 @@ class Claim(Change):
         self.what = what
         self.asked = asked
         self._owner: tuple[int, int | None] | None = None
-
-    @property
-    def description(self) -> str:
-        return f"hold {self.resource}"
 
     def apply(self) -> None:
         owner = current_owner()
@@ -231,24 +171,10 @@ class Claim(Change):
 
 
 class SettingChange(Change):
-    """Set a process-global torch setting (:mod:`inductor_knobs.core.changes`) and put back the exact state it found.
+    """Set the process-global setting ``SETTINGS[key]`` under a :class:`Claim` and put back the exact state found.
 
-    Apply refuses (:class:`~inductor_knobs.errors.ConcurrentKnobsError`, nothing changed) when a block of
-    another thread or asyncio task holds the same setting (a :class:`Claim`): torch has one value per
-    process.  For a setting torch reads once per process (``Setting.read_once``), apply refuses a change
-    once torch may have read it (:class:`~inductor_knobs.errors.SettingAlreadyRead`, nothing changed),
-    and revert warns (:class:`~inductor_knobs.errors.SettingKeptWarning`) when torch may have read the
-    block's value inside the block: it keeps that value after the variable is restored.  Apply reads the
-    value back and raises :class:`~inductor_knobs.errors.KnobNotApplied` (restoring) if it did not take;
-    revert restores it, then warns with :class:`~inductor_knobs.errors.ExternalChangeWarning` when code
-    outside inductor_knobs changed it inside the block.  Revert is idempotent.
-
-    Args:
-        patches: the installed torch's patch module.
-        key: the setting (a key of :data:`~inductor_knobs.core.changes.SETTINGS`).
-        value: the knob's value.
-        in_compile: re-applied inside one Inductor compile (a lazily compiled backward), which never runs
-            what reads a ``read_once`` setting: neither refused nor warned about.
+    A ``read_once`` setting is refused once torch may have read it (``SettingAlreadyRead``) and warned about
+    (``SettingKeptWarning``) when read inside the block; ``in_compile`` (a lazy backward) skips both.
     """
 
     __slots__ = ("_changed", "_claim", "_prior", "in_compile", "key", "patches", "setting", "value")
@@ -259,13 +185,9 @@ class SettingChange(Change):
         self.value = value
         self.in_compile = in_compile
         self.setting = SETTINGS[key]
-        self._changed = False  # a read_once setting that this record changed while torch could not have read it yet
+        self._changed = False  # a read_once setting this record changed before torch could have read it
         self._prior: Any = _NOT_READ
         self._claim = Claim(key, f"torch keeps it once per process ({self.setting.what})", f"{key}={value!r}")
-
-    @property
-    def description(self) -> str:
-        return f"{self.key}={self.value!r} ({self.setting.what})"
 
     def apply(self) -> None:
         self._claim.apply()
@@ -284,10 +206,10 @@ class SettingChange(Change):
         if setting.env_var is not None:
             hold_env(setting.env_var, self, self._prior)
         setting.set(self.patches, self.value)
-        found = self.setting.value(self.patches)
-        if not self.setting.matches(self.patches, found, self.value):
+        found = setting.value(self.patches)
+        if not setting.matches(self.patches, found, self.value):
             self.revert()
-            raise KnobNotApplied(f"{self.key}={self.value!r} did not take: it reads back {found!r} ({self.setting.what})")
+            raise KnobNotApplied(f"{self.key}={self.value!r} did not take: it reads back {found!r} ({setting.what})")
 
     def revert(self) -> None:
         try:
@@ -324,26 +246,11 @@ SETTINGS_MODULE = "torch"
 class Setting:
     """How to read, set and restore one process-global setting through the patch module.
 
-    Attributes:
-        key: the knob's name (``sdpa_backends``, ``tunableop``).
-        state: the exact state to put back later.
-        restore: puts a ``state`` back.
-        set: sets the knob's value.
-        value: the value now, comparable with the knob's (what attestation reads).
-        problem: why the knob's value cannot be set on this torch, or None.
-        what: the torch API, for messages.
-        missing_feature: a problem means this torch build lacks the feature (``NotSupportedOnThisTorch``)
-            rather than that the value is wrong for it (``InvalidKnobValue``).
-        matches: whether a ``value`` read back is the knob's value (equal, unless this torch cannot tell
-            them apart).
-        read_once: for a setting torch reads once per process and keeps, when it reads it (for messages);
-            None when torch reads it at every use.
-        maybe_read: for a ``read_once`` setting, whether torch may have read it already in this process.
-        env_var: the environment variable that is the setting, or None: every process started inside the
-            block inherits it, so a launcher of fresh processes asks :func:`environ_before_knobs`.
+    ``missing_feature``: a ``problem`` means this build lacks the feature (``NotSupportedOnThisTorch``), not a
+    bad value.  ``read_once``: when torch reads it once per process and keeps it (None: read at every use);
+    ``maybe_read`` says whether that may have happened.  ``env_var``: the variable that is the setting.
     """
 
-    key: str
     state: Callable[[TorchPatches], Any]
     restore: Callable[[TorchPatches, Any], None]
     set: Callable[[TorchPatches, Any], None]
@@ -367,7 +274,6 @@ def _sdpa_problem(patches: TorchPatches, value: str) -> str | None:
 
 SETTINGS = {
     "sdpa_backends": Setting(
-        key="sdpa_backends",
         state=lambda patches: patches.read_sdpa(),
         restore=lambda patches, state: patches.write_sdpa(*state),
         set=lambda patches, value: patches.write_sdpa(tuple(value.split(",")), None),
@@ -377,7 +283,6 @@ SETTINGS = {
         what="torch.backends.cuda.enable_*_sdp / torch._C._set_sdp_priority_order (what torch.nn.attention.sdpa_kernel sets)",
     ),
     "tunableop": Setting(
-        key="tunableop",
         state=lambda patches: patches.read_tunableop(),
         restore=lambda patches, state: patches.write_tunableop(state),
         set=lambda patches, value: patches.write_tunableop(value),
@@ -386,9 +291,8 @@ SETTINGS = {
         what="torch.cuda.tunable.enable",
         missing_feature=True,  # a CPU-only build has no TunableOp, whatever the value
     ),
-    # Which releases have it is its knob row's since= (plan refuses it elsewhere); on a CPU-only build nothing reads it.
+    # Its releases are its knob row's since= (plan refuses it elsewhere); on a CPU-only build nothing reads it.
     "cudnn_sdpa_avoid_recompile": Setting(
-        key="cudnn_sdpa_avoid_recompile",
         state=lambda patches: patches.read_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR),
         restore=lambda patches, state: patches.write_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR, state),
         set=lambda patches, value: patches.write_env(CUDNN_SDPA_AVOID_RECOMPILE_VAR, "1" if value else "0"),
@@ -406,7 +310,7 @@ SETTINGS = {
 }
 
 #: Environment variables that live blocks have set: variable -> the value each block found (None: unset),
-#: outermost first.  Written by :class:`~inductor_knobs.core.changes.SettingChange`.
+#: outermost first.
 _ENV_FOUND: dict[str, list[tuple[object, str | None]]] = {}
 _ENV_LOCK = threading.Lock()
 
@@ -428,10 +332,8 @@ def release_env(var: str, token: object) -> None:
 
 
 def environ_before_knobs() -> dict[str, str]:
-    """A copy of ``os.environ`` as it was before the live knobs blocks set their environment variables.
-
-    A knob that is an environment variable (``cudnn_sdpa_avoid_recompile``) would otherwise reach every
-    process started inside its block, such as an ablation's runs, whose arms choose their own settings.
+    """A copy of ``os.environ`` as it was before the live knobs blocks set their variables
+    (``cudnn_sdpa_avoid_recompile``), for launching fresh processes that choose their own settings.
 
     Returns:
         dict[str, str]: the environment, each variable a live block set put back to what the outermost

@@ -1,23 +1,10 @@
 """The setup snapshot: what a compile, a measurement or a bundle ran under, computed in one place.
 
 "Was this compiled, measured or bundled under the same setup?" has one answer, :func:`differences` of two
-:class:`Setup` values.  A setup holds:
-
-- ``knobs``: the knobs in force (:meth:`~inductor_knobs.core.knobs.Knobs.to_dict` of the environment's knobs
-  layered under the given ones) and ``sources``: where each came from (``env`` or the caller's label);
-- ``environment``: the variables torch, Inductor and Triton read that change what is compiled or run
-  (:func:`torch_environment`: every ``TORCHINDUCTOR_*``, ``TORCH_*`` and ``TRITON_*`` variable but those
-  that only say where files go or what is logged, :data:`NOT_SETUP`);
-- ``torch``, ``triton``, ``cuda`` (``torch.version.cuda``) and ``driver`` (the CUDA version the driver
-  supports): the versions;
-- ``gpu``, ``capability`` (the full compute capability, ``sm_121``: sm_120 and sm_121 are different GPUs)
-  and ``sms`` (the real SM count, read before any emulation): None off CUDA; ``cpu``: ATen's CPU capability
-  (``AVX512``) for a CPU setup.
-
-Its users: a serving bundle's identity at save and load (``inductor_knobs.serving``), and the ablation
-fingerprint that ``--merge`` and ``--resume`` compare (``inductor_knobs.ablation``).  The compile
-interception salts Inductor's cache keys with the knobs whose rows torch's keys do not cover (their cache
-rule, :data:`~inductor_knobs.core.knobs.CACHE_RULES`), the same rows a setup's ``knobs`` come from.
+:class:`Setup` values: a serving bundle's identity at save and load, and the ablation fingerprint that
+``--merge`` and ``--resume`` compare.  Torch facts: the variables torch's compile sets by itself
+(``_set_triton_ptxas_path`` and the libdevice lookup, ``torch/_inductor/runtime/compile_tasks.py``, 2.10-2.15);
+the driver's CUDA version from libcuda's ``cuDriverGetVersion``.
 """
 
 from __future__ import annotations
@@ -36,8 +23,7 @@ from .knobs import Knobs
 
 #: Prefixes of the variables torch, Dynamo, Inductor and Triton read.
 TORCH_PREFIXES = ("TORCHINDUCTOR_", "TORCH_", "TRITON_", "TORCHDYNAMO_", "PYTORCH_")
-#: Variables under :data:`TORCH_PREFIXES` that are not part of a setup: where files are kept, what is logged or
-#: printed, and how many workers compile; none of them changes what is compiled or how it runs.
+#: Variables under :data:`TORCH_PREFIXES` that change neither what is compiled nor how it runs (files, logs, workers).
 NOT_SETUP = frozenset(
     {
         "TORCHINDUCTOR_CACHE_DIR",
@@ -65,13 +51,12 @@ NOT_SETUP = frozenset(
         "PYTORCH_CUDA_ALLOC_CONF",
         "PYTORCH_NVML_BASED_CUDA_CHECK",
         "PYTORCH_KERNEL_CACHE_PATH",
-        # how Inductor starts its compile workers; torch sets it itself (``_inductor/async_compile.py``, 2.10-2.15)
+        # how Inductor starts its compile workers; torch sets it itself (_inductor/async_compile.py, 2.10-2.15)
         "TORCH_WARM_POOL",
     }
 )
-#: Variables torch's compile sets to its own default when they are unset (``_inductor/runtime/compile_tasks.py``
-#: ``_set_triton_ptxas_path`` and the libdevice lookup, 2.10-2.15): such a value is left out, so a process that
-#: compiled and one that did not (an AOT load) have the same setup; any other value is the user's, and counts.
+#: Variables torch's compile sets to its own default when unset (see the module docstring): that value is left
+#: out, so a process that compiled and one that did not (an AOT load) have the same setup.
 TORCH_SETS = {
     "TRITON_PTXAS_PATH": os.path.join("bin", "ptxas"),  # under torch's package directory
     "TRITON_LIBDEVICE_PATH": os.path.join("nvvm", "libdevice", "libdevice.10.bc"),  # under CUDA_HOME
@@ -81,15 +66,11 @@ NOT_SETUP_PREFIXES = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "TOR
 
 
 def torch_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables of ``environ`` that torch, Inductor and Triton read and that change what they compile or run.
-
-    Args:
-        environ (Mapping[str, str] | None): an environment; None for ``os.environ``.
+    """The variables of ``environ`` (None: ``os.environ``) that change what torch, Inductor and Triton compile or run.
 
     Returns:
-        dict[str, str]: every variable of :data:`TORCH_PREFIXES`, sorted, except :data:`NOT_SETUP`,
-        :data:`NOT_SETUP_PREFIXES` and a :data:`TORCH_SETS` variable at torch's own default; an empty value
-        counts as set.
+        dict[str, str]: every :data:`TORCH_PREFIXES` variable, sorted, except :data:`NOT_SETUP`,
+        :data:`NOT_SETUP_PREFIXES` and a :data:`TORCH_SETS` variable at torch's own default; empty counts as set.
     """
     env = os.environ if environ is None else environ
     return {
@@ -115,11 +96,7 @@ def _torch_default(name: str, value: str) -> bool:
 
 
 def driver_version() -> str | None:
-    """The CUDA version the installed driver supports, from the driver itself (``cuDriverGetVersion``).
-
-    Returns:
-        str | None: e.g. ``"13.0"``; None where no CUDA driver library loads or it does not answer.
-    """
+    """The CUDA version the installed driver supports (``cuDriverGetVersion``), e.g. ``"13.0"``; None without one."""
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             library = ctypes.CDLL(name)
@@ -143,10 +120,15 @@ def _version(distribution: str) -> str | None:
 
 @dataclass(frozen=True)
 class Setup:
-    """What one compile, measurement or bundle ran under (see the module docstring for each field).
+    """What one compile, measurement or bundle ran under; made by :func:`snapshot`, compared by :func:`differences`.
 
-    Build one with :func:`snapshot`; compare two with :func:`differences`; store one as :meth:`to_dict` and
-    read it back with :meth:`from_dict`.
+    Attributes:
+        knobs, sources: the knobs in force (the environment's under the given ones, ``Knobs.to_dict``) and where
+            each came from (``env`` or the caller's label).
+        environment: the variables that change what is compiled or run (:func:`torch_environment`).
+        torch, triton, cuda, driver: versions (``torch.version.cuda``; the CUDA version the driver supports).
+        gpu, capability, sms: the GPU's name, full compute capability (``sm_121``) and real SM count; None off CUDA.
+        cpu: ATen's CPU capability (``AVX512``) for a CPU setup.
     """
 
     knobs: Mapping[str, Any] = field(default_factory=dict)
@@ -192,19 +174,15 @@ def snapshot(
     environ: Mapping[str, str] | None = None,
     device: str | None = None,
 ) -> Setup:
-    """The setup this process runs under: ``knobs`` over the environment's ``INDUCTOR_KNOBS_*`` knobs, the torch
-    variables, the versions and the device.  Imports torch; reads CUDA device properties when ``device`` is CUDA.
+    """The setup this process runs under: ``knobs`` over the environment's ``INDUCTOR_KNOBS_*`` ones, the torch
+    variables, the versions and the device (imports torch).
 
     Args:
-        knobs (Knobs | None): the knobs the caller applies (a block's, a bundle's recipe); None for none.
+        knobs (Knobs | None): the knobs the caller applies (a block's, a bundle's recipe).
         source (str): their label in ``sources``.
-        environ (Mapping[str, str] | None): the environment to read; None for ``os.environ`` as it was before the
-            knobs set their variables (:func:`~inductor_knobs.core.changes.environ_before_knobs`: a variable
-            a knob sets, such as ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE`` from the startup hook, is that knob in
-            ``knobs``, not a torch variable).
-        device (str | None): ``"cuda"``, ``"cuda:1"`` or ``"cpu"``; None: CUDA device 0 when CUDA is available,
-            else the CPU.  The SM count is the device's own, never an emulated one
-            (``torch.cuda.get_device_properties``; ``inductor_knobs.emulation`` changes only what Inductor sees).
+        environ (Mapping[str, str] | None): the environment; None: :func:`~.changes.environ_before_knobs`.
+        device (str | None): ``"cuda"``, ``"cuda:1"`` or ``"cpu"``; None: CUDA device 0 if available, else the CPU.
+            The SM count is ``torch.cuda.get_device_properties``', never an emulated one.
 
     Returns:
         Setup: the snapshot.
@@ -250,22 +228,17 @@ ABSENT: Any = _Absent()
 
 
 def differences(first: Any, other: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    """The leaves where two setups (or any JSON data: fingerprints, parts of them) differ.
+    """The leaves where two setups (or any JSON data) differ.
 
     Args:
-        first (Setup | Mapping | Any): one value; a :class:`Setup` is compared as :meth:`Setup.to_dict`, a
-            mapping key by key.
-        other (Setup | Mapping | Any): the other.
+        first, other (Setup | Mapping | Any): the values; a :class:`Setup` is compared as its :meth:`Setup.to_dict`.
         path (str): the dotted name of these values (``"environment"``).
 
     Returns:
-        list[tuple[str, Any, Any]]: ``(dotted name, first's value, other's value)`` per differing leaf; a key
-        missing on one side has the value :data:`ABSENT` there.
+        list[tuple[str, Any, Any]]: ``(dotted name, first's value, other's value)`` per differing leaf;
+        :data:`ABSENT` for a key one side lacks.
     """
-    if isinstance(first, Setup):
-        first = first.to_dict()
-    if isinstance(other, Setup):
-        other = other.to_dict()
+    first, other = (value.to_dict() if isinstance(value, Setup) else value for value in (first, other))
     if isinstance(first, Mapping) and isinstance(other, Mapping):
         out = []
         for key in sorted(set(first) | set(other), key=str):
@@ -276,16 +249,8 @@ def differences(first: Any, other: Any, path: str = "") -> list[tuple[str, Any, 
 
 
 def describe(found: list[tuple[str, Any, Any]], first: str, other: str, *, limit: int = 6) -> str:
-    """``"torch: 2.13.0 (bundle) vs 2.11.0 (here); environment.TORCHINDUCTOR_MAX_AUTOTUNE: ..."`` for messages.
-
-    Args:
-        found: :func:`differences`' output.
-        first, other: what to call each side.
-        limit: at most this many differences are named; the rest are counted.
-
-    Returns:
-        str: one line.
-    """
+    """One line for messages, ``"torch: '2.13.0' (bundle) vs '2.11.0' (here); ..."``: at most ``limit`` of
+    :func:`differences`' ``found``, each side named ``first``/``other``, the rest counted."""
     parts = [f"{name}: {a!r} ({first}) vs {b!r} ({other})" for name, a, b in found[:limit]]
     if len(found) > limit:
         parts.append(f"and {len(found) - limit} more")
