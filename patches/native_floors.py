@@ -78,23 +78,27 @@ class NativeFloors:
     #: The stance that refuses every compile, or None where ``torch.compiler.set_stance`` lacks it (2.4-2.5).
     recompile_stance: ClassVar[str | None] = None
 
-    def refuse_compiles(self) -> Callable[[], None] | None:
-        """Set ``torch.compiler.set_stance("fail_on_recompile")``; return the undo putting back the stance it replaced while
-        ours is still current, or None where torch has no such stance.  Raises ``RuntimeError`` inside ``torch.compile``."""
+    def refuse_compiles(self, push: Callable[[Callable[[], None]], None]) -> None:
+        """Set ``torch.compiler.set_stance("fail_on_recompile")`` (nothing where torch lacks the stance), after pushing
+        the undo that puts back the stance it replaced while ours is current (``eval_frame._set_stance``, what the
+        stance's ``__exit__`` calls; 2.6-2.15).  Raises ``RuntimeError`` inside ``torch.compile``."""
         import torch
 
         set_stance = getattr(torch.compiler, "set_stance", None)
         if self.recompile_stance is None or set_stance is None:
-            return None
+            return
         eval_frame = importlib.import_module("torch._dynamo.eval_frame")
-        stance = set_stance(self.recompile_stance)  # sets it; its __exit__ puts back the previous DynamoStance
-        ours = getattr(eval_frame, "_stance", None)
+        previous = eval_frame._stance
+        ours: list[Any] = []
 
-        def undo() -> None:
-            if getattr(eval_frame, "_stance", None) is ours:
-                stance.__exit__(None, None, None)
+        def undo() -> None:  # pushed first: an interrupt just after the stance is set still puts back the one before
+            current = eval_frame._stance
+            if current is not previous and (current is ours[0] if ours else current.stance == self.recompile_stance):
+                eval_frame._set_stance(previous)
 
-        return undo
+        push(undo)
+        set_stance(self.recompile_stance)
+        ours.append(eval_frame._stance)
 
     def refused_compile(self, error: BaseException) -> bool:
         """Whether ``error`` is torch refusing a compile under ``"fail_on_recompile"`` (nothing was compiled)."""

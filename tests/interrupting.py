@@ -21,12 +21,16 @@ HANG_BOUND_S = 60.0
 #: The files whose lines the tracer interrupts: the undo path of every block kind.
 CORE = ("blocks", "undo", "changes", "attestation", "patching", "scope", "gate", "interception", "plan", "knobs")
 CORE += ("torch_compat", "recorder", "observers", "events")
-PATCHES = ("config_storage", "gate", "gemm_backends", "emulation", "process_settings", "hooks")
+PATCHES = ("config_storage", "gate", "gemm_backends", "emulation", "process_settings", "hooks", "native_floors", "fixes")
 PACKAGE_FILES = (
     *(f"inductor_knobs/core/{name}.py" for name in CORE),
     "inductor_knobs/errors.py",
     "inductor_knobs/emulation/sm_view.py",
     "inductor_knobs/emulation/block.py",
+    "inductor_knobs/emulation/confine.py",
+    "inductor_knobs/serving/first_call_costs.py",
+    "inductor_knobs/serving/stalls.py",
+    "inductor_knobs/serving/torch_fixes.py",
     *(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15)),
     *(f"patches/{name}.py" for name in PATCHES),
 )
@@ -157,19 +161,23 @@ def block_state() -> dict[str, object]:
     import torch._inductor.utils as inductor_utils
 
     from inductor_knobs.core import blocks, events, gate, interception, observers, patching, torch_compat
-    from inductor_knobs.emulation import sm_view
-    from inductor_knobs.serving import first_call_costs
+    from inductor_knobs.emulation import confine, sm_view
+    from inductor_knobs.serving import first_call_costs, stalls, torch_fixes
 
     patches = torch_compat.installed()
     state: dict[str, object] = {key: patches.read_override(cfg, key) for key in KEYS}
     state["is_big_gpu"] = inductor_utils.is_big_gpu
     state["compile_fx"] = getattr(sys.modules.get("torch._inductor.compile_fx"), "compile_fx", None)
+    state["dynamo stance"] = getattr(sys.modules.get("torch._dynamo.eval_frame"), "_stance", None)  # by identity
     shared = (
         gate.GATE_PATCH,
         interception.INTERCEPTION,
         observers.OBSERVER_HOOKS,
         first_call_costs.FIRST_CALL_HOOKS,
         sm_view.SM_VIEW_PATCH,
+        stalls.REFUSE_COMPILES,
+        torch_fixes.TORCH_FIXES,
+        confine.CAPTURE_PATCH,
     )
     state["users"] = {patch.name: patch.users for patch in shared}
     state["waiting for an import"] = {name: len(installs) for name, installs in patching._WAITING.items() if installs}
@@ -191,8 +199,8 @@ def assert_locks_free(bound: float = HANG_BOUND_S) -> None:
         observers,
         patching,
     )
-    from inductor_knobs.emulation import sm_view
-    from inductor_knobs.serving import first_call_costs
+    from inductor_knobs.emulation import confine, sm_view
+    from inductor_knobs.serving import first_call_costs, stalls, torch_fixes
 
     locks = {
         "gate": gate.GATE_PATCH.lock,
@@ -206,6 +214,10 @@ def assert_locks_free(bound: float = HANG_BOUND_S) -> None:
         "environment variables": changes._ENV_LOCK,
         "triton counts": first_call_costs._TRITON_LOCK,
         "first-call hooks": first_call_costs.FIRST_CALL_HOOKS.lock,
+        "refuse compiles": stalls.REFUSE_COMPILES.lock,
+        "torch fixes": torch_fixes.TORCH_FIXES.lock,
+        "capture streams": confine.CAPTURE_PATCH.lock,
+        "green contexts": confine._GREEN_LOCK,
         "env activation": env._lock,
     }
     for name, lock in locks.items():

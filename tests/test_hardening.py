@@ -24,6 +24,7 @@ from test_emulate import fake_cuda  # noqa: F401 - the fixture, for emulate_gpu
 import inductor_knobs as ik
 from inductor_knobs.core import attestation, blocks, gate, interception
 from inductor_knobs.errors import ConcurrentKnobsError, KnobsError, NotBlockOwner
+from inductor_knobs.serving.cold_start import ColdStartRecorder
 
 KEYS = ("coordinate_descent_tuning", "max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends", "triton.cudagraphs")
 
@@ -182,6 +183,8 @@ BLOCK_KINDS = {
     "force_gemm_autotune": lambda: ik.force_gemm_autotune(min_sms=40, coordinate_descent_tuning=True),
     "record_compiles": lambda: ik.record_compiles(),
     "no_stalls": lambda: ik.serving.no_stalls(lambda: None, on="record"),
+    "no_stalls_raise": lambda: ik.serving.no_stalls(lambda: None, on="raise"),
+    "cold_start_recorder": lambda: ColdStartRecorder(),
     "emulate_gpu": lambda: ik.emulate_gpu(sms=40),
 }
 

@@ -60,12 +60,7 @@ _thread_clock = time.thread_time
 
 
 def _refuse_compiles_steps() -> list[Callable[[Callable[[Callable[[], None]], None]], None]]:
-    def step(register: Callable[[Callable[[], None]], None]) -> None:
-        undo = torch_compat.installed(strict=False).refuse_compiles()
-        if undo is not None:
-            register(undo)
-
-    return [step]
+    return [torch_compat.installed(strict=False).refuse_compiles]
 
 
 #: ``torch.compiler.set_stance("fail_on_recompile")``, held while any ``on="raise"`` guard serves a call or has its
@@ -148,8 +143,6 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
     and the patch module's ``per_shape_ops`` (profiler op names per release).
     """
 
-    patches = (FIRST_CALL_HOOKS,)
-
     need_autotune = False
     event_scope = "process"
 
@@ -173,6 +166,8 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
     ) -> None:
         _check_choice("on", on, REACTIONS)
         _check_choice("profile", profile, PROFILE_MODES)
+        # Held as undo records of the guard's block or call: an interrupt or an exit out of order puts them back.
+        self.patches = (FIRST_CALL_HOOKS, REFUSE_COMPILES) if on == "raise" else (FIRST_CALL_HOOKS,)
         checks = (("threshold_ms", threshold_ms, 0.0), ("baseline_ms", baseline_ms, 0.0), ("factor", factor, 1.0))
         for name, value, low in checks:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low):
@@ -254,34 +249,10 @@ class no_stalls(StallJudge, SampledProfiler, ObservedBlock):
         """Call ``fn`` under the guard (what ``__call__`` and :meth:`wrap` do)."""
         if self._block:
             return self._timed(fn, args, kwargs)
-        # Not inside ``with guard``: the hooks (and, with on="raise", the stance) are held for this call only,
-        # hearing this thread (several threads may call at once, each with its own subscription).
-        if self.on != "raise":
-            with Subscription(self, hooks=True):
-                return self._timed(fn, args, kwargs)
-        holder = object()
+        # Not inside ``with guard``: the hooks (and, with on="raise", the stance: ``patches``) are held for this
+        # call only, hearing this thread (several threads may call at once, each with its own subscription).
         with Subscription(self, hooks=True):
-            REFUSE_COMPILES.acquire(holder)
-            try:
-                return self._timed(fn, args, kwargs)
-            finally:
-                REFUSE_COMPILES.release(holder)
-
-    def __enter__(self) -> no_stalls:
-        entered = super().__enter__()
-        if self.on == "raise":
-            try:
-                REFUSE_COMPILES.acquire(self)
-            except BaseException:
-                super().__exit__(None, None, None)
-                raise
-        return entered
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        try:
-            super().__exit__(exc_type, exc, tb)
-        finally:
-            REFUSE_COMPILES.release(self)  # a no-op for a holder that is not in it
+            return self._timed(fn, args, kwargs)
 
     def report(self) -> StallReport:
         """Counts, totals per cause and p50/p99 over every call; the recent calls and stalls."""

@@ -38,8 +38,8 @@ def torch_fixes() -> Iterator[None]:
         Whatever installing a fix raises (nothing is left installed then).
     """
     holder = object()
-    TORCH_FIXES.acquire(holder)
-    try:
+    try:  # acquire inside: an interrupt after it installed and counted the holder still releases it
+        TORCH_FIXES.acquire(holder)
         yield
     finally:
-        TORCH_FIXES.release(holder)
+        TORCH_FIXES.release(holder)  # a no-op for a holder that is not in it
