@@ -26,6 +26,8 @@ from inductor_knobs.serving import aot_package, compile_cache
 pytestmark = pytest.mark.skipif(
     not torch_compat.installed().has_aot_packages, reason=f"torch {torch.__version__} has no AOTInductor packages (2.7+)"
 )
+#: Whether this torch has AOTInductor's multi-arch kernel switch (save_serving_bundle(portable=True) turns it on).
+HAS_MULTI_ARCH = aot_package.MULTI_ARCH in torch_compat.installed().config_keys(torch._inductor.config)
 
 
 @pytest.fixture(scope="module")
@@ -401,9 +403,11 @@ def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, mes
     nothing_loaded.check()
 
 
-def test_the_bundle_records_the_build_cpus_extensions(aot_bundle):
+def test_the_bundle_records_the_build_cpus_extensions_and_multi_arch_kernels(aot_bundle):
     header = json.loads(aot_bundle.read_bytes().split(b"\n", 2)[1])
     assert header["serving"]["aot"]["cpu_flags"] == aot_package.cpu_isa_flags()
+    # a real AOTInductor build (of a CPU model) with the switch on where this torch has it
+    assert header["serving"]["aot"]["multi_arch"] is HAS_MULTI_ARCH
 
 
 def test_a_bundle_built_on_a_cpu_with_an_extension_this_one_lacks_is_refused(aot_bundle, nothing_loaded):
@@ -633,9 +637,6 @@ def portable_bundle(path, options=None, knobs=None, **kwargs):
     from inductor_knobs.serving import bundle_format
 
     return bundle_format.decode("test", header).aot["multi_arch"]
-
-
-HAS_MULTI_ARCH = aot_package.MULTI_ARCH in torch_compat.installed().config_keys(torch._inductor.config)
 
 
 @pytest.mark.skipif(not HAS_MULTI_ARCH, reason=f"torch {torch.__version__} has no {aot_package.MULTI_ARCH}")
