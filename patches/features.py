@@ -5,6 +5,8 @@ Checked in the release wheels (``torch/`` relative; 2.15.0 read from the +cu132 
   every call, not compile: ``cudagraph_trees.py:is_cudagraph_capture_sizes`` (2.13 :402) via ``deferred_cudagraphify`` (:435).
 - ``_inductor/config.py:lookup_table.table`` from 2.10 (2.10 :2234, 2.13 :2892, 2.14.1 :3060, 2.15 :3336), CUDA-only, read by
   ``lookup_table/choices.py:LookupTableChoices`` as the choices handler, cached per thread (``virtualized.py:_choices_default``).
+- ``_inductor/config.py:keep_static_cubin_raw`` from 2.13 (2.13 :1420; pytorch#186404, 2.13.0 release notes), read by
+  ``CachingAutotuner.prepare_for_caching`` (``runtime/triton_heuristics.py`` :975) as a compile's cache entry is made.
 - ``TORCH_CUDNN_SDPA_AVOID_RECOMPILE``: ``aten/src/ATen/native/cudnn/MHA.cpp:use_ragged_in_dense`` reads it once per process,
   at the first dense cuDNN attention call (only bias-free, BSHD); ``libtorch_cuda.so`` 2.9.0–2.15.0, not 2.8.0 (pytorch#155958).
 """

@@ -46,6 +46,7 @@ SAMPLES = {
     "cudnn_sdpa_avoid_recompile": True,
     "cudagraph_capture_sizes": (2, 4),
     "cudagraph_dynamic_shape_rerecord_limit": 4,
+    "keep_static_cubin_raw": True,
     "lookup_table": None,  # CUDA only: torch never looks a table up for a CPU compile
 }
 #: Knobs that only take effect together with another (gate_rocm_xpu refines min_sms).

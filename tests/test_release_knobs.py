@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ TORCH = re.escape(torch.__version__)
 HAVE = {name for name, row in KNOBS.items() if row.on(RELEASE)}
 needs = {
     name: pytest.mark.skipif(name not in HAVE, reason=f"torch {torch.__version__} has no {name}")
-    for name in ("cudagraph_capture_sizes", "lookup_table", "cudnn_sdpa_avoid_recompile")
+    for name in ("cudagraph_capture_sizes", "lookup_table", "cudnn_sdpa_avoid_recompile", "keep_static_cubin_raw")
 }
 TABLE = {"((torch.float32, [8, 8], [8, 1]), (torch.float32, [8, 8], [8, 1]))+mm": [{"template_id": "aten::mm"}]}
 
@@ -68,11 +69,18 @@ def _sin(x):
         ("2.9.0", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile"}),
         ("2.10.0", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
         ("2.11.0", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
-        ("2.13.0+cpu", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
-        ("2.14.1", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
+        ("2.12.0", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table"}),
+        ("2.13.0+cpu", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table", "keep_static_cubin_raw"}),
+        ("2.14.1", {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table", "keep_static_cubin_raw"}),
         (
             "2.15.0",
-            {"cudagraph_capture_sizes", "cudnn_sdpa_avoid_recompile", "lookup_table", "cudagraph_dynamic_shape_rerecord_limit"},
+            {
+                "cudagraph_capture_sizes",
+                "cudnn_sdpa_avoid_recompile",
+                "lookup_table",
+                "cudagraph_dynamic_shape_rerecord_limit",
+                "keep_static_cubin_raw",
+            },
         ),
     ],
 )
@@ -94,6 +102,8 @@ def test_the_installed_config_has_exactly_the_config_keys_the_rows_declare(cfg):
         ({"config": {"triton.cudagraph_capture_sizes": (2, 4)}}, "2.8"),
         ({"cudnn_sdpa_avoid_recompile": True}, "2.9"),
         ({"lookup_table": TABLE}, "2.10"),
+        ({"keep_static_cubin_raw": True}, "2.13"),
+        ({"config": {"keep_static_cubin_raw": True}}, "2.13"),
     ],
 )
 def test_a_release_without_the_knob_refuses_it_naming_the_release_and_applies_nothing(monkeypatch, patches, cfg, kwargs, first):
@@ -156,6 +166,44 @@ def test_a_lookup_table_file_that_is_not_json(tmp_path):
 def test_cudnn_flag_is_a_bool():
     with pytest.raises(InvalidKnobValue, match=rf"cudnn_sdpa_avoid_recompile='1' is invalid on torch {TORCH}"):
         ik.Knobs(cudnn_sdpa_avoid_recompile="1")
+
+
+# -- keep_static_cubin_raw ----------------------------------------------------------------------------
+
+
+def test_keep_static_cubin_raw_is_a_bool():
+    with pytest.raises(InvalidKnobValue, match=rf"keep_static_cubin_raw='1' is invalid on torch {TORCH}: allowed True or False"):
+        ik.Knobs(keep_static_cubin_raw="1")
+    assert ik.Knobs.from_env({"INDUCTOR_KNOBS_KEEP_STATIC_CUBIN_RAW": "on"}).keep_static_cubin_raw is True
+
+
+@needs["keep_static_cubin_raw"]
+def test_keep_static_cubin_raw_inside_the_compile_and_undone(monkeypatch, fresh_inductor, cfg):
+    seen = inside_compile(monkeypatch, lambda: cfg.keep_static_cubin_raw)
+    before = cfg.keep_static_cubin_raw
+    with ik.record_compiles() as rec, ik.knobs(keep_static_cubin_raw=not before):
+        torch.compile(_sin)(torch.randn(3))
+    assert seen == [not before] and rec.attestations[0].value("keep_static_cubin_raw") is (not before)
+    assert cfg.keep_static_cubin_raw is before
+
+
+@needs["keep_static_cubin_raw"]
+def test_keep_static_cubin_raw_keeps_the_cubin_torch_caches():
+    """torch's reader of the key (``CachingAutotuner.prepare_for_caching``, 2.13 ``runtime/triton_heuristics.py``
+    :975, run as a compile's cache entry is made) keeps a statically launched kernel's cubin only under the knob."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    def cached_cubin():
+        result = object.__new__(th.StaticTritonCompileResult)
+        result.kernel = types.SimpleNamespace(cubin_raw=b"cubin")
+        autotuner = object.__new__(th.CachingAutotuner)
+        autotuner.compile_results = [result]
+        autotuner.prepare_for_caching()
+        return result.kernel.cubin_raw
+
+    with ik.knobs(keep_static_cubin_raw=True):
+        kept = cached_cubin()
+    assert kept == b"cubin" and cached_cubin() is None
 
 
 # -- cudagraph_capture_sizes ---------------------------------------------------------------------------

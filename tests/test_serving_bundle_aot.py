@@ -26,6 +26,8 @@ from inductor_knobs.serving import aot_package, compile_cache
 pytestmark = pytest.mark.skipif(
     not torch_compat.installed().has_aot_packages, reason=f"torch {torch.__version__} has no AOTInductor packages (2.7+)"
 )
+#: Whether this torch has AOTInductor's multi-arch kernel switch (save_serving_bundle(portable=True) turns it on).
+HAS_MULTI_ARCH = aot_package.MULTI_ARCH in torch_compat.installed().config_keys(torch._inductor.config)
 
 
 @pytest.fixture(scope="module")
@@ -401,9 +403,11 @@ def test_a_damaged_aot_bundle_is_refused(aot_bundle, nothing_loaded, damage, mes
     nothing_loaded.check()
 
 
-def test_the_bundle_records_the_build_cpus_extensions(aot_bundle):
+def test_the_bundle_records_the_build_cpus_extensions_and_multi_arch_kernels(aot_bundle):
     header = json.loads(aot_bundle.read_bytes().split(b"\n", 2)[1])
     assert header["serving"]["aot"]["cpu_flags"] == aot_package.cpu_isa_flags()
+    # a real AOTInductor build (of a CPU model) with the switch on where this torch has it
+    assert header["serving"]["aot"]["multi_arch"] is HAS_MULTI_ARCH
 
 
 def test_a_bundle_built_on_a_cpu_with_an_extension_this_one_lacks_is_refused(aot_bundle, nothing_loaded):
@@ -607,3 +611,75 @@ def test_on_a_gpu_the_package_compiles_nothing_and_captures_one_graph_per_shape(
     assert proof["captures"] == 2 and loaded["replays"] >= 1, loaded["table"]
     assert proof["cold"] == [], loaded["table"]
     assert max(loaded["errors"].values()) < 1e-3, loaded["errors"]
+
+
+@pytest.fixture
+def packaged(monkeypatch):
+    """AOTInductor's compile faked (it records the ``inductor_configs`` it is given), the load check a child that exits 0."""
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", "pass")
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())
+    configs: list[object] = []  # the value of aot_package.MULTI_ARCH in each compile's inductor_configs
+
+    def compile_and_package(program, package_path, inductor_configs):  # AOTInductor's minutes, skipped
+        configs.append(inductor_configs.get(aot_package.MULTI_ARCH, "unset"))
+        with open(package_path, "wb") as out:
+            out.write(b"package")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    return configs
+
+
+def portable_bundle(path, options=None, knobs=None, **kwargs):
+    model = ik.compile(torch.nn.Linear(4, 4), knobs, options=options)
+    report = ik.serving.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
+    header = ik.serving.save_serving_bundle(path, model, report, aot=True, factory=lambda n: torch.randn(n, 4), **kwargs)
+    assert compile_cache.read_file(str(path), False, "test")[0] == header
+    from inductor_knobs.serving import bundle_format
+
+    return bundle_format.decode("test", header).aot["multi_arch"]
+
+
+@pytest.mark.skipif(not HAS_MULTI_ARCH, reason=f"torch {torch.__version__} has no {aot_package.MULTI_ARCH}")
+def test_an_aot_build_packages_multi_arch_kernels_and_records_it(tmp_path, packaged):
+    assert portable_bundle(tmp_path / "b") is True
+    assert packaged == [True]
+
+
+@pytest.mark.skipif(not HAS_MULTI_ARCH, reason=f"torch {torch.__version__} has no {aot_package.MULTI_ARCH}")
+@pytest.mark.parametrize(
+    ("how", "passed", "recorded"),
+    [
+        ({"portable": False}, "unset", False),
+        ({"options": {aot_package.MULTI_ARCH: False}}, False, False),
+        # a knob's key is entered by KnobsContext around the build, not passed: recorded as the build read it
+        ({"knobs": ik.Knobs(config={aot_package.MULTI_ARCH: False})}, "unset", False),
+        ({"knobs": ik.Knobs(config={aot_package.MULTI_ARCH: True}), "portable": False}, "unset", True),
+    ],
+)
+def test_portable_off_or_the_users_own_setting_is_kept(tmp_path, packaged, how, passed, recorded):
+    assert portable_bundle(tmp_path / "b", **how) is recorded
+    assert packaged == [passed]
+
+
+def test_a_torch_without_multi_arch_kernels_builds_as_before(tmp_path, packaged, monkeypatch):
+    patches = torch_compat.installed()
+    keys = [k for k in patches.config_keys(torch._inductor.config) if k != aot_package.MULTI_ARCH]
+    monkeypatch.setattr(type(patches), "config_keys", lambda self, cfg: keys)
+    assert portable_bundle(tmp_path / "b") is False
+    assert packaged == ["unset"]
+
+
+def test_portable_must_be_a_bool_before_anything_compiles(tmp_path, packaged):
+    with pytest.raises(InvalidKnobValue, match=r"save_serving_bundle\(portable='yes'\).*allowed True or False"):
+        portable_bundle(tmp_path / "b", portable="yes")
+    assert packaged == [] and not (tmp_path / "b").exists()
+
+
+@pytest.mark.skipif(not HAS_MULTI_ARCH, reason=f"torch {torch.__version__} has no {aot_package.MULTI_ARCH}")
+def test_a_build_that_fails_with_multi_arch_on_names_portable_false(tmp_path, monkeypatch):
+    def compile_and_package(program, package_path, inductor_configs):
+        raise RuntimeError("nvcc is required to build fatbin")  # codecache.py 2.13 :3257 on a host without CUDA's tools
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    with pytest.raises(InvalidKnobValue, match=r"nvcc is required to build fatbin \(portable=True turned .* portable=False"):
+        portable_bundle(tmp_path / "b")

@@ -346,6 +346,12 @@ KNOBS: dict[str, Knob] = {
         since="2.15",
         values="a positive int",
     ),
+    "keep_static_cubin_raw": Knob(
+        Config("keep_static_cubin_raw"),
+        "`keep_static_cubin_raw`: statically launched Triton kernels keep their cubin in cache entries, so a cache "
+        "restored on another host loads them without compiling (CUDA)",
+        since="2.13",
+    ),
     "lookup_table": Knob(
         Config("lookup_table.table"),
         "`lookup_table.table`, with torch's `LookupTableChoices` as the choices handler inside each compile (CUDA only)",
@@ -437,6 +443,7 @@ class Knobs:
         cudagraph_capture_sizes (tuple of ints or of int tuples): ``triton.cudagraph_capture_sizes`` (2.8+), read
             at every call of the compiled function on the calling thread: hold it around the calls too.
         cudagraph_dynamic_shape_rerecord_limit (int >= 1): that ``triton`` key (2.15+), read at every call.
+        keep_static_cubin_raw (bool): that key (2.13+): statically launched kernels keep their cubin in cache entries.
         lookup_table (mapping or JSON path): ``lookup_table.table`` (2.10+, CUDA), ``LookupTableChoices`` made the
             choices handler in each compile; Triton entries need max-autotune, TRITON and the gate open.
         config (mapping): other Inductor config, ``{"dotted.key": value}``, type-checked when applied.

@@ -57,7 +57,15 @@ def require(what: str) -> None:
         )
 
 
-def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequence[Any]) -> tuple[bytes, dict[str, Any]]:
+#: AOTInductor's switch for kernels that load on other GPU architectures (a fatbin of PTX and SASS per CUDA kernel,
+#: packaged as a file beside the library or embedded with ``embed_kernel_binary``: ``codecache.py`` 2.13 :2387, :3182;
+#: ``cpp_wrapper_gpu.py`` :265); None (off) by default (``config.py`` 2.13 :2339).
+MULTI_ARCH = "aot_inductor.emit_multi_arch_kernel"
+
+
+def build(
+    label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequence[Any], portable: bool = True
+) -> tuple[bytes, dict[str, Any]]:
     """Export the model inside ``compiled`` over ``shapes`` and compile it with AOTInductor.
 
     After the export and before the compile, the exported program must serve what was warmed: every
@@ -70,16 +78,21 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     built (:func:`load_failure`: it died, or raised), again with each of :func:`cpp_compilers`' others, set as
     Inductor's ``cpp.cxx`` in the compile's ``inductor_configs`` (torch's ``config.patch`` around it).
 
+    With ``portable``, where the installed torch has :data:`MULTI_ARCH` and neither the ``ik.compile`` options nor
+    the knobs set it, it is True in ``inductor_configs``: each CUDA kernel is packaged as a fatbin of PTX and SASS
+    (made with CUDA's ``fatbinary`` or ``nvcc`` at build time), which loads on other GPU architectures.
+
     Args:
         label (str): who asks, starting every message.
         compiled (Any): an ``ik.compile`` result of an ``nn.Module`` (its ``_orig_mod`` is exported).
         factory (Callable[[Any], Any]): shape -> a call's inputs, as for ``ik.serving.warmup``.
         shapes (Sequence[Any]): the warmed shapes; the dimensions that vary across them become dynamic.
+        portable (bool): turn :data:`MULTI_ARCH` on as above (False: leave it as the user's config has it).
 
     Returns:
         tuple[bytes, dict[str, Any]]: the package, and what the bundle records of it: ``"inputs"``, what it
-        accepts (:func:`accepted`), which :class:`ShapeCheckedPackage` checks at every call, and ``"cxx"``,
-        the C++ compiler that built it.
+        accepts (:func:`accepted`), which :class:`ShapeCheckedPackage` checks at every call, ``"cxx"``,
+        the C++ compiler that built it, and ``"multi_arch"``, whether :data:`MULTI_ARCH` was on (False where absent).
 
     Raises:
         InvalidKnobValue: ``compiled`` does not hold an ``nn.Module``, ``factory`` is not callable, its
@@ -110,6 +123,13 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
     backend = compiled._inductor_knobs_backend
     own = set(config_values(backend.own_knobs))
     configs = {key: value for key, value in backend.config_patches.items() if key not in own}
+    from torch._inductor import config as inductor_config
+
+    patches = torch_compat.installed()
+    has_multi_arch = MULTI_ARCH in patches.config_keys(inductor_config)
+    ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
+    if ours:
+        configs[MULTI_ARCH] = True
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     try:
         path = os.path.join(scratch, "model.pt2")
@@ -121,6 +141,7 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
                 raise _invalid(label, "aot", True, f"a model torch.export accepts; torch said: {err}") from err
             _check_export(label, program, calls, dynamic)
             contract = accepted(label, program, calls, names)
+            multi_arch = has_multi_arch and bool(configs.get(MULTI_ARCH, patches.read_value(inductor_config, MULTI_ARCH)))
             # cpp.cxx in the ik.compile options is the user's choice: built with it alone, as torch would; so is a
             # host where no compiler is found (torch's compile then says so).
             compilers: list[str | None] = [] if "cpp.cxx" in configs else list(cpp_compilers())
@@ -131,14 +152,18 @@ def build(label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequ
                     torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs={**configs, **patch})
                 except Exception as err:  # AOTInductor's many error types
                     if not tried:  # Inductor's own compiler: the model's fault, as for any compile
-                        raise _invalid(label, "aot", True, f"a model AOTInductor compiles; torch said: {err}") from err
+                        said = f"a model AOTInductor compiles; torch said: {err}"
+                        if ours:
+                            said += f" (portable=True turned {MULTI_ARCH} on, whose fatbins need nvcc or fatbinary: "
+                            said += "portable=False builds without it)"
+                        raise _invalid(label, "aot", True, said) from err
                     said = " ".join(str(err).split()[-60:])
                     tried.append((name, LoadFailure("did not compile the model", said, crashed=False, retry=True)))
                     continue
                 failure = load_failure(path)
                 if failure is None:
                     with open(path, "rb") as src:
-                        return src.read(), {"inputs": contract, "cxx": name}
+                        return src.read(), {"inputs": contract, "cxx": name, "multi_arch": multi_arch}
                 tried.append((name, failure))
                 if not failure.retry:
                     break

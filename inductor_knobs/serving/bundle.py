@@ -69,7 +69,14 @@ class ServingBundle:
 
 
 def save_serving_bundle(
-    path: str | os.PathLike[str], served: Any, report: Any, *, buckets: Any = None, aot: bool = False, factory: Any = None
+    path: str | os.PathLike[str],
+    served: Any,
+    report: Any,
+    *,
+    buckets: Any = None,
+    aot: bool = False,
+    factory: Any = None,
+    portable: bool = True,
 ) -> dict[str, Any]:
     """Write the serving bundle of this process: torch's cache artifacts and how to serve from them (0600, atomically).
 
@@ -89,7 +96,9 @@ def save_serving_bundle(
     size ranges, the sizes export tied, layout, and each non-tensor value;
     :func:`~inductor_knobs.serving.aot_package.accepted`), checked at every call of the loaded bundle, and
     the C++ compiler that built it (``cxx``: Inductor's, or the first of
-    :func:`~inductor_knobs.serving.aot_package.cpp_compilers` whose package a fresh process loads).
+    :func:`~inductor_knobs.serving.aot_package.cpp_compilers` whose package a fresh process loads), and
+    whether its CUDA kernels are fatbins of PTX and SASS that load on other GPU architectures (``multi_arch``:
+    ``portable``, on a torch with ``aot_inductor.emit_multi_arch_kernel``, e.g. 2.13).
 
     Args:
         served: what you serve: an ``ik.compile`` result, or ``ik.serving.capture_cuda_graphs`` of one (its
@@ -103,13 +112,16 @@ def save_serving_bundle(
             (torch 2.7+; the build compiles the model again, which takes about as long as its first compile).
         factory (Callable[[Any], Any] | None): with ``aot=True``, the report's factory (shape -> a call's
             inputs): the export's example inputs and the sizes that vary come from its calls.
+        portable (bool): with ``aot=True``, where this torch has ``aot_inductor.emit_multi_arch_kernel`` and neither
+            the ``ik.compile`` options nor the knobs set it, turn it on for the build (needs CUDA's ``nvcc`` or
+            ``fatbinary`` for a CUDA model; not for CUTLASS kernels, torch 2.13 ``codecache.py`` :3161).
 
     Returns:
         dict[str, Any]: the header written (identity, artifact counts, sha256s, serving section).
 
     Raises:
         NotSupportedOnThisTorch: torch < 2.7 (no cache artifacts API; no AOTInductor packages).
-        InvalidKnobValue: ``served``, ``report``, ``aot`` or ``factory`` is not as above, or a shape,
+        InvalidKnobValue: ``served``, ``report``, ``aot``, ``factory`` or ``portable`` is not as above, or a shape,
             bucket, knob or ``ik.compile`` argument is not plain data that JSON reads back the same; with
             ``aot=True``, ``served`` is not of an ``nn.Module``, the factory's calls differ in more than
             tensor sizes or pass a non-tensor other than None, a bool, an int, a finite float or a string,
@@ -120,8 +132,9 @@ def save_serving_bundle(
     """
 
     label = f"save_serving_bundle({os.fspath(path)!r})"
-    if aot is not True and aot is not False:
-        raise _invalid("aot", aot, "True or False", "save_serving_bundle")
+    for name, flag in (("aot", aot), ("portable", portable)):
+        if flag is not True and flag is not False:
+            raise _invalid(name, flag, "True or False", "save_serving_bundle")
     if aot:
         aot_package.require(label)
         if not callable(factory):
@@ -131,7 +144,7 @@ def save_serving_bundle(
     section, compiled = bundle_format.encode(served, report, buckets)
     knobs = compile_cache._knobs_of(compiled)
     if aot:
-        payload, built = aot_package.build(label, compiled, factory, [step.shape for step in report.steps])
+        payload, built = aot_package.build(label, compiled, factory, [step.shape for step in report.steps], portable)
         section["aot"] = {"bytes": len(payload), **built, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = compile_cache.payload_header(knobs, payload, {})
