@@ -264,7 +264,9 @@ def scaled(private_base, tmp_path_factory):
         patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor-scaled")))
         compiled = ik.compile(Scaled().eval())
         report = ik.serving.warmup(compiled, shapes=[8, 16], factory=scaled_call, probes=None)
-        ik.serving.save_serving_bundle(path, compiled, report, aot=True, factory=scaled_call)
+        # a real build with the multi-arch switch on where this torch has it (a CPU model: no fatbin to make)
+        header = ik.serving.save_serving_bundle(path, compiled, report, aot=True, factory=scaled_call, portable=True)
+        assert header["serving"]["aot"]["multi_arch"] is HAS_MULTI_ARCH
         bundle = ik.serving.load_serving_bundle(path, None, factory=scaled_call)
     served = bundle.served
     runs = []
@@ -407,7 +409,7 @@ def test_the_bundle_records_the_build_cpus_extensions_and_multi_arch_kernels(aot
     header = json.loads(aot_bundle.read_bytes().split(b"\n", 2)[1])
     assert header["serving"]["aot"]["cpu_flags"] == aot_package.cpu_isa_flags()
     # a real AOTInductor build (of a CPU model) with the switch on where this torch has it
-    assert header["serving"]["aot"]["multi_arch"] is HAS_MULTI_ARCH
+    assert header["serving"]["aot"]["multi_arch"] is False  # portable=False by default
 
 
 def test_a_bundle_built_on_a_cpu_with_an_extension_this_one_lacks_is_refused(aot_bundle, nothing_loaded):
@@ -641,7 +643,7 @@ def portable_bundle(path, options=None, knobs=None, **kwargs):
 
 @pytest.mark.skipif(not HAS_MULTI_ARCH, reason=f"torch {torch.__version__} has no {aot_package.MULTI_ARCH}")
 def test_an_aot_build_packages_multi_arch_kernels_and_records_it(tmp_path, packaged):
-    assert portable_bundle(tmp_path / "b") is True
+    assert portable_bundle(tmp_path / "b", portable=True) is True
     assert packaged == [True]
 
 
@@ -649,11 +651,12 @@ def test_an_aot_build_packages_multi_arch_kernels_and_records_it(tmp_path, packa
 @pytest.mark.parametrize(
     ("how", "passed", "recorded"),
     [
+        ({}, "unset", False),  # portable=False by default
         ({"portable": False}, "unset", False),
-        ({"options": {aot_package.MULTI_ARCH: False}}, False, False),
+        ({"options": {aot_package.MULTI_ARCH: False}, "portable": True}, False, False),
         # a knob's key is entered by KnobsContext around the build, not passed: recorded as the build read it
-        ({"knobs": ik.Knobs(config={aot_package.MULTI_ARCH: False})}, "unset", False),
-        ({"knobs": ik.Knobs(config={aot_package.MULTI_ARCH: True}), "portable": False}, "unset", True),
+        ({"knobs": ik.Knobs(config={aot_package.MULTI_ARCH: False}), "portable": True}, "unset", False),
+        ({"knobs": ik.Knobs(config={aot_package.MULTI_ARCH: True})}, "unset", True),
     ],
 )
 def test_portable_off_or_the_users_own_setting_is_kept(tmp_path, packaged, how, passed, recorded):
@@ -665,7 +668,7 @@ def test_a_torch_without_multi_arch_kernels_builds_as_before(tmp_path, packaged,
     patches = torch_compat.installed()
     keys = [k for k in patches.config_keys(torch._inductor.config) if k != aot_package.MULTI_ARCH]
     monkeypatch.setattr(type(patches), "config_keys", lambda self, cfg: keys)
-    assert portable_bundle(tmp_path / "b") is False
+    assert portable_bundle(tmp_path / "b", portable=True) is False
     assert packaged == ["unset"]
 
 
@@ -682,4 +685,4 @@ def test_a_build_that_fails_with_multi_arch_on_names_portable_false(tmp_path, mo
 
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
     with pytest.raises(InvalidKnobValue, match=r"nvcc is required to build fatbin \(portable=True turned .* portable=False"):
-        portable_bundle(tmp_path / "b")
+        portable_bundle(tmp_path / "b", portable=True)

@@ -64,7 +64,7 @@ MULTI_ARCH = "aot_inductor.emit_multi_arch_kernel"
 
 
 def build(
-    label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequence[Any], portable: bool = True
+    label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequence[Any], portable: bool = False
 ) -> tuple[bytes, dict[str, Any]]:
     """Export the model inside ``compiled`` over ``shapes`` and compile it with AOTInductor.
 

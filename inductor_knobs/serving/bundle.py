@@ -76,7 +76,7 @@ def save_serving_bundle(
     buckets: Any = None,
     aot: bool = False,
     factory: Any = None,
-    portable: bool = True,
+    portable: bool = False,
 ) -> dict[str, Any]:
     """Write the serving bundle of this process: torch's cache artifacts and how to serve from them (0600, atomically).
 
@@ -113,8 +113,9 @@ def save_serving_bundle(
         factory (Callable[[Any], Any] | None): with ``aot=True``, the report's factory (shape -> a call's
             inputs): the export's example inputs and the sizes that vary come from its calls.
         portable (bool): with ``aot=True``, where this torch has ``aot_inductor.emit_multi_arch_kernel`` and neither
-            the ``ik.compile`` options nor the knobs set it, turn it on for the build (needs CUDA's ``nvcc`` or
-            ``fatbinary`` for a CUDA model; not for CUTLASS kernels, torch 2.13 ``codecache.py`` :3161).
+            the ``ik.compile`` options nor the knobs set it, turn it on for the build (default False: the package
+            loads on the build's GPU architecture only; True needs CUDA's ``nvcc`` or ``fatbinary`` for a CUDA
+            model and no CUTLASS kernels, torch 2.13 ``codecache.py`` :3161).
 
     Returns:
         dict[str, Any]: the header written (identity, artifact counts, sha256s, serving section).
