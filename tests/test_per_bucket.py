@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -45,6 +47,21 @@ def test_auto_decides_by_kernel_time_where_it_was_measured():
 
 def test_kernel_time_needs_cuda_inputs():
     assert per_bucket.kernel_ms(torch.relu, (torch.ones(2),), {}) is None  # CPU: the wall-time comparison stands
+
+
+def test_kernel_time_is_not_taken_under_cuda_graph_trees(monkeypatch):
+    """A compile with ``triton.cudagraphs`` records its own trees: they must not run under another capture."""
+    import types
+
+    fake_trees = types.SimpleNamespace(get_manager=lambda device, create_if_none_exists: object())
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", fake_trees)
+    monkeypatch.setattr(torch._C, "_is_key_in_tls", lambda key: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert per_bucket._cudagraph_trees_in_use()
+    fake_trees.get_manager = lambda device, create_if_none_exists: None
+    assert not per_bucket._cudagraph_trees_in_use()
+    fake_trees.get_manager = lambda device, create_if_none_exists: 1 / 0  # unreadable: do not capture
+    assert per_bucket._cudagraph_trees_in_use()
 
 
 def test_a_graph_per_bucket_and_traffic_compiles_nothing(fresh_inductor):

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from . import torch_compat
 from .attestation import CompileAttestation
 from .blocks import UndoContext
-from .events import AutotuneRecord, CompileEvent, Subscribe, format_table, write_jsonl
+from .events import AutotuneRecord, CompileEvent, RuntimeEvent, Subscribe, format_table, write_jsonl
 from .interception import InterceptionUse
 from .observers import HooksUse, PatchUse
 from .patching import SharedPatch
@@ -69,6 +69,17 @@ class ObservedBlock(UndoContext):
     patches: tuple[SharedPatch, ...] = ()
     #: Whether this object is inside its block now (a serving guard's fast path reads it every call).
     _block: bool | None = None
+
+    # The protocol a subclass overrides (``super().on_<kind>(...)`` is safe); attestations are opt-in by defining
+    # ``on_attestation``, which also holds the compile interception.
+    def on_autotune(self, record: AutotuneRecord) -> None:
+        pass
+
+    def on_compile(self, event: CompileEvent) -> None:
+        pass
+
+    def on_runtime(self, event: RuntimeEvent) -> None:
+        pass
 
     def _plan(self) -> tuple[list[Change], Any]:
         return subscription_records(self, self.event_scope, hooks=True, need_autotune=self.need_autotune), self

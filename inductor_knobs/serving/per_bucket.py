@@ -29,6 +29,7 @@ Considered and not used:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -117,12 +118,14 @@ class BucketTuning:
 
 
 def kernel_ms(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> float | None:
-    """Milliseconds per call of the warmed ``fn(*args, **kwargs)`` replayed from one CUDA graph: its kernels'
-    time without the host's launch cost, as a served bucket's CUDA graph runs them.
+    """Milliseconds per call of the warmed ``fn(*args, **kwargs)`` replayed from one CUDA graph
+    (``triton.testing.do_bench_cudagraph``): its kernels' time without the host's launch cost, as a served bucket's
+    CUDA graph runs them.  torch may compile nothing meanwhile (``set_stance("fail_on_recompile")``, 2.6+).
 
-    Returns None where that cannot be measured: no CUDA tensor among the inputs, no Triton
-    (``triton.testing.do_bench_cudagraph``, Triton 2.1+), or a call that cannot be captured (it synchronises
-    or compiles); the caller then compares warm calls' wall times.
+    Returns None where that cannot be measured, and the caller compares warm calls' wall times: no CUDA tensor
+    among the inputs, no Triton, CUDA graph trees in this thread (a compile with ``triton.cudagraphs``, e.g. mode
+    ``"reduce-overhead"``: its own recordings must not run under another capture), or a call that cannot be
+    captured or would compile.
     """
     import torch
 
@@ -132,10 +135,33 @@ def kernel_ms(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
         from triton.testing import do_bench_cudagraph
     except ImportError:
         return None
-    try:
-        return float(do_bench_cudagraph(lambda: fn(*args, **kwargs)))
-    except Exception:  # noqa: BLE001 - not capturable: the wall-time comparison stands
+    if _cudagraph_trees_in_use():
         return None
+    undos: list[Callable[[], None]] = []
+    try:
+        torch_compat.installed(strict=False).refuse_compiles(undos.append)
+        return float(do_bench_cudagraph(lambda: fn(*args, **kwargs)))
+    except Exception:  # noqa: BLE001 - not capturable, or it would compile: the wall-time comparison stands
+        return None
+    finally:
+        for undo in reversed(undos):
+            undo()
+
+
+def _cudagraph_trees_in_use() -> bool:
+    """Whether this thread holds an Inductor CUDA graph tree (``torch/_inductor/cudagraph_trees.py``: ``get_manager``,
+    ``tree_manager_containers`` in torch's TLS; 2.4-2.15); True when that cannot be read."""
+    import torch
+
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is None:
+        return False
+    try:
+        if not torch._C._is_key_in_tls("tree_manager_containers"):
+            return False
+        return trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False) is not None
+    except Exception:  # noqa: BLE001 - unknown: do not capture
+        return True
 
 
 def tune(

@@ -89,8 +89,9 @@ def warmup(
             limit raised by the number of buckets (all releases 2.4-2.15).  ``True``: every bucket keeps its
             graph.  ``"auto"``: also warms ``dynamic_fn`` at every bucket and keeps a bucket's own graph only
             where it was faster (by ``per_bucket.MIN_GAIN``): by kernel time replayed from a CUDA graph on CUDA
-            with Triton, else by a warm call's wall time.  ``report.buckets`` shows per bucket
-            the compile seconds, ms per call of both, the gain and the decision.  False (default): off.
+            with Triton (``factory`` is then called once more per bucket), else by a warm call's wall time.
+            ``report.buckets`` shows per bucket the compile seconds, ms per call of both, the gain and the
+            decision.  False (default): off.
         dynamic_fn: with ``per_bucket``: the same model compiled with one dynamic graph
             (``torch.compile(model, dynamic=True)``, same mode and options), measured beside ``fn`` at every
             bucket; ``report.serving_fn`` then routes each kept bucket to ``fn`` and every other size to it.
@@ -153,7 +154,7 @@ def warmup(
                 other.profiler_seconds = 0.0  # measured once, on fn
                 dynamic = [_warm(other, dynamic_fn, i, s, factory(s), calls_per_input) for i, s in enumerate(shape_list or ())]  # type: ignore[misc]
             kernels = []
-            if dynamic_fn is not None:  # compared by kernel time where a CUDA graph replay can measure it
+            if dynamic_fn is not None and mode == "auto":  # by kernel time where a CUDA graph replay measures it
                 for step in dynamic or ():
                     args, kwargs = as_call(factory(step.shape))  # type: ignore[misc]
                     own_ms, other_ms = kernel_ms(fn, args, kwargs), kernel_ms(dynamic_fn, args, kwargs)
