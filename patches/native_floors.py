@@ -123,19 +123,32 @@ class NativeFloors:
 
     @contextmanager
     def quiet_profiler_markers(self) -> Iterator[None]:
-        """libkineto's ``profiler_start/stop`` stderr lines off while inside, then its severity back unless changed meanwhile
-        (``KINETO_LOG_LEVEL`` cannot: it is read once, at the first profiler start).  Nothing where the symbol is absent."""
+        """libkineto's ``profiler_start/stop`` stderr lines off while inside, then its severity back unless changed meanwhile.
+        libkineto reads ``KINETO_LOG_LEVEL`` once, at the process's first profiler start, and sets its severity from
+        it then: the first block also sets that variable, unless the user did, and removes it after.  Nothing where
+        the severity's symbol is absent."""
         level = _kineto_severity()
         if level is None:
             yield
             return
         before = level.value
+        first = KINETO_LOG_LEVEL not in os.environ and not _PROFILED
+        if first:
+            _PROFILED.append(True)
+            os.environ[KINETO_LOG_LEVEL] = str(KINETO_QUIET)
         level.value = max(before, KINETO_QUIET)
         try:
             yield
         finally:
+            if first and os.environ.get(KINETO_LOG_LEVEL) == str(KINETO_QUIET):
+                del os.environ[KINETO_LOG_LEVEL]
             if level.value == max(before, KINETO_QUIET):
                 level.value = before
+
+
+#: Whether a quiet profiler block ran in this process (libkineto reads ``KINETO_LOG_LEVEL`` at its first start only).
+_PROFILED: list[bool] = []
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
 
 
 @functools.cache

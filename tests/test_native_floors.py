@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -139,6 +142,22 @@ def test_sampled_profiler_prints_no_usdt_markers(capfd):
     ik.serving.warmup(fn, shapes=[4, 8, 16], factory=torch.ones, probes=None)
     assert "profiler_start" not in capfd.readouterr().err
     assert own_profiler_prints() is prints  # libkineto's severity is put back: the user's own profiler as before
+
+
+def test_the_first_profiler_start_of_a_process_prints_no_usdt_marker():
+    """libkineto sets its severity from KINETO_LOG_LEVEL at the process's first start (torch 2.13 printed one
+    ``profiler_start`` line there); the variable is gone afterwards."""
+    script = (
+        "import os, torch\n"
+        "from inductor_knobs.serving.sampled_profiler import sampling_profiler\n"
+        "with sampling_profiler():\n"
+        "    torch.ones(2) + 1\n"
+        "assert 'KINETO_LOG_LEVEL' not in os.environ\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "profiler_start" not in done.stderr and "profiler_stop" not in done.stderr
 
 
 def test_emulated_report_says_what_emulation_is():
