@@ -115,7 +115,7 @@ def _comparisons_of_results(path: Path, root: Path) -> list[dict[str, Any]]:
 
 
 def _comparisons_of_jsonl(path: Path, root: Path) -> list[dict[str, Any]]:
-    """The kernel times of a main job's runs.jsonl (bench/session_gpu.sh): the A/A control (gated,
+    """The kernel times of a main job's runs.jsonl (bench/gpu_parts.sh): the A/A control (gated,
     force_gemm_autotune) and the emulated T4 (gated@T4, force_gemm_autotune@T4).  A file with more than
     18 lines holds a second, A/A-only run after the main job's 18: it is its own comparison."""
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

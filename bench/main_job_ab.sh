@@ -1,5 +1,5 @@
 # The README main job twice in one GPU call: with the package from $OLD (a copy of an older tree, e.g.
-#   git archive <commit> inductor_knobs patches | tar -x -C .old_ik), then with this checkout; bench/published/session-2026-11-26g/ab.
+#   git archive <commit> inductor_knobs patches | tar -x -C .old_ik), then with this checkout; bench/published/2026-11-26-h100-aot-load-aa/ab.
 #   OUT=/tmp/out OLD=.old_ik bash bench/main_job_ab.sh
 set -u
 R=$PWD; F=$OUT; export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1

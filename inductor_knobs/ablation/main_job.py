@@ -29,7 +29,7 @@ MAIN_JOB_GPU_ITERS = 200
 #: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap: 9 on a 16-CPU GPU node, half
 #: the main job's 18 runs, so that the phase barrier's live cap (2 x parallel, :func:`.quiet.live_cap`) holds all
 #: of them in one batch and no compile slot waits for a batch's slowest compile.  Measured on one node of one
-#: H100 (16 CPUs, torch 2.11, triton 3.6), one run each, one after another (``bench/session_gpu.sh r``): 6 at once
+#: H100 (16 CPUs, torch 2.11, triton 3.6), one run each, one after another (``bench/gpu_parts.sh r``): 6 at once
 #: (two batches of 9) 162.2 s and 179.2 s wall; 6 at once in one batch of 18 (``bench/ablate_cap.py 18``) 155.0 s;
 #: 9 at once 132.4 s; 12 at once 131.7 s; 18 at once 126.2 s.  The A/A control was "no detectable difference"
 #: within ±5% in each.  More than 9 gained little and made every cold compile slower (the forced arms' 56 s at 9,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU session 4: the main job alone, timed, with per-phase worker times; then the gpu-marked tests.
+# The main job alone, timed, with per-phase worker times; then the gpu-marked tests.
 set -u
 REPO=$PWD; END=$(( $(date +%s) + 570 ))
 left() { local l=$(( END - $(date +%s) )); [ $l -lt $1 ] && echo $l || echo $1; }

@@ -2,35 +2,35 @@
 # The GPU runs behind the closing notes of issues 31, 32 and 33, on one host with 4 GPUs (64 CPUs),
 # from the repository root, in three calls; everything goes under $OUT.
 #
-#   OUT=/tmp/out bash bench/session_gpu.sh a   # lanes at once, each GPU with its own 16 CPUs (taskset):
+#   OUT=/tmp/out bash bench/gpu_parts.sh a   # lanes at once, each GPU with its own 16 CPUs (taskset):
 #                                              #   GPU 0: every GPU test; GPU 1: cold start, Llama;
 #                                              #   GPU 2: cold start, BERT-base; GPU 3: the main job's --smoke
-#   OUT=/tmp/out bash bench/session_gpu.sh b   # the README's main job on GPU 0 alone with CPUs 0-15 (as on a
+#   OUT=/tmp/out bash bench/gpu_parts.sh b   # the README's main job on GPU 0 alone with CPUs 0-15 (as on a
 #                                              #   one-GPU node), then on all 4 GPUs with all CPUs (ablate_gpu.sh
 #                                              #   parts main + allgpus), one after the other, nothing beside them
-#   OUT=/tmp/out bash bench/session_gpu.sh c   # bench/serving_soak.py, one served model per GPU, 4 GPUs
-#   OUT=/tmp/out bash bench/session_gpu.sh d   # part b again (after the fork server preloaded Inductor),
+#   OUT=/tmp/out bash bench/gpu_parts.sh c   # bench/serving_soak.py, one served model per GPU, 4 GPUs
+#   OUT=/tmp/out bash bench/gpu_parts.sh d   # part b again (after the fork server preloaded Inductor),
 #                                              #   then bench/cold_start.py, Llama on GPU 0 and BERT-base on
 #                                              #   GPU 1 at once (their own 16 CPUs each), nothing beside them
-#   OUT=/tmp/out bash bench/session_gpu.sh e   # lanes at once, each GPU with its own 16 CPUs: GPU 0 the main
+#   OUT=/tmp/out bash bench/gpu_parts.sh e   # lanes at once, each GPU with its own 16 CPUs: GPU 0 the main
 #                                              #   job (ablate_gpu.sh part main, timed); GPU 1 cold start, Llama;
 #                                              #   GPU 2 cold start, BERT-base; GPU 3 every GPU test
-#   OUT=/tmp/out bash bench/session_gpu.sh f   # cold start, Llama on GPU 0 and BERT-base on GPU 1 at once
-#   OUT=/tmp/out bash bench/session_gpu.sh g   # the main job on GPU 0 alone (CPUs 0-15), then part f beside
+#   OUT=/tmp/out bash bench/gpu_parts.sh f   # cold start, Llama on GPU 0 and BERT-base on GPU 1 at once
+#   OUT=/tmp/out bash bench/gpu_parts.sh g   # the main job on GPU 0 alone (CPUs 0-15), then part f beside
 #                                              #   the fork-server and bundle GPU tests on GPU 2
-#   OUT=/tmp/out bash bench/session_gpu.sh h   # lanes at once: GPU 0 the main job (timed); GPU 2 the fork-server,
+#   OUT=/tmp/out bash bench/gpu_parts.sh h   # lanes at once: GPU 0 the main job (timed); GPU 2 the fork-server,
 #                                              #   release-knob and bundle GPU tests; GPU 3 tests/test_gpu.py
-#   OUT=/tmp/out bash bench/session_gpu.sh j   # the README's main job four times at once, one run per GPU with
+#   OUT=/tmp/out bash bench/gpu_parts.sh j   # the README's main job four times at once, one run per GPU with
 #                                              #   its own 16 CPUs (replicates of its wall time and intervals)
-#   OUT=/tmp/out bash bench/session_gpu.sh i   # lanes at once: GPU 0 the main job (timed); GPU 1 cold start, Llama;
+#   OUT=/tmp/out bash bench/gpu_parts.sh i   # lanes at once: GPU 0 the main job (timed); GPU 1 cold start, Llama;
 #                                              #   GPU 2 cold start, BERT-base (both with the aot arm); GPU 3 the
 #                                              #   bundle, AOT bundle and autotune-lock GPU tests
-#   OUT=/tmp/out bash bench/session_gpu.sh k llama bert   # one-GPU node, all its CPUs: bench/cold_start.py for
+#   OUT=/tmp/out bash bench/gpu_parts.sh k llama bert   # one-GPU node, all its CPUs: bench/cold_start.py for
 #                                              #   each model in turn (arms $ARMS, default all), then the AOT bundle GPU test
-#   OUT=/tmp/out bash bench/session_gpu.sh m   # one-GPU node: the main job with --parallel 6 (timed), then the
+#   OUT=/tmp/out bash bench/gpu_parts.sh m   # one-GPU node: the main job with --parallel 6 (timed), then the
 #                                              #   A/A control alone with --parallel 1 (bench/aa_alone.toml)
-#   OUT=/tmp/out bash bench/session_gpu.sh p   # one-GPU node: the main job alone with --parallel 6 (timed), per-run lines
-#   OUT=/tmp/out bash bench/session_gpu.sh r   # one-GPU node: variants of the main job (timed) one after the other:
+#   OUT=/tmp/out bash bench/gpu_parts.sh p   # one-GPU node: the main job alone with --parallel 6 (timed), per-run lines
+#   OUT=/tmp/out bash bench/gpu_parts.sh r   # one-GPU node: variants of the main job (timed) one after the other:
 #                                              #   VARIANTS="main onebatch parallel9" (as a new user runs it; every run
 #                                              #   live at once, bench/ablate_cap.py 18; --parallel 9)
 #
@@ -39,7 +39,7 @@
 set -uo pipefail
 FINAL=${OUT:?set OUT to the directory for the results}
 PART=${1:?part a, b or c}
-OUT=/tmp/session-$PART
+OUT=/tmp/gpu-part-$PART
 rm -rf "$OUT" && mkdir -p "$OUT"
 trap 'tar czf "$FINAL/$PART.tgz" -C "$OUT" . ; cp "$OUT/status.txt" "$FINAL/$PART-status.txt" 2>/dev/null' EXIT
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
