@@ -1464,3 +1464,12 @@ def test_ablate_plan_on_the_fake_gpu(no_arm_runs, fake_cuda, transformers_presen
     assert {j["emulate"] for j in plan.jobs()} == {"T4"}
     with pytest.raises(InvalidKnobValue, match=rf"allowed 1\.\.{PHYSICAL_SMS}"):
         plan_for("--emulate-sms", str(PHYSICAL_SMS + 1), "--device", "cuda")
+
+
+@pytest.mark.parametrize("text", ["¹", "-²"])
+def test_a_non_ascii_digit_is_not_an_sm_count(text):
+    """``str.isdigit`` accepts superscripts, which ``int`` refuses: found by the env fuzz test."""
+    from inductor_knobs.emulation import gpus
+
+    with pytest.raises(ik.errors.KnobsError, match="INDUCTOR_KNOBS_EMULATE_SMS"):
+        gpus.spec_from_text(text, source="INDUCTOR_KNOBS_EMULATE_SMS")

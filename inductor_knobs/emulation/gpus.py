@@ -7,6 +7,7 @@ maximum per compute capability (CUDA C++ Programming Guide, "Technical Specifica
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,5 +144,5 @@ def spec_from_text(text: str, *, shared_memory_per_block: int | None = None, sou
     """
     value = text.strip()
     return resolve_spec(
-        int(value) if value.lstrip("-").isdigit() else value, shared_memory_per_block=shared_memory_per_block, source=source
+        int(value) if re.fullmatch(r"-?[0-9]+", value) else value, shared_memory_per_block=shared_memory_per_block, source=source
     )
