@@ -67,6 +67,23 @@ class TorchHooks:
             (kind, path.replace(public, ":CachingAutotuner._coordinate_descent_tuning")) for kind, path in self.runtime_cost_hooks
         )
 
+    def cudagraph_trees_in_use(self) -> bool:
+        """Whether this thread holds an Inductor CUDA graph tree (``_inductor/cudagraph_trees.py``: ``get_manager(...,
+        create_if_none_exists=False)`` under TLS ``tree_manager_containers``, 2.4-2.15); True when that cannot be read."""
+        import sys
+
+        trees = sys.modules.get("torch._inductor.cudagraph_trees")
+        if trees is None:
+            return False
+        import torch
+
+        try:
+            if not torch._C._is_key_in_tls("tree_manager_containers"):
+                return False
+            return trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False) is not None
+        except Exception:  # noqa: BLE001 - unknown: say in use
+            return True
+
     #: Profiler op names -> the per-shape first-call cost they stand for.
     per_shape_ops: ClassVar[dict[str, str]] = {
         "aten::_scaled_dot_product_cudnn_attention": "cudnn_sdpa_plan",

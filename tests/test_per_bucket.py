@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import inductor_knobs as ik
+from inductor_knobs.core import torch_compat
 from inductor_knobs.serving import per_bucket
 from inductor_knobs.serving.warm_up_report import WarmupStep
 
@@ -57,11 +58,11 @@ def test_kernel_time_is_not_taken_under_cuda_graph_trees(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", fake_trees)
     monkeypatch.setattr(torch._C, "_is_key_in_tls", lambda key: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    assert per_bucket._cudagraph_trees_in_use()
+    assert torch_compat.installed().cudagraph_trees_in_use()
     fake_trees.get_manager = lambda device, create_if_none_exists: None
-    assert not per_bucket._cudagraph_trees_in_use()
+    assert not torch_compat.installed().cudagraph_trees_in_use()
     fake_trees.get_manager = lambda device, create_if_none_exists: 1 / 0  # unreadable: do not capture
-    assert per_bucket._cudagraph_trees_in_use()
+    assert torch_compat.installed().cudagraph_trees_in_use()
 
 
 def test_a_graph_per_bucket_and_traffic_compiles_nothing(fresh_inductor):

@@ -153,12 +153,7 @@ def _wrap_timed(path: str, kind: str) -> Callable[[Callable[[Callable[[], None]]
     timed = _timed_wrapper(kind)
 
     def step(push: Callable[[Callable[[], None]], None]) -> None:
-        try:
-            owner, name = resolve(path)
-            found = getattr(owner, name, None)
-        except (ImportError, AttributeError):
-            found = None
-        if not callable(found):
+        if not _callable_at(path):
             warnings.warn(
                 f"{path.replace(':', '.')} does not exist on this torch; {kind} costs will show as a slow op or "
                 "'unattributed' (inductor-knobs doctor lists the hooks)",
@@ -189,13 +184,17 @@ def runtime_hook_status() -> list[tuple[str, str, bool]]:
 
     status = []
     for kind, path in torch_compat.installed(strict=False).runtime_hooks(torch_compat.release_of(torch.__version__)):
-        try:
-            owner, name = resolve(path)
-            exists = callable(getattr(owner, name, None))
-        except (ImportError, AttributeError):
-            exists = False
-        status.append((kind, path.replace(":", "."), exists))
+        status.append((kind, path.replace(":", "."), _callable_at(path)))
     return status
+
+
+def _callable_at(path: str) -> bool:
+    """Whether ``module:Class.method`` resolves to something callable here."""
+    try:
+        owner, name = resolve(path)
+    except (ImportError, AttributeError):
+        return False
+    return callable(getattr(owner, name, None))
 
 
 def triton_compiles() -> tuple[int, int] | None:

@@ -29,7 +29,6 @@ Considered and not used:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -135,33 +134,18 @@ def kernel_ms(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
         from triton.testing import do_bench_cudagraph
     except ImportError:
         return None
-    if _cudagraph_trees_in_use():
+    patches = torch_compat.installed(strict=False)
+    if patches.cudagraph_trees_in_use():
         return None
     undos: list[Callable[[], None]] = []
     try:
-        torch_compat.installed(strict=False).refuse_compiles(undos.append)
+        patches.refuse_compiles(undos.append)
         return float(do_bench_cudagraph(lambda: fn(*args, **kwargs)))
     except Exception:  # noqa: BLE001 - not capturable, or it would compile: the wall-time comparison stands
         return None
     finally:
         for undo in reversed(undos):
             undo()
-
-
-def _cudagraph_trees_in_use() -> bool:
-    """Whether this thread holds an Inductor CUDA graph tree (``torch/_inductor/cudagraph_trees.py``: ``get_manager``,
-    ``tree_manager_containers`` in torch's TLS; 2.4-2.15); True when that cannot be read."""
-    import torch
-
-    trees = sys.modules.get("torch._inductor.cudagraph_trees")
-    if trees is None:
-        return False
-    try:
-        if not torch._C._is_key_in_tls("tree_manager_containers"):
-            return False
-        return trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False) is not None
-    except Exception:  # noqa: BLE001 - unknown: do not capture
-        return True
 
 
 def tune(
