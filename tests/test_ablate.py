@@ -1029,19 +1029,24 @@ def test_an_interrupt_while_waiting_for_doctor_is_recorded_and_kills_the_child(m
     assert children and children[0].proc.poll() is not None  # killed when the command ended
 
 
-def test_a_later_repeat_is_labelled_shared_only_when_kept_binaries_were_there(monkeypatch):
-    """With every run live in one batch of the barrier, no run has kept its Triton binaries when the later repeats
-    start: they compile cold and their records say so (the report's compile column counts them)."""
+def test_a_later_repeat_compiles_into_the_shared_directory_from_its_start(monkeypatch):
+    """Repeat 0 compiles with empty caches; a later repeat uses the ablation's shared Triton directory as its
+    ``TRITON_CACHE_DIR`` even while it is still empty (its own binaries go there for the runs compiling beside it),
+    and its record says ``shared`` (the report's compile column leaves it out)."""
     monkeypatch.setattr(job, "WORKER", "this")  # a module that exits at once: the label is set before it runs
+    seen: list[dict] = []
+    env = workers.worker_env
+    monkeypatch.setattr(job, "worker_env", lambda *a, **k: seen.append(env(*a, **k)) or seen[-1])
     registry = workers.Workers(share_kernels=True)
     arm = spec.Arm("a")
-    later = {"index": 1, "repeat": 1, "arm": arm.to_dict()}
     try:
-        assert job.run_job(later, arm, None, 60, registry)["kernel_cache"] == "cold"  # nothing kept yet
-        (Path(registry.kernels) / "abc").mkdir()
+        later = {"index": 1, "repeat": 1, "arm": arm.to_dict()}
+        assert not os.listdir(registry.kernels)
         assert job.run_job(later, arm, None, 60, registry)["kernel_cache"] == "shared"
+        assert seen[-1]["TRITON_CACHE_DIR"] == registry.kernels
         first = {"index": 0, "repeat": 0, "arm": arm.to_dict()}
         assert job.run_job(first, arm, None, 60, registry)["kernel_cache"] == "cold"  # repeat 0 never shares
+        assert seen[-1]["TRITON_CACHE_DIR"] != registry.kernels
     finally:
         registry.remove_dirs()
 

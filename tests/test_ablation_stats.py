@@ -795,7 +795,7 @@ def test_compile_time_is_the_cold_processes_and_the_time_table_sums_the_runs():
     text = report.markdown(data)
     assert "4 processes per GPU compiled at once and measured one at a time beside the others" in text  # no barrier record
     assert "timed while up to 4 processes compiled at once" in text and "**Where the time went**" in text
-    assert "the 4 of 6 runs that reused earlier runs' Triton binaries are left out" in text
+    assert "the 4 of 6 later repeats, which shared their Triton binaries, are left out" in text
     assert "| all runs (sum) | 6 |" in text and "in 50 s of wall time (5.6 processes alive on average" in text
     assert "12 s of the process time was waiting for a quiet turn" in text
     old = results_of({"a": [[1.0]] * 3})  # files from before phases were recorded: no table, and all runs are cold
@@ -814,9 +814,9 @@ def test_an_arm_whose_cold_runs_all_failed_says_its_compile_time_is_not_cold():
     assert rows["gated"]["compile_cold"] and rows["gated"]["compile_seconds"] == 60.0
     assert rows["forced"]["compile_cold"] is False and rows["forced"]["compile_seconds"] == 20.0
     text = report.markdown(data)
-    assert "compile s of forced is from runs that reused earlier runs' Triton binaries (no cold run finished)" in text
+    assert "compile s of forced is from later repeats, which shared their Triton binaries (no cold run finished)" in text
     one_at_a_time = report.markdown({**data, "parallel": 1})  # the shared kernels are there on any GPU ablation
-    assert "compile s of forced is from runs that reused" in one_at_a_time
+    assert "compile s of forced is from later repeats" in one_at_a_time
     assert explain.measured(data, rows["forced"]).startswith(
         "forced compiled reusing earlier runs' Triton binaries (no cold run of it finished) in 20.0 s"
     )

@@ -50,7 +50,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 
 def _compile_cell(row: dict[str, Any]) -> str:
-    """An arm's compile seconds, marked where they come from runs that reused kept Triton binaries (no cold run
+    """An arm's compile seconds, marked where they come from later repeats, which shared Triton binaries (no cold run
     finished: ``compile_cold`` False, see :mod:`.summary`)."""
     source = compile_source(row)
     return f"{row['compile_seconds']:.2f}" + ("" if source == "cold" else f" ({source})")

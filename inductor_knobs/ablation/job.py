@@ -120,9 +120,10 @@ def run_job(
     """
     workers = workers if workers is not None else Workers()
     device = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu is not None else None
-    # A later repeat reuses the Triton binaries earlier runs kept, if any are there yet: with every run live in one
-    # batch of the barrier (:mod:`.quiet`) none has exited when the others start, and each compiles cold.
-    shared = workers.kernels if int(job["repeat"]) > 0 and workers.kernels and os.listdir(workers.kernels) else None
+    # Repeat 0 compiles with empty caches (the arm's compile price); a later repeat compiles into the ablation's
+    # shared Triton directory from its start, so that every binary one of them (or a finished cold run) built is
+    # reused by the others while they compile.
+    shared = workers.kernels if int(job["repeat"]) > 0 and workers.kernels else None
     if barrier is not None:
         job = {**job, "barrier": barrier}
         if gpu is not None and parallel > 1:  # workers share this GPU: they take turns at autotune benchmarks

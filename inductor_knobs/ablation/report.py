@@ -103,13 +103,13 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
         shared = sum(1 for r in runs if r.get("kernel_cache") == "shared")
         head += (
             "; compile s is the median over each arm's processes that compiled with empty caches"
-            + (f" (the {shared} of {len(runs)} runs that reused earlier runs' Triton binaries are left out)" if shared else "")
+            + (f" (the {shared} of {len(runs)} later repeats, which shared their Triton binaries, are left out)" if shared else "")
             + f", timed while up to {results['parallel']} processes compiled at once; the load rule "
             "checks only SM clocks here (--parallel 1 for the full check)"
         )
     not_cold = [str(r["arm"]) for r in rows if compile_source(r) != "cold"]
     if not_cold:
-        reused = "is from runs that reused earlier runs' Triton binaries (no cold run finished)"
+        reused = "is from later repeats, which shared their Triton binaries (no cold run finished)"
         head += f"; compile s of {', '.join(not_cold)} {reused}"
     if isinstance(results.get("wall_seconds"), (int, float)):
         gpus = results.get("gpus") or []

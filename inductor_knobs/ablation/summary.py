@@ -48,7 +48,7 @@ def _row(arm: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
         return row
     medians = stats.process_medians(good)
     interval = stats.median_interval(medians)
-    # Compile time is the cold one: runs that reused the ablation's kept Triton binaries (``kernel_cache``
+    # Compile time is the cold one: later repeats, which share the ablation's Triton binaries (``kernel_cache``
     # "shared", see workers) compile faster than a user's first compile would.  Only where none of the arm's
     # cold runs finished do they stand in, and the row says so (``compile_cold`` False).
     cold = [r for r in good if r.get("kernel_cache") != "shared"]

@@ -26,11 +26,12 @@ ablation leaves nothing in ``$TMPDIR``.
 **What is shared: Triton kernel binaries, nothing that decides** (CUDA only).  Triton's cache holds
 compiled binaries keyed by the kernel's source, compile options and target; reusing one replays no
 choice (every process still traces, lowers, autotunes and picks its own kernels).  So repeat 0 of
-every arm compiles with empty caches (``"kernel_cache": "cold"``), and when a cold run exits its Triton
-binaries move into the ablation's shared kernel directory (:meth:`Workers.keep_kernels`).  A later repeat
-that starts once that directory holds binaries uses it as its ``TRITON_CACHE_DIR`` (``"shared"``); one that
-starts before (every run of one batch of the barrier, :mod:`.quiet`) compiles cold too and hands its own
-binaries on.  Inductor's own cache (compiled graphs, autotune results) stays private to every process.
+every arm compiles with empty caches (``"kernel_cache": "cold"``: its compile time is the arm's price),
+and every later repeat compiles with the ablation's shared kernel directory as its ``TRITON_CACHE_DIR``
+from its start (``"shared"``): what one of them builds, the others running beside it reuse (Triton
+writes each file to a temporary name and renames it, so a reader never sees part of one).  When a cold
+run exits, its binaries move into that directory too (:meth:`Workers.keep_kernels`).  Inductor's own
+cache (compiled graphs, autotune results) stays private to every process.
 """
 
 from __future__ import annotations
