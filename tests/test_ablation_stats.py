@@ -795,7 +795,7 @@ def test_compile_time_is_the_cold_processes_and_the_time_table_sums_the_runs():
     text = report.markdown(data)
     assert "4 processes per GPU compiled at once and measured one at a time beside the others" in text  # no barrier record
     assert "timed while up to 4 processes compiled at once" in text and "**Where the time went**" in text
-    assert "the 4 of 6 later repeats, which shared their Triton binaries, are left out" in text
+    assert "the 4 of 6 later repeats, which share Triton binaries, are left out" in text
     assert "| all runs (sum) | 6 |" in text and "in 50 s of wall time (5.6 processes alive on average" in text
     assert "12 s of the process time was waiting for a quiet turn" in text
     old = results_of({"a": [[1.0]] * 3})  # files from before phases were recorded: no table, and all runs are cold

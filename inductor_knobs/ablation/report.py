@@ -103,7 +103,7 @@ def _head(results: Mapping[str, Any], rows: list[dict[str, Any]]) -> str:
         shared = sum(1 for r in runs if r.get("kernel_cache") == "shared")
         head += (
             "; compile s is the median over each arm's processes that compiled with empty caches"
-            + (f" (the {shared} of {len(runs)} later repeats, which shared their Triton binaries, are left out)" if shared else "")
+            + (f" (the {shared} of {len(runs)} later repeats, which share Triton binaries, are left out)" if shared else "")
             + f", timed while up to {results['parallel']} processes compiled at once; the load rule "
             "checks only SM clocks here (--parallel 1 for the full check)"
         )
