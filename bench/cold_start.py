@@ -184,8 +184,10 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
             }
             started = time.time()
             try:  # after the cold measurement: a model torch.export refuses must not lose it
-                ik.serving.save_serving_bundle(aot_path(bundle), served, warmed, buckets=buckets, aot=True, factory=factory)
+                aot = ik.serving.save_serving_bundle(aot_path(bundle), served, warmed, buckets=buckets, aot=True, factory=factory)
+                built = aot["serving"]["aot"]
                 saved["aot"] = {"seconds": time.time() - started, "bytes": aot_path(bundle).stat().st_size}
+                saved["aot"].update(steps=built.get("seconds"), pinned=built.get("pinned"), cxx=built.get("cxx"))
             except ik.errors.KnobsError as err:
                 saved["aot"] = {"seconds": time.time() - started, "bytes": 0, "error": str(err)[-2000:]}
     seconds = guard.seconds
@@ -277,11 +279,11 @@ def kernel_dirs(triton_cache: Path) -> set[str]:
 
 def private_directory() -> Path:
     """A fresh 0700 directory whose every ancestor passes the bundle's safe-file checks (TMPDIR's, else /tmp's)."""
-    from inductor_knobs.serving import compile_cache
+    from inductor_knobs.ext import unsafe_directories
 
     for parent in (None, "/tmp", "/var/tmp"):
         work = Path(tempfile.mkdtemp(prefix="cold-start-", dir=parent))
-        if not compile_cache._unsafe_directories(str(work), os.geteuid(), str(work)):
+        if not unsafe_directories(str(work), os.geteuid(), label=str(work), error=OSError):
             return work
         work.rmdir()
     raise SystemExit(
@@ -331,8 +333,9 @@ def host_bytecode(work: Path) -> dict:
     }
 
 
-def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args) -> dict:
-    """Run one arm in a fresh process on ``caches``' Inductor and Triton directories."""
+def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args, profiled: bool = False) -> dict:
+    """Run one arm in a fresh process on ``caches``' Inductor and Triton directories (``profiled``: with
+    ``-X importtime`` and a cProfile, written beside the results)."""
     triton = caches / "triton"
     before = kernel_dirs(triton)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(triton)}
@@ -343,12 +346,20 @@ def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args) -> di
     result_path.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--one", model, arm, "--bundle", str(work / f"{model}.bundle"), "--out", str(out)]
     cmd += ["--requests", str(args.requests), "--device", args.device]
+    stderr = None
+    if profiled:  # one more run, not timed for the table: Python's import times and a cProfile of the arm
+        cmd[1:1] = ["-X", "importtime"]
+        stderr = open(out / f"{model}-{arm}-importtime.txt", "w")  # closed below
+        env["COLD_START_CPROFILE"] = str(out / f"{model}-{arm}-cprofile.txt")
     env["COLD_START_SPAWNED"] = repr(time.time())
     try:
-        done = subprocess.run(cmd, env=env, check=False, timeout=args.timeout)
+        done = subprocess.run(cmd, env=env, check=False, timeout=args.timeout, stderr=stderr)
         code = done.returncode
     except subprocess.TimeoutExpired:
         code = "timeout"
+    finally:
+        if stderr is not None:
+            stderr.close()
     if code != 0 or not result_path.exists():
         return {"model": model, "arm": arm, "error": f"exit {code}"}
     result = json.loads(result_path.read_text())
@@ -439,7 +450,8 @@ def markdown(results: list[dict], env: dict) -> str:
                     f"  bundle: {saved['bytes'] / 1e6:.1f} MB, saved in {saved['seconds']:.1f} s, "
                     f"artifacts {saved['artifacts']}, Triton kernels {saved.get('triton_kernels')}"
                     if r["arm"] == "bundle"
-                    else f"  AOT bundle: {aot['bytes'] / 1e6:.1f} MB (weights included), built in {aot['seconds']:.1f} s"
+                    else f"  AOT bundle: {aot['bytes'] / 1e6:.1f} MB (weights included), built in {aot['seconds']:.1f} s "
+                    f"after the warm-up (steps {aot.get('steps')}; {aot.get('pinned')} GEMM lookup keys pinned from the warm-up)"
                 )
     for r in results:
         if "error" not in r:
@@ -467,13 +479,27 @@ def main() -> int:
     parser.add_argument(
         "--no-host-bytecode", action="store_true", help="do not compile the packages' bytecode before the arms (host_bytecode)"
     )
+    parser.add_argument("--aot-runs", type=int, default=1, help="aot arm processes, each on new empty caches")
+    parser.add_argument("--profile-aot", action="store_true", help="then one more aot process with -X importtime and cProfile")
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "ARM"), help=argparse.SUPPRESS)  # a worker process
     parser.add_argument("--bundle", help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.one:
-        result = run_arm(args.one[0], args.one[1], Path(args.bundle), args.requests, args.device)
+        profile = os.environ.get("COLD_START_CPROFILE")
+        if profile:
+            import cProfile
+            import io
+            import pstats
+
+            profiler = cProfile.Profile()
+            result = profiler.runcall(run_arm, args.one[0], args.one[1], Path(args.bundle), args.requests, args.device)
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(80)
+            Path(profile).write_text(text.getvalue())
+        else:
+            result = run_arm(args.one[0], args.one[1], Path(args.bundle), args.requests, args.device)
         (out / f"{args.one[0]}-{args.one[1]}.json").write_text(json.dumps(result, indent=1, default=str))
         return 0
     real.DEVICE = args.device
@@ -496,10 +522,19 @@ def main() -> int:
                 if arm != "cold" and "error" in results[-1] and results[-1]["arm"] == "cold":
                     results.append({"model": model, "arm": arm, "error": "skipped: the cold arm failed"})
                     continue
-                started = time.time()
-                results.append(spawn(model, arm, work, caches[arm], out, args))
-                first = results[-1].get("time_to_first_request_s")
-                print(f"{model} {arm}: {time.time() - started:.0f} s, first request at {first} s", flush=True)
+                runs = args.aot_runs if arm == "aot" else 1
+                for run in range(runs + (arm == "aot" and args.profile_aot)):
+                    started = time.time()
+                    profiled = run == runs
+                    cache = caches[arm].with_name(f"{caches[arm].name}-{run}") if arm == "aot" else caches[arm]
+                    result = spawn(model, arm, work, cache, out, args, profiled)
+                    first = result.get("time_to_first_request_s")
+                    name = f"{arm} (profiled)" if profiled else arm
+                    print(f"{model} {name}: {time.time() - started:.0f} s, first request at {first} s", flush=True)
+                    if profiled:
+                        (out / f"{model}-{arm}-profiled.json").write_text(json.dumps(result, indent=1, default=str))
+                    else:
+                        results.append(result)
     finally:
         if args.keep:
             print(f"kept {work}")

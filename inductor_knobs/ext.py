@@ -27,6 +27,7 @@ _PUBLIC = {
     "ENV_PREFIX": ("core.knobs", "ENV_PREFIX"),
     "KNOBS": ("core.knobs", "KNOBS"),
     "canonical_json": ("core.knobs", "canonical_json"),
+    "table_from_records": ("core.lookup_table", "table_from_records"),
     "can_record_autotune": ("core.observers", "can_record_autotune"),
     "SharedPatch": ("core.patching", "SharedPatch"),
     "on_import": ("core.patching", "on_import"),
@@ -86,6 +87,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core.knobs import ENV_PREFIX as ENV_PREFIX
     from .core.knobs import KNOBS as KNOBS
     from .core.knobs import canonical_json as canonical_json
+    from .core.lookup_table import table_from_records as table_from_records
     from .core.observers import can_record_autotune as can_record_autotune
     from .core.patching import SharedPatch as SharedPatch
     from .core.patching import on_import as on_import

@@ -686,3 +686,66 @@ def test_a_build_that_fails_with_multi_arch_on_names_portable_false(tmp_path, mo
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
     with pytest.raises(InvalidKnobValue, match=r"nvcc is required to build fatbin \(portable=True turned .* portable=False"):
         portable_bundle(tmp_path / "b", portable=True)
+
+
+def tuned_record(key: str, *timed: tuple[str, float]) -> types.SimpleNamespace:
+    """An autotune record as ``table_from_records`` reads it: choices with a lookup key, an entry and a time."""
+    choices = [
+        types.SimpleNamespace(lookup_key=key, lookup_device_key=f"NVIDIA H200+{key}", lookup_entry={"template_id": t}, time_ms=ms)
+        for t, ms in timed
+    ]
+    return types.SimpleNamespace(choices=choices)
+
+
+@pytest.fixture
+def compile_sees(monkeypatch):
+    """AOTInductor's compile faked: it records the example batch size the export traced at and the lookup table the
+    knobs set in Inductor's config around it; the load check a child that exits 0."""
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", "pass")
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())
+    seen: list[tuple[int, object]] = []
+
+    def compile_and_package(program, package_path, inductor_configs):
+        table = getattr(torch._inductor.config, "lookup_table", None)
+        seen.append((program.example_inputs[0][0].shape[0], getattr(table, "table", None)))
+        with open(package_path, "wb") as out:
+            out.write(b"package")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    return seen
+
+
+HAS_LOOKUP_TABLE = "lookup_table.table" in torch_compat.installed().config_keys(torch._inductor.config)
+
+
+def build_linear(tuned, knobs=None):
+    model = ik.compile(torch.nn.Linear(4, 4), knobs)
+    return aot_package.build("test", model, lambda n: torch.randn(n, 4), [2, 3, 5], False, tuned)[1]
+
+
+@pytest.mark.skipif(not HAS_LOOKUP_TABLE, reason=f"torch {torch.__version__} has no GEMM lookup table (2.10+)")
+def test_the_aot_build_pins_the_warm_ups_choices_at_the_size_they_were_tuned_at(compile_sees):
+    """The export traces at the warmed size that autotuned, and the warm-up's fastest choice per op is the lookup
+    table Inductor's config holds inside the AOT compile: the build benchmarks nothing the warm-up did."""
+    record = tuned_record("k+mm", ("triton::mm", 0.2), ("aten::mm", 0.1))
+    built = build_linear([[], [record], []])
+    assert compile_sees == [(3, {"NVIDIA H200+k+mm": [{"template_id": "aten::mm"}]})]
+    assert built["pinned"] == 1 and set(built["seconds"]) == {"export", "compile", "load_check"}
+    assert torch._inductor.config.lookup_table.table is None  # reverted after the build
+
+
+@pytest.mark.skipif(not HAS_LOOKUP_TABLE, reason=f"torch {torch.__version__} has no GEMM lookup table (2.10+)")
+def test_the_users_own_lookup_table_is_kept_and_nothing_tuned_means_the_last_size(compile_sees):
+    mine = {"NVIDIA H200+mine+mm": [{"template_id": "triton::mm", "BLOCK_M": 64}]}
+    record = tuned_record("k+mm", ("aten::mm", 0.1))
+    assert build_linear([[record], [], []], ik.Knobs(lookup_table=mine))["pinned"] == 0
+    assert build_linear([[], [], []])["pinned"] == 0
+    assert compile_sees == [(2, mine), (5, None)]
+
+
+def test_a_torch_without_the_lookup_table_pins_nothing(compile_sees, monkeypatch):
+    patches = torch_compat.installed()
+    keys = [k for k in patches.config_keys(torch._inductor.config) if k != "lookup_table.table"]
+    monkeypatch.setattr(type(patches), "config_keys", lambda self, cfg: keys)
+    assert build_linear([[tuned_record("k+mm", ("aten::mm", 0.1))], [], []])["pinned"] == 0
+    assert [size for size, _ in compile_sees] == [2]

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -64,9 +65,20 @@ MULTI_ARCH = "aot_inductor.emit_multi_arch_kernel"
 
 
 def build(
-    label: str, compiled: Any, factory: Callable[[Any], Any], shapes: Sequence[Any], portable: bool = False
+    label: str,
+    compiled: Any,
+    factory: Callable[[Any], Any],
+    shapes: Sequence[Any],
+    portable: bool = False,
+    tuned: Sequence[Sequence[Any]] = (),
 ) -> tuple[bytes, dict[str, Any]]:
     """Export the model inside ``compiled`` over ``shapes`` and compile it with AOTInductor.
+
+    The warm-up's GEMM choices are reused, not tuned again: the export's example inputs are the last warmed
+    shape that autotuned (so the program's size hints are the ones the warm-up benchmarked at), and, where
+    this torch has the GEMM lookup table (``lookup_table.table``, 2.10+) and the knobs do not set one, the
+    fastest choice per recorded op (``table_from_records(top=1)``) is pinned with the ``lookup_table`` knob
+    around the compile.  An op the table does not hold (another key, a CPU GEMM) is autotuned as usual.
 
     After the export and before the compile, the exported program must serve what was warmed: every
     warmed call runs through ``program.module()`` (whose pre-hook checks the inputs against the
@@ -88,11 +100,15 @@ def build(
         factory (Callable[[Any], Any]): shape -> a call's inputs, as for ``ik.serving.warmup``.
         shapes (Sequence[Any]): the warmed shapes; the dimensions that vary across them become dynamic.
         portable (bool): turn :data:`MULTI_ARCH` on as above (False: leave it as the user's config has it).
+        tuned (Sequence[Sequence[AutotuneRecord]]): per shape, the autotune records its warm-up call made
+            (``WarmupStep.autotune``; empty: export at the last shape and pin nothing).
 
     Returns:
         tuple[bytes, dict[str, Any]]: the package, and what the bundle records of it: ``"inputs"``, what it
         accepts (:func:`accepted`), which :class:`ShapeCheckedPackage` checks at every call, ``"cxx"``,
-        the C++ compiler that built it, and ``"multi_arch"``, whether :data:`MULTI_ARCH` was on (False where absent).
+        the C++ compiler that built it, ``"multi_arch"``, whether :data:`MULTI_ARCH` was on (False where absent),
+        ``"pinned"``, the number of GEMM lookup keys pinned from the warm-up, and ``"seconds"``, the build's
+        steps (``export``, ``compile`` and ``load_check`` per compiler tried, summed).
 
     Raises:
         InvalidKnobValue: ``compiled`` does not hold an ``nn.Module``, ``factory`` is not callable, its
@@ -117,7 +133,10 @@ def build(
     if not callable(factory):
         raise _invalid(label, "factory", factory, "a callable: shape -> a call's inputs, as for ik.serving.warmup")
     calls = [as_call(factory(shape)) for shape in shapes]
-    args, kwargs = calls[-1]  # the last warmed shape: bucket lists grow, so its sizes are least likely to equal a fixed one
+    # The size hints of the warm-up's last autotuning compile, else the last warmed shape (bucket lists grow, so its
+    # sizes are least likely to equal a fixed one).
+    example = max((i for i, records in enumerate(tuned) if records), default=len(calls) - 1)
+    args, kwargs = calls[example]
     dynamic = dynamic_shapes(label, module, calls)
     names = list(inspect.signature(module.forward).bind(*args, **kwargs).arguments)  # dynamic_shapes bound them
     backend = compiled._inductor_knobs_backend
@@ -126,6 +145,8 @@ def build(
     from torch._inductor import config as inductor_config
 
     patches = torch_compat.installed()
+    knobs, pinned = _pin_warmed_choices(backend.own_knobs, tuned, patches.config_keys(inductor_config), configs)
+    seconds = {"export": 0.0, "compile": 0.0, "load_check": 0.0}
     has_multi_arch = MULTI_ARCH in patches.config_keys(inductor_config)
     ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
     if ours:
@@ -134,11 +155,13 @@ def build(
     try:
         path = os.path.join(scratch, "model.pt2")
         tried: list[tuple[str, LoadFailure]] = []
-        with KnobsContext(backend.own_knobs, source=label):
+        with KnobsContext(knobs, source=label):
+            started = time.perf_counter()
             try:
                 program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
             except Exception as err:  # torch.export's many error types: the user needs torch's words
                 raise _invalid(label, "aot", True, f"a model torch.export accepts; torch said: {err}") from err
+            seconds["export"] = time.perf_counter() - started
             _check_export(label, program, calls, dynamic)
             contract = accepted(label, program, calls, names)
             multi_arch = has_multi_arch and bool(configs.get(MULTI_ARCH, patches.read_value(inductor_config, MULTI_ARCH)))
@@ -148,6 +171,7 @@ def build(
             for cxx in compilers or [None]:
                 patch = {} if cxx is None else {"cpp.cxx": (cxx,)}
                 name = cxx if cxx is not None else str(configs.get("cpp.cxx", "(Inductor's)"))
+                started = time.perf_counter()
                 try:
                     torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs={**configs, **patch})
                 except Exception as err:  # AOTInductor's many error types
@@ -160,16 +184,41 @@ def build(
                     said = " ".join(str(err).split()[-60:])
                     tried.append((name, LoadFailure("did not compile the model", said, crashed=False, retry=True)))
                     continue
+                finally:
+                    seconds["compile"] += time.perf_counter() - started
+                started = time.perf_counter()
                 failure = load_failure(path)
+                seconds["load_check"] += time.perf_counter() - started
                 if failure is None:
                     with open(path, "rb") as src:
-                        return src.read(), {"inputs": contract, "cxx": name, "multi_arch": multi_arch}
+                        built = {"inputs": contract, "cxx": name, "multi_arch": multi_arch, "pinned": pinned}
+                        return src.read(), {**built, "seconds": {k: round(v, 3) for k, v in seconds.items()}}
                 tried.append((name, failure))
                 if not failure.retry:
                     break
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _pin_warmed_choices(
+    knobs: Any, tuned: Sequence[Sequence[Any]], config_keys: Sequence[str], configs: dict[str, Any]
+) -> tuple[Any, int]:
+    """``knobs`` with ``lookup_table`` set to the warm-up's fastest choice per op, and the number of keys pinned;
+    ``knobs`` unchanged (0) where this torch has no lookup table, the knobs or options set one, or no CUDA op was tuned."""
+    from .. import Knobs
+    from ..ext import table_from_records
+
+    # CUDA ops only (a choice with a GPU key): torch reads the table for nothing else, and warns where it is set for CPU.
+    records = [record for step in tuned for record in step if any(c.lookup_device_key for c in record.choices)]
+    if not records or "lookup_table.table" not in config_keys or "lookup_table.table" in configs:
+        return knobs, 0
+    if "lookup_table.table" in config_values(knobs):
+        return knobs, 0
+    table = table_from_records(records, top=1, device=True)
+    if not table:
+        return knobs, 0
+    return knobs.merged(Knobs(lookup_table=table)), len(table)
 
 
 #: The C++ compilers an AOT build tries, in order, after Inductor's own (:func:`cpp_compilers`): the system's g++

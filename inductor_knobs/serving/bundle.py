@@ -145,7 +145,8 @@ def save_serving_bundle(
     section, compiled = bundle_format.encode(served, report, buckets)
     knobs = compile_cache._knobs_of(compiled)
     if aot:
-        payload, built = aot_package.build(label, compiled, factory, [step.shape for step in report.steps], portable)
+        shapes, tuned = [step.shape for step in report.steps], [step.autotune for step in report.steps]
+        payload, built = aot_package.build(label, compiled, factory, shapes, portable, tuned)
         section["aot"] = {"bytes": len(payload), **built, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = compile_cache.payload_header(knobs, payload, {})
