@@ -33,9 +33,10 @@
 #   OUT=/tmp/out bash bench/gpu_parts.sh r   # one-GPU node: variants of the main job (timed) one after the other:
 #                                              #   VARIANTS="main onebatch parallel9" (as a new user runs it; every run
 #                                              #   live at once, bench/ablate_cap.py 18; --parallel 9)
-#   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job (timed), then the Llama's AOT cold start
-#                                              #   (bench/cold_start.py --arms cold aot: two aot processes, then one
-#                                              #   with -X importtime and cProfile)
+#   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
+#                                              #   the Llama's AOT cold start (bench/cold_start.py --arms cold aot
+#                                              #   $AOT_FLAGS, default: two aot processes, then one with -X importtime
+#                                              #   and cProfile)
 #
 # Needs torch >= 2.11 (SM emulation), triton, transformers; no network.  The results are written to a
 # scratch directory and packed into $OUT/<part>.tgz at the end (the device tool returns at most 8 files).
@@ -88,9 +89,10 @@ show_cold_starts() {
 
 case "$PART" in
 s)
-    ablate_timed main "${MAIN_TIMEOUT_S:-230}" python3 -m inductor_knobs ablate
-    timeout -k 10 "${COLD_TIMEOUT_S:-330}" python3 bench/cold_start.py --models llama --arms cold aot --aot-runs 2 \
-        --profile-aot --out "$OUT/cold_llama" >"$OUT/cold_llama.log" 2>&1
+    for i in $(seq "${MAIN_RUNS:-1}"); do ablate_timed "main$i" "${MAIN_TIMEOUT_S:-230}" python3 -m inductor_knobs ablate; done
+    # shellcheck disable=SC2086 - AOT_FLAGS is a list of flags
+    timeout -k 10 "${COLD_TIMEOUT_S:-330}" python3 bench/cold_start.py --models llama --arms cold aot \
+        ${AOT_FLAGS:---aot-runs 2 --profile-aot} --out "$OUT/cold_llama" >"$OUT/cold_llama.log" 2>&1
     done_at cold_llama $?
     show_cold_starts
     ;;

@@ -749,3 +749,19 @@ def test_a_torch_without_the_lookup_table_pins_nothing(compile_sees, monkeypatch
     monkeypatch.setattr(type(patches), "config_keys", lambda self, cfg: keys)
     assert build_linear([[tuned_record("k+mm", ("aten::mm", 0.1))], [], []])["pinned"] == 0
     assert [size for size, _ in compile_sees] == [2]
+
+
+@pytest.mark.skipif(not HAS_LOOKUP_TABLE, reason=f"torch {torch.__version__} has no GEMM lookup table (2.10+)")
+def test_an_aot_save_reuses_the_choices_of_an_earlier_warm_up_of_the_model(compile_sees, monkeypatch, tmp_path):
+    """The report given may be a later warm-up's (of the CUDA graphs), which autotuned nothing: the choices of the
+    compiled model's earlier warm-up in this process are the ones reused, at the shape they were tuned at."""
+    from inductor_knobs.serving import bundle_format, warm_up
+
+    model = ik.compile(torch.nn.Linear(4, 4))
+    factory = lambda n: torch.randn(n, 4)  # noqa: E731
+    report = ik.serving.warmup(model, shapes=[2, 3, 5], factory=factory, probes=None)
+    assert not report.records  # a CPU warm-up records nothing torch's lookup table holds: stand in for a GPU's
+    monkeypatch.setitem(warm_up._TUNED, model, [(3, [tuned_record("k+mm", ("aten::mm", 0.1))])])
+    header = ik.serving.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=factory)
+    assert compile_sees == [(3, {"NVIDIA H200+k+mm": [{"template_id": "aten::mm"}]})]
+    assert bundle_format.decode("test", header).aot["pinned"] == 1

@@ -89,7 +89,11 @@ def save_serving_bundle(
     With ``aot=True`` the file holds instead an AOTInductor package of the model
     (:mod:`inductor_knobs.serving.aot_package`): the model exported over the report's shapes (the
     sizes that vary across them become dynamic, from their smallest to their largest) and compiled
-    once more, ahead of time, under the same knobs, mode and options, with its weights.  A serving
+    once more, ahead of time, under the same knobs, mode and options, with its weights.  The GEMM choices
+    of this process's warm-ups of the model (this report's, and earlier ``ik.serving.warmup`` calls on the
+    compiled model) are reused, not tuned again: the export traces at the last warmed shape that autotuned
+    and, on torch 2.10+, the fastest choice per op is pinned with the ``lookup_table`` knob (``pinned``
+    counts the keys; see :func:`~inductor_knobs.serving.aot_package.build`).  A serving
     process then needs neither the model's code nor Dynamo, and compiles nothing.  The guard's
     baselines are still the report's (the same Inductor config; not measured again).  The header's
     ``serving.aot`` records the package's input contract (``inputs``: each input's dtype, device type,
@@ -145,7 +149,11 @@ def save_serving_bundle(
     section, compiled = bundle_format.encode(served, report, buckets)
     knobs = compile_cache._knobs_of(compiled)
     if aot:
-        shapes, tuned = [step.shape for step in report.steps], [step.autotune for step in report.steps]
+        from .warm_up import tuned_steps
+
+        shapes = [step.shape for step in report.steps]
+        earlier = [*tuned_steps(compiled), *((step.shape, step.autotune) for step in report.steps)]
+        tuned = [[r for shape, records in earlier if shape == wanted for r in records] for wanted in shapes]
         payload, built = aot_package.build(label, compiled, factory, shapes, portable, tuned)
         section["aot"] = {"bytes": len(payload), **built, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels

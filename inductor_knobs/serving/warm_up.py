@@ -12,6 +12,7 @@ probes at shapes it did not warm tell what is still cold, and the standard fixes
 from __future__ import annotations
 
 import statistics
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from typing import Any
@@ -30,6 +31,21 @@ from .warm_up_report import ColdCause, WarmupReport, WarmupStep
 COLD_RATIO = 2.0
 #: A steady call whose host part (until the callable returned) is at least this share of it is host-bound.
 HOST_BOUND = 0.8
+#: Compiled callable -> ``(shape, autotune records)`` of every warm-up step of it that autotuned, in this process: an
+#: AOT bundle's build reuses those choices (:func:`tuned_steps`) even when the report it is given is a later
+#: warm-up's (of the CUDA graphs captured from the callable), which autotuned nothing.
+_TUNED: weakref.WeakKeyDictionary[Any, list[tuple[Any, list[Any]]]] = weakref.WeakKeyDictionary()
+
+
+def tuned_steps(fn: Any) -> list[tuple[Any, list[Any]]]:
+    """The ``(shape, autotune records)`` of every warm-up step of ``fn`` (a compiled callable) in this process that
+    autotuned, oldest first; ``[]`` if none (or ``fn`` cannot be weakly referenced)."""
+    try:
+        return list(_TUNED.get(fn, ()))
+    except TypeError:
+        return []
+
+
 #: What each per-shape cost is, for the report (``records.CAUSES`` says what the hook is).
 PER_SHAPE = {
     "cudnn_sdpa_plan": "cuDNN SDPA builds an execution plan per exact sequence length",
@@ -146,6 +162,12 @@ def warmup(
     with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.11: patches/fixes.py)
         with graph_per_bucket(len(shape_list or ())) if mode else nullcontext():
             steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
+        tuned = [(step.shape, step.autotune) for step in steps if step.autotune and step.shape is not None]
+        if tuned:
+            try:
+                _TUNED.setdefault(fn, []).extend(tuned)
+            except TypeError:  # a callable without weak references: its report still carries them
+                pass
         profiler_seconds = guard.profiler_seconds
         if mode:
             dynamic = None
