@@ -110,12 +110,10 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
     started = time.time()
     import torch
 
-    # Imported here so that its import is timed with torch's.  The aot arm needs only the model's output classes
-    # (the package holds the model): transformers registers them with torch's pytree when they are defined, and
-    # the package's output spec names them (CausalLMOutputWithPast ...).
-    if arm == "aot":
-        import transformers.modeling_outputs
-    else:
+    # Imported here so that its import is timed with torch's.  The aot arm imports no model library: the package
+    # holds the model, and the load imports the module of its output classes (transformers.modeling_outputs, which
+    # registers CausalLMOutputWithPast ... with torch's pytree) while it reads and hashes the bundle.
+    if arm != "aot":
         import transformers  # noqa: F401
 
     import inductor_knobs as ik

@@ -765,3 +765,32 @@ def test_an_aot_save_reuses_the_choices_of_an_earlier_warm_up_of_the_model(compi
     header = ik.serving.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=factory)
     assert compile_sees == [(3, {"NVIDIA H200+k+mm": [{"template_id": "aten::mm"}]})]
     assert bundle_format.decode("test", header).aot["pinned"] == 1
+
+
+def test_the_build_records_the_modules_of_the_output_classes():
+    import aot_outputs_probe
+    from torch.utils import _pytree
+
+    pair = aot_outputs_probe.Pair(torch.zeros(1), torch.ones(1))
+    spec = _pytree.tree_flatten([pair, (torch.zeros(1), {"a": torch.zeros(1)})])[1]
+    assert aot_package.output_modules(spec) == ["aot_outputs_probe"]
+    assert aot_package.output_modules(_pytree.tree_flatten(torch.zeros(1))[1]) == []
+
+
+@pytest.mark.parametrize(
+    ("modules", "imported"), [(["aot_outputs_probe"], True), (["aot_outputs_probe; x"], False), ("x", False)]
+)
+def test_the_load_imports_the_output_classes_module_while_it_reads_the_file(aot_bundle, monkeypatch, modules, imported):
+    """An AOT bundle's load imports the modules its header names for the outputs' classes (so the serving process needs
+    no import of the model's library), only names that are module names, and a load without them still serves."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "aot_outputs_probe", raising=False)
+    rewrite_header(aot_bundle, lambda h: h["serving"]["aot"].update(output_modules=modules))
+    if not isinstance(modules, list):
+        with pytest.raises(ik.serving.CompileCacheRefused, match="serving section does not read back"):
+            load(aot_bundle)
+        return
+    loaded = load(aot_bundle)
+    assert ("aot_outputs_probe" in sys.modules) is imported
+    assert loaded.served is not None

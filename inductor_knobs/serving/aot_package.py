@@ -107,8 +107,9 @@ def build(
         tuple[bytes, dict[str, Any]]: the package, and what the bundle records of it: ``"inputs"``, what it
         accepts (:func:`accepted`), which :class:`ShapeCheckedPackage` checks at every call, ``"cxx"``,
         the C++ compiler that built it, ``"multi_arch"``, whether :data:`MULTI_ARCH` was on (False where absent),
-        ``"pinned"``, the number of GEMM lookup keys pinned from the warm-up, and ``"seconds"``, the build's
-        steps (``export``, ``compile`` and ``load_check`` per compiler tried, summed).
+        ``"pinned"``, the number of GEMM lookup keys pinned from the warm-up, ``"output_modules"``, the modules
+        that define the outputs' classes (:func:`output_modules`), and ``"seconds"``, the build's steps
+        (``export``, ``compile`` and ``load_check`` per compiler tried, summed).
 
     Raises:
         InvalidKnobValue: ``compiled`` does not hold an ``nn.Module``, ``factory`` is not callable, its
@@ -164,6 +165,7 @@ def build(
             seconds["export"] = time.perf_counter() - started
             _check_export(label, program, calls, dynamic)
             contract = accepted(label, program, calls, names)
+            outputs = output_modules(program.call_spec.out_spec)
             multi_arch = has_multi_arch and bool(configs.get(MULTI_ARCH, patches.read_value(inductor_config, MULTI_ARCH)))
             # cpp.cxx in the ik.compile options is the user's choice: built with it alone, as torch would; so is a
             # host where no compiler is found (torch's compile then says so).
@@ -192,6 +194,7 @@ def build(
                 if failure is None:
                     with open(path, "rb") as src:
                         built = {"inputs": contract, "cxx": name, "multi_arch": multi_arch, "pinned": pinned}
+                        built["output_modules"] = outputs
                         return src.read(), {**built, "seconds": {k: round(v, 3) for k, v in seconds.items()}}
                 tried.append((name, failure))
                 if not failure.retry:
@@ -199,6 +202,48 @@ def build(
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: A module name an AOT bundle may ask its loader to import: dotted Python identifiers.
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def output_modules(spec: Any) -> list[str]:
+    """The modules that define the classes in an output spec (a pytree ``TreeSpec``), builtins left out: torch's
+    pytree rebuilds such a class only once its module, which registers it, is imported (``transformers.modeling_outputs``
+    for ``CausalLMOutputWithPast``)."""
+    found: set[str] = set()
+    pending = [spec]
+    while pending:
+        node = pending.pop()
+        module = getattr(getattr(node, "type", None), "__module__", None)
+        if isinstance(module, str) and module != "builtins" and MODULE_NAME.fullmatch(module):
+            found.add(module)
+        pending.extend(getattr(node, "children_specs", ()))
+    return sorted(found)
+
+
+def import_outputs(modules: Any) -> threading.Thread | None:
+    """Start importing ``modules`` (a header's ``output_modules``) in a daemon thread and return it, so that the
+    classes the package's outputs name are registered by the time :class:`ShapeCheckedPackage` reads its output spec
+    (join it first).  Module imports are mostly Python, so the thread gains where the caller waits on the disk or
+    hashes (both release the GIL).  Anything but a list of module names starts nothing (None); an import that
+    fails is left to the loader, whose refusal names the class and the import to add."""
+    if not isinstance(modules, list) or not modules or not all(isinstance(m, str) and MODULE_NAME.fullmatch(m) for m in modules):
+        return None
+
+    def run() -> None:
+        import importlib
+
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - the loader names the missing class and the import to add
+                pass
+
+    thread = threading.Thread(target=run, name="inductor_knobs-aot-outputs", daemon=True)
+    thread.start()
+    return thread
 
 
 def _pin_warmed_choices(

@@ -49,7 +49,8 @@ class BundleSpec:
             is an AOTInductor package of the model (``aot=True``; ``inputs``: what it accepts, its input contract,
             :func:`~inductor_knobs.serving.aot_package.accepted`; ``cxx``: the C++ compiler that built it;
             ``multi_arch``: ``aot_inductor.emit_multi_arch_kernel`` was on; ``pinned``: GEMM lookup keys pinned from the
-            warm-up; ``seconds``: the build's steps), else None.
+            warm-up; ``seconds``: the build's steps; ``output_modules``: what the load imports for the outputs' classes),
+            else None.
     """
 
     knobs: Knobs
@@ -190,8 +191,8 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
 
 def _aot_section(aot: Any) -> bool:
     """Whether ``aot`` is ``{"bytes": n >= 1, "inputs": {"positional": [entry, ...], "keywords": {name: entry}},
-    "cpu_flags": [str, ...] or None, "cxx": str, "multi_arch": bool, "pinned": int, "seconds": {step: s}}`` (the last
-    five may be absent), each entry as
+    "cpu_flags": [str, ...] or None, "cxx": str, "multi_arch": bool, "pinned": int, "seconds": {step: s},
+    "output_modules": [str, ...]}`` (the last six may be absent), each entry as
     :func:`~inductor_knobs.serving.aot_package.accepted` writes it: a tensor's ``name``, ``dtype`` (a torch dtype's
     name), ``device``, ``ndim``, ``sizes`` (``[low, high]`` ints, ``0 <= low <= high``), ``symbols`` (str or None)
     and ``strides`` (``"contiguous"`` or ints or None), one per dimension; or a non-tensor's ``name`` and ``value``."""
@@ -228,13 +229,15 @@ def _aot_section(aot: Any) -> bool:
 
     if (
         not isinstance(aot, dict)
-        or set(aot) - {"cpu_flags", "cxx", "multi_arch", "pinned", "seconds"} != {"bytes", "inputs"}
+        or set(aot) - {"cpu_flags", "cxx", "multi_arch", "pinned", "seconds", "output_modules"} != {"bytes", "inputs"}
         or not integer(aot["bytes"])
         or aot["bytes"] < 1
         or not isinstance(aot.get("cxx", ""), str)
         or not isinstance(aot.get("multi_arch", False), bool)
         or not integer(aot.get("pinned", 0))
         or not isinstance(aot.get("seconds", {}), dict)
+        or not isinstance(aot.get("output_modules", []), list)
+        or not all(isinstance(m, str) for m in aot.get("output_modules", []))
     ):
         return False
     flags = aot.get("cpu_flags")  # absent in a bundle saved before it was recorded: nothing to compare then

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from .. import Knobs
@@ -175,13 +176,17 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     return header
 
 
-def read_file(path: str, allow_unsafe: bool, label: str) -> tuple[dict[str, Any], bytes]:
+def read_file(
+    path: str, allow_unsafe: bool, label: str, on_header: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[dict[str, Any], bytes]:
     """The header and payload of a file :func:`write_file` wrote, read through one checked descriptor.
 
     Args:
         path (str): the file, as the caller named it.
         allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (:func:`open_checked`).
         label (str): who asks, starting every message (``"load_compile_cache('x')"``).
+        on_header (Callable | None): called with the header once it is read and matches its sha256, before the
+            payload is read (work that may overlap the read).
 
     Returns:
         tuple[dict[str, Any], bytes]: the header (a JSON object) and the payload, not yet checked
@@ -192,16 +197,18 @@ def read_file(path: str, allow_unsafe: bool, label: str) -> tuple[dict[str, Any]
             header whose ``header_sha256`` does not match it (files written before it existed have none).
     """
     with os.fdopen(open_checked(path, allow_unsafe, label), "rb") as src:
-        magic, header_line, payload = src.readline(), src.readline(), src.read()
-    try:
-        header = json.loads(header_line) if magic == MAGIC else None
-    except ValueError:
-        header = None
-    if not isinstance(header, dict):
-        raise CompileCacheRefused(f"{label}: not an inductor_knobs compile cache file")
-    if HEADER_SHA in header and header[HEADER_SHA] != _header_digest(header):
-        raise CompileCacheRefused(f"{label} refused: the header does not match its sha256 (edited or corrupt)")
-    return header, payload
+        magic, header_line = src.readline(), src.readline()
+        try:
+            header = json.loads(header_line) if magic == MAGIC else None
+        except ValueError:
+            header = None
+        if not isinstance(header, dict):
+            raise CompileCacheRefused(f"{label}: not an inductor_knobs compile cache file")
+        if HEADER_SHA in header and header[HEADER_SHA] != _header_digest(header):
+            raise CompileCacheRefused(f"{label} refused: the header does not match its sha256 (edited or corrupt)")
+        if on_header is not None:
+            on_header(header)
+        return header, src.read()
 
 
 def refuse_differences(label: str, header: dict[str, Any], here: dict[str, Any], fields: tuple[str, ...] = IDENTITY) -> None:
