@@ -112,7 +112,7 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
 
     # Imported here so that its import is timed with torch's.  The aot arm imports no model library: the package
     # holds the model, and the load imports the module of its output classes (transformers.modeling_outputs, which
-    # registers CausalLMOutputWithPast ... with torch's pytree) while it reads and hashes the bundle.
+    # registers CausalLMOutputWithPast ... with torch's pytree), which its header names.
     if arm != "aot":
         import transformers  # noqa: F401
 

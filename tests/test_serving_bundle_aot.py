@@ -780,7 +780,7 @@ def test_the_build_records_the_modules_of_the_output_classes():
 @pytest.mark.parametrize(
     ("modules", "imported"), [(["aot_outputs_probe"], True), (["aot_outputs_probe; x"], False), ("x", False)]
 )
-def test_the_load_imports_the_output_classes_module_while_it_reads_the_file(aot_bundle, monkeypatch, modules, imported):
+def test_the_load_imports_the_modules_of_the_output_classes(aot_bundle, monkeypatch, modules, imported):
     """An AOT bundle's load imports the modules its header names for the outputs' classes (so the serving process needs
     no import of the model's library), only names that are module names, and a load without them still serves."""
     import sys

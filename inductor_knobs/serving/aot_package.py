@@ -223,27 +223,20 @@ def output_modules(spec: Any) -> list[str]:
     return sorted(found)
 
 
-def import_outputs(modules: Any) -> threading.Thread | None:
-    """Start importing ``modules`` (a header's ``output_modules``) in a daemon thread and return it, so that the
-    classes the package's outputs name are registered by the time :class:`ShapeCheckedPackage` reads its output spec
-    (join it first).  Module imports are mostly Python, so the thread gains where the caller waits on the disk or
-    hashes (both release the GIL).  Anything but a list of module names starts nothing (None); an import that
-    fails is left to the loader, whose refusal names the class and the import to add."""
-    if not isinstance(modules, list) or not modules or not all(isinstance(m, str) and MODULE_NAME.fullmatch(m) for m in modules):
-        return None
+def import_outputs(modules: Any) -> None:
+    """Import ``modules`` (a header's ``output_modules``), so that the classes the package's outputs name are registered
+    with torch's pytree when :class:`ShapeCheckedPackage` reads its output spec: a serving process need not import the
+    model's library itself.  Anything but a list of module names imports nothing; an import that fails is left to the
+    loader, whose refusal names the class and the import to add."""
+    import importlib
 
-    def run() -> None:
-        import importlib
-
-        for module in modules:
-            try:
-                importlib.import_module(module)
-            except Exception:  # noqa: BLE001 - the loader names the missing class and the import to add
-                pass
-
-    thread = threading.Thread(target=run, name="inductor_knobs-aot-outputs", daemon=True)
-    thread.start()
-    return thread
+    if not isinstance(modules, list) or not all(isinstance(m, str) and MODULE_NAME.fullmatch(m) for m in modules):
+        return
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the loader names the missing class and the import to add
+            pass
 
 
 def _pin_warmed_choices(

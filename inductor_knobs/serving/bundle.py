@@ -25,7 +25,7 @@ import contextlib
 import os
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,15 +253,7 @@ def load_serving_bundle(
         raise _invalid("knobs", knobs, "an ik.Knobs (the knobs ik.compile is given) or None (the bundle's)")
     where = os.fspath(path)
     label = f"load_serving_bundle({where!r})"
-    importing: list[Any] = []  # the import of an AOT package's output classes, while the payload is read and hashed
-
-    def import_outputs(header: dict[str, Any]) -> None:
-        section = header.get("serving")
-        aot = section.get("aot") if isinstance(section, dict) else None
-        if model is None and isinstance(aot, dict):
-            importing.extend(t for t in [aot_package.import_outputs(aot.get("output_modules"))] if t is not None)
-
-    header, payload = compile_cache.read_file(where, allow_unsafe, label, on_header=import_outputs)
+    header, payload = compile_cache.read_file(where, allow_unsafe, label)
     spec = bundle_format.decode(label, header)
     if spec.aot is not None:
         aot_package.require(label)
@@ -305,7 +297,7 @@ def load_serving_bundle(
     compile_cache.refuse_differences(label, header, here)
     if problem is not None:  # the same digest, yet it does not build (only a hand-made header gets here)
         raise CompileCacheRefused(f"{label} refused: the bundle's ik.compile call does not build here: {problem}") from problem
-    bundle = _load(label, header, payload, spec, compiled, factory, kernels, importing)
+    bundle = _load(label, header, payload, spec, compiled, factory, kernels)
     bundle.guard = no_stalls(bundle.served, on=on, warmup=spec.report)
     cold = bundle.proof.cold()
     if cold:
@@ -328,7 +320,6 @@ def _load(
     compiled: Any,
     factory: Any,
     kernels: tuple[triton_kernels.Kernel, ...] = (),
-    importing: Sequence[Any] = (),
 ) -> ServingBundle:
     """Restore the Triton kernels, load torch's artifacts (``payload``), compile at every warmed shape and capture,
     all inside one :class:`ColdStartRecorder`; for an AOT bundle, load its package instead of the first two
@@ -350,8 +341,7 @@ def _load(
     with ColdStartRecorder() as recorder, fixes:
         started = _clock()
         if spec.aot is not None:
-            for thread in importing:  # the output classes, which the package's output spec names
-                thread.join()
+            aot_package.import_outputs(spec.aot.get("output_modules"))  # the classes its output spec names
             compiled = served = aot_package.load(label, payload, spec.aot["inputs"])
             restored = 0
             seconds["load_package"] = _clock() - started

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from typing import Any
 
 from .. import Knobs
@@ -176,17 +175,13 @@ def load_compile_cache(path: str | os.PathLike[str], knobs: Any = None, *, allow
     return header
 
 
-def read_file(
-    path: str, allow_unsafe: bool, label: str, on_header: Callable[[dict[str, Any]], None] | None = None
-) -> tuple[dict[str, Any], bytes]:
+def read_file(path: str, allow_unsafe: bool, label: str) -> tuple[dict[str, Any], bytes]:
     """The header and payload of a file :func:`write_file` wrote, read through one checked descriptor.
 
     Args:
         path (str): the file, as the caller named it.
         allow_unsafe (bool): skip the ownership, permission and symbolic-link checks (:func:`open_checked`).
         label (str): who asks, starting every message (``"load_compile_cache('x')"``).
-        on_header (Callable | None): called with the header once it is read and matches its sha256, before the
-            payload is read (work that may overlap the read).
 
     Returns:
         tuple[dict[str, Any], bytes]: the header (a JSON object) and the payload, not yet checked
@@ -206,8 +201,6 @@ def read_file(
             raise CompileCacheRefused(f"{label}: not an inductor_knobs compile cache file")
         if HEADER_SHA in header and header[HEADER_SHA] != _header_digest(header):
             raise CompileCacheRefused(f"{label} refused: the header does not match its sha256 (edited or corrupt)")
-        if on_header is not None:
-            on_header(header)
         return header, src.read()
 
 
