@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 import types
 
 import pytest
@@ -794,3 +795,24 @@ def test_the_load_imports_the_modules_of_the_output_classes(aot_bundle, monkeypa
     loaded = load(aot_bundle)
     assert ("aot_outputs_probe" in sys.modules) is imported
     assert loaded.served is not None
+
+
+def test_inductors_compiler_goes_last_when_it_links_libstdcxx_statically(tmp_path, compilers, monkeypatch):
+    """Each build is a whole compile of the model: a compiler whose packages crash at load (static libstdc++, as
+    /opt/gcc/bin/g++ on the GPU host) is not compiled with first."""
+    bad, worse, good = (str(compilers.paths[name]) for name in ("bad", "worse", "good"))
+    monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == bad)
+    assert linear_bundle(tmp_path / "b")["serving"]["aot"]["cxx"] == good
+    assert compilers.compiled_with == [(worse,), (good,)]
+
+
+@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("readelf")), reason="needs g++ and readelf (binutils)")
+def test_the_probe_tells_a_compiler_that_links_libstdcxx_statically(tmp_path):
+    static = tmp_path / "static-g++"
+    static.write_text('#!/bin/sh\nexec g++ -static-libstdc++ "$@"\n')
+    static.chmod(0o755)
+    assert aot_package.links_libstdcxx_statically(shutil.which("g++")) is False
+    if aot_package.links_libstdcxx_statically(str(static)) is None:
+        pytest.skip("g++ cannot link libstdc++ statically here (no libstdc++.a)")
+    assert aot_package.links_libstdcxx_statically(str(static)) is True
+    assert aot_package.links_libstdcxx_statically(str(tmp_path / "missing")) is None

@@ -88,7 +88,9 @@ def build(
 
     The package is built with Inductor's C++ compiler first and, where a fresh process cannot load what it
     built (:func:`load_failure`: it died, or raised), again with each of :func:`cpp_compilers`' others, set as
-    Inductor's ``cpp.cxx`` in the compile's ``inductor_configs`` (torch's ``config.patch`` around it).
+    Inductor's ``cpp.cxx`` in the compile's ``inductor_configs`` (torch's ``config.patch`` around it).  Inductor's
+    compiler goes last instead when it links libstdc++ statically into shared libraries
+    (:func:`links_libstdcxx_statically`): its packages crash at load, and each build is a whole compile of the model.
 
     With ``portable``, where the installed torch has :data:`MULTI_ARCH` and neither the ``ik.compile`` options nor
     the knobs set it, it is True in ``inductor_configs``: each CUDA kernel is packaged as a fatbin of PTX and SASS
@@ -170,6 +172,8 @@ def build(
             # cpp.cxx in the ik.compile options is the user's choice: built with it alone, as torch would; so is a
             # host where no compiler is found (torch's compile then says so).
             compilers: list[str | None] = [] if "cpp.cxx" in configs else list(cpp_compilers())
+            if len(compilers) > 1 and links_libstdcxx_statically(str(compilers[0])):  # its packages crash at load
+                compilers = [*compilers[1:], compilers[0]]
             for cxx in compilers or [None]:
                 patch = {} if cxx is None else {"cpp.cxx": (cxx,)}
                 name = cxx if cxx is not None else str(configs.get("cpp.cxx", "(Inductor's)"))
@@ -284,6 +288,40 @@ def cpp_compilers() -> list[str]:
         if where is not None:
             found.setdefault(os.path.realpath(where), where)
     return list(found.values())
+
+
+#: A probe library: one function that returns a ``std::string`` (libstdc++'s code, linked as the compiler links it).
+_PROBE_SOURCE = "#include <string>\nstd::string inductor_knobs_probe() { return std::string(64, 'x'); }\n"
+
+
+def links_libstdcxx_statically(cxx: str) -> bool | None:
+    """Whether the C++ compiler ``cxx`` links its C++ runtime statically into a shared library.
+
+    Such a compiler's AOTInductor packages crash when a process that holds torch's own libstdc++ loads them (the
+    two copies share GNU-unique symbols; ``/opt/gcc/bin/g++`` on our GPU host, see ``docs/serving.md``), so an AOT
+    build tries it after the others instead of compiling the model with it first.  The probe compiles
+    :data:`_PROBE_SOURCE` with ``cxx -shared -fPIC`` in a private temporary directory and reads the library's
+    ``NEEDED`` entries with ``readelf -d`` (binutils): statically linked when neither ``libstdc++.so`` nor
+    ``libc++.so`` is among them.  A fraction of a second.
+
+    Returns:
+        bool | None: True (static) or False (dynamic); None when the probe cannot tell (no ``readelf``, the compile
+        or the read failed or ran past 60 s).
+    """
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="inductor_knobs-cxx-") as scratch:
+        source, library = os.path.join(scratch, "probe.cpp"), os.path.join(scratch, "probe.so")
+        with open(source, "w", encoding="utf-8") as out:
+            out.write(_PROBE_SOURCE)
+        try:
+            subprocess.run([cxx, "-shared", "-fPIC", "-O0", source, "-o", library], capture_output=True, timeout=60, check=True)
+            dynamic = subprocess.run([readelf, "-d", library], capture_output=True, text=True, timeout=60, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    return not any(name.startswith(("libstdc++.so", "libc++.so")) for name in needed)
 
 
 #: ``/proc/cpuinfo`` flags of x86-64 instruction-set extensions that code built with ``-march=native`` may use.
