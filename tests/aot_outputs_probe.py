@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.utils import _pytree
@@ -19,3 +20,10 @@ class Pair:
 _pytree.register_pytree_node(
     Pair, lambda p: ([p.first, p.second], None), lambda xs, _: Pair(*xs), serialized_type_name="aot_outputs_probe.Pair"
 )
+
+
+class Named(NamedTuple):
+    """A namedtuple output: torch's pytree records ``collections.namedtuple`` as its type and the class as its context."""
+
+    first: torch.Tensor
+    second: torch.Tensor

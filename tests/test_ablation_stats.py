@@ -818,7 +818,7 @@ def test_an_arm_whose_cold_runs_all_failed_says_its_compile_time_is_not_cold():
     one_at_a_time = report.markdown({**data, "parallel": 1})  # the shared kernels are there on any GPU ablation
     assert "compile s of forced is from later repeats" in one_at_a_time
     assert explain.measured(data, rows["forced"]).startswith(
-        "forced compiled reusing earlier runs' Triton binaries (no cold run of it finished) in 20.0 s"
+        "forced compiled in later repeats sharing Triton binaries (no cold run of it finished) in 20.0 s"
     )
 
 

@@ -744,6 +744,31 @@ def test_the_users_own_lookup_table_is_kept_and_nothing_tuned_means_the_last_siz
     assert compile_sees == [(2, mine), (5, None)]
 
 
+@pytest.mark.skipif(not HAS_LOOKUP_TABLE, reason=f"torch {torch.__version__} has no GEMM lookup table (2.10+)")
+def test_no_pin_beside_another_choices_handler_or_a_table_in_the_config(compile_sees):
+    """The knob needs torch's LookupTableChoices as the choices handler: with the user's own handler (options) or a
+    table set in Inductor's config directly, the build pins nothing and compiles as the user set it."""
+    from torch._inductor.choices import InductorChoices
+
+    class Mine(InductorChoices):
+        pass
+
+    record = tuned_record("k+mm", ("aten::mm", 0.1))
+    model = ik.compile(torch.nn.Linear(4, 4), options={"inductor_choices_class": Mine})
+    built = aot_package.build("test", model, lambda n: torch.randn(n, 4), [2, 3, 5], False, [[], [record], []])[1]
+    assert built["pinned"] == 0
+    theirs = {"NVIDIA H200+theirs+mm": [{"template_id": "aten::mm"}]}
+    with torch._inductor.config.patch({"lookup_table.table": theirs}):
+        assert build_linear([[], [record], []])["pinned"] == 0
+    assert [table for _, table in compile_sees] == [None, theirs]
+
+
+def test_tuned_must_have_one_entry_per_shape(compile_sees):
+    with pytest.raises(InvalidKnobValue, match=r"tuned='4 entries'.*one list of autotune records per shape \(3\)"):
+        build_linear([[], [], [], []])
+    assert compile_sees == []
+
+
 def test_a_torch_without_the_lookup_table_pins_nothing(compile_sees, monkeypatch):
     patches = torch_compat.installed()
     keys = [k for k in patches.config_keys(torch._inductor.config) if k != "lookup_table.table"]
@@ -776,6 +801,8 @@ def test_the_build_records_the_modules_of_the_output_classes():
     spec = _pytree.tree_flatten([pair, (torch.zeros(1), {"a": torch.zeros(1)})])[1]
     assert aot_package.output_modules(spec) == ["aot_outputs_probe"]
     assert aot_package.output_modules(_pytree.tree_flatten(torch.zeros(1))[1]) == []
+    named = aot_outputs_probe.Named(torch.zeros(1), torch.ones(1))  # a namedtuple: its class is the node's context
+    assert aot_package.output_modules(_pytree.tree_flatten((named,))[1]) == ["aot_outputs_probe"]
 
 
 @pytest.mark.parametrize(
@@ -816,3 +843,11 @@ def test_the_probe_tells_a_compiler_that_links_libstdcxx_statically(tmp_path):
         pytest.skip("g++ cannot link libstdc++ statically here (no libstdc++.a)")
     assert aot_package.links_libstdcxx_statically(str(static)) is True
     assert aot_package.links_libstdcxx_statically(str(tmp_path / "missing")) is None
+
+
+def test_the_probe_reads_readelf_in_the_c_locale(tmp_path, monkeypatch):
+    """readelf translates "Shared library:"; in another locale the probe must not call every compiler static."""
+    monkeypatch.setenv("LC_ALL", "fr_FR.UTF-8")
+    monkeypatch.setenv("LANGUAGE", "fr")
+    if shutil.which("g++") and shutil.which("readelf"):
+        assert aot_package.links_libstdcxx_statically(shutil.which("g++")) is False

@@ -138,6 +138,8 @@ def build(
     calls = [as_call(factory(shape)) for shape in shapes]
     # The size hints of the warm-up's last autotuning compile, else the last warmed shape (bucket lists grow, so its
     # sizes are least likely to equal a fixed one).
+    if tuned and len(tuned) != len(calls):
+        raise _invalid(label, "tuned", f"{len(tuned)} entries", f"one list of autotune records per shape ({len(calls)})")
     example = max((i for i, records in enumerate(tuned) if records), default=len(calls) - 1)
     args, kwargs = calls[example]
     dynamic = dynamic_shapes(label, module, calls)
@@ -148,7 +150,7 @@ def build(
     from torch._inductor import config as inductor_config
 
     patches = torch_compat.installed()
-    knobs, pinned = _pin_warmed_choices(backend.own_knobs, tuned, patches.config_keys(inductor_config), configs)
+    knobs, pinned = _pin_warmed_choices(backend.own_knobs, tuned[example] if tuned else [], configs)
     seconds = {"export": 0.0, "compile": 0.0, "load_check": 0.0}
     has_multi_arch = MULTI_ARCH in patches.config_keys(inductor_config)
     ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
@@ -215,15 +217,25 @@ MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 def output_modules(spec: Any) -> list[str]:
     """The modules that define the classes in an output spec (a pytree ``TreeSpec``), builtins left out: torch's
     pytree rebuilds such a class only once its module, which registers it, is imported (``transformers.modeling_outputs``
-    for ``CausalLMOutputWithPast``)."""
+    for ``CausalLMOutputWithPast``).  A namedtuple node's class is its context (its type is ``collections.namedtuple``).
+    Children come from ``TreeSpec.children()`` where present (2.13 deprecates ``children_specs``), else ``children_specs``."""
+    import warnings
+
     found: set[str] = set()
     pending = [spec]
     while pending:
         node = pending.pop()
-        module = getattr(getattr(node, "type", None), "__module__", None)
-        if isinstance(module, str) and module != "builtins" and MODULE_NAME.fullmatch(module):
-            found.add(module)
-        pending.extend(getattr(node, "children_specs", ()))
+        for owner in (getattr(node, "type", None), getattr(node, "context", None)):
+            module = getattr(owner, "__module__", None) if isinstance(owner, type) else None
+            if isinstance(module, str) and module not in ("builtins", "collections") and MODULE_NAME.fullmatch(module):
+                found.add(module)
+        children = getattr(node, "children", None)
+        if callable(children):
+            pending.extend(children())
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                pending.extend(getattr(node, "children_specs", ()))
     return sorted(found)
 
 
@@ -243,19 +255,26 @@ def import_outputs(modules: Any) -> None:
             pass
 
 
-def _pin_warmed_choices(
-    knobs: Any, tuned: Sequence[Sequence[Any]], config_keys: Sequence[str], configs: dict[str, Any]
-) -> tuple[Any, int]:
-    """``knobs`` with ``lookup_table`` set to the warm-up's fastest choice per op, and the number of keys pinned;
-    ``knobs`` unchanged (0) where this torch has no lookup table, the knobs or options set one, or no CUDA op was tuned."""
+def _pin_warmed_choices(knobs: Any, records: Sequence[Any], configs: dict[str, Any]) -> tuple[Any, int]:
+    """``knobs`` with ``lookup_table`` set to the fastest choice per op of ``records`` (the warm-up's, at the export's
+    example shape: torch keys the table by the size hints), and the number of keys pinned.  ``knobs`` unchanged (0)
+    where this torch has no lookup table, a table is set already (knobs, options or the config), the choices handler
+    is not torch's own (``inductor_choices_class`` or ``V.set_choices_handler``: the knob needs
+    ``LookupTableChoices``), or no CUDA op was tuned."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.choices import InductorChoices
+
     from .. import Knobs
     from ..ext import table_from_records
 
+    patches = torch_compat.installed()
     # CUDA ops only (a choice with a GPU key): torch reads the table for nothing else, and warns where it is set for CPU.
-    records = [record for step in tuned for record in step if any(c.lookup_device_key for c in record.choices)]
-    if not records or "lookup_table.table" not in config_keys or "lookup_table.table" in configs:
+    records = [record for record in records if any(c.lookup_device_key for c in record.choices)]
+    if not records or "lookup_table.table" not in patches.config_keys(inductor_config):
         return knobs, 0
-    if "lookup_table.table" in config_values(knobs):
+    if {"lookup_table.table", "inductor_choices_class"} & {*configs, *config_values(knobs)}:
+        return knobs, 0
+    if patches.read_value(inductor_config, "lookup_table.table") or type(patches.choices_handler()) is not InductorChoices:
         return knobs, 0
     table = table_from_records(records, top=1, device=True)
     if not table:
@@ -317,10 +336,13 @@ def links_libstdcxx_statically(cxx: str) -> bool | None:
             out.write(_PROBE_SOURCE)
         try:
             subprocess.run([cxx, "-shared", "-fPIC", "-O0", source, "-o", library], capture_output=True, timeout=60, check=True)
-            dynamic = subprocess.run([readelf, "-d", library], capture_output=True, text=True, timeout=60, check=True).stdout
+            env = {**os.environ, "LC_ALL": "C"}  # readelf translates its labels
+            read = subprocess.run([readelf, "-d", library], capture_output=True, text=True, timeout=60, check=True, env=env)
         except (OSError, subprocess.SubprocessError):
             return None
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", read.stdout)
+    if not needed:  # every shared library needs libc: this output was not understood
+        return None
     return not any(name.startswith(("libstdc++.so", "libc++.so")) for name in needed)
 
 

@@ -153,7 +153,7 @@ def save_serving_bundle(
 
         shapes = [step.shape for step in report.steps]
         earlier = [*tuned_steps(compiled), *((step.shape, step.autotune) for step in report.steps)]
-        tuned = [[r for shape, records in earlier if shape == wanted for r in records] for wanted in shapes]
+        tuned = [[r for shape, records in earlier if _same_shape(shape, wanted) for r in records] for wanted in shapes]
         payload, built = aot_package.build(label, compiled, factory, shapes, portable, tuned)
         section["aot"] = {"bytes": len(payload), **built, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
@@ -378,6 +378,14 @@ def _load(
                 seconds["capture"] = _clock() - started
     proof = recorder.proof(seconds, triton_kernels_restored=restored)
     return ServingBundle(served, compiled, None, proof, spec.buckets, spec.report, header)
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    """Whether two warm-up shapes (factory items: ints, tuples, lists ...) are one; False where ``==`` fails."""
+    try:
+        return a == b if isinstance(a, (int, str, tuple, list)) else bool(a == b)
+    except Exception:  # noqa: BLE001 - an array's ambiguous truth value, a comparison that raises: not the same
+        return False
 
 
 def _knob_differences(built: Any, here: Any, name: Callable[[str], str] = str) -> str:
