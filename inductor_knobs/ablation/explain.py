@@ -135,11 +135,7 @@ def measured(results: Mapping[str, Any], row: Mapping[str, Any]) -> str:
     if arm.get("eager"):
         return f"{name} ran eagerly (nothing compiled)"
     runs = [r for r in results.get("runs", []) if r.get("arm") == name]
-    how = (
-        "cold"
-        if compile_source(row) == "cold"
-        else "from later repeats, which share Triton binaries (no cold run of it finished)"
-    )
+    how = "cold" if compile_source(row) == "cold" else "in later repeats sharing Triton binaries (no cold run of it finished)"
     parts = [f"{name} compiled {how} in {row['compile_seconds']:.1f} s"] if row.get("compile_seconds") is not None else []
     parts += [autotune_evidence(name, runs), gemm_evidence(name, row)]
     return "; ".join(p for p in parts if p)
