@@ -397,3 +397,47 @@ def test_a_process_running_as_nobody_is_refused():
         assert job["token"] in barrier.compiling
     finally:
         barrier.close()
+
+
+def test_a_hold_keeps_the_measurement_back_but_not_the_compiles():
+    """Work beside the workers (the command's doctor report) holds the measurement phase: admission goes on, the
+    ready worker waits until the hold is released (once; a second release does nothing)."""
+    barrier = quiet.Quiet([None], parallel=2, cap=2, jobs={None: 2})
+    try:
+        release = barrier.hold()
+        a = barrier.admit(None)
+        b = barrier.admit(None)  # admission is not held
+        assert a and b
+        first = _Fake(a)
+        barrier.finished(b)  # b is done without measuring: only the hold is left
+        assert not first.went.wait(0.3)
+        release()
+        assert first.went.wait(30)
+        release()
+        first.release.set()
+        first.thread.join(30)
+        assert first.error is None
+        barrier.finished(a)
+    finally:
+        barrier.close()
+
+
+def test_work_before_measuring_runs_beside_the_compiles_and_ends_before_any_measurement():
+    """runner.execute(before_measuring=...): it starts with the runs, every measurement starts after it returned,
+    and execute returns only after it has."""
+    plan = plan_for(
+        "--device", "cpu", "--workload", "gemm_mlp", "--arm", "default", "--arm", "eager", "--smoke", "--repeats", "1",
+        "--parallel", "2",
+    )  # fmt: skip
+    spans: list[float] = []
+
+    def beside() -> None:
+        spans.append(time.monotonic())
+        time.sleep(3.0)  # longer than the eager run takes to be ready to measure
+        spans.append(time.monotonic())
+
+    runs = runner.execute(plan, progress=False, before_measuring=beside)
+    assert len(runs) == 2 and all(r["ok"] for r in runs), [r.get("error") for r in runs]
+    assert len(spans) == 2
+    assert min(r["started_at"] for r in runs) < spans[1]  # the runs did not wait for it
+    assert all(r["phase_spans"]["wait"][1] >= spans[1] for r in runs)  # no turn to measure before it returned

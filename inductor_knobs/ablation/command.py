@@ -39,6 +39,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidKnobValue
@@ -113,10 +114,13 @@ DOCTOR_WAIT_S = 60.0
 class _Doctor:
     """``doctor``'s report, from ``python -m inductor_knobs doctor --json`` in a child process started at once.
 
-    It runs while the command sets up and the fork server imports, and :meth:`report` waits for it before the
-    first run: the child imports torch, Dynamo and Inductor (seconds of CPU), and beside a measuring run it
-    makes that run's latency wrong (the CPU main job, 2 cores, torch 2.13: the first run's samples took 64 ms
-    against 2.7 ms while it ran beside them).  Not in this process: a thread that used torch leaves C++
+    It runs while the command sets up and the fork server imports.  The child imports torch, Dynamo and Inductor
+    (seconds of CPU), and beside a measuring run it makes that run's latency wrong (the CPU main job, 2 cores,
+    torch 2.13: the first run's samples took 64 ms against 2.7 ms while it ran beside them).  So with one run
+    compiling at a time (``--parallel 1``: its compile time is taken alone) :meth:`report` is awaited before the
+    first run; with several at once (the GPU main job: 9) the runs start at once and the barrier keeps every
+    measurement back until the report has come (:meth:`.quiet.Quiet.hold`), which saves the command that wait.
+    Not in this process: a thread that used torch leaves C++
     thread-locals (``at::impl::ThreadLocalPythonObjects``) whose destructor takes the GIL after the Python thread
     has ended, and if the command is finishing then, libstdc++ aborts ("terminate called without an active
     exception", seen after a Ctrl-C during the fork server's start).  The child inherits the command's
@@ -269,10 +273,17 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
         start = time.perf_counter()
         results["setup_seconds"] = start - entered
         try:
-            results["environment"]["doctor"] = doctor.report()  # before the runs: see _Doctor
-            start = time.perf_counter()  # the runs' clock: waiting for the report is set-up
-            results["setup_seconds"] = start - entered
-            fresh = _execute(plan, args.out, todo, runs, results, workers)
+
+            def report_doctor() -> None:
+                results["environment"]["doctor"] = doctor.report()
+
+            # Several compiling at once: the runs start now, and none measures before the report (see _Doctor).
+            beside = plan.executor == "local" and plan.parallel > 1
+            if not beside:
+                report_doctor()
+                start = time.perf_counter()  # the runs' clock: waiting for the report is set-up
+                results["setup_seconds"] = start - entered
+            fresh = _execute(plan, args.out, todo, runs, results, workers, report_doctor if beside else None)
         except Interrupted as stop:
             with signals_ignored():  # a second Ctrl-C must not lose the finished runs
                 if results["environment"].get("doctor") is None:
@@ -331,6 +342,7 @@ def _execute(
     runs: store.RunStore | None,
     results: dict[str, Any],
     workers: Workers | None = None,
+    before_measuring: Callable[[], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``jobs`` with ``plan.executor``; every record is kept in ``runs`` as it finishes.
 
@@ -346,6 +358,8 @@ def _execute(
         results (dict[str, Any]): results.json's data (``slurm`` is added for the Slurm executor).
         workers (Workers | None): the local executor's workers, their fork server started early
             (:func:`.runner.early_workers`), or None.
+        before_measuring (Callable[[], Any] | None): the local executor runs it beside the first compiles, and no
+            run measures before it has returned (:func:`.runner.execute`); the Slurm executor, before the jobs.
 
     Returns:
         list[dict[str, Any]]: the new records, by job index.
@@ -356,7 +370,9 @@ def _execute(
     """
     save = runs.save if runs is not None else None
     if plan.executor != "slurm":
-        return execute(plan, jobs=jobs, on_record=save, workers=workers)
+        return execute(plan, jobs=jobs, on_record=save, workers=workers, before_measuring=before_measuring)
+    if before_measuring is not None:
+        before_measuring()
     assert out is not None and plan.slurm is not None  # build_plan requires both for the Slurm executor
     folder = os.path.abspath(os.path.join(out, "slurm"))
     submitted = slurm.SlurmRun()

@@ -13,7 +13,7 @@ that a host-bound latency feels.  So every run goes through a phase barrier (:cl
    says ``ready`` and waits: it has released its compile slot, so the lane may admit the next job.  The
    wait is the worker's ``wait`` phase; ``compile_seconds`` ended before it.
 3. **Measure.**  When no worker of the ablation is compiling (every live worker is ready, measuring
-   or done) and none can be admitted (every lane holds ``cap`` live workers or has started all its
+   or done), no other work of the ablation holds the phase (:meth:`Quiet.hold`), and none can be admitted (every lane holds ``cap`` live workers or has started all its
    jobs), the barrier lets the ready workers measure one at a time on the whole host, in the order
    they became ready, each pinned to its lane's CPUs, and admits nothing.  A worker says ``measured``
    after its samples and its profiling; then the next one goes.  (Lanes measuring at once made the
@@ -248,6 +248,7 @@ class Quiet:
         self.cond = threading.Condition()
         self.closed = False
         self.measuring_phase = False
+        self.holds: set[object] = set()  # CPU work beside the workers that keeps the measurement phase shut (hold)
         self.lane_of: dict[str, Any] = {}  # token -> lane, for every live worker
         self.compiling: set[str] = set()
         self.ready: dict[Any, list[str]] = {lane: [] for lane in lanes}
@@ -287,6 +288,26 @@ class Quiet:
             self.lane_of[token] = lane
             self.compiling.add(token)
             return {"address": self.address, "token": token}
+
+    def hold(self) -> Callable[[], None]:
+        """Keep the measurement phase shut, while admission goes on, until the returned callable is called (once;
+        later calls do nothing): for CPU work of the ablation beside its compiling workers that a measurement would
+        feel (the command's ``doctor`` report).
+
+        Returns:
+            Callable[[], None]: the release.
+        """
+        token = object()
+        with self.cond:
+            self.holds.add(token)
+
+        def release() -> None:
+            with self.cond:
+                if token in self.holds:
+                    self.holds.discard(token)
+                    self._step()
+
+        return release
 
     def _admissible(self, lane: Any) -> bool:
         return not self.measuring_phase and len(self.compiling) < self.slots and self._live(lane) < self.cap
@@ -406,7 +427,7 @@ class Quiet:
     def _step(self) -> None:
         """Open the measurement phase, hand out turns, or reopen admission (with ``cond`` held)."""
         waiting = any(self.ready.values())
-        if not self.measuring_phase and waiting and not self.compiling:
+        if not self.measuring_phase and waiting and not self.compiling and not self.holds:
             stuck = all(self._live(lane) >= self.cap or self.remaining[lane] <= 0 for lane in self.ready)
             if stuck or self.closed:
                 self.measuring_phase = True

@@ -116,6 +116,7 @@ def execute(
     jobs: list[dict[str, Any]] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     workers: Workers | None = None,
+    before_measuring: Callable[[], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every job of ``plan`` here, repeat ``r`` of every arm on ``gpus[r mod len(gpus)]``
     (:func:`.plan.gpu_for_repeat`; the CPU on CPU); each GPU's threads take its jobs in order.
@@ -130,6 +131,9 @@ def execute(
         workers (Workers | None): the ablation's workers, their server maybe importing already
             (:func:`early_workers`); None: :func:`make_workers`.  Their directories and server are
             removed at the end either way.
+        before_measuring (Callable[[], Any] | None): run in a thread beside the first compiles; no run measures
+            before it has returned (:meth:`.quiet.Quiet.hold`), and this returns only after it has.  It must not
+            raise (what it raises is printed, and the measurements go on).
 
     Returns:
         list[dict[str, Any]]: one record per job, by job index, each with ``shard`` (this shard's index).
@@ -189,14 +193,27 @@ def execute(
                 bar.update()
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
+    beside: list[threading.Thread] = []
+    if before_measuring is not None:
+        release = quiet.hold()
+
+        def first() -> None:
+            try:
+                before_measuring()
+            except Exception as err:  # noqa: BLE001 - said, never raised: it must not cost the runs
+                print(f"warning: {err!r} before the first measurement", file=sys.stderr)
+            finally:
+                release()
+
+        beside.append(threading.Thread(target=first, name="ik-before-measuring", daemon=True))
     try:
         # The fork server imports once, before any run's clock starts (its own cost goes to every
         # record's ``server``); started early (early_workers) it has imported while the command set up,
         # and this waits only for the rest.  An interruption meanwhile ends it.
         workers.fork_server()
-        for t in threads:
+        for t in [*beside, *threads]:
             t.start()
-        for t in threads:
+        for t in [*threads, *beside]:
             # A bounded join keeps the main thread where a signal handler can raise promptly.
             while t.is_alive():
                 t.join(0.5)
