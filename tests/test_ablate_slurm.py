@@ -214,7 +214,7 @@ def fake_record(job: dict) -> dict:
 
 
 def test_overwrite_starts_the_runs_again(tmp_path, monkeypatch, capsys):
-    def execute(plan, progress=True, jobs=None, on_record=None, workers=None):
+    def execute(plan, progress=True, jobs=None, on_record=None, workers=None, before_measuring=None):
         records = [fake_record(job) for job in jobs]
         for record in records:
             on_record(record)
@@ -243,7 +243,7 @@ def test_overwrite_keeps_the_earlier_results_until_the_new_run_succeeds(tmp_path
     succeeds, publishes it."""
     how = {"mode": "ok"}
 
-    def execute(plan, progress=True, jobs=None, on_record=None, workers=None):
+    def execute(plan, progress=True, jobs=None, on_record=None, workers=None, before_measuring=None):
         records = [fake_record(job) for job in jobs]
         if how["mode"] == "fail":
             records = [{**r, "ok": False, "error": "boom"} for r in records]
@@ -379,7 +379,7 @@ def _kept_run(tmp_path, monkeypatch, **fingerprint_fields):
 
 
 def _fake_execute(monkeypatch, **fingerprint_fields):
-    def execute(plan, progress=True, jobs=None, on_record=None, workers=None):
+    def execute(plan, progress=True, jobs=None, on_record=None, workers=None, before_measuring=None):
         records = []
         for spec in jobs:
             records.append(stamp(fake_record(spec), spec))

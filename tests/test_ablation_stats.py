@@ -604,7 +604,7 @@ def test_parallel_is_checked_before_anything_runs(value, match):
 
 
 def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatch, capsys):
-    def execute(plan, progress=True, jobs=None, on_record=None, workers=None):
+    def execute(plan, progress=True, jobs=None, on_record=None, workers=None, before_measuring=None):
         return [
             run(job["arm"]["name"], job["repeat"], [1.0 + 0.01 * job["repeat"]], index=job["index"], shard=0)
             for job in (plan.jobs() if jobs is None else jobs)

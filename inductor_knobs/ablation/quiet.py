@@ -13,7 +13,8 @@ that a host-bound latency feels.  So every run goes through a phase barrier (:cl
    says ``ready`` and waits: it has released its compile slot, so the lane may admit the next job.  The
    wait is the worker's ``wait`` phase; ``compile_seconds`` ended before it.
 3. **Measure.**  When no worker of the ablation is compiling (every live worker is ready, measuring
-   or done), no other work of the ablation holds the phase (:meth:`Quiet.hold`), and none can be admitted (every lane holds ``cap`` live workers or has started all its
+   or done), no other work of the ablation holds the phase (:meth:`Quiet.hold`), and none can be
+   admitted (every lane holds ``cap`` live workers or has started all its
    jobs), the barrier lets the ready workers measure one at a time on the whole host, in the order
    they became ready, each pinned to its lane's CPUs, and admits nothing.  A worker says ``measured``
    after its samples and its profiling; then the next one goes.  (Lanes measuring at once made the
