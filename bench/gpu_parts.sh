@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU runs behind the closing notes of issues 31, 32 and 33, on one host with 4 GPUs (64 CPUs),
-# from the repository root, in three calls; everything goes under $OUT.
+# The GPU runs behind the results in bench/published/ (each results README names its part), from the repository
+# root; parts a-j need a host with 2 to 4 GPUs (16 CPUs each), k-s one GPU; everything goes under $OUT.
 #
 #   OUT=/tmp/out bash bench/gpu_parts.sh a   # lanes at once, each GPU with its own 16 CPUs (taskset):
 #                                              #   GPU 0: every GPU test; GPU 1: cold start, Llama;

@@ -20,9 +20,9 @@ turns per timing; their compiling, code generation and Triton compiles (CPU work
 the wrapper runs the timed callable once, and waits for the GPU, before it takes the lock.  On an H100
 (torch 2.11, the main job) a GEMM template's first call compiled its Triton kernel on the worker's main
 thread (``CachingAutotuner.run`` -> ``precompile`` -> ``make_cubin``): 15-18 s inside one GEMM shape's
-``benchmark_choices``, which the turns of the sixth and seventh sessions held (one turn per shape), while
-five other workers waited for it (194-211 s of waiting in a run; the run's wall time grew from 142 s to
-182-212 s).  The extra call is one more warm-up of the candidate, which the benchmarker makes anyway.
+``benchmark_choices``; a lock held for a whole shape's choices (one turn per shape) made five other workers
+wait for it (194-211 s of waiting in a run, 182-212 s of wall time against 142 s with turns per timing).  The
+extra call is one more warm-up of the candidate, which the benchmarker makes anyway.
 
 Outside the lock: the timings torch takes with ``do_bench_using_profiling`` directly (only with
 ``profile_bandwidth_with_do_bench_using_profiling`` on), candidates torch times in its autotune subprocess

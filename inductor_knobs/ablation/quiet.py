@@ -28,9 +28,9 @@ worker and what the GPU's memory allows at :data:`GPU_GIB_PER_WORKER`, and balan
 are about equal.  Every batch ends with compile slots idle while its slowest worker compiles, so fewer
 batches are faster once the autotune turns are short: on a one-H100 node (torch 2.11) the main job's 18
 runs with 6 compiling at once took 162-179 s in two batches of 9 and 155 s in one batch of 18
-(:mod:`.main_job` chooses 9 at once there, one batch: 132 s).  (Three sessions earlier, with one autotune
-turn per GEMM shape held for up to 18 s, more live workers had been slower: 247 s in two batches of 9
-against 200 s in three of 6 on a 4xH200 host.)  A waiting worker holds its
+(:mod:`.main_job` chooses 9 at once there, one batch: 132 s).  (With one autotune turn per GEMM shape, held
+for up to 18 s, more live workers were slower: 247 s in two batches of 9 against 200 s in three of 6 on a
+4xH200 host.)  A waiting worker holds its
 memory (and on a GPU its CUDA context and model): ``--parallel 1`` keeps one at a time.
 
 The worker measures pinned to its lane's CPUs (:func:`lane_cpus`: the CPUs this process may use,
