@@ -53,17 +53,24 @@ class KnobFeatures:
 
         return LookupTableChoices  # type: ignore[no-any-return]
 
+    def lookup_handler_fits(self) -> bool:
+        """Whether this thread's choices handler is torch's own ``InductorChoices`` or a ``LookupTableChoices``: the
+        handlers :meth:`lookup_handler` takes (any other is someone's own)."""
+        from torch._inductor.choices import InductorChoices
+
+        current = self.choices_handler()
+        return isinstance(current, self.lookup_choices_class()) or type(current) is InductorChoices
+
     def lookup_handler(self) -> AbstractContextManager[Any]:
         """``V.set_choices_handler(LookupTableChoices())`` in place of torch's own ``InductorChoices`` (kept if already
         one); any other handler is someone's own: :class:`TypeError` names it and nothing changes."""
-        from torch._inductor.choices import InductorChoices
         from torch._inductor.virtualized import V
 
         lookup = self.lookup_choices_class()
         current = self.choices_handler()
         if isinstance(current, lookup):
             return nullcontext()
-        if type(current) is not InductorChoices:
+        if not self.lookup_handler_fits():
             raise TypeError(f"{type(current).__module__}.{type(current).__qualname__}")
         return V.set_choices_handler(lookup())  # type: ignore[no-any-return]
 

@@ -851,3 +851,31 @@ def test_the_probe_reads_readelf_in_the_c_locale(tmp_path, monkeypatch):
     monkeypatch.setenv("LANGUAGE", "fr")
     if shutil.which("g++") and shutil.which("readelf"):
         assert aot_package.links_libstdcxx_statically(shutil.which("g++")) is False
+
+
+def test_warm_ups_of_one_model_from_four_threads_keep_every_tuned_step_and_hold_no_model():
+    import gc
+    import threading
+    import weakref
+
+    from inductor_knobs.serving import warm_up
+
+    models = [torch.nn.Linear(4, 4)]
+    start = threading.Barrier(4)
+
+    def add(thread: int) -> None:
+        start.wait()
+        for i in range(500):
+            warm_up.remember_tuned(models[0], [((thread, i), ["record"])])
+
+    threads = [threading.Thread(target=add, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(warm_up.tuned_steps(models[0])) == 2000
+    gone = weakref.ref(models[0])
+    models.clear()
+    gc.collect()
+    assert gone() is None  # the registry does not keep a model alive
+    assert warm_up.tuned_steps(lambda: None) == []

@@ -262,7 +262,6 @@ def _pin_warmed_choices(knobs: Any, records: Sequence[Any], configs: dict[str, A
     is not torch's own (``inductor_choices_class`` or ``V.set_choices_handler``: the knob needs
     ``LookupTableChoices``), or no CUDA op was tuned."""
     from torch._inductor import config as inductor_config
-    from torch._inductor.choices import InductorChoices
 
     from .. import Knobs
     from ..ext import table_from_records
@@ -274,7 +273,7 @@ def _pin_warmed_choices(knobs: Any, records: Sequence[Any], configs: dict[str, A
         return knobs, 0
     if {"lookup_table.table", "inductor_choices_class"} & {*configs, *config_values(knobs)}:
         return knobs, 0
-    if patches.read_value(inductor_config, "lookup_table.table") or type(patches.choices_handler()) is not InductorChoices:
+    if patches.read_value(inductor_config, "lookup_table.table") or not patches.lookup_handler_fits():
         return knobs, 0
     table = table_from_records(records, top=1, device=True)
     if not table:

@@ -12,6 +12,7 @@ probes at shapes it did not warm tell what is still cold, and the standard fixes
 from __future__ import annotations
 
 import statistics
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -35,13 +36,27 @@ HOST_BOUND = 0.8
 #: AOT bundle's build reuses those choices (:func:`tuned_steps`) even when the report it is given is a later
 #: warm-up's (of the CUDA graphs captured from the callable), which autotuned nothing.
 _TUNED: weakref.WeakKeyDictionary[Any, list[tuple[Any, list[Any]]]] = weakref.WeakKeyDictionary()
+_TUNED_LOCK = threading.Lock()  # warm-ups of one model from several threads each add their steps
+
+
+def remember_tuned(fn: Any, tuned: list[tuple[Any, list[Any]]]) -> None:
+    """Add ``tuned`` (``(shape, autotune records)`` of warm-up steps) to what :func:`tuned_steps` returns for ``fn``;
+    nothing for a callable without weak references (its report still carries them)."""
+    if not tuned:
+        return
+    try:
+        with _TUNED_LOCK:
+            _TUNED.setdefault(fn, []).extend(tuned)
+    except TypeError:
+        pass
 
 
 def tuned_steps(fn: Any) -> list[tuple[Any, list[Any]]]:
     """The ``(shape, autotune records)`` of every warm-up step of ``fn`` (a compiled callable) in this process that
     autotuned, oldest first; ``[]`` if none (or ``fn`` cannot be weakly referenced)."""
     try:
-        return list(_TUNED.get(fn, ()))
+        with _TUNED_LOCK:
+            return list(_TUNED.get(fn, ()))
     except TypeError:
         return []
 
@@ -162,12 +177,7 @@ def warmup(
     with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.11: patches/fixes.py)
         with graph_per_bucket(len(shape_list or ())) if mode else nullcontext():
             steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
-        tuned = [(step.shape, step.autotune) for step in steps if step.autotune and step.shape is not None]
-        if tuned:
-            try:
-                _TUNED.setdefault(fn, []).extend(tuned)
-            except TypeError:  # a callable without weak references: its report still carries them
-                pass
+        remember_tuned(fn, [(step.shape, step.autotune) for step in steps if step.autotune and step.shape is not None])
         profiler_seconds = guard.profiler_seconds
         if mode:
             dynamic = None
