@@ -33,6 +33,10 @@
 #   OUT=/tmp/out bash bench/gpu_parts.sh r   # one-GPU node: variants of the main job (timed) one after the other:
 #                                              #   VARIANTS="main onebatch parallel9" (as a new user runs it; every run
 #                                              #   live at once, bench/ablate_cap.py 18; --parallel 9)
+#   OUT=/tmp/out bash bench/gpu_parts.sh t   # 4-GPU host, lanes at once, each GPU with its own 16 CPUs: GPU 0
+#                                              #   bench/per_bucket.py for BERT-base (128, 512, 2048 tokens, 2,000
+#                                              #   requests); GPU 1 bench/aot_build.py (Llama), then the main job;
+#                                              #   GPUs 2 and 3 the main job twice each (replicates of its verdicts)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
 #                                              #   the Llama's AOT cold start (bench/cold_start.py --arms cold aot
 #                                              #   $AOT_FLAGS, default: two aot processes, then one with -X importtime
@@ -203,6 +207,25 @@ j)
         echo "== GPU $g: $(grep -E '^wall ' "$OUT/main$g.log")"
         grep -E "^\| (gated|force)" "$OUT/main$g.log" | cut -c1-190 | head -n 6
     done
+    ;;
+t)
+    main_once() {  # main_once GPU NAME: the README's main job alone on its GPU and 16 CPUs, timed
+        CUDA_VISIBLE_DEVICES=$1 taskset -c "$(lane "$1")" timeout -k 10 "${MAIN_TIMEOUT_S:-250}" /usr/bin/time -f "wall %e s" \
+            python3 -m inductor_knobs ablate --out "$OUT/$2" --overwrite >"$OUT/$2.log" 2>&1
+        done_at "$2" $?
+    }
+    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 "${BERT_TIMEOUT_S:-540}" python3 bench/per_bucket.py --model bert \
+        --sizes 128,512,2048 --requests 2000 --out "$OUT/pb_bert" >"$OUT/pb_bert.log" 2>&1; done_at pb_bert $?) &
+    (CUDA_VISIBLE_DEVICES=1 taskset -c "$(lane 1)" timeout -k 10 "${AOT_TIMEOUT_S:-300}" python3 bench/aot_build.py --out "$OUT/aot" \
+        >"$OUT/aot.log" 2>&1; done_at aot $?; main_once 1 main1a) &
+    for g in 2 3; do (main_once "$g" "main${g}a"; main_once "$g" "main${g}b") & done
+    wait
+    cat "$OUT/status.txt"
+    for name in main1a main2a main2b main3a main3b; do
+        echo "== $name: $(grep -E '^wall ' "$OUT/$name.log")"
+        grep -E "^\| (gated|force)" "$OUT/$name.log" | cut -c1-190 | head -n 6
+    done
+    tail -n 25 "$OUT/pb_bert.log"
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1

@@ -3,6 +3,7 @@
     python bench/per_bucket.py --out results/per-bucket                 # needs a CUDA GPU and triton
     python bench/per_bucket.py --out results/per-bucket --model llama   # also needs transformers
     python bench/per_bucket.py --out results/pb-bert --model bert --sizes 128,512,2048 --requests 2000
+    python bench/per_bucket.py --out results/pb-bert --model bert --sizes 128,512 --requests 0 --kernels-at 128  # kernels per arm
     python bench/per_bucket.py --out /tmp/pb --smoke                    # CPU, tiny sizes, seconds
 
 Workload (issue 48): ``Linear(3420 -> 1280)``, bf16, no bias, rows M = 128, 560, 1024, 2048, 4096, 8192,
@@ -92,6 +93,25 @@ def traffic_quantiles(seconds: list[float]) -> dict:
     return {"p50_ms": cuts[49], "p99_ms": cuts[98], "p99_over_p50": cuts[98] / cuts[49]}
 
 
+def gpu_kernels(fn, item, calls: int = 20) -> list[list]:
+    """``[name, calls, total µs per call]`` of every GPU kernel that ``calls`` calls of ``fn`` ran, slowest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    call(fn, item)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call(fn, item)
+        torch.cuda.synchronize()
+    rows = [
+        [e.key, e.count // calls, e.device_time_total / calls]
+        for e in prof.key_averages()
+        if e.device_time_total > 0 and not e.key.startswith(("cudaDeviceSynchronize", "Activity Buffer"))
+    ]
+    return sorted(rows, key=lambda r: -r[2])
+
+
 def call(fn, item):
     return fn(**item) if isinstance(item, dict) else fn(*item)
 
@@ -105,6 +125,7 @@ def run(
     requests: int,
     how: str,
     per_bucket: bool | str = "auto",
+    kernels_at: int | None = None,
 ) -> dict:
     import torch
 
@@ -118,12 +139,16 @@ def run(
         for m in sizes:  # (a) a static compile per size
             static = torch.compile(copy.deepcopy(module), mode=mode, dynamic=False)
             call(static, inputs[m])
+            if m == kernels_at:
+                kept_static = static
             rows[m]["static_ms"] = bench(lambda s=static, x=inputs[m]: call(s, x))
+            print(f"static {m}: {rows[m]['static_ms']:.4f} ms", flush=True)  # a run cut short says how far it got
         dynamic = torch.compile(copy.deepcopy(module), mode=mode, dynamic=True)  # (b) first called at sizes[1]
         for m in (sizes[1], *sizes):
             call(dynamic, inputs[m])
         for m in sizes:
             rows[m]["dynamic_ms"] = bench(lambda x=inputs[m]: call(dynamic, x))
+            print(f"dynamic {m}: {rows[m]['dynamic_ms']:.4f} ms", flush=True)
         served = torch.compile(copy.deepcopy(module), mode=mode)  # (c) a graph per bucket
         report = ik.serving.warmup(
             served, shapes=sizes, factory=lambda m: inputs[m], per_bucket=per_bucket, dynamic_fn=dynamic, probes=None
@@ -134,6 +159,12 @@ def run(
                 call(served, inputs[m])
         for m in sizes:  # timed outside the guard and the recorder, as (a) and (b) are
             rows[m]["per_bucket_ms"] = bench(lambda x=inputs[m]: call(served, x))
+            print(f"per-bucket {m}: {rows[m]['per_bucket_ms']:.4f} ms", flush=True)
+        profiled = {}
+        if device == "cuda" and kernels_at in inputs:  # which GPU kernels each arm runs at that size (torch.profiler, 20 calls)
+            x = inputs[kernels_at]
+            arms = {"static": kept_static, "dynamic": dynamic, "per_bucket": served}
+            profiled = {name: gpu_kernels(fn, x) for name, fn in arms.items()}
         drawn = random.Random(48).choices(sizes, k=requests)
         seconds: dict[int, list[float]] = {m: [] for m in sizes}
         tuned = ik.record_autotune() if ik.ext.can_record_autotune() else contextlib.nullcontext(None)
@@ -168,6 +199,8 @@ def run(
         "rows": list(rows.values()),
         "warmup": [r.to_dict() for r in report.buckets],
         "traffic_compiles": len(traffic.compiles) + len(served_traffic.compiles),
+        "kernels_at": kernels_at,
+        "kernels": profiled,
         "traffic_graphs": len(traffic.attestations) + len(served_traffic.attestations),
     }
 
@@ -240,6 +273,7 @@ def main() -> int:
     parser.add_argument("--per-bucket", default="auto", choices=("auto", "true"), help="warmup(per_bucket=...)")
     parser.add_argument("--timer", default="cudagraph", choices=("cudagraph", "events"), help="kernel time on CUDA")
     parser.add_argument("--requests", type=int, default=None, help="traffic calls after the warm-up (2000; smoke 50)")
+    parser.add_argument("--kernels-at", type=int, default=None, help="CUDA: profile each arm's GPU kernels at this size")
     args = parser.parse_args()
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
     requests = args.requests if args.requests is not None else (50 if args.smoke else 2000)
@@ -247,7 +281,7 @@ def main() -> int:
     mode = None if args.smoke else MODE
     env = environment(device)
     per_bucket = True if args.per_bucket == "true" else "auto"
-    result = run(args.model, args.smoke, device, mode, sizes, requests, args.timer, per_bucket)
+    result = run(args.model, args.smoke, device, mode, sizes, requests, args.timer, per_bucket, args.kernels_at)
     text = markdown(result, env)
     print(text)
     out = Path(args.out)

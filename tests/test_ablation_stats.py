@@ -237,7 +237,7 @@ def test_table_says_no_detectable_difference_and_names_the_verdicts():
     ("processes", "quoted"),
     [
         (4, "3% of resampled recorded A/A comparisons with 3 processes"),
-        (5, "4% of resampled recorded A/A comparisons with 5 processes"),
+        (5, "5% of resampled recorded A/A comparisons with 5 processes"),
         (12, "5% of resampled recorded A/A comparisons with 8 processes"),
     ],
 )

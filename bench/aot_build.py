@@ -1,0 +1,193 @@
+"""Where an AOT bundle's build spends its time after the serving warm-up, and which of the warm-up's caches it hits.
+
+    python bench/aot_build.py --out DIR                    # the Llama on a GPU
+    python bench/aot_build.py --out DIR --device cpu       # a smoke run of the flow, tiny sizes
+
+One process on fresh, empty cache directories (``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``): the recipe of
+``bench/cold_start.py`` for the model (``ik.compile(..., mode="max-autotune-no-cudagraphs", dynamic=True)``, the
+warm-up over its buckets, one CUDA graph per bucket, their warm-up), then ``ik.serving.save_serving_bundle(...,
+aot=True)`` twice: the first build is the one a serving recipe pays; the second, on the caches the first filled,
+is what the build costs when every kernel it generates is in the caches.  For each build:
+
+- its wall time and the bundle's own steps (the header's ``serving.aot.seconds``: export, compile, load check);
+- torch's own phases (``dynamo_timed``: ``torch._dynamo.utils.compilation_time_metrics``) added during it, summed;
+- what an ``ik.serving.ColdStartRecorder`` heard during it (run-time benchmarks, coordinate-descent searches, Triton
+  compiles and cache hits);
+- the kernel sources and autotune results (``.best_config``) it added to Inductor's cache directory: a source the
+  warm-up did not generate is one whose run-time tuning and Triton compile the warm-up's caches cannot serve;
+- cProfile's top functions by cumulative time (this process only: Inductor's compile workers are not in it).
+
+Writes ``aot_build.json``, ``aot_build-profile-<n>.txt`` (with the callers of the waits on child processes and
+locks), ``aot_build-<n>.prof`` (``pstats``) and, under ``new-kernels/``, up to 20 kernel sources that the
+first build added, each beside the warm-up's source of the kernel of the same name as a unified diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import difflib
+import io
+import json
+import os
+import pstats
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cold_start  # sibling scripts (their top levels import only the standard library)
+import serving_real as real
+
+KERNEL_NAME = re.compile(r"^def (triton_\w+)\(", re.MULTILINE)
+
+
+def sources(cache: Path) -> dict[str, Path]:
+    """Inductor's generated Python modules in ``cache`` (kernels and wrappers), by file name."""
+    return {p.name: p for p in cache.rglob("*.py")} if cache.is_dir() else {}
+
+
+def best_configs(cache: Path) -> set[str]:
+    return {p.name for p in cache.rglob("*.best_config")} if cache.is_dir() else set()
+
+
+def kernel_names(path: Path) -> list[str]:
+    try:
+        return KERNEL_NAME.findall(path.read_text(errors="replace"))
+    except OSError:
+        return []
+
+
+def phases(before: dict[str, int]) -> dict[str, float]:
+    """Seconds per ``dynamo_timed`` key added since ``before`` (counts per key)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    added = {key: sum(values[before.get(key, 0) :]) for key, values in compilation_time_metrics.items()}
+    return {key: round(value, 3) for key, value in sorted(added.items(), key=lambda kv: -kv[1]) if value > 0}
+
+
+def build_once(ik, served, warmed, buckets, factory, bundle: Path, out: Path, n: int, caches: tuple[Path, Path]) -> dict:
+    inductor_cache, triton_cache = caches
+    from torch._dynamo.utils import compilation_time_metrics
+
+    from inductor_knobs.serving.cold_start import ColdStartRecorder
+
+    counts = {key: len(values) for key, values in compilation_time_metrics.items()}
+    had_sources, had_configs = sources(inductor_cache), best_configs(inductor_cache)
+    had_kernels = cold_start.kernel_dirs(triton_cache)
+    profile = cProfile.Profile()
+    started = time.perf_counter()
+    with ColdStartRecorder() as recorder:
+        profile.enable()
+        try:
+            header = ik.serving.save_serving_bundle(bundle, served, warmed, buckets=buckets, aot=True, factory=factory)
+        finally:
+            profile.disable()
+    wall = time.perf_counter() - started
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("cumulative").print_stats(60)
+    # Who waits on child processes (C++ compiles, Triton's, the load check) and on locks: the callers, two levels up.
+    stats.print_callers(r"\(check_call\)|\(run\)|\(communicate\)|\(wait\)|__enter__|compile_file")
+    profile.dump_stats(str(out / f"aot_build-{n}.prof"))
+    (out / f"aot_build-profile-{n}.txt").write_text(text.getvalue())
+    now = sources(inductor_cache)
+    new_sources = sorted(set(now) - set(had_sources))
+    built = header["serving"]["aot"]
+    return {
+        "wall_s": round(wall, 3),
+        "steps": built.get("seconds"),
+        "pinned": built.get("pinned"),
+        "cxx": built.get("cxx"),
+        "torch_phases_s": phases(counts),
+        "recorder": cold_start.named(recorder.proof()),
+        "new_sources": len(new_sources),
+        "new_kernel_sources": sum(bool(kernel_names(now[name])) for name in new_sources),
+        "new_best_configs": len(best_configs(inductor_cache) - had_configs),
+        "new_triton_kernel_dirs": len(cold_start.kernel_dirs(triton_cache) - had_kernels),
+        "_new_sources": new_sources,
+        "_had_sources": sorted(had_sources),
+    }
+
+
+def write_diffs(inductor_cache: Path, old: list[str], new: list[str], out: Path, limit: int = 20) -> list[dict]:
+    """For each new kernel source (up to ``limit``), the warm-up's source of the kernel of the same name, diffed."""
+    every = sources(inductor_cache)
+    by_name: dict[str, Path] = {}
+    for name in old:
+        for kernel in kernel_names(every[name]):
+            by_name.setdefault(kernel, every[name])
+    folder = out / "new-kernels"
+    folder.mkdir(parents=True, exist_ok=True)
+    found = []
+    for name in new:
+        path = every[name]
+        kernels = kernel_names(path)
+        if not kernels:
+            continue
+        match = by_name.get(kernels[0])
+        entry = {"source": name, "kernel": kernels[0], "warm_up_source": match.name if match else None}
+        if len(found) < limit:
+            (folder / name).write_text(path.read_text(errors="replace"))
+            if match is not None:
+                old_text = match.read_text(errors="replace").splitlines()
+                new_text = path.read_text(errors="replace").splitlines()
+                diff = difflib.unified_diff(old_text, new_text, "warm-up", "aot", lineterm="")
+                (folder / f"{name}.diff").write_text("\n".join(diff) + "\n")
+        found.append(entry)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", default="llama", choices=real.MODELS)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="aot-build-"))
+    inductor_cache, triton_cache = work / "inductor", work / "triton"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache)
+    os.environ["TRITON_CACHE_DIR"] = str(triton_cache)
+    import torch
+
+    import inductor_knobs as ik
+
+    real.DEVICE = args.device
+    net = real.build(args.model)
+    buckets = cold_start.bucket_sizes(ik, args.device)
+
+    def factory(n: int) -> dict:
+        return real.make_inputs(args.model, n, buckets, n)
+
+    result: dict = {"model": args.model, "device": args.device, "torch": torch.__version__, "buckets": list(buckets)}
+    with torch.no_grad():
+        started = time.perf_counter()
+        compiled = ik.compile(net, mode=cold_start.MODE, dynamic=True)
+        warmed = ik.serving.warmup(compiled, shapes=list(buckets), factory=factory, probes=None)
+        served = compiled
+        if args.device == "cuda":
+            served = ik.serving.capture_cuda_graphs(compiled, shapes=list(buckets), factory=factory)
+            warmed = ik.serving.warmup(served, shapes=list(buckets), factory=factory, probes=None)
+        result["warm_up_s"] = round(time.perf_counter() - started, 3)
+        result["warm_up_sources"] = len(sources(inductor_cache))
+        result["warm_up_best_configs"] = len(best_configs(inductor_cache))
+        builds = []
+        for n in (1, 2):
+            bundle = work / f"model-{n}.bundle"
+            builds.append(build_once(ik, served, warmed, buckets, factory, bundle, out, n, (inductor_cache, triton_cache)))
+            print(f"build {n}: {builds[-1]['wall_s']} s", flush=True)
+    result["new_kernels"] = write_diffs(inductor_cache, builds[0]["_had_sources"], builds[0]["_new_sources"], out)
+    for build in builds:
+        del build["_new_sources"], build["_had_sources"]
+    result["builds"] = builds
+    (out / "aot_build.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "new_kernels"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
