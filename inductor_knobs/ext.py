@@ -17,6 +17,7 @@ _PUBLIC = {
     "torch_compat": ("core.torch_compat", None),
     "CUDNN_SDPA_AVOID_RECOMPILE_VAR": ("core.changes", "CUDNN_SDPA_AVOID_RECOMPILE_VAR"),
     "environ_before_knobs": ("core.changes", "environ_before_knobs"),
+    "Claim": ("core.changes", "Claim"),
     "mode_options": ("core.compile_backend", "mode_options"),
     "format_table": ("core.events", "format_table"),
     "atomic_write": ("core.files", "atomic_write"),
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core import setup as setup
     from .core import torch_compat as torch_compat
     from .core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR as CUDNN_SDPA_AVOID_RECOMPILE_VAR
+    from .core.changes import Claim as Claim
     from .core.changes import environ_before_knobs as environ_before_knobs
     from .core.compile_backend import mode_options as mode_options
     from .core.events import format_table as format_table

@@ -137,6 +137,75 @@ def test_the_recompile_limit_key_is_the_installed_releases():
     assert getattr(cfg, key) == before and cfg.automatic_dynamic_shapes is True
 
 
+def test_before_2_12_a_second_thread_is_refused_and_nothing_is_left_set(monkeypatch):
+    """Dynamo's config is process-global before torch 2.12: two per-bucket warm-ups at once would leave the first
+    one's values set for the process when they leave in the other order, so the second is refused, writing nothing."""
+    import threading
+
+    import torch._dynamo.config as cfg
+
+    patches = torch_compat.installed()
+    if patches.config_is_thread_local:
+        monkeypatch.setattr(type(patches), "config_is_thread_local", False)  # model torch < 2.12
+    key = patches.recompile_limit_key
+    before = (getattr(cfg, key), cfg.automatic_dynamic_shapes)
+    inside, leave, errors = threading.Event(), threading.Event(), []
+
+    def other() -> None:
+        try:
+            with per_bucket.graph_per_bucket(3):
+                inside.set()
+                leave.wait(30)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(ik.errors.ConcurrentKnobsError, match="Dynamo's config is process-global"):
+            with per_bucket.graph_per_bucket(5):
+                pytest.fail("a second owner entered")
+    finally:
+        leave.set()
+        thread.join(30)
+    assert not errors
+    assert (getattr(cfg, key), cfg.automatic_dynamic_shapes) == before
+    with per_bucket.graph_per_bucket(5):  # released: the next warm-up enters
+        assert getattr(cfg, key) == before[0] + 5
+    assert (getattr(cfg, key), cfg.automatic_dynamic_shapes) == before
+
+
+def test_from_2_12_two_threads_warm_per_bucket_at_once_each_with_its_own_limit():
+    import threading
+
+    import torch._dynamo.config as cfg
+
+    patches = torch_compat.installed()
+    if not patches.config_is_thread_local:
+        pytest.skip(f"Dynamo's config is process-global on torch {torch.__version__} (per thread from 2.12)")
+    key = patches.recompile_limit_key
+    before = getattr(cfg, key)
+    inside, leave, seen = threading.Event(), threading.Event(), []
+
+    def other() -> None:
+        with per_bucket.graph_per_bucket(3):
+            inside.set()
+            leave.wait(30)
+            seen.append(getattr(cfg, key))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        with per_bucket.graph_per_bucket(5):
+            assert getattr(cfg, key) == before + 5
+    finally:
+        leave.set()
+        thread.join(30)
+    assert seen == [before + 3] and getattr(cfg, key) == before
+
+
 def test_the_benchmark_runs_on_cpu_with_smoke(tmp_path):
     import json
     import subprocess

@@ -140,7 +140,16 @@ _HOLDERS_LOCK = threading.RLock()  # an RLock only so a test can tell this threa
 
 class Claim(Change):
     """Hold a process-global ``resource`` for the calling thread/task (nested holds allowed); apply raises
-    ``ConcurrentKnobsError`` while another owner holds it; revert releases this record's hold only."""
+    ``ConcurrentKnobsError`` while another owner holds it; revert releases this record's hold only.
+
+    Args:
+        resource (str): what is held, e.g. ``"torch._inductor.config"`` where Inductor's config is process-global.
+        what (str): why it is process-global, for the refusal's message.
+        asked (str): what the caller entered (a knob, a block), for the refusal's message.
+
+    Raises (``apply``):
+        ConcurrentKnobsError: another thread or asyncio task holds ``resource``; nothing is held then.
+    """
 
     __slots__ = ("_owner", "asked", "resource", "what")
 

@@ -61,6 +61,10 @@ def check_per_bucket(value: object) -> bool | str:
     )
 
 
+#: The process-global resource a per-bucket warm-up holds where Dynamo's config is not per thread (torch < 2.12).
+DYNAMO_CONFIG = "torch._dynamo.config"
+
+
 @contextmanager
 def graph_per_bucket(count: int) -> Iterator[None]:
     """While inside: Dynamo compiles a new size with static shapes, and a frame may hold ``count`` more graphs.
@@ -72,19 +76,41 @@ def graph_per_bucket(count: int) -> Iterator[None]:
     (the patch module's ``overrides_writer``, as knobs write Inductor config); from 2.12 Dynamo's
     overrides are per thread, like Inductor's, so the calling thread compiles under them.
 
+    Before 2.12 they are process-global, and torch's patcher puts back what it found: two threads (or asyncio
+    tasks) inside at once, leaving in the other order, would leave the first one's values set for the process.
+    There the block holds :data:`DYNAMO_CONFIG` for its thread or task (``ik.ext.Claim``, as a knob block holds
+    Inductor's config), so a second owner is refused before anything is written.
+
     Args:
         count: how many more graphs a frame may hold (int >= 0): the number of buckets.
+
+    Raises:
+        ConcurrentKnobsError: torch < 2.12 and another thread or asyncio task is inside; nothing written.
     """
     import torch._dynamo.config as cfg
 
+    from ..ext import Claim
+
     patches = torch_compat.installed()
     key = patches.recompile_limit_key
-    limit = int(patches.read_config(cfg, key)) + count  # type: ignore[call-overload]
-    undo = patches.overrides_writer(cfg, {key: limit, "automatic_dynamic_shapes": False})()
-    try:
+    claim = None
+    if not patches.config_is_thread_local:
+        why = f"on this torch ({torch_version()}) Dynamo's config is process-global (per thread and task from torch 2.12)"
+        claim = Claim(DYNAMO_CONFIG, why, f"ik.serving.warmup(per_bucket=...) over {count} buckets")
+    undo = None
+    try:  # from here every exit puts back what was written and releases the hold, whichever step it came from
+        if claim is not None:
+            claim.apply()
+        limit = int(patches.read_config(cfg, key)) + count  # type: ignore[call-overload]
+        undo = patches.overrides_writer(cfg, {key: limit, "automatic_dynamic_shapes": False})()
         yield
     finally:
-        undo()
+        try:
+            if undo is not None:
+                undo()
+        finally:
+            if claim is not None:
+                claim.revert()
 
 
 @dataclass(frozen=True)

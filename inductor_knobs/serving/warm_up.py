@@ -147,6 +147,8 @@ def warmup(
             dynamic graph there, which then serves every bucket), ``"auto"`` without ``dynamic_fn``, or
             ``dynamic_fn`` without ``per_bucket``, or ``per_bucket`` with ``calls_per_input`` < 2.  Nothing is
             called then.
+        ConcurrentKnobsError: ``per_bucket`` on torch < 2.12 while another thread or asyncio task warms with
+            ``per_bucket`` (Dynamo's config is process-global there); nothing is called then.
         RuntimeError: a ``cudnn_sdpa_trial`` process failed.
         Anything ``fn`` raises.
     """
