@@ -13,9 +13,11 @@ is what the build costs when every kernel it generates is in the caches.  For ea
 - torch's own phases (``dynamo_timed``: ``torch._dynamo.utils.compilation_time_metrics``) added during it, summed;
 - what an ``ik.serving.ColdStartRecorder`` heard during it (run-time benchmarks, coordinate-descent searches, Triton
   compiles and cache hits);
-- the kernel sources and autotune results (``.best_config``) it added to Inductor's cache directory: a source the
-  warm-up did not generate is one whose run-time tuning and Triton compile the warm-up's caches cannot serve;
-- cProfile's top functions by cumulative time (this process only: Inductor's compile workers are not in it).
+- the kernel sources (wrapper modules left out) and autotune results (run-time tuning's ``.best_config`` files, GEMM
+  choices under ``cache/``) it added to Inductor's cache directory: a source the warm-up did not generate is one whose
+  run-time tuning and Triton compile the warm-up's caches cannot serve;
+- cProfile's top functions by cumulative time (this thread only: Inductor's compile workers and other threads show as
+  waits).
 
 Writes ``aot_build.json``, ``aot_build-profile-<n>.txt`` (with the callers of the waits on child processes and
 locks), ``aot_build-<n>.prof`` (``pstats``) and, under ``new-kernels/``, up to 20 kernel sources that the
@@ -54,10 +56,18 @@ def best_configs(cache: Path) -> set[str]:
 
 
 def kernel_names(path: Path) -> list[str]:
+    """The Triton kernels a generated module defines; none for a wrapper module (it embeds every kernel it calls)."""
     try:
-        return KERNEL_NAME.findall(path.read_text(errors="replace"))
+        text = path.read_text(errors="replace")
     except OSError:
         return []
+    return [] if "async_compile" in text or "\ndef call(" in text else KERNEL_NAME.findall(text)
+
+
+def autotune_entries(cache: Path) -> set[str]:
+    """Inductor's on-disk autotune results: run-time tuning (``*.best_config``) and GEMM choices (``cache/``)."""
+    gemm = cache / "cache"
+    return best_configs(cache) | ({f"cache/{p.name}" for p in gemm.rglob("*") if p.is_file()} if gemm.is_dir() else set())
 
 
 def phases(before: dict[str, int]) -> dict[str, float]:
@@ -75,7 +85,7 @@ def build_once(ik, served, warmed, buckets, factory, bundle: Path, out: Path, n:
     from inductor_knobs.serving.cold_start import ColdStartRecorder
 
     counts = {key: len(values) for key, values in compilation_time_metrics.items()}
-    had_sources, had_configs = sources(inductor_cache), best_configs(inductor_cache)
+    had_sources, had_configs = sources(inductor_cache), autotune_entries(inductor_cache)
     had_kernels = cold_start.kernel_dirs(triton_cache)
     profile = cProfile.Profile()
     started = time.perf_counter()
@@ -105,7 +115,7 @@ def build_once(ik, served, warmed, buckets, factory, bundle: Path, out: Path, n:
         "recorder": cold_start.named(recorder.proof()),
         "new_sources": len(new_sources),
         "new_kernel_sources": sum(bool(kernel_names(now[name])) for name in new_sources),
-        "new_best_configs": len(best_configs(inductor_cache) - had_configs),
+        "new_autotune_entries": len(autotune_entries(inductor_cache) - had_configs),
         "new_triton_kernel_dirs": len(cold_start.kernel_dirs(triton_cache) - had_kernels),
         "_new_sources": new_sources,
         "_had_sources": sorted(had_sources),
@@ -174,7 +184,7 @@ def main() -> int:
             warmed = ik.serving.warmup(served, shapes=list(buckets), factory=factory, probes=None)
         result["warm_up_s"] = round(time.perf_counter() - started, 3)
         result["warm_up_sources"] = len(sources(inductor_cache))
-        result["warm_up_best_configs"] = len(best_configs(inductor_cache))
+        result["warm_up_autotune_entries"] = len(autotune_entries(inductor_cache))
         builds = []
         for n in (1, 2):
             bundle = work / f"model-{n}.bundle"

@@ -132,6 +132,8 @@ def run(
     import inductor_knobs as ik
 
     module, factory, sizes = workload(model, smoke, device, sizes)
+    if kernels_at is not None and kernels_at not in sizes:
+        raise SystemExit(f"--kernels-at {kernels_at}: not one of the sizes {sizes}")
     bench = timer(device, how)
     inputs = {m: factory(m) for m in sizes}
     rows = {m: {"size": m} for m in sizes}
@@ -160,11 +162,6 @@ def run(
         for m in sizes:  # timed outside the guard and the recorder, as (a) and (b) are
             rows[m]["per_bucket_ms"] = bench(lambda x=inputs[m]: call(served, x))
             print(f"per-bucket {m}: {rows[m]['per_bucket_ms']:.4f} ms", flush=True)
-        profiled = {}
-        if device == "cuda" and kernels_at in inputs:  # which GPU kernels each arm runs at that size (torch.profiler, 20 calls)
-            x = inputs[kernels_at]
-            arms = {"static": kept_static, "dynamic": dynamic, "per_bucket": served}
-            profiled = {name: gpu_kernels(fn, x) for name, fn in arms.items()}
         drawn = random.Random(48).choices(sizes, k=requests)
         seconds: dict[int, list[float]] = {m: [] for m in sizes}
         tuned = ik.record_autotune() if ik.ext.can_record_autotune() else contextlib.nullcontext(None)
@@ -174,6 +171,11 @@ def run(
                 started = time.perf_counter()
                 guard.call(call, served, inputs[m])  # the guard synchronises CUDA at the call's end
                 seconds[m].append(time.perf_counter() - started)
+        profiled = {}
+        if device == "cuda" and kernels_at is not None:  # after the traffic: which GPU kernels each arm runs there
+            x = inputs[kernels_at]
+            arms = {"static": kept_static, "dynamic": dynamic, "per_bucket": served}
+            profiled = {name: gpu_kernels(fn, x) for name, fn in arms.items()}
     stall_report = guard.report()
     for m in sizes:
         row = rows[m]

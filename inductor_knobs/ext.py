@@ -18,6 +18,7 @@ _PUBLIC = {
     "CUDNN_SDPA_AVOID_RECOMPILE_VAR": ("core.changes", "CUDNN_SDPA_AVOID_RECOMPILE_VAR"),
     "environ_before_knobs": ("core.changes", "environ_before_knobs"),
     "Claim": ("core.changes", "Claim"),
+    "ConfigChange": ("core.changes", "ConfigChange"),
     "mode_options": ("core.compile_backend", "mode_options"),
     "format_table": ("core.events", "format_table"),
     "atomic_write": ("core.files", "atomic_write"),
@@ -43,6 +44,7 @@ _PUBLIC = {
     "Subscription": ("core.recorder", "Subscription"),
     "describe_owner": ("core.scope", "describe_owner"),
     "SAFE_EXIT": ("core.undo", "SAFE_EXIT"),
+    "Applied": ("core.undo", "Applied"),
     "release_of": ("core.torch_compat", "release_of"),
     "capture_streams": ("emulation.confine", "capture_streams"),
     "EmulationSpec": ("emulation.gpus", "EmulationSpec"),
@@ -78,6 +80,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core import torch_compat as torch_compat
     from .core.changes import CUDNN_SDPA_AVOID_RECOMPILE_VAR as CUDNN_SDPA_AVOID_RECOMPILE_VAR
     from .core.changes import Claim as Claim
+    from .core.changes import ConfigChange as ConfigChange
     from .core.changes import environ_before_knobs as environ_before_knobs
     from .core.compile_backend import mode_options as mode_options
     from .core.events import format_table as format_table
@@ -105,6 +108,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core.scope import describe_owner as describe_owner
     from .core.torch_compat import release_of as release_of
     from .core.undo import SAFE_EXIT as SAFE_EXIT
+    from .core.undo import Applied as Applied
     from .emulation.confine import capture_streams as capture_streams
     from .emulation.gpus import PRESETS as GPU_PRESETS  # noqa: F401 - re-exported under its extension name
     from .emulation.gpus import EmulationSpec as EmulationSpec

@@ -29,6 +29,7 @@ PACKAGE_FILES = (
     "inductor_knobs/emulation/block.py",
     "inductor_knobs/emulation/confine.py",
     "inductor_knobs/serving/first_call_costs.py",
+    "inductor_knobs/serving/per_bucket.py",
     "inductor_knobs/serving/stalls.py",
     "inductor_knobs/serving/torch_fixes.py",
     *(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15)),

@@ -162,7 +162,7 @@ def test_before_2_12_a_second_thread_is_refused_and_nothing_is_left_set(monkeypa
     thread = threading.Thread(target=other)
     thread.start()
     try:
-        assert inside.wait(30)
+        assert inside.wait(30), errors
         with pytest.raises(ik.errors.ConcurrentKnobsError, match="Dynamo's config is process-global"):
             with per_bucket.graph_per_bucket(5):
                 pytest.fail("a second owner entered")
@@ -174,6 +174,51 @@ def test_before_2_12_a_second_thread_is_refused_and_nothing_is_left_set(monkeypa
     with per_bucket.graph_per_bucket(5):  # released: the next warm-up enters
         assert getattr(cfg, key) == before[0] + 5
     assert (getattr(cfg, key), cfg.automatic_dynamic_shapes) == before
+
+
+def _per_bucket_state() -> tuple:
+    """What the per-bucket block changes, as torch stores it (``unset`` included), and who holds Dynamo's config."""
+    import torch._dynamo.config as cfg
+
+    from inductor_knobs.core import changes
+
+    patches = torch_compat.installed()
+    key = patches.recompile_limit_key
+    holders = [owner for owner, _ in changes._HOLDERS.get(per_bucket.DYNAMO_CONFIG, [])]
+    return patches.read_override(cfg, key), patches.read_override(cfg, "automatic_dynamic_shapes"), holders
+
+
+@pytest.mark.parametrize("process_global", [True, False], ids=["modelled torch < 2.12", "this torch"])
+def test_the_block_puts_everything_back_when_its_body_raises_and_when_nested(monkeypatch, process_global):
+    import torch._dynamo.config as cfg
+
+    patches = torch_compat.installed()
+    if process_global and patches.config_is_thread_local:
+        monkeypatch.setattr(type(patches), "config_is_thread_local", False)
+    key = patches.recompile_limit_key
+    before, limit = _per_bucket_state(), getattr(cfg, key)
+    with pytest.raises(ZeroDivisionError):
+        with per_bucket.graph_per_bucket(3):
+            raise ZeroDivisionError("the body fails")
+    assert _per_bucket_state() == before
+    with per_bucket.graph_per_bucket(3):  # the same thread nests: each adds its count, each puts back its own
+        with per_bucket.graph_per_bucket(5):
+            assert getattr(cfg, key) == limit + 8 and cfg.automatic_dynamic_shapes is False
+        assert getattr(cfg, key) == limit + 3
+    assert _per_bucket_state() == before
+
+
+@pytest.mark.parametrize("process_global", [True, False], ids=["modelled torch < 2.12", "this torch"])
+def test_an_interrupt_at_any_line_of_the_blocks_enter_or_exit_leaves_dynamo_exact(monkeypatch, process_global):
+    """KeyboardInterrupt at every line event of the enter and of the exit (tests/interrupting.py), each in a fresh
+    thread: once the exit has run again, Dynamo's config is as before and nobody holds it."""
+    from interrupting import interrupt_every_line
+
+    patches = torch_compat.installed()
+    if process_global and patches.config_is_thread_local:
+        monkeypatch.setattr(type(patches), "config_is_thread_local", False)
+    summary = interrupt_every_line(lambda: per_bucket.graph_per_bucket(3), _per_bucket_state, "graph_per_bucket")
+    assert "lines of enter" in summary
 
 
 def test_from_2_12_two_threads_warm_per_bucket_at_once_each_with_its_own_limit():

@@ -126,6 +126,37 @@ def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Un
     return undos
 
 
+class Applied:
+    """``steps`` applied for a ``with`` block: all or nothing on enter, every undo run on exit however it ends.
+
+    Args:
+        steps (Sequence[Step]): the changes in apply order (a :class:`Change` is a step).
+
+    ``__enter__`` runs :func:`apply_all` (a failed step undoes the steps before it and raises: nothing stays applied);
+    ``__exit__`` runs :func:`revert_all` and re-raises what it raises (``RevertError``, an interrupt).  An exit
+    interrupted between two undos leaves :attr:`active` True, and running ``__exit__`` again finishes it: every undo
+    is idempotent.  Not re-entrant: one ``with`` per object.
+    """
+
+    __slots__ = ("_steps", "_undos")
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self._steps = steps
+        self._undos: list[Undo] = []
+
+    @property
+    def active(self) -> bool:
+        """Whether an undo is still to run."""
+        return bool(self._undos)
+
+    def __enter__(self) -> Applied:
+        apply_all(self._steps, self._undos)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        revert_all(self._undos)
+
+
 def revert_all(undos: list[Undo]) -> None:
     """Pop and run every undo, last first, each popped after it ran; then issue their warnings, then raise the
     first ``KeyboardInterrupt``/``SystemExit``, else one ``RevertError`` for the undos that failed."""

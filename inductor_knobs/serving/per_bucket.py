@@ -29,8 +29,7 @@ Considered and not used:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,52 +64,51 @@ def check_per_bucket(value: object) -> bool | str:
 DYNAMO_CONFIG = "torch._dynamo.config"
 
 
-@contextmanager
-def graph_per_bucket(count: int) -> Iterator[None]:
-    """While inside: Dynamo compiles a new size with static shapes, and a frame may hold ``count`` more graphs.
+def graph_per_bucket(count: int) -> Any:
+    """A ``with`` block inside which Dynamo compiles a new size with static shapes, and a frame may hold ``count``
+    more graphs.
 
     Sets ``torch._dynamo.config.automatic_dynamic_shapes = False`` (every release 2.4-2.15; 2.13
     ``_dynamo/config.py:185``) and raises the per-frame recompile limit (the key per release is the patch
     module's ``recompile_limit_key``: ``cache_size_limit`` before 2.7, ``recompile_limit`` from 2.7) by
-    ``count``.  Both are written as overrides with torch's raw patcher and put back exactly on exit
-    (the patch module's ``overrides_writer``, as knobs write Inductor config); from 2.12 Dynamo's
-    overrides are per thread, like Inductor's, so the calling thread compiles under them.
+    ``count``, read as the block enters.  Both go through the knobs' own undo record (``ik.ext.ConfigChange``
+    in ``ik.ext.Applied``): written with torch's raw patcher, read back, put back exactly on exit, an
+    interrupted exit finished by running it again.  From 2.12 Dynamo's overrides are per thread, like
+    Inductor's, so the calling thread compiles under them.
 
-    Before 2.12 they are process-global, and torch's patcher puts back what it found: two threads (or asyncio
-    tasks) inside at once, leaving in the other order, would leave the first one's values set for the process.
-    There the block holds :data:`DYNAMO_CONFIG` for its thread or task (``ik.ext.Claim``, as a knob block holds
-    Inductor's config), so a second owner is refused before anything is written.
+    Before 2.12 they are process-global: two threads (or asyncio tasks) inside at once, leaving in the other order,
+    would leave the first one's values set for the process.  There the block first holds :data:`DYNAMO_CONFIG`
+    for its thread or task (``ik.ext.Claim``, as a knob block holds Inductor's config), so a second owner is
+    refused before anything is written.
 
     Args:
-        count: how many more graphs a frame may hold (int >= 0): the number of buckets.
+        count (int): how many more graphs a frame may hold (>= 0): the number of buckets.
 
-    Raises:
+    Returns:
+        Any: the block (``ik.ext.Applied``); ``active`` while an undo is still to run.
+
+    Raises (on enter):
         ConcurrentKnobsError: torch < 2.12 and another thread or asyncio task is inside; nothing written.
     """
     import torch._dynamo.config as cfg
 
-    from ..ext import Claim
+    from ..ext import Applied, Claim, ConfigChange
 
     patches = torch_compat.installed()
     key = patches.recompile_limit_key
-    claim = None
-    if not patches.config_is_thread_local:
-        why = f"on this torch ({torch_version()}) Dynamo's config is process-global (per thread and task from torch 2.12)"
-        claim = Claim(DYNAMO_CONFIG, why, f"ik.serving.warmup(per_bucket=...) over {count} buckets")
-    undo = None
-    try:  # from here every exit puts back what was written and releases the hold, whichever step it came from
-        if claim is not None:
-            claim.apply()
+
+    def write(push: Callable[[Callable[[], None]], None]) -> None:
         limit = int(patches.read_config(cfg, key)) + count  # type: ignore[call-overload]
-        undo = patches.overrides_writer(cfg, {key: limit, "automatic_dynamic_shapes": False})()
-        yield
-    finally:
-        try:
-            if undo is not None:
-                undo()
-        finally:
-            if claim is not None:
-                claim.revert()
+        ConfigChange(patches, [(cfg, key, limit), (cfg, "automatic_dynamic_shapes", False)])(push)
+
+    steps: list[Callable[[Callable[[Callable[[], None]], None]], None]] = [write]
+    if not patches.config_is_thread_local:
+        why = (
+            f"on this torch ({torch_version()}) Dynamo's config is process-global (per thread and task from torch "
+            "2.12); run per-bucket warm-ups one at a time (a lock around ik.serving.warmup) or use torch >= 2.12"
+        )
+        steps.insert(0, Claim(DYNAMO_CONFIG, why, f"ik.serving.warmup(per_bucket=...) over {count} buckets"))
+    return Applied(steps)
 
 
 @dataclass(frozen=True)
