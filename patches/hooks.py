@@ -8,6 +8,10 @@ Facts (``torch/`` relative):
 - ``_inductor/select_algorithm.py:add_feedback_saver``: absent in 2.4; 2.5 :1727 ``(timings, name, input_nodes, choices)``.
 - ``_dynamo/convert_frame.py`` imports ``get_and_maybe_log_recompilation_reason`` (``guards.py:2570`` in 2.4; ``..._reasons``
   from 2.7), in 2.4–2.5 after the compile-start callbacks (2.5.1 :824, :828-831); 2.6 before (:891).
+- ``_inductor/async_compile.py``: with Triton installed and ``TORCH_WARM_POOL`` unset or "1", importing the module starts
+  Inductor's compile-worker pool (``AsyncCompile.warm_pool()`` at module level: 2.4.1 :259, 2.5.1 :297, 2.6.0 :329,
+  2.7.1 :467, 2.8.0 :534); from 2.9 ``maybe_warm_pool()`` does it at the first call of the Inductor backend
+  (``_dynamo/backends/inductor.py:27``; 2.9.1, 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0).
 - ``compiler/__init__.py:save_cache_artifacts``/``load_cache_artifacts`` from 2.7 (:438).  ``_inductor/codecache.py:
   PyCodeCache.modules`` (2.8 :3263, 2.13 :4576), ``CachingAutotuner`` and ``runtime_utils.py:triton_cache_dir``: 2.8.0–2.14.1.
 """
@@ -28,6 +32,14 @@ class TorchHooks:
 
     #: Arity of ``select_algorithm.add_feedback_saver`` callbacks (0: the function does not exist).
     feedback_saver_arity_by_release: ClassVar[dict[str, int]]
+    #: Per minor release: whether importing Inductor starts its compile-worker pool (threads in the importing process).
+    compile_pool_at_import_by_release: ClassVar[dict[str, bool]]
+
+    def warms_compile_pool_at_import(self, release: str) -> bool:
+        """Whether importing ``torch._inductor`` on torch ``release`` (``"2.8"``) starts Inductor's compile-worker pool
+        (with Triton installed, unless ``TORCH_WARM_POOL`` is set to something other than "1")."""
+        return bool(by_release(self.compile_pool_at_import_by_release, release))
+
     #: The name ``_dynamo/convert_frame.py`` imports the recompile-reason function under.
     recompile_reasons_name: ClassVar[str]
     #: The reasons are asked after the compile-start callbacks (2.4-2.5): read them via :meth:`recompile_reasons_of`.

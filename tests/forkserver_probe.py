@@ -51,9 +51,12 @@ def _caches() -> dict:
 
     package = sys.modules.get("torch._dynamo.package")  # torch >= 2.8: a cache object made at import
     dynamo_cache = getattr(package, "DynamoCache", None)
+    # Inductor's loaded modules: ``modules`` and ``modules_no_attr`` from torch 2.8, one ``cache`` dict before.
+    loaded = getattr(PyCodeCache, "modules", None)
+    count = len(loaded) + len(PyCodeCache.modules_no_attr) if loaded is not None else len(PyCodeCache.cache)
     return {
         "dynamo_counters": {k: dict(v) for k, v in counters.items() if v},
-        "inductor_modules": len(PyCodeCache.modules) + len(PyCodeCache.modules_no_attr),
+        "inductor_modules": count,
         "dynamo_cache_dir": dynamo_cache.path_prefix() if dynamo_cache is not None else None,
     }
 

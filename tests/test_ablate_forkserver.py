@@ -21,6 +21,7 @@ import torch
 
 from inductor_knobs import cli
 from inductor_knobs.ablation import forkserver, preload, workers
+from inductor_knobs.ext import torch_compat
 
 TESTS = Path(__file__).parent
 
@@ -58,6 +59,23 @@ def _elsewhere(env: dict, directory: Path) -> dict:
     for path in moved.values():
         os.makedirs(path, exist_ok=True)
     return {**env, **moved}
+
+
+def test_the_runs_environment_turns_off_the_compile_pools_warm_up_where_importing_inductor_starts_it(monkeypatch, tmp_path):
+    """torch 2.4-2.8 start Inductor's compile-worker pool when it is imported (patches/hooks.py): a fork server that
+    preloads Inductor would keep the pool's threads and decline, so every process of the ablation gets
+    TORCH_WARM_POOL=0 there (and starts its pool at its first compile); a user's own value is kept."""
+    patches = torch_compat.installed()
+    monkeypatch.delenv(workers.WARM_POOL_VAR, raising=False)
+    warms = patches.warms_compile_pool_at_import(torch_compat.release_of(torch.__version__))
+    assert (workers.base_env(str(tmp_path)).get(workers.WARM_POOL_VAR) == "0") is warms
+    monkeypatch.setattr(type(patches), "warms_compile_pool_at_import", lambda self, release: True)  # model torch 2.4
+    assert workers.base_env(str(tmp_path))[workers.WARM_POOL_VAR] == "0"
+    monkeypatch.setenv(workers.WARM_POOL_VAR, "1")
+    assert workers.base_env(str(tmp_path))[workers.WARM_POOL_VAR] == "1"
+    monkeypatch.setattr(type(patches), "warms_compile_pool_at_import", lambda self, release: False)
+    monkeypatch.delenv(workers.WARM_POOL_VAR)
+    assert workers.WARM_POOL_VAR not in workers.base_env(str(tmp_path))
 
 
 def test_no_state_leaks_from_one_run_to_the_next(monkeypatch, tmp_path):

@@ -46,7 +46,7 @@ import threading
 from typing import Any
 
 from ..errors import InvalidKnobValue
-from ..ext import EMULATE_SMS_VAR, ENV_PREFIX, environ_before_knobs
+from ..ext import EMULATE_SMS_VAR, ENV_PREFIX, environ_before_knobs, release_of, torch_compat
 from .forkserver import ForkServer, supported
 from .processes import OUTPUT_FILES, Handle, Started, end_group, kill_group, read_output, reap
 from .spec import Arm
@@ -116,6 +116,8 @@ def knob_env(arm: Arm, emulate: str | None) -> dict[str, str]:
 #: torch's switch for an NVML-based ``torch.cuda.is_available()`` that does not poison fork
 #: (torch/cuda/__init__.py ``_nvml_based_avail``; see :func:`base_env`).
 NVML_CHECK_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
+#: torch's switch of the compile-worker pool's warm-up (``_inductor/async_compile.py``): "1" (its default) warms it.
+WARM_POOL_VAR = "TORCH_WARM_POOL"
 
 
 def base_env(cache: str, kernels: str | None = None, compile_threads: int | None = None) -> dict[str, str]:
@@ -150,6 +152,12 @@ def base_env(cache: str, kernels: str | None = None, compile_threads: int | None
     # subprocess" (its probe child found it, and the runs started as new interpreters).  With this
     # variable torch asks NVML instead, which initialises no CUDA driver; every run gets the same value.
     env.setdefault(NVML_CHECK_VAR, "1")
+    # Where importing Inductor starts its compile-worker pool (torch 2.4-2.8 with Triton: patches/hooks.py), the fork
+    # server would keep that pool's threads and decline to fork; without the warm-up at import every run starts
+    # its pool at its first compile instead, forked or not.
+    patches = torch_compat.installed(strict=False)  # imports torch (this process has already)
+    if patches.warms_compile_pool_at_import(release_of(sys.modules["torch"].__version__)):
+        env.setdefault(WARM_POOL_VAR, "0")
     # A user workload (``mymodels:factory``) is named relative to the current directory, as the
     # parent resolved it (workloads.resolve); the worker must find the same module.
     cwd = os.getcwd()

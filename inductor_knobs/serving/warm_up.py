@@ -126,7 +126,8 @@ def warmup(
         dynamic_fn: with ``per_bucket``: the same model compiled with one dynamic graph
             (``torch.compile(model, dynamic=True)``, same mode and options), measured beside ``fn`` at every
             bucket; ``report.serving_fn`` then routes each kept bucket to ``fn`` and every other size to it.
-            Needed by ``"auto"``.
+            Needed by ``"auto"``.  On torch 2.4 compile it from its own copy of the model (``copy.deepcopy``):
+            there one compiled from the module object ``fn`` wraps recompiled at a size neither had seen.
 
     Returns:
         A :class:`WarmupReport`: with ``per_bucket``, ``buckets`` (one row per bucket) and ``serving_fn``
