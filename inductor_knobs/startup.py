@@ -5,6 +5,11 @@
 site directory on ``sys.path`` (its ``sitecustomize`` import, or the first ``import torch``), and :func:`activate`
 right after ``torch._inductor.compile_fx`` has executed: a process that never compiles imports neither torch nor
 wrapt.  Nothing here raises into an ``import``: a bad variable is one stderr line, raised at the first compile.
+
+Inductor's own child processes (its compile workers and autotune subprocess, started as scripts under
+``torch/_inductor/``: ``compile_worker/__main__.py`` in 2.4.1 and 2.13.0) inherit the variables and run the hook too;
+their parent has said the start-up lines already, so they say nothing (on torch 2.4-2.8 importing Inductor starts
+such a pool at once, and a bad variable was said twice).
 """
 
 import sys
@@ -95,11 +100,20 @@ def start_up() -> None:
             lines = [f"{err} (nothing applied)"]
     except Exception as err:  # noqa: BLE001 - the last resort: one line, and the process goes on
         lines = [f"INDUCTOR_KNOBS_* not checked at start-up: {err} (INDUCTOR_KNOBS_DISABLE=1 turns this off)"]
+    if _inductor_child():  # its parent said them
+        return
     for line in lines:
         try:
             print(f"inductor_knobs: {line}", file=sys.stderr)
         except Exception:  # noqa: BLE001 - no usable stderr
             pass
+
+
+def _inductor_child() -> bool:
+    """Whether this interpreter runs a script of torch's Inductor (``python .../torch/_inductor/...``): one of its child
+    processes, whose parent has said the start-up lines."""
+    script = (sys.argv[0] if getattr(sys, "argv", None) else "").replace("\\", "/")
+    return "/torch/_inductor/" in script
 
 
 def activate() -> None:

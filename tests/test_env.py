@@ -122,6 +122,22 @@ def test_startup_hook_costs_no_imports_when_unset_or_disabled():
 
 
 @needs_install
+def test_inductors_own_child_processes_say_nothing_at_start_up(tmp_path):
+    """Inductor's compile workers run as scripts under ``torch/_inductor/`` (torch 2.4-2.8 start them when Inductor is
+    imported): a bad variable is said by the process the user started, not again by each of them."""
+    script = tmp_path / "torch" / "_inductor" / "compile_worker" / "__main__.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import torch\nprint('ran')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    env["INDUCTOR_KNOBS_MIN_SMS"] = "abc"
+    child = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert child.returncode == 0 and "ran" in child.stdout, child.stderr
+    assert "INDUCTOR_KNOBS_MIN_SMS" not in child.stderr
+    parent = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env, timeout=300)
+    assert parent.stderr.count("INDUCTOR_KNOBS_MIN_SMS") == 1, parent.stderr
+
+
+@needs_install
 def test_a_bad_variable_never_breaks_an_import_and_fails_the_first_compile_once():
     probe = """
 import torch, torch._dynamo, torch._inductor.compile_fx  # importing never fails
