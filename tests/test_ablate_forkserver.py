@@ -286,6 +286,10 @@ def _facts(modules: list[str]) -> dict:
     """What a server reports after preloading ``modules`` (:func:`.zygote.facts`), in a process of its own."""
     code = "import json, sys; from inductor_knobs.ablation import zygote; print(json.dumps(zygote.facts(sys.argv[1:])))"
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDUCTOR_KNOBS_")}
+    # As every process of an ablation (workers.base_env): no compile-worker pool started at import on torch 2.4-2.8.
+    warm = workers.base_env("/nonexistent").get(workers.WARM_POOL_VAR)
+    if warm is not None:
+        env.setdefault(workers.WARM_POOL_VAR, warm)
     done = subprocess.run([sys.executable, "-c", code, *modules], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
