@@ -37,6 +37,11 @@
 #                                              #   bench/per_bucket.py for BERT-base (128, 512, 2048 tokens, 2,000
 #                                              #   requests); GPU 1 bench/aot_build.py (Llama), then the main job;
 #                                              #   GPUs 2 and 3 the main job twice each (replicates of its verdicts)
+#   OUT=/tmp/out OLD=DIR bash bench/gpu_parts.sh u   # 4-GPU host, lanes at once, each GPU with its own 16 CPUs: GPUs 0
+#                                              #   and 1 bench/per_bucket.py for BERT-base (128/512 and 512/2048 tokens,
+#                                              #   2,000 requests, each arm's GPU kernels at 128 and 2048); GPUs 2 and 3
+#                                              #   the main job three times each, alternately from the tree in DIR and
+#                                              #   this one (an A/B of its wall time)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
 #                                              #   the Llama's AOT cold start (bench/cold_start.py --arms cold aot
 #                                              #   $AOT_FLAGS, default: two aot processes, then one with -X importtime
@@ -226,6 +231,29 @@ t)
         grep -E "^\| (gated|force)" "$OUT/$name.log" | cut -c1-190 | head -n 6
     done
     tail -n 25 "$OUT/pb_bert.log"
+    ;;
+u)
+    # GPUs 2 and 3: the main job alternately with the package of $OLD (a copy of another tree: git archive <commit>
+    # inductor_knobs patches | tar -x -C DIR) and with this tree, the order flipped on GPU 3 (side by side, one call).
+    main_from() {  # main_from GPU NAME DIR: the README's main job alone on its GPU and 16 CPUs, the package from DIR
+        (cd "$3" && CUDA_VISIBLE_DEVICES=$1 PYTHONPATH="$3" taskset -c "$(lane "$1")" timeout -k 10 "${MAIN_TIMEOUT_S:-200}" \
+            /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --out "$OUT/$2" --overwrite >"$OUT/$2.log" 2>&1)
+        done_at "$2" $?
+    }
+    OLD_DIR=$(cd "${OLD:?set OLD to a copy of the older tree}" && pwd)
+    bert() {  # bert GPU NAME SIZES AT: bench/per_bucket.py for BERT-base on its GPU and 16 CPUs, 2,000 requests
+        CUDA_VISIBLE_DEVICES=$1 taskset -c "$(lane "$1")" timeout -k 10 "${BERT_TIMEOUT_S:-560}" python3 bench/per_bucket.py \
+            --model bert --sizes "$3" --requests 2000 --kernels-at "$4" --out "$OUT/$2" >"$OUT/$2.log" 2>&1
+        done_at "$2" $?
+    }
+    bert 0 pb_bert_128 128,512 128 &
+    bert 1 pb_bert_2048 512,2048 2048 &
+    (main_from 2 new2a "$PWD"; main_from 2 old2b "$OLD_DIR"; main_from 2 new2c "$PWD") &
+    (main_from 3 old3a "$OLD_DIR"; main_from 3 new3b "$PWD"; main_from 3 old3c "$OLD_DIR") &
+    wait
+    cat "$OUT/status.txt"
+    for log in "$OUT"/new*.log "$OUT"/old*.log; do echo "== $(basename "$log" .log): $(grep -E '^wall ' "$log")"; done
+    for name in pb_bert_128 pb_bert_2048; do grep -v -E "^(INFO|STAGE|VERBOSE|WARNING):" "$OUT/$name.log" | tail -n 22; done
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1

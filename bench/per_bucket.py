@@ -12,7 +12,10 @@ Workload (issue 48): ``Linear(3420 -> 1280)``, bf16, no bias, rows M = 128, 560,
 (``triton.testing.do_bench``, ms; without triton the median of 50 timed calls) of:
 
 Kernel time is timed by replaying the call from a CUDA graph (``--timer cudagraph``, the default), as a
-served bucket's CUDA graph runs it; ``--timer events`` times eager calls with CUDA events instead.
+served bucket's CUDA graph runs it; ``--timer events`` times eager calls with CUDA events instead.  Every arm is
+timed after all of them have compiled, side by side: ``--rounds`` rounds (5) of every arm at every size, the order
+reversed every other round, and the median of each kept (one replay of an arm measured alone moved by up to 12%
+between runs on an H200, with the same kernels).
 
 - (a) ``static``: ``torch.compile(..., dynamic=False)`` called only at that size;
 - (b) ``dynamic``: one ``torch.compile(..., dynamic=True)``, first called at the second size (560);
@@ -126,6 +129,7 @@ def run(
     how: str,
     per_bucket: bool | str = "auto",
     kernels_at: int | None = None,
+    rounds: int = 5,
 ) -> dict:
     import torch
 
@@ -138,30 +142,24 @@ def run(
     inputs = {m: factory(m) for m in sizes}
     rows = {m: {"size": m} for m in sizes}
     with torch.no_grad():
+        statics = {}
         for m in sizes:  # (a) a static compile per size
-            static = torch.compile(copy.deepcopy(module), mode=mode, dynamic=False)
-            call(static, inputs[m])
-            if m == kernels_at:
-                kept_static = static
-            rows[m]["static_ms"] = bench(lambda s=static, x=inputs[m]: call(s, x))
-            print(f"static {m}: {rows[m]['static_ms']:.4f} ms", flush=True)  # a run cut short says how far it got
+            statics[m] = torch.compile(copy.deepcopy(module), mode=mode, dynamic=False)
+            call(statics[m], inputs[m])
+            print(f"static {m}: compiled", flush=True)  # a run cut short says how far it got
         dynamic = torch.compile(copy.deepcopy(module), mode=mode, dynamic=True)  # (b) first called at sizes[1]
         for m in (sizes[1], *sizes):
             call(dynamic, inputs[m])
-        for m in sizes:
-            rows[m]["dynamic_ms"] = bench(lambda x=inputs[m]: call(dynamic, x))
-            print(f"dynamic {m}: {rows[m]['dynamic_ms']:.4f} ms", flush=True)
+        print("dynamic: compiled", flush=True)
         served = torch.compile(copy.deepcopy(module), mode=mode)  # (c) a graph per bucket
         report = ik.serving.warmup(
             served, shapes=sizes, factory=lambda m: inputs[m], per_bucket=per_bucket, dynamic_fn=dynamic, probes=None
         )
         served = report.serving_fn or served
+        print("per-bucket: warmed", flush=True)
         with ik.serving.no_stalls(on="raise"), ik.record_compiles() as traffic:  # traffic compiles nothing
             for m in sizes:
                 call(served, inputs[m])
-        for m in sizes:  # timed outside the guard and the recorder, as (a) and (b) are
-            rows[m]["per_bucket_ms"] = bench(lambda x=inputs[m]: call(served, x))
-            print(f"per-bucket {m}: {rows[m]['per_bucket_ms']:.4f} ms", flush=True)
         drawn = random.Random(48).choices(sizes, k=requests)
         seconds: dict[int, list[float]] = {m: [] for m in sizes}
         tuned = ik.record_autotune() if ik.ext.can_record_autotune() else contextlib.nullcontext(None)
@@ -171,11 +169,26 @@ def run(
                 started = time.perf_counter()
                 guard.call(call, served, inputs[m])  # the guard synchronises CUDA at the call's end
                 seconds[m].append(time.perf_counter() - started)
+        # Side by side: every arm at every size in each round (the order reversed every other round), the median of
+        # the rounds kept; timed outside the guard and the recorders, after everything has compiled.
+        arms = {"static": lambda m: statics[m], "dynamic": lambda m: dynamic, "per_bucket": lambda m: served}
+        for turn in range(rounds):
+            for m in sizes:
+                for arm in list(arms) if turn % 2 == 0 else list(arms)[::-1]:
+                    fn = arms[arm](m)
+                    rows[m].setdefault(f"{arm}_rounds_ms", []).append(bench(lambda f=fn, x=inputs[m]: call(f, x)))
+            print(
+                f"round {turn + 1}/{rounds}: "
+                + ", ".join(f"{m}: " + " / ".join(f"{rows[m][f'{arm}_rounds_ms'][-1]:.4f}" for arm in arms) for m in sizes),
+                flush=True,
+            )
+        for m in sizes:
+            for arm in arms:
+                rows[m][f"{arm}_ms"] = statistics.median(rows[m][f"{arm}_rounds_ms"])
         profiled = {}
         if device == "cuda" and kernels_at is not None:  # after the traffic: which GPU kernels each arm runs there
             x = inputs[kernels_at]
-            arms = {"static": kept_static, "dynamic": dynamic, "per_bucket": served}
-            profiled = {name: gpu_kernels(fn, x) for name, fn in arms.items()}
+            profiled = {name: gpu_kernels(pick(kernels_at), x) for name, pick in arms.items()}
     stall_report = guard.report()
     for m in sizes:
         row = rows[m]
@@ -187,6 +200,7 @@ def run(
         "model": model,
         "mode": mode,
         "timer": how if device == "cuda" else "median of 50 calls",
+        "rounds": rounds,
         "per_bucket": per_bucket,
         "requests": requests,
         "traffic": {
@@ -224,9 +238,16 @@ def markdown(result: dict, env: dict) -> str:
         )
     lines.append("")
     lines.append(
-        "ratios are to min(a, b) at that size; traffic over the warmed sizes compiled "
-        f"{result['traffic_compiles']} times ({result['traffic_graphs']} Inductor graphs)"
+        f"each ms is the median of {result['rounds']} rounds in which every arm was timed at every size (side by side, "
+        "the order reversed every other round); ratios are to min(a, b) at that size; traffic over the warmed sizes "
+        f"compiled {result['traffic_compiles']} times ({result['traffic_graphs']} Inductor graphs)"
     )
+    if result["kernels"]:
+        lines += ["", f"GPU kernels at {result['kernels_at']} (torch.profiler, eager calls; µs per call):", ""]
+        lines += [
+            f"- {arm}: {len(rows)} kernels, {sum(r[1] for r in rows)} launches, {sum(r[2] for r in rows):.1f} µs"
+            for arm, rows in result["kernels"].items()
+        ]
     traffic = result["traffic"]
     if result["requests"] and traffic["p50_ms"] is not None:
         lines += [
@@ -276,6 +297,7 @@ def main() -> int:
     parser.add_argument("--timer", default="cudagraph", choices=("cudagraph", "events"), help="kernel time on CUDA")
     parser.add_argument("--requests", type=int, default=None, help="traffic calls after the warm-up (2000; smoke 50)")
     parser.add_argument("--kernels-at", type=int, default=None, help="CUDA: profile each arm's GPU kernels at this size")
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds, every arm at every size in each (median)")
     args = parser.parse_args()
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
     requests = args.requests if args.requests is not None else (50 if args.smoke else 2000)
@@ -283,7 +305,9 @@ def main() -> int:
     mode = None if args.smoke else MODE
     env = environment(device)
     per_bucket = True if args.per_bucket == "true" else "auto"
-    result = run(args.model, args.smoke, device, mode, sizes, requests, args.timer, per_bucket, args.kernels_at)
+    result = run(
+        args.model, args.smoke, device, mode, sizes, requests, args.timer, per_bucket, args.kernels_at, max(1, args.rounds)
+    )
     text = markdown(result, env)
     print(text)
     out = Path(args.out)

@@ -47,7 +47,32 @@ def test_auto_decides_by_kernel_time_where_it_was_measured():
 
 
 def test_kernel_time_needs_cuda_inputs():
-    assert per_bucket.kernel_ms(torch.relu, (torch.ones(2),), {}) is None  # CPU: the wall-time comparison stands
+    assert per_bucket.kernel_ms((torch.relu,), (torch.ones(2),), {}) is None  # CPU: the wall-time comparison stands
+
+
+def test_kernel_time_is_taken_side_by_side_and_the_median_kept(monkeypatch):
+    """The graphs take turns (the order reversed every other round), and each keeps the median of its rounds: a
+    GPU state that moves one replay (the first, after an idle compile) moves no verdict."""
+    import types
+
+    class OnCuda(torch.Tensor):
+        is_cuda = True  # type: ignore[assignment]
+
+    x = torch.Tensor._make_subclass(OnCuda, torch.ones(2))
+    calls: list[str] = []
+    scripted = {"own": iter([9.0, 1.0, 1.1, 0.9, 1.0]), "dynamic": iter([2.0, 2.1, 1.9, 2.0, 8.0])}
+
+    def do_bench_cudagraph(fn):
+        name = fn()
+        calls.append(name)
+        return next(scripted[name])
+
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", types.SimpleNamespace(do_bench_cudagraph=do_bench_cudagraph))
+    monkeypatch.setattr(type(torch_compat.installed()), "cudagraph_trees_in_use", lambda self: False)
+    measured = per_bucket.kernel_ms((lambda t: "own", lambda t: "dynamic"), (x,), {})
+    assert measured == [1.0, 2.0]
+    assert calls == ["own", "dynamic", "dynamic", "own", "own", "dynamic", "dynamic", "own", "own", "dynamic"]
 
 
 def test_kernel_time_is_not_taken_under_cuda_graph_trees(monkeypatch):

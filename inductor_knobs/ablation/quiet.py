@@ -60,6 +60,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -226,6 +227,8 @@ class Quiet:
         max_line (int): the longest line a connection may send, in bytes (:data:`MAX_LINE`).
         uid_of (Callable[[socket.socket], int]): a connection's peer uid (:func:`peer_uid`); a connection
             whose uid is not this process's effective uid is closed unread.
+        clock (Callable[[], float]): seconds, read at each admission and ``ready`` (:meth:`compile_span`);
+            ``time.monotonic`` unless a test injects another.
 
     Attributes:
         address (str): the socket address the workers connect to (in their job's ``barrier``).
@@ -240,6 +243,7 @@ class Quiet:
         jobs: Mapping[Any, int],
         max_line: int = MAX_LINE,
         uid_of: Callable[[socket.socket], int] = peer_uid,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.parallel, self.cap = max(1, parallel), max(1, cap)
         self.slots = self.parallel * len(lanes)  # compiling workers at once on the host
@@ -255,6 +259,8 @@ class Quiet:
         self.ready: dict[Any, list[str]] = {lane: [] for lane in lanes}
         self.measuring: dict[Any, str | None] = dict.fromkeys(lanes)
         self.order: dict[str, int] = {}  # token -> when it became ready (measurement order)
+        self.clock = clock
+        self.spans: dict[str, tuple[float, float | None]] = {}  # token -> [admitted, ready or None], kept after it exits
         self._ready_count = itertools.count()
         self.conns: dict[str, socket.socket] = {}
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -288,7 +294,24 @@ class Quiet:
             token = uuid.uuid4().hex
             self.lane_of[token] = lane
             self.compiling.add(token)
+            self.spans[token] = (self.clock(), None)
             return {"address": self.address, "token": token}
+
+    def compile_span(self, token: str) -> tuple[float, bool] | None:
+        """How long the worker of ``token`` held (or holds) its compile slot: from its admission to its ``ready``.
+
+        Args:
+            token (str): the worker's barrier token (:meth:`admit`).
+
+        Returns:
+            tuple[float, bool] | None: the seconds (to now while it has not said ``ready``) and whether it has; None
+            for a token this barrier did not admit.
+        """
+        with self.cond:
+            if token not in self.spans:
+                return None
+            admitted, ready = self.spans[token]
+            return ((ready if ready is not None else self.clock()) - admitted, ready is not None)
 
     def hold(self) -> Callable[[], None]:
         """Keep the measurement phase shut, while admission goes on, until the returned callable is called (once;
@@ -400,6 +423,7 @@ class Quiet:
             if words[:1] == ["ready"] and len(words) == 2 and words[1] in self.compiling:
                 token = words[1]
                 self.compiling.discard(token)
+                self.spans[token] = (self.spans[token][0], self.clock())
                 self.conns[token] = sock
                 self.ready[self.lane_of[token]].append(token)
                 self.order[token] = next(self._ready_count)
@@ -415,6 +439,9 @@ class Quiet:
                 return
             lane = self.lane_of[token]
             self.compiling.discard(token)
+            admitted, ready = self.spans.get(token, (None, None))
+            if admitted is not None and ready is None:  # left without ``ready`` (it died): its span ends here
+                self.spans[token] = (admitted, self.clock())
             if token in self.ready[lane]:
                 self.ready[lane].remove(token)
             if self.measuring[lane] == token:

@@ -4,7 +4,8 @@ blocked by GPU.
 Each job (arm × repeat) is one worker process (:func:`.job.call_job`, :mod:`.workers`).  With several
 GPUs, repeat ``r`` of every arm runs on the same GPU, ``gpus[r mod len(gpus)]``
 (:func:`.plan.gpu_for_repeat`), so that every arm has the same processes on each GPU and no arm is
-confounded with a GPU; each GPU's threads take its jobs in the interleaved order.  A job that crashes
+confounded with a GPU; each GPU's threads take its jobs in the interleaved order, or longest compile first
+where all of them are measured in one phase (:mod:`.order`).  A job that crashes
 or runs past its timeout becomes an error record; the others still run.  Every record says which GPU
 it ran on (``gpu``, and ``cuda_visible_devices``: the physical GPU).  The records do not depend on the
 number of GPUs: one GPU or several (``--gpus 0,1``) give the same fields, so the command's total
@@ -29,7 +30,6 @@ runs that had finished.
 from __future__ import annotations
 
 import contextlib
-import queue
 import signal
 import sys
 import threading
@@ -39,6 +39,7 @@ from typing import Any
 
 from .forkserver import preload_modules
 from .job import call_job
+from .order import Backlog
 from .plan import Plan, gpu_for_repeat
 from .quiet import Quiet, live_cap, usable_cpus
 from .signals import Interrupted, signals_ignored
@@ -148,10 +149,8 @@ def execute(
     arms = {a.name: a for a in plan.arms}
     jobs = plan.jobs() if jobs is None else jobs
     lanes = _lanes(plan)
-    pending: dict[int | None, queue.Queue[dict[str, Any]]] = {lane: queue.Queue() for lane in lanes}
-    for job in jobs:  # in the interleaved order: each lane's queue keeps it
-        pending[gpu_for_repeat(int(job["repeat"]), lanes)].put(job)
-    counts = {lane: pending[lane].qsize() for lane in lanes}
+    placed = [(gpu_for_repeat(int(job["repeat"]), lanes), job) for job in jobs]  # in the interleaved order
+    counts = {lane: sum(1 for at, _ in placed if at == lane) for lane in lanes}
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
     parallel = max(1, plan.parallel)
@@ -160,6 +159,8 @@ def execute(
     threads_each = workers.compile_threads  # the server's and every worker's: one value per ablation
     cap = live_cap(parallel, max(counts.values()), len(lanes), _gpu_gib(plan))
     quiet = Quiet(lanes, parallel, cap, counts)
+    # Longest compile first where the lane is measured in one phase (cap >= its jobs), else plan order (.order).
+    pending = Backlog(placed, {lane: cap >= counts[lane] for lane in lanes}, quiet.compile_span)
     slots = [lane for lane in lanes for _ in range(min(cap, counts[lane]))]
     bar = tqdm(total=len(jobs), desc=f"ablate {plan.workload}", unit="run", disable=not progress, file=sys.stderr)
     origin = time.perf_counter()
@@ -169,9 +170,8 @@ def execute(
             barrier = quiet.admit(gpu)
             if barrier is None:
                 return
-            try:
-                job = pending[gpu].get_nowait()
-            except queue.Empty:  # pragma: no cover - admit() counts each lane's jobs
+            job = pending.take(gpu, barrier["token"])
+            if job is None:  # pragma: no cover - admit() counts each lane's jobs
                 quiet.finished(barrier)
                 return
             arm = arms[job["arm"]["name"]]

@@ -192,8 +192,8 @@ def warmup(
             if dynamic_fn is not None and mode == "auto":  # by kernel time where a CUDA graph replay measures it
                 for step in dynamic or ():
                     args, kwargs = as_call(factory(step.shape))  # type: ignore[misc]
-                    own_ms, other_ms = kernel_ms(fn, args, kwargs), kernel_ms(dynamic_fn, args, kwargs)
-                    kernels.append(None if own_ms is None or other_ms is None else (own_ms, other_ms))
+                    measured = kernel_ms((fn, dynamic_fn), args, kwargs)
+                    kernels.append(None if measured is None else (measured[0], measured[1]))
             rows = tune(mode, steps, dynamic, kernels)
             if dynamic_fn is not None:
                 serving_fn = router(fn, dynamic_fn, rows, {s.shape: s.signature for s in steps})
