@@ -142,7 +142,7 @@ class BucketTuning:
 
 
 #: Rounds of :func:`kernel_ms`: each graph is replayed this many times, alternating with the other.
-KERNEL_ROUNDS = 5
+KERNEL_ROUNDS = 3
 
 
 def kernel_ms(
