@@ -7,9 +7,14 @@ import heapq
 import math
 import socket
 import threading
+from types import SimpleNamespace
 
-from inductor_knobs.ablation import quiet
+import torch
+
+from inductor_knobs.ablation import quiet, runner, spec
 from inductor_knobs.ablation.order import Backlog
+from inductor_knobs.ablation.plan import Plan
+from inductor_knobs.ablation.workers import Workers
 
 ARMS = ("gated@T4", "force_gemm_autotune@T4", "gated@L4", "force_gemm_autotune@L4", "gated", "force_gemm_autotune")
 
@@ -147,9 +152,63 @@ def test_the_barrier_times_each_admission_to_ready_on_its_clock():
             threading.Event().wait(0.01)
         now[0] = 130.0
         assert barrier.compile_span(first["token"]) == (7.5, True)  # ready: the span stays
-        barrier.finished(second)  # died without ``ready``: its span ends when it left
+        barrier.finished(second)  # died without ``ready``: its time says nothing of its arm's compile
         now[0] = 200.0
-        assert barrier.compile_span(second["token"]) == (30.0, True)
+        assert barrier.compile_span(second["token"]) is None
     finally:
         sock.close()
         barrier.close()
+
+
+def _fake_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda g: SimpleNamespace(total_memory=80 * 2**30))
+
+
+def test_only_a_lane_measured_in_one_phase_goes_longest_first(monkeypatch):
+    """The runner's rule: 2 GPUs, 3 repeats of 3 arms, 2 compiling at once per GPU: GPU 0 runs 6 jobs with a cap of
+    3 live workers (two phases: plan order), GPU 1 runs 3 (one phase: longest first)."""
+    _fake_cuda(monkeypatch)
+    seen = {}
+
+    class Recording(runner.Backlog):
+        def __init__(self, jobs, longest_first, compile_span):
+            seen.update(longest_first)
+            super().__init__(jobs, longest_first, compile_span)
+
+    def call_job(job, arm, gpu, timeout, shard, workers, origin, parallel, threads, barrier):
+        sock, _ = quiet.wait_turn(barrier)
+        quiet.done_measuring(sock)
+        return {"ok": True, "arm": arm.name, "repeat": job["repeat"], "index": job["index"], "gpu": gpu, "shard": shard}
+
+    monkeypatch.setattr(runner, "Backlog", Recording)
+    monkeypatch.setattr(runner, "call_job", call_job)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 64.0)
+    arms = [spec.parse_arm(a) for a in ("eager", "default", "c:max_autotune=1")]
+    plan = Plan(workload="gemm_mlp", arms=arms, repeats=3, device="cuda", gpus=[0, 1], parallel=2)
+    runs = runner.execute(plan, progress=False, workers=Workers())
+    assert len(runs) == 9
+    assert seen == {0: False, 1: True}
+
+
+def test_a_phase_measures_in_plan_order_whatever_order_the_workers_became_ready(monkeypatch):
+    """Six workers compile at once on one lane and say ``ready`` in reverse plan order; they measure in plan order
+    (the barrier's ranks), so the compile order (longest first) never decides which arm measures first."""
+    _fake_cuda(monkeypatch)
+    measured: list[int] = []
+    lock = threading.Lock()
+
+    def call_job(job, arm, gpu, timeout, shard, workers, origin, parallel, threads, barrier):
+        threading.Event().wait(0.1 * (6 - int(job["index"])))  # the last job is ready first (order only, not asserted)
+        sock, _ = quiet.wait_turn(barrier)
+        with lock:
+            measured.append(int(job["index"]))
+        quiet.done_measuring(sock)
+        return {"ok": True, "arm": arm.name, "repeat": job["repeat"], "index": job["index"], "gpu": gpu, "shard": shard}
+
+    monkeypatch.setattr(runner, "call_job", call_job)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 64.0)
+    arms = [spec.parse_arm(a) for a in ("eager", "default")]
+    plan = Plan(workload="gemm_mlp", arms=arms, repeats=3, device="cuda", gpus=[0], parallel=6)
+    runs = runner.execute(plan, progress=False, workers=Workers())
+    assert len(runs) == 6
+    assert measured == [0, 1, 2, 3, 4, 5]

@@ -65,6 +65,7 @@ def test_kernel_time_is_taken_side_by_side_and_the_median_kept(monkeypatch):
     def do_bench_cudagraph(fn):
         name = fn()
         calls.append(name)
+        assert torch._dynamo.eval_frame._stance.stance == "fail_on_recompile"  # nothing may compile meanwhile
         return next(scripted[name])
 
     monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
@@ -73,6 +74,14 @@ def test_kernel_time_is_taken_side_by_side_and_the_median_kept(monkeypatch):
     measured = per_bucket.kernel_ms((lambda t: "own", lambda t: "dynamic"), (x,), {}, rounds=5)
     assert measured == [1.0, 2.0]
     assert calls == ["own", "dynamic", "dynamic", "own", "own", "dynamic", "dynamic", "own", "own", "dynamic"]
+    assert per_bucket.kernel_ms((), (x,), {}) is None
+
+    # A round that fails (a call that cannot be captured, or would compile): no verdict, and the stance is put back.
+    stance = torch._dynamo.eval_frame._stance
+    scripted = {"own": iter([1.0, 1.0]), "dynamic": iter([2.0])}
+    calls.clear()
+    assert per_bucket.kernel_ms((lambda t: "own", lambda t: "dynamic"), (x,), {}, rounds=3) is None
+    assert calls == ["own", "dynamic", "dynamic"] and torch._dynamo.eval_frame._stance == stance
 
 
 def test_kernel_time_is_not_taken_under_cuda_graph_trees(monkeypatch):

@@ -14,12 +14,15 @@ time is known before the ablation runs, so each arm's is read from its own worke
   then plan order (repeat-major, arms interleaved).
 
 **Only where every job of the lane is measured in the same measurement phase**: a lane that holds all its jobs at
-once (``cap >= jobs``, :func:`.quiet.live_cap`; the main job on one GPU: 18 of 18).  There the order of the compiles
-changes when each worker becomes ready, not what the host is doing while it measures: every latency sample of the
-lane is taken after every compile of the ablation has finished.  A lane measured in several phases (batches) keeps
-plan order, so that each batch holds whole repeats of every arm: longest-first there would measure the slow arms'
-repeats in an early batch and the fast arms' in a late one, and a drift of the host between batches would become a
-difference between arms.
+once (``cap >= jobs``, :func:`.quiet.live_cap`; the main job on one GPU: 18 of 18).  Such a lane cannot be full before
+it has admitted all its jobs, so the barrier opens no measurement phase before every one of them has compiled, and
+its workers then measure in plan order (:meth:`.quiet.Quiet.rank`), whatever order they compiled in: the order of
+the compiles decides neither when a latency sample is taken relative to the compiles nor which arm measures first.
+What it does change is which workers compile beside each other (the long arms' repeats more often together); their
+GPU timings take turns (:mod:`.autotune_lock`), and what that lock leaves out (a first call, an eager pass) runs
+beside either way.  A lane measured in several phases (batches) keeps plan order, so that each batch holds whole
+repeats of every arm: longest-first there would measure the slow arms' repeats in an early batch and the fast arms'
+in a late one, and a drift of the host between batches would become a difference between arms.
 
 Standard library only.
 """

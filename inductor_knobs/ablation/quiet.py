@@ -15,8 +15,9 @@ that a host-bound latency feels.  So every run goes through a phase barrier (:cl
 3. **Measure.**  When no worker of the ablation is compiling (every live worker is ready, measuring
    or done), no other work of the ablation holds the phase (:meth:`Quiet.hold`), and none can be
    admitted (every lane holds ``cap`` live workers or has started all its
-   jobs), the barrier lets the ready workers measure one at a time on the whole host, in the order
-   they became ready, each pinned to its lane's CPUs, and admits nothing.  A worker says ``measured``
+   jobs), the barrier lets the ready workers measure one at a time on the whole host, in plan order
+   (the rank each was given, :meth:`Quiet.rank`: its job's index; else the order they became ready),
+   each pinned to its lane's CPUs, and admits nothing.  A worker says ``measured``
    after its samples and its profiling; then the next one goes.  (Lanes measuring at once made the
    latency intervals of the main job on 4 GPUs up to 4 times wider than on one GPU, on a 4xH200 host;
    a measurement takes well under a second, so one at a time costs little.)
@@ -258,7 +259,8 @@ class Quiet:
         self.compiling: set[str] = set()
         self.ready: dict[Any, list[str]] = {lane: [] for lane in lanes}
         self.measuring: dict[Any, str | None] = dict.fromkeys(lanes)
-        self.order: dict[str, int] = {}  # token -> when it became ready (measurement order)
+        self.order: dict[str, int] = {}  # token -> when it became ready (measurement order without a rank)
+        self.ranks: dict[str, int] = {}  # token -> its place in plan order (measurement order, :meth:`rank`)
         self.clock = clock
         self.spans: dict[str, tuple[float, float | None]] = {}  # token -> [admitted, ready or None], kept after it exits
         self._ready_count = itertools.count()
@@ -297,6 +299,18 @@ class Quiet:
             self.spans[token] = (self.clock(), None)
             return {"address": self.address, "token": token}
 
+    def rank(self, token: str, place: int) -> None:
+        """Measure the worker of ``token`` at ``place`` in plan order among the workers ready in a phase.
+
+        Args:
+            token (str): the worker's barrier token (:meth:`admit`).
+            place (int): its job's index (lower measures first; workers without a rank measure after those with
+                one, in the order they became ready).
+        """
+        with self.cond:
+            if token in self.lane_of:
+                self.ranks[token] = place
+
     def compile_span(self, token: str) -> tuple[float, bool] | None:
         """How long the worker of ``token`` held (or holds) its compile slot: from its admission to its ``ready``.
 
@@ -305,7 +319,8 @@ class Quiet:
 
         Returns:
             tuple[float, bool] | None: the seconds (to now while it has not said ``ready``) and whether it has; None
-            for a token this barrier did not admit.
+            for a token this barrier did not admit, or whose worker left without saying ``ready`` (it died: its
+            time says nothing of its arm's compile).
         """
         with self.cond:
             if token not in self.spans:
@@ -439,9 +454,8 @@ class Quiet:
                 return
             lane = self.lane_of[token]
             self.compiling.discard(token)
-            admitted, ready = self.spans.get(token, (None, None))
-            if admitted is not None and ready is None:  # left without ``ready`` (it died): its span ends here
-                self.spans[token] = (admitted, self.clock())
+            if token in self.spans and self.spans[token][1] is None:  # left without ``ready``: it died
+                del self.spans[token]
             if token in self.ready[lane]:
                 self.ready[lane].remove(token)
             if self.measuring[lane] == token:
@@ -450,6 +464,7 @@ class Quiet:
             self.order.pop(token, None)
             if exited:
                 del self.lane_of[token]
+                self.ranks.pop(token, None)
             self._step()
 
     def _step(self) -> None:
@@ -461,9 +476,13 @@ class Quiet:
                 self.measuring_phase = True
         if self.measuring_phase:
             while not any(m is not None for m in self.measuring.values()) and any(self.ready.values()):
-                # One at a time on the whole host: the lane whose first ready worker has waited longest.
-                lane = min((lane for lane, queue in self.ready.items() if queue), key=lambda ln: self.order[self.ready[ln][0]])
-                token = self.ready[lane].pop(0)
+                # One at a time on the whole host, in plan order (ranks), else in the order they became ready.
+                token = min(
+                    (t for queue in self.ready.values() for t in queue),
+                    key=lambda t: (self.ranks.get(t, math.inf), self.order[t]),
+                )
+                lane = self.lane_of[token]
+                self.ready[lane].remove(token)
                 self.measuring[lane] = token
                 cpus = ",".join(str(c) for c in self.cpus.get(lane) or [])
                 try:

@@ -170,12 +170,12 @@ def execute(
             barrier = quiet.admit(gpu)
             if barrier is None:
                 return
-            job = pending.take(gpu, barrier["token"])
-            if job is None:  # pragma: no cover - admit() counts each lane's jobs
-                quiet.finished(barrier)
-                return
-            arm = arms[job["arm"]["name"]]
             try:
+                job = pending.take(gpu, barrier["token"])
+                if job is None:  # pragma: no cover - admit() counts each lane's jobs
+                    return
+                quiet.rank(barrier["token"], int(job["index"]))  # measured in plan order, whatever order it compiled in
+                arm = arms[job["arm"]["name"]]
                 record = call_job(job, arm, gpu, plan.timeout, plan.shard[0], workers, origin, parallel, threads_each, barrier)
             finally:
                 quiet.finished(barrier)

@@ -162,17 +162,18 @@ def kernel_ms(
     Args:
         fns (Sequence[Callable]): the warmed callables (e.g. a bucket's own graph and the dynamic graph).
         args (tuple[Any, ...]): the positional inputs of one call, kwargs (dict[str, Any]) the keyword ones.
-        rounds (int): turns per callable (>= 1).
+        rounds (int): turns per callable (below 1 counts as 1).
 
     Returns:
-        list[float] | None: ms per call of each of ``fns``, in their order; None where that cannot be measured, and
+        list[float] | None: ms per call of each of ``fns``, in their order; None where that cannot be measured (or
+        ``fns`` is empty), and
         the caller compares warm calls' wall times: no CUDA tensor among the inputs, no Triton, CUDA graph trees in
         this thread (a compile with ``triton.cudagraphs``, e.g. mode ``"reduce-overhead"``: its own recordings must
         not run under another capture), or a call that cannot be captured or would compile.
     """
     import torch
 
-    if not any(isinstance(v, torch.Tensor) and v.is_cuda for v in (*args, *kwargs.values())):
+    if not fns or not any(isinstance(v, torch.Tensor) and v.is_cuda for v in (*args, *kwargs.values())):
         return None
     try:
         from triton.testing import do_bench_cudagraph
