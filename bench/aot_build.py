@@ -2,6 +2,7 @@
 
     python bench/aot_build.py --out DIR                    # the Llama on a GPU
     python bench/aot_build.py --out DIR --device cpu       # a smoke run of the flow, tiny sizes
+    python bench/aot_build.py --out DIR --build-option coordinate_descent_tuning=False   # the builds without it
 
 One process on fresh, empty cache directories (``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``): the recipe of
 ``bench/cold_start.py`` for the model (``ik.compile(..., mode="max-autotune-no-cudagraphs", dynamic=True)``, the
@@ -18,6 +19,14 @@ is what the build costs when every kernel it generates is in the caches.  For ea
   run-time tuning and Triton compile the warm-up's caches cannot serve;
 - cProfile's top functions by cumulative time (this thread only: Inductor's compile workers and other threads show as
   waits).
+
+``--build-option KEY=VALUE`` (repeatable; the value read as a Python literal) sets an Inductor config key for the
+builds only: the compiled model's mode and options (the ``config_patches`` its ``ik.compile`` backend hands
+AOTInductor) get the key during the builds, as if ``ik.compile(options=...)`` had it, while the warm-up compiled
+without it.  After each build the bundle is loaded in this process (``ik.serving.load_serving_bundle``) and timed
+against the warm-up's served model at the smallest, a middle and the largest bucket, side by side (``--rounds``
+rounds, each timing ``triton.testing.do_bench`` of a call, the order reversed every other round, the median kept):
+what the build's own tuning, or its absence, costs the served kernels.
 
 Writes ``aot_build.json``, ``aot_build-profile-<n>.txt`` (with the callers of the waits on child processes and
 locks), ``aot_build-<n>.prof`` (``pstats``) and, under ``new-kernels/``, up to 20 kernel sources that the
@@ -150,12 +159,44 @@ def write_diffs(inductor_cache: Path, old: list[str], new: list[str], out: Path,
     return found
 
 
+def literal(text: str):
+    """``KEY=VALUE`` -> ``(KEY, VALUE)``, the value a Python literal (``False``, ``3``, ``'O0'``), else the string."""
+    import ast
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--build-option {text!r}: give KEY=VALUE")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+def time_side_by_side(arms: dict, calls: dict, rounds: int) -> dict:
+    """Median ms of ``do_bench`` per (arm, size) over ``rounds`` rounds, every arm at every size in each round."""
+    import statistics
+
+    from triton.testing import do_bench
+
+    times: dict = {}
+    for turn in range(rounds):
+        order = list(arms) if turn % 2 == 0 else list(arms)[::-1]
+        for size, inputs in calls.items():
+            for arm in order:
+                fn = arms[arm]
+                times.setdefault(f"{arm}@{size}", []).append(float(do_bench(lambda f=fn, x=inputs: f(**x))))
+    return {key: round(statistics.median(values), 4) for key, values in times.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--model", default="llama", choices=real.MODELS)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--build-option", action="append", default=[], help="KEY=VALUE: an Inductor config key for the builds")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the bundle-against-warm-up timing (CUDA)")
     args = parser.parse_args()
+    options = dict(literal(text) for text in args.build_option)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="aot-build-"))
@@ -174,6 +215,7 @@ def main() -> int:
         return real.make_inputs(args.model, n, buckets, n)
 
     result: dict = {"model": args.model, "device": args.device, "torch": torch.__version__, "buckets": list(buckets)}
+    result["build_options"] = {key: repr(value) for key, value in options.items()}
     with torch.no_grad():
         started = time.perf_counter()
         compiled = ik.compile(net, mode=cold_start.MODE, dynamic=True)
@@ -186,10 +228,28 @@ def main() -> int:
         result["warm_up_sources"] = len(sources(inductor_cache))
         result["warm_up_autotune_entries"] = len(autotune_entries(inductor_cache))
         builds = []
-        for n in (1, 2):
-            bundle = work / f"model-{n}.bundle"
-            builds.append(build_once(ik, served, warmed, buckets, factory, bundle, out, n, (inductor_cache, triton_cache)))
-            print(f"build {n}: {builds[-1]['wall_s']} s", flush=True)
+        patches = compiled._inductor_knobs_backend.config_patches  # what the builds hand AOTInductor (bench only)
+        kept = dict(patches)
+        patches.update(options)
+        try:
+            for n in (1, 2):
+                bundle = work / f"model-{n}.bundle"
+                builds.append(build_once(ik, served, warmed, buckets, factory, bundle, out, n, (inductor_cache, triton_cache)))
+                print(f"build {n}: {builds[-1]['wall_s']} s", flush=True)
+        finally:
+            patches.clear()
+            patches.update(kept)
+        if args.device == "cuda":  # the bundle against the warm-up's served model, side by side
+            try:
+                path = work / "model-2.bundle"
+                loaded = ik.serving.load_serving_bundle(path, None, factory=factory, on_cold="warn", on="record")
+                sizes = sorted({buckets[0], buckets[len(buckets) // 2], buckets[-1]})
+                calls = {n: factory(n) for n in sizes}
+                arms = {"warm_up": served, "bundle": loaded.served}
+                result["bundle_vs_warm_up_ms"] = time_side_by_side(arms, calls, args.rounds)
+            except Exception as err:  # noqa: BLE001 - the builds' numbers are kept either way
+                result["bundle_vs_warm_up_ms"] = {"error": f"{type(err).__name__}: {err}"}
+            print(json.dumps(result["bundle_vs_warm_up_ms"]), flush=True)
     result["new_kernels"] = write_diffs(inductor_cache, builds[0]["_had_sources"], builds[0]["_new_sources"], out)
     for build in builds:
         del build["_new_sources"], build["_had_sources"]

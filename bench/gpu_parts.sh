@@ -42,6 +42,8 @@
 #                                              #   2,000 requests, each arm's GPU kernels at 128 and 2048); GPUs 2 and 3
 #                                              #   the main job three times each, alternately from the tree in DIR and
 #                                              #   this one (an A/B of its wall time)
+#   OUT=/tmp/out bash bench/gpu_parts.sh v   # 4-GPU host, two lanes at once: bench/aot_build.py for the Llama as built
+#                                              #   (GPU 0) and with --build-option coordinate_descent_tuning=False (GPU 1)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
 #                                              #   the Llama's AOT cold start (bench/cold_start.py --arms cold aot
 #                                              #   $AOT_FLAGS, default: two aot processes, then one with -X importtime
@@ -254,6 +256,21 @@ u)
     cat "$OUT/status.txt"
     for log in "$OUT"/new*.log "$OUT"/old*.log; do echo "== $(basename "$log" .log): $(grep -E '^wall ' "$log")"; done
     for name in pb_bert_128 pb_bert_2048; do grep -v -E "^(INFO|STAGE|VERBOSE|WARNING):" "$OUT/$name.log" | tail -n 22; done
+    ;;
+v)
+    # The Llama's AOT build after the warm-up, as built (GPU 0) and without coordinate descent at build time (GPU 1),
+    # side by side on a 4-GPU host, each with its own 16 CPUs; each bundle timed against its own process's warm-up.
+    for spec in "0 aot_default" "1 aot_no_cd --build-option coordinate_descent_tuning=False"; do
+        # shellcheck disable=SC2086 - the option words split on purpose
+        set -- $spec
+        gpu=$1 name=$2
+        shift 2
+        (CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${AOT_TIMEOUT_S:-380}" python3 bench/aot_build.py \
+            --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1; done_at "$name" $?) &
+    done
+    wait
+    cat "$OUT/status.txt"
+    for name in aot_default aot_no_cd; do grep -E '^(build [12]|\{"warm_up)' "$OUT/$name.log"; done
     ;;
 c)
     timeout -k 10 560 python3 bench/serving_soak.py --gpus 0 1 2 3 --requests 2000 --threads 1 4 16 --out "$OUT/soak" >"$OUT/soak.log" 2>&1
