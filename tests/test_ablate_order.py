@@ -185,9 +185,10 @@ def test_only_a_lane_measured_in_one_phase_goes_longest_first(monkeypatch):
     monkeypatch.setattr(quiet, "_available_gib", lambda: 64.0)
     arms = [spec.parse_arm(a) for a in ("eager", "default", "c:max_autotune=1")]
     plan = Plan(workload="gemm_mlp", arms=arms, repeats=3, device="cuda", gpus=[0, 1], parallel=2)
-    runs = runner.execute(plan, progress=False, workers=Workers())
+    runs = runner.execute(plan, progress=False, workers=Workers(compile_threads=5))
     assert len(runs) == 9
     assert seen == {0: False, 1: True}
+    assert {r["compile_threads"] for r in runs} == {5}  # every record says what its worker compiled with
 
 
 def test_a_phase_measures_in_plan_order_whatever_order_the_workers_became_ready(monkeypatch):

@@ -31,7 +31,9 @@ from inductor_knobs.ablation import (
     merge,
     models,
     options,
+    quiet,
     report,
+    runner,
     stats,
     summary,
     workloads,
@@ -601,6 +603,18 @@ def test_parallel_is_checked_before_anything_runs(value, match):
     assert plan_for("--device", "cpu").parallel == 1
     # On CPU too: the measurement barrier keeps every measurement away from compiling workers.
     assert plan_for("--device", "cpu", "--arm", "eager", "--parallel", "2").parallel == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_compile_threads_are_checked_and_reach_every_worker(value):
+    with pytest.raises(InvalidKnobValue, match=r"--compile-threads=.*allowed an int >= 1"):
+        plan_for("--device", "cpu", "--arm", "eager", "--compile-threads", value)
+    plan = plan_for("--device", "cpu", "--arm", "eager", "--parallel", "2", "--compile-threads", "3")
+    assert plan.compile_threads == 3 and runner.make_workers(plan, 6).compile_threads == 3
+    default = plan_for("--device", "cpu", "--arm", "eager", "--parallel", "2")
+    assert default.compile_threads is None
+    assert runner.make_workers(default, 6).compile_threads == max(1, quiet.usable_cpus() // 2)
+    assert runner.make_workers(plan_for("--device", "cpu", "--arm", "eager"), 6).compile_threads is None
 
 
 def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatch, capsys):

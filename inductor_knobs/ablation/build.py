@@ -208,6 +208,16 @@ def build_plan(args: argparse.Namespace) -> Plan:
         base = args.baseline.split("@")[0]
         baselines = {a.name: (base + a.name[len(a.name.split("@")[0]) :]) for a in arms if a.name in baselines}
     parallel = _parallel(getattr(args, "parallel", None), device, gpus, main_job)
+    threads = getattr(args, "compile_threads", None)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise InvalidKnobValue(
+            f"--compile-threads={threads!r} is invalid: allowed an int >= 1 (Inductor compile threads per worker)"
+        )
+    if threads is not None and executor == "slurm":
+        raise InvalidKnobValue(
+            f"--compile-threads={threads} is for the local executor; with --executor slurm each job has its own CPUs and "
+            "Inductor chooses"
+        )
     return Plan(
         workload=workload,
         arms=arms,
@@ -228,6 +238,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         main_job=main_job,
         emulation_skipped=skipped,
         parallel=1 if executor == "slurm" else parallel,
+        compile_threads=threads,
         executor=executor,
         slurm=slurm_options,
     )

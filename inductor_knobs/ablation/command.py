@@ -73,6 +73,7 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
         "main_job": plan.main_job,
         "emulation_skipped": plan.emulation_skipped,
         "parallel": plan.parallel,
+        "compile_threads": plan.compile_threads,
         "baseline": plan.baseline,
         "arms": arms,
         "shard": list(plan.shard),

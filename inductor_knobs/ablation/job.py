@@ -55,14 +55,15 @@ def _readings(gpu: int | None, when: str) -> dict[str, Any]:
 
 
 #: How a run started and was measured: a forked run has ``server``, a new interpreter a ``start_note``,
-#: a local run ``quiet`` (the barrier it measured under, set by the runner).
-RECORD_START_KEYS = ("start", "start_note", "server", "quiet")
+#: a local run ``quiet`` (the barrier it measured under) and ``compile_threads`` (its Inductor compile threads, None:
+#: Inductor's own choice), set by the runner.
+RECORD_START_KEYS = ("start", "start_note", "server", "quiet", "compile_threads")
 
 
 def stamp(record: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     """Give ``record`` a ``run_id``, if its worker reported none the fingerprint its parent knows, and
-    every key of how it started and was measured (``start``, ``start_note``, ``server``, ``quiet``: None
-    where they do not apply), so that every executor's records have one schema.
+    every key of how it started and was measured (``start``, ``start_note``, ``server``, ``quiet``,
+    ``compile_threads``: None where they do not apply), so that every executor's records have one schema.
 
     Args:
         record (dict[str, Any]): a finished run's record (changed in place).

@@ -94,6 +94,13 @@ def add_parser(sub: Any) -> None:
         "time while none of them compiles (default 1; the main job on a GPU: "
         f"min({MAX_MAIN_JOB_PARALLEL}, CPUs / {CPUS_PER_PARALLEL_WORKER}))",
     )
+    p.add_argument(
+        "--compile-threads",
+        type=int,
+        metavar="N",
+        help="Inductor compile threads of each worker (TORCHINDUCTOR_COMPILE_THREADS; local executor; default with "
+        "--parallel above 1: CPUs / (GPUs x parallel), else Inductor's own choice)",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per arm process (default 900)")
     p.add_argument(
         "--executor",

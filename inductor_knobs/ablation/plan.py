@@ -103,6 +103,8 @@ class Plan:
         main_job: the arms are the main job's (no --arm, --grid or --config).
         emulation_skipped: why the main job has no emulated small-GPU section, or None.
         parallel: workers per GPU at once (see :mod:`.runner`); 1 on CPU.
+        compile_threads: ``--compile-threads``: Inductor compile threads of each worker and the fork server, or None
+            (the default of :func:`.runner.make_workers`).
         executor: where the jobs run: ``local`` (:func:`.runner.execute`, here) or ``slurm`` (one
             Slurm job per run, :func:`.slurm.execute`); the records are the same.
         slurm: the Slurm job options (``executor == "slurm"`` only).
@@ -127,6 +129,7 @@ class Plan:
     main_job: bool = False
     emulation_skipped: str | None = None
     parallel: int = 1
+    compile_threads: int | None = None
     executor: str = "local"
     slurm: SlurmOptions | None = None
 

@@ -65,8 +65,9 @@ def _gpu_gib(plan: Plan) -> float | None:
 def make_workers(plan: Plan, runs: int) -> Workers:
     """The :class:`.workers.Workers` of an ablation of ``runs`` runs: its fork server's modules (none for
     one run: a server would import torch for that one run) and the ablation's Inductor compile threads
-    (with several workers at once per lane, ``CPUs / (lanes x parallel)`` each; else Inductor's own
-    choice, which the server and every run make from the same CPUs: the worker pins itself only to measure).
+    (``--compile-threads`` where given; else with several workers at once per lane, ``CPUs / (lanes x parallel)``
+    each; else Inductor's own choice, which the server and every run make from the same CPUs: the worker pins
+    itself only to measure).
 
     Args:
         plan (Plan): the ablation.
@@ -77,6 +78,8 @@ def make_workers(plan: Plan, runs: int) -> Workers:
     """
     parallel = max(1, plan.parallel)
     threads = max(1, usable_cpus() // (len(_lanes(plan)) * parallel)) if parallel > 1 else None
+    if plan.compile_threads is not None:  # --compile-threads
+        threads = plan.compile_threads
     preload = preload_modules(plan.workload, plan.device) if runs > 1 else None
     workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads)
     if preload is None:
@@ -182,6 +185,7 @@ def execute(
             if record is None:  # stopped: the interruption handler reports what finished
                 return
             record["quiet"] = {"barrier": True, "parallel": parallel, "cap": cap, "lanes": len(lanes)}
+            record["compile_threads"] = threads_each  # every worker's TORCHINDUCTOR_COMPILE_THREADS (None: Inductor's)
             if on_record is not None:
                 try:
                     on_record(record)
