@@ -21,12 +21,11 @@ is what the build costs when every kernel it generates is in the caches.  For ea
   waits).
 
 ``--build-option KEY=VALUE`` (repeatable; the value read as a Python literal) sets an Inductor config key for the
-builds only: the compiled model's mode and options (the ``config_patches`` its ``ik.compile`` backend hands
-AOTInductor) get the key during the builds, as if ``ik.compile(options=...)`` had it, while the warm-up compiled
-without it.  After each build the bundle is loaded in this process (``ik.serving.load_serving_bundle``) and timed
-against the warm-up's served model at the smallest, a middle and the largest bucket, side by side (``--rounds``
-rounds, each timing ``triton.testing.do_bench`` of a call, the order reversed every other round, the median kept):
-what the build's own tuning, or its absence, costs the served kernels.
+builds only (``save_serving_bundle(..., aot_options={KEY: VALUE})``), while the warm-up compiled without it.  After
+the builds the second bundle is loaded in this process (``ik.serving.load_serving_bundle``) and timed against the
+warm-up's served model at the smallest, a middle and the largest bucket, side by side (``--rounds`` rounds, each
+timing ``triton.testing.do_bench`` of a call, the order reversed every other round, the median kept): what the
+build's own tuning, or its absence, costs the served kernels.
 
 Writes ``aot_build.json``, ``aot_build-profile-<n>.txt`` (with the callers of the waits on child processes and
 locks), ``aot_build-<n>.prof`` (``pstats``) and, under ``new-kernels/``, up to 20 kernel sources that the
@@ -87,7 +86,9 @@ def phases(before: dict[str, int]) -> dict[str, float]:
     return {key: round(value, 3) for key, value in sorted(added.items(), key=lambda kv: -kv[1]) if value > 0}
 
 
-def build_once(ik, served, warmed, buckets, factory, bundle: Path, out: Path, n: int, caches: tuple[Path, Path]) -> dict:
+def build_once(
+    ik, served, warmed, buckets, factory, bundle: Path, out: Path, n: int, caches: tuple[Path, Path], options: dict
+) -> dict:
     inductor_cache, triton_cache = caches
     from torch._dynamo.utils import compilation_time_metrics
 
@@ -101,7 +102,9 @@ def build_once(ik, served, warmed, buckets, factory, bundle: Path, out: Path, n:
     with ColdStartRecorder() as recorder:
         profile.enable()
         try:
-            header = ik.serving.save_serving_bundle(bundle, served, warmed, buckets=buckets, aot=True, factory=factory)
+            header = ik.serving.save_serving_bundle(
+                bundle, served, warmed, buckets=buckets, aot=True, factory=factory, aot_options=options or None
+            )
         finally:
             profile.disable()
     wall = time.perf_counter() - started
@@ -228,17 +231,11 @@ def main() -> int:
         result["warm_up_sources"] = len(sources(inductor_cache))
         result["warm_up_autotune_entries"] = len(autotune_entries(inductor_cache))
         builds = []
-        patches = compiled._inductor_knobs_backend.config_patches  # what the builds hand AOTInductor (bench only)
-        kept = dict(patches)
-        patches.update(options)
-        try:
-            for n in (1, 2):
-                bundle = work / f"model-{n}.bundle"
-                builds.append(build_once(ik, served, warmed, buckets, factory, bundle, out, n, (inductor_cache, triton_cache)))
-                print(f"build {n}: {builds[-1]['wall_s']} s", flush=True)
-        finally:
-            patches.clear()
-            patches.update(kept)
+        for n in (1, 2):
+            bundle = work / f"model-{n}.bundle"
+            caches = (inductor_cache, triton_cache)
+            builds.append(build_once(ik, served, warmed, buckets, factory, bundle, out, n, caches, options))
+            print(f"build {n}: {builds[-1]['wall_s']} s", flush=True)
         if args.device == "cuda":  # the bundle against the warm-up's served model, side by side
             try:
                 path = work / "model-2.bundle"

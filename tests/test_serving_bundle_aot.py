@@ -679,6 +679,64 @@ def test_portable_must_be_a_bool_before_anything_compiles(tmp_path, packaged):
     assert packaged == [] and not (tmp_path / "b").exists()
 
 
+@pytest.fixture
+def build_configs(monkeypatch):
+    """AOTInductor's compile faked: every ``inductor_configs`` it is given, whole; the load check a child that exits 0."""
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", "pass")
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())
+    seen: list[dict] = []
+
+    def compile_and_package(program, package_path, inductor_configs):
+        seen.append(dict(inductor_configs))
+        with open(package_path, "wb") as out:
+            out.write(b"package")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    return seen
+
+
+def aot_options_bundle(path, aot_options, knobs=None, aot=True):
+    model = ik.compile(torch.nn.Linear(4, 4), knobs, mode="max-autotune-no-cudagraphs")
+    report = ik.serving.warmup(model, shapes=[2], factory=lambda n: torch.randn(n, 4), probes=None)
+    factory = lambda n: torch.randn(n, 4)  # noqa: E731
+    return ik.serving.save_serving_bundle(path, model, report, aot=aot, factory=factory, aot_options=aot_options)
+
+
+def test_aot_options_reach_the_aot_compile_only_over_the_mode_and_are_recorded(tmp_path, build_configs, fresh_inductor):
+    header = aot_options_bundle(tmp_path / "b", {"coordinate_descent_tuning": False, "aot_inductor.debug_compile": False})
+    assert len(build_configs) == 1
+    assert build_configs[0]["coordinate_descent_tuning"] is False  # the mode's True, overridden for the build
+    assert build_configs[0]["max_autotune"] is True  # the rest of the mode as it was
+    assert header["serving"]["aot"]["options"] == {"coordinate_descent_tuning": "False", "aot_inductor.debug_compile": "False"}
+    assert torch._inductor.config.coordinate_descent_tuning is False  # nothing of the build stays set (the default)
+    build_configs.clear()
+    header = aot_options_bundle(tmp_path / "c", None)
+    assert build_configs[0]["coordinate_descent_tuning"] is True and header["serving"]["aot"]["options"] == {}
+
+
+@pytest.mark.parametrize(
+    ("aot_options", "kwargs", "error", "match"),
+    [
+        ({"no_such_key_anywhere": 1}, {}, ik.errors.UnknownKnob, r"no_such_key_anywhere"),
+        ({"coordinate_descent_tuning": "yes"}, {}, InvalidKnobValue, r"coordinate_descent_tuning='yes'.*allowed a bool"),
+        (["coordinate_descent_tuning"], {}, InvalidKnobValue, r"aot_options=.*allowed a mapping of Inductor config keys"),
+        ({"coordinate_descent_tuning": False}, {"aot": False}, InvalidKnobValue, r"aot_options=.*with aot=True"),
+        (
+            {"coordinate_descent_tuning": False},
+            {"knobs": ik.Knobs(coordinate_descent_tuning=True)},
+            InvalidKnobValue,
+            r"aot_options=.*knobs do not set \(coordinate_descent_tuning: a knob wins\)",
+        ),
+    ],
+)
+def test_bad_aot_options_are_refused_before_anything_compiles(
+    tmp_path, build_configs, fresh_inductor, aot_options, kwargs, error, match
+):
+    with pytest.raises(error, match=match):
+        aot_options_bundle(tmp_path / "b", aot_options, **kwargs)
+    assert build_configs == [] and not (tmp_path / "b").exists()
+
+
 @pytest.mark.skipif(not HAS_MULTI_ARCH, reason=f"torch {torch.__version__} has no {aot_package.MULTI_ARCH}")
 def test_a_build_that_fails_with_multi_arch_on_names_portable_false(tmp_path, monkeypatch):
     def compile_and_package(program, package_path, inductor_configs):

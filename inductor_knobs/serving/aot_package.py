@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import InvalidKnobValue, NotSupportedOnThisTorch, torch_version
@@ -71,6 +71,7 @@ def build(
     shapes: Sequence[Any],
     portable: bool = False,
     tuned: Sequence[Sequence[Any]] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
     """Export the model inside ``compiled`` over ``shapes`` and compile it with AOTInductor.
 
@@ -104,12 +105,16 @@ def build(
         portable (bool): turn :data:`MULTI_ARCH` on as above (False: leave it as the user's config has it).
         tuned (Sequence[Sequence[AutotuneRecord]]): per shape, the autotune records its warm-up call made
             (``WarmupStep.autotune``; empty: export at the last shape and pin nothing).
+        options (Mapping[str, Any] | None): Inductor config keys for this compile only, over the ``ik.compile`` mode
+            and options (``save_serving_bundle(aot_options=...)``); checked as the ``config`` knob checks them, before
+            anything is exported.
 
     Returns:
         tuple[bytes, dict[str, Any]]: the package, and what the bundle records of it: ``"inputs"``, what it
         accepts (:func:`accepted`), which :class:`ShapeCheckedPackage` checks at every call, ``"cxx"``,
         the C++ compiler that built it, ``"multi_arch"``, whether :data:`MULTI_ARCH` was on (False where absent),
-        ``"pinned"``, the number of GEMM lookup keys pinned from the warm-up, ``"output_modules"``, the modules
+        ``"pinned"``, the number of GEMM lookup keys pinned from the warm-up, ``"options"``, ``options`` as checked
+        (key -> ``repr`` of the value), ``"output_modules"``, the modules
         that define the outputs' classes (:func:`output_modules`), and ``"seconds"``, the build's steps
         (``export``, ``compile`` and ``load_check`` per compiler tried, summed).
 
@@ -118,7 +123,9 @@ def build(
             calls differ in anything but tensor sizes or pass a non-tensor :func:`accepted` cannot record,
             export narrowed or fixed a size the warmed shapes vary in, ``torch.export``/AOTInductor failed on
             the model (torch's message included), or no C++ compiler tried made a package a fresh process
-            loads (each one named with how its package failed).
+            loads (each one named with how its package failed), or an ``options`` value its key does not allow, or
+            a key the compiled model's knobs set (a knob wins over options).
+        UnknownKnob: an ``options`` key that is not an Inductor config key of this torch.
 
     Relies on ``torch.export.export(mod, args, kwargs, dynamic_shapes=..., strict=False)``,
     ``ExportedProgram.module()``/``range_constraints``/``graph_signature.user_inputs``,
@@ -147,6 +154,8 @@ def build(
     backend = compiled._inductor_knobs_backend
     own = set(config_values(backend.own_knobs))
     configs = {key: value for key, value in backend.config_patches.items() if key not in own}
+    extra = _build_options(label, options, own)
+    configs.update(extra)
     from torch._inductor import config as inductor_config
 
     patches = torch_compat.installed()
@@ -200,6 +209,7 @@ def build(
                 if failure is None:
                     with open(path, "rb") as src:
                         built = {"inputs": contract, "cxx": name, "multi_arch": multi_arch, "pinned": pinned}
+                        built["options"] = {key: repr(value) for key, value in extra.items()}
                         built["output_modules"] = outputs
                         return src.read(), {**built, "seconds": {k: round(v, 3) for k, v in seconds.items()}}
                 tried.append((name, failure))
@@ -208,6 +218,25 @@ def build(
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _build_options(label: str, options: Mapping[str, Any] | None, own: set[str]) -> dict[str, Any]:
+    """``options`` checked as the ``config`` knob checks a mapping (keys spelled as torch does, values by their
+    knob's check, every key known to this torch), and none of ``own`` (the keys the compiled model's knobs set)."""
+    if not options:
+        return {}
+    from .. import Knobs
+    from ..ext import plan
+
+    checked = Knobs(config=dict(options))  # InvalidKnobValue: a value its key does not allow
+    plan(checked)  # UnknownKnob: a key this torch does not have; InvalidKnobValue: a value of the wrong type
+    extra = config_values(checked)
+    clash = sorted(set(extra) & own)
+    if clash:
+        raise _invalid(
+            label, "aot_options", dict(options), f"keys the compiled model's knobs do not set ({', '.join(clash)}: a knob wins)"
+        )
+    return extra
 
 
 #: A module name an AOT bundle may ask its loader to import: dotted Python identifiers.

@@ -25,7 +25,7 @@ import contextlib
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,7 @@ def save_serving_bundle(
     aot: bool = False,
     factory: Any = None,
     portable: bool = False,
+    aot_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the serving bundle of this process: torch's cache artifacts and how to serve from them (0600, atomically).
 
@@ -120,19 +121,27 @@ def save_serving_bundle(
             the ``ik.compile`` options nor the knobs set it, turn it on for the build (default False: the package
             loads on the build's GPU architecture only; True needs CUDA's ``nvcc`` or ``fatbinary`` for a CUDA
             model and no CUTLASS kernels, torch 2.13 ``codecache.py`` :3161).
+        aot_options (Mapping[str, Any] | None): with ``aot=True``, Inductor config keys (as ``ik.compile(options=...)``
+            spells them) for the AOT compile only, over the ``ik.compile`` mode and options; the warm-up compiled
+            without them.  E.g. ``{"coordinate_descent_tuning": False}``: on an H200 (torch 2.11, the 2-layer Llama)
+            the build then took 71.0 s instead of 84.6 s after the warm-up, and the bundle ran 0.86-0.98x of the
+            warm-up's served model against 1.02-1.05x (``bench/aot_build.py --build-option``).  Recorded as
+            ``serving.aot.options``.  A key the compiled model's knobs set is refused (a knob wins over options).
 
     Returns:
         dict[str, Any]: the header written (identity, artifact counts, sha256s, serving section).
 
     Raises:
         NotSupportedOnThisTorch: torch < 2.7 (no cache artifacts API; no AOTInductor packages).
-        InvalidKnobValue: ``served``, ``report``, ``aot``, ``factory`` or ``portable`` is not as above, or a shape,
+        InvalidKnobValue: ``served``, ``report``, ``aot``, ``factory``, ``portable`` or ``aot_options`` is not as
+            above (an ``aot_options`` value the key does not allow, or a key the knobs set), or a shape,
             bucket, knob or ``ik.compile`` argument is not plain data that JSON reads back the same; with
             ``aot=True``, ``served`` is not of an ``nn.Module``, the factory's calls differ in more than
             tensor sizes or pass a non-tensor other than None, a bool, an int, a finite float or a string,
             ``torch.export``/AOTInductor failed (torch's message included), or a fresh process could load the
             package built with none of the C++ compilers tried
             (:func:`~inductor_knobs.serving.aot_package.build`: each compiler and how its package failed; nothing written).
+        UnknownKnob: an ``aot_options`` key that is not an Inductor config key of this torch.
         CompileCacheRefused: torch recorded no cache artifacts in this process (``aot=False``).
     """
 
@@ -140,6 +149,8 @@ def save_serving_bundle(
     for name, flag in (("aot", aot), ("portable", portable)):
         if flag is not True and flag is not False:
             raise _invalid(name, flag, "True or False", "save_serving_bundle")
+    if aot_options is not None and (not aot or not isinstance(aot_options, Mapping)):
+        raise _invalid("aot_options", aot_options, "a mapping of Inductor config keys, with aot=True", "save_serving_bundle")
     if aot:
         aot_package.require(label)
         if not callable(factory):
@@ -154,7 +165,7 @@ def save_serving_bundle(
         shapes = [step.shape for step in report.steps]
         earlier = [*tuned_steps(compiled), *((step.shape, step.autotune) for step in report.steps)]
         tuned = [[r for shape, records in earlier if _same_shape(shape, wanted) for r in records] for wanted in shapes]
-        payload, built = aot_package.build(label, compiled, factory, shapes, portable, tuned)
+        payload, built = aot_package.build(label, compiled, factory, shapes, portable, tuned, aot_options)
         section["aot"] = {"bytes": len(payload), **built, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels
         header = compile_cache.payload_header(knobs, payload, {})

@@ -192,7 +192,7 @@ def decode(label: str, header: dict[str, Any]) -> BundleSpec:
 def _aot_section(aot: Any) -> bool:
     """Whether ``aot`` is ``{"bytes": n >= 1, "inputs": {"positional": [entry, ...], "keywords": {name: entry}},
     "cpu_flags": [str, ...] or None, "cxx": str, "multi_arch": bool, "pinned": int, "seconds": {step: s},
-    "output_modules": [str, ...]}`` (the last six may be absent), each entry as
+    "output_modules": [str, ...], "options": {key: str}}`` (the last seven may be absent), each entry as
     :func:`~inductor_knobs.serving.aot_package.accepted` writes it: a tensor's ``name``, ``dtype`` (a torch dtype's
     name), ``device``, ``ndim``, ``sizes`` (``[low, high]`` ints, ``0 <= low <= high``), ``symbols`` (str or None)
     and ``strides`` (``"contiguous"`` or ints or None), one per dimension; or a non-tensor's ``name`` and ``value``."""
@@ -229,7 +229,7 @@ def _aot_section(aot: Any) -> bool:
 
     if (
         not isinstance(aot, dict)
-        or set(aot) - {"cpu_flags", "cxx", "multi_arch", "pinned", "seconds", "output_modules"} != {"bytes", "inputs"}
+        or set(aot) - {"cpu_flags", "cxx", "multi_arch", "pinned", "seconds", "output_modules", "options"} != {"bytes", "inputs"}
         or not integer(aot["bytes"])
         or aot["bytes"] < 1
         or not isinstance(aot.get("cxx", ""), str)
@@ -238,6 +238,8 @@ def _aot_section(aot: Any) -> bool:
         or not isinstance(aot.get("seconds", {}), dict)
         or not isinstance(aot.get("output_modules", []), list)
         or not all(isinstance(m, str) for m in aot.get("output_modules", []))
+        or not isinstance(aot.get("options", {}), dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in aot.get("options", {}).items())
     ):
         return False
     flags = aot.get("cpu_flags")  # absent in a bundle saved before it was recorded: nothing to compare then
