@@ -606,7 +606,8 @@ def test_parallel_is_checked_before_anything_runs(value, match):
 
 
 @pytest.mark.parametrize("value", ["0", "-2"])
-def test_compile_threads_are_checked_and_reach_every_worker(value):
+def test_compile_threads_are_checked_and_reach_every_worker(value, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
     with pytest.raises(InvalidKnobValue, match=r"--compile-threads=.*allowed an int >= 1"):
         plan_for("--device", "cpu", "--arm", "eager", "--compile-threads", value)
     plan = plan_for("--device", "cpu", "--arm", "eager", "--parallel", "2", "--compile-threads", "3")
@@ -615,6 +616,37 @@ def test_compile_threads_are_checked_and_reach_every_worker(value):
     assert default.compile_threads is None
     assert runner.make_workers(default, 6).compile_threads == max(1, quiet.usable_cpus() // 2)
     assert runner.make_workers(plan_for("--device", "cpu", "--arm", "eager"), 6).compile_threads is None
+    # The environment's variable reaches every worker (workers.base_env keeps it): it is what the records say, and a
+    # different --compile-threads is refused rather than silently overridden.
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "4")
+    assert runner.make_workers(default, 6).compile_threads == 4
+    with pytest.raises(InvalidKnobValue, match=r"--compile-threads=3 differs from TORCHINDUCTOR_COMPILE_THREADS='4'"):
+        plan_for("--device", "cpu", "--arm", "eager", "--parallel", "2", "--compile-threads", "3")
+    assert plan_for("--device", "cpu", "--arm", "eager", "--compile-threads", "4").compile_threads == 4
+
+
+def test_compile_threads_are_for_the_local_executor_and_results_json_says_what_the_workers_used(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    from inductor_knobs.ablation import slurm_options
+
+    monkeypatch.setattr(slurm_options, "check_available", lambda: None)  # no Slurm needed to check the option
+    with pytest.raises(InvalidKnobValue, match=r"--compile-threads=2 is for the local executor"):
+        plan_for(
+            "--device", "cpu", "--arm", "eager", "--executor", "slurm", "--out", str(tmp_path / "s"), "--compile-threads", "2"
+        )  # fmt: skip
+
+    def execute(plan, progress=True, jobs=None, on_record=None, workers=None, before_measuring=None):
+        return [
+            run(job["arm"]["name"], job["repeat"], [1.0 + 0.01 * job["repeat"]], index=job["index"], shard=0)
+            for job in (plan.jobs() if jobs is None else jobs)
+        ]
+
+    monkeypatch.setattr(command, "execute", execute)
+    argv = ["ablate", "--device", "cpu", "--arm", "eager", "--arm", "default", "--parallel", "2", "--out"]
+    assert cli.main([*argv, str(tmp_path / "a"), "--compile-threads", "3"]) == 0
+    assert json.loads((tmp_path / "a" / "results.json").read_text())["compile_threads"] == 3
+    assert cli.main([*argv, str(tmp_path / "b")]) == 0  # the default: CPUs / (lanes x parallel)
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["compile_threads"] == max(1, quiet.usable_cpus() // 2)
 
 
 def test_main_job_on_cpu_explains_the_gate_before_the_table(tmp_path, monkeypatch, capsys):

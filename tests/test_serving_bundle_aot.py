@@ -708,6 +708,9 @@ def test_aot_options_reach_the_aot_compile_only_over_the_mode_and_are_recorded(t
     assert build_configs[0]["coordinate_descent_tuning"] is False  # the mode's True, overridden for the build
     assert build_configs[0]["max_autotune"] is True  # the rest of the mode as it was
     assert header["serving"]["aot"]["options"] == {"coordinate_descent_tuning": "False", "aot_inductor.debug_compile": "False"}
+    from inductor_knobs.serving import bundle_format
+
+    assert bundle_format.decode("test", header).aot["options"] == header["serving"]["aot"]["options"]  # reads back
     assert torch._inductor.config.coordinate_descent_tuning is False  # nothing of the build stays set (the default)
     build_configs.clear()
     header = aot_options_bundle(tmp_path / "c", None)
@@ -717,15 +720,23 @@ def test_aot_options_reach_the_aot_compile_only_over_the_mode_and_are_recorded(t
 @pytest.mark.parametrize(
     ("aot_options", "kwargs", "error", "match"),
     [
-        ({"no_such_key_anywhere": 1}, {}, ik.errors.UnknownKnob, r"no_such_key_anywhere"),
-        ({"coordinate_descent_tuning": "yes"}, {}, InvalidKnobValue, r"coordinate_descent_tuning='yes'.*allowed a bool"),
+        ({"no_such_key_anywhere": 1}, {}, ik.errors.UnknownKnob, r"aot_options: .*no_such_key_anywhere"),
+        ({"coordinate-descent-tuning": "yes"}, {}, InvalidKnobValue, r"aot_options: .*coordinate_descent_tuning='yes'.*a bool"),
         (["coordinate_descent_tuning"], {}, InvalidKnobValue, r"aot_options=.*allowed a mapping of Inductor config keys"),
         ({"coordinate_descent_tuning": False}, {"aot": False}, InvalidKnobValue, r"aot_options=.*with aot=True"),
+        (
+            {"aot_inductor.package_cpp_only": True},
+            {},
+            InvalidKnobValue,
+            r"keys the build owns.*got aot_inductor.package_cpp_only",
+        ),
+        ({"aot_inductor.package": False}, {}, InvalidKnobValue, r"keys the build owns.*got aot_inductor.package$"),
+        ({"post_grad_custom_post_pass": print}, {}, InvalidKnobValue, r"not callables.*got post_grad_custom_post_pass"),
         (
             {"coordinate_descent_tuning": False},
             {"knobs": ik.Knobs(coordinate_descent_tuning=True)},
             InvalidKnobValue,
-            r"aot_options=.*knobs do not set \(coordinate_descent_tuning: a knob wins\)",
+            r"aot_options=.*knobs do not set \(a knob wins\); got coordinate_descent_tuning",
         ),
     ],
 )

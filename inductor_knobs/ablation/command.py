@@ -73,7 +73,6 @@ def _results(plan: Plan, conflicts: dict[str, list[str]]) -> dict[str, Any]:
         "main_job": plan.main_job,
         "emulation_skipped": plan.emulation_skipped,
         "parallel": plan.parallel,
-        "compile_threads": plan.compile_threads,
         "baseline": plan.baseline,
         "arms": arms,
         "shard": list(plan.shard),
@@ -246,6 +245,8 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
             for item in items:  # shown before anything runs
                 print(f"arm {name}: {item} (the knob wins: knob > options > mode > default)", file=sys.stderr)
         results = _results(plan, conflicts)
+        # What every worker compiles with (--compile-threads, the default, or the inherited variable; None: Inductor's).
+        results["compile_threads"] = workers.compile_threads if workers is not None else None
         jobs = plan.jobs()
         runs = store.RunStore(target.root) if target is not None else None
         if resume and runs is not None:  # the plan is checked here, before anything runs

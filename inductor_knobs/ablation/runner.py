@@ -30,6 +30,7 @@ runs that had finished.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -65,9 +66,10 @@ def _gpu_gib(plan: Plan) -> float | None:
 def make_workers(plan: Plan, runs: int) -> Workers:
     """The :class:`.workers.Workers` of an ablation of ``runs`` runs: its fork server's modules (none for
     one run: a server would import torch for that one run) and the ablation's Inductor compile threads
-    (``--compile-threads`` where given; else with several workers at once per lane, ``CPUs / (lanes x parallel)``
-    each; else Inductor's own choice, which the server and every run make from the same CPUs: the worker pins
-    itself only to measure).
+    (``TORCHINDUCTOR_COMPILE_THREADS`` where this process has it, which every worker inherits; else
+    ``--compile-threads``; else with several workers at once per lane, ``CPUs / (lanes x parallel)`` each; else
+    Inductor's own choice, which the server and every run make from the same CPUs: the worker pins itself only to
+    measure).
 
     Args:
         plan (Plan): the ablation.
@@ -78,8 +80,11 @@ def make_workers(plan: Plan, runs: int) -> Workers:
     """
     parallel = max(1, plan.parallel)
     threads = max(1, usable_cpus() // (len(_lanes(plan)) * parallel)) if parallel > 1 else None
-    if plan.compile_threads is not None:  # --compile-threads
+    if plan.compile_threads is not None:  # --compile-threads (build_plan refused a different inherited value)
         threads = plan.compile_threads
+    inherited = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "").strip()
+    if inherited.isdigit() and int(inherited) >= 1:  # every worker inherits it (workers.base_env keeps it): say so
+        threads = int(inherited)
     preload = preload_modules(plan.workload, plan.device) if runs > 1 else None
     workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads)
     if preload is None:

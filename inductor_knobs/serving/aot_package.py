@@ -154,7 +154,7 @@ def build(
     backend = compiled._inductor_knobs_backend
     own = set(config_values(backend.own_knobs))
     configs = {key: value for key, value in backend.config_patches.items() if key not in own}
-    extra = _build_options(label, options, own)
+    extra = _build_options(label, options, own, portable)
     configs.update(extra)
     from torch._inductor import config as inductor_config
 
@@ -220,22 +220,39 @@ def build(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _build_options(label: str, options: Mapping[str, Any] | None, own: set[str]) -> dict[str, Any]:
+#: Inductor keys the build itself owns: ``aoti_compile_and_package`` forces ``aot_inductor.package`` and refuses an
+#: ``aot_inductor.output_path`` (torch 2.13 ``_inductor/__init__.py``), and a C++-only package has no library to load.
+BUILD_OWNS = ("aot_inductor.package", "aot_inductor.output_path", "aot_inductor.package_cpp_only")
+
+
+def _build_options(label: str, options: Mapping[str, Any] | None, own: set[str], portable: bool) -> dict[str, Any]:
     """``options`` checked as the ``config`` knob checks a mapping (keys spelled as torch does, values by their
-    knob's check, every key known to this torch), and none of ``own`` (the keys the compiled model's knobs set)."""
+    knob's check, every key known to this torch), none of ``own`` (the keys the compiled model's knobs set) or
+    :data:`BUILD_OWNS`, no callable (the header records each value's ``repr``), and not :data:`MULTI_ARCH` beside
+    ``portable=True`` (two answers to one question)."""
     if not options:
         return {}
     from .. import Knobs
+    from ..errors import UnknownKnob
     from ..ext import plan
 
-    checked = Knobs(config=dict(options))  # InvalidKnobValue: a value its key does not allow
-    plan(checked)  # UnknownKnob: a key this torch does not have; InvalidKnobValue: a value of the wrong type
+    try:
+        checked = Knobs(config=dict(options))  # InvalidKnobValue: a value its key does not allow
+        plan(checked)  # UnknownKnob: a key this torch does not have; InvalidKnobValue: a value of the wrong type
+    except (InvalidKnobValue, UnknownKnob) as err:
+        raise type(err)(f"{label}: aot_options: {err}") from err
     extra = config_values(checked)
-    clash = sorted(set(extra) & own)
-    if clash:
-        raise _invalid(
-            label, "aot_options", dict(options), f"keys the compiled model's knobs do not set ({', '.join(clash)}: a knob wins)"
-        )
+    refused = {
+        "keys the compiled model's knobs do not set (a knob wins)": sorted(set(extra) & own),
+        f"none of the keys the build owns ({', '.join(BUILD_OWNS)})": sorted(set(extra) & set(BUILD_OWNS)),
+        "values that are not callables (custom passes cannot be recorded in the header)": sorted(
+            k for k, v in extra.items() if callable(v)
+        ),
+        f"no {MULTI_ARCH} beside portable=True (give one of the two)": [MULTI_ARCH] if portable and MULTI_ARCH in extra else [],
+    }
+    for allowed, keys in refused.items():
+        if keys:
+            raise _invalid(label, "aot_options", dict(options), f"{allowed}; got {', '.join(keys)}")
     return extra
 
 

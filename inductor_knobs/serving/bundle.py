@@ -126,7 +126,10 @@ def save_serving_bundle(
             without them.  E.g. ``{"coordinate_descent_tuning": False}``: on an H200 (torch 2.11, the 2-layer Llama)
             the build then took 71.0 s instead of 84.6 s after the warm-up, and the bundle ran 0.86-0.98x of the
             warm-up's served model against 1.02-1.05x (``bench/aot_build.py --build-option``).  Recorded as
-            ``serving.aot.options``.  A key the compiled model's knobs set is refused (a knob wins over options).
+            ``serving.aot.options`` (key -> ``repr`` of the value).  Refused: a key the compiled model's knobs set (a
+            knob wins over options), a key the build owns (``aot_package.BUILD_OWNS``), a callable value, and
+            ``aot_inductor.emit_multi_arch_kernel`` beside ``portable=True``.  A ``cpp.cxx`` here is the only C++
+            compiler tried, as in the ``ik.compile`` options.
 
     Returns:
         dict[str, Any]: the header written (identity, artifact counts, sha256s, serving section).
@@ -134,7 +137,7 @@ def save_serving_bundle(
     Raises:
         NotSupportedOnThisTorch: torch < 2.7 (no cache artifacts API; no AOTInductor packages).
         InvalidKnobValue: ``served``, ``report``, ``aot``, ``factory``, ``portable`` or ``aot_options`` is not as
-            above (an ``aot_options`` value the key does not allow, or a key the knobs set), or a shape,
+            above (an ``aot_options`` value its key does not allow, or one of the refusals above), or a shape,
             bucket, knob or ``ik.compile`` argument is not plain data that JSON reads back the same; with
             ``aot=True``, ``served`` is not of an ``nn.Module``, the factory's calls differ in more than
             tensor sizes or pass a non-tensor other than None, a bool, an int, a finite float or a string,
