@@ -42,6 +42,8 @@
 #                                              #   2,000 requests, each arm's GPU kernels at 128 and 2048); GPUs 2 and 3
 #                                              #   the main job three times each, alternately from the tree in DIR and
 #                                              #   this one (an A/B of its wall time)
+#   OUT=/tmp/out bash bench/gpu_parts.sh w   # one-GPU node: the main job alternately with the default compile threads
+#                                              #   and with --compile-threads $THREADS (2), $PAIRS pairs (2), timed
 #   OUT=/tmp/out bash bench/gpu_parts.sh v   # 4-GPU host, two lanes at once: bench/aot_build.py for the Llama as built
 #                                              #   (GPU 0) and with --build-option coordinate_descent_tuning=False (GPU 1)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
@@ -256,6 +258,21 @@ u)
     cat "$OUT/status.txt"
     for log in "$OUT"/new*.log "$OUT"/old*.log; do echo "== $(basename "$log" .log): $(grep -E '^wall ' "$log")"; done
     for name in pb_bert_128 pb_bert_2048; do grep -v -E "^(INFO|STAGE|VERBOSE|WARNING):" "$OUT/$name.log" | tail -n 22; done
+    ;;
+w)
+    # One-GPU node: the main job alternately with the default compile threads and with --compile-threads $THREADS
+    # (default 2), $PAIRS pairs (default 2), the order flipped in every other pair (an A/B of its wall time).
+    for pair in $(seq "${PAIRS:-2}"); do
+        if [ $((pair % 2)) = 1 ]; then order="default threads"; else order="threads default"; fi
+        for arm in $order; do
+            if [ "$arm" = default ]; then
+                ablate_timed "default$pair" "${MAIN_TIMEOUT_S:-185}" python3 -m inductor_knobs ablate
+            else
+                ablate_timed "threads$pair" "${MAIN_TIMEOUT_S:-185}" python3 -m inductor_knobs ablate --compile-threads "${THREADS:-2}"
+            fi
+        done
+    done
+    cat "$OUT/status.txt"
     ;;
 v)
     # The Llama's AOT build after the warm-up, as built (GPU 0) and without coordinate descent at build time (GPU 1),
