@@ -36,7 +36,7 @@ from .options import (
     SMOKE_PROCESSES,
 )
 from .plan import Plan, SlurmOptions
-from .workers import physical_gpu
+from .workers import COMPILE_THREADS_VAR, inherited_compile_threads, physical_gpu
 
 
 def _positive(name: str, value: int | None, default: int) -> int:
@@ -213,16 +213,16 @@ def build_plan(args: argparse.Namespace) -> Plan:
         raise InvalidKnobValue(
             f"--compile-threads={threads!r} is invalid: allowed an int >= 1 (Inductor compile threads per worker)"
         )
-    inherited = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
-    if threads is not None and inherited is not None and inherited.strip() != str(threads):
-        raise InvalidKnobValue(
-            f"--compile-threads={threads} differs from TORCHINDUCTOR_COMPILE_THREADS={inherited!r} in this environment, "
-            "which every worker inherits: give one of the two"
-        )
     if threads is not None and executor == "slurm":
         raise InvalidKnobValue(
             f"--compile-threads={threads} is for the local executor; with --executor slurm each job has its own CPUs and "
             "Inductor chooses"
+        )
+    inherited = inherited_compile_threads()
+    if threads is not None and inherited is not None and inherited != str(threads):
+        raise InvalidKnobValue(
+            f"--compile-threads={threads} differs from {COMPILE_THREADS_VAR}={inherited!r} in this environment, "
+            "which every worker inherits: give one of the two"
         )
     return Plan(
         workload=workload,

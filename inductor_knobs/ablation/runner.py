@@ -30,7 +30,6 @@ runs that had finished.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -44,7 +43,7 @@ from .order import Backlog
 from .plan import Plan, gpu_for_repeat
 from .quiet import Quiet, live_cap, usable_cpus
 from .signals import Interrupted, signals_ignored
-from .workers import Workers
+from .workers import Workers, inherited_compile_threads
 
 
 def _lanes(plan: Plan) -> list[int | None]:
@@ -82,8 +81,8 @@ def make_workers(plan: Plan, runs: int) -> Workers:
     threads = max(1, usable_cpus() // (len(_lanes(plan)) * parallel)) if parallel > 1 else None
     if plan.compile_threads is not None:  # --compile-threads (build_plan refused a different inherited value)
         threads = plan.compile_threads
-    inherited = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "").strip()
-    if inherited.isdigit() and int(inherited) >= 1:  # every worker inherits it (workers.base_env keeps it): say so
+    inherited = inherited_compile_threads() or ""
+    if inherited.isdigit() and int(inherited) >= 1:  # every worker inherits it: say so
         threads = int(inherited)
     preload = preload_modules(plan.workload, plan.device) if runs > 1 else None
     workers = Workers(share_kernels=plan.device == "cuda", preload=preload, compile_threads=threads)

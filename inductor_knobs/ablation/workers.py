@@ -118,6 +118,15 @@ def knob_env(arm: Arm, emulate: str | None) -> dict[str, str]:
 NVML_CHECK_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 #: torch's switch of the compile-worker pool's warm-up (``_inductor/async_compile.py``): "1" (its default) warms it.
 WARM_POOL_VAR = "TORCH_WARM_POOL"
+#: Inductor's compile threads (``_inductor/config.py: decide_compile_threads``).
+COMPILE_THREADS_VAR = "TORCHINDUCTOR_COMPILE_THREADS"
+
+
+def inherited_compile_threads() -> str | None:
+    """The :data:`COMPILE_THREADS_VAR` this process passes on to every worker (:func:`base_env` keeps it), stripped,
+    or None where it has none."""
+    value = environ_before_knobs().get(COMPILE_THREADS_VAR)
+    return value.strip() if value is not None else None
 
 
 def base_env(cache: str, kernels: str | None = None, compile_threads: int | None = None) -> dict[str, str]:
@@ -145,7 +154,7 @@ def base_env(cache: str, kernels: str | None = None, compile_threads: int | None
     # files) put in the temporary directory goes into the job's own, removed with it however the job ends.
     env.update(dict.fromkeys(TEMP_VARS, os.path.join(cache, TEMP_SUBDIR)))
     if compile_threads is not None:
-        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
+        env.setdefault(COMPILE_THREADS_VAR, str(compile_threads))
     # Importing Dynamo and Inductor calls torch.cuda.is_available(), which by default asks the CUDA
     # runtime (cudaGetDeviceCount, so cuInit) and poisons fork: on a 4xH100 host (torch 2.11+cu130) every
     # child of a fork server that had preloaded them failed "Cannot re-initialize CUDA in forked
