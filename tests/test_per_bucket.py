@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 import torch
@@ -83,6 +84,52 @@ def test_kernel_time_is_taken_side_by_side_and_the_median_kept(monkeypatch):
     calls.clear()
     assert per_bucket.kernel_ms((lambda t: "own", lambda t: "dynamic"), (x,), {}, rounds=3) is None
     assert calls == ["own", "dynamic", "dynamic"] and getattr(torch._dynamo.eval_frame, "_stance", None) == stance
+
+
+@pytest.mark.skipif(not hasattr(torch._dynamo.eval_frame, "_stance"), reason="torch.compiler.set_stance is 2.6+")
+def test_kernel_time_from_four_threads_at_once_leaves_the_stance_as_it_was(monkeypatch):
+    """torch's stance is process-global: four threads timing at once take turns, each times under
+    ``fail_on_recompile``, and the process's stance is the default afterwards (overlapping set/restore would leave
+    ``fail_on_recompile`` set, or end one thread's refusal while it still times)."""
+    import types
+
+    class OnCuda(torch.Tensor):
+        is_cuda = True  # type: ignore[assignment]
+
+    x = torch.Tensor._make_subclass(OnCuda, torch.ones(2))
+    seen: list[str] = []
+    overlaps: list[int] = []
+    running = [0]
+    lock = threading.Lock()
+
+    def do_bench_cudagraph(fn):
+        with lock:
+            running[0] += 1
+            overlaps.append(running[0])
+        seen.append(torch._dynamo.eval_frame._stance.stance)
+        threading.Event().wait(0.002)  # a yield to the other threads (nothing asserted on time)
+        with lock:
+            running[0] -= 1
+        return 1.0
+
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", types.SimpleNamespace(do_bench_cudagraph=do_bench_cudagraph))
+    monkeypatch.setattr(type(torch_compat.installed()), "cudagraph_trees_in_use", lambda self: False)
+    before = torch._dynamo.eval_frame._stance
+    results: list[object] = []
+
+    def one() -> None:
+        results.append(per_bucket.kernel_ms((lambda t: 1, lambda t: 2), (x,), {}))
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [[1.0, 1.0]] * 4
+    assert set(seen) == {"fail_on_recompile"} and len(seen) == 4 * 6
+    assert max(overlaps) == 1  # one timing at a time in the process
+    assert torch._dynamo.eval_frame._stance == before
 
 
 def test_kernel_time_is_not_taken_under_cuda_graph_trees(monkeypatch):

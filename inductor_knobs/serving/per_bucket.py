@@ -30,6 +30,7 @@ Considered and not used:
 from __future__ import annotations
 
 import statistics
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -144,6 +145,11 @@ class BucketTuning:
 #: Rounds of :func:`kernel_ms`: each graph is replayed this many times, alternating with the other.
 KERNEL_ROUNDS = 3
 
+#: One :func:`kernel_ms` at a time in the process: torch's recompile stance is process-global (two threads setting and
+#: restoring it in overlapping order would leave ``fail_on_recompile`` set), and two GPU timings at once disturb
+#: each other.
+_TIMING = threading.Lock()
+
 
 def kernel_ms(
     fns: Sequence[Callable[..., Any]], args: tuple[Any, ...], kwargs: dict[str, Any], rounds: int = KERNEL_ROUNDS
@@ -163,6 +169,9 @@ def kernel_ms(
         fns (Sequence[Callable]): the warmed callables (e.g. a bucket's own graph and the dynamic graph).
         args (tuple[Any, ...]): the positional inputs of one call, kwargs (dict[str, Any]) the keyword ones.
         rounds (int): turns per callable (below 1 counts as 1).
+
+    Thread-safe: calls from several threads take turns (one process-wide lock), each holding the stance only for its
+    own timings.
 
     Returns:
         list[float] | None: ms per call of each of ``fns``, in their order; None where that cannot be measured (or
@@ -184,18 +193,19 @@ def kernel_ms(
         return None
     undos: list[Callable[[], None]] = []
     times: list[list[float]] = [[] for _ in fns]
-    try:
-        patches.refuse_compiles(undos.append)
-        for turn in range(max(1, rounds)):
-            order = range(len(fns)) if turn % 2 == 0 else reversed(range(len(fns)))
-            for index in order:
-                fn = fns[index]
-                times[index].append(float(do_bench_cudagraph(lambda fn=fn: fn(*args, **kwargs))))
-    except Exception:  # noqa: BLE001 - not capturable, or it would compile: the wall-time comparison stands
-        return None
-    finally:
-        for undo in reversed(undos):
-            undo()
+    with _TIMING:
+        try:
+            patches.refuse_compiles(undos.append)
+            for turn in range(max(1, rounds)):
+                order = range(len(fns)) if turn % 2 == 0 else reversed(range(len(fns)))
+                for index in order:
+                    fn = fns[index]
+                    times[index].append(float(do_bench_cudagraph(lambda fn=fn: fn(*args, **kwargs))))
+        except Exception:  # noqa: BLE001 - not capturable, or it would compile: the wall-time comparison stands
+            return None
+        finally:
+            for undo in reversed(undos):
+                undo()
     return [statistics.median(each) for each in times]
 
 
