@@ -18,7 +18,9 @@ is what the build costs when every kernel it generates is in the caches.  For ea
   choices under ``cache/``) it added to Inductor's cache directory: a source the warm-up did not generate is one whose
   run-time tuning and Triton compile the warm-up's caches cannot serve;
 - cProfile's top functions by cumulative time (this thread only: Inductor's compile workers and other threads show as
-  waits).
+  waits);
+- every child process it started from any thread (C++ compiles and links, the CPU ISA probes, Triton's launcher
+  builds, the load check): the program, its output file and its seconds, from ``subprocess.Popen`` start to reaping.
 
 ``--build-option KEY=VALUE`` (repeatable; the value read as a Python literal) sets an Inductor config key for the
 builds only (``save_serving_bundle(..., aot_options={KEY: VALUE})``), while the warm-up compiled without it.  After
@@ -42,8 +44,10 @@ import json
 import os
 import pstats
 import re
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +90,55 @@ def phases(before: dict[str, int]) -> dict[str, float]:
     return {key: round(value, 3) for key, value in sorted(added.items(), key=lambda kv: -kv[1]) if value > 0}
 
 
+class ChildProcesses:
+    """Every ``subprocess.Popen`` started while active, from any thread: program, output file and seconds to reaping."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> ChildProcesses:
+        self._init, self._wait = subprocess.Popen.__init__, subprocess.Popen.wait
+        log = self
+
+        def init(popen, args, *rest, **kwargs):
+            popen._bench_started = time.perf_counter()
+            log._init(popen, args, *rest, **kwargs)
+
+        def wait(popen, timeout=None):
+            code = log._wait(popen, timeout)
+            started = popen.__dict__.pop("_bench_started", None)
+            if started is not None:
+                with log._lock:
+                    log.rows.append({"seconds": round(time.perf_counter() - started, 3), **describe(popen.args)})
+            return code
+
+        subprocess.Popen.__init__, subprocess.Popen.wait = init, wait
+        return self
+
+    def __exit__(self, *exc) -> None:
+        subprocess.Popen.__init__, subprocess.Popen.wait = self._init, self._wait
+
+    def summary(self, top: int = 25) -> dict:
+        by_program: dict[str, list[float]] = {}
+        for row in self.rows:
+            by_program.setdefault(row["program"], []).append(row["seconds"])
+        return {
+            "by_program": {name: {"count": len(s), "seconds": round(sum(s), 3)} for name, s in by_program.items()},
+            "slowest": sorted(self.rows, key=lambda row: -row["seconds"])[:top],
+        }
+
+
+def describe(args) -> dict:
+    """A child's program, output file (``-o``) and optimisation level, from its argument list or shell string."""
+    words = args.split() if isinstance(args, str) else [str(word) for word in args]
+    if isinstance(args, str) and words:  # a shell command: torch's cpp_builder runs one string
+        words = [word.strip("'\"") for word in words]
+    output = next((words[i + 1] for i, word in enumerate(words[:-1]) if word == "-o"), words[-1] if words else "")
+    levels = [word for word in words if re.fullmatch(r"-O[0-3s]", word)]
+    return {"program": Path(words[0]).name if words else "?", "output": Path(output).name, "opt": " ".join(levels)}
+
+
 def build_once(
     ik, served, warmed, buckets, factory, bundle: Path, out: Path, n: int, caches: tuple[Path, Path], options: dict
 ) -> dict:
@@ -99,7 +152,7 @@ def build_once(
     had_kernels = cold_start.kernel_dirs(triton_cache)
     profile = cProfile.Profile()
     started = time.perf_counter()
-    with ColdStartRecorder() as recorder:
+    with ColdStartRecorder() as recorder, ChildProcesses() as children:
         profile.enable()
         try:
             header = ik.serving.save_serving_bundle(
@@ -125,6 +178,7 @@ def build_once(
         "cxx": built.get("cxx"),
         "torch_phases_s": phases(counts),
         "recorder": cold_start.named(recorder.proof()),
+        "child_processes": children.summary(),
         "new_sources": len(new_sources),
         "new_kernel_sources": sum(bool(kernel_names(now[name])) for name in new_sources),
         "new_autotune_entries": len(autotune_entries(inductor_cache) - had_configs),
@@ -191,6 +245,16 @@ def time_side_by_side(arms: dict, calls: dict, rounds: int) -> dict:
     return {key: round(statistics.median(values), 4) for key, values in times.items()}
 
 
+def probe_isas() -> None:
+    """Inductor's CPU vector-ISA probes (cached for the process), under the package's torch fixes."""
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    from inductor_knobs.serving.torch_fixes import torch_fixes
+
+    with torch_fixes():
+        valid_vec_isa_list()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
@@ -198,6 +262,11 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--build-option", action="append", default=[], help="KEY=VALUE: an Inductor config key for the builds")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the bundle-against-warm-up timing (CUDA)")
+    parser.add_argument(
+        "--probe-isa-beside",
+        action="store_true",
+        help="probe the CPU's vector ISAs on a thread beside the first build (what starting them early could save)",
+    )
     args = parser.parse_args()
     options = dict(literal(text) for text in args.build_option)
     out = Path(args.out)
@@ -231,6 +300,8 @@ def main() -> int:
         result["warm_up_sources"] = len(sources(inductor_cache))
         result["warm_up_autotune_entries"] = len(autotune_entries(inductor_cache))
         builds = []
+        if args.probe_isa_beside:
+            threading.Thread(target=probe_isas, daemon=True).start()
         for n in (1, 2):
             bundle = work / f"model-{n}.bundle"
             caches = (inductor_cache, triton_cache)

@@ -44,6 +44,16 @@
 #                                              #   this one (an A/B of its wall time)
 #   OUT=/tmp/out bash bench/gpu_parts.sh w   # one-GPU node: the main job alternately with the default compile threads
 #                                              #   and with --compile-threads $THREADS (2), $PAIRS pairs (2), timed
+#   OUT=/tmp/out bash bench/gpu_parts.sh x   # 4-GPU host, lanes at once, each GPU with its own 16 CPUs: the main job
+#                                              #   with the default compile threads and with --compile-threads 2, 3
+#                                              #   and 4, $ROUNDS rounds (3), every arm on another GPU each round
+#   OUT=/tmp/out bash bench/gpu_parts.sh y   # 4-GPU host, lanes at once: bench/aot_build.py for the Llama without
+#                                              #   coordinate descent at build time, as AOTInductor builds by default
+#                                              #   (GPU 0), with its wrapper at -O0 (GPU 1), without precompiled
+#                                              #   headers (GPU 2), with both (GPU 3)
+#   OUT=/tmp/out bash bench/gpu_parts.sh z   # 4-GPU host, lanes at once: bench/isa_probe.py (GPU 0); bench/aot_build.py
+#                                              #   for the Llama without coordinate descent at build time (GPU 1), the
+#                                              #   same with the vector-ISA probes on a thread beside the build (GPU 2)
 #   OUT=/tmp/out bash bench/gpu_parts.sh v   # 4-GPU host, two lanes at once: bench/aot_build.py for the Llama as built
 #                                              #   (GPU 0) and with --build-option coordinate_descent_tuning=False (GPU 1)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
@@ -273,6 +283,80 @@ w)
         done
     done
     cat "$OUT/status.txt"
+    ;;
+x)
+    # A Latin square of compile threads per worker over the host's 4 GPUs: in round r, GPU g runs arm (g + r) mod 4,
+    # so every arm meets every GPU once in 4 rounds and no arm keeps a GPU of its own.
+    arms=(default 2 3 4)
+    lane_runs() {  # lane_runs GPU: this GPU's main jobs, one per round
+        local gpu=$1 r arm name
+        for r in $(seq 0 $((${ROUNDS:-3} - 1))); do
+            arm=${arms[$(((gpu + r) % 4))]}
+            name="t${arm}_r${r}_gpu${gpu}"
+            set -- python3 -m inductor_knobs ablate
+            if [ "$arm" != default ]; then set -- "$@" --compile-threads "$arm"; fi
+            CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${MAIN_TIMEOUT_S:-185}" \
+                /usr/bin/time -f "wall %e s" "$@" --out "$OUT/$name" --overwrite >"$OUT/$name.log" 2>&1
+            done_at "$name" $?
+        done
+    }
+    for gpu in 0 1 2 3; do lane_runs "$gpu" & done
+    wait
+    cat "$OUT/status.txt"
+    for log in "$OUT"/t*.log; do
+        echo "== $(basename "$log" .log): $(grep -E '^wall ' "$log")"
+        grep -E "^\| (gated|force)" "$log" | cut -c1-160
+    done
+    ;;
+z)
+    (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 300 python3 bench/isa_probe.py --out "$OUT/isa" \
+        >"$OUT/isa.log" 2>&1; done_at isa $?) &
+    for spec in "1 aot_base" "2 aot_beside --probe-isa-beside"; do
+        # shellcheck disable=SC2086 - the option words split on purpose
+        set -- $spec
+        gpu=$1 name=$2
+        shift 2
+        (CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py \
+            --out "$OUT/$name" --build-option coordinate_descent_tuning=False "$@" >"$OUT/$name.log" 2>&1; done_at "$name" $?) &
+    done
+    wait
+    cat "$OUT/status.txt"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['torch'], d['fix_applies'], d['isas'], d['valid_vec_isa_list_s']); [print(r['library'][:10], *[(k, r[k]['ok'], r[k]['seconds']) for k in ('fixed', 'libraries_only', 'import_torch')]) for r in d['probes']]" "$OUT/isa/isa_probe.json"
+    for name in aot_base aot_beside; do
+        echo "== $name"
+        grep -E '^(build [12]|\{"warm_up)' "$OUT/$name.log"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(b['wall_s'], b['steps'], json.dumps(b['child_processes']['by_program']), [(r['seconds'], r['program']) for r in b['child_processes']['slowest'][:8]]) for b in d['builds']]" "$OUT/$name/aot_build.json" 2>&1 | cut -c1-700
+    done
+    ;;
+y)
+    # The C++ side of the Llama's first AOT build after the warm-up: AOTInductor's wrapper optimisation level and its
+    # precompiled header, each lane with coordinate descent off at build time, every child process timed.
+    nocd="--build-option coordinate_descent_tuning=False"
+    o0="--build-option aot_inductor.compile_wrapper_opt_level='O0'"
+    nopch="--build-option aot_inductor.precompile_headers=False"
+    specs=("0 aot_base $nocd" "1 aot_o0 $nocd $o0" "2 aot_nopch $nocd $nopch" "3 aot_o0_nopch $nocd $o0 $nopch")
+    if [ -n "${PROBES:-}" ]; then  # the vector-ISA probe fix in the tree: as built, -O0, probes beside; GPU 3 cold start
+        specs=("0 aot_base $nocd" "1 aot_o0 $nocd $o0" "2 aot_beside $nocd --probe-isa-beside")
+        (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 "${COLD_TIMEOUT_S:-420}" python3 bench/cold_start.py \
+            --models llama --arms aot --aot-runs 2 --out "$OUT/cold_llama" >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
+    fi
+    for spec in "${specs[@]}"; do
+        # shellcheck disable=SC2086 - the option words split on purpose
+        set -- $spec
+        gpu=$1 name=$2
+        shift 2
+        (CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py \
+            --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1; done_at "$name" $?) &
+    done
+    wait
+    cat "$OUT/status.txt"
+    show_cold_starts
+    for name in aot_base aot_o0 aot_nopch aot_o0_nopch aot_beside; do
+        [ -f "$OUT/$name.log" ] || continue
+        echo "== $name"
+        grep -E '^(build [12]|\{"warm_up)' "$OUT/$name.log"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(b['wall_s'], b['steps'], json.dumps(b['child_processes']['by_program']), json.dumps(b['child_processes']['slowest'][:6])) for b in d['builds']]" "$OUT/$name/aot_build.json" 2>&1 | cut -c1-900
+    done
     ;;
 v)
     # The Llama's AOT build after the warm-up, as built (GPU 0) and without coordinate descent at build time (GPU 1),

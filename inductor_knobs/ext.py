@@ -35,6 +35,7 @@ _PUBLIC = {
     "on_import": ("core.patching", "on_import"),
     "remove_by_identity": ("core.patching", "remove_by_identity"),
     "present": ("core.patching", "present"),
+    "replace_attribute": ("core.patching", "replace_attribute"),
     "resolve": ("core.patching", "resolve"),
     "wrap_attribute": ("core.patching", "wrap_attribute"),
     "config_values": ("core.plan", "config_values"),
@@ -98,6 +99,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs (a test keeps this equal to _PUB
     from .core.patching import on_import as on_import
     from .core.patching import present as present
     from .core.patching import remove_by_identity as remove_by_identity
+    from .core.patching import replace_attribute as replace_attribute
     from .core.patching import resolve as resolve
     from .core.patching import wrap_attribute as wrap_attribute
     from .core.plan import config_values as config_values

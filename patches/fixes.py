@@ -10,12 +10,26 @@ Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.servi
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import sys
 from typing import Any, ClassVar
 
 from .release_tables import by_release
 
 #: Where the method lives (a ``module:Class.attr`` path for :func:`inductor_knobs.core.patching.wrap_attribute`).
 RECHECK_PATH = "torch._inductor.runtime.triton_heuristics:CachingAutotuner.recheck_autotune_cache"
+#: The probe child's script (for :func:`inductor_knobs.core.patching.replace_attribute`), and its text in 2.4-2.12.
+VEC_ISA_PROBE_PATH = "torch._inductor.cpu_vec_isa:VecISA._avx_py_load"
+VEC_ISA_PROBE_BEFORE = '\nimport torch\nfrom ctypes import cdll\ncdll.LoadLibrary("__lib_path__")\n'
+
+
+@dataclasses.dataclass(frozen=True)
+class Replacement:
+    """A fix that sets data in place of a release's attribute, only where it still holds ``replaces``."""
+
+    value: Any
+    replaces: Any
 
 
 class TorchFixes:
@@ -23,12 +37,43 @@ class TorchFixes:
 
     #: Per minor release: whether ``recheck_autotune_cache`` needs 2.12's fix.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]]
+    #: Per minor release: whether each vector-ISA probe's child imports torch (2.13's fix).
+    vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]]
 
     def fixes(self, release: str) -> tuple[tuple[str, Any], ...]:
-        """The fixes torch ``release`` (``"2.11"``) needs: ``(module:Class.attr path, wrapt wrapper)`` pairs."""
+        """The fixes torch ``release`` (``"2.11"``) needs: ``(module:Class.attr path, fix)`` pairs, the fix a wrapt
+        wrapper of a function or a :class:`Replacement`.  Reads ``torch.__file__`` where the probe fix applies
+        (torch imported already)."""
+        found: list[tuple[str, Any]] = []
         if by_release(self.coordesc_recheck_fix_by_release, release):
-            return ((RECHECK_PATH, recheck_autotune_cache),)
-        return ()
+            found.append((RECHECK_PATH, recheck_autotune_cache))
+        if by_release(self.vec_isa_probe_fix_by_release, release):
+            lib = os.path.join(os.path.dirname(sys.modules["torch"].__file__ or ""), "lib")
+            found.append((VEC_ISA_PROBE_PATH, Replacement(vec_isa_probe(lib), VEC_ISA_PROBE_BEFORE)))
+        return tuple(found)
+
+
+def vec_isa_probe(lib: str) -> str:
+    """The child's script for a vector-ISA probe (``__lib_path__`` is the probe library, as torch's): load torch's
+    ``libgomp``, ``libc10`` and ``libtorch_cpu`` from ``lib`` by path, then the probe; where the probe needs more
+    (``libtorch.so``, which CUDA wheels link it to), that too; where that fails, ``import torch`` and load it again."""
+    first = [os.path.join(lib, name) for name in ("libgomp.so.1", "libc10.so", "libtorch_cpu.so")]
+    return (
+        "\nimport ctypes\nimport os\n"
+        "def load(libraries):\n"
+        "    for library in libraries:\n"
+        "        if os.path.exists(library):\n"
+        "            ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)\n"
+        '    ctypes.cdll.LoadLibrary("__lib_path__")\n'
+        "try:\n"
+        f"    load({first!r})\n"
+        "except OSError:\n"
+        "    try:\n"
+        f"        load({[os.path.join(lib, 'libtorch.so')]!r})\n"
+        "    except OSError:\n"
+        "        import torch\n"
+        '        ctypes.cdll.LoadLibrary("__lib_path__")\n'
+    )
 
 
 def recheck_autotune_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ class Torch214(Torch212):
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {"2.14": ("cutlass", "cutlass.operators")}
     green_context_api: ClassVar[str | None] = "constructor"
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": False}
+    vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": False}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.14": False}  # see hooks.py
     emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (
         *Torch212.emulation_capture_config,

@@ -36,6 +36,7 @@ class Torch215(Torch214):
     config_patch_restores_unset: ClassVar[bool] = True
     green_context_api: ClassVar[str | None] = "constructor+sm_count"
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
+    vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.15": False}  # see hooks.py
 
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:

@@ -717,6 +717,48 @@ def test_aot_options_reach_the_aot_compile_only_over_the_mode_and_are_recorded(t
     assert build_configs[0]["coordinate_descent_tuning"] is True and header["serving"]["aot"]["options"] == {}
 
 
+def test_the_aot_build_holds_torchs_fixes_and_releases_them(tmp_path, build_configs, fresh_inductor, monkeypatch):
+    from inductor_knobs.serving import torch_fixes
+
+    held = []
+    real = torch._inductor.aoti_compile_and_package
+    monkeypatch.setattr(
+        torch._inductor,
+        "aoti_compile_and_package",
+        lambda *args, **kwargs: held.append(torch_fixes.TORCH_FIXES.users) or real(*args, **kwargs),
+    )
+    aot_options_bundle(tmp_path / "b", None)
+    assert held == [1] and torch_fixes.TORCH_FIXES.users == 0  # e.g. the vector-ISA probe fix (patches/fixes.py)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_aot_build_probes_the_cpus_isas_on_a_thread_it_joins(tmp_path, build_configs, fresh_inductor, monkeypatch, fails):
+    import threading
+
+    from torch._inductor import cpu_vec_isa
+
+    from inductor_knobs.serving import torch_fixes
+
+    seen = []
+
+    def probes():
+        seen.append((threading.current_thread().name, torch_fixes.TORCH_FIXES.users))
+        if fails and threading.current_thread().name == "inductor_knobs ISA probes":
+            raise RuntimeError("a probe that raises")
+        return []
+
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", probes)
+    aot_options_bundle(tmp_path / "b", None)  # a probe that raises fails nothing: the build probes again itself
+    beside = [users for name, users in seen if name == "inductor_knobs ISA probes"]  # (a CPU compile probes too)
+    assert len(beside) == 1 and beside[0] >= 1  # once, under torch's fixes
+    assert not any(t.name == "inductor_knobs ISA probes" for t in threading.enumerate())  # joined before save returned
+
+
+@pytest.mark.parametrize("key", ["cpp.cxx", "cpp.vec_isa_ok"])
+def test_no_isa_probes_beside_a_build_that_sets_what_they_read(key):
+    assert aot_package.probe_isas_beside({key: None}) is None
+
+
 @pytest.mark.parametrize(
     ("aot_options", "kwargs", "error", "match"),
     [

@@ -29,12 +29,71 @@ needs_recheck = pytest.mark.skipif(
 )
 
 
-def test_the_recheck_fix_is_declared_for_exactly_the_releases_that_have_the_bug():
-    # 2.8.0-2.11.0 wheels: ``len(cached_configs) == 1 and len(configs) > 1``; 2.12.0, 2.14.1: fixed (see _fixes)
+def _paths(patches, release: str) -> list[str]:
+    return [path for path, _ in patches.fixes(release)]
+
+
+def test_each_fix_is_declared_for_exactly_the_releases_that_have_the_bug():
+    # recheck: 2.8.0-2.11.0 wheels ``len(cached_configs) == 1 and len(configs) > 1``; 2.12.0, 2.14.1 fixed.
+    # probe: ``import torch`` in the child's script in 2.4-2.12.1; 2.13.0 ``cpu_vec_isa.py:90`` without it.
+    recheck, probe = _fixes.RECHECK_PATH, _fixes.VEC_ISA_PROBE_PATH
     for release in ("2.8", "2.9", "2.10", "2.11"):
-        assert T28.fixes(release) == ((_fixes.RECHECK_PATH, _fixes.recheck_autotune_cache),)
-    for patches, release in ((T24, "2.4"), (T24, "2.5"), (T212, "2.12"), (T212, "2.13"), (T215, "2.15")):
+        assert _paths(T28, release) == [recheck, probe]
+        assert T28.fixes(release)[0][1] is _fixes.recheck_autotune_cache
+    for patches, release in ((T24, "2.4"), (T24, "2.5"), (T212, "2.12")):
+        assert _paths(patches, release) == [probe]
+    for patches, release in ((T212, "2.13"), (T215, "2.15")):
         assert patches.fixes(release) == ()
+
+
+@pytest.fixture
+def probe_script(tmp_path):
+    """The fixed child script for a vector-ISA probe, with its placeholder filled in by torch's own ``replace``."""
+    fix = dict(T212.fixes("2.12"))[_fixes.VEC_ISA_PROBE_PATH]
+    assert fix.replaces == _fixes.VEC_ISA_PROBE_BEFORE
+    return lambda library: fix.value.replace("__lib_path__", str(library))
+
+
+def test_the_fixed_probe_loads_a_library_without_importing_torch(probe_script):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    library = Path(torch.__file__).parent / "lib" / "libc10.so"
+    if not library.is_file():
+        pytest.skip("a Linux torch wheel has lib/libc10.so")
+    no_torch = probe_script(library) + "import sys\nassert 'torch' not in sys.modules, 'imported torch'\n"
+    subprocess.run([sys.executable, "-c", no_torch], check=True, timeout=120)
+
+
+def test_the_fixed_probe_fails_as_torchs_does_for_a_file_that_is_not_a_library(probe_script, tmp_path):
+    import subprocess
+    import sys
+
+    bogus = tmp_path / "not_a_library.so"
+    bogus.write_text("not ELF")
+    done = subprocess.run([sys.executable, "-c", probe_script(bogus)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "OSError" in done.stderr  # after the fallback's ``import torch``, as torch's own
+
+
+def test_the_probe_fix_replaces_only_torchs_own_text_and_restores_it_by_identity(monkeypatch):
+    isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
+    patches = torch_compat.installed(strict=False)
+    monkeypatch.setattr(type(patches), "vec_isa_probe_fix_by_release", {torch_compat.release_of(torch.__version__): True})
+    before = "".join(_fixes.VEC_ISA_PROBE_BEFORE)  # torch 2.4-2.12's text, as a distinct object
+    monkeypatch.setattr(isa.VecISA, "_avx_py_load", before)
+    torch_fixes._steps.cache_clear()
+    try:
+        with torch_fixes.torch_fixes():
+            assert isa.VecISA._avx_py_load != before and "import torch\n" in isa.VecISA._avx_py_load
+        assert isa.VecISA._avx_py_load is before
+        custom = "\nimport torch  # someone else's\nfrom ctypes import cdll\ncdll.LoadLibrary('__lib_path__')\n"
+        monkeypatch.setattr(isa.VecISA, "_avx_py_load", custom)
+        torch_fixes._steps.cache_clear()
+        with torch_fixes.torch_fixes():
+            assert isa.VecISA._avx_py_load is custom  # not torch's text: left alone
+    finally:
+        torch_fixes._steps.cache_clear()
 
 
 def _config(block: int, coordesc: bool | None = None) -> SimpleNamespace:
@@ -162,3 +221,37 @@ def test_a_fix_whose_torch_function_is_absent_installs_nothing_and_warmup_still_
         assert len(report.steps) == 1 and torch_fixes.TORCH_FIXES.users == 0
     finally:
         torch_fixes._steps.cache_clear()
+
+
+def test_replace_attribute_restores_by_identity_and_leaves_a_later_change_with_a_warning():
+    import types
+    import warnings
+
+    from inductor_knobs.core.patching import SharedPatch, replace_attribute
+    from inductor_knobs.errors import ExternalChangeWarning
+
+    module = types.ModuleType("ik_test_replace_target")
+
+    class Holder:
+        text = "original"
+
+    module.Holder = Holder
+    import sys
+
+    sys.modules[module.__name__] = module
+    try:
+        original = Holder.text
+        patch, holder = SharedPatch("replace", lambda: [replace_attribute(f"{module.__name__}:Holder.text", "new")]), object()
+        patch.acquire(holder)
+        assert Holder.text == "new"
+        patch.release(holder)
+        assert Holder.text is original
+        patch.acquire(holder)
+        Holder.text = "someone else's"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            patch.release(holder)
+        assert Holder.text == "someone else's"
+        assert [w.category for w in caught] == [ExternalChangeWarning]
+    finally:
+        del sys.modules[module.__name__]

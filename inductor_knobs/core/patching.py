@@ -3,7 +3,8 @@
 A :class:`SharedPatch` applies its steps (``undo.apply_all``) for the first holder and reverts them after the
 last, so a failed step or an interrupt unwinds exactly the steps before it.  :func:`wrap_attribute` restores
 the original by identity, only while the attribute still holds the replacement (else
-:class:`~inductor_knobs.errors.ExternalChangeWarning`).  :func:`on_import` defers steps until a module's import
+:class:`~inductor_knobs.errors.ExternalChangeWarning`); :func:`replace_attribute` does the same for data.
+:func:`on_import` defers steps until a module's import
 ends (``wrapt`` post-import hooks), so a process that never compiles never imports Inductor; an import hook
 never raises (the next block entry warns instead).
 """
@@ -334,6 +335,41 @@ def wrap_attribute(
             binders.rebind(function, wrapped)
         if on_install is not None:
             on_install(function, wrapped)
+
+    return step
+
+
+def replace_attribute(path: str, value: Any) -> Step:
+    """A step that sets ``path`` to ``value`` (data, where :func:`wrap_attribute` wraps a function).
+
+    Args:
+        path (str): ``"pkg.mod:Class.attr"``.
+        value (Any): the replacement; its undo restores the original only while the attribute still holds this
+            very object (by identity: else :class:`~inductor_knobs.errors.ExternalChangeWarning`, and what is
+            there stays).
+
+    Returns a :class:`Step` for :class:`SharedPatch`.
+    """
+    module_name, parents, name = _parse(path)
+
+    def step(push: Callable[[Undo], None]) -> None:
+        owner = (not parents and sys.modules.get(module_name)) or _owner(module_name, parents)
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+
+        def undo() -> None:
+            current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+            if current is value:
+                setattr(owner, name, original)
+            elif current is not original:
+                warnings.warn(
+                    f"{path} was replaced by {current!r} while inductor_knobs' replacement was installed; "
+                    "leaving that value in place",
+                    ExternalChangeWarning,
+                    stacklevel=2,
+                )
+
+        push(undo)  # before the change: an interrupt below still leaves a working undo
+        setattr(owner, name, value)
 
     return step
 

@@ -36,9 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import InvalidKnobValue, NotSupportedOnThisTorch, torch_version
-from ..ext import config_values, torch_compat
+from ..ext import config_values, present, torch_compat
 from .errors import BundleInputRefused, CompileCacheRefused
 from .signature import as_call
+from .torch_fixes import torch_fixes
 
 LOAD_CHECK_S = 300  # a fresh process importing torch and loading a package: seconds, minutes on a loaded host
 #: The load check's child: ``python -c LOAD_CHECK_CODE path``.
@@ -166,7 +167,9 @@ def build(
     if ours:
         configs[MULTI_ARCH] = True
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
+    prober = None
     try:
+        prober = probe_isas_beside(configs)
         path = os.path.join(scratch, "model.pt2")
         tried: list[tuple[str, LoadFailure]] = []
         with KnobsContext(knobs, source=label):
@@ -217,7 +220,42 @@ def build(
                     break
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
+        if prober is not None:
+            prober.join()  # nothing of the build outlives it
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: Inductor's list of the CPU's usable vector ISAs, cached for the process (torch 2.5-2.15 ``cpu_vec_isa.py``).
+VALID_ISAS = "torch._inductor.cpu_vec_isa:valid_vec_isa_list"
+
+
+def probe_isas_beside(configs: Mapping[str, Any]) -> threading.Thread | None:
+    """Start Inductor's CPU vector-ISA probes on a thread, to run beside the export and lowering; None where not.
+
+    AOTInductor's C++ wrapper asks for the ISA list (``pick_vec_isa``) only when it compiles, and on an empty
+    Inductor cache that list takes one C++ dry compile and one child load per ISA the CPU lists: 24.5 s of the
+    Llama bundle's 54.8 s first build on an H200 host (torch 2.11.0, with :mod:`~inductor_knobs.patches.fixes`'
+    probe fix), 30.3 s when the probes ran beside it (``bench/aot_build.py --probe-isa-beside``).  torch caches the
+    list for the process whichever call comes first (``functools.cache``), so the build reads the thread's list or
+    makes it itself, the same.  Not started where the build sets ``cpp.cxx`` or ``cpp.vec_isa_ok`` (the probes
+    read them, and Inductor's config is the process's, not the thread's) or torch has no such list.  The thread
+    holds torch's fixes; whatever it raises is dropped (the build's own call raises what torch raises).
+    """
+    if "cpp.cxx" in configs or "cpp.vec_isa_ok" in configs or not present(VALID_ISAS):
+        return None
+    thread = threading.Thread(target=_probe_isas, name="inductor_knobs ISA probes", daemon=True)
+    thread.start()
+    return thread
+
+
+def _probe_isas() -> None:
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    try:
+        with torch_fixes():
+            valid_vec_isa_list()
+    except Exception:  # noqa: BLE001 - see probe_isas_beside
+        pass
 
 
 #: Inductor keys the build itself owns: ``aoti_compile_and_package`` forces ``aot_inductor.package`` and refuses an
