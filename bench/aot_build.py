@@ -7,8 +7,8 @@
 One process on fresh, empty cache directories (``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``): the recipe of
 ``bench/cold_start.py`` for the model (``ik.compile(..., mode="max-autotune-no-cudagraphs", dynamic=True)``, the
 warm-up over its buckets, one CUDA graph per bucket, their warm-up), then ``ik.serving.save_serving_bundle(...,
-aot=True)`` twice: the first build is the one a serving recipe pays; the second, on the caches the first filled,
-is what the build costs when every kernel it generates is in the caches.  For each build:
+aot=True)`` twice (``--builds 1``: once): the first build is the one a serving recipe pays; the second, on the
+caches the first filled, is what the build costs when every kernel it generates is in the caches.  For each build:
 
 - its wall time and the bundle's own steps (the header's ``serving.aot.seconds``: export, compile, load check);
 - torch's own phases (``dynamo_timed``: ``torch._dynamo.utils.compilation_time_metrics``) added during it, summed;
@@ -24,7 +24,7 @@ is what the build costs when every kernel it generates is in the caches.  For ea
 
 ``--build-option KEY=VALUE`` (repeatable; the value read as a Python literal) sets an Inductor config key for the
 builds only (``save_serving_bundle(..., aot_options={KEY: VALUE})``), while the warm-up compiled without it.  After
-the builds the second bundle is loaded in this process (``ik.serving.load_serving_bundle``) and timed against the
+the builds the last bundle is loaded in this process (``ik.serving.load_serving_bundle``) and timed against the
 warm-up's served model at the smallest, a middle and the largest bucket, side by side (``--rounds`` rounds, each
 timing ``triton.testing.do_bench`` of a call, the order reversed every other round, the median kept): what the
 build's own tuning, or its absence, costs the served kernels.
@@ -262,6 +262,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--build-option", action="append", default=[], help="KEY=VALUE: an Inductor config key for the builds")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the bundle-against-warm-up timing (CUDA)")
+    parser.add_argument("--builds", type=int, default=2, choices=(1, 2), help="builds in the process (the last is timed)")
     parser.add_argument(
         "--probe-isa-beside",
         action="store_true",
@@ -302,14 +303,14 @@ def main() -> int:
         builds = []
         if args.probe_isa_beside:
             threading.Thread(target=probe_isas, daemon=True).start()
-        for n in (1, 2):
+        for n in range(1, args.builds + 1):
             bundle = work / f"model-{n}.bundle"
             caches = (inductor_cache, triton_cache)
             builds.append(build_once(ik, served, warmed, buckets, factory, bundle, out, n, caches, options))
             print(f"build {n}: {builds[-1]['wall_s']} s", flush=True)
         if args.device == "cuda":  # the bundle against the warm-up's served model, side by side
             try:
-                path = work / "model-2.bundle"
+                path = work / f"model-{args.builds}.bundle"
                 loaded = ik.serving.load_serving_bundle(path, None, factory=factory, on_cold="warn", on="record")
                 sizes = sorted({buckets[0], buckets[len(buckets) // 2], buckets[-1]})
                 calls = {n: factory(n) for n in sizes}
