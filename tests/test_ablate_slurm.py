@@ -384,6 +384,7 @@ def _fake_execute(monkeypatch, **fingerprint_fields):
         for spec in jobs:
             records.append(stamp(fake_record(spec), spec))
             records[-1]["fingerprint"].update({"torch_env": {}, **fingerprint_fields})
+            records[-1]["compile_threads"] = workers.compile_threads if workers is not None else None  # as runner.execute
             on_record(records[-1])
         return records
 
@@ -412,6 +413,19 @@ def test_resume_refuses_runs_under_other_torch_variables_and_allow_mixed_reports
     results = json.loads((out / "results.json").read_text())
     assert "torch_env.TORCHINDUCTOR_MAX_AUTOTUNE" in {m.get("field") for m in results["mixed"]}
     assert "**MIXED DATA**" in (out / "results.md").read_text()
+
+
+def test_resume_refuses_runs_of_another_compile_thread_count_before_anything_runs(tmp_path, monkeypatch, capsys):
+    out = _kept_run(tmp_path, monkeypatch)
+    record = json.loads((out / "runs" / "run-0.json").read_text())
+    (out / "runs" / "run-0.json").write_text(json.dumps({**record, "compile_threads": 3}))
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    _fake_execute(monkeypatch)
+    assert cli.main([*RESUMED, "--out", str(out), "--resume", "--compile-threads", "2"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "compile_threads differs: 3 in the kept runs in " in err and "2 in this run" in err, err
+    assert not (out / "results.json").exists()
+    assert cli.main([*RESUMED, "--out", str(out), "--resume", "--compile-threads", "3"]) == 0, capsys.readouterr().err
 
 
 def test_resume_of_runs_alike_is_not_mixed(tmp_path, monkeypatch, capsys):

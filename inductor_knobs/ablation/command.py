@@ -258,6 +258,8 @@ def _run_with(args: argparse.Namespace, started: contextlib.ExitStack) -> int:
         todo = [job for job in jobs if int(job["index"]) not in kept]
         if runs is not None and kept:  # what the parent knows of the new runs' fingerprints, before they run
             planned = [stamp({"arm": j["arm"]["name"], "repeat": j["repeat"], "index": j["index"]}, j) for j in todo]
+            if workers is not None:  # what every worker will compile with (compile seconds pool in one column)
+                planned = [{**record, "compile_threads": workers.compile_threads} for record in planned]
             check_resume(list(kept.values()), planned, runs.path, allow_mixed=allow_mixed, ran=False)
         print(
             f"ablate: workload {plan.workload}, {len(plan.arms)} arms x {plan.repeats} process(es) on "

@@ -229,6 +229,7 @@ def check_resume(
             )
         mixed.append({"file": sources[0], "note": "have no fingerprints: they were not checked"})
     mixed += _fingerprint_mismatches([{"runs": list(kept)}, {"runs": list(new)}], sources)
+    mixed += _compile_threads_mismatch(kept, new, sources)
     if not allow_mixed:
         kept_too = f" This run's records are kept in {where} as well." if ran else ""
         _refuse(
@@ -238,6 +239,22 @@ def check_resume(
             f"or add --allow-mixed to pool them on purpose (the report then says the data is mixed).{kept_too}",
         )
     return mixed
+
+
+def _compile_threads_mismatch(
+    kept: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], sources: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The workers' Inductor compile threads (each record's ``compile_threads``; not a fingerprint field: they
+    change compile seconds only) of the kept runs against this run's, where both sides recorded them."""
+    first = next((r for r in kept if "compile_threads" in r), None)
+    other = next(
+        (r for r in new if "compile_threads" in r and first is not None and r["compile_threads"] != first["compile_threads"]),
+        None,
+    )
+    if first is None or other is None:
+        return []
+    a = (sources[0], _run_label(first), first["compile_threads"])
+    return [_difference("compile_threads", None, a, (sources[1], _run_label(other), other["compile_threads"]))]
 
 
 def missing_shards(parts: Sequence[Mapping[str, Any]]) -> list[str]:
