@@ -6,6 +6,15 @@ Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.servi
   2.10.0 :386, 2.11.0 :445; called from ``codecache.py:StaticAutotunerFuture``, 2.11.0 :4381) ignores a one-config
   hit and keeps a cached winner without ``found_by_coordesc``, so ``CachingAutotuner.run`` tunes it again on every
   warm load (H100, 2.11.0: 5 kernels of a 2-layer Llama).  Fixed in 2.12.0 (:471-479) and 2.14.1; absent before 2.8.
+- A child ``python -c "import torch ..."`` per CPU vector-ISA probe (pytorch#140970, fixed by pytorch#183515 in
+  2.13): ``_inductor/cpu_vec_isa.py:VecISA.check_build`` (2.12.1 :128) loads each dry-compiled probe library in a
+  fresh interpreter that imports torch first (``VecISA._avx_py_load``, 2.12.1 :72), 3-5 s apiece.  Inductor probes
+  every ISA the CPU lists on an empty cache, and an AOTInductor build probes for its C++ wrapper: ten children,
+  37.9-39.9 s of a 78-84 s first build of the Llama bundle (H200 host, 2.11.0).  2.13.0 (:90) loads the library
+  without importing torch, torch's ``lib`` directory first on the child's ``LD_LIBRARY_PATH``.  The fix
+  (:func:`vec_isa_probe`) loads torch's own libraries by path, then the probe, and imports torch only where that
+  fails, so the verdict is the older check's (``bench/isa_probe.py`` compares the loads per probe).  2.5-2.12
+  (2.4 keeps ``VecISA`` in ``codecache.py`` and is left as it is); Linux wheels (elsewhere the child imports torch).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from .release_tables import by_release
 
 #: Where the method lives (a ``module:Class.attr`` path for :func:`inductor_knobs.core.patching.wrap_attribute`).
 RECHECK_PATH = "torch._inductor.runtime.triton_heuristics:CachingAutotuner.recheck_autotune_cache"
-#: The probe child's script (for :func:`inductor_knobs.core.patching.replace_attribute`), and its text in 2.4-2.12.
+#: The probe child's script (for :func:`inductor_knobs.core.patching.replace_attribute`); its text in 2.4-2.12.
 VEC_ISA_PROBE_PATH = "torch._inductor.cpu_vec_isa:VecISA._avx_py_load"
 VEC_ISA_PROBE_BEFORE = '\nimport torch\nfrom ctypes import cdll\ncdll.LoadLibrary("__lib_path__")\n'
 
@@ -55,24 +64,20 @@ class TorchFixes:
 
 def vec_isa_probe(lib: str) -> str:
     """The child's script for a vector-ISA probe (``__lib_path__`` is the probe library, as torch's): load torch's
-    ``libgomp``, ``libc10`` and ``libtorch_cpu`` from ``lib`` by path, then the probe; where the probe needs more
-    (``libtorch.so``, which CUDA wheels link it to), that too; where that fails, ``import torch`` and load it again."""
-    first = [os.path.join(lib, name) for name in ("libgomp.so.1", "libc10.so", "libtorch_cpu.so")]
+    ``libgomp``, ``libc10``, ``libtorch_cpu`` and ``libtorch`` from ``lib`` by path (those present: Linux wheels;
+    by path first, so that no other libtorch on the loader's path stands in), then the probe; where that fails,
+    ``import torch`` and load it again, as torch 2.5-2.12 do."""
+    libraries = [os.path.join(lib, name) for name in ("libgomp.so.1", "libc10.so", "libtorch_cpu.so", "libtorch.so")]
     return (
         "\nimport ctypes\nimport os\n"
-        "def load(libraries):\n"
-        "    for library in libraries:\n"
+        "try:\n"
+        f"    for library in {libraries!r}:\n"
         "        if os.path.exists(library):\n"
         "            ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)\n"
         '    ctypes.cdll.LoadLibrary("__lib_path__")\n'
-        "try:\n"
-        f"    load({first!r})\n"
         "except OSError:\n"
-        "    try:\n"
-        f"        load({[os.path.join(lib, 'libtorch.so')]!r})\n"
-        "    except OSError:\n"
-        "        import torch\n"
-        '        ctypes.cdll.LoadLibrary("__lib_path__")\n'
+        "    import torch\n"
+        '    ctypes.cdll.LoadLibrary("__lib_path__")\n'
     )
 
 

@@ -55,7 +55,7 @@ class TorchPatches(
     #: The ``torch._dynamo.config`` key of the per-frame recompile limit (pytorch#143709 renames it in 2.7).
     recompile_limit_key: ClassVar[str] = "cache_size_limit"
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}
-    vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": True, "2.5": True}  # pytorch#140970: see fixes
+    vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": True}  # pytorch#140970: see fixes
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.4": True, "2.5": True}  # see hooks.py
 
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:

@@ -12,6 +12,7 @@ import inspect
 import json
 import shutil
 import types
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -728,35 +729,77 @@ def test_the_aot_build_holds_torchs_fixes_and_releases_them(tmp_path, build_conf
         lambda *args, **kwargs: held.append(torch_fixes.TORCH_FIXES.users) or real(*args, **kwargs),
     )
     aot_options_bundle(tmp_path / "b", None)
-    assert held == [1] and torch_fixes.TORCH_FIXES.users == 0  # e.g. the vector-ISA probe fix (patches/fixes.py)
+    assert len(held) == 1 and held[0] >= 1  # e.g. the vector-ISA probe fix (patches/fixes.py); the probe thread's too
+    assert torch_fixes.TORCH_FIXES.users == 0
 
 
-@pytest.mark.parametrize("fails", [False, True])
-def test_the_aot_build_probes_the_cpus_isas_on_a_thread_it_joins(tmp_path, build_configs, fresh_inductor, monkeypatch, fails):
+@pytest.fixture
+def isa_probes(monkeypatch, build_configs):
+    """Inductor's ISA list faked: who asked (thread, holders of torch's fixes); the probe thread's call waits until
+    the build compiles and then a little longer, so a build that did not join it would return with it alive."""
     import threading
 
     from torch._inductor import cpu_vec_isa
 
     from inductor_knobs.serving import torch_fixes
 
-    seen = []
+    seen: list[tuple[str, int]] = []
+    compiling = threading.Event()
+    probes = SimpleNamespace(seen=seen, fails=False)
 
-    def probes():
+    def valid_vec_isa_list():
         seen.append((threading.current_thread().name, torch_fixes.TORCH_FIXES.users))
-        if fails and threading.current_thread().name == "inductor_knobs ISA probes":
-            raise RuntimeError("a probe that raises")
+        if threading.current_thread().name == aot_package.PROBE_THREAD:
+            compiling.wait(60)
+            threading.Event().wait(0.3)
+            if probes.fails:
+                raise RuntimeError("a probe that raises")
         return []
 
-    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", probes)
+    real = torch._inductor.aoti_compile_and_package
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", valid_vec_isa_list)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lambda *a, **k: compiling.set() or real(*a, **k))
+    probes.beside = lambda: [users for name, users in seen if name == aot_package.PROBE_THREAD]
+    return probes
+
+
+def _probe_thread_alive() -> bool:
+    import threading
+
+    return any(t.name == aot_package.PROBE_THREAD for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_aot_build_probes_the_cpus_isas_on_a_thread_it_joins(tmp_path, isa_probes, fresh_inductor, fails):
+    isa_probes.fails = fails
     aot_options_bundle(tmp_path / "b", None)  # a probe that raises fails nothing: the build probes again itself
-    beside = [users for name, users in seen if name == "inductor_knobs ISA probes"]  # (a CPU compile probes too)
-    assert len(beside) == 1 and beside[0] >= 1  # once, under torch's fixes
-    assert not any(t.name == "inductor_knobs ISA probes" for t in threading.enumerate())  # joined before save returned
+    assert len(isa_probes.beside()) == 1  # once (a CPU compile probes on its own thread too)
+    assert isa_probes.beside()[0] >= 2  # the thread's own hold of torch's fixes, beside the build's
+    assert not _probe_thread_alive()  # joined before save returned
 
 
-@pytest.mark.parametrize("key", ["cpp.cxx", "cpp.vec_isa_ok"])
-def test_no_isa_probes_beside_a_build_that_sets_what_they_read(key):
-    assert aot_package.probe_isas_beside({key: None}) is None
+@pytest.mark.parametrize(
+    ("key", "via"),
+    [("cpp.cxx", "options"), ("cpp.vec_isa_ok", "options"), ("cpp.vec_isa_ok", "knobs")],  # a knob takes no tuple
+)
+def test_no_isa_probes_beside_a_build_whose_options_or_knobs_set_what_they_read(tmp_path, isa_probes, fresh_inductor, key, via):
+    assert not aot_package.probes_read_as_built({key})
+    value = (shutil.which("g++") or "g++",) if key == "cpp.cxx" else True
+    if via == "knobs":
+        aot_options_bundle(tmp_path / "b", None, knobs=ik.Knobs(config={key: value}))
+    else:
+        aot_options_bundle(tmp_path / "b", {key: value})
+    assert isa_probes.beside() == [] and not _probe_thread_alive()
+
+
+def test_no_isa_probes_beside_a_build_whose_first_compiler_is_passed_over(tmp_path, isa_probes, fresh_inductor, monkeypatch):
+    gpp = shutil.which("g++")
+    if gpp is None:
+        pytest.skip("no g++")
+    monkeypatch.setattr(aot_package, "cpp_compilers", lambda: [gpp, "/usr/bin/true"])
+    monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == gpp)  # the probes would use it
+    aot_options_bundle(tmp_path / "b", None)
+    assert isa_probes.beside() == []
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ warm-loaded kernel, and that it is installed on torch's class only while a warm-
 
 from __future__ import annotations
 
+import shutil
 import threading
 from types import SimpleNamespace
 
@@ -40,9 +41,9 @@ def test_each_fix_is_declared_for_exactly_the_releases_that_have_the_bug():
     for release in ("2.8", "2.9", "2.10", "2.11"):
         assert _paths(T28, release) == [recheck, probe]
         assert T28.fixes(release)[0][1] is _fixes.recheck_autotune_cache
-    for patches, release in ((T24, "2.4"), (T24, "2.5"), (T212, "2.12")):
+    for patches, release in ((T24, "2.5"), (T212, "2.12")):
         assert _paths(patches, release) == [probe]
-    for patches, release in ((T212, "2.13"), (T215, "2.15")):
+    for patches, release in ((T24, "2.4"), (T212, "2.13"), (T215, "2.15")):  # 2.4: VecISA in codecache.py
         assert patches.fixes(release) == ()
 
 
@@ -54,14 +55,32 @@ def probe_script(tmp_path):
     return lambda library: fix.value.replace("__lib_path__", str(library))
 
 
-def test_the_fixed_probe_loads_a_library_without_importing_torch(probe_script):
+def _library_needing(tmp_path, name: str):
+    """A shared library linked to torch's ``name`` (``torch_cpu``, ``torch``) without a run path, as Inductor's probe
+    libraries are: the loader finds it only where it is loaded already."""
     import subprocess
     import sys
     from pathlib import Path
 
-    library = Path(torch.__file__).parent / "lib" / "libc10.so"
-    if not library.is_file():
-        pytest.skip("a Linux torch wheel has lib/libc10.so")
+    gpp, lib = shutil.which("g++"), Path(torch.__file__).parent / "lib"
+    if gpp is None or not (lib / f"lib{name}.so").is_file():
+        pytest.skip(f"needs g++ and a Linux torch wheel's lib/lib{name}.so")
+    source, library = tmp_path / f"needs_{name}.cpp", tmp_path / f"needs_{name}.so"
+    source.write_text('extern "C" int probe() { return 1; }\n')
+    link = [gpp, "-shared", "-fPIC", "-o", str(library), str(source), f"-L{lib}", "-Wl,--no-as-needed", f"-l{name}"]
+    subprocess.run(link, check=True, timeout=120)
+    bare = subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.cdll.LoadLibrary({str(library)!r})"], timeout=120)
+    if bare.returncode == 0:
+        pytest.skip("the loader finds torch's libraries without the fix here (LD_LIBRARY_PATH)")
+    return library
+
+
+@pytest.mark.parametrize("needs", ["torch_cpu", "torch"])
+def test_the_fixed_probe_loads_a_library_linked_to_torch_without_importing_torch(probe_script, tmp_path, needs):
+    import subprocess
+    import sys
+
+    library = _library_needing(tmp_path, needs)
     no_torch = probe_script(library) + "import sys\nassert 'torch' not in sys.modules, 'imported torch'\n"
     subprocess.run([sys.executable, "-c", no_torch], check=True, timeout=120)
 
@@ -89,9 +108,11 @@ def test_the_probe_fix_replaces_only_torchs_own_text_and_restores_it_by_identity
         assert isa.VecISA._avx_py_load is before
         custom = "\nimport torch  # someone else's\nfrom ctypes import cdll\ncdll.LoadLibrary('__lib_path__')\n"
         monkeypatch.setattr(isa.VecISA, "_avx_py_load", custom)
-        torch_fixes._steps.cache_clear()
-        with torch_fixes.torch_fixes():
+        with torch_fixes.torch_fixes():  # the same process's steps: checked again at this install
             assert isa.VecISA._avx_py_load is custom  # not torch's text: left alone
+        monkeypatch.setattr(isa.VecISA, "_avx_py_load", before)
+        with torch_fixes.torch_fixes():
+            assert isa.VecISA._avx_py_load != before  # torch's text again: fixed again
     finally:
         torch_fixes._steps.cache_clear()
 
@@ -253,5 +274,31 @@ def test_replace_attribute_restores_by_identity_and_leaves_a_later_change_with_a
             patch.release(holder)
         assert Holder.text == "someone else's"
         assert [w.category for w in caught] == [ExternalChangeWarning]
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_replace_attribute_of_an_inherited_class_attribute_deletes_it_again():
+    import sys
+    import types
+
+    from inductor_knobs.core.patching import SharedPatch, replace_attribute
+
+    module = types.ModuleType("ik_test_replace_inherited")
+
+    class Base:
+        text = "base"
+
+    class Child(Base):
+        pass
+
+    module.Child = Child
+    sys.modules[module.__name__] = module
+    try:
+        patch, holder = SharedPatch("inherited", lambda: [replace_attribute(f"{module.__name__}:Child.text", "x" * 40)]), object()
+        patch.acquire(holder)
+        assert Child.text == "x" * 40 and Base.text == "base"
+        patch.release(holder)
+        assert "text" not in Child.__dict__ and Child.text == "base"
     finally:
         del sys.modules[module.__name__]

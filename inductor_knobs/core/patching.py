@@ -339,27 +339,40 @@ def wrap_attribute(
     return step
 
 
-def replace_attribute(path: str, value: Any) -> Step:
+_UNSET = object()
+
+
+def replace_attribute(path: str, value: Any, *, only_if: Any = _UNSET) -> Step:
     """A step that sets ``path`` to ``value`` (data, where :func:`wrap_attribute` wraps a function).
 
     Args:
         path (str): ``"pkg.mod:Class.attr"``.
-        value (Any): the replacement; its undo restores the original only while the attribute still holds this
-            very object (by identity: else :class:`~inductor_knobs.errors.ExternalChangeWarning`, and what is
-            there stays).
+        value (Any): the replacement, an object nobody else would set (its undo restores the original only while
+            the attribute still holds this very object: an interned string or a small int another party set
+            would pass for it); else :class:`~inductor_knobs.errors.ExternalChangeWarning`, and what is there stays.
+        only_if (Any): where given, the step changes nothing unless the attribute equals it (``==``) at each
+            install: data someone else changed is left alone.
 
-    Returns a :class:`Step` for :class:`SharedPatch`.
+    Returns a :class:`Step` for :class:`SharedPatch`.  An attribute a class inherits is set on the class and
+    deleted again on undo.
     """
     module_name, parents, name = _parse(path)
 
     def step(push: Callable[[Undo], None]) -> None:
         owner = (not parents and sys.modules.get(module_name)) or _owner(module_name, parents)
-        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        own = owner.__dict__ if isinstance(owner, type) else None
+        inherited = own is not None and name not in own
+        original = getattr(owner, name)
+        if only_if is not _UNSET and original != only_if:
+            return
 
         def undo() -> None:
-            current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+            current = getattr(owner, name, None)
             if current is value:
-                setattr(owner, name, original)
+                if inherited:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, original)
             elif current is not original:
                 warnings.warn(
                     f"{path} was replaced by {current!r} while inductor_knobs' replacement was installed; "

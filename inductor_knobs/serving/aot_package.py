@@ -166,13 +166,20 @@ def build(
     ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
     if ours:
         configs[MULTI_ARCH] = True
+    prober = threading.Thread(target=_probe_isas, name=PROBE_THREAD, daemon=True)
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
-    prober = None
     try:
-        prober = probe_isas_beside(configs)
         path = os.path.join(scratch, "model.pt2")
         tried: list[tuple[str, LoadFailure]] = []
         with KnobsContext(knobs, source=label):
+            # cpp.cxx in the ik.compile options is the user's choice: built with it alone, as torch would; so is a
+            # host where no compiler is found (torch's compile then says so).
+            compilers: list[str | None] = [] if "cpp.cxx" in configs else list(cpp_compilers())
+            passed_over = len(compilers) > 1 and links_libstdcxx_statically(str(compilers[0]))
+            if passed_over:  # its packages crash at load
+                compilers = [*compilers[1:], compilers[0]]
+            if not passed_over and probes_read_as_built({*configs, *own}):
+                prober.start()
             started = time.perf_counter()
             try:
                 program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
@@ -183,11 +190,6 @@ def build(
             contract = accepted(label, program, calls, names)
             outputs = output_modules(program.call_spec.out_spec)
             multi_arch = has_multi_arch and bool(configs.get(MULTI_ARCH, patches.read_value(inductor_config, MULTI_ARCH)))
-            # cpp.cxx in the ik.compile options is the user's choice: built with it alone, as torch would; so is a
-            # host where no compiler is found (torch's compile then says so).
-            compilers: list[str | None] = [] if "cpp.cxx" in configs else list(cpp_compilers())
-            if len(compilers) > 1 and links_libstdcxx_statically(str(compilers[0])):  # its packages crash at load
-                compilers = [*compilers[1:], compilers[0]]
             for cxx in compilers or [None]:
                 patch = {} if cxx is None else {"cpp.cxx": (cxx,)}
                 name = cxx if cxx is not None else str(configs.get("cpp.cxx", "(Inductor's)"))
@@ -220,32 +222,38 @@ def build(
                     break
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
-        if prober is not None:
-            prober.join()  # nothing of the build outlives it
-        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            if prober.is_alive():
+                prober.join()  # nothing of the build outlives it
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 #: Inductor's list of the CPU's usable vector ISAs, cached for the process (torch 2.5-2.15 ``cpu_vec_isa.py``).
 VALID_ISAS = "torch._inductor.cpu_vec_isa:valid_vec_isa_list"
+#: The name of the thread that probes them beside a build.
+PROBE_THREAD = "inductor_knobs ISA probes"
 
 
-def probe_isas_beside(configs: Mapping[str, Any]) -> threading.Thread | None:
-    """Start Inductor's CPU vector-ISA probes on a thread, to run beside the export and lowering; None where not.
+def probes_read_as_built(keys: set[str]) -> bool:
+    """Whether Inductor's CPU vector-ISA probes, run on a thread beside an AOT build, read what the build's own
+    call would: the build sets neither ``cpp.cxx`` nor ``cpp.vec_isa_ok`` (``keys``: its config keys and its
+    knobs'; Inductor's config is the process's, not the thread's) and torch has the list.
 
     AOTInductor's C++ wrapper asks for the ISA list (``pick_vec_isa``) only when it compiles, and on an empty
-    Inductor cache that list takes one C++ dry compile and one child load per ISA the CPU lists: 24.5 s of the
-    Llama bundle's 54.8 s first build on an H200 host (torch 2.11.0, with :mod:`~inductor_knobs.patches.fixes`'
-    probe fix), 30.3 s when the probes ran beside it (``bench/aot_build.py --probe-isa-beside``).  torch caches the
-    list for the process whichever call comes first (``functools.cache``), so the build reads the thread's list or
-    makes it itself, the same.  Not started where the build sets ``cpp.cxx`` or ``cpp.vec_isa_ok`` (the probes
-    read them, and Inductor's config is the process's, not the thread's) or torch has no such list.  The thread
-    holds torch's fixes; whatever it raises is dropped (the build's own call raises what torch raises).
+    Inductor cache the list takes one C++ dry compile and one child load per ISA the CPU lists; torch caches it
+    for the process whichever call comes first (``functools.cache``, no lock: a build that reaches it while the
+    thread still probes probes too).  ``build`` starts the thread before the export where this holds and its
+    first compiler is Inductor's own (not one passed over: the probes compile with the build's compiler), and
+    joins it before it returns.  The thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped,
+    and the build's own call raises what torch raises.  Measured: the Llama bundle's first build after the
+    warm-up, 54.8 s without a thread, 30.3 and 37.1 s with one (H200 hosts, torch 2.11.0 with the probe fix;
+    docs/serving.md).
+
+    Returns:
+        bool: True where a thread may probe.
     """
-    if "cpp.cxx" in configs or "cpp.vec_isa_ok" in configs or not present(VALID_ISAS):
-        return None
-    thread = threading.Thread(target=_probe_isas, name="inductor_knobs ISA probes", daemon=True)
-    thread.start()
-    return thread
+    return "cpp.cxx" not in keys and "cpp.vec_isa_ok" not in keys and present(VALID_ISAS)
 
 
 def _probe_isas() -> None:
@@ -254,7 +262,7 @@ def _probe_isas() -> None:
     try:
         with torch_fixes():
             valid_vec_isa_list()
-    except Exception:  # noqa: BLE001 - see probe_isas_beside
+    except Exception:  # noqa: BLE001 - see probes_read_as_built
         pass
 
 

@@ -168,7 +168,7 @@ def save_serving_bundle(
         shapes = [step.shape for step in report.steps]
         earlier = [*tuned_steps(compiled), *((step.shape, step.autotune) for step in report.steps)]
         tuned = [[r for shape, records in earlier if _same_shape(shape, wanted) for r in records] for wanted in shapes]
-        with torch_fixes():  # AOTInductor's C++ wrapper probes the CPU's vector ISAs (2.4-2.12: patches/fixes.py)
+        with torch_fixes():  # AOTInductor's C++ wrapper probes the CPU's vector ISAs (2.5-2.12: patches/fixes.py)
             payload, built = aot_package.build(label, compiled, factory, shapes, portable, tuned, aot_options)
         section["aot"] = {"bytes": len(payload), **built, "cpu_flags": aot_package.cpu_isa_flags()}
         section["triton_kernels"], _ = triton_kernels.pack(triton_kernels.Carried())  # the package holds its kernels

@@ -2,7 +2,7 @@
 ``ik.serving.load_serving_bundle`` and an AOT build of ``ik.serving.save_serving_bundle`` run.
 
 The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches.fixes`:
-on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again; on 2.4-2.12,
+on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again; on 2.5-2.12,
 the CPU vector-ISA probes' children importing torch, seconds apiece, that an AOT bundle's build pays).  They
 are one :class:`~inductor_knobs.ext.SharedPatch`, installed while any warm-up or bundle load
 holds it and restored by identity after the last one: process-wide while held, as torch's own fixed
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ..ext import SharedPatch, present, release_of, replace_attribute, resolve, torch_compat, wrap_attribute
+from ..ext import SharedPatch, present, release_of, replace_attribute, torch_compat, wrap_attribute
 
 
 @functools.cache  # one step object per fix for the process: it reuses its wrapper while torch's original is the same
@@ -30,14 +30,9 @@ def _steps() -> tuple[Any, ...]:
             continue
         if callable(fix):  # a wrapt wrapper of the function at ``path``
             steps.append(wrap_attribute(path, fix))
-        elif _current(path) == fix.replaces:  # a patches.fixes.Replacement; data changed by anyone else is left alone
-            steps.append(replace_attribute(path, fix.value))
+        else:  # a patches.fixes.Replacement: data anyone else changed is left alone, checked at every install
+            steps.append(replace_attribute(path, fix.value, only_if=fix.replaces))
     return tuple(steps)
-
-
-def _current(path: str) -> Any:
-    owner, name = resolve(path)
-    return getattr(owner, name)
 
 
 TORCH_FIXES = SharedPatch("fixes of torch bugs fixed in a later release (patches/fixes.py)", _steps)
