@@ -112,6 +112,15 @@ show_cold_starts() {
     done
 }
 
+aot_lane() {  # aot_lane "GPU NAME [options...]": bench/aot_build.py on one lane, in the background
+    # shellcheck disable=SC2086 - the option words split on purpose
+    set -- $1
+    local gpu=$1 name=$2
+    shift 2
+    (CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py \
+        --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1; done_at "$name" $?) &
+}
+
 case "$PART" in
 s)
     for i in $(seq "${MAIN_RUNS:-1}"); do ablate_timed "main$i" "${MAIN_TIMEOUT_S:-230}" python3 -m inductor_knobs ablate; done
@@ -320,14 +329,8 @@ n)
 z)
     (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 300 python3 bench/isa_probe.py --out "$OUT/isa" \
         >"$OUT/isa.log" 2>&1; done_at isa $?) &
-    for spec in "1 aot_base" "2 aot_beside --probe-isa-beside"; do
-        # shellcheck disable=SC2086 - the option words split on purpose
-        set -- $spec
-        gpu=$1 name=$2
-        shift 2
-        (CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py \
-            --out "$OUT/$name" --build-option coordinate_descent_tuning=False "$@" >"$OUT/$name.log" 2>&1; done_at "$name" $?) &
-    done
+    aot_lane "1 aot_base --build-option coordinate_descent_tuning=False"
+    aot_lane "2 aot_beside --build-option coordinate_descent_tuning=False --probe-isa-beside"
     wait
     cat "$OUT/status.txt"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['torch'], d['fix_applies'], d['isas'], d['valid_vec_isa_list_s']); [print(r['library'][:10], *[(k, r[k]['ok'], r[k]['seconds']) for k in ('fixed', 'libraries_only', 'import_torch')]) for r in d['probes']]" "$OUT/isa/isa_probe.json"
@@ -349,14 +352,7 @@ y)
         (CUDA_VISIBLE_DEVICES=3 taskset -c "$(lane 3)" timeout -k 10 "${COLD_TIMEOUT_S:-420}" python3 bench/cold_start.py \
             --models llama --arms aot --aot-runs 2 --out "$OUT/cold_llama" >"$OUT/cold_llama.log" 2>&1; done_at cold_llama $?) &
     fi
-    for spec in "${specs[@]}"; do
-        # shellcheck disable=SC2086 - the option words split on purpose
-        set -- $spec
-        gpu=$1 name=$2
-        shift 2
-        (CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py \
-            --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1; done_at "$name" $?) &
-    done
+    for spec in "${specs[@]}"; do aot_lane "$spec"; done
     wait
     cat "$OUT/status.txt"
     show_cold_starts
@@ -370,14 +366,8 @@ y)
 v)
     # The Llama's AOT build after the warm-up, as built (GPU 0) and without coordinate descent at build time (GPU 1),
     # side by side on a 4-GPU host, each with its own 16 CPUs; each bundle timed against its own process's warm-up.
-    for spec in "0 aot_default" "1 aot_no_cd --build-option coordinate_descent_tuning=False"; do
-        # shellcheck disable=SC2086 - the option words split on purpose
-        set -- $spec
-        gpu=$1 name=$2
-        shift 2
-        (CUDA_VISIBLE_DEVICES=$gpu taskset -c "$(lane "$gpu")" timeout -k 10 "${AOT_TIMEOUT_S:-380}" python3 bench/aot_build.py \
-            --out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1; done_at "$name" $?) &
-    done
+    aot_lane "0 aot_default"
+    aot_lane "1 aot_no_cd --build-option coordinate_descent_tuning=False"
     wait
     cat "$OUT/status.txt"
     for name in aot_default aot_no_cd; do grep -E '^(build [12]|\{"warm_up)' "$OUT/$name.log"; done

@@ -278,6 +278,16 @@ def _owner(module_name: str, parents: list[str]) -> Any:
     return owner
 
 
+def _replaced_meanwhile(path: str, current: Any, ours: str, note: str) -> None:
+    """Warn that ``path`` holds ``current``, set by someone else while inductor_knobs' ``ours`` was installed."""
+    warnings.warn(
+        f"{path} was replaced by {current!r} while inductor_knobs' {ours} was installed; leaving that value in place"
+        + (f" {note}" if note else ""),
+        ExternalChangeWarning,
+        stacklevel=3,
+    )
+
+
 def wrap_attribute(
     path: str,
     wrapper: Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any],
@@ -311,12 +321,7 @@ def wrap_attribute(
                 if current is replacement:
                     setattr(owner, name, raw)
                 elif current is not raw:
-                    warnings.warn(
-                        f"{path} was replaced by {current!r} while inductor_knobs' wrapper was installed; "
-                        "leaving that replacement in place (inductor_knobs' wrapper inside it passes calls through)",
-                        ExternalChangeWarning,
-                        stacklevel=2,
-                    )
+                    _replaced_meanwhile(path, current, "wrapper", "(inductor_knobs' wrapper inside it passes calls through)")
             finally:
                 if binders is not None:
                     binders.rebind(wrapped, function)
@@ -374,12 +379,7 @@ def replace_attribute(path: str, value: Any, *, only_if: Any = _UNSET) -> Step:
                 else:
                     setattr(owner, name, original)
             elif current is not original:
-                warnings.warn(
-                    f"{path} was replaced by {current!r} while inductor_knobs' replacement was installed; "
-                    "leaving that value in place",
-                    ExternalChangeWarning,
-                    stacklevel=2,
-                )
+                _replaced_meanwhile(path, current, "replacement", "")
 
         push(undo)  # before the change: an interrupt below still leaves a working undo
         setattr(owner, name, value)
