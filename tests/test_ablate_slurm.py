@@ -518,3 +518,17 @@ def _cancel_and_resume(slurm_cluster, out: Path, argv: list[str], capsys) -> Non
     assert [(r["arm"], r["processes"]) for r in resumed["summary"]] == [("eager", 3), ("e2", 3)]
     assert "FAILED" not in captured.out and "failed:" not in captured.out
     assert re.search(r"whole run \d+ s", (out / "results.md").read_text())
+
+
+def test_resume_finds_compile_threads_that_differ_among_the_kept_runs_themselves():
+    from inductor_knobs.ablation.errors import MergeRefused
+    from inductor_knobs.ablation.merge import check_resume
+
+    def record(index: int, threads: int) -> dict:
+        return {"arm": "a", "repeat": index, "index": index, "fingerprint": {}, "compile_threads": threads}
+
+    kept = [record(0, 3), record(1, 2)]  # an earlier --resume --allow-mixed pooled 3 and 2
+    with pytest.raises(MergeRefused, match=r"compile_threads differs: 3 in the kept runs in runs .*, 2 in the kept runs"):
+        check_resume(kept, [record(2, 3)], "runs", allow_mixed=False, ran=True)
+    mixed = check_resume(kept, [record(2, 3)], "runs", allow_mixed=True, ran=True)
+    assert [m["field"] for m in mixed] == ["compile_threads"]

@@ -745,10 +745,11 @@ def isa_probes(monkeypatch, build_configs):
 
     seen: list[tuple[str, int]] = []
     compiling = threading.Event()
-    probes = SimpleNamespace(seen=seen, fails=False)
+    probes = SimpleNamespace(seen=seen, fails=False, simdlen=[])
 
     def valid_vec_isa_list():
         seen.append((threading.current_thread().name, torch_fixes.TORCH_FIXES.users))
+        probes.simdlen.append(torch._inductor.config.cpp.simdlen)
         if threading.current_thread().name == aot_package.PROBE_THREAD:
             compiling.wait(60)
             threading.Event().wait(0.3)
@@ -776,6 +777,27 @@ def test_the_aot_build_probes_the_cpus_isas_on_a_thread_it_joins(tmp_path, isa_p
     assert len(isa_probes.beside()) == 1  # once (a CPU compile probes on its own thread too)
     assert isa_probes.beside()[0] >= 2  # the thread's own hold of torch's fixes, beside the build's
     assert not _probe_thread_alive()  # joined before save returned
+
+
+def test_the_probe_thread_reads_the_config_the_build_reads(tmp_path, isa_probes, fresh_inductor):
+    with torch._inductor.config.patch({"cpp.simdlen": 123}):  # per thread on torch 2.12+: the thread gets a copy
+        aot_options_bundle(tmp_path / "b", None)
+    assert len(isa_probes.beside()) == 1 and isa_probes.simdlen[-1] == 123
+
+
+def test_a_failed_build_forgets_torchs_isa_verdicts(tmp_path, isa_probes, fresh_inductor, monkeypatch):
+    forgotten = []
+    monkeypatch.setattr(aot_package, "_forget_isa_verdicts", lambda: forgotten.append(True))
+    aot_options_bundle(tmp_path / "ok", None)
+    assert forgotten == []  # a build that succeeded keeps them
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("the compile fails")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", fails)
+    with pytest.raises(InvalidKnobValue, match="the compile fails"):
+        aot_options_bundle(tmp_path / "failed", None)
+    assert forgotten == [True] and not _probe_thread_alive()  # a Ctrl-C reaches the probes' children too
 
 
 @pytest.mark.parametrize(

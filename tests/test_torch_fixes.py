@@ -302,3 +302,38 @@ def test_replace_attribute_of_an_inherited_class_attribute_deletes_it_again():
         assert "text" not in Child.__dict__ and Child.text == "base"
     finally:
         del sys.modules[module.__name__]
+
+
+def test_replace_attribute_keeps_a_staticmethod_and_a_classmethod_as_they_were():
+    import sys
+    import types
+
+    from inductor_knobs.core.patching import SharedPatch, replace_attribute
+
+    module = types.ModuleType("ik_test_replace_descriptors")
+
+    class Base:
+        @staticmethod
+        def f(x):
+            return x
+
+        @classmethod
+        def g(cls):
+            return cls.__name__
+
+    class Child(Base):
+        pass
+
+    module.Base = Base
+    sys.modules[module.__name__] = module
+    try:
+        f, g = Base.__dict__["f"], Base.__dict__["g"]
+        steps = [replace_attribute(f"{module.__name__}:Base.{n}", staticmethod(lambda *a: "new")) for n in ("f", "g")]
+        patch, holder = SharedPatch("descriptors", lambda: steps), object()
+        patch.acquire(holder)
+        assert Base().f(1) == "new"
+        patch.release(holder)
+        assert Base.__dict__["f"] is f and Base.__dict__["g"] is g  # the descriptors, not what they give
+        assert Base().f(1) == 1 and Child.g() == "Child"
+    finally:
+        del sys.modules[module.__name__]

@@ -235,8 +235,9 @@ def check_resume(
         _refuse(
             mixed,
             "--resume",
-            "Resuming would pool them in one table: resume under the kept runs' setup, start again with --overwrite, "
-            f"or add --allow-mixed to pool them on purpose (the report then says the data is mixed).{kept_too}",
+            "Resuming would pool them in one table: resume under the kept runs' setup (their --compile-threads too), "
+            "start again with --overwrite, or add --allow-mixed to pool them on purpose (the report then says the data "
+            f"is mixed).{kept_too}",
         )
     return mixed
 
@@ -245,16 +246,23 @@ def _compile_threads_mismatch(
     kept: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], sources: Sequence[str]
 ) -> list[dict[str, Any]]:
     """The workers' Inductor compile threads (each record's ``compile_threads``; not a fingerprint field: they
-    change compile seconds only) of the kept runs against this run's, where both sides recorded them."""
-    first = next((r for r in kept if "compile_threads" in r), None)
-    other = next(
-        (r for r in new if "compile_threads" in r and first is not None and r["compile_threads"] != first["compile_threads"]),
-        None,
-    )
-    if first is None or other is None:
-        return []
-    a = (sources[0], _run_label(first), first["compile_threads"])
-    return [_difference("compile_threads", None, a, (sources[1], _run_label(other), other["compile_threads"]))]
+    change compile seconds only): every kept and new run that recorded them against the first that did, one
+    difference per value and side."""
+    found: list[dict[str, Any]] = []
+    first: tuple[str, Mapping[str, Any]] | None = None
+    seen: set[tuple[str, str]] = set()
+    for source, records in zip(sources, (kept, new)):
+        for record in records:
+            if "compile_threads" not in record:
+                continue
+            value = record["compile_threads"]
+            if first is None:
+                first = (source, record)
+            elif value != first[1]["compile_threads"] and (source, repr(value)) not in seen:
+                seen.add((source, repr(value)))
+                a = (first[0], _run_label(first[1]), first[1]["compile_threads"])
+                found.append(_difference("compile_threads", None, a, (source, _run_label(record), value)))
+    return found
 
 
 def missing_shards(parts: Sequence[Mapping[str, Any]]) -> list[str]:

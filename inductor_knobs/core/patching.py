@@ -367,12 +367,16 @@ def replace_attribute(path: str, value: Any, *, only_if: Any = _UNSET) -> Step:
         owner = (not parents and sys.modules.get(module_name)) or _owner(module_name, parents)
         own = owner.__dict__ if isinstance(owner, type) else None
         inherited = own is not None and name not in own
-        original = getattr(owner, name)
+
+        def raw() -> Any:  # a class's own entry as stored (a staticmethod stays one), else what the owner gives
+            return own[name] if own is not None and name in own else getattr(owner, name, None)
+
+        original = raw() if not inherited else getattr(owner, name)
         if only_if is not _UNSET and original != only_if:
             return
 
         def undo() -> None:
-            current = getattr(owner, name, None)
+            current = raw()
             if current is value:
                 if inherited:
                     delattr(owner, name)

@@ -22,6 +22,7 @@ apply to the autotuning AOTInductor runs at build time.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import operator
 import os
@@ -166,7 +167,7 @@ def build(
     ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
     if ours:
         configs[MULTI_ARCH] = True
-    prober = threading.Thread(target=_probe_isas, name=PROBE_THREAD, daemon=True)
+    probers: list[threading.Thread] = []
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     try:
         path = os.path.join(scratch, "model.pt2")
@@ -179,7 +180,10 @@ def build(
             if passed_over:  # its packages crash at load
                 compilers = [*compilers[1:], compilers[0]]
             if not passed_over and probes_read_as_built({*configs, *own}):
-                prober.start()
+                # In this context: where Inductor's config is per thread (2.12+) the thread reads what this one does.
+                probers.append(threading.Thread(target=contextvars.copy_context().run, args=(_probe_isas,), name=PROBE_THREAD))
+                probers[0].daemon = True
+                probers[0].start()
             started = time.perf_counter()
             try:
                 program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
@@ -223,8 +227,7 @@ def build(
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
         try:
-            if prober.is_alive():
-                prober.join()  # nothing of the build outlives it
+            _join_probes(probers, failed=sys.exc_info()[0] is not None)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -254,6 +257,35 @@ def probes_read_as_built(keys: set[str]) -> bool:
         bool: True where a thread may probe.
     """
     return "cpp.cxx" not in keys and "cpp.vec_isa_ok" not in keys and present(VALID_ISAS)
+
+
+def _join_probes(probers: list[threading.Thread], failed: bool) -> None:
+    """Wait for the probe thread (nothing of the build outlives it).  After a build that failed or was interrupted,
+    forget torch's ISA list: a Ctrl-C reaches the thread's probe children too, and torch counts a killed probe as
+    an ISA the CPU lacks (``check_build``), which the process would keep."""
+    for thread in probers:
+        if thread.ident is None:
+            continue
+        try:
+            thread.join()
+        except RuntimeError:  # interrupted inside Thread.start, before it said it started: it probes briefly alone
+            continue
+        if failed:
+            _forget_isa_verdicts()
+
+
+def _forget_isa_verdicts() -> None:
+    """Clear torch's caches of ISA verdicts: ``valid_vec_isa_list`` and each ``VecISA`` class's cached
+    ``__bool__`` (``functools.cache`` on the methods, torch 2.5-2.15 ``cpu_vec_isa.py``)."""
+    from torch._inductor import cpu_vec_isa
+
+    classes = [cpu_vec_isa.VecISA]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        for member in list(vars(cls).values()):
+            getattr(member, "cache_clear", lambda: None)()
+    getattr(cpu_vec_isa.valid_vec_isa_list, "cache_clear", lambda: None)()
 
 
 def _probe_isas() -> None:
