@@ -371,7 +371,7 @@ def replace_attribute(path: str, value: Any, *, only_if: Any = _UNSET) -> Step:
         def raw() -> Any:  # a class's own entry as stored (a staticmethod stays one), else what the owner gives
             return own[name] if own is not None and name in own else getattr(owner, name, None)
 
-        original = raw() if not inherited else getattr(owner, name)
+        original = raw()
         if only_if is not _UNSET and original != only_if:
             return
 

@@ -167,7 +167,7 @@ def build(
     ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
     if ours:
         configs[MULTI_ARCH] = True
-    probers: list[threading.Thread] = []
+    prober: threading.Thread | None = None  # assigned before it starts: an interrupt between leaves it unstarted
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     try:
         path = os.path.join(scratch, "model.pt2")
@@ -181,9 +181,9 @@ def build(
                 compilers = [*compilers[1:], compilers[0]]
             if not passed_over and probes_read_as_built({*configs, *own}):
                 # In this context: where Inductor's config is per thread (2.12+) the thread reads what this one does.
-                probers.append(threading.Thread(target=contextvars.copy_context().run, args=(_probe_isas,), name=PROBE_THREAD))
-                probers[0].daemon = True
-                probers[0].start()
+                prober = threading.Thread(target=contextvars.copy_context().run, args=(_probe_isas,), name=PROBE_THREAD)
+                prober.daemon = True
+                prober.start()
             started = time.perf_counter()
             try:
                 program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
@@ -227,7 +227,7 @@ def build(
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
         try:
-            _join_probes(probers, failed=sys.exc_info()[0] is not None)
+            _join_probes(prober, failed=sys.exc_info()[0] is not None)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -241,7 +241,9 @@ PROBE_THREAD = "inductor_knobs ISA probes"
 def probes_read_as_built(keys: set[str]) -> bool:
     """Whether Inductor's CPU vector-ISA probes, run on a thread beside an AOT build, read what the build's own
     call would: the build sets neither ``cpp.cxx`` nor ``cpp.vec_isa_ok`` (``keys``: its config keys and its
-    knobs'; Inductor's config is the process's, not the thread's) and torch has the list.
+    knobs'; the build applies its config keys inside AOTInductor's compile, where the thread does not see them) and
+    torch has the list.  The thread runs in a copy of the build's context, so where Inductor's config is per thread
+    (2.12+) it reads what the build reads before that compile.
 
     AOTInductor's C++ wrapper asks for the ISA list (``pick_vec_isa``) only when it compiles, and on an empty
     Inductor cache the list takes one C++ dry compile and one child load per ISA the CPU lists; torch caches it
@@ -259,19 +261,18 @@ def probes_read_as_built(keys: set[str]) -> bool:
     return "cpp.cxx" not in keys and "cpp.vec_isa_ok" not in keys and present(VALID_ISAS)
 
 
-def _join_probes(probers: list[threading.Thread], failed: bool) -> None:
+def _join_probes(prober: threading.Thread | None, failed: bool) -> None:
     """Wait for the probe thread (nothing of the build outlives it).  After a build that failed or was interrupted,
     forget torch's ISA list: a Ctrl-C reaches the thread's probe children too, and torch counts a killed probe as
     an ISA the CPU lacks (``check_build``), which the process would keep."""
-    for thread in probers:
-        if thread.ident is None:
-            continue
-        try:
-            thread.join()
-        except RuntimeError:  # interrupted inside Thread.start, before it said it started: it probes briefly alone
-            continue
-        if failed:
-            _forget_isa_verdicts()
+    if prober is None or prober.ident is None:
+        return
+    try:
+        prober.join()
+    except RuntimeError:  # interrupted inside Thread.start, before it said it started: it probes briefly alone
+        return
+    if failed:
+        _forget_isa_verdicts()
 
 
 def _forget_isa_verdicts() -> None:
