@@ -54,8 +54,9 @@
 #   OUT=/tmp/out bash bench/gpu_parts.sh z   # 4-GPU host, lanes at once: bench/isa_probe.py (GPU 0); bench/aot_build.py
 #                                              #   for the Llama without coordinate descent at build time (GPU 1), the
 #                                              #   same with the vector-ISA probes on a thread beside the build (GPU 2)
-#   OUT=/tmp/out bash bench/gpu_parts.sh n   # one-GPU node: bench/aot_build.py for the Llama, one build without
-#                                              #   coordinate descent at build time (the package's own ISA probe thread)
+#   OUT=/tmp/out bash bench/gpu_parts.sh n   # one-GPU node: bench/aot_build.py for the Llama, $BUILDS builds (1) without
+#                                              #   coordinate descent at build time (the package's own ISA probe thread),
+#                                              #   then the CPU tests in $TESTS (none) on this host's torch
 #   OUT=/tmp/out bash bench/gpu_parts.sh v   # 4-GPU host, two lanes at once: bench/aot_build.py for the Llama as built
 #                                              #   (GPU 0) and with --build-option coordinate_descent_tuning=False (GPU 1)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
@@ -320,9 +321,15 @@ x)
     done
     ;;
 n)
-    timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py --out "$OUT/aot_one" --builds 1 --rounds 3 \
+    timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py --out "$OUT/aot_one" --builds "${BUILDS:-1}" --rounds 3 \
         --build-option coordinate_descent_tuning=False >"$OUT/aot_one.log" 2>&1
     done_at aot_one $?
+    if [ -n "${TESTS:-}" ]; then  # CPU tests on this host's torch, after the timing
+        # shellcheck disable=SC2086 - TESTS is a list of test files
+        timeout -k 10 "${TESTS_TIMEOUT_S:-240}" python3 -m pytest -q -x -m "not gpu" $TESTS -p no:cacheprovider >"$OUT/tests.txt" 2>&1
+        done_at tests $?
+        tail -n 5 "$OUT/tests.txt"
+    fi
     grep -E '^(build 1|\{"warm_up)' "$OUT/aot_one.log"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['warm_up_s']); [print(b['wall_s'], b['steps'], json.dumps(b['child_processes']['by_program'])) for b in d['builds']]" "$OUT/aot_one/aot_build.json" 2>&1 | cut -c1-700
     ;;

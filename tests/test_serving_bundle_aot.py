@@ -745,21 +745,34 @@ def isa_probes(monkeypatch, build_configs):
 
     seen: list[tuple[str, int]] = []
     compiling = threading.Event()
-    probes = SimpleNamespace(seen=seen, fails=False, simdlen=[])
+    probes = SimpleNamespace(seen=seen, fails=False, simdlen=[], cxx=[], calls=[])
 
     def valid_vec_isa_list():
-        seen.append((threading.current_thread().name, torch_fixes.TORCH_FIXES.users))
+        name = threading.current_thread().name
+        probes.calls.append(("enter", name))
+        seen.append((name, torch_fixes.TORCH_FIXES.users))
         probes.simdlen.append(torch._inductor.config.cpp.simdlen)
-        if threading.current_thread().name == aot_package.PROBE_THREAD:
-            compiling.wait(60)
-            threading.Event().wait(0.3)
-            if probes.fails:
-                raise RuntimeError("a probe that raises")
-        return []
+        probes.cxx.append((name, torch._inductor.config.cpp.cxx))
+        try:
+            if name == aot_package.PROBE_THREAD:
+                compiling.wait(60)
+                threading.Event().wait(0.3)
+                if probes.fails:
+                    raise RuntimeError("a probe that raises")
+            return []
+        finally:
+            probes.calls.append(("exit", name))
 
     real = torch._inductor.aoti_compile_and_package
     monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", valid_vec_isa_list)
-    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lambda *a, **k: compiling.set() or real(*a, **k))
+
+    def compile_and_package(*args, **kwargs):  # asks for the list at once, as AOTInductor's C++ wrapper does later
+        probes.calls.append(("compile", ""))
+        compiling.set()
+        cpu_vec_isa.pick_vec_isa()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
     probes.beside = lambda: [users for name, users in seen if name == aot_package.PROBE_THREAD]
     return probes
 
@@ -777,6 +790,11 @@ def test_the_aot_build_probes_the_cpus_isas_on_a_thread_it_joins(tmp_path, isa_p
     assert len(isa_probes.beside()) == 1  # once (a CPU compile probes on its own thread too)
     assert isa_probes.beside()[0] >= 2  # the thread's own hold of torch's fixes, beside the build's
     assert not _probe_thread_alive()  # joined before save returned
+    # The build's own call waited for the thread's instead of probing beside it (torch's cache has no lock).
+    thread = isa_probes.calls.index(("enter", aot_package.PROBE_THREAD))
+    waited = [("enter", aot_package.PROBE_THREAD), ("compile", ""), ("exit", aot_package.PROBE_THREAD)]
+    assert isa_probes.calls[thread : thread + 4] == [*waited, ("enter", "MainThread")]
+    assert aot_package.ONE_ISA_LIST.users == 0
 
 
 def test_the_probe_thread_reads_the_config_the_build_reads(tmp_path, isa_probes, fresh_inductor):
@@ -800,28 +818,35 @@ def test_a_failed_build_forgets_torchs_isa_verdicts(tmp_path, isa_probes, fresh_
     assert forgotten == [True] and not _probe_thread_alive()  # a Ctrl-C reaches the probes' children too
 
 
-@pytest.mark.parametrize(
-    ("key", "via"),
-    [("cpp.cxx", "options"), ("cpp.vec_isa_ok", "options"), ("cpp.vec_isa_ok", "knobs")],  # a knob takes no tuple
-)
-def test_no_isa_probes_beside_a_build_whose_options_or_knobs_set_what_they_read(tmp_path, isa_probes, fresh_inductor, key, via):
-    assert not aot_package.probes_read_as_built({key})
-    value = (shutil.which("g++") or "g++",) if key == "cpp.cxx" else True
-    if via == "knobs":
-        aot_options_bundle(tmp_path / "b", None, knobs=ik.Knobs(config={key: value}))
-    else:
-        aot_options_bundle(tmp_path / "b", {key: value})
+@pytest.mark.parametrize("key", ["cpp.vec_isa_ok", "aot_inductor.debug_compile"])
+def test_no_isa_probes_beside_a_build_whose_knobs_set_what_they_read(tmp_path, isa_probes, fresh_inductor, key):
+    assert not aot_package.probes_read_as_built({key})  # knobs apply inside Inductor's compile, not on the thread
+    aot_options_bundle(tmp_path / "b", None, knobs=ik.Knobs(config={key: True}))
     assert isa_probes.beside() == [] and not _probe_thread_alive()
 
 
-def test_no_isa_probes_beside_a_build_whose_first_compiler_is_passed_over(tmp_path, isa_probes, fresh_inductor, monkeypatch):
+def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fresh_inductor):
     gpp = shutil.which("g++")
     if gpp is None:
         pytest.skip("no g++")
-    monkeypatch.setattr(aot_package, "cpp_compilers", lambda: [gpp, "/usr/bin/true"])
-    monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == gpp)  # the probes would use it
+    aot_options_bundle(tmp_path / "b", {"cpp.cxx": (gpp,), "cpp.vec_isa_ok": True})
+    assert [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD] == [(gpp,)]
+
+
+def test_the_probes_use_the_compiler_the_build_uses_where_inductors_is_passed_over(
+    tmp_path, isa_probes, fresh_inductor, monkeypatch
+):
+    gpp = shutil.which("g++")
+    if gpp is None:
+        pytest.skip("no g++")
+    static = str(tmp_path / "static-g++")
+    (tmp_path / "static-g++").symlink_to(gpp)
+    monkeypatch.setattr(aot_package, "cpp_compilers", lambda: [static, gpp])
+    monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == static)
+    before = torch._inductor.config.cpp.cxx
     aot_options_bundle(tmp_path / "b", None)
-    assert isa_probes.beside() == []
+    assert [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD] == [(gpp,)]
+    assert torch._inductor.config.cpp.cxx == before  # patched for the build only
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ apply to the autotuning AOTInductor runs at build time.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import operator
@@ -33,11 +34,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import InvalidKnobValue, NotSupportedOnThisTorch, torch_version
-from ..ext import config_values, present, torch_compat
+from ..ext import SharedPatch, config_values, present, torch_compat, wrap_attribute
 from .errors import BundleInputRefused, CompileCacheRefused
 from .signature import as_call
 from .torch_fixes import torch_fixes
@@ -167,7 +168,6 @@ def build(
     ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
     if ours:
         configs[MULTI_ARCH] = True
-    prober: threading.Thread | None = None  # assigned before it starts: an interrupt between leaves it unstarted
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     try:
         path = os.path.join(scratch, "model.pt2")
@@ -179,57 +179,53 @@ def build(
             passed_over = len(compilers) > 1 and links_libstdcxx_statically(str(compilers[0]))
             if passed_over:  # its packages crash at load
                 compilers = [*compilers[1:], compilers[0]]
-            if not passed_over and probes_read_as_built({*configs, *own}):
-                # In this context: where Inductor's config is per thread (2.12+) the thread reads what this one does.
-                prober = threading.Thread(target=contextvars.copy_context().run, args=(_probe_isas,), name=PROBE_THREAD)
-                prober.daemon = True
-                prober.start()
-            started = time.perf_counter()
-            try:
-                program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
-            except Exception as err:  # torch.export's many error types: the user needs torch's words
-                raise _invalid(label, "aot", True, f"a model torch.export accepts; torch said: {err}") from err
-            seconds["export"] = time.perf_counter() - started
-            _check_export(label, program, calls, dynamic)
-            contract = accepted(label, program, calls, names)
-            outputs = output_modules(program.call_spec.out_spec)
-            multi_arch = has_multi_arch and bool(configs.get(MULTI_ARCH, patches.read_value(inductor_config, MULTI_ARCH)))
-            for cxx in compilers or [None]:
-                patch = {} if cxx is None else {"cpp.cxx": (cxx,)}
-                name = cxx if cxx is not None else str(configs.get("cpp.cxx", "(Inductor's)"))
+            first = {**configs, **({"cpp.cxx": (compilers[0],)} if compilers else {})}  # the first compile's config
+            with probes_beside(first if probes_read_as_built(own) else None):
                 started = time.perf_counter()
                 try:
-                    torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs={**configs, **patch})
-                except Exception as err:  # AOTInductor's many error types
-                    if not tried:  # Inductor's own compiler: the model's fault, as for any compile
-                        said = f"a model AOTInductor compiles; torch said: {err}"
-                        if ours:
-                            said += f" (portable=True turned {MULTI_ARCH} on, whose fatbins need nvcc or fatbinary: "
-                            said += "portable=False builds without it)"
-                        raise _invalid(label, "aot", True, said) from err
-                    said = " ".join(str(err).split()[-60:])
-                    tried.append((name, LoadFailure("did not compile the model", said, crashed=False, retry=True)))
-                    continue
-                finally:
-                    seconds["compile"] += time.perf_counter() - started
-                started = time.perf_counter()
-                failure = load_failure(path)
-                seconds["load_check"] += time.perf_counter() - started
-                if failure is None:
-                    with open(path, "rb") as src:
-                        built = {"inputs": contract, "cxx": name, "multi_arch": multi_arch, "pinned": pinned}
-                        built["options"] = {key: repr(value) for key, value in extra.items()}
-                        built["output_modules"] = outputs
-                        return src.read(), {**built, "seconds": {k: round(v, 3) for k, v in seconds.items()}}
-                tried.append((name, failure))
-                if not failure.retry:
-                    break
+                    program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
+                except Exception as err:  # torch.export's many error types: the user needs torch's words
+                    raise _invalid(label, "aot", True, f"a model torch.export accepts; torch said: {err}") from err
+                seconds["export"] = time.perf_counter() - started
+                _check_export(label, program, calls, dynamic)
+                contract = accepted(label, program, calls, names)
+                outputs = output_modules(program.call_spec.out_spec)
+                multi_arch = has_multi_arch and bool(configs.get(MULTI_ARCH, patches.read_value(inductor_config, MULTI_ARCH)))
+                for cxx in compilers or [None]:
+                    patch = {} if cxx is None else {"cpp.cxx": (cxx,)}
+                    name = cxx if cxx is not None else str(configs.get("cpp.cxx", "(Inductor's)"))
+                    started = time.perf_counter()
+                    try:
+                        torch._inductor.aoti_compile_and_package(
+                            program, package_path=path, inductor_configs={**configs, **patch}
+                        )
+                    except Exception as err:  # AOTInductor's many error types
+                        if not tried:  # Inductor's own compiler: the model's fault, as for any compile
+                            said = f"a model AOTInductor compiles; torch said: {err}"
+                            if ours:
+                                said += f" (portable=True turned {MULTI_ARCH} on, whose fatbins need nvcc or fatbinary: "
+                                said += "portable=False builds without it)"
+                            raise _invalid(label, "aot", True, said) from err
+                        said = " ".join(str(err).split()[-60:])
+                        tried.append((name, LoadFailure("did not compile the model", said, crashed=False, retry=True)))
+                        continue
+                    finally:
+                        seconds["compile"] += time.perf_counter() - started
+                    started = time.perf_counter()
+                    failure = load_failure(path)
+                    seconds["load_check"] += time.perf_counter() - started
+                    if failure is None:
+                        with open(path, "rb") as src:
+                            built = {"inputs": contract, "cxx": name, "multi_arch": multi_arch, "pinned": pinned}
+                            built["options"] = {key: repr(value) for key, value in extra.items()}
+                            built["output_modules"] = outputs
+                            return src.read(), {**built, "seconds": {k: round(v, 3) for k, v in seconds.items()}}
+                    tried.append((name, failure))
+                    if not failure.retry:
+                        break
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
-        try:
-            _join_probes(prober, failed=sys.exc_info()[0] is not None)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 #: Inductor's list of the CPU's usable vector ISAs, cached for the process (torch 2.5-2.15 ``cpu_vec_isa.py``).
@@ -238,33 +234,84 @@ VALID_ISAS = "torch._inductor.cpu_vec_isa:valid_vec_isa_list"
 PROBE_THREAD = "inductor_knobs ISA probes"
 
 
-def probes_read_as_built(keys: set[str]) -> bool:
-    """Whether Inductor's CPU vector-ISA probes, run on a thread beside an AOT build, read what the build's own
-    call would: the build sets neither ``cpp.cxx`` nor ``cpp.vec_isa_ok`` (``keys``: its config keys and its
-    knobs'; the build applies its config keys inside AOTInductor's compile, where the thread does not see them) and
-    torch has the list.  The thread runs in a copy of the build's context, so where Inductor's config is per thread
-    (2.12+) it reads what the build reads before that compile.
-
-    AOTInductor's C++ wrapper asks for the ISA list (``pick_vec_isa``) only when it compiles, and on an empty
-    Inductor cache the list takes one C++ dry compile and one child load per ISA the CPU lists; torch caches it
-    for the process whichever call comes first (``functools.cache``, no lock: a build that reaches it while the
-    thread still probes probes too).  ``build`` starts the thread before the export where this holds and its
-    first compiler is Inductor's own (not one passed over: the probes compile with the build's compiler), and
-    joins it before it returns.  The thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped,
-    and the build's own call raises what torch raises.  Measured: the Llama bundle's first build after the
-    warm-up, 54.8 s without a thread, 30.3 and 37.1 s with one (H200 hosts, torch 2.11.0 with the probe fix;
-    docs/serving.md).
+def probes_read_as_built(knob_keys: Iterable[str]) -> bool:
+    """Whether Inductor's CPU vector-ISA probes, run on a thread beside an AOT build (:func:`probes_beside`), read
+    what the build's own call would: the compiled model's knobs (``knob_keys``: the Inductor config keys they set)
+    set no key the probes' C++ compile reads (``cpp.*``, ``cpp_cache_precompile_headers``, ``aot_inductor.*``:
+    ``cpp_builder.py``, torch 2.13; knobs take effect inside Inductor's compile, which the thread is not in), and
+    torch has the list (:data:`VALID_ISAS`, 2.5+).
 
     Returns:
         bool: True where a thread may probe.
     """
-    return "cpp.cxx" not in keys and "cpp.vec_isa_ok" not in keys and present(VALID_ISAS)
+    return not any(key.startswith(("cpp", "aot_inductor.")) for key in knob_keys) and present(VALID_ISAS)
+
+
+@contextlib.contextmanager
+def probes_beside(reads: Mapping[str, Any] | None) -> Iterator[None]:
+    """Compute Inductor's CPU vector-ISA list on a thread beside the block (an AOT build's export and compiles), under
+    ``reads`` (the build's first compile's ``inductor_configs``); nothing where ``reads`` is None.
+
+    AOTInductor's C++ wrapper asks for the list (``pick_vec_isa``) only when it compiles, after the model's kernels;
+    on an empty Inductor cache the list takes one C++ dry compile and one child load per ISA the CPU lists, and
+    torch caches it for the process (``functools.cache``) whichever call comes first.  For the block:
+
+    - ``reads`` is patched into Inductor's config (``config.patch``; per thread on torch 2.12+, process-wide before,
+      as the build's compile patches it) and the thread runs in a copy of this context, so it probes with the
+      compiler and flags the build's first compile uses (its ``cpp.cxx`` set where Inductor's own is passed over);
+    - :data:`VALID_ISAS` is wrapped so that one call computes at a time (:data:`ONE_ISA_LIST`): the build's own
+      call waits for the thread's and reads torch's cache instead of probing beside it;
+    - the thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's own call
+      raises what torch raises.
+
+    The thread is joined before the block exits.  After a block that failed or was interrupted torch's ISA verdicts
+    are forgotten (:func:`_forget_isa_verdicts`): a Ctrl-C reaches the probes' children too, and torch counts a
+    killed probe as an ISA the CPU lacks.  Measured: the Llama bundle's first build after the warm-up, 54.8 s
+    without a thread, 30.3 s with one (an H200 host, torch 2.11.0 with the probe fix; docs/serving.md).
+
+    Args:
+        reads (Mapping[str, Any] | None): Inductor config keys -> values (checked by the build), or None.
+
+    Raises:
+        Whatever the block raises; a failure to install the wrapper (nothing is left installed then).
+    """
+    if reads is None:
+        yield
+        return
+    from torch._inductor import config
+
+    holder = object()
+    prober: threading.Thread | None = None
+    try:  # acquire inside: an interrupt after it installed and counted the holder still releases it
+        ONE_ISA_LIST.acquire(holder)
+        with config.patch(dict(reads)):
+            try:
+                prober = threading.Thread(target=contextvars.copy_context().run, args=(_probe_isas,), name=PROBE_THREAD)
+                prober.daemon = True
+                prober.start()
+                yield
+            finally:
+                _join_probes(prober, failed=sys.exc_info()[0] is not None)
+    finally:
+        ONE_ISA_LIST.release(holder)
+
+
+def _one_at_a_time(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    with _ISA_LIST_LOCK:  # re-entrant: a probe that asked for the list again would not deadlock
+        return wrapped(*args, **kwargs)
+
+
+_ISA_LIST_LOCK = threading.RLock()
+#: Inductor's ISA list computed by one caller at a time while an AOT build probes beside itself (module globals bound
+#: to the function by name are rebound too).
+ONE_ISA_LIST = SharedPatch(
+    "Inductor's CPU vector-ISA list, one caller at a time (serving/aot_package.py)",
+    lambda: (wrap_attribute(VALID_ISAS, _one_at_a_time, sweep=True),),
+)
 
 
 def _join_probes(prober: threading.Thread | None, failed: bool) -> None:
-    """Wait for the probe thread (nothing of the build outlives it).  After a build that failed or was interrupted,
-    forget torch's ISA list: a Ctrl-C reaches the thread's probe children too, and torch counts a killed probe as
-    an ISA the CPU lacks (``check_build``), which the process would keep."""
+    """Wait for the probe thread (nothing of the build outlives it); see :func:`probes_beside` for ``failed``."""
     if prober is None or prober.ident is None:
         return
     try:
@@ -295,7 +342,7 @@ def _probe_isas() -> None:
     try:
         with torch_fixes():
             valid_vec_isa_list()
-    except Exception:  # noqa: BLE001 - see probes_read_as_built
+    except Exception:  # noqa: BLE001 - see probes_beside
         pass
 
 
