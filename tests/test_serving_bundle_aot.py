@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
+import threading
 import types
 from types import SimpleNamespace
 
@@ -132,7 +134,9 @@ def test_a_fresh_process_serves_the_package_without_dynamo_inductor_or_autotune(
         "name": "x", "dtype": "float32", "device": "cpu", "ndim": 3, "sizes": [[4, 4], [48, 56], [64, 64]],
         "symbols": x["symbols"], "strides": "contiguous",
     }  # fmt: skip
-    assert header["serving"]["aot"]["cxx"] == aot_package.cpp_compilers()[0]  # Inductor's own: its package loads
+    compilers = aot_package.cpp_compilers()
+    first = compilers[1] if len(compilers) > 1 and aot_package.links_libstdcxx_statically(compilers[0]) else compilers[0]
+    assert header["serving"]["aot"]["cxx"] == first  # Inductor's own unless passed over: its package loads
     assert header["serving"]["triton_kernels"]["carried"] == 0
 
 
@@ -526,6 +530,7 @@ def test_the_package_serves_one_call_at_a_time_from_many_threads():
 )
 def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypatch, code, limit, how):
     monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", code)
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_PRELOAD", ())  # a child that imports nothing ahead
     monkeypatch.setattr(aot_package, "LOAD_CHECK_S", limit)
     monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())  # Inductor's compiler alone (the fallbacks: below)
 
@@ -539,6 +544,52 @@ def test_a_package_a_fresh_process_cannot_load_is_never_saved(tmp_path, monkeypa
     with pytest.raises(InvalidKnobValue, match=rf"aot=True.*a fresh process can load; loading the one just built {how}{fix}"):
         ik.serving.save_serving_bundle(tmp_path / "b", model, report, aot=True, factory=lambda n: torch.randn(n, 4))
     assert not (tmp_path / "b").exists()
+
+
+def test_the_first_load_checks_child_imports_while_the_model_compiles(tmp_path, monkeypatch):
+    """The child is started before the export: a module it imports ahead marks a file, which the (faked) compile finds
+    before the package exists; a build that fails kills and reaps the child it started."""
+    marker = tmp_path / "imported"
+    (tmp_path / "mark_import.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_PRELOAD", ("mark_import",))
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", "import sys; assert open(sys.argv[1]).read() == 'package'")
+    monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())
+    seen, children = [], []
+    real_check = aot_package.LoadCheck
+
+    class LoadCheck(real_check):
+        def __init__(self, scratch):
+            super().__init__(scratch)
+            children.append(self.process)
+
+    def compile_and_package(program, package_path, inductor_configs):
+        seen.append(_wait_for(marker))  # the child's import, before the package exists
+        with open(package_path, "w") as out:
+            out.write("package")
+
+    monkeypatch.setattr(aot_package, "LoadCheck", LoadCheck)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    linear_bundle(tmp_path / "b")
+    assert seen == [True] and len(children) == 1 and children[0].returncode == 0
+
+    def fails(program, package_path, inductor_configs):
+        raise RuntimeError("the compile fails")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", fails)
+    with pytest.raises(InvalidKnobValue, match="the compile fails"):
+        linear_bundle(tmp_path / "c")
+    assert len(children) == 2 and children[1].returncode is not None  # killed and reaped, never sent a path
+
+
+def _wait_for(path, limit_s: float = 120.0) -> bool:
+    """Whether ``path`` exists within ``limit_s`` (a bound for a busy machine, not a measurement)."""
+    waited = threading.Event()
+    for _ in range(int(limit_s * 20)):
+        if path.exists():
+            return True
+        waited.wait(0.05)
+    return False
 
 
 @pytest.fixture
@@ -565,6 +616,7 @@ def compilers(tmp_path, monkeypatch):
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
     crash_unless_good = "import os, signal, sys\nif 'good' not in open(sys.argv[1]).read(): os.kill(os.getpid(), signal.SIGSEGV)"
     monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", crash_unless_good)
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_PRELOAD", ())  # a child that imports nothing ahead
     return types.SimpleNamespace(paths=paths, compiled_with=compiled_with)
 
 
@@ -621,6 +673,7 @@ def test_on_a_gpu_the_package_compiles_nothing_and_captures_one_graph_per_shape(
 def packaged(monkeypatch):
     """AOTInductor's compile faked (it records the ``inductor_configs`` it is given), the load check a child that exits 0."""
     monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", "pass")
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_PRELOAD", ())  # a child that imports nothing ahead
     monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())
     configs: list[object] = []  # the value of aot_package.MULTI_ARCH in each compile's inductor_configs
 
@@ -684,6 +737,7 @@ def test_portable_must_be_a_bool_before_anything_compiles(tmp_path, packaged):
 def build_configs(monkeypatch):
     """AOTInductor's compile faked: every ``inductor_configs`` it is given, whole; the load check a child that exits 0."""
     monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", "pass")
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_PRELOAD", ())  # a child that imports nothing ahead
     monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())
     seen: list[dict] = []
 
@@ -763,7 +817,14 @@ def isa_probes(monkeypatch, build_configs):
         finally:
             probes.calls.append(("exit", name))
 
+    class ISA:  # an ISA the CPU lists: its verdict, who computed it and under which compiler
+        def __bool__(self):
+            probes.verdicts.append((threading.current_thread().name, torch._inductor.config.cpp.cxx))
+            return True
+
+    probes.verdicts = []
     real = torch._inductor.aoti_compile_and_package
+    monkeypatch.setattr(aot_package, "_listed_isas", lambda module: [ISA(), ISA(), ISA()])
     monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", valid_vec_isa_list)
 
     def compile_and_package(*args, **kwargs):  # asks for the list at once, as AOTInductor's C++ wrapper does later
@@ -791,10 +852,18 @@ def test_the_aot_build_probes_the_cpus_isas_on_a_thread_it_joins(tmp_path, isa_p
     assert isa_probes.beside()[0] >= 2  # the thread's own hold of torch's fixes, beside the build's
     assert not _probe_thread_alive()  # joined before save returned
     # The build's own call waited for the thread's instead of probing beside it (torch's cache has no lock).
-    thread = isa_probes.calls.index(("enter", aot_package.PROBE_THREAD))
-    waited = [("enter", aot_package.PROBE_THREAD), ("compile", ""), ("exit", aot_package.PROBE_THREAD)]
-    assert isa_probes.calls[thread : thread + 4] == [*waited, ("enter", "MainThread")]
-    assert aot_package.ONE_ISA_LIST.users == 0
+    calls = [call for call in isa_probes.calls if call[0] != "compile"]
+    thread = calls.index(("enter", aot_package.PROBE_THREAD))
+    assert calls[thread : thread + 3] == [
+        ("enter", aot_package.PROBE_THREAD),
+        ("exit", aot_package.PROBE_THREAD),
+        ("enter", "MainThread"),
+    ]
+    assert aot_package.ISA_LIST_AFTER_PROBES.users == 0
+    # Each ISA's verdict on the thread's pool, before the thread asked for the list.
+    assert len(isa_probes.verdicts) == 3 and all(
+        name.startswith(aot_package.PROBE_THREAD + "_") for name, _ in isa_probes.verdicts
+    )
 
 
 def test_the_probe_thread_reads_the_config_the_build_reads(tmp_path, isa_probes, fresh_inductor):
@@ -846,6 +915,7 @@ def test_the_probes_use_the_compiler_the_build_uses_where_inductors_is_passed_ov
     before = torch._inductor.config.cpp.cxx
     aot_options_bundle(tmp_path / "b", None)
     assert [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD] == [(gpp,)]
+    assert [cxx for _, cxx in isa_probes.verdicts] == [(gpp,)] * 3  # the pool's threads too
     assert torch._inductor.config.cpp.cxx == before  # patched for the build only
 
 
@@ -904,6 +974,7 @@ def compile_sees(monkeypatch):
     """AOTInductor's compile faked: it records the example batch size the export traced at and the lookup table the
     knobs set in Inductor's config around it; the load check a child that exits 0."""
     monkeypatch.setattr(aot_package, "LOAD_CHECK_CODE", "pass")
+    monkeypatch.setattr(aot_package, "LOAD_CHECK_PRELOAD", ())  # a child that imports nothing ahead
     monkeypatch.setattr(aot_package, "FALLBACK_CXX", ())
     seen: list[tuple[int, object]] = []
 

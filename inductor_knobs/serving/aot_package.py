@@ -22,6 +22,7 @@ apply to the autotuning AOTInductor runs at build time.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
 import inspect
@@ -169,7 +170,9 @@ def build(
     if ours:
         configs[MULTI_ARCH] = True
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
+    checks: list[LoadCheck] = []  # each one closed below; the first imports torch while the model compiles
     try:
+        checks.append(LoadCheck(scratch))
         path = os.path.join(scratch, "model.pt2")
         tried: list[tuple[str, LoadFailure]] = []
         with KnobsContext(knobs, source=label):
@@ -212,7 +215,9 @@ def build(
                     finally:
                         seconds["compile"] += time.perf_counter() - started
                     started = time.perf_counter()
-                    failure = load_failure(path)
+                    if checks[-1].sent:  # one package per child: the next compiler's gets a new one
+                        checks.append(LoadCheck(scratch))
+                    failure = checks[-1].failure(path)
                     seconds["load_check"] += time.perf_counter() - started
                     if failure is None:
                         with open(path, "rb") as src:
@@ -225,7 +230,11 @@ def build(
                         break
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            for check in checks:
+                check.close()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 #: Inductor's list of the CPU's usable vector ISAs, cached for the process (torch 2.5-2.15 ``cpu_vec_isa.py``).
@@ -253,21 +262,24 @@ def probes_beside(reads: Mapping[str, Any] | None) -> Iterator[None]:
     ``reads`` (the build's first compile's ``inductor_configs``); nothing where ``reads`` is None.
 
     AOTInductor's C++ wrapper asks for the list (``pick_vec_isa``) only when it compiles, after the model's kernels;
-    on an empty Inductor cache the list takes one C++ dry compile and one child load per ISA the CPU lists, and
-    torch caches it for the process (``functools.cache``) whichever call comes first.  For the block:
+    on an empty Inductor cache the list takes, one ISA after another, a C++ dry compile and a child load per ISA the
+    CPU lists (``VecISA.check_build``, each verdict cached per ISA), and torch caches the list for the process
+    (``functools.cache``) whichever call comes first.  For the block:
 
     - ``reads`` is patched into Inductor's config (``config.patch``; per thread on torch 2.12+, process-wide before,
       as the build's compile patches it) and the thread runs in a copy of this context, so it probes with the
       compiler and flags the build's first compile uses (its ``cpp.cxx`` set where Inductor's own is passed over);
-    - :data:`VALID_ISAS` is wrapped so that one call computes at a time (:data:`ONE_ISA_LIST`): the build's own
-      call waits for the thread's and reads torch's cache instead of probing beside it;
+    - the thread checks the ISAs the list would check (:func:`_listed_isas`) at once, on a pool of threads each in
+      a copy of its context (each ISA's dry compile has its own file lock in torch), and then asks for the list,
+      which reads the verdicts torch cached;
+    - :data:`VALID_ISAS` is wrapped (:data:`ISA_LIST_AFTER_PROBES`): a call from any other thread waits for the
+      probe threads and reads torch's cache instead of probing beside them;
     - the thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's own call
       raises what torch raises.
 
     The thread is joined before the block exits.  After a block that failed or was interrupted torch's ISA verdicts
     are forgotten (:func:`_forget_isa_verdicts`): a Ctrl-C reaches the probes' children too, and torch counts a
-    killed probe as an ISA the CPU lacks.  Measured: the Llama bundle's first build after the warm-up, 54.8 s
-    without a thread, 30.3 s with one (an H200 host, torch 2.11.0 with the probe fix; docs/serving.md).
+    killed probe as an ISA the CPU lacks.  Measured: docs/serving.md ("The CPU's vector-ISA probes").
 
     Args:
         reads (Mapping[str, Any] | None): Inductor config keys -> values (checked by the build), or None.
@@ -283,30 +295,41 @@ def probes_beside(reads: Mapping[str, Any] | None) -> Iterator[None]:
     holder = object()
     prober: threading.Thread | None = None
     try:  # acquire inside: an interrupt after it installed and counted the holder still releases it
-        ONE_ISA_LIST.acquire(holder)
+        ISA_LIST_AFTER_PROBES.acquire(holder)
         with config.patch(dict(reads)):
             try:
                 prober = threading.Thread(target=contextvars.copy_context().run, args=(_probe_isas,), name=PROBE_THREAD)
                 prober.daemon = True
+                _PROBERS.add(prober)
                 prober.start()
                 yield
             finally:
                 _join_probes(prober, failed=sys.exc_info()[0] is not None)
     finally:
-        ONE_ISA_LIST.release(holder)
+        try:
+            if prober is not None:
+                _PROBERS.discard(prober)
+        finally:
+            ISA_LIST_AFTER_PROBES.release(holder)
 
 
-def _one_at_a_time(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    with _ISA_LIST_LOCK:  # re-entrant: a probe that asked for the list again would not deadlock
-        return wrapped(*args, **kwargs)
+#: The probe threads running (:func:`probes_beside`), which a call of :data:`VALID_ISAS` from elsewhere waits for.
+_PROBERS: set[threading.Thread] = set()
 
 
-_ISA_LIST_LOCK = threading.RLock()
-#: Inductor's ISA list computed by one caller at a time while an AOT build probes beside itself (module globals bound
-#: to the function by name are rebound too).
-ONE_ISA_LIST = SharedPatch(
-    "Inductor's CPU vector-ISA list, one caller at a time (serving/aot_package.py)",
-    lambda: (wrap_attribute(VALID_ISAS, _one_at_a_time, sweep=True),),
+def _after_the_probes(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if not threading.current_thread().name.startswith(PROBE_THREAD):  # a probe thread, or one of its pool, goes on
+        for prober in list(_PROBERS):
+            if prober.is_alive():
+                prober.join()
+    return wrapped(*args, **kwargs)
+
+
+#: Inductor's ISA list, asked for while an AOT build probes beside itself: computed after the probe threads (module
+#: globals bound to the function by name are rebound too).
+ISA_LIST_AFTER_PROBES = SharedPatch(
+    "Inductor's CPU vector-ISA list after the AOT build's probes (serving/aot_package.py)",
+    lambda: (wrap_attribute(VALID_ISAS, _after_the_probes, sweep=True),),
 )
 
 
@@ -322,6 +345,35 @@ def _join_probes(prober: threading.Thread | None, failed: bool) -> None:
         _forget_isa_verdicts()
 
 
+def _listed_isas(cpu_vec_isa: Any) -> list[Any]:
+    """The ISAs ``valid_vec_isa_list`` checks on this CPU: on x86, each of ``supported_vec_isa_list`` whose flags
+    ``x86_isa_checker`` lists (torch 2.5-2.15 ``cpu_vec_isa.py``); [] elsewhere (one ISA, from torch's capabilities)."""
+    import platform
+
+    listed = getattr(cpu_vec_isa, "supported_vec_isa_list", None)
+    checker = getattr(cpu_vec_isa, "x86_isa_checker", None)
+    if platform.machine() not in ("x86_64", "AMD64") or listed is None or checker is None:
+        return []
+    flags = checker()
+    return [isa for isa in listed if all(flag in flags for flag in str(isa).split())]
+
+
+def _probe_isas() -> None:
+    from torch._inductor import cpu_vec_isa
+
+    try:
+        with torch_fixes():
+            isas = _listed_isas(cpu_vec_isa)
+            if len(isas) > 1:  # each ISA's verdict at once; the list then reads them
+                workers = min(len(isas), os.cpu_count() or 1)
+                with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=PROBE_THREAD) as pool:
+                    for isa in isas:
+                        pool.submit(contextvars.copy_context().run, bool, isa)  # a verdict that raises: the list's call
+            cpu_vec_isa.valid_vec_isa_list()
+    except Exception:  # noqa: BLE001 - see probes_beside
+        pass
+
+
 def _forget_isa_verdicts() -> None:
     """Clear torch's caches of ISA verdicts: ``valid_vec_isa_list`` and each ``VecISA`` class's cached
     ``__bool__`` (``functools.cache`` on the methods, torch 2.5-2.15 ``cpu_vec_isa.py``)."""
@@ -334,16 +386,6 @@ def _forget_isa_verdicts() -> None:
         for member in list(vars(cls).values()):
             getattr(member, "cache_clear", lambda: None)()
     getattr(cpu_vec_isa.valid_vec_isa_list, "cache_clear", lambda: None)()
-
-
-def _probe_isas() -> None:
-    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
-
-    try:
-        with torch_fixes():
-            valid_vec_isa_list()
-    except Exception:  # noqa: BLE001 - see probes_beside
-        pass
 
 
 #: Inductor keys the build itself owns: ``aoti_compile_and_package`` forces ``aot_inductor.package`` and refuses an
@@ -592,40 +634,101 @@ def load_failure(path: str) -> LoadFailure | None:
     torch's dynamic libstdc++ died of SIGSEGV in ``std::regex`` (``parse_device_str``, the
     ``AOTInductorModel`` constructor), for a package torch alone built as much as for ours.  The same
     package built with ``CXX=/usr/bin/g++`` (dynamic libstdc++) loaded.  A crash cannot be caught in the
-    process that loads, so the check runs in a child that loads it as a serving process does (:func:`load_file`),
-    a few seconds beside the build's minutes.  The child runs in the package's directory with its
-    temporary directory there (the loader unpacks into it, and a crash leaves what it unpacked: the
-    build's scratch directory is removed after), and its weights take GPU memory beside this process's,
-    whose cached free blocks are released first (``torch.cuda.empty_cache``).
+    process that loads, so the check runs in a child that loads it as a serving process does (:func:`load_file`):
+    a :class:`LoadCheck` started now (:func:`build` starts its first one before the export, so that the child's
+    imports overlap the compile).
 
     Returns:
         LoadFailure | None: None when the child loaded the package, else how it failed (died of a signal,
         raised, or ran past ``LOAD_CHECK_S`` seconds) and its last words.
     """
-    import torch
-
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    scratch = os.path.dirname(path)
-    env = {**os.environ, **dict.fromkeys(("TMPDIR", "TEMP", "TMP"), scratch)}
-    # The child imports this package (LOAD_CHECK_CODE) from wherever this process found it, also when that was
-    # a sys.path entry this process added itself rather than an installed package.
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-c", LOAD_CHECK_CODE, path]
+    check = LoadCheck(os.path.dirname(path))
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, errors="replace", timeout=LOAD_CHECK_S, cwd=scratch, env=env
+        return check.failure(path)
+    finally:
+        check.close()
+
+
+#: What the load check's child imports before it is sent a package's path (the seconds of a fresh process).
+LOAD_CHECK_PRELOAD: tuple[str, ...] = ("torch", "inductor_knobs.serving.aot_package")
+#: The load check's child: imports ``argv[2:]``, reads a path from stdin, then runs ``argv[1]`` (LOAD_CHECK_CODE)
+#: as ``python -c LOAD_CHECK_CODE path`` would.
+_LOAD_CHECK_RUNNER = (
+    "import importlib, sys\n"
+    "code, preload = sys.argv[1], sys.argv[2:]\n"
+    "for name in preload:\n"
+    "    importlib.import_module(name)\n"
+    "path = sys.stdin.readline().rstrip('\\n')\n"
+    "if not path:\n"  # the build's process went away before it sent one
+    "    sys.exit(0)\n"
+    "sys.argv[1:] = [path]\n"
+    "exec(compile(code, '<load check>', 'exec'), {'__name__': '__main__'})\n"
+)
+
+
+class LoadCheck:
+    """A fresh process that loads one package (:data:`LOAD_CHECK_CODE`), started before the package exists.
+
+    It imports :data:`LOAD_CHECK_PRELOAD` at once and then waits for the package's path on stdin, so that its
+    imports (4-5 s on the H200 host) run beside the build's compile.  The child runs in ``scratch`` with its
+    temporary directory there (the loader unpacks into it, and a crash leaves what it unpacked: the build's
+    scratch directory is removed after), and its weights take GPU memory beside this process's, whose cached
+    free blocks are released first (``torch.cuda.empty_cache``).  :meth:`close` kills a child not yet done.
+
+    Args:
+        scratch (str): the directory the package will be written to.
+    """
+
+    def __init__(self, scratch: str) -> None:
+        env = {**os.environ, **dict.fromkeys(("TMPDIR", "TEMP", "TMP"), scratch)}
+        # The child imports this package (LOAD_CHECK_CODE) from wherever this process found it, also when that was
+        # a sys.path entry this process added itself rather than an installed package.
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+        command = [sys.executable, "-c", _LOAD_CHECK_RUNNER, LOAD_CHECK_CODE, *LOAD_CHECK_PRELOAD]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            cwd=scratch,
+            env=env,
         )
-    except subprocess.TimeoutExpired as err:  # its stderr so far: bytes (or None), not decoded on a timeout
-        said = err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else str(err.stderr or "")
-        return LoadFailure(f"did not finish in {LOAD_CHECK_S} s", " ".join(said.split()[-60:]), crashed=False, retry=False)
-    if done.returncode == 0:
-        return None
-    crashed = done.returncode < 0
-    how = f"died of signal {-done.returncode}" if crashed else f"exited with status {done.returncode}"
-    words = " ".join(done.stderr.split()[-60:])
-    return LoadFailure(how, words, crashed=crashed, retry="out of memory" not in words.lower())
+        self.sent = False  # a path was sent: the child is used
+
+    def failure(self, path: str) -> LoadFailure | None:
+        """Send ``path`` and wait (at most ``LOAD_CHECK_S`` seconds) for the child to load it.
+
+        Returns:
+            LoadFailure | None: as :func:`load_failure`.
+        """
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        self.sent = True
+        try:
+            _, said = self.process.communicate(path + "\n", timeout=LOAD_CHECK_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            _, said = self.process.communicate()
+            words = " ".join(str(said).split()[-60:])
+            return LoadFailure(f"did not finish in {LOAD_CHECK_S} s", words, crashed=False, retry=False)
+        code = self.process.returncode
+        if code == 0:
+            return None
+        crashed = code < 0
+        how = f"died of signal {-code}" if crashed else f"exited with status {code}"
+        words = " ".join(str(said).split()[-60:])
+        return LoadFailure(how, words, crashed=crashed, retry="out of memory" not in words.lower())
+
+    def close(self) -> None:
+        """Kill the child unless it has exited, and reap it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
 
 
 def check_loads(label: str, path: str) -> None:
@@ -886,7 +989,9 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
     """
 
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
+    checks: list[LoadCheck] = []  # each one closed below; the first imports torch while the model compiles
     try:
+        checks.append(LoadCheck(scratch))
         path = os.path.join(scratch, "model.pt2")
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
