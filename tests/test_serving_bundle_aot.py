@@ -772,6 +772,20 @@ def test_aot_options_reach_the_aot_compile_only_over_the_mode_and_are_recorded(t
     assert build_configs[0]["coordinate_descent_tuning"] is True and header["serving"]["aot"]["options"] == {}
 
 
+HAS_PCH = aot_package.PRECOMPILED_HEADERS in torch_compat.installed().config_keys(torch._inductor.config)
+
+
+@pytest.mark.skipif(not HAS_PCH, reason=f"torch {torch.__version__} has no {aot_package.PRECOMPILED_HEADERS}")
+def test_the_aot_build_makes_no_precompiled_header_unless_asked(tmp_path, build_configs, fresh_inductor):
+    header = aot_options_bundle(tmp_path / "b", None)
+    assert build_configs[-1][aot_package.PRECOMPILED_HEADERS] is False and header["serving"]["aot"]["options"] == {}
+    aot_options_bundle(tmp_path / "c", {aot_package.PRECOMPILED_HEADERS: True})  # the user's choice stands
+    assert build_configs[-1][aot_package.PRECOMPILED_HEADERS] is True
+    aot_options_bundle(tmp_path / "d", None, knobs=ik.Knobs(config={aot_package.PRECOMPILED_HEADERS: True}))
+    assert aot_package.PRECOMPILED_HEADERS not in build_configs[-1]  # a knob sets it inside the compile
+    assert torch._inductor.config.aot_inductor.precompile_headers is True  # nothing of the build stays set
+
+
 def test_the_aot_build_holds_torchs_fixes_and_releases_them(tmp_path, build_configs, fresh_inductor, monkeypatch):
     from inductor_knobs.serving import torch_fixes
 
