@@ -32,6 +32,7 @@ PACKAGE_FILES = (
     "inductor_knobs/serving/per_bucket.py",
     "inductor_knobs/serving/stalls.py",
     "inductor_knobs/serving/torch_fixes.py",
+    "inductor_knobs/serving/aot_package.py",
     *(f"patches/torch_2_{minor}.py" for minor in (4, 6, 7, 8, 12, 15)),
     *(f"patches/{name}.py" for name in PATCHES),
 )

@@ -559,8 +559,8 @@ def test_the_first_load_checks_child_imports_while_the_model_compiles(tmp_path, 
     real_check = aot_package.LoadCheck
 
     class LoadCheck(real_check):
-        def __init__(self, scratch):
-            super().__init__(scratch)
+        def __init__(self, scratch, into):
+            super().__init__(scratch, into)
             children.append(self.process)
 
     def compile_and_package(program, package_path, inductor_configs):
@@ -772,6 +772,14 @@ def test_aot_options_reach_the_aot_compile_only_over_the_mode_and_are_recorded(t
     assert build_configs[0]["coordinate_descent_tuning"] is True and header["serving"]["aot"]["options"] == {}
 
 
+def test_loading_a_package_starts_no_load_check(built_aot, monkeypatch):
+    started = []
+    monkeypatch.setattr(aot_package.LoadCheck, "__init__", lambda self, *args: started.append(args))
+    header, payload = compile_cache.read_file(str(built_aot), False, "test")
+    aot_package.load("test", payload, header["serving"]["aot"]["inputs"])
+    assert started == []
+
+
 HAS_PCH = aot_package.PRECOMPILED_HEADERS in torch_compat.installed().config_keys(torch._inductor.config)
 
 
@@ -784,6 +792,9 @@ def test_the_aot_build_makes_no_precompiled_header_unless_asked(tmp_path, build_
     aot_options_bundle(tmp_path / "d", None, knobs=ik.Knobs(config={aot_package.PRECOMPILED_HEADERS: True}))
     assert aot_package.PRECOMPILED_HEADERS not in build_configs[-1]  # a knob sets it inside the compile
     assert torch._inductor.config.aot_inductor.precompile_headers is True  # nothing of the build stays set
+    with torch._inductor.config.patch({aot_package.PRECOMPILED_HEADERS: True}):  # the process's own choice stands
+        aot_options_bundle(tmp_path / "e", None)
+    assert aot_package.PRECOMPILED_HEADERS not in build_configs[-1]
 
 
 def test_the_aot_build_holds_torchs_fixes_and_releases_them(tmp_path, build_configs, fresh_inductor, monkeypatch):
@@ -827,9 +838,13 @@ def isa_probes(monkeypatch, build_configs):
                 threading.Event().wait(0.3)
                 if probes.fails:
                     raise RuntimeError("a probe that raises")
+            probes.listed += compiling.is_set()  # torch's cache holds what the build computed (not the warm-up's)
             return []
         finally:
             probes.calls.append(("exit", name))
+
+    valid_vec_isa_list.cache_info = lambda: SimpleNamespace(currsize=min(probes.listed, 1))  # functools.cache's
+    probes.listed = 0
 
     class ISA:  # an ISA the CPU lists: its verdict, who computed it and under which compiler
         def __bool__(self):
@@ -873,11 +888,11 @@ def test_the_aot_build_probes_the_cpus_isas_on_a_thread_it_joins(tmp_path, isa_p
         ("exit", aot_package.PROBE_THREAD),
         ("enter", "MainThread"),
     ]
-    assert aot_package.ISA_LIST_AFTER_PROBES.users == 0
-    # Each ISA's verdict on the thread's pool, before the thread asked for the list.
-    assert len(isa_probes.verdicts) == 3 and all(
-        name.startswith(aot_package.PROBE_THREAD + "_") for name, _ in isa_probes.verdicts
-    )
+    assert aot_package.ISA_LIST_AT_ONCE.users == 0
+    # Each ISA's verdict at once on a pool before torch's list reads it; again for the build's own call where the
+    # thread's raised (torch cached no list).
+    pool = [name for name, _ in isa_probes.verdicts if name.startswith(aot_package.PROBE_THREAD + "_")]
+    assert len(pool) == len(isa_probes.verdicts) == (6 if fails else 3)
 
 
 def test_the_probe_thread_reads_the_config_the_build_reads(tmp_path, isa_probes, fresh_inductor):
@@ -898,14 +913,75 @@ def test_a_failed_build_forgets_torchs_isa_verdicts(tmp_path, isa_probes, fresh_
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", fails)
     with pytest.raises(InvalidKnobValue, match="the compile fails"):
         aot_options_bundle(tmp_path / "failed", None)
-    assert forgotten == [True] and not _probe_thread_alive()  # a Ctrl-C reaches the probes' children too
+    assert forgotten and not _probe_thread_alive()  # a Ctrl-C reaches the probes' children too (the thread or the join)
 
 
 @pytest.mark.parametrize("key", ["cpp.vec_isa_ok", "aot_inductor.debug_compile"])
 def test_no_isa_probes_beside_a_build_whose_knobs_set_what_they_read(tmp_path, isa_probes, fresh_inductor, key):
-    assert not aot_package.probes_read_as_built({key})  # knobs apply inside Inductor's compile, not on the thread
+    assert aot_package.probe_reads({}, {key}) is None  # knobs apply inside Inductor's compile, not on the thread
     aot_options_bundle(tmp_path / "b", None, knobs=ik.Knobs(config={key: True}))
     assert isa_probes.beside() == [] and not _probe_thread_alive()
+
+
+def test_where_config_is_process_wide_the_thread_probes_only_what_it_need_not_set(monkeypatch):
+    """torch < 2.12: the thread cannot set a value for itself alone, so it probes only where the build's probe keys
+    hold their live values (the build's own call then probes, every ISA at once, under the compile's config)."""
+    patches = torch_compat.installed()
+    monkeypatch.setattr(type(patches), "config_is_thread_local", False)
+    live = torch._inductor.config.cpp.cxx
+    build_only = {aot_package.PRECOMPILED_HEADERS: False, aot_package.MULTI_ARCH: True}  # the probes read neither
+    assert aot_package.probe_reads({"max_autotune": True, "cpp.cxx": live, **build_only}, set()) == {}
+    assert aot_package.probe_reads({"cpp.cxx": ("/usr/bin/some-other-g++",)}, set()) is None
+    monkeypatch.setattr(type(patches), "config_is_thread_local", True)
+    assert aot_package.probe_reads({"max_autotune": True, "cpp.cxx": ("x",)}, set()) == {"cpp.cxx": ("x",)}
+
+
+@pytest.mark.skipif(not aot_package.present(aot_package.VALID_ISAS), reason="this torch has no valid_vec_isa_list")
+def test_the_isas_probed_at_once_are_those_torchs_list_checks():
+    from torch._inductor import cpu_vec_isa
+
+    aot_package._forget_isa_verdicts()
+    try:
+        with torch._inductor.config.patch({"cpp.vec_isa_ok": True}):  # every verdict True without a dry compile
+            assert aot_package._listed_isas(cpu_vec_isa) in ([], cpu_vec_isa.valid_vec_isa_list())
+    finally:
+        aot_package._forget_isa_verdicts()
+
+
+def test_a_block_that_succeeds_inside_an_except_keeps_torchs_isa_verdicts(monkeypatch):
+    forgotten = []
+    monkeypatch.setattr(aot_package, "_forget_isa_verdicts", lambda: forgotten.append(True))
+    monkeypatch.setattr(aot_package, "_probe_isas", lambda reads, ended, kept: None)
+    try:
+        raise ValueError("handled by the caller")
+    except ValueError:
+        with aot_package.ProbesBeside({}):
+            pass
+    assert forgotten == []
+    with pytest.raises(RuntimeError), aot_package.ProbesBeside({}):
+        raise RuntimeError("the build fails")
+    assert forgotten == [True]
+
+
+def test_the_probes_beside_a_build_leave_nothing_behind_when_interrupted_at_any_line(monkeypatch):
+    from interrupting import interrupt_every_line
+    from torch._inductor import cpu_vec_isa
+
+    def listed():
+        threading.Event().wait(0.05)  # still probing when the block exits
+        return []
+
+    listed.cache_info = lambda: SimpleNamespace(currsize=0)
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", listed)
+    monkeypatch.setattr(aot_package, "_listed_isas", lambda module: [])
+
+    def state():
+        alive = [t for t in threading.enumerate() if t.name.startswith(aot_package.PROBE_THREAD)]
+        listing = cpu_vec_isa.valid_vec_isa_list is listed
+        users = aot_package.ISA_LIST_AT_ONCE.users
+        return {"users": users, "listed": listing, "probers": len(aot_package._PROBERS), "alive": alive}
+
+    print(interrupt_every_line(lambda: aot_package.ProbesBeside({}), state, "ProbesBeside"))
 
 
 def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fresh_inductor):

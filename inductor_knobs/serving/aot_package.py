@@ -23,7 +23,6 @@ apply to the autotuning AOTInductor runs at build time.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import contextvars
 import inspect
 import operator
@@ -35,11 +34,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import InvalidKnobValue, NotSupportedOnThisTorch, torch_version
-from ..ext import SharedPatch, config_values, present, torch_compat, wrap_attribute
+from ..ext import SAFE_EXIT, SharedPatch, config_values, present, torch_compat, wrap_attribute
 from .errors import BundleInputRefused, CompileCacheRefused
 from .signature import as_call
 from .torch_fixes import torch_fixes
@@ -104,9 +103,9 @@ def build(
     compiler goes last instead when it links libstdc++ statically into shared libraries
     (:func:`links_libstdcxx_statically`): its packages crash at load, and each build is a whole compile of the model.
 
-    Where the installed torch has :data:`PRECOMPILED_HEADERS` and neither the ``ik.compile`` options, the knobs nor
-    ``options`` set it, it is False in ``inductor_configs``: a bundle is built once in a cache, where making the header
-    costs more than it saves (the package's code is the same either way).
+    Where the installed torch has :data:`PRECOMPILED_HEADERS` and neither the ``ik.compile`` options, the knobs,
+    ``options`` nor this process's config set it, it is False in ``inductor_configs``: a bundle is built once in a
+    cache, where making the header costs more than it saves (the package's code is the same either way).
 
     With ``portable``, where the installed torch has :data:`MULTI_ARCH` and neither the ``ik.compile`` options nor
     the knobs set it, it is True in ``inductor_configs``: each CUDA kernel is packaged as a fatbin of PTX and SASS
@@ -181,14 +180,15 @@ def build(
     if ours:
         configs[MULTI_ARCH] = True
     if PRECOMPILED_HEADERS in patches.config_keys(inductor_config) and PRECOMPILED_HEADERS not in {*configs, *own}:
-        configs[PRECOMPILED_HEADERS] = False  # a build in a cache without the header: seconds saved, not spent
+        if not _set_here(inductor_config, PRECOMPILED_HEADERS):  # a process that set it keeps its choice
+            configs[PRECOMPILED_HEADERS] = False  # a build in a cache without the header: seconds saved, not spent
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     checks: list[LoadCheck] = []  # each one closed below; the first imports torch while the model compiles
     try:
-        checks.append(LoadCheck(scratch))
         path = os.path.join(scratch, "model.pt2")
         tried: list[tuple[str, LoadFailure]] = []
         with KnobsContext(knobs, source=label):
+            LoadCheck(scratch, checks)  # in the knobs: the child sees the environment they set
             # cpp.cxx in the ik.compile options is the user's choice: built with it alone, as torch would; so is a
             # host where no compiler is found (torch's compile then says so).
             compilers: list[str | None] = [] if "cpp.cxx" in configs else list(cpp_compilers())
@@ -196,7 +196,7 @@ def build(
             if passed_over:  # its packages crash at load
                 compilers = [*compilers[1:], compilers[0]]
             first = {**configs, **({"cpp.cxx": (compilers[0],)} if compilers else {})}  # the first compile's config
-            with probes_beside(first if probes_read_as_built(own) else None):
+            with ProbesBeside(probe_reads(first, own)):
                 started = time.perf_counter()
                 try:
                     program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
@@ -229,7 +229,7 @@ def build(
                         seconds["compile"] += time.perf_counter() - started
                     started = time.perf_counter()
                     if checks[-1].sent:  # one package per child: the next compiler's gets a new one
-                        checks.append(LoadCheck(scratch))
+                        LoadCheck(scratch, checks)
                     failure = checks[-1].failure(path)
                     seconds["load_check"] += time.perf_counter() - started
                     if failure is None:
@@ -244,10 +244,19 @@ def build(
         raise _invalid(label, "aot", True, _load_message(tried))
     finally:
         try:
-            for check in checks:
-                check.close()
+            _close_all(checks)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _set_here(cfg: Any, key: str) -> bool:
+    """Whether this process (or, on torch 2.12+, this thread) set Inductor config ``key`` itself (an assignment or a
+    ``config.patch``) rather than reading its default: the entry's ``user_override`` is not torch's unset sentinel
+    (``utils/_config_module.py``, 2.6+); True where that cannot be told."""
+    from torch.utils import _config_module
+
+    unset = getattr(_config_module, "_UNSET_SENTINEL", None)
+    return unset is None or torch_compat.installed().read_override(cfg, key) is not unset
 
 
 #: Inductor's list of the CPU's usable vector ISAs, cached for the process (torch 2.5-2.15 ``cpu_vec_isa.py``).
@@ -256,106 +265,138 @@ VALID_ISAS = "torch._inductor.cpu_vec_isa:valid_vec_isa_list"
 PROBE_THREAD = "inductor_knobs ISA probes"
 
 
-def probes_read_as_built(knob_keys: Iterable[str]) -> bool:
-    """Whether Inductor's CPU vector-ISA probes, run on a thread beside an AOT build (:func:`probes_beside`), read
-    what the build's own call would: the compiled model's knobs (``knob_keys``: the Inductor config keys they set)
-    set no key the probes' C++ compile reads (``cpp.*``, ``cpp_cache_precompile_headers``, ``aot_inductor.*``:
-    ``cpp_builder.py``, torch 2.13; knobs take effect inside Inductor's compile, which the thread is not in), and
-    torch has the list (:data:`VALID_ISAS`, 2.5+).
+def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str, Any] | None:
+    """What a thread beside an AOT build applies to Inductor's config so that the CPU vector-ISA probes it runs
+    (:class:`ProbesBeside`) read what the build's own call would, or None where no thread may probe.
+
+    The probes' C++ compile reads ``cpp.*``, ``cpp_cache_precompile_headers`` and ``aot_inductor.*`` keys
+    (``cpp_builder.py``, torch 2.13; not :data:`PRECOMPILED_HEADERS` nor :data:`MULTI_ARCH`, which the wrapper's
+    compile and the packaging read); the returned mapping is those of ``first`` (the build's first compile's
+    ``inductor_configs``, its ``cpp.cxx`` set where Inductor's own compiler is passed over).  None where torch has no
+    list (:data:`VALID_ISAS`, 2.5+), where the model's knobs set such a key (``knob_keys``: knobs act inside
+    Inductor's compile, which the thread is not in), and, where Inductor's config is process-wide (torch < 2.12),
+    where a value differs from the live one: the thread could not apply it for itself alone.
 
     Returns:
-        bool: True where a thread may probe.
+        dict[str, Any] | None: the keys and values the thread applies (per thread: ``config.patch``), or None.
     """
-    return not any(key.startswith(("cpp", "aot_inductor.")) for key in knob_keys) and present(VALID_ISAS)
+    if any(_read_by_probes(key) for key in knob_keys) or not present(VALID_ISAS):
+        return None
+    reads = {key: value for key, value in first.items() if _read_by_probes(key)}
+    patches = torch_compat.installed()
+    if patches.config_is_thread_local or not reads:
+        return reads
+    from torch._inductor import config
+
+    live = {key: patches.read_value(config, key) for key in reads}
+    return {} if all(live[key] == value for key, value in reads.items()) else None
 
 
-@contextlib.contextmanager
-def probes_beside(reads: Mapping[str, Any] | None) -> Iterator[None]:
-    """Compute Inductor's CPU vector-ISA list on a thread beside the block (an AOT build's export and compiles), under
-    ``reads`` (the build's first compile's ``inductor_configs``); nothing where ``reads`` is None.
+def _read_by_probes(key: str) -> bool:
+    """The C++ keys (``cpp_builder.py``, 2.13), less those only the wrapper's and the package's steps read."""
+    return key.startswith(("cpp.", "cpp_cache_precompile_headers", "aot_inductor.")) and key not in _WRAPPER_ONLY
+
+
+#: Keys the build sets that AOTInductor's wrapper compile and packaging read (``codecache.py``), not the probes'.
+_WRAPPER_ONLY = (PRECOMPILED_HEADERS, MULTI_ARCH)
+
+
+class ProbesBeside:
+    """Hold :data:`ISA_LIST_AT_ONCE` for the block (an AOT build's export and compiles) and, unless ``reads`` is None,
+    compute Inductor's CPU vector-ISA list on a thread beside it, under ``reads`` (:func:`probe_reads`).
 
     AOTInductor's C++ wrapper asks for the list (``pick_vec_isa``) only when it compiles, after the model's kernels;
     on an empty Inductor cache the list takes, one ISA after another, a C++ dry compile and a child load per ISA the
-    CPU lists (``VecISA.check_build``, each verdict cached per ISA), and torch caches the list for the process
-    (``functools.cache``) whichever call comes first.  For the block:
+    CPU lists (``VecISA.check_build``; each verdict cached per ISA), and torch caches the list for the process
+    (``functools.cache``) whichever call comes first.  The thread applies ``reads`` in its own context
+    (``config.patch``, per thread on torch 2.12+; on older torch ``reads`` is empty) and asks for the list, which
+    :data:`ISA_LIST_AT_ONCE` computes with every verdict at once; a call from another thread waits for it and reads
+    torch's cache.  The thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's
+    own call raises what torch raises.
 
-    - ``reads`` is patched into Inductor's config (``config.patch``; per thread on torch 2.12+, process-wide before,
-      as the build's compile patches it) and the thread runs in a copy of this context, so it probes with the
-      compiler and flags the build's first compile uses (its ``cpp.cxx`` set where Inductor's own is passed over);
-    - the thread checks the ISAs the list would check (:func:`_listed_isas`) at once, on a pool of threads each in
-      a copy of its context (each ISA's dry compile has its own file lock in torch), and then asks for the list,
-      which reads the verdicts torch cached;
-    - :data:`VALID_ISAS` is wrapped (:data:`ISA_LIST_AFTER_PROBES`): a call from any other thread waits for the
-      probe threads and reads torch's cache instead of probing beside them;
-    - the thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's own call
-      raises what torch raises.
-
-    The thread is joined before the block exits.  After a block that failed or was interrupted torch's ISA verdicts
-    are forgotten (:func:`_forget_isa_verdicts`): a Ctrl-C reaches the probes' children too, and torch counts a
-    killed probe as an ISA the CPU lacks.  Measured: docs/serving.md ("The CPU's vector-ISA probes").
+    The exit joins the thread and releases the wrapper; every step of it is idempotent, so an exit an interrupt cut
+    short finishes when run again (as a second ``with`` unwinding runs it).  After a block that failed, or whose exit
+    was interrupted, torch's ISA verdicts are forgotten (:func:`_forget_isa_verdicts`), also by the thread itself
+    where it ends after the block: a Ctrl-C reaches the probes' children too, and torch counts a killed probe as an
+    ISA the CPU lacks.  Measured: docs/serving.md ("The CPU's vector-ISA probes").
 
     Args:
-        reads (Mapping[str, Any] | None): Inductor config keys -> values (checked by the build), or None.
+        reads (Mapping[str, Any] | None): Inductor config keys -> values for the thread, or None (no thread).
 
     Raises:
-        Whatever the block raises; a failure to install the wrapper (nothing is left installed then).
+        On enter, a failure to install the wrapper (nothing is left installed then).
     """
-    if reads is None:
-        yield
-        return
-    from torch._inductor import config
 
-    holder = object()
-    prober: threading.Thread | None = None
-    try:  # acquire inside: an interrupt after it installed and counted the holder still releases it
-        ISA_LIST_AFTER_PROBES.acquire(holder)
-        with config.patch(dict(reads)):
-            try:
-                prober = threading.Thread(target=contextvars.copy_context().run, args=(_probe_isas,), name=PROBE_THREAD)
-                prober.daemon = True
-                _PROBERS.add(prober)
-                prober.start()
-                yield
-            finally:
-                _join_probes(prober, failed=sys.exc_info()[0] is not None)
-    finally:
-        try:
-            if prober is not None:
-                _PROBERS.discard(prober)
-        finally:
-            ISA_LIST_AFTER_PROBES.release(holder)
+    def __init__(self, reads: Mapping[str, Any] | None) -> None:
+        self.reads = None if reads is None else dict(reads)
+        self.holder = object()
+        self.ended, self.kept = threading.Event(), threading.Event()  # the block ended; it succeeded
+        self.prober: threading.Thread | None = None
+        self.exits = 0
+        self.active = False
+
+    def __enter__(self) -> ProbesBeside:
+        self.active = True  # first: an interrupt after it leaves an exit to run
+        ISA_LIST_AT_ONCE.acquire(self.holder)
+        if self.reads is not None:
+            run = contextvars.copy_context().run
+            args = (_probe_isas, self.reads, self.ended, self.kept)
+            self.prober = threading.Thread(target=run, args=args, name=PROBE_THREAD, daemon=True)
+            _PROBERS.add(self.prober)  # the thread also discards itself when it ends
+            self.prober.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.exits += 1
+        if exc_type is None and self.exits == 1:  # neither the block nor an earlier exit was interrupted
+            self.kept.set()
+        self.ended.set()
+        prober = self.prober
+        if prober is not None:
+            if prober.ident is not None:  # started; had it not, it never runs
+                prober.join()
+            _PROBERS.discard(prober)
+            if not self.kept.is_set():
+                _forget_isa_verdicts()
+        ISA_LIST_AT_ONCE.release(self.holder)
+        self.active = False
 
 
-#: The probe threads running (:func:`probes_beside`), which a call of :data:`VALID_ISAS` from elsewhere waits for.
+#: The probe threads running (:class:`ProbesBeside`), which a call of :data:`VALID_ISAS` from elsewhere waits for.
 _PROBERS: set[threading.Thread] = set()
+#: One computation of the ISA verdicts at a time (:func:`_at_once`): torch's ``VecAVX512.__bool__`` changes the
+#: instance's flags for its bf16 check, so two callers must not probe one ISA at once.
+_VERDICTS = threading.Lock()
 
 
-def _after_the_probes(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if not threading.current_thread().name.startswith(PROBE_THREAD):  # a probe thread, or one of its pool, goes on
+def _at_once(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """:data:`VALID_ISAS` with every ISA's verdict computed at once, each on a pool thread in a copy of the caller's
+    context (torch gives each ISA's dry compile its own file lock), before torch's list reads them; a caller that is
+    not a probe thread first waits for the probe threads."""
+    if not threading.current_thread().name.startswith(PROBE_THREAD):  # a probe thread (or its pool) goes on
         for prober in list(_PROBERS):
             if prober.is_alive():
                 prober.join()
+    cache_info = getattr(wrapped, "cache_info", None)
+    if cache_info is None or cache_info().currsize == 0:  # not computed yet
+        from torch._inductor import cpu_vec_isa
+
+        with _VERDICTS, SAFE_EXIT:
+            isas = _listed_isas(cpu_vec_isa)
+            if len(isas) > 1:
+                pool = concurrent.futures.ThreadPoolExecutor(min(len(isas), os.cpu_count() or 1), PROBE_THREAD)
+                with pool:  # waits for every verdict; one that raises is torch's list's to raise
+                    for isa in isas:
+                        pool.submit(contextvars.copy_context().run, bool, isa)
     return wrapped(*args, **kwargs)
 
 
-#: Inductor's ISA list, asked for while an AOT build probes beside itself: computed after the probe threads (module
-#: globals bound to the function by name are rebound too).
-ISA_LIST_AFTER_PROBES = SharedPatch(
-    "Inductor's CPU vector-ISA list after the AOT build's probes (serving/aot_package.py)",
-    lambda: (wrap_attribute(VALID_ISAS, _after_the_probes, sweep=True),),
+#: Inductor's ISA list while an AOT build runs: every verdict at once, after the probe threads (module globals bound
+#: to the function by name are rebound too).
+ISA_LIST_AT_ONCE = SharedPatch(
+    "Inductor's CPU vector-ISA list, every ISA at once, after the AOT build's probes (serving/aot_package.py)",
+    lambda: (wrap_attribute(VALID_ISAS, _at_once, sweep=True),),
 )
-
-
-def _join_probes(prober: threading.Thread | None, failed: bool) -> None:
-    """Wait for the probe thread (nothing of the build outlives it); see :func:`probes_beside` for ``failed``."""
-    if prober is None or prober.ident is None:
-        return
-    try:
-        prober.join()
-    except RuntimeError:  # interrupted inside Thread.start, before it said it started: it probes briefly alone
-        return
-    if failed:
-        _forget_isa_verdicts()
 
 
 def _listed_isas(cpu_vec_isa: Any) -> list[Any]:
@@ -371,20 +412,18 @@ def _listed_isas(cpu_vec_isa: Any) -> list[Any]:
     return [isa for isa in listed if all(flag in flags for flag in str(isa).split())]
 
 
-def _probe_isas() -> None:
-    from torch._inductor import cpu_vec_isa
+def _probe_isas(reads: dict[str, Any], ended: threading.Event, kept: threading.Event) -> None:
+    from torch._inductor import config, cpu_vec_isa
 
     try:
-        with torch_fixes():
-            isas = _listed_isas(cpu_vec_isa)
-            if len(isas) > 1:  # each ISA's verdict at once; the list then reads them
-                workers = min(len(isas), os.cpu_count() or 1)
-                with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=PROBE_THREAD) as pool:
-                    for isa in isas:
-                        pool.submit(contextvars.copy_context().run, bool, isa)  # a verdict that raises: the list's call
+        with torch_fixes(), config.patch(reads):  # this thread's own context (reads is empty before 2.12)
             cpu_vec_isa.valid_vec_isa_list()
-    except Exception:  # noqa: BLE001 - see probes_beside
+    except Exception:  # noqa: BLE001 - see ProbesBeside
         pass
+    finally:
+        _PROBERS.discard(threading.current_thread())
+        if ended.is_set() and not kept.is_set():  # the block failed and may have stopped waiting for this thread
+            _forget_isa_verdicts()
 
 
 def _forget_isa_verdicts() -> None:
@@ -655,11 +694,12 @@ def load_failure(path: str) -> LoadFailure | None:
         LoadFailure | None: None when the child loaded the package, else how it failed (died of a signal,
         raised, or ran past ``LOAD_CHECK_S`` seconds) and its last words.
     """
-    check = LoadCheck(os.path.dirname(path))
+    checks: list[LoadCheck] = []
     try:
-        return check.failure(path)
+        LoadCheck(os.path.dirname(path), checks)
+        return checks[0].failure(path)
     finally:
-        check.close()
+        _close_all(checks)
 
 
 #: What the load check's child imports before it is sent a package's path (the seconds of a fresh process).
@@ -667,11 +707,11 @@ LOAD_CHECK_PRELOAD: tuple[str, ...] = ("torch", "inductor_knobs.serving.aot_pack
 #: The load check's child: imports ``argv[2:]``, reads a path from stdin, then runs ``argv[1]`` (LOAD_CHECK_CODE)
 #: as ``python -c LOAD_CHECK_CODE path`` would.
 _LOAD_CHECK_RUNNER = (
-    "import importlib, sys\n"
+    "import importlib, os, sys\n"
     "code, preload = sys.argv[1], sys.argv[2:]\n"
     "for name in preload:\n"
     "    importlib.import_module(name)\n"
-    "path = sys.stdin.readline().rstrip('\\n')\n"
+    "path = os.fsdecode(sys.stdin.buffer.readline().rstrip(b'\\n'))\n"
     "if not path:\n"  # the build's process went away before it sent one
     "    sys.exit(0)\n"
     "sys.argv[1:] = [path]\n"
@@ -686,30 +726,26 @@ class LoadCheck:
     imports (4-5 s on the H200 host) run beside the build's compile.  The child runs in ``scratch`` with its
     temporary directory there (the loader unpacks into it, and a crash leaves what it unpacked: the build's
     scratch directory is removed after), and its weights take GPU memory beside this process's, whose cached
-    free blocks are released first (``torch.cuda.empty_cache``).  :meth:`close` kills a child not yet done.
+    free blocks are released first (``torch.cuda.empty_cache``).  It is appended to ``into`` as soon as it
+    exists, so that the caller's cleanup closes it (:meth:`close` kills a child not yet done); a child whose
+    caller went away exits by itself once its stdin closes.
 
     Args:
         scratch (str): the directory the package will be written to.
+        into (list[LoadCheck]): the caller's checks, each closed by the caller.
     """
 
-    def __init__(self, scratch: str) -> None:
+    def __init__(self, scratch: str, into: list[LoadCheck]) -> None:
         env = {**os.environ, **dict.fromkeys(("TMPDIR", "TEMP", "TMP"), scratch)}
         # The child imports this package (LOAD_CHECK_CODE) from wherever this process found it, also when that was
         # a sys.path entry this process added itself rather than an installed package.
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         command = [sys.executable, "-c", _LOAD_CHECK_RUNNER, LOAD_CHECK_CODE, *LOAD_CHECK_PRELOAD]
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            cwd=scratch,
-            env=env,
-        )
         self.sent = False  # a path was sent: the child is used
+        pipe = subprocess.PIPE
+        self.process = subprocess.Popen(command, stdin=pipe, stdout=subprocess.DEVNULL, stderr=pipe, cwd=scratch, env=env)
+        into.append(self)
 
     def failure(self, path: str) -> LoadFailure | None:
         """Send ``path`` and wait (at most ``LOAD_CHECK_S`` seconds) for the child to load it.
@@ -723,25 +759,45 @@ class LoadCheck:
             torch.cuda.empty_cache()
         self.sent = True
         try:
-            _, said = self.process.communicate(path + "\n", timeout=LOAD_CHECK_S)
+            _, said = self.process.communicate(os.fsencode(path) + b"\n", timeout=LOAD_CHECK_S)
         except subprocess.TimeoutExpired:
-            self.close()
-            _, said = self.process.communicate()
-            words = " ".join(str(said).split()[-60:])
-            return LoadFailure(f"did not finish in {LOAD_CHECK_S} s", words, crashed=False, retry=False)
+            self.process.kill()
+            try:  # what it wrote so far; a grandchild holding its stderr open does not hold this up
+                _, said = self.process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                said = b""
+            return LoadFailure(f"did not finish in {LOAD_CHECK_S} s", _last_words(said), crashed=False, retry=False)
         code = self.process.returncode
         if code == 0:
             return None
         crashed = code < 0
         how = f"died of signal {-code}" if crashed else f"exited with status {code}"
-        words = " ".join(str(said).split()[-60:])
+        words = _last_words(said)
         return LoadFailure(how, words, crashed=crashed, retry="out of memory" not in words.lower())
 
     def close(self) -> None:
-        """Kill the child unless it has exited, and reap it."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        """Kill the child unless it has exited, reap it and close its pipes."""
+        try:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+        finally:
+            for pipe in (self.process.stdin, self.process.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+
+def _last_words(said: bytes | None) -> str:
+    return " ".join((said or b"").decode(errors="replace").split()[-60:])
+
+
+def _close_all(checks: Sequence[LoadCheck]) -> None:
+    """Close every check, the later ones also where closing one is interrupted or raises."""
+    if checks:
+        try:
+            checks[0].close()
+        finally:
+            _close_all(checks[1:])
 
 
 def check_loads(label: str, path: str) -> None:
@@ -1002,9 +1058,7 @@ def load(label: str, package: bytes, contract: dict[str, Any]) -> ShapeCheckedPa
     """
 
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
-    checks: list[LoadCheck] = []  # each one closed below; the first imports torch while the model compiles
     try:
-        checks.append(LoadCheck(scratch))
         path = os.path.join(scratch, "model.pt2")
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
