@@ -995,18 +995,25 @@ def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fres
 def test_the_probes_use_the_compiler_the_build_uses_where_inductors_is_passed_over(
     tmp_path, isa_probes, fresh_inductor, monkeypatch
 ):
-    gpp = shutil.which("g++")
-    if gpp is None:
+    own = shutil.which("g++")  # Inductor's own (cpp.cxx's default), passed over for another executable
+    if own is None:
         pytest.skip("no g++")
-    static = str(tmp_path / "static-g++")
-    (tmp_path / "static-g++").symlink_to(gpp)
-    monkeypatch.setattr(aot_package, "cpp_compilers", lambda: [static, gpp])
-    monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == static)
+    other = tmp_path / "other-g++"
+    other.write_text(f'#!/bin/sh\nexec {own} "$@"\n')
+    other.chmod(0o755)
+    monkeypatch.setattr(aot_package, "cpp_compilers", lambda: [own, str(other)])
+    monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == own)
     before = torch._inductor.config.cpp.cxx
     aot_options_bundle(tmp_path / "b", None)
-    assert [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD] == [(gpp,)]
-    assert [cxx for _, cxx in isa_probes.verdicts] == [(gpp,)] * 3  # the pool's threads too
+    assert [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD] == [(str(other),)]
+    assert [cxx for _, cxx in isa_probes.verdicts] == [(str(other),)] * 3  # the pool's threads too
     assert torch._inductor.config.cpp.cxx == before  # patched for the build only
+
+
+def test_the_probes_read_no_compiler_where_the_build_compiles_with_inductors_own(tmp_path, isa_probes, fresh_inductor):
+    aot_options_bundle(tmp_path / "b", None)
+    thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
+    assert thread == [torch._inductor.config.cpp.cxx]  # the live value: a process-wide config needs nothing set
 
 
 @pytest.mark.parametrize(

@@ -195,7 +195,9 @@ def build(
             passed_over = len(compilers) > 1 and links_libstdcxx_statically(str(compilers[0]))
             if passed_over:  # its packages crash at load
                 compilers = [*compilers[1:], compilers[0]]
-            first = {**configs, **({"cpp.cxx": (compilers[0],)} if compilers else {})}  # the first compile's config
+            # The first compile's config; its cpp.cxx named only where Inductor would not pick that compiler itself.
+            named = bool(compilers) and not _is_inductors_compiler(str(compilers[0]))
+            first = {**configs, **({"cpp.cxx": (compilers[0],)} if named else {})}
             with ProbesBeside(probe_reads(first, own)):
                 started = time.perf_counter()
                 try:
@@ -395,7 +397,7 @@ def _at_once(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], k
 #: to the function by name are rebound too).
 ISA_LIST_AT_ONCE = SharedPatch(
     "Inductor's CPU vector-ISA list, every ISA at once, after the AOT build's probes (serving/aot_package.py)",
-    lambda: (wrap_attribute(VALID_ISAS, _at_once, sweep=True),),
+    lambda: (wrap_attribute(VALID_ISAS, _at_once, sweep=True),) if present(VALID_ISAS) else (),
 )
 
 
@@ -560,18 +562,31 @@ def cpp_compilers() -> list[str]:
     Returns:
         list[str]: the path of each compiler (``shutil.which``'s; ``g++`` -> ``/usr/bin/g++``); empty when there is none.
     """
-    from torch._inductor import cpp_builder
-
-    try:
-        own: tuple[str, ...] = (str(cpp_builder.get_cpp_compiler()),)
-    except Exception:  # noqa: BLE001 - torch's no-compiler error (InvalidCxxCompiler) or no such function: try the others
-        own = ()
+    own = _inductors_compiler()
     found: dict[str, str] = {}
-    for cxx in (*own, *FALLBACK_CXX):
+    for cxx in (*([own] if own else []), *FALLBACK_CXX):
         where = shutil.which(cxx)
         if where is not None:
             found.setdefault(os.path.realpath(where), where)
     return list(found.values())
+
+
+def _inductors_compiler() -> str | None:
+    """The C++ compiler Inductor picks itself (``cpp_builder.get_cpp_compiler``, from ``cpp.cxx``), as named there,
+    or None where it finds none (torch's ``InvalidCxxCompiler``) or this torch lacks the function."""
+    from torch._inductor import cpp_builder
+
+    try:
+        return str(cpp_builder.get_cpp_compiler())
+    except Exception:  # noqa: BLE001 - torch's no-compiler error or no such function
+        return None
+
+
+def _is_inductors_compiler(cxx: str) -> bool:
+    """Whether ``cxx`` is the executable Inductor's own choice (:func:`_inductors_compiler`) resolves to."""
+    own = _inductors_compiler()
+    where = shutil.which(own) if own else None
+    return where is not None and os.path.realpath(cxx) == os.path.realpath(where)
 
 
 #: A probe library: one function that returns a ``std::string`` (libstdc++'s code, linked as the compiler links it).
