@@ -792,9 +792,6 @@ def test_the_aot_build_makes_no_precompiled_header_unless_asked(tmp_path, build_
     aot_options_bundle(tmp_path / "d", None, knobs=ik.Knobs(config={aot_package.PRECOMPILED_HEADERS: True}))
     assert aot_package.PRECOMPILED_HEADERS not in build_configs[-1]  # a knob sets it inside the compile
     assert torch._inductor.config.aot_inductor.precompile_headers is True  # nothing of the build stays set
-    with torch._inductor.config.patch({aot_package.PRECOMPILED_HEADERS: True}):  # the process's own choice stands
-        aot_options_bundle(tmp_path / "e", None)
-    assert aot_package.PRECOMPILED_HEADERS not in build_configs[-1]
 
 
 def test_the_aot_build_holds_torchs_fixes_and_releases_them(tmp_path, build_configs, fresh_inductor, monkeypatch):

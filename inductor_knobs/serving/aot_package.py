@@ -103,9 +103,11 @@ def build(
     compiler goes last instead when it links libstdc++ statically into shared libraries
     (:func:`links_libstdcxx_statically`): its packages crash at load, and each build is a whole compile of the model.
 
-    Where the installed torch has :data:`PRECOMPILED_HEADERS` and neither the ``ik.compile`` options, the knobs,
-    ``options`` nor this process's config set it, it is False in ``inductor_configs``: a bundle is built once in a
-    cache, where making the header costs more than it saves (the package's code is the same either way).
+    Where the installed torch has :data:`PRECOMPILED_HEADERS` and neither the ``ik.compile`` options, the knobs nor
+    ``options`` set it, it is False in ``inductor_configs``: a bundle is built once in a cache, where making the header
+    costs more than it saves (the package's code is the same either way).  A process-wide True is not told from the
+    default (torch's ``config.patch`` leaves an entry overridden with its prior value when it exits, 2.13), so a build
+    that wants the header says so in ``options``.
 
     With ``portable``, where the installed torch has :data:`MULTI_ARCH` and neither the ``ik.compile`` options nor
     the knobs set it, it is True in ``inductor_configs``: each CUDA kernel is packaged as a fatbin of PTX and SASS
@@ -180,8 +182,7 @@ def build(
     if ours:
         configs[MULTI_ARCH] = True
     if PRECOMPILED_HEADERS in patches.config_keys(inductor_config) and PRECOMPILED_HEADERS not in {*configs, *own}:
-        if not _set_here(inductor_config, PRECOMPILED_HEADERS):  # a process that set it keeps its choice
-            configs[PRECOMPILED_HEADERS] = False  # a build in a cache without the header: seconds saved, not spent
+        configs[PRECOMPILED_HEADERS] = False  # a build in a cache without the header: seconds saved, not spent
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     checks: list[LoadCheck] = []  # each one closed below; the first imports torch while the model compiles
     try:
@@ -249,16 +250,6 @@ def build(
             _close_all(checks)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _set_here(cfg: Any, key: str) -> bool:
-    """Whether this process (or, on torch 2.12+, this thread) set Inductor config ``key`` itself (an assignment or a
-    ``config.patch``) rather than reading its default: the entry's ``user_override`` is not torch's unset sentinel
-    (``utils/_config_module.py``, 2.6+); True where that cannot be told."""
-    from torch.utils import _config_module
-
-    unset = getattr(_config_module, "_UNSET_SENTINEL", None)
-    return unset is None or torch_compat.installed().read_override(cfg, key) is not unset
 
 
 #: Inductor's list of the CPU's usable vector ISAs, cached for the process (torch 2.5-2.15 ``cpu_vec_isa.py``).
