@@ -940,9 +940,19 @@ def test_the_isas_probed_at_once_are_those_torchs_list_checks():
     aot_package._forget_isa_verdicts()
     try:
         with torch._inductor.config.patch({"cpp.vec_isa_ok": True}):  # every verdict True without a dry compile
-            assert aot_package._listed_isas(cpu_vec_isa) in ([], cpu_vec_isa.valid_vec_isa_list())
+            listed = aot_package._listed_isas(cpu_vec_isa)
+            assert listed == cpu_vec_isa.valid_vec_isa_list() or (not listed and not _x86_linux())
+        if _x86_linux() and "avx2" in cpu_vec_isa.x86_isa_checker():
+            assert listed  # the x86 filter found the ISAs the CPU lists
     finally:
         aot_package._forget_isa_verdicts()
+
+
+def _x86_linux() -> bool:
+    import platform
+    import sys
+
+    return sys.platform == "linux" and platform.machine() == "x86_64"
 
 
 def test_a_block_that_succeeds_inside_an_except_keeps_torchs_isa_verdicts(monkeypatch):
@@ -958,6 +968,9 @@ def test_a_block_that_succeeds_inside_an_except_keeps_torchs_isa_verdicts(monkey
     with pytest.raises(RuntimeError), aot_package.ProbesBeside({}):
         raise RuntimeError("the build fails")
     assert forgotten == [True]
+    with pytest.raises(RuntimeError), aot_package.ProbesBeside(None):  # no thread: the build's own call probed
+        raise RuntimeError("the build fails")
+    assert forgotten == [True, True]
 
 
 def test_the_probes_beside_a_build_leave_nothing_behind_when_interrupted_at_any_line(monkeypatch):
@@ -979,6 +992,44 @@ def test_the_probes_beside_a_build_leave_nothing_behind_when_interrupted_at_any_
         return {"users": users, "listed": listing, "probers": len(aot_package._PROBERS), "alive": alive}
 
     print(interrupt_every_line(lambda: aot_package.ProbesBeside({}), state, "ProbesBeside"))
+
+
+def test_a_with_of_the_probes_beside_a_build_leaves_nothing_behind_when_interrupted_in_its_body(monkeypatch):
+    """As a build uses it: one ``with``, no second exit; an interrupt at any line of the body's own code."""
+    from torch._inductor import cpu_vec_isa
+
+    def listed():
+        threading.Event().wait(0.05)  # still probing when the block exits
+        return []
+
+    listed.cache_info = lambda: SimpleNamespace(currsize=0)
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", listed)
+    monkeypatch.setattr(aot_package, "_listed_isas", lambda module: [])
+    forgotten = []
+    monkeypatch.setattr(aot_package, "_forget_isa_verdicts", lambda: forgotten.append(True))
+    with pytest.raises(KeyboardInterrupt), aot_package.ProbesBeside({}):
+        raise KeyboardInterrupt
+    assert aot_package.ISA_LIST_AT_ONCE.users == 0 and cpu_vec_isa.valid_vec_isa_list is listed
+    assert not aot_package._PROBERS and forgotten
+    assert not [t for t in threading.enumerate() if t.name == aot_package.PROBE_THREAD]
+
+
+def test_verdicts_probed_at_once_and_interrupted_wait_for_the_pool_and_are_forgotten(monkeypatch):
+    from interrupting import injection_points, run_injected
+
+    class ISA:
+        def __bool__(self):
+            threading.Event().wait(0.05)  # a probe still running when the caller is interrupted
+            return True
+
+    forgotten = []
+    monkeypatch.setattr(aot_package, "_listed_isas", lambda module: [ISA(), ISA(), ISA()])
+    monkeypatch.setattr(aot_package, "_forget_isa_verdicts", lambda: forgotten.append(True))
+    for at in injection_points(aot_package._verdicts_at_once):
+        where = run_injected(aot_package._verdicts_at_once, at)
+        pool = [t for t in threading.enumerate() if t.name.startswith(aot_package.PROBE_THREAD + "_")]
+        assert not pool, where  # waited for: no verdict is computed after the caller has gone
+    assert forgotten  # an interrupt inside the pool's run forgot what its killed probes would have cached
 
 
 def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fresh_inductor):

@@ -23,6 +23,7 @@ apply to the autotuning AOTInductor runs at build time.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import operator
@@ -325,63 +326,99 @@ class ProbesBeside:
         self.holder = object()
         self.ended, self.kept = threading.Event(), threading.Event()  # the block ended; it succeeded
         self.prober: threading.Thread | None = None
-        self.exits = 0
+        self.failed = False  # the block raised, or an interrupt cut its enter or exit short
         self.active = False
 
     def __enter__(self) -> ProbesBeside:
         self.active = True  # first: an interrupt after it leaves an exit to run
-        ISA_LIST_AT_ONCE.acquire(self.holder)
-        if self.reads is not None:
-            run = contextvars.copy_context().run
-            args = (_probe_isas, self.reads, self.ended, self.kept)
-            self.prober = threading.Thread(target=run, args=args, name=PROBE_THREAD, daemon=True)
-            _PROBERS.add(self.prober)  # the thread also discards itself when it ends
-            self.prober.start()
-        return self
+        try:
+            ISA_LIST_AT_ONCE.acquire(self.holder)
+            if self.reads is not None:
+                run = contextvars.copy_context().run
+                args = (_probe_isas, self.reads, self.ended, self.kept)
+                self.prober = threading.Thread(target=run, args=args, name=PROBE_THREAD, daemon=True)
+                _PROBERS.add(self.prober)  # the thread also discards itself when it ends
+                self.prober.start()
+            return self  # inside: an interrupt at this line still finds the exit
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self.exits += 1
-        if exc_type is None and self.exits == 1:  # neither the block nor an earlier exit was interrupted
-            self.kept.set()
-        self.ended.set()
+        """Run the exit to its end, again after an interrupt inside it (each step is idempotent), then re-raise
+        the first such interrupt (as the knobs' blocks unwind: ``core/blocks.py``)."""
+        interrupted: BaseException | None = None
+        for _ in range(8):
+            try:
+                self.failed = self.failed or exc_type is not None or interrupted is not None
+                self._exit()
+                break
+            except BaseException as err:  # noqa: BLE001 - finished, then re-raised below
+                interrupted = interrupted or err
+        if interrupted is not None:
+            raise interrupted
+
+    def _exit(self) -> None:
+        if self.failed:
+            self.ended.set()  # the thread forgets the verdicts itself if it ends after this
         prober = self.prober
         if prober is not None:
             if prober.ident is not None:  # started; had it not, it never runs
-                prober.join()
+                with contextlib.suppress(RuntimeError):  # interrupted inside start(), before it said it started
+                    prober.join()
             _PROBERS.discard(prober)
-            if not self.kept.is_set():
-                _forget_isa_verdicts()
+        if self.failed:
+            _forget_isa_verdicts()
+        else:
+            self.kept.set()  # after the join: an exit cut short in it forgets them when run again
+        self.ended.set()
         ISA_LIST_AT_ONCE.release(self.holder)
         self.active = False
 
 
 #: The probe threads running (:class:`ProbesBeside`), which a call of :data:`VALID_ISAS` from elsewhere waits for.
 _PROBERS: set[threading.Thread] = set()
-#: One computation of the ISA verdicts at a time (:func:`_at_once`): torch's ``VecAVX512.__bool__`` changes the
-#: instance's flags for its bf16 check, so two callers must not probe one ISA at once.
-_VERDICTS = threading.Lock()
+#: One computation of the ISA verdicts at a time (:func:`_at_once`, :func:`_forget_isa_verdicts`): torch's
+#: ``VecAVX512.__bool__`` changes the instance's flags for its bf16 check, so two callers must not probe one ISA at once.
+_VERDICTS = threading.RLock()
 
 
 def _at_once(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """:data:`VALID_ISAS` with every ISA's verdict computed at once, each on a pool thread in a copy of the caller's
-    context (torch gives each ISA's dry compile its own file lock), before torch's list reads them; a caller that is
-    not a probe thread first waits for the probe threads."""
+    """:data:`VALID_ISAS` with every ISA's verdict computed at once (:func:`_verdicts_at_once`) before torch's list
+    reads them, one caller at a time; a caller that is not a probe thread first waits for the probe threads."""
     if not threading.current_thread().name.startswith(PROBE_THREAD):  # a probe thread (or its pool) goes on
         for prober in list(_PROBERS):
             if prober.is_alive():
                 prober.join()
-    cache_info = getattr(wrapped, "cache_info", None)
-    if cache_info is None or cache_info().currsize == 0:  # not computed yet
-        from torch._inductor import cpu_vec_isa
+    with _VERDICTS, SAFE_EXIT:
+        cache_info = getattr(wrapped, "cache_info", None)
+        if cache_info is None or cache_info().currsize == 0:  # not computed yet
+            _verdicts_at_once()
+        return wrapped(*args, **kwargs)
 
-        with _VERDICTS, SAFE_EXIT:
-            isas = _listed_isas(cpu_vec_isa)
-            if len(isas) > 1:
-                pool = concurrent.futures.ThreadPoolExecutor(min(len(isas), os.cpu_count() or 1), PROBE_THREAD)
-                with pool:  # waits for every verdict; one that raises is torch's list's to raise
-                    for isa in isas:
-                        pool.submit(contextvars.copy_context().run, bool, isa)
-    return wrapped(*args, **kwargs)
+
+def _verdicts_at_once() -> None:
+    """Each ISA of :func:`_listed_isas`'s verdict (``bool(isa)``, cached by torch) on a pool thread in a copy of the
+    caller's context (torch gives each ISA's dry compile its own file lock).  Interrupted, it waits for the pool (the
+    probes' children got the Ctrl-C too) and forgets the verdicts: torch counts a killed probe as an ISA the CPU lacks.
+    A verdict that raises is torch's list's to raise."""
+    from torch._inductor import cpu_vec_isa
+
+    isas = _listed_isas(cpu_vec_isa)
+    if len(isas) < 2:
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(min(len(isas), os.cpu_count() or 1), PROBE_THREAD)
+    try:
+        for isa in isas:
+            pool.submit(contextvars.copy_context().run, bool, isa)
+        pool.shutdown(wait=True)
+    except BaseException:
+        for _ in range(8):
+            with contextlib.suppress(KeyboardInterrupt):
+                pool.shutdown(wait=True)
+                break
+        _forget_isa_verdicts()
+        raise
 
 
 #: Inductor's ISA list while an AOT build runs: every verdict at once, after the probe threads (module globals bound
@@ -399,7 +436,9 @@ def _listed_isas(cpu_vec_isa: Any) -> list[Any]:
 
     listed = getattr(cpu_vec_isa, "supported_vec_isa_list", None)
     checker = getattr(cpu_vec_isa, "x86_isa_checker", None)
-    if platform.machine() not in ("x86_64", "AMD64") or listed is None or checker is None:
+    if sys.platform not in ("linux", "win32") or platform.machine() not in ("x86_64", "AMD64"):
+        return []
+    if listed is None or checker is None:
         return []
     flags = checker()
     return [isa for isa in listed if all(flag in flags for flag in str(isa).split())]
@@ -424,13 +463,14 @@ def _forget_isa_verdicts() -> None:
     ``__bool__`` (``functools.cache`` on the methods, torch 2.5-2.15 ``cpu_vec_isa.py``)."""
     from torch._inductor import cpu_vec_isa
 
-    classes = [cpu_vec_isa.VecISA]
-    while classes:
-        cls = classes.pop()
-        classes.extend(cls.__subclasses__())
-        for member in list(vars(cls).values()):
-            getattr(member, "cache_clear", lambda: None)()
-    getattr(cpu_vec_isa.valid_vec_isa_list, "cache_clear", lambda: None)()
+    with _VERDICTS, SAFE_EXIT:  # not while a caller of the list computes them
+        classes = [cpu_vec_isa.VecISA]
+        while classes:
+            cls = classes.pop()
+            classes.extend(cls.__subclasses__())
+            for member in list(vars(cls).values()):
+                getattr(member, "cache_clear", lambda: None)()
+        getattr(cpu_vec_isa.valid_vec_isa_list, "cache_clear", lambda: None)()
 
 
 #: Inductor keys the build itself owns: ``aoti_compile_and_package`` forces ``aot_inductor.package`` and refuses an
