@@ -266,10 +266,11 @@ def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str,
     The probes' C++ compile reads ``cpp.*``, ``cpp_cache_precompile_headers`` and ``aot_inductor.*`` keys
     (``cpp_builder.py``, torch 2.13; not :data:`PRECOMPILED_HEADERS` nor :data:`MULTI_ARCH`, which the wrapper's
     compile and the packaging read); the returned mapping is those of ``first`` (the build's first compile's
-    ``inductor_configs``, its ``cpp.cxx`` set where Inductor's own compiler is passed over).  None where torch has no
-    list (:data:`VALID_ISAS`, 2.5+), where the model's knobs set such a key (``knob_keys``: knobs act inside
-    Inductor's compile, which the thread is not in), and, where Inductor's config is process-wide (torch < 2.12),
-    where a value differs from the live one: the thread could not apply it for itself alone.
+    ``inductor_configs``, its ``cpp.cxx`` named where the build's first compiler is not the one Inductor picks
+    itself).  None where torch has no list (:data:`VALID_ISAS`, 2.5+), where the model's knobs set such a key
+    (``knob_keys``: knobs act inside Inductor's compile, which the thread is not in), and, where Inductor's config is
+    process-wide (torch < 2.12), where a value differs from the live one: the thread could not apply it for itself
+    alone.
 
     Returns:
         dict[str, Any] | None: the keys and values the thread applies (per thread: ``config.patch``), or None.
