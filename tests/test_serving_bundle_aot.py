@@ -857,7 +857,8 @@ def isa_probes(monkeypatch, build_configs):
     def compile_and_package(*args, **kwargs):  # asks for the list at once, as AOTInductor's C++ wrapper does later
         probes.calls.append(("compile", ""))
         compiling.set()
-        cpu_vec_isa.pick_vec_isa()
+        with torch._inductor.config.patch(kwargs.get("inductor_configs") or {}):  # inside the compile, as torch asks
+            cpu_vec_isa.pick_vec_isa()
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
