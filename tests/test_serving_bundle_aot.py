@@ -975,17 +975,26 @@ def test_a_block_that_succeeds_inside_an_except_keeps_torchs_isa_verdicts(monkey
     assert forgotten == [True, True]
 
 
-def test_the_probes_beside_a_build_leave_nothing_behind_when_interrupted_at_any_line(monkeypatch):
-    from interrupting import interrupt_every_line
+@pytest.fixture
+def slow_isa_list(monkeypatch):
+    """Inductor's ISA list faked: a call still probing when a block exits, nothing for the pool; the fake itself."""
     from torch._inductor import cpu_vec_isa
 
     def listed():
-        threading.Event().wait(0.05)  # still probing when the block exits
+        threading.Event().wait(0.05)
         return []
 
-    listed.cache_info = lambda: SimpleNamespace(currsize=0)
+    listed.cache_info = lambda: SimpleNamespace(currsize=0)  # functools.cache's: never computed
     monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", listed)
     monkeypatch.setattr(aot_package, "_listed_isas", lambda module: [])
+    return listed
+
+
+def test_the_probes_beside_a_build_leave_nothing_behind_when_interrupted_at_any_line(slow_isa_list):
+    from interrupting import interrupt_every_line
+    from torch._inductor import cpu_vec_isa
+
+    listed = slow_isa_list
 
     def state():
         alive = [t for t in threading.enumerate() if t.name.startswith(aot_package.PROBE_THREAD)]
@@ -996,17 +1005,11 @@ def test_the_probes_beside_a_build_leave_nothing_behind_when_interrupted_at_any_
     print(interrupt_every_line(lambda: aot_package.ProbesBeside({}), state, "ProbesBeside"))
 
 
-def test_a_with_of_the_probes_beside_a_build_leaves_nothing_behind_when_interrupted_in_its_body(monkeypatch):
-    """As a build uses it: one ``with``, no second exit; an interrupt at any line of the body's own code."""
+def test_a_with_of_the_probes_beside_a_build_leaves_nothing_behind_when_interrupted_in_its_body(slow_isa_list, monkeypatch):
+    """As a build uses it: one ``with``, no second exit; a Ctrl-C in the body."""
     from torch._inductor import cpu_vec_isa
 
-    def listed():
-        threading.Event().wait(0.05)  # still probing when the block exits
-        return []
-
-    listed.cache_info = lambda: SimpleNamespace(currsize=0)
-    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", listed)
-    monkeypatch.setattr(aot_package, "_listed_isas", lambda module: [])
+    listed = slow_isa_list
     forgotten = []
     monkeypatch.setattr(aot_package, "_forget_isa_verdicts", lambda: forgotten.append(True))
     with pytest.raises(KeyboardInterrupt), aot_package.ProbesBeside({}):
