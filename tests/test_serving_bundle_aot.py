@@ -1019,6 +1019,43 @@ def test_a_with_of_the_probes_beside_a_build_leaves_nothing_behind_when_interrup
     assert not [t for t in threading.enumerate() if t.name == aot_package.PROBE_THREAD]
 
 
+def test_four_threads_asking_for_the_isa_list_at_once_never_probe_one_isa_together(monkeypatch):
+    """torch's ``VecAVX512.__bool__`` changes the instance's flags while it probes: one caller at a time."""
+    from torch._inductor import cpu_vec_isa
+
+    lock = threading.Lock()
+
+    class ISA:
+        def __init__(self):
+            self.active = self.most = self.probed = 0
+
+        def __bool__(self):
+            with lock:
+                self.active += 1
+                self.most = max(self.most, self.active)
+            threading.Event().wait(0.01)
+            with lock:
+                self.active -= 1
+                self.probed += 1
+            return True
+
+    isas = [ISA(), ISA(), ISA()]
+
+    def listed():
+        return [isa for isa in isas if isa]
+
+    listed.cache_info = lambda: SimpleNamespace(currsize=0)  # never cached: every caller probes
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", listed)
+    monkeypatch.setattr(aot_package, "_listed_isas", lambda module: isas)
+    with aot_package.ProbesBeside(None):
+        callers = [threading.Thread(target=cpu_vec_isa.valid_vec_isa_list) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(60)
+    assert [isa.most for isa in isas] == [1, 1, 1] and [isa.probed for isa in isas] == [8, 8, 8]  # pool + list, x4
+
+
 def test_verdicts_probed_at_once_and_interrupted_wait_for_the_pool_and_are_forgotten(monkeypatch):
     from interrupting import injection_points, run_injected
 
