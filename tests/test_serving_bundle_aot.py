@@ -816,7 +816,7 @@ def isa_probes(monkeypatch, build_configs):
     the build compiles and then a little longer, so a build that did not join it would return with it alive."""
     import threading
 
-    from torch._inductor import cpu_vec_isa
+    from torch._inductor import cpp_builder, cpu_vec_isa
 
     from inductor_knobs.serving import torch_fixes
 
@@ -829,7 +829,7 @@ def isa_probes(monkeypatch, build_configs):
         probes.calls.append(("enter", name))
         seen.append((name, torch_fixes.TORCH_FIXES.users))
         probes.simdlen.append(torch._inductor.config.cpp.simdlen)
-        probes.cxx.append((name, torch._inductor.config.cpp.cxx))
+        probes.cxx.append((name, cpp_builder.get_cpp_compiler()))  # what torch's probes compile with
         try:
             if name == aot_package.PROBE_THREAD:
                 compiling.wait(60)
@@ -846,7 +846,7 @@ def isa_probes(monkeypatch, build_configs):
 
     class ISA:  # an ISA the CPU lists: its verdict, who computed it and under which compiler
         def __bool__(self):
-            probes.verdicts.append((threading.current_thread().name, torch._inductor.config.cpp.cxx))
+            probes.verdicts.append((threading.current_thread().name, cpp_builder.get_cpp_compiler()))
             return True
 
     probes.verdicts = []
@@ -923,14 +923,20 @@ def test_no_isa_probes_beside_a_build_whose_knobs_set_what_they_read(tmp_path, i
 
 
 def test_where_config_is_process_wide_the_thread_probes_only_what_it_need_not_set(monkeypatch):
-    """torch < 2.12: the thread cannot set a value for itself alone, so it probes only where the build's probe keys
-    hold their live values (the build's own call then probes, every ISA at once, under the compile's config)."""
+    """torch < 2.12: the thread cannot set a config value for itself alone, so it probes only where the build's probe
+    keys but the compiler hold their live values (else the build's own call probes, every ISA at once, under the
+    compile's config); a compiler found on PATH reaches the thread's probes through CPP_COMPILER."""
     patches = torch_compat.installed()
     monkeypatch.setattr(type(patches), "config_is_thread_local", False)
     live = torch._inductor.config.cpp.cxx
     build_only = {aot_package.PRECOMPILED_HEADERS: False, aot_package.MULTI_ARCH: True}  # the probes read neither
     assert aot_package.probe_reads({"max_autotune": True, "cpp.cxx": live, **build_only}, set()) == {}
-    assert aot_package.probe_reads({"cpp.cxx": ("/usr/bin/some-other-g++",)}, set()) is None
+    assert aot_package.probe_reads({"cpp.cxx": ("/usr/bin/some-other-g++",)}, set()) is None  # not found
+    sh = shutil.which("sh")  # a compiler found on PATH: given to the thread's probes alone (CPP_COMPILER)
+    assert aot_package.probe_reads({"cpp.cxx": (sh,)}, set()) == {"cpp.cxx": (sh,)}
+    assert aot_package.probe_reads({"cpp.cxx": (sh, sh)}, set()) is None  # a search: torch's to run, not the thread's
+    simdlen = torch._inductor.config.cpp.simdlen
+    assert aot_package.probe_reads({"cpp.cxx": (sh,), "cpp.simdlen": (simdlen or 0) + 8}, set()) is None
     monkeypatch.setattr(type(patches), "config_is_thread_local", True)
     assert aot_package.probe_reads({"max_autotune": True, "cpp.cxx": ("x",)}, set()) == {"cpp.cxx": ("x",)}
 
@@ -1080,34 +1086,64 @@ def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fres
         pytest.skip("no g++")
     aot_options_bundle(tmp_path / "b", {"cpp.cxx": (gpp,), "cpp.vec_isa_ok": True})
     thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
-    # Per-thread config (2.12+): the thread applies them; process-wide, it could not, so none starts.
-    assert thread == ([(gpp,)] if PER_THREAD_CONFIG else [])
+    # Per-thread config (2.12+): the thread applies them; process-wide, the compiler reaches its probes alone.
+    assert thread == [gpp]
 
 
+@pytest.mark.parametrize("process_wide", [False, True])
 def test_the_probes_use_the_compiler_the_build_uses_where_inductors_is_passed_over(
-    tmp_path, isa_probes, fresh_inductor, monkeypatch
+    tmp_path, isa_probes, fresh_inductor, monkeypatch, process_wide
 ):
+    from torch._inductor import cpp_builder
+
     own = shutil.which("g++")  # Inductor's own (cpp.cxx's default), passed over for another executable
     if own is None:
         pytest.skip("no g++")
+    if process_wide:  # model torch < 2.12: the thread sets no config key; the compiler reaches its probes alone
+        patches = torch_compat.installed()
+        monkeypatch.setattr(type(patches), "config_is_thread_local", False)
     other = tmp_path / "other-g++"
     other.write_text(f'#!/bin/sh\nexec {own} "$@"\n')
     other.chmod(0o755)
     monkeypatch.setattr(aot_package, "cpp_compilers", lambda: [own, str(other)])
     monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == own)
-    before = torch._inductor.config.cpp.cxx
+    before, function = torch._inductor.config.cpp.cxx, cpp_builder.get_cpp_compiler
     aot_options_bundle(tmp_path / "b", None)
     thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
-    assert thread == ([(str(other),)] if PER_THREAD_CONFIG else [])  # process-wide: no thread (see probe_reads)
-    # The verdicts at once on the pool: the thread's context, else the build's own call under its compile's config.
-    assert [cxx for _, cxx in isa_probes.verdicts] == [(str(other),)] * 3
+    assert thread == [str(other)]
+    # The verdicts at once on the thread's pool, in copies of its context.
+    assert isa_probes.verdicts == [(name, str(other)) for name, _ in isa_probes.verdicts]
+    assert all(name.startswith(aot_package.PROBE_THREAD + "_") for name, _ in isa_probes.verdicts)
+    assert len(isa_probes.verdicts) == 3
     assert torch._inductor.config.cpp.cxx == before  # patched for the build only
+    assert cpp_builder.get_cpp_compiler is function  # the wrapper is gone by identity
+
+
+def test_the_probe_compiler_reaches_only_the_probe_threads_context():
+    import contextvars
+
+    from torch._inductor import cpp_builder
+
+    torchs = cpp_builder.get_cpp_compiler()
+    with aot_package.ProbesBeside(None):
+        assert cpp_builder.get_cpp_compiler() == torchs  # this thread: torch's choice, through the wrapper
+        probe = contextvars.copy_context()
+        probe.run(aot_package._PROBE_CXX.set, "/the/builds/g++")
+        assert probe.run(cpp_builder.get_cpp_compiler) == "/the/builds/g++"
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(cpp_builder.get_cpp_compiler()))
+        other.start()
+        other.join(60)
+        assert seen == [torchs] and cpp_builder.get_cpp_compiler() == torchs
+    assert probe.run(cpp_builder.get_cpp_compiler) == torchs  # released: torch's own function again
 
 
 def test_the_probes_read_no_compiler_where_the_build_compiles_with_inductors_own(tmp_path, isa_probes, fresh_inductor):
     aot_options_bundle(tmp_path / "b", None)
+    from torch._inductor import cpp_builder
+
     thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
-    assert thread == [torch._inductor.config.cpp.cxx]  # the live value: a process-wide config needs nothing set
+    assert thread == [cpp_builder.get_cpp_compiler()]  # the live value: a process-wide config needs nothing set
 
 
 @pytest.mark.parametrize(

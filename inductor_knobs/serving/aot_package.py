@@ -260,20 +260,22 @@ PROBE_THREAD = "inductor_knobs ISA probes"
 
 
 def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str, Any] | None:
-    """What a thread beside an AOT build applies to Inductor's config so that the CPU vector-ISA probes it runs
-    (:class:`ProbesBeside`) read what the build's own call would, or None where no thread may probe.
+    """What a thread beside an AOT build applies so that the CPU vector-ISA probes it runs (:class:`ProbesBeside`)
+    read what the build's own call would, or None where no thread may probe.
 
     The probes' C++ compile reads ``cpp.*``, ``cpp_cache_precompile_headers`` and ``aot_inductor.*`` keys
     (``cpp_builder.py``, torch 2.13; not :data:`PRECOMPILED_HEADERS` nor :data:`MULTI_ARCH`, which the wrapper's
     compile and the packaging read); the returned mapping is those of ``first`` (the build's first compile's
     ``inductor_configs``, its ``cpp.cxx`` named where the build's first compiler is not the one Inductor picks
-    itself).  None where torch has no list (:data:`VALID_ISAS`, 2.5+), where the model's knobs set such a key
-    (``knob_keys``: knobs act inside Inductor's compile, which the thread is not in), and, where Inductor's config is
-    process-wide (torch < 2.12), where a value differs from the live one: the thread could not apply it for itself
-    alone.
+    itself).  None where torch has no list (:data:`VALID_ISAS`, 2.5+), or where the model's knobs set such a key
+    (``knob_keys``: knobs act inside Inductor's compile, which the thread is not in).
+
+    Where Inductor's config is process-wide (torch < 2.12) the thread sets no config key: every key but ``cpp.cxx``
+    must hold its live value (else None), and ``cpp.cxx`` reaches the thread's probes alone through
+    :data:`CPP_COMPILER` (:func:`_compiler_for_probes`), where it names one compiler found on ``PATH`` (else None).
 
     Returns:
-        dict[str, Any] | None: the keys and values the thread applies (per thread: ``config.patch``), or None.
+        dict[str, Any] | None: the keys and values for the thread (:func:`_probe_isas`), or None.
     """
     if any(_read_by_probes(key) for key in knob_keys) or not present(VALID_ISAS):
         return None
@@ -283,8 +285,21 @@ def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str,
         return reads
     from torch._inductor import config
 
-    live = {key: patches.read_value(config, key) for key in reads}
-    return {} if all(live[key] == value for key, value in reads.items()) else None
+    compiler = reads.pop("cpp.cxx", None)
+    if any(patches.read_value(config, key) != value for key, value in reads.items()):
+        return None
+    if compiler is None or compiler == patches.read_value(config, "cpp.cxx"):
+        return {}
+    if _one_compiler(compiler) is None or not present(CPP_COMPILER):
+        return None
+    return {"cpp.cxx": compiler}
+
+
+def _one_compiler(value: Any) -> str | None:
+    """The compiler a ``cpp.cxx`` value names where it names one found on ``PATH`` (a str or a 1-tuple), else None."""
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        value = value[0]
+    return value if isinstance(value, str) and shutil.which(value) is not None else None
 
 
 def _read_by_probes(key: str) -> bool:
@@ -304,10 +319,11 @@ class ProbesBeside:
     on an empty Inductor cache the list takes, one ISA after another, a C++ dry compile and a child load per ISA the
     CPU lists (``VecISA.check_build``; each verdict cached per ISA), and torch caches the list for the process
     (``functools.cache``) whichever call comes first.  The thread applies ``reads`` in its own context
-    (``config.patch``, per thread on torch 2.12+; on older torch ``reads`` is empty) and asks for the list, which
-    :data:`ISA_LIST_AT_ONCE` computes with every verdict at once; a call from another thread waits for it and reads
-    torch's cache.  The thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's
-    own call raises what torch raises.
+    (``config.patch``, per thread on torch 2.12+; on older torch ``reads`` holds at most a ``cpp.cxx``, which
+    :data:`CPP_COMPILER` gives the thread's probes alone) and asks for the list, which :data:`ISA_LIST_AT_ONCE`
+    computes with every verdict at once; a call from another thread waits for it and reads torch's cache.  The
+    thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's own call raises what
+    torch raises.
 
     The exit joins the thread and releases the wrapper; every step of it is idempotent, so an exit an interrupt cut
     short finishes when run again (as a second ``with`` unwinding runs it).  After a block that failed, or whose exit
@@ -422,11 +438,14 @@ def _verdicts_at_once() -> None:
         raise
 
 
-#: Inductor's ISA list while an AOT build runs: every verdict at once, after the probe threads (module globals bound
-#: to the function by name are rebound too).
+#: Inductor's ISA list while an AOT build runs: every verdict at once, after the probe threads; and Inductor's compiler
+#: as a probe thread's context names it (:func:`_compiler_for_probes`). Module globals bound by name are rebound too.
 ISA_LIST_AT_ONCE = SharedPatch(
     "Inductor's CPU vector-ISA list, every ISA at once, after the AOT build's probes (serving/aot_package.py)",
-    lambda: (wrap_attribute(VALID_ISAS, _at_once, sweep=True),) if present(VALID_ISAS) else (),
+    lambda: (
+        *((wrap_attribute(VALID_ISAS, _at_once, sweep=True),) if present(VALID_ISAS) else ()),
+        *((wrap_attribute(CPP_COMPILER, _compiler_for_probes, sweep=True),) if present(CPP_COMPILER) else ()),
+    ),
 )
 
 
@@ -448,7 +467,10 @@ def _listed_isas(cpu_vec_isa: Any) -> list[Any]:
 def _probe_isas(reads: dict[str, Any], ended: threading.Event, kept: threading.Event) -> None:
     from torch._inductor import config, cpu_vec_isa
 
+    reads = dict(reads)
     try:
+        if not torch_compat.installed().config_is_thread_local:  # process-wide config: only the compiler, see probe_reads
+            _PROBE_CXX.set(_one_compiler(reads.pop("cpp.cxx", None)))  # this thread's context, and its pool's copies
         with torch_fixes(), config.patch(reads):  # this thread's own context (reads is empty before 2.12)
             cpu_vec_isa.valid_vec_isa_list()
     except Exception:  # noqa: BLE001 - see ProbesBeside
@@ -457,6 +479,18 @@ def _probe_isas(reads: dict[str, Any], ended: threading.Event, kept: threading.E
         _PROBERS.discard(threading.current_thread())
         if ended.is_set() and not kept.is_set():  # the block failed and may have stopped waiting for this thread
             _forget_isa_verdicts()
+
+
+#: Inductor's choice of C++ compiler (torch 2.5-2.15 ``cpp_builder.py``), which every C++ compile of Inductor's asks for.
+CPP_COMPILER = "torch._inductor.cpp_builder:get_cpp_compiler"
+#: The compiler of a probe thread's context where Inductor's config is process-wide (:func:`probe_reads`), else None.
+_PROBE_CXX: contextvars.ContextVar[str | None] = contextvars.ContextVar("inductor_knobs_probe_cxx", default=None)
+
+
+def _compiler_for_probes(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """:data:`CPP_COMPILER`: in a probe thread's context the build's compiler (:data:`_PROBE_CXX`), else torch's."""
+    cxx = _PROBE_CXX.get()
+    return cxx if cxx is not None else wrapped(*args, **kwargs)
 
 
 def _forget_isa_verdicts() -> None:
