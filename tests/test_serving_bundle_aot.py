@@ -1080,14 +1080,22 @@ def test_verdicts_probed_at_once_and_interrupted_wait_for_the_pool_and_are_forgo
     assert forgotten  # an interrupt inside the pool's run forgot what its killed probes would have cached
 
 
-def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fresh_inductor):
+@pytest.mark.parametrize("process_wide", [False, True])
+def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fresh_inductor, monkeypatch, process_wide):
     gpp = shutil.which("g++")
     if gpp is None:
         pytest.skip("no g++")
-    aot_options_bundle(tmp_path / "b", {"cpp.cxx": (gpp,), "cpp.vec_isa_ok": True})
+    patches = torch_compat.installed()
+    if process_wide:  # model torch < 2.12
+        monkeypatch.setattr(type(patches), "config_is_thread_local", False)
+    aot_options_bundle(tmp_path / "b", {"cpp.cxx": (gpp,)})
     thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
-    # Per-thread config (2.12+): the thread applies them; process-wide, the compiler reaches its probes alone.
+    # Per-thread config (2.12+): the thread applies the options; process-wide, the compiler reaches its probes alone.
     assert thread == [gpp]
+    aot_options_bundle(tmp_path / "c", {"cpp.cxx": (gpp,), "cpp.vec_isa_ok": True})
+    thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
+    # Another probe key than the compiler: per thread, applied; process-wide, no thread (it could not set it alone).
+    assert thread == ([gpp] if patches.config_is_thread_local else []) + [gpp]
 
 
 @pytest.mark.parametrize("process_wide", [False, True])
