@@ -822,7 +822,7 @@ def isa_probes(monkeypatch, build_configs):
 
     seen: list[tuple[str, int]] = []
     compiling = threading.Event()
-    probes = SimpleNamespace(seen=seen, fails=False, simdlen=[], cxx=[], calls=[])
+    probes = SimpleNamespace(seen=seen, fails=False, simdlen=[], cxx=[], config_cxx=[], calls=[])
 
     def valid_vec_isa_list():
         name = threading.current_thread().name
@@ -830,6 +830,8 @@ def isa_probes(monkeypatch, build_configs):
         seen.append((name, torch_fixes.TORCH_FIXES.users))
         probes.simdlen.append(torch._inductor.config.cpp.simdlen)
         probes.cxx.append((name, cpp_builder.get_cpp_compiler()))  # what torch's probes compile with
+        probes.config_cxx.append((name, torch._inductor.config.cpp.cxx))  # what the thread set, if anything
+        cpp_builder.is_gcc()  # a per-process answer about the compiler (functools.cache), as torch's probes ask
         try:
             if name == aot_package.PROBE_THREAD:
                 compiling.wait(60)
@@ -933,8 +935,10 @@ def test_where_config_is_process_wide_the_thread_probes_only_what_it_need_not_se
     assert aot_package.probe_reads({"max_autotune": True, "cpp.cxx": live, **build_only}, set()) == {}
     assert aot_package.probe_reads({"cpp.cxx": ("/usr/bin/some-other-g++",)}, set()) is None  # not found
     sh = shutil.which("sh")  # a compiler found on PATH: given to the thread's probes alone (CPP_COMPILER)
-    assert aot_package.probe_reads({"cpp.cxx": (sh,)}, set()) == {"cpp.cxx": (sh,)}
+    assert aot_package.probe_reads({"cpp.cxx": (sh,)}, set()) == {"cpp.cxx": sh}
     assert aot_package.probe_reads({"cpp.cxx": (sh, sh)}, set()) is None  # a search: torch's to run, not the thread's
+    with torch._inductor.config.patch({"aot_inductor.cross_target_platform": "windows"}):  # torch's compiler: mingw
+        assert aot_package.probe_reads({"cpp.cxx": (sh,)}, set()) is None
     simdlen = torch._inductor.config.cpp.simdlen
     assert aot_package.probe_reads({"cpp.cxx": (sh,), "cpp.simdlen": (simdlen or 0) + 8}, set()) is None
     monkeypatch.setattr(type(patches), "config_is_thread_local", True)
@@ -1125,6 +1129,9 @@ def test_the_probes_use_the_compiler_the_build_uses_where_inductors_is_passed_ov
     assert len(isa_probes.verdicts) == 3
     assert torch._inductor.config.cpp.cxx == before  # patched for the build only
     assert cpp_builder.get_cpp_compiler is function  # the wrapper is gone by identity
+    if process_wide:  # nothing set in the config: on torch < 2.12 it would be every thread's
+        assert [cxx for name, cxx in isa_probes.config_cxx if name == aot_package.PROBE_THREAD] == [before]
+    assert cpp_builder.is_gcc.cache_info().currsize == 0  # the thread's answer for its compiler is not kept
 
 
 def test_the_probe_compiler_reaches_only_the_probe_threads_context():

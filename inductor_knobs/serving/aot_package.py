@@ -272,7 +272,9 @@ def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str,
 
     Where Inductor's config is process-wide (torch < 2.12) the thread sets no config key: every key but ``cpp.cxx``
     must hold its live value (else None), and ``cpp.cxx`` reaches the thread's probes alone through
-    :data:`CPP_COMPILER` (:func:`_compiler_for_probes`), where it names one compiler found on ``PATH`` (else None).
+    :data:`CPP_COMPILER` (:func:`_compiler_for_probes`), where it names one compiler found on ``PATH`` (else None),
+    returned as that name, and where ``get_cpp_compiler`` reads ``cpp.cxx`` at all (not on Windows, under fbcode or
+    with ``aot_inductor.cross_target_platform`` set, torch 2.11 ``cpp_builder.py``; else None).
 
     Returns:
         dict[str, Any] | None: the keys and values for the thread (:func:`_probe_isas`), or None.
@@ -290,9 +292,18 @@ def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str,
         return None
     if compiler is None or compiler == patches.read_value(config, "cpp.cxx"):
         return {}
-    if _one_compiler(compiler) is None or not present(CPP_COMPILER):
+    one = _one_compiler(compiler)
+    if one is None or not present(CPP_COMPILER) or not _compiler_from_cxx(config):
         return None
-    return {"cpp.cxx": compiler}
+    return {"cpp.cxx": one}
+
+
+def _compiler_from_cxx(config: Any) -> bool:
+    """Whether Inductor's compiler comes from ``cpp.cxx``: ``get_cpp_compiler`` answers otherwise for a Windows
+    cross-compile (``aot_inductor.cross_target_platform``), under fbcode and on Windows (torch 2.11-2.13)."""
+    cross = getattr(getattr(config, "aot_inductor", None), "cross_target_platform", None)
+    fbcode = getattr(config, "is_fbcode", lambda: False)
+    return sys.platform != "win32" and not cross and not fbcode()
 
 
 def _one_compiler(value: Any) -> str | None:
@@ -325,17 +336,18 @@ class ProbesBeside:
     thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's own call raises what
     torch raises.
 
-    The exit joins the thread and releases the wrapper; every step of it is idempotent, so an exit an interrupt cut
+    The exit joins the thread and releases the wrappers; every step of it is idempotent, so an exit an interrupt cut
     short finishes when run again (as a second ``with`` unwinding runs it).  After a block that failed, or whose exit
     was interrupted, torch's ISA verdicts are forgotten (:func:`_forget_isa_verdicts`), also by the thread itself
     where it ends after the block: a Ctrl-C reaches the probes' children too, and torch counts a killed probe as an
-    ISA the CPU lacks.  Measured: docs/serving.md ("The CPU's vector-ISA probes").
+    ISA the CPU lacks.  Where ``reads`` names a compiler, torch's per-process answers about Inductor's compiler are
+    cleared at the exit (:func:`_forget_compiler_answers`).  Measured: docs/serving.md ("The CPU's vector-ISA probes").
 
     Args:
         reads (Mapping[str, Any] | None): Inductor config keys -> values for the thread, or None (no thread).
 
     Raises:
-        On enter, a failure to install the wrapper (nothing is left installed then).
+        On enter, a failure to install the wrappers (nothing is left installed then).
     """
 
     def __init__(self, reads: Mapping[str, Any] | None) -> None:
@@ -388,6 +400,8 @@ class ProbesBeside:
             _forget_isa_verdicts()
         else:
             self.kept.set()  # after the join: an exit cut short in it forgets them when run again
+        if self.reads and "cpp.cxx" in self.reads:
+            _forget_compiler_answers()  # the thread's compiler answered torch's per-process questions
         self.ended.set()
         ISA_LIST_AT_ONCE.release(self.holder)
         self.active = False
@@ -470,7 +484,7 @@ def _probe_isas(reads: dict[str, Any], ended: threading.Event, kept: threading.E
     reads = dict(reads)
     try:
         if not torch_compat.installed().config_is_thread_local:  # process-wide config: only the compiler, see probe_reads
-            _PROBE_CXX.set(_one_compiler(reads.pop("cpp.cxx", None)))  # this thread's context, and its pool's copies
+            _PROBE_CXX.set(reads.pop("cpp.cxx", None))  # this thread's context, and its pool's copies
         with torch_fixes(), config.patch(reads):  # this thread's own context (reads is empty before 2.12)
             cpu_vec_isa.valid_vec_isa_list()
     except Exception:  # noqa: BLE001 - see ProbesBeside
@@ -479,6 +493,16 @@ def _probe_isas(reads: dict[str, Any], ended: threading.Event, kept: threading.E
         _PROBERS.discard(threading.current_thread())
         if ended.is_set() and not kept.is_set():  # the block failed and may have stopped waiting for this thread
             _forget_isa_verdicts()
+
+
+def _forget_compiler_answers() -> None:
+    """Clear torch's per-process answers about Inductor's compiler (``cpp_builder.is_gcc`` ... ``is_msvc_cl``, each a
+    ``functools.cache`` without arguments, torch 2.11-2.13): a probe thread given the build's compiler may have asked
+    first, and Inductor's later compiles ask of the compiler ``cpp.cxx`` names then."""
+    from torch._inductor import cpp_builder
+
+    for name in ("is_gcc", "is_clang", "is_intel_compiler", "is_apple_clang", "is_msvc_cl"):
+        getattr(getattr(cpp_builder, name, None), "cache_clear", lambda: None)()
 
 
 #: Inductor's choice of C++ compiler (torch 2.5-2.15 ``cpp_builder.py``), which every C++ compile of Inductor's asks for.
