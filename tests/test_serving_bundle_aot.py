@@ -1096,7 +1096,8 @@ def test_the_probes_read_the_build_options_c_compiler(tmp_path, isa_probes, fres
     thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
     # Per-thread config (2.12+): the thread applies the options; process-wide, the compiler reaches its probes alone.
     assert thread == [gpp]
-    aot_options_bundle(tmp_path / "c", {"cpp.cxx": (gpp,), "cpp.vec_isa_ok": True})
+    other = not torch._inductor.config.cpp.vec_isa_ok  # a value not live (tests/conftest.py may preset it for workers)
+    aot_options_bundle(tmp_path / "c", {"cpp.cxx": (gpp,), "cpp.vec_isa_ok": other})
     thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
     # Another probe key than the compiler: per thread, applied; process-wide, no thread (it could not set it alone).
     assert thread == ([gpp] if patches.config_is_thread_local else []) + [gpp]
