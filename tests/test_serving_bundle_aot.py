@@ -8,6 +8,7 @@ process on an empty TORCHINDUCTOR_CACHE_DIR, as on a new serving host.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -782,6 +783,12 @@ def test_loading_a_package_starts_no_load_check(built_aot, monkeypatch):
 
 HAS_PCH = aot_package.PRECOMPILED_HEADERS in torch_compat.installed().config_keys(torch._inductor.config)
 PER_THREAD_CONFIG = torch_compat.installed().config_is_thread_local  # Inductor's config per thread (torch 2.12+)
+#: torch's per-process answers about Inductor's compiler (``cpp_builder``, each a ``functools.cache``), where present.
+COMPILER_ANSWERS = [
+    name
+    for name in ("is_gcc", "is_clang", "is_intel_compiler", "is_apple_clang", "is_msvc_cl")
+    if aot_package.present(f"torch._inductor.cpp_builder:{name}")
+]
 
 
 @pytest.mark.skipif(not HAS_PCH, reason=f"torch {torch.__version__} has no {aot_package.PRECOMPILED_HEADERS}")
@@ -822,7 +829,7 @@ def isa_probes(monkeypatch, build_configs):
 
     seen: list[tuple[str, int]] = []
     compiling = threading.Event()
-    probes = SimpleNamespace(seen=seen, fails=False, simdlen=[], cxx=[], config_cxx=[], calls=[])
+    probes = SimpleNamespace(seen=seen, fails=False, simdlen=[], cxx=[], config_cxx=[], answered=[], calls=[])
 
     def valid_vec_isa_list():
         name = threading.current_thread().name
@@ -831,7 +838,10 @@ def isa_probes(monkeypatch, build_configs):
         probes.simdlen.append(torch._inductor.config.cpp.simdlen)
         probes.cxx.append((name, cpp_builder.get_cpp_compiler()))  # what torch's probes compile with
         probes.config_cxx.append((name, torch._inductor.config.cpp.cxx))  # what the thread set, if anything
-        cpp_builder.is_gcc()  # a per-process answer about the compiler (functools.cache), as torch's probes ask
+        probes.answered.append((name, cpp_builder.is_gcc.cache_info().currsize))  # an answer cached before it asked
+        for answer in COMPILER_ANSWERS:  # per-process answers about the compiler (functools.cache), as torch's probes ask
+            with contextlib.suppress(Exception):  # e.g. an Apple or MSVC check that cannot run here
+                getattr(cpp_builder, answer)()
         try:
             if name == aot_package.PROBE_THREAD:
                 compiling.wait(60)
@@ -937,8 +947,12 @@ def test_where_config_is_process_wide_the_thread_probes_only_what_it_need_not_se
     sh = shutil.which("sh")  # a compiler found on PATH: given to the thread's probes alone (CPP_COMPILER)
     assert aot_package.probe_reads({"cpp.cxx": (sh,)}, set()) == {"cpp.cxx": sh}
     assert aot_package.probe_reads({"cpp.cxx": (sh, sh)}, set()) is None  # a search: torch's to run, not the thread's
-    with torch._inductor.config.patch({"aot_inductor.cross_target_platform": "windows"}):  # torch's compiler: mingw
-        assert aot_package.probe_reads({"cpp.cxx": (sh,)}, set()) is None
+    if "aot_inductor.cross_target_platform" in patches.config_keys(torch._inductor.config):
+        with torch._inductor.config.patch({"aot_inductor.cross_target_platform": "windows"}):  # torch's: mingw
+            assert aot_package.probe_reads({"cpp.cxx": (sh,)}, set()) is None
+    windows = SimpleNamespace(aot_inductor=SimpleNamespace(cross_target_platform="windows"))
+    assert not aot_package._compiler_from_cxx(windows) and aot_package._compiler_from_cxx(SimpleNamespace())
+    assert not aot_package._compiler_from_cxx(SimpleNamespace(is_fbcode=lambda: True))
     simdlen = torch._inductor.config.cpp.simdlen
     assert aot_package.probe_reads({"cpp.cxx": (sh,), "cpp.simdlen": (simdlen or 0) + 8}, set()) is None
     monkeypatch.setattr(type(patches), "config_is_thread_local", True)
@@ -1121,7 +1135,9 @@ def test_the_probes_use_the_compiler_the_build_uses_where_inductors_is_passed_ov
     monkeypatch.setattr(aot_package, "cpp_compilers", lambda: [own, str(other)])
     monkeypatch.setattr(aot_package, "links_libstdcxx_statically", lambda cxx: cxx == own)
     before, function = torch._inductor.config.cpp.cxx, cpp_builder.get_cpp_compiler
+    cpp_builder.is_gcc()  # answered for Inductor's own compiler before the build
     aot_options_bundle(tmp_path / "b", None)
+    assert [cached for name, cached in isa_probes.answered if name == aot_package.PROBE_THREAD] == [0]  # asked anew
     thread = [cxx for name, cxx in isa_probes.cxx if name == aot_package.PROBE_THREAD]
     assert thread == [str(other)]
     # The verdicts at once on the thread's pool, in copies of its context.
@@ -1132,7 +1148,8 @@ def test_the_probes_use_the_compiler_the_build_uses_where_inductors_is_passed_ov
     assert cpp_builder.get_cpp_compiler is function  # the wrapper is gone by identity
     if process_wide:  # nothing set in the config: on torch < 2.12 it would be every thread's
         assert [cxx for name, cxx in isa_probes.config_cxx if name == aot_package.PROBE_THREAD] == [before]
-    assert cpp_builder.is_gcc.cache_info().currsize == 0  # the thread's answer for its compiler is not kept
+    # The thread's answers for its compiler are not kept.
+    assert [getattr(cpp_builder, name).cache_info().currsize for name in COMPILER_ANSWERS] == [0] * len(COMPILER_ANSWERS)
 
 
 def test_the_probe_compiler_reaches_only_the_probe_threads_context():

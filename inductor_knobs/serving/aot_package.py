@@ -303,7 +303,7 @@ def _compiler_from_cxx(config: Any) -> bool:
     cross-compile (``aot_inductor.cross_target_platform``), under fbcode and on Windows (torch 2.11-2.13)."""
     cross = getattr(getattr(config, "aot_inductor", None), "cross_target_platform", None)
     fbcode = getattr(config, "is_fbcode", lambda: False)
-    return sys.platform != "win32" and not cross and not fbcode()
+    return sys.platform != "win32" and cross != "windows" and not fbcode()
 
 
 def _one_compiler(value: Any) -> str | None:
@@ -341,7 +341,8 @@ class ProbesBeside:
     was interrupted, torch's ISA verdicts are forgotten (:func:`_forget_isa_verdicts`), also by the thread itself
     where it ends after the block: a Ctrl-C reaches the probes' children too, and torch counts a killed probe as an
     ISA the CPU lacks.  Where ``reads`` names a compiler, torch's per-process answers about Inductor's compiler are
-    cleared at the exit (:func:`_forget_compiler_answers`).  Measured: docs/serving.md ("The CPU's vector-ISA probes").
+    cleared before the thread starts and at the exit (:func:`_forget_compiler_answers`).  Measured: docs/serving.md
+    ("The CPU's vector-ISA probes").
 
     Args:
         reads (Mapping[str, Any] | None): Inductor config keys -> values for the thread, or None (no thread).
@@ -362,6 +363,8 @@ class ProbesBeside:
         self.active = True  # first: an interrupt after it leaves an exit to run
         try:
             ISA_LIST_AT_ONCE.acquire(self.holder)
+            if self.reads and "cpp.cxx" in self.reads:
+                _forget_compiler_answers()  # what the thread asks of its compiler, it asks anew
             if self.reads is not None:
                 run = contextvars.copy_context().run
                 args = (_probe_isas, self.reads, self.ended, self.kept)
