@@ -43,6 +43,7 @@ class Torch212(Torch28):
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # pytorch#173391: see fixes
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": True, "2.13": False}  # pytorch#140970: see fixes
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # see hooks.py
+    aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.12": True, "2.13": True}  # see aot_headers.py
 
     def read_override(self, cfg: ModuleType, key: str) -> object:
         return cfg._config[key].user_override.get()  # type: ignore[attr-defined]

@@ -38,6 +38,7 @@ class Torch215(Torch214):
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.15": False}  # see hooks.py
+    aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.15": True}  # see aot_headers.py
 
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:
         # _inductor/package/package.py:148: a sixth argument, use_stream_affinity (False in load_package).

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
+from .aot_headers import AotHeaders
 from .config_storage import ConfigStorage
 from .emulation import SmallGpuEmulation
 from .features import KnobFeatures
@@ -23,7 +24,16 @@ from .process_settings import ProcessSettings
 
 
 class TorchPatches(
-    SmGate, ConfigStorage, GemmBackends, SmallGpuEmulation, ProcessSettings, TorchHooks, KnobFeatures, TorchFixes, NativeFloors
+    SmGate,
+    ConfigStorage,
+    GemmBackends,
+    SmallGpuEmulation,
+    ProcessSettings,
+    TorchHooks,
+    KnobFeatures,
+    TorchFixes,
+    NativeFloors,
+    AotHeaders,
 ):
     """What the knobs need to know about one range of torch releases (2.4–2.5 here; subclasses override facts); stateless."""
 
@@ -57,6 +67,7 @@ class TorchPatches(
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": True}  # pytorch#140970: see fixes
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.4": True, "2.5": True}  # see hooks.py
+    aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}  # no AOT packages
 
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:
         """``torch._C._aoti.AOTIModelPackageLoader``'s arguments for ``path``, as torch's ``load_package`` passes them (2.7+)."""

@@ -46,6 +46,7 @@ class Torch26(TorchPatches):
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.6": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.6": True}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.6": True}  # see hooks.py
+    aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.6": False}  # not checked
     recompile_stance: ClassVar[str | None] = "fail_on_recompile"  # torch.compiler.set_stance (patches/native_floors.py)
 
     def sm_count(self, device: torch.device) -> int:

@@ -42,6 +42,7 @@ class Torch27(Torch26):
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": True}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.7": True}  # see hooks.py
+    aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.7": False}  # not checked
     #: ``_inductor/utils.py:get_max_num_sms`` (:1258, lru_cached) sizes ``NUM_SMS`` from 2.7.
     sm_count_caches: ClassVar[tuple[str, ...]] = (*Torch26.sm_count_caches, "torch._inductor.utils:get_max_num_sms")
 

@@ -75,6 +75,8 @@ class Torch28(Torch27):
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
     # Inductor warms its compile-worker pool at import in 2.8, at the first compile from 2.9 (hooks.py).
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.8": True, "2.9": False, "2.10": False, "2.11": False}
+    #: 2.9.0 has no ``use_mmap_weights_external``; 2.8 not checked (see aot_headers.py).
+    aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.8": False, "2.9": False, "2.10": True, "2.11": True}
 
     def aot_loader_args(self, path: str) -> tuple[Any, ...]:
         # (path, model_name, run_single_threaded, num_runners, device_index): _inductor/package/package.py

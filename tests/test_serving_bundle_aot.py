@@ -13,6 +13,7 @@ import inspect
 import json
 import os
 import shutil
+import sys
 import threading
 import types
 from types import SimpleNamespace
@@ -610,9 +611,10 @@ def compilers(tmp_path, monkeypatch):
     compiled_with = []
 
     def compile_and_package(program, package_path, inductor_configs):  # AOTInductor's minutes, skipped
-        compiled_with.append(inductor_configs.get("cpp.cxx"))
+        cxx = inductor_configs.get("cpp.cxx") or (cpp_builder.get_cpp_compiler(),)  # unset: Inductor picks its own
+        compiled_with.append(cxx)
         with open(package_path, "w") as out:
-            out.write(str(inductor_configs.get("cpp.cxx")))
+            out.write(str(cxx))
 
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
     crash_unless_good = "import os, signal, sys\nif 'good' not in open(sys.argv[1]).read(): os.kill(os.getpid(), signal.SIGSEGV)"
@@ -791,15 +793,88 @@ COMPILER_ANSWERS = [
 ]
 
 
+#: Whether this torch's AOT build asks for its precompiled headers as ``patches/aot_headers.py`` makes them.
+HEADERS_AS_TORCH = torch_compat.installed().makes_aot_headers_as_torch(torch_compat.release_of(torch.__version__))
+
+
+@pytest.fixture
+def headers_made(monkeypatch):
+    """``make_aot_headers`` recorded (the thread that called it, its arguments), nothing compiled."""
+    made: list[tuple[str, tuple]] = []
+    patches = type(torch_compat.installed())
+    monkeypatch.setattr(patches, "make_aot_headers", lambda self, *args: made.append((threading.current_thread().name, args)))
+    return made
+
+
 @pytest.mark.skipif(not HAS_PCH, reason=f"torch {torch.__version__} has no {aot_package.PRECOMPILED_HEADERS}")
-def test_the_aot_build_makes_no_precompiled_header_unless_asked(tmp_path, build_configs, fresh_inductor):
+def test_a_cpu_models_aot_build_makes_no_precompiled_header_unless_asked(tmp_path, build_configs, fresh_inductor, headers_made):
     header = aot_options_bundle(tmp_path / "b", None)
     assert build_configs[-1][aot_package.PRECOMPILED_HEADERS] is False and header["serving"]["aot"]["options"] == {}
+    assert headers_made == []
     aot_options_bundle(tmp_path / "c", {aot_package.PRECOMPILED_HEADERS: True})  # the user's choice stands
     assert build_configs[-1][aot_package.PRECOMPILED_HEADERS] is True
+    if HEADERS_AS_TORCH:  # and the probe thread makes them beside the build: Linear(4, 4)'s 80 bytes of constants
+        assert headers_made == [(aot_package.PROBE_THREAD, ("cpu", 80))]
+    headers_made.clear()
     aot_options_bundle(tmp_path / "d", None, knobs=ik.Knobs(config={aot_package.PRECOMPILED_HEADERS: True}))
     assert aot_package.PRECOMPILED_HEADERS not in build_configs[-1]  # a knob sets it inside the compile
+    assert headers_made == []  # the thread cannot tell what the knob makes of it
     assert torch._inductor.config.aot_inductor.precompile_headers is True  # nothing of the build stays set
+
+
+def _weights(device: str, *sizes: int) -> SimpleNamespace:
+    """A module whose parameters sit on ``device`` with ``sizes`` bytes each (one storage per parameter)."""
+    tensors = [
+        SimpleNamespace(
+            device=torch.device(device), untyped_storage=lambda i=i, n=n: SimpleNamespace(data_ptr=lambda: i, nbytes=lambda: n)
+        )
+        for i, n in enumerate(sizes, start=1)
+    ]
+    return SimpleNamespace(parameters=lambda: tensors, buffers=lambda: tensors[:1])  # a buffer shares a storage
+
+
+@pytest.mark.skipif(not (HAS_PCH and HEADERS_AS_TORCH), reason=f"torch {torch.__version__}'s build is not known to ask so")
+@pytest.mark.skipif(sys.platform != "linux", reason="torch makes no precompiled header on Windows")
+def test_headers_are_made_beside_a_gpu_models_build_where_it_turns_them_on():
+    key, none = aot_package.PRECOMPILED_HEADERS, ((), {})
+    assert aot_package.headers_beside(_weights("cuda", 100, 28), none, {}, set()) == ("cuda", 128)
+    assert aot_package.headers_beside(_weights("cuda", 100), none, {key: False}, set()) is None  # the user's off
+    assert aot_package.headers_beside(_weights("cuda", 100), none, {}, {key}) is None  # a knob decides in the compile
+    assert aot_package.headers_beside(_weights("cpu", 100), none, {}, set()) is None  # a CPU model's build is short
+    assert aot_package.headers_beside(_weights("cpu", 100), none, {key: True}, set()) == ("cpu", 100)
+    inputs = ((torch.empty(2, device="meta"),), {})
+    assert aot_package.headers_beside(_weights("cpu", 100), inputs, {}, set()) is None  # meta is no device
+    two = SimpleNamespace(parameters=lambda: [*_weights("cuda", 1).parameters(), *_weights("xpu", 1).parameters()])
+    two.buffers = list
+    assert aot_package.headers_beside(two, none, {}, set()) is None  # torch gives the compile one device type
+
+
+def test_a_torch_whose_build_asks_otherwise_gets_no_headers_beside_it(monkeypatch):
+    patches = type(torch_compat.installed())
+    release = torch_compat.release_of(torch.__version__)
+    monkeypatch.setattr(patches, "aot_headers_by_release", {release: False})
+    assert aot_package.headers_beside(_weights("cuda", 100), ((), {}), {}, set()) is None
+
+
+@pytest.mark.skipif(not (HAS_PCH and HEADERS_AS_TORCH), reason=f"torch {torch.__version__}'s build is not known to ask so")
+@pytest.mark.skipif(sys.platform != "linux", reason="torch makes no precompiled header on Windows")
+def test_the_probe_thread_makes_the_headers_the_build_asks_torch_for(tmp_path, fresh_inductor, monkeypatch):
+    """A real CPU build with the headers asked for: torch's ``_precompile_header`` (a ``functools.cache``) is asked by
+    the probe thread first and then by the build, with equal arguments, keyword order included."""
+    from torch._inductor import codecache
+
+    real, asked = codecache._precompile_header, []
+
+    def recorded(*args, **kwargs):
+        asked.append((threading.current_thread().name, (args, tuple(kwargs.items()))))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(codecache, "_precompile_header", recorded)
+    aot_options_bundle(tmp_path / "b", {aot_package.PRECOMPILED_HEADERS: True})
+    beside = [key for name, key in asked if name == aot_package.PROBE_THREAD]
+    build = [key for name, key in asked if name != aot_package.PROBE_THREAD]
+    assert len(beside) == 2 and beside == build  # the wrapper's header, then the CPU kernels'
+    assert [name for name, _ in asked][:2] == [aot_package.PROBE_THREAD] * 2
 
 
 def test_the_aot_build_holds_torchs_fixes_and_releases_them(tmp_path, build_configs, fresh_inductor, monkeypatch):

@@ -69,9 +69,10 @@ MULTI_ARCH = "aot_inductor.emit_multi_arch_kernel"
 
 
 #: AOTInductor's precompiled header for its C++ wrapper (``config.py`` 2.13 :2329, on by default outside fbcode), made
-#: in the Inductor cache the first time a wrapper compiles.  Measured on an H200 host (torch 2.11.0, the Llama's first
-#: AOT build after the warm-up): making the header took 4.3-5.0 s and the wrapper compile after it 4.5 s, the wrapper
-#: compile without it 5.5 s; with the header cached the wrapper compiled in 4.9 s, without it in 6.1 s.
+#: once per host (``default_cache_dir()/precompiled_headers``) the first time a wrapper compiles.  Measured on an H200
+#: host (torch 2.11.0, the Llama's first AOT build after the warm-up): making the header took 4.3-5.0 s and the wrapper
+#: compile after it 4.5 s, the wrapper compile without it 5.5 s; with the header made the wrapper compiled in 4.9 s,
+#: without it in 6.1 s.
 PRECOMPILED_HEADERS = "aot_inductor.precompile_headers"
 
 
@@ -98,17 +99,21 @@ def build(
     symbol whose range covers the warmed sizes.  ``Dim.AUTO`` lets export narrow a range or fix a size
     where the model branches on it; such a package would serve the other sizes wrongly, so it is refused.
 
-    The package is built with Inductor's C++ compiler first and, where a fresh process cannot load what it
-    built (:func:`load_failure`: it died, or raised), again with each of :func:`cpp_compilers`' others, set as
-    Inductor's ``cpp.cxx`` in the compile's ``inductor_configs`` (torch's ``config.patch`` around it).  Inductor's
-    compiler goes last instead when it links libstdc++ statically into shared libraries
-    (:func:`links_libstdcxx_statically`): its packages crash at load, and each build is a whole compile of the model.
+    The package is built with Inductor's C++ compiler first (``cpp.cxx`` left as Inductor has it) and, where a
+    fresh process cannot load what it built (:func:`load_failure`: it died, or raised), again with each of
+    :func:`cpp_compilers`' others, set as Inductor's ``cpp.cxx`` in the compile's ``inductor_configs`` (torch's
+    ``config.patch`` around it).  Inductor's compiler goes last instead when it links libstdc++ statically into shared
+    libraries (:func:`links_libstdcxx_statically`): its packages crash at load, and each build is a whole compile of
+    the model.
 
     Where the installed torch has :data:`PRECOMPILED_HEADERS` and neither the ``ik.compile`` options, the knobs nor
-    ``options`` set it, it is False in ``inductor_configs``: a bundle is built once in a cache, where making the header
-    costs more than it saves (the package's code is the same either way).  A process-wide True is not told from the
-    default (torch's ``config.patch`` leaves an entry overridden with its prior value when it exits, 2.13), so a build
-    that wants the header says so in ``options``.
+    ``options`` set it, it is True in ``inductor_configs`` where the thread that probes the CPU's vector ISAs beside the
+    build also makes the headers (:func:`headers_beside`: a model on a GPU, on a torch whose build asks for them as
+    ``patches/aot_headers.py`` makes them), so that the wrapper's compile finds them made; else False: made on the
+    build's own path, the header costs more than it saves in a build made once (the package's code is the same either
+    way).  A process-wide True is not told from the default (torch's ``config.patch`` leaves an entry overridden with
+    its prior value when it exits, 2.13), so a build that wants the header says so in ``options``; the thread then
+    makes it beside the build too.
 
     With ``portable``, where the installed torch has :data:`MULTI_ARCH` and neither the ``ik.compile`` options nor
     the knobs set it, it is True in ``inductor_configs``: each CUDA kernel is packaged as a fatbin of PTX and SASS
@@ -182,8 +187,6 @@ def build(
     ours = portable and has_multi_arch and MULTI_ARCH not in configs and MULTI_ARCH not in own
     if ours:
         configs[MULTI_ARCH] = True
-    if PRECOMPILED_HEADERS in patches.config_keys(inductor_config) and PRECOMPILED_HEADERS not in {*configs, *own}:
-        configs[PRECOMPILED_HEADERS] = False  # a build in a cache without the header: seconds saved, not spent
     scratch = tempfile.mkdtemp(prefix="inductor_knobs-aot-")
     checks: list[LoadCheck] = []  # each one closed below; the first imports torch while the model compiles
     try:
@@ -200,7 +203,11 @@ def build(
             # The first compile's config; its cpp.cxx named only where Inductor would not pick that compiler itself.
             named = bool(compilers) and not _is_inductors_compiler(str(compilers[0]))
             first = {**configs, **({"cpp.cxx": (compilers[0],)} if named else {})}
-            with ProbesBeside(probe_reads(first, own)):
+            reads = probe_reads(first, own)
+            headers = None if reads is None else headers_beside(module, calls[example], configs, own)
+            if PRECOMPILED_HEADERS in patches.config_keys(inductor_config) and PRECOMPILED_HEADERS not in {*configs, *own}:
+                configs[PRECOMPILED_HEADERS] = headers is not None  # made beside, or not at all (see the docstring)
+            with ProbesBeside(reads, headers):
                 started = time.perf_counter()
                 try:
                     program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic, strict=False)
@@ -212,7 +219,9 @@ def build(
                 outputs = output_modules(program.call_spec.out_spec)
                 multi_arch = has_multi_arch and bool(configs.get(MULTI_ARCH, patches.read_value(inductor_config, MULTI_ARCH)))
                 for cxx in compilers or [None]:
-                    patch = {} if cxx is None else {"cpp.cxx": (cxx,)}
+                    # Inductor's own compiler, first, as Inductor spells it: the probe thread's commands and headers,
+                    # keyed on the command line, are then the compile's.
+                    patch = {} if cxx is None or (cxx == compilers[0] and not named) else {"cpp.cxx": (cxx,)}
                     name = cxx if cxx is not None else str(configs.get("cpp.cxx", "(Inductor's)"))
                     started = time.perf_counter()
                     try:
@@ -298,6 +307,38 @@ def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str,
     return {"cpp.cxx": one}
 
 
+def headers_beside(
+    module: Any, call: tuple[Sequence[Any], dict[str, Any]], configs: Mapping[str, Any], knob_keys: Iterable[str]
+) -> tuple[str, int] | None:
+    """What a probe thread beside an AOT build makes AOTInductor's precompiled headers for (``make_aot_headers``'s
+    arguments in ``patches/aot_headers.py``: the device type and the bytes of the model's constants), or None.
+
+    None unless this torch's build asks for its headers as that module makes them (``aot_headers_by_release``), on
+    Linux outside fbcode, where the model's knobs leave :data:`PRECOMPILED_HEADERS` alone (``knob_keys``), and where the
+    build's compile turns the headers on: ``configs`` (the build's ``inductor_configs``) sets it True, or leaves it
+    unset for a model on one GPU type.  A CPU model's build is short, and its wrapper's compile would wait for the
+    header; its build leaves the headers off unless asked.  The device type is that of the model's parameters, buffers
+    and ``call``'s tensors (``AotCodeCompiler.compile`` is given the graph's one non-CPU device type, else ``"cpu"``).
+    """
+    import torch
+    from torch._inductor import config
+    from torch.utils import _pytree
+
+    patches = torch_compat.installed()
+    if PRECOMPILED_HEADERS not in patches.config_keys(config) or PRECOMPILED_HEADERS in set(knob_keys):
+        return None
+    release = torch_compat.release_of(torch.__version__)
+    if not patches.makes_aot_headers_as_torch(release) or sys.platform != "linux" or config.is_fbcode():
+        return None
+    weights = [*module.parameters(), *module.buffers()]
+    tensors = [*weights, *(leaf for leaf in _pytree.tree_leaves(call) if isinstance(leaf, torch.Tensor))]
+    gpus = {tensor.device.type for tensor in tensors} - {"cpu", "meta"}
+    if len(gpus) > 1 or configs.get(PRECOMPILED_HEADERS, bool(gpus)) is not True:
+        return None
+    storages = {tensor.untyped_storage().data_ptr(): tensor.untyped_storage().nbytes() for tensor in weights}
+    return (gpus.pop() if gpus else "cpu", sum(storages.values()))
+
+
 def _compiler_from_cxx(config: Any) -> bool:
     """Whether Inductor's compiler comes from ``cpp.cxx``: ``get_cpp_compiler`` answers otherwise for a Windows
     cross-compile (``aot_inductor.cross_target_platform``), under fbcode and on Windows (torch 2.11-2.13)."""
@@ -334,7 +375,10 @@ class ProbesBeside:
     :data:`CPP_COMPILER` gives the thread's probes alone) and asks for the list, which :data:`ISA_LIST_AT_ONCE`
     computes with every verdict at once; a call from another thread waits for it and reads torch's cache.  The
     thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's own call raises what
-    torch raises.
+    torch raises.  With ``headers`` (:func:`headers_beside`), the thread then makes AOTInductor's precompiled headers
+    for the build's wrapper (``make_aot_headers``, ``patches/aot_headers.py``) under the same config and compiler;
+    callers of the list no longer wait for it by then, and the build's own call of torch's ``_precompile_header`` finds
+    the header made, or waits on torch's file lock for it.
 
     The exit joins the thread and releases the wrappers; every step of it is idempotent, so an exit an interrupt cut
     short finishes when run again (as a second ``with`` unwinding runs it).  After a block that failed, or whose exit
@@ -346,13 +390,16 @@ class ProbesBeside:
 
     Args:
         reads (Mapping[str, Any] | None): Inductor config keys -> values for the thread, or None (no thread).
+        headers (tuple[str, int] | None): the device type and the bytes of the model's constants to make the
+            headers for, or None (no headers).
 
     Raises:
         On enter, a failure to install the wrappers (nothing is left installed then).
     """
 
-    def __init__(self, reads: Mapping[str, Any] | None) -> None:
+    def __init__(self, reads: Mapping[str, Any] | None, headers: tuple[str, int] | None = None) -> None:
         self.reads = None if reads is None else dict(reads)
+        self.headers = headers
         self.holder = object()
         self.ended, self.kept = threading.Event(), threading.Event()  # the block ended; it succeeded
         self.prober: threading.Thread | None = None
@@ -367,9 +414,10 @@ class ProbesBeside:
                 _forget_compiler_answers()  # what the thread asks of its compiler, it asks anew
             if self.reads is not None:
                 run = contextvars.copy_context().run
-                args = (_probe_isas, self.reads, self.ended, self.kept)
+                args = (_probe_isas, self.reads, self.headers, self.ended, self.kept)
                 self.prober = threading.Thread(target=run, args=args, name=PROBE_THREAD, daemon=True)
-                _PROBERS.add(self.prober)  # the thread also discards itself when it ends
+                with _LISTING:
+                    _PROBERS.add(self.prober)  # the thread also discards itself once it has the list
                 self.prober.start()
             return self  # inside: an interrupt at this line still finds the exit
         except BaseException:
@@ -398,7 +446,7 @@ class ProbesBeside:
             if prober.ident is not None:  # started; had it not, it never runs
                 with contextlib.suppress(RuntimeError):  # interrupted inside start(), before it said it started
                     prober.join()
-            _PROBERS.discard(prober)
+            _listed(prober)
         if self.failed:
             _forget_isa_verdicts()
         else:
@@ -410,20 +458,28 @@ class ProbesBeside:
         self.active = False
 
 
-#: The probe threads running (:class:`ProbesBeside`), which a call of :data:`VALID_ISAS` from elsewhere waits for.
+#: The probe threads still computing the list (:class:`ProbesBeside`), which a call of :data:`VALID_ISAS` from elsewhere
+#: waits for; guarded by :data:`_LISTING`, which tells the waiters each time one leaves it (:func:`_listed`).
 _PROBERS: set[threading.Thread] = set()
+_LISTING = threading.Condition()
 #: One computation of the ISA verdicts at a time (:func:`_at_once`, :func:`_forget_isa_verdicts`): torch's
 #: ``VecAVX512.__bool__`` changes the instance's flags for its bf16 check, so two callers must not probe one ISA at once.
 _VERDICTS = threading.RLock()
+
+
+def _listed(prober: threading.Thread) -> None:
+    """``prober`` no longer computes the list: off :data:`_PROBERS`, and its waiters told."""
+    with _LISTING:
+        _PROBERS.discard(prober)
+        _LISTING.notify_all()
 
 
 def _at_once(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:data:`VALID_ISAS` with every ISA's verdict computed at once (:func:`_verdicts_at_once`) before torch's list
     reads them, one caller at a time; a caller that is not a probe thread first waits for the probe threads."""
     if not threading.current_thread().name.startswith(PROBE_THREAD):  # a probe thread (or its pool) goes on
-        for prober in list(_PROBERS):
-            if prober.is_alive():
-                prober.join()
+        with _LISTING:
+            _LISTING.wait_for(lambda: not any(prober.is_alive() for prober in _PROBERS))
     with _VERDICTS, SAFE_EXIT:
         cache_info = getattr(wrapped, "cache_info", None)
         if cache_info is None or cache_info().currsize == 0:  # not computed yet
@@ -481,19 +537,23 @@ def _listed_isas(cpu_vec_isa: Any) -> list[Any]:
     return [isa for isa in listed if all(flag in flags for flag in str(isa).split())]
 
 
-def _probe_isas(reads: dict[str, Any], ended: threading.Event, kept: threading.Event) -> None:
+def _probe_isas(reads: dict[str, Any], headers: tuple[str, int] | None, ended: threading.Event, kept: threading.Event) -> None:
     from torch._inductor import config, cpu_vec_isa
 
     reads = dict(reads)
+    patches = torch_compat.installed()
     try:
-        if not torch_compat.installed().config_is_thread_local:  # process-wide config: only the compiler, see probe_reads
+        if not patches.config_is_thread_local:  # process-wide config: only the compiler, see probe_reads
             _PROBE_CXX.set(reads.pop("cpp.cxx", None))  # this thread's context, and its pool's copies
         with torch_fixes(), config.patch(reads):  # this thread's own context (reads is empty before 2.12)
             cpu_vec_isa.valid_vec_isa_list()
+            _listed(threading.current_thread())  # the list is cached: its callers need not wait for the headers
+            if headers is not None:
+                patches.make_aot_headers(*headers)
     except Exception:  # noqa: BLE001 - see ProbesBeside
         pass
     finally:
-        _PROBERS.discard(threading.current_thread())
+        _listed(threading.current_thread())
         if ended.is_set() and not kept.is_set():  # the block failed and may have stopped waiting for this thread
             _forget_isa_verdicts()
 
