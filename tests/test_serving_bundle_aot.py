@@ -860,7 +860,8 @@ def test_a_torch_whose_build_asks_otherwise_gets_no_headers_beside_it(monkeypatc
 @pytest.mark.skipif(sys.platform != "linux", reason="torch makes no precompiled header on Windows")
 def test_the_probe_thread_makes_the_headers_the_build_asks_torch_for(tmp_path, fresh_inductor, monkeypatch):
     """A real CPU build with the headers asked for: torch's ``_precompile_header`` (a ``functools.cache``) is asked by
-    the probe thread first and then by the build, with equal arguments, keyword order included."""
+    the probe thread and by the build with equal arguments, keyword order included (which asks first is a race on a
+    model this small; either way the second finds the header made, or waits on torch's lock for it)."""
     from torch._inductor import codecache
 
     real, asked = codecache._precompile_header, []
@@ -874,7 +875,6 @@ def test_the_probe_thread_makes_the_headers_the_build_asks_torch_for(tmp_path, f
     beside = [key for name, key in asked if name == aot_package.PROBE_THREAD]
     build = [key for name, key in asked if name != aot_package.PROBE_THREAD]
     assert len(beside) == 2 and beside == build  # the wrapper's header, then the CPU kernels'
-    assert [name for name, _ in asked][:2] == [aot_package.PROBE_THREAD] * 2
 
 
 def test_the_aot_build_holds_torchs_fixes_and_releases_them(tmp_path, build_configs, fresh_inductor, monkeypatch):
