@@ -17,10 +17,13 @@ caches the first filled, is what the build costs when every kernel it generates 
 - the kernel sources (wrapper modules left out) and autotune results (run-time tuning's ``.best_config`` files, GEMM
   choices under ``cache/``) it added to Inductor's cache directory: a source the warm-up did not generate is one whose
   run-time tuning and Triton compile the warm-up's caches cannot serve;
-- cProfile's top functions by cumulative time (this thread only: Inductor's compile workers and other threads show as
-  waits);
+- cProfile's top functions by cumulative time: every thread of this process on Python 3.12+ (whose cProfile uses
+  ``sys.monitoring``), this thread only before (other threads then show as waits); Inductor's compile workers are other
+  processes;
 - every child process it started from any thread (C++ compiles and links, the CPU ISA probes, Triton's launcher
-  builds, the load check): the program, its output file and its seconds, from ``subprocess.Popen`` start to reaping.
+  builds, the load check): the program, its output file and its seconds, from ``subprocess.Popen`` start to reaping,
+  the thread that started it and when;
+- the packages it imported first, in order, with the thread that imported each and when.
 
 ``--build-option KEY=VALUE`` (repeatable; the value read as a Python literal) sets an Inductor config key for the
 builds only (``save_serving_bundle(..., aot_options={KEY: VALUE})``), while the warm-up compiled without it.  After
@@ -90,27 +93,67 @@ def phases(before: dict[str, int]) -> dict[str, float]:
     return {key: round(value, 3) for key, value in sorted(added.items(), key=lambda kv: -kv[1]) if value > 0}
 
 
+class FirstImports:
+    """Every module first imported while active, from any thread: its name, the thread and the seconds since the
+    block began (a ``sys.meta_path`` finder that finds nothing and only notes who asked first)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self._started = time.perf_counter()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in sys.modules:
+            at = round(time.perf_counter() - self._started, 3)
+            self.rows.append({"module": fullname, "thread": threading.current_thread().name, "at_s": at})
+        return None
+
+    def __enter__(self) -> FirstImports:
+        self._started = time.perf_counter()
+        sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.meta_path.remove(self)
+
+    def summary(self) -> list[dict]:
+        """The top-level packages' first imports, in order (``torch.utils.cpp_extension`` kept whole)."""
+        seen, kept = set(), []
+        for row in self.rows:
+            name = row["module"]
+            key = name if name.startswith("torch.") else name.split(".")[0]
+            if key not in seen:
+                seen.add(key)
+                kept.append({**row, "module": key})
+        return kept
+
+
 class ChildProcesses:
-    """Every ``subprocess.Popen`` started while active, from any thread: program, output file and seconds to reaping."""
+    """Every ``subprocess.Popen`` started while active, from any thread: program, output file, seconds to reaping, the
+    thread that started it and when (seconds since the block began)."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
         self._lock = threading.Lock()
+        self._started = time.perf_counter()
 
     def __enter__(self) -> ChildProcesses:
         self._init, self._wait = subprocess.Popen.__init__, subprocess.Popen.wait
+        self._started = time.perf_counter()
         log = self
 
         def init(popen, args, *rest, **kwargs):
             popen._bench_started = time.perf_counter()
+            popen._bench_thread = threading.current_thread().name
             log._init(popen, args, *rest, **kwargs)
 
         def wait(popen, timeout=None):
             code = log._wait(popen, timeout)
             started = popen.__dict__.pop("_bench_started", None)
             if started is not None:
+                seconds, at = round(time.perf_counter() - started, 3), round(started - log._started, 3)
+                thread = popen.__dict__.pop("_bench_thread", "?")
                 with log._lock:
-                    log.rows.append({"seconds": round(time.perf_counter() - started, 3), **describe(popen.args)})
+                    log.rows.append({"seconds": seconds, "at_s": at, "thread": thread, **describe(popen.args)})
             return code
 
         subprocess.Popen.__init__, subprocess.Popen.wait = init, wait
@@ -126,6 +169,7 @@ class ChildProcesses:
         return {
             "by_program": {name: {"count": len(s), "seconds": round(sum(s), 3)} for name, s in by_program.items()},
             "slowest": sorted(self.rows, key=lambda row: -row["seconds"])[:top],
+            "in_order": sorted(self.rows, key=lambda row: row["at_s"]),
         }
 
 
@@ -152,7 +196,7 @@ def build_once(
     had_kernels = cold_start.kernel_dirs(triton_cache)
     profile = cProfile.Profile()
     started = time.perf_counter()
-    with ColdStartRecorder() as recorder, ChildProcesses() as children:
+    with ColdStartRecorder() as recorder, ChildProcesses() as children, FirstImports() as imports:
         profile.enable()
         try:
             header = ik.serving.save_serving_bundle(
@@ -179,6 +223,7 @@ def build_once(
         "torch_phases_s": phases(counts),
         "recorder": cold_start.named(recorder.proof()),
         "child_processes": children.summary(),
+        "first_imports": imports.summary(),
         "new_sources": len(new_sources),
         "new_kernel_sources": sum(bool(kernel_names(now[name])) for name in new_sources),
         "new_autotune_entries": len(autotune_entries(inductor_cache) - had_configs),
