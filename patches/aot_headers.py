@@ -14,14 +14,12 @@ Facts (torch 2.10.0, 2.11.0, 2.13.0 and 2.15.0 wheels, ``torch/_inductor/`` rela
 - ``_precompile_header`` (2.11 :2758) is a ``functools.cache`` (keyword order is part of its key): it preprocesses the
   header, hashes the result, and compiles it once per host into ``default_cache_dir()/precompiled_headers`` under a file
   lock, keyed on the command, that hash and the compiler's version; a second caller of an equal key waits on the lock and
-  finds the file.  A header made for another key is never used: a wrong guess here costs only the work.
+  finds the file.  A header made for another key is never used: the build then makes its own on its critical path.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
-
-from .release_tables import by_release
 
 
 class AotHeaders:
@@ -31,8 +29,9 @@ class AotHeaders:
     aot_headers_by_release: ClassVar[dict[str, bool]]
 
     def makes_aot_headers_as_torch(self, release: str) -> bool:
-        """Whether :meth:`make_aot_headers` asks what the AOT build of torch ``release`` (``"2.11"``) asks."""
-        return bool(by_release(self.aot_headers_by_release, release))
+        """Whether :meth:`make_aot_headers` asks what the AOT build of torch ``release`` (``"2.11"``) asks: only a
+        release the table lists (a release after the newest checked gets no headers made for it)."""
+        return bool(self.aot_headers_by_release.get(release, False))
 
     def make_aot_headers(self, device_type: str, consts_nbytes: int) -> list[str]:
         """Make the precompiled headers an AOTInductor build of a model on ``device_type`` (``"cuda"``, ``"cpu"``) whose

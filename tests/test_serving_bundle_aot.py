@@ -823,18 +823,19 @@ def test_a_cpu_models_aot_build_makes_no_precompiled_header_unless_asked(tmp_pat
 
 
 def _weights(device: str, *sizes: int) -> SimpleNamespace:
-    """A module whose parameters sit on ``device`` with ``sizes`` bytes each (one storage per parameter)."""
+    """A module whose parameters sit on ``device`` with ``sizes`` bytes of storage each."""
     tensors = [
-        SimpleNamespace(
-            device=torch.device(device), untyped_storage=lambda i=i, n=n: SimpleNamespace(data_ptr=lambda: i, nbytes=lambda: n)
-        )
-        for i, n in enumerate(sizes, start=1)
+        SimpleNamespace(device=torch.device(device), untyped_storage=lambda n=n: SimpleNamespace(nbytes=lambda: n)) for n in sizes
     ]
-    return SimpleNamespace(parameters=lambda: tensors, buffers=lambda: tensors[:1])  # a buffer shares a storage
+    return SimpleNamespace(parameters=lambda: tensors, buffers=list)
 
 
-@pytest.mark.skipif(not (HAS_PCH and HEADERS_AS_TORCH), reason=f"torch {torch.__version__}'s build is not known to ask so")
-@pytest.mark.skipif(sys.platform != "linux", reason="torch makes no precompiled header on Windows")
+#: Known to ask for its headers as patches/aot_headers.py makes them, on Linux (torch makes none on Windows).
+HEADERS_HERE = HAS_PCH and HEADERS_AS_TORCH and sys.platform == "linux"
+NOT_HERE = f"torch {torch.__version__}'s build is not known to ask for its headers so here"
+
+
+@pytest.mark.skipif(not HEADERS_HERE, reason=NOT_HERE)
 def test_headers_are_made_beside_a_gpu_models_build_where_it_turns_them_on():
     key, none = aot_package.PRECOMPILED_HEADERS, ((), {})
     assert aot_package.headers_beside(_weights("cuda", 100, 28), none, {}, set()) == ("cuda", 128)
@@ -849,15 +850,111 @@ def test_headers_are_made_beside_a_gpu_models_build_where_it_turns_them_on():
     assert aot_package.headers_beside(two, none, {}, set()) is None  # torch gives the compile one device type
 
 
-def test_a_torch_whose_build_asks_otherwise_gets_no_headers_beside_it(monkeypatch):
+@pytest.mark.skipif(not HEADERS_HERE, reason=NOT_HERE)
+def test_the_constants_are_counted_as_torch_counts_them_for_its_mmap_flags():
+    none = ((), {})
+    assert aot_package.headers_beside(_weights("cuda", 10**9 + 1), none, {}, set()) is None  # near 2 GB: flags unsure
+    assert aot_package.headers_beside(_weights("cuda", 3 * 10**9), none, {}, set()) is None
+    assert aot_package.headers_beside(_weights("cuda", 5 * 10**9), none, {}, set()) == ("cuda", 5 * 10**9)
+    outside = {"aot_inductor.package_constants_in_so": False}  # torch's count is 0 then
+    assert aot_package.headers_beside(_weights("cuda", 3 * 10**9), none, outside, set()) == ("cuda", 0)
+
+
+@pytest.mark.skipif(not HEADERS_HERE, reason=NOT_HERE)
+def test_weights_of_a_tensor_subclass_or_sparse_fail_no_build():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    model = torch.nn.Linear(4, 4)
+    model.weight = torch.nn.Parameter(TwoTensor(torch.randn(4, 4), torch.randn(4, 4)))  # torch's export unwraps it
+    key = aot_package.PRECOMPILED_HEADERS
+    assert aot_package.headers_beside(model, ((), {}), {key: True}, set()) == ("cpu", 80)  # its storage's bytes
+    sparse = torch.nn.Module()  # a storage that cannot be read: no headers beside, and no error
+    sparse.register_buffer("eye", torch.eye(3).to_sparse())
+    assert aot_package.headers_beside(sparse, ((), {}), {key: True}, set()) is None
+
+
+def test_headers_beside_only_where_torch_makes_them_as_the_package_does(monkeypatch):
+    from torch._inductor import config
+
     patches = type(torch_compat.installed())
     release = torch_compat.release_of(torch.__version__)
+    none, key = ((), {}), aot_package.PRECOMPILED_HEADERS
     monkeypatch.setattr(patches, "aot_headers_by_release", {release: False})
-    assert aot_package.headers_beside(_weights("cuda", 100), ((), {}), {}, set()) is None
+    assert aot_package.headers_beside(_weights("cuda", 100), none, {key: True}, set()) is None
+    monkeypatch.setattr(patches, "aot_headers_by_release", {})  # a release the table does not list: none
+    assert not torch_compat.installed().makes_aot_headers_as_torch(release)
+    monkeypatch.setattr(patches, "aot_headers_by_release", {release: True})
+    if HAS_PCH:
+        monkeypatch.setattr(sys, "platform", "win32")  # torch makes no precompiled header on Windows
+        assert aot_package.headers_beside(_weights("cuda", 100), none, {key: True}, set()) is None
+        monkeypatch.setattr(sys, "platform", "linux")
+        monkeypatch.setitem(config.__dict__, "is_fbcode", lambda: True)  # another compiler and other flags there
+        assert aot_package.headers_beside(_weights("cuda", 100), none, {key: True}, set()) is None
 
 
-@pytest.mark.skipif(not (HAS_PCH and HEADERS_AS_TORCH), reason=f"torch {torch.__version__}'s build is not known to ask so")
-@pytest.mark.skipif(sys.platform != "linux", reason="torch makes no precompiled header on Windows")
+@pytest.mark.skipif(not HEADERS_HERE, reason=NOT_HERE)
+def test_the_headers_are_asked_for_with_torchs_mmap_flags_for_the_bytes_of_constants(monkeypatch):
+    from torch._inductor import codecache
+    from torch._inductor.utils import determine_aoti_mmap_flags
+
+    asked = []
+    monkeypatch.setattr(codecache, "_precompile_header", lambda *args, **kwargs: asked.append(kwargs) or "header")
+    for nbytes in (0, 5 * 10**9):
+        asked.clear()
+        assert torch_compat.installed().make_aot_headers("cpu", nbytes) == ["header", "header"]  # wrapper, kernels
+        external, mmap = determine_aoti_mmap_flags(nbytes)
+        assert [(k["use_mmap_weights"], k["use_mmap_weights_external"]) for k in asked] == [(mmap, external)] * 2
+        assert list(asked[0]) == ["min_optimize", *list(asked[1])]  # torch's keyword order: its cache's key
+
+
+@pytest.mark.skipif(not HAS_PCH, reason=f"torch {torch.__version__} has no {aot_package.PRECOMPILED_HEADERS}")
+def test_a_gpu_models_build_turns_the_headers_on_and_the_thread_makes_them(
+    tmp_path, build_configs, fresh_inductor, headers_made, monkeypatch
+):
+    monkeypatch.setattr(aot_package, "headers_beside", lambda *args: ("cuda", 128))  # as for a model on a GPU
+    aot_options_bundle(tmp_path / "b", None)
+    assert build_configs[-1][aot_package.PRECOMPILED_HEADERS] is True
+    assert headers_made == [(aot_package.PROBE_THREAD, ("cuda", 128))]
+
+
+def test_callers_of_the_isa_list_wait_for_the_list_not_for_the_headers(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    making, release = threading.Event(), threading.Event()
+    patches = type(torch_compat.installed())
+    monkeypatch.setattr(patches, "make_aot_headers", lambda self, *args: making.set() or release.wait(60))
+    answered = []
+    with aot_package.ProbesBeside({}, ("cpu", 0)):
+        assert making.wait(60)  # the thread has the list and is making the headers
+        caller = threading.Thread(target=lambda: answered.append(cpu_vec_isa.valid_vec_isa_list()), daemon=True)
+        caller.start()
+        caller.join(60)
+        done = not caller.is_alive()
+        release.set()
+    assert done and len(answered) == 1  # answered while the headers were still being made
+
+
+def test_a_probe_thread_that_dies_unlisted_keeps_no_caller_waiting(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    monkeypatch.setattr(aot_package, "_probe_isas", lambda *args: None)  # ends without leaving the waiters' set
+    answered = []
+    with aot_package.ProbesBeside({}):
+        caller = threading.Thread(target=lambda: answered.append(cpu_vec_isa.valid_vec_isa_list()), daemon=True)
+        caller.start()
+        caller.join(60)
+    assert len(answered) == 1
+
+
+def test_a_block_that_failed_gets_no_headers_made(monkeypatch, headers_made):
+    ended, kept = threading.Event(), threading.Event()
+    ended.set()  # the block failed before the thread had the list
+    monkeypatch.setattr(aot_package, "_forget_isa_verdicts", lambda: None)
+    aot_package._probe_isas({}, ("cpu", 0), ended, kept)
+    assert headers_made == []
+
+
+@pytest.mark.skipif(not HEADERS_HERE, reason=NOT_HERE)
 def test_the_probe_thread_makes_the_headers_the_build_asks_torch_for(tmp_path, fresh_inductor, monkeypatch):
     """A real CPU build with the headers asked for: torch's ``_precompile_header`` (a ``functools.cache``) is asked by
     the probe thread and by the build with equal arguments, keyword order included (which asks first is a race on a
@@ -1059,7 +1156,7 @@ def _x86_linux() -> bool:
 def test_a_block_that_succeeds_inside_an_except_keeps_torchs_isa_verdicts(monkeypatch):
     forgotten = []
     monkeypatch.setattr(aot_package, "_forget_isa_verdicts", lambda: forgotten.append(True))
-    monkeypatch.setattr(aot_package, "_probe_isas", lambda reads, ended, kept: None)
+    monkeypatch.setattr(aot_package, "_probe_isas", lambda reads, headers, ended, kept: None)
     try:
         raise ValueError("handled by the caller")
     except ValueError:
@@ -1268,6 +1365,12 @@ def test_the_probes_read_no_compiler_where_the_build_compiles_with_inductors_own
             r"keys the build owns.*got aot_inductor.package_cpp_only",
         ),
         ({"aot_inductor.package": False}, {}, InvalidKnobValue, r"keys the build owns.*got aot_inductor.package$"),
+        (
+            {"aot_inductor_mode.compile_standalone": True},  # forces a C++-only package
+            {},
+            InvalidKnobValue,
+            r"keys the build owns.*got aot_inductor_mode.compile_standalone",
+        ),
         ({"post_grad_custom_post_pass": print}, {}, InvalidKnobValue, r"not callables.*got post_grad_custom_post_pass"),
         (
             {"coordinate_descent_tuning": False},

@@ -74,6 +74,7 @@ def test_every_module_declares_facts_for_its_whole_range():
         assert sorted(mod.feedback_saver_arity_by_release) == sorted(releases), mod.name
         assert sorted(mod.gate_checked_backends_by_release) == sorted(releases), mod.name
         assert sorted(mod.nvgemm_modules_by_release) == sorted(releases), mod.name
+        assert sorted(mod.aot_headers_by_release) == sorted(releases), mod.name
         for release in releases:
             # every gated backend is one the release knows; NVGEMM exists exactly where it has modules
             assert mod.gate_checked_backends(release) <= mod.gemm_backends(release), (mod.name, release)

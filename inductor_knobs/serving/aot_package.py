@@ -310,22 +310,38 @@ def probe_reads(first: Mapping[str, Any], knob_keys: Iterable[str]) -> dict[str,
 def headers_beside(
     module: Any, call: tuple[Sequence[Any], dict[str, Any]], configs: Mapping[str, Any], knob_keys: Iterable[str]
 ) -> tuple[str, int] | None:
-    """What a probe thread beside an AOT build makes AOTInductor's precompiled headers for (``make_aot_headers``'s
-    arguments in ``patches/aot_headers.py``: the device type and the bytes of the model's constants), or None.
+    """What a probe thread beside an AOT build makes AOTInductor's precompiled headers for, or None.
 
-    None unless this torch's build asks for its headers as that module makes them (``aot_headers_by_release``), on
-    Linux outside fbcode, where the model's knobs leave :data:`PRECOMPILED_HEADERS` alone (``knob_keys``), and where the
-    build's compile turns the headers on: ``configs`` (the build's ``inductor_configs``) sets it True, or leaves it
-    unset for a model on one GPU type.  A CPU model's build is short, and its wrapper's compile would wait for the
-    header; its build leaves the headers off unless asked.  The device type is that of the model's parameters, buffers
-    and ``call``'s tensors (``AotCodeCompiler.compile`` is given the graph's one non-CPU device type, else ``"cpu"``).
+    None unless this torch's build asks for its headers as ``patches/aot_headers.py`` makes them
+    (``aot_headers_by_release``, listed for this release), on Linux outside fbcode, where the model's knobs leave
+    :data:`PRECOMPILED_HEADERS` alone, and where the build's compile turns the headers on: ``configs`` sets it True, or
+    leaves it unset for a model on one GPU type.  A CPU model's build is short, and its wrapper's compile would wait
+    for the header; its build leaves the headers off unless asked.  The device type is that of the model's parameters,
+    buffers and ``call``'s tensors (``AotCodeCompiler.compile`` is given the graph's one non-CPU device type, else
+    ``"cpu"``).  The bytes of constants are counted as torch counts them for its mmap flags (each parameter's and
+    buffer's whole storage; 0 unless ``aot_inductor.package_constants_in_so`` or the ``binary_blob`` on-disk format),
+    but torch counts its lowered graph's constants: None where the count is within a factor of two of torch's 2 GB
+    threshold (``determine_aoti_mmap_flags``), where the flags could differ, and None for weights whose storage cannot
+    be read (tensor subclasses, sparse tensors).  A header made for other flags than the build's is never used, and
+    the build then makes its own on its path.
+
+    Args:
+        module (Any): the ``nn.Module`` the build exports.
+        call (tuple[Sequence[Any], dict[str, Any]]): the export's example call, ``(args, kwargs)``.
+        configs (Mapping[str, Any]): the build's ``inductor_configs`` (key -> value).
+        knob_keys (Iterable[str]): the Inductor config keys the model's knobs set inside its compile.
+
+    Returns:
+        tuple[str, int] | None: the device type (``"cuda"``, ``"cpu"`` ...) and the bytes of constants, for
+        ``make_aot_headers``; or None (no headers beside the build).
     """
     import torch
     from torch._inductor import config
     from torch.utils import _pytree
 
     patches = torch_compat.installed()
-    if PRECOMPILED_HEADERS not in patches.config_keys(config) or PRECOMPILED_HEADERS in set(knob_keys):
+    keys = patches.config_keys(config)
+    if PRECOMPILED_HEADERS not in keys or PRECOMPILED_HEADERS in set(knob_keys):
         return None
     release = torch_compat.release_of(torch.__version__)
     if not patches.makes_aot_headers_as_torch(release) or sys.platform != "linux" or config.is_fbcode():
@@ -335,8 +351,25 @@ def headers_beside(
     gpus = {tensor.device.type for tensor in tensors} - {"cpu", "meta"}
     if len(gpus) > 1 or configs.get(PRECOMPILED_HEADERS, bool(gpus)) is not True:
         return None
-    storages = {tensor.untyped_storage().data_ptr(): tensor.untyped_storage().nbytes() for tensor in weights}
-    return (gpus.pop() if gpus else "cpu", sum(storages.values()))
+
+    def setting(key: str) -> Any:
+        return configs[key] if key in configs else patches.read_value(config, key) if key in keys else None
+
+    packed = setting(_CONSTANTS_IN_SO) or setting(_CONSTANTS_FORMAT) == "binary_blob"
+    try:
+        nbytes = sum(tensor.untyped_storage().nbytes() for tensor in weights) if packed else 0
+    except (RuntimeError, NotImplementedError):  # a wrapper subclass's or a sparse tensor's storage
+        return None
+    if _MMAP_THRESHOLD / 2 < nbytes < _MMAP_THRESHOLD * 2:
+        return None
+    return (gpus.pop() if gpus else "cpu", nbytes)
+
+
+#: AOTInductor's keys for whether the constants go into the library (``config.py``, torch 2.10-2.15) and its mmap
+#: threshold on their bytes (``utils.py:determine_aoti_mmap_flags``: mmap above 2,000,000,000 bytes, 2.10-2.15).
+_CONSTANTS_IN_SO = "aot_inductor.package_constants_in_so"
+_CONSTANTS_FORMAT = "aot_inductor.package_constants_on_disk_format"
+_MMAP_THRESHOLD = 2_000_000_000
 
 
 def _compiler_from_cxx(config: Any) -> bool:
@@ -376,9 +409,9 @@ class ProbesBeside:
     computes with every verdict at once; a call from another thread waits for it and reads torch's cache.  The
     thread holds torch's fixes (:mod:`.torch_fixes`); what it raises is dropped, and the build's own call raises what
     torch raises.  With ``headers`` (:func:`headers_beside`), the thread then makes AOTInductor's precompiled headers
-    for the build's wrapper (``make_aot_headers``, ``patches/aot_headers.py``) under the same config and compiler;
-    callers of the list no longer wait for it by then, and the build's own call of torch's ``_precompile_header`` finds
-    the header made, or waits on torch's file lock for it.
+    for the build's wrapper (``make_aot_headers``, ``patches/aot_headers.py``) under the same config and compiler,
+    unless the block has failed already; callers of the list wait only until the thread has it, and the build's own
+    call of torch's ``_precompile_header`` finds the header made, or waits on torch's file lock for it.
 
     The exit joins the thread and releases the wrappers; every step of it is idempotent, so an exit an interrupt cut
     short finishes when run again (as a second ``with`` unwinding runs it).  After a block that failed, or whose exit
@@ -478,8 +511,9 @@ def _at_once(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], k
     """:data:`VALID_ISAS` with every ISA's verdict computed at once (:func:`_verdicts_at_once`) before torch's list
     reads them, one caller at a time; a caller that is not a probe thread first waits for the probe threads."""
     if not threading.current_thread().name.startswith(PROBE_THREAD):  # a probe thread (or its pool) goes on
-        with _LISTING:
-            _LISTING.wait_for(lambda: not any(prober.is_alive() for prober in _PROBERS))
+        with _LISTING:  # told as each leaves; a thread that died unlisted is no longer alive at the next look
+            while any(prober.is_alive() for prober in _PROBERS):
+                _LISTING.wait(0.1)
     with _VERDICTS, SAFE_EXIT:
         cache_info = getattr(wrapped, "cache_info", None)
         if cache_info is None or cache_info().currsize == 0:  # not computed yet
@@ -538,17 +572,17 @@ def _listed_isas(cpu_vec_isa: Any) -> list[Any]:
 
 
 def _probe_isas(reads: dict[str, Any], headers: tuple[str, int] | None, ended: threading.Event, kept: threading.Event) -> None:
-    from torch._inductor import config, cpu_vec_isa
-
-    reads = dict(reads)
-    patches = torch_compat.installed()
     try:
+        from torch._inductor import config, cpu_vec_isa
+
+        reads = dict(reads)
+        patches = torch_compat.installed()
         if not patches.config_is_thread_local:  # process-wide config: only the compiler, see probe_reads
             _PROBE_CXX.set(reads.pop("cpp.cxx", None))  # this thread's context, and its pool's copies
         with torch_fixes(), config.patch(reads):  # this thread's own context (reads is empty before 2.12)
             cpu_vec_isa.valid_vec_isa_list()
-            _listed(threading.current_thread())  # the list is cached: its callers need not wait for the headers
-            if headers is not None:
+            _listed(threading.current_thread())  # the list is cached: its callers go on while the headers are made
+            if headers is not None and not ended.is_set():  # not for a block that has failed already
                 patches.make_aot_headers(*headers)
     except Exception:  # noqa: BLE001 - see ProbesBeside
         pass
@@ -596,8 +630,14 @@ def _forget_isa_verdicts() -> None:
 
 
 #: Inductor keys the build itself owns: ``aoti_compile_and_package`` forces ``aot_inductor.package`` and refuses an
-#: ``aot_inductor.output_path`` (torch 2.13 ``_inductor/__init__.py``), and a C++-only package has no library to load.
-BUILD_OWNS = ("aot_inductor.package", "aot_inductor.output_path", "aot_inductor.package_cpp_only")
+#: ``aot_inductor.output_path`` (torch 2.13 ``_inductor/__init__.py``), and a C++-only package has no library to load
+#: (a standalone build forces one: ``utils.py:maybe_aoti_standalone_config``, 2.11-2.13).
+BUILD_OWNS = (
+    "aot_inductor.package",
+    "aot_inductor.output_path",
+    "aot_inductor.package_cpp_only",
+    "aot_inductor_mode.compile_standalone",
+)
 
 
 def _build_options(label: str, options: Mapping[str, Any] | None, own: set[str], portable: bool) -> dict[str, Any]:
