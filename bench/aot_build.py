@@ -94,8 +94,9 @@ def phases(before: dict[str, int]) -> dict[str, float]:
 
 
 class FirstImports:
-    """Every module first imported while active, from any thread: its name, the thread and the seconds since the
-    block began (a ``sys.meta_path`` finder that finds nothing and only notes who asked first)."""
+    """Every module asked for while active that was not imported yet, from any thread: its name, the thread and the
+    seconds since the block began (a ``sys.meta_path`` finder that finds nothing and only notes who asked first; an
+    optional import that then fails is noted too)."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
@@ -116,7 +117,7 @@ class FirstImports:
         sys.meta_path.remove(self)
 
     def summary(self) -> list[dict]:
-        """The top-level packages' first imports, in order (``torch.utils.cpp_extension`` kept whole)."""
+        """The first imports in order, one row per top-level package (each ``torch.*`` module its own row)."""
         seen, kept = set(), []
         for row in self.rows:
             name = row["module"]

@@ -922,13 +922,13 @@ def test_callers_of_the_isa_list_wait_for_the_list_not_for_the_headers(monkeypat
 
     making, release = threading.Event(), threading.Event()
     patches = type(torch_compat.installed())
-    monkeypatch.setattr(patches, "make_aot_headers", lambda self, *args: making.set() or release.wait(60))
+    monkeypatch.setattr(patches, "make_aot_headers", lambda self, *args: making.set() or release.wait(180))
     answered = []
     with aot_package.ProbesBeside({}, ("cpu", 0)):
         assert making.wait(60)  # the thread has the list and is making the headers
         caller = threading.Thread(target=lambda: answered.append(cpu_vec_isa.valid_vec_isa_list()), daemon=True)
         caller.start()
-        caller.join(60)
+        caller.join(60)  # the headers take until release, three times as long
         done = not caller.is_alive()
         release.set()
     assert done and len(answered) == 1  # answered while the headers were still being made
@@ -937,7 +937,16 @@ def test_callers_of_the_isa_list_wait_for_the_list_not_for_the_headers(monkeypat
 def test_a_probe_thread_that_dies_unlisted_keeps_no_caller_waiting(monkeypatch):
     from torch._inductor import cpu_vec_isa
 
-    monkeypatch.setattr(aot_package, "_probe_isas", lambda *args: None)  # ends without leaving the waiters' set
+    waiting = threading.Event()
+
+    class Told(threading.Condition):  # says when a caller waits on it
+        def wait(self, timeout=None):
+            waiting.set()
+            return super().wait(timeout)
+
+    monkeypatch.setattr(aot_package, "_LISTING", Told())
+    # The thread ends, without leaving the waiters' set or telling them, once a caller waits for it.
+    monkeypatch.setattr(aot_package, "_probe_isas", lambda *args: waiting.wait(60))
     answered = []
     with aot_package.ProbesBeside({}):
         caller = threading.Thread(target=lambda: answered.append(cpu_vec_isa.valid_vec_isa_list()), daemon=True)
