@@ -861,13 +861,15 @@ def test_the_constants_are_counted_as_torch_counts_them_for_its_mmap_flags():
 
 
 @pytest.mark.skipif(not HEADERS_HERE, reason=NOT_HERE)
-def test_weights_of_a_tensor_subclass_or_sparse_fail_no_build():
+def test_weights_of_a_tensor_subclass_sparse_or_lazy_fail_no_build():
     from torch.testing._internal.two_tensor import TwoTensor
 
     model = torch.nn.Linear(4, 4)
-    model.weight = torch.nn.Parameter(TwoTensor(torch.randn(4, 4), torch.randn(4, 4)))  # torch's export unwraps it
+    model.weight = torch.nn.Parameter(TwoTensor(torch.randn(4, 4), torch.randn(4, 4)))  # its data_ptr() raises
     key = aot_package.PRECOMPILED_HEADERS
     assert aot_package.headers_beside(model, ((), {}), {key: True}, set()) == ("cpu", 80)  # its storage's bytes
+    lazy = torch.nn.LazyLinear(4)  # never called: its parameters have no storage yet
+    assert aot_package.headers_beside(lazy, ((), {}), {key: True}, set()) is None
     sparse = torch.nn.Module()  # a storage that cannot be read: no headers beside, and no error
     sparse.register_buffer("eye", torch.eye(3).to_sparse())
     assert aot_package.headers_beside(sparse, ((), {}), {key: True}, set()) is None
@@ -925,27 +927,30 @@ def test_callers_of_the_isa_list_wait_for_the_list_not_for_the_headers(monkeypat
     monkeypatch.setattr(patches, "make_aot_headers", lambda self, *args: making.set() or release.wait(180))
     answered = []
     with aot_package.ProbesBeside({}, ("cpu", 0)):
-        assert making.wait(60)  # the thread has the list and is making the headers
-        caller = threading.Thread(target=lambda: answered.append(cpu_vec_isa.valid_vec_isa_list()), daemon=True)
-        caller.start()
-        caller.join(60)  # the headers take until release, three times as long
-        done = not caller.is_alive()
-        release.set()
+        try:
+            assert making.wait(60)  # the thread has the list and is making the headers
+            caller = threading.Thread(target=lambda: answered.append(cpu_vec_isa.valid_vec_isa_list()), daemon=True)
+            caller.start()
+            caller.join(60)  # the headers take until release, three times as long
+            done = not caller.is_alive()
+        finally:
+            release.set()
     assert done and len(answered) == 1  # answered while the headers were still being made
 
 
 def test_a_probe_thread_that_dies_unlisted_keeps_no_caller_waiting(monkeypatch):
     from torch._inductor import cpu_vec_isa
 
-    waiting = threading.Event()
+    waiting, real = threading.Event(), aot_package._still_listing
 
-    class Told(threading.Condition):  # says when a caller waits on it
-        def wait(self, timeout=None):
+    def still_listing():  # says when a caller looks for the threads to wait for
+        found = real()
+        if found and threading.current_thread().name != aot_package.PROBE_THREAD:
             waiting.set()
-            return super().wait(timeout)
+        return found
 
-    monkeypatch.setattr(aot_package, "_LISTING", Told())
-    # The thread ends, without leaving the waiters' set or telling them, once a caller waits for it.
+    monkeypatch.setattr(aot_package, "_still_listing", still_listing)
+    # The thread ends, without leaving the waiters' set, once a caller waits for it.
     monkeypatch.setattr(aot_package, "_probe_isas", lambda *args: waiting.wait(60))
     answered = []
     with aot_package.ProbesBeside({}):

@@ -322,8 +322,10 @@ def headers_beside(
     buffer's whole storage; 0 unless ``aot_inductor.package_constants_in_so`` or the ``binary_blob`` on-disk format),
     but torch counts its lowered graph's constants: None where the count is within a factor of two of torch's 2 GB
     threshold (``determine_aoti_mmap_flags``), where the flags could differ, and None for weights whose storage cannot
-    be read (tensor subclasses, sparse tensors).  A header made for other flags than the build's is never used, and
-    the build then makes its own on its path.
+    be read (sparse tensors, uninitialised lazy parameters).  A header made for other flags than the build's is never
+    used, and the build then makes its own on its path: the band does not cover a model whose lowered graph keeps
+    other constants than its parameters and buffers (an unused parameter, a plain tensor attribute, constants folded
+    by freezing) by gigabytes.
 
     Args:
         module (Any): the ``nn.Module`` the build exports.
@@ -358,7 +360,7 @@ def headers_beside(
     packed = setting(_CONSTANTS_IN_SO) or setting(_CONSTANTS_FORMAT) == "binary_blob"
     try:
         nbytes = sum(tensor.untyped_storage().nbytes() for tensor in weights) if packed else 0
-    except (RuntimeError, NotImplementedError):  # a wrapper subclass's or a sparse tensor's storage
+    except Exception:  # noqa: BLE001 - a sparse tensor's, a lazy parameter's storage: a guess, so no headers
         return None
     if _MMAP_THRESHOLD / 2 < nbytes < _MMAP_THRESHOLD * 2:
         return None
@@ -449,7 +451,7 @@ class ProbesBeside:
                 run = contextvars.copy_context().run
                 args = (_probe_isas, self.reads, self.headers, self.ended, self.kept)
                 self.prober = threading.Thread(target=run, args=args, name=PROBE_THREAD, daemon=True)
-                with _LISTING:
+                with _LISTING, SAFE_EXIT:
                     _PROBERS.add(self.prober)  # the thread also discards itself once it has the list
                 self.prober.start()
             return self  # inside: an interrupt at this line still finds the exit
@@ -492,28 +494,32 @@ class ProbesBeside:
 
 
 #: The probe threads still computing the list (:class:`ProbesBeside`), which a call of :data:`VALID_ISAS` from elsewhere
-#: waits for; guarded by :data:`_LISTING`, which tells the waiters each time one leaves it (:func:`_listed`).
+#: waits for (:func:`_still_listing`); guarded by :data:`_LISTING`, a C lock (``with _LISTING, SAFE_EXIT:``).
 _PROBERS: set[threading.Thread] = set()
-_LISTING = threading.Condition()
+_LISTING = threading.Lock()
 #: One computation of the ISA verdicts at a time (:func:`_at_once`, :func:`_forget_isa_verdicts`): torch's
 #: ``VecAVX512.__bool__`` changes the instance's flags for its bf16 check, so two callers must not probe one ISA at once.
 _VERDICTS = threading.RLock()
 
 
 def _listed(prober: threading.Thread) -> None:
-    """``prober`` no longer computes the list: off :data:`_PROBERS`, and its waiters told."""
-    with _LISTING:
+    """``prober`` no longer computes the list: off :data:`_PROBERS`."""
+    with _LISTING, SAFE_EXIT:
         _PROBERS.discard(prober)
-        _LISTING.notify_all()
+
+
+def _still_listing() -> list[threading.Thread]:
+    """The probe threads that are alive and still computing the list (a thread that died unlisted is not)."""
+    with _LISTING, SAFE_EXIT:
+        return [prober for prober in _PROBERS if prober.is_alive()]
 
 
 def _at_once(wrapped: Callable[[], Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:data:`VALID_ISAS` with every ISA's verdict computed at once (:func:`_verdicts_at_once`) before torch's list
     reads them, one caller at a time; a caller that is not a probe thread first waits for the probe threads."""
     if not threading.current_thread().name.startswith(PROBE_THREAD):  # a probe thread (or its pool) goes on
-        with _LISTING:  # told as each leaves; a thread that died unlisted is no longer alive at the next look
-            while any(prober.is_alive() for prober in _PROBERS):
-                _LISTING.wait(0.1)
+        while waiting := _still_listing():  # no lock held while waiting: a Ctrl-C leaves nothing held
+            waiting[0].join(0.1)  # at once where it ends; else a look again whether it has the list
     with _VERDICTS, SAFE_EXIT:
         cache_info = getattr(wrapped, "cache_info", None)
         if cache_info is None or cache_info().currsize == 0:  # not computed yet
@@ -631,7 +637,7 @@ def _forget_isa_verdicts() -> None:
 
 #: Inductor keys the build itself owns: ``aoti_compile_and_package`` forces ``aot_inductor.package`` and refuses an
 #: ``aot_inductor.output_path`` (torch 2.13 ``_inductor/__init__.py``), and a C++-only package has no library to load
-#: (a standalone build forces one: ``utils.py:maybe_aoti_standalone_config``, 2.11-2.13).
+#: (a standalone build forces one: ``utils.py:maybe_aoti_standalone_config``, 2.10-2.15).
 BUILD_OWNS = (
     "aot_inductor.package",
     "aot_inductor.output_path",
