@@ -113,19 +113,24 @@ def in_fresh_thread(fn: Callable[[], Any], what: str, bound: float = HANG_BOUND_
 def interrupt_every_line(make: Callable[[], Any], state: Callable[[], object], name: str, bound: float = HANG_BOUND_S) -> str:
     """KeyboardInterrupt at each line of ``make()``'s enter, then of its exit, each run in a fresh thread.
 
+    The lines are those of a second enter and exit (the first runs once-only work), and every interrupt must land.
     After each interrupted enter or exit, the exit is retried where the block is still active (as a second
     ``with`` unwinding would): it must finish, and ``state()``, read in that thread, must equal what it was
-    before the block.  Returns a one-line summary; raises AssertionError on a hang or a difference.
+    before the block.  Returns a one-line summary; raises AssertionError on a hang, a difference or an interrupt
+    that never landed.
     """
 
     def full_cycle() -> tuple[list[int], list[int]]:
+        warm = make()  # a first enter runs once-only work (the rescan of sys.modules for names bound to a target)
+        warm.__enter__()
+        warm.__exit__(None, None, None)
         ctx = make()
         enter = injection_points(ctx.__enter__)
         exit_ = injection_points(lambda: ctx.__exit__(None, None, None))
         return enter, exit_
 
     enter_points, exit_points = in_fresh_thread(full_cycle, f"{name}: a plain enter and exit", bound)
-    retried = 0
+    retried = landed = 0
 
     def once(at: int, during_exit: bool) -> tuple[object, object, str | None, bool]:
         before = state()
@@ -144,8 +149,12 @@ def interrupt_every_line(make: Callable[[], Any], state: Callable[[], object], n
             what = f"{name}: the {phase} interrupted at line event {at}, then the retried exit"
             before, after, where, active = in_fresh_thread(lambda a=at, d=during_exit: once(a, d), what, bound)
             retried += active
+            landed += where is not None
             assert after == before, f"{what} ({where}) left torch changed: {before} -> {after}"
-    return f"{name}: {len(enter_points)} lines of enter, {len(exit_points)} of exit, {retried} exits retried"
+    points = len(enter_points) + len(exit_points)
+    assert landed == points, f"{name}: {points - landed} of {points} interrupts never landed (a line the warm runs skip)"
+    summary = f"{name}: {len(enter_points)} lines of enter, {len(exit_points)} of exit, {retried} exits retried"
+    return f"{summary}, {landed} of {points} interrupts landed"
 
 
 #: The Inductor config keys the blocks under test change.

@@ -1210,7 +1210,8 @@ def test_the_probes_beside_a_build_leave_nothing_behind_when_interrupted_at_any_
         alive = [t for t in threading.enumerate() if t.name.startswith(aot_package.PROBE_THREAD)]
         listing = cpu_vec_isa.valid_vec_isa_list is listed
         users = aot_package.ISA_LIST_AT_ONCE.users
-        return {"users": users, "listed": listing, "probers": len(aot_package._PROBERS), "alive": alive}
+        free = not aot_package._LISTING.locked()  # no lock left held by an interrupt
+        return {"users": users, "listed": listing, "probers": len(aot_package._PROBERS), "alive": alive, "free": free}
 
     print(interrupt_every_line(lambda: aot_package.ProbesBeside({}), state, "ProbesBeside"))
 
