@@ -65,10 +65,14 @@ def injection_points(fn: Callable[[], object]) -> list[int]:
         fn()
     finally:
         sys.settrace(None)
+    # Each line's first event, and each return to a line after another (a ``with``'s own line after its body).
     first: dict[tuple[str, int], int] = {}
+    again: list[int] = []
     for index, line in enumerate(lines, start=1):
+        if line in first and lines[index - 2] != line:
+            again.append(index)
         first.setdefault(line, index)
-    return sorted(first.values())
+    return sorted({*first.values(), *again})
 
 
 def run_injected(fn: Callable[[], object], at: int) -> str | None:
