@@ -15,11 +15,21 @@ Facts (torch 2.10.0, 2.11.0, 2.13.0 and 2.15.0 wheels, ``torch/_inductor/`` rela
   header, hashes the result, and compiles it once per host into ``default_cache_dir()/precompiled_headers`` under a file
   lock, keyed on the command, that hash and the compiler's version; a second caller of an equal key waits on the lock and
   finds the file.  A header made for another key is never used: the build then makes its own on its critical path.
+- ``utils.py:determine_aoti_mmap_flags`` (2.10-2.15): mmap above 2,000,000,000 bytes of constants, which
+  ``AotCodeCompiler.compile`` counts as each non-folded constant's whole storage (padded to 64 bytes unless all are on
+  CUDA), and as 0 unless ``aot_inductor.package_constants_in_so`` or the ``binary_blob`` on-disk format.
+- No header on Windows (``_IS_WINDOWS``); ``precompile_headers`` is off by default under fbcode, where the build's
+  paths differ.  The package makes headers on Linux only.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+#: ``determine_aoti_mmap_flags``'s threshold on the bytes of constants (2.10-2.15).
+MMAP_THRESHOLD = 2_000_000_000
 
 
 class AotHeaders:
@@ -30,8 +40,35 @@ class AotHeaders:
 
     def makes_aot_headers_as_torch(self, release: str) -> bool:
         """Whether :meth:`make_aot_headers` asks what the AOT build of torch ``release`` (``"2.11"``) asks: only a
-        release the table lists (a release after the newest checked gets no headers made for it)."""
-        return bool(self.aot_headers_by_release.get(release, False))
+        release the table lists (a release after the newest checked gets no headers made for it), on Linux outside
+        fbcode.  Imports Inductor's config."""
+        from torch._inductor import config
+
+        listed = bool(self.aot_headers_by_release.get(release, False))
+        return listed and sys.platform == "linux" and not config.is_fbcode()
+
+    def aot_constants_nbytes(self, weights: Iterable[Any], setting: Callable[[str], Any]) -> int | None:
+        """The bytes of constants an AOTInductor build of a model with ``weights`` (its parameters and buffers) counts
+        for its mmap flags, as far as the module tells, or None where unsure: a storage that cannot be read (a sparse
+        tensor, an uninitialised lazy parameter), or a count within a factor of two of :data:`MMAP_THRESHOLD` (torch
+        counts its lowered graph's constants, which can differ from the module's).
+
+        Args:
+            weights (Iterable[Any]): the model's parameters and buffers.
+            setting (Callable[[str], Any]): an Inductor config key -> the value the build compiles with (None where
+                this torch lacks the key).
+
+        Returns:
+            int | None: bytes, or None.
+        """
+        packed = setting("aot_inductor.package_constants_in_so") or (
+            setting("aot_inductor.package_constants_on_disk_format") == "binary_blob"
+        )
+        try:
+            nbytes = sum(tensor.untyped_storage().nbytes() for tensor in weights) if packed else 0
+        except Exception:  # noqa: BLE001 - a guess: whatever torch raises for a storage it cannot give
+            return None
+        return None if MMAP_THRESHOLD / 2 < nbytes < MMAP_THRESHOLD * 2 else nbytes
 
     def make_aot_headers(self, device_type: str, consts_nbytes: int) -> list[str]:
         """Make the precompiled headers an AOTInductor build of a model on ``device_type`` (``"cuda"``, ``"cpu"``) whose

@@ -919,7 +919,7 @@ def test_a_gpu_models_build_turns_the_headers_on_and_the_thread_makes_them(
     assert headers_made == [(aot_package.PROBE_THREAD, ("cuda", 128))]
 
 
-def test_callers_of_the_isa_list_wait_for_the_list_not_for_the_headers(monkeypatch):
+def test_callers_of_the_isa_list_wait_for_the_list_not_for_the_headers(monkeypatch, slow_isa_list):
     from torch._inductor import cpu_vec_isa
 
     making, release = threading.Event(), threading.Event()
@@ -938,7 +938,7 @@ def test_callers_of_the_isa_list_wait_for_the_list_not_for_the_headers(monkeypat
     assert done and len(answered) == 1  # answered while the headers were still being made
 
 
-def test_a_probe_thread_that_dies_unlisted_keeps_no_caller_waiting(monkeypatch):
+def test_a_probe_thread_that_dies_unlisted_keeps_no_caller_waiting(monkeypatch, slow_isa_list):
     from torch._inductor import cpu_vec_isa
 
     waiting, real = threading.Event(), aot_package._still_listing

@@ -313,19 +313,16 @@ def headers_beside(
     """What a probe thread beside an AOT build makes AOTInductor's precompiled headers for, or None.
 
     None unless this torch's build asks for its headers as ``patches/aot_headers.py`` makes them
-    (``aot_headers_by_release``, listed for this release), on Linux outside fbcode, where the model's knobs leave
+    (``makes_aot_headers_as_torch``: listed for this release, on Linux outside fbcode), where the model's knobs leave
     :data:`PRECOMPILED_HEADERS` alone, and where the build's compile turns the headers on: ``configs`` sets it True, or
     leaves it unset for a model on one GPU type.  A CPU model's build is short, and its wrapper's compile would wait
     for the header; its build leaves the headers off unless asked.  The device type is that of the model's parameters,
     buffers and ``call``'s tensors (``AotCodeCompiler.compile`` is given the graph's one non-CPU device type, else
-    ``"cpu"``).  The bytes of constants are counted as torch counts them for its mmap flags (each parameter's and
-    buffer's whole storage; 0 unless ``aot_inductor.package_constants_in_so`` or the ``binary_blob`` on-disk format),
-    but torch counts its lowered graph's constants: None where the count is within a factor of two of torch's 2 GB
-    threshold (``determine_aoti_mmap_flags``), where the flags could differ, and None for weights whose storage cannot
-    be read (sparse tensors, uninitialised lazy parameters).  A header made for other flags than the build's is never
-    used, and the build then makes its own on its path: the band does not cover a model whose lowered graph keeps
-    other constants than its parameters and buffers (an unused parameter, a plain tensor attribute, constants folded
-    by freezing) by gigabytes.
+    ``"cpu"``).  The bytes of constants are counted as torch counts them for its mmap flags
+    (``aot_constants_nbytes``), and None where that count is unsure.  A header made for other flags than the build's
+    is never used, and the build then makes its own on its path: a model whose lowered graph keeps other constants
+    than its parameters and buffers (an unused parameter, a plain tensor attribute, constants folded by freezing) by
+    gigabytes.
 
     Args:
         module (Any): the ``nn.Module`` the build exports.
@@ -345,8 +342,7 @@ def headers_beside(
     keys = patches.config_keys(config)
     if PRECOMPILED_HEADERS not in keys or PRECOMPILED_HEADERS in set(knob_keys):
         return None
-    release = torch_compat.release_of(torch.__version__)
-    if not patches.makes_aot_headers_as_torch(release) or sys.platform != "linux" or config.is_fbcode():
+    if not patches.makes_aot_headers_as_torch(torch_compat.release_of(torch.__version__)):
         return None
     weights = [*module.parameters(), *module.buffers()]
     tensors = [*weights, *(leaf for leaf in _pytree.tree_leaves(call) if isinstance(leaf, torch.Tensor))]
@@ -357,21 +353,8 @@ def headers_beside(
     def setting(key: str) -> Any:
         return configs[key] if key in configs else patches.read_value(config, key) if key in keys else None
 
-    packed = setting(_CONSTANTS_IN_SO) or setting(_CONSTANTS_FORMAT) == "binary_blob"
-    try:
-        nbytes = sum(tensor.untyped_storage().nbytes() for tensor in weights) if packed else 0
-    except Exception:  # noqa: BLE001 - a sparse tensor's, a lazy parameter's storage: a guess, so no headers
-        return None
-    if _MMAP_THRESHOLD / 2 < nbytes < _MMAP_THRESHOLD * 2:
-        return None
-    return (gpus.pop() if gpus else "cpu", nbytes)
-
-
-#: AOTInductor's keys for whether the constants go into the library (``config.py``, torch 2.10-2.15) and its mmap
-#: threshold on their bytes (``utils.py:determine_aoti_mmap_flags``: mmap above 2,000,000,000 bytes, 2.10-2.15).
-_CONSTANTS_IN_SO = "aot_inductor.package_constants_in_so"
-_CONSTANTS_FORMAT = "aot_inductor.package_constants_on_disk_format"
-_MMAP_THRESHOLD = 2_000_000_000
+    nbytes = patches.aot_constants_nbytes(weights, setting)  # as torch counts them (patches/aot_headers.py)
+    return None if nbytes is None else (gpus.pop() if gpus else "cpu", nbytes)
 
 
 def _compiler_from_cxx(config: Any) -> bool:
