@@ -1,17 +1,25 @@
-# The README main job twice in one GPU call: with the package from $OLD (a copy of an older tree, e.g.
-#   git archive <commit> inductor_knobs patches | tar -x -C .old_ik), then with this checkout; bench/published/2026-11-26-h100-aot-load-aa/ab.
-#   OUT=/tmp/out OLD=.old_ik bash bench/main_job_ab.sh
+#!/usr/bin/env bash
+# The README's main job from two trees and with several --parallel values, one run after another in one GPU call,
+# each from cold caches; everything under $OUT (results.json, the log and the headline lines of each run).
+#   git archive <commit> inductor_knobs patches | (mkdir -p .old_ik && tar -x -C .old_ik)
+#   OUT=/tmp/out OLD=.old_ik RUNS="old:9 new:9 new:18" bash bench/main_job_ab.sh
+# RUNS lists LABEL:PARALLEL: label old runs the package from $OLD, new this checkout; PARALLEL is --parallel.
 set -u
-R=$PWD; F=$OUT; export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-one() {  # one LABEL DIR: the README's main job with six workers, the package from DIR
-  (cd "$2" && PYTHONPATH="$2" timeout -k 10 265 /usr/bin/time -f "wall %e s" python3 -m inductor_knobs ablate --parallel 6 \
-      --out /tmp/ab-$1 --overwrite >/tmp/ab-$1.log 2>&1); echo "$1 exit $?" | tee -a $F/ab.txt
-  python3 -c "import inductor_knobs, sys; print(inductor_knobs.__file__)" 2>&1 | head -1
-  grep -E "^wall " /tmp/ab-$1.log | tee -a $F/ab.txt
-  grep -o "autotuned one benchmark at a time[^;]*" /tmp/ab-$1.log | tee -a $F/ab.txt
-  grep -E "^\| (gated|force)" /tmp/ab-$1.log | cut -c1-150 | head -6 | tee -a $F/ab.txt
-  cp /tmp/ab-$1/results.md $F/ab-$1-results.md 2>/dev/null
-  tar czf $F/ab-$1-runs.tgz -C /tmp/ab-$1 runs 2>/dev/null
-}
-one old "$R/${OLD:-.old_ik}"
-one new "$R"
+R=$PWD
+F=${OUT:?set OUT to the directory for the results}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+n=0
+for run in ${RUNS:-old:9 new:9}; do
+    label=${run%%:*} parallel=${run##*:} n=$((n + 1))
+    name=$n-$label-p$parallel dir=$R
+    [ "$label" = old ] && dir=$R/${OLD:-.old_ik}
+    (cd "$dir" && PYTHONPATH="$dir" timeout -k 10 "${LIMIT_S:-265}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs \
+        ablate --parallel "$parallel" --out "$F/$name" --overwrite >"$F/$name.log" 2>&1)
+    echo "$name exit $?" | tee -a "$F/ab.txt"
+    {
+        grep -E "^wall " "$F/$name.log"
+        grep -E "^\| (gated|force)" "$F/$name.log" | cut -c1-150 | head -6
+        grep -oE "The runs took [^;]*|before the first run the command spent [0-9.]+ s" "$F/$name.log" | head -2
+    } | tee -a "$F/ab.txt"
+    rm -rf "$F/$name/runs"
+done

@@ -894,21 +894,11 @@ def test_worker_outside_its_own_session_touches_no_other_process():
 # -- processes at once, shared kernels ----------------------------------------------------------
 
 
-def test_cold_workers_leave_their_triton_binaries_to_later_repeats(tmp_path):
+def test_the_shared_kernel_directory_lives_in_the_ablations_own_directory(tmp_path):
     registry = workers.Workers(share_kernels=True)
     assert registry.kernels and os.path.isdir(registry.kernels)
     cache = tmp_path / "cache"
-    (cache / "triton" / "abc").mkdir(parents=True)
-    (cache / "triton" / "abc" / "k.cubin").write_text("new")
-    (cache / "triton" / "old").mkdir()
-    (cache / "triton" / "old" / "k.cubin").write_text("from this worker")
-    kept = Path(registry.kernels) / "old"
-    kept.mkdir()
-    (kept / "k.cubin").write_text("already shared")
-    registry.keep_kernels(str(cache))
-    assert (Path(registry.kernels) / "abc" / "k.cubin").read_text() == "new"
-    assert (kept / "k.cubin").read_text() == "already shared"  # an entry that is there stays as it is
-    env = workers.worker_env(spec.Arm("a"), None, str(cache), None, kernels=registry.kernels, compile_threads=4)
+    env = workers.worker_env(spec.Arm("a"), None, str(cache), None, kernels=registry.kernels, cold=False, compile_threads=4)
     assert env["TRITON_CACHE_DIR"] == registry.kernels and env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(cache))
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "4")
     run_dir = registry.run_dir
@@ -1044,9 +1034,11 @@ def test_a_later_repeat_compiles_into_the_shared_directory_from_its_start(monkey
         assert not os.listdir(registry.kernels)
         assert job.run_job(later, arm, None, 60, registry)["kernel_cache"] == "shared"
         assert seen[-1]["TRITON_CACHE_DIR"] == registry.kernels
+        assert seen[-1]["TRITON_CACHE_MANAGER"].endswith(":SharedKernels")
         first = {"index": 0, "repeat": 0, "arm": arm.to_dict()}
-        assert job.run_job(first, arm, None, 60, registry)["kernel_cache"] == "cold"  # repeat 0 never shares
+        assert job.run_job(first, arm, None, 60, registry)["kernel_cache"] == "cold"  # repeat 0 reads nothing shared
         assert seen[-1]["TRITON_CACHE_DIR"] != registry.kernels
+        assert seen[-1]["TRITON_CACHE_MANAGER"].endswith(":PublishedKernels")
     finally:
         registry.remove_dirs()
 

@@ -121,10 +121,9 @@ def run_job(
     """
     workers = workers if workers is not None else Workers()
     device = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu is not None else None
-    # Repeat 0 compiles with empty caches (the arm's compile price); a later repeat compiles into the ablation's
-    # shared Triton directory from its start, so that every binary one of them (or a finished cold run) built is
-    # reused by the others while they compile.
-    shared = workers.kernels if int(job["repeat"]) > 0 and workers.kernels else None
+    # Repeat 0 compiles with empty caches (the arm's compile price) and publishes its Triton binaries; a later repeat
+    # compiles with the ablation's shared Triton directory from its start (.kernel_share).
+    cold = int(job["repeat"]) == 0
     if barrier is not None:
         job = {**job, "barrier": barrier}
         if gpu is not None and parallel > 1:  # workers share this GPU: they take turns at autotune benchmarks
@@ -136,7 +135,9 @@ def run_job(
     started = workers.start(
         WORKER,
         [json.dumps(job)],
-        lambda cache: worker_env(arm, gpu, cache, job.get("emulate"), kernels=shared, compile_threads=compile_threads),
+        lambda cache: worker_env(
+            arm, gpu, cache, job.get("emulate"), kernels=workers.kernels, cold=cold, compile_threads=compile_threads
+        ),
     )
     if started is None:
         return None
@@ -149,7 +150,7 @@ def run_job(
         if proc.poll() is None:  # an exception on the way: leave nothing running
             reap(proc)
         stdout, stderr = read_output(cache)
-        killed = workers.done(proc, cache, keep_kernels=workers.kernels is not None and shared is None)
+        killed = workers.done(proc, cache)
     end, ended_at = time.perf_counter(), time.monotonic()
     if killed:
         return None
@@ -172,7 +173,7 @@ def run_job(
         "end_s": end - origin,
         "started_at": started_at,
         "ended_at": ended_at,
-        "kernel_cache": "shared" if shared else "cold",
+        "kernel_cache": "shared" if workers.kernels and not cold else "cold",
         **before,
         **_readings(watched, "after"),
     }

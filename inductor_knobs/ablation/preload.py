@@ -46,6 +46,7 @@ import time
 from typing import Any
 
 from ..ext import STARTUP_HOOK_MODULE as HOOK_MODULE
+from .kernel_share import DIR_VAR, MANAGER_VAR, SHARED_DIR_VAR
 
 #: Modules a zygote must not import (see the module docstring): the package's startup-hook trigger.
 FORBIDDEN = (HOOK_MODULE,)
@@ -57,7 +58,9 @@ FORBIDDEN = (HOOK_MODULE,)
 PER_RUN = (
     "INDUCTOR_KNOBS_",
     "TORCHINDUCTOR_CACHE_DIR",
-    "TRITON_CACHE_DIR",
+    DIR_VAR,
+    MANAGER_VAR,
+    SHARED_DIR_VAR,
     "CUDA_VISIBLE_DEVICES",
 )
 

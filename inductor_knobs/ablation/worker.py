@@ -14,7 +14,9 @@ For a compiled arm it records what autotuning it saw: ``autotune_observed`` (thi
 autotuning to :func:`inductor_knobs.record_autotune`), ``autotune_ops`` (ops autotuned),
 ``autotune_choices`` (candidates benchmarked, cache hits left out) and ``autotune_seconds``.  With
 ``gpu_lock`` in the job (workers sharing a GPU), every autotune benchmark of its compile waits for its
-turn at the GPU (:mod:`.autotune_lock`): ``autotune_lock_turns`` and ``autotune_lock_wait_seconds``.
+turn at the GPU (:mod:`.autotune_lock`): ``autotune_lock_turns`` and ``autotune_lock_wait_seconds``.  Where
+the workers share Triton binaries (:mod:`.kernel_share`), ``triton_kernels`` counts the kernels it built, reused
+and waited for.
 
 After the samples it adds, on CUDA, the GPU kernel time per iteration (``torch.profiler``) and the
 SM clock; on every device, the GEMM implementations the compiled code calls (read from its private
@@ -47,6 +49,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from . import kernel_share
 from .processes import stat_fields
 
 #: Kernels per record in ``kernel_top_ms`` (the costliest), and choices per op in ``autotune_fastest``.
@@ -206,6 +209,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
             }
             | {a["gate_problem"] for a in attestations if a["gate_problem"]}
         ),
+        **({"triton_kernels": kernel_share.counts()} if kernel_share.MANAGER_VAR in os.environ else {}),
         **extras,
     }
 

@@ -26,17 +26,16 @@ ablation leaves nothing in ``$TMPDIR``.
 **What is shared: Triton kernel binaries, nothing that decides** (CUDA only).  Triton's cache holds
 compiled binaries keyed by the kernel's source, compile options and target; reusing one replays no
 choice (every process still traces, lowers, autotunes and picks its own kernels).  So repeat 0 of
-every arm compiles with empty caches (``"kernel_cache": "cold"``: its compile time is the arm's price),
-and every later repeat compiles with the ablation's shared kernel directory as its ``TRITON_CACHE_DIR``
-from its start (``"shared"``): what one of them builds, the others running beside it reuse (Triton
-writes each file to a temporary name and renames it, so a reader never sees part of one).  When a cold
-run exits, its binaries move into that directory too (:meth:`Workers.keep_kernels`).  Inductor's own
-cache (compiled graphs, autotune results) stays private to every process.
+every arm compiles with empty caches (``"kernel_cache": "cold"``: its compile time is the arm's price)
+and publishes each binary it builds into the ablation's shared kernel directory; every later repeat
+compiles with that directory as its ``TRITON_CACHE_DIR`` from its start (``"shared"``), and waits for
+a binary another worker is building rather than build it again (:mod:`.kernel_share`, worker_env's
+``TRITON_CACHE_MANAGER``).  Inductor's own cache (compiled graphs, autotune results) stays private to
+every process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -47,6 +46,7 @@ from typing import Any
 
 from ..errors import InvalidKnobValue
 from ..ext import EMULATE_SMS_VAR, ENV_PREFIX, environ_before_knobs, release_of, torch_compat
+from . import kernel_share
 from .forkserver import ForkServer, supported
 from .processes import OUTPUT_FILES, Handle, Started, end_group, kill_group, read_output, reap
 from .spec import Arm
@@ -129,7 +129,7 @@ def inherited_compile_threads() -> str | None:
     return value.strip() if value is not None else None
 
 
-def base_env(cache: str, kernels: str | None = None, compile_threads: int | None = None) -> dict[str, str]:
+def base_env(cache: str, compile_threads: int | None = None) -> dict[str, str]:
     """The environment every process of an ablation shares: this process's as it was before its live knobs
     blocks (:func:`~inductor_knobs.core.changes.environ_before_knobs`), without its
     ``INDUCTOR_KNOBS_*`` variables, with private caches and temporary directory under ``cache``.
@@ -137,7 +137,6 @@ def base_env(cache: str, kernels: str | None = None, compile_threads: int | None
     Args:
         cache (str): a private directory: Inductor's and Triton's caches, and the temporary files
             (``TMPDIR``, ``TEMP`` and ``TMP`` name ``<cache>/tmp``, which the caller makes).
-        kernels (str | None): the ablation's shared Triton kernel directory, or None (private).
         compile_threads (int | None): ``TORCHINDUCTOR_COMPILE_THREADS`` unless this process sets it, or None.
 
     Returns:
@@ -147,9 +146,7 @@ def base_env(cache: str, kernels: str | None = None, compile_threads: int | None
     # As before any knobs block of this process: a knob that is an environment variable (cuDNN attention's
     # avoid-recompile) must not reach runs whose arms choose their own settings.
     env = {k: v for k, v in environ_before_knobs().items() if not k.startswith(ENV_PREFIX)}
-    env.update(
-        {"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "TRITON_CACHE_DIR": kernels or os.path.join(cache, "triton")}
-    )
+    env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), kernel_share.DIR_VAR: os.path.join(cache, "triton")})
     # Everything the worker and what it starts (Inductor's compile workers, the C++ compiler's cc*.s
     # files) put in the temporary directory goes into the job's own, removed with it however the job ends.
     env.update(dict.fromkeys(TEMP_VARS, os.path.join(cache, TEMP_SUBDIR)))
@@ -181,6 +178,7 @@ def worker_env(
     cache: str,
     emulate: str | None,
     kernels: str | None = None,
+    cold: bool = True,
     compile_threads: int | None = None,
 ) -> dict[str, str]:
     """The environment of one worker process: :func:`base_env` with the arm's variables and its GPU.
@@ -190,7 +188,9 @@ def worker_env(
         gpu (int | None): this process's GPU index, mapped with :func:`physical_gpu` (None: CPU, unchanged).
         cache (str): the job's private directory (see :func:`base_env`).
         emulate (str | None): ``INDUCTOR_KNOBS_EMULATE_SMS`` for the worker, or None.
-        kernels (str | None): the ablation's shared Triton kernel directory for this job, or None (private).
+        kernels (str | None): the ablation's shared Triton kernel directory, or None (nothing shared).
+        cold (bool): the job compiles with empty caches and publishes into ``kernels``; else it reads ``kernels``
+            (:func:`.kernel_share.worker_vars`).
         compile_threads (int | None): ``TORCHINDUCTOR_COMPILE_THREADS`` unless this process sets it,
             or None.
 
@@ -200,7 +200,9 @@ def worker_env(
     Raises:
         InvalidKnobValue: ``gpu`` is not among this process's ``CUDA_VISIBLE_DEVICES``.
     """
-    env = base_env(cache, kernels, compile_threads)
+    env = base_env(cache, compile_threads)
+    if kernels is not None:
+        env.update(kernel_share.worker_vars(kernels, cold))
     env.update(knob_env(arm, emulate))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -214,8 +216,7 @@ class Workers:
     killed by it) or sees the switch and does not start, so no worker outlives an interruption.
 
     Args:
-        share_kernels (bool): keep the Triton binaries of cold workers for later repeats (see the
-            module docstring).
+        share_kernels (bool): share the workers' Triton binaries (see the module docstring).
         preload (list[str] | None): fork the workers from a server that imported these modules
             (:func:`.forkserver.preload_modules`); None: start each as a new interpreter.
         compile_threads (int | None): the workers' ``TORCHINDUCTOR_COMPILE_THREADS`` (the server gets
@@ -260,24 +261,6 @@ class Workers:
             str: the path (the worker creates the file).
         """
         return os.path.join(self._own_dir(), f"gpu-{int(gpu)}.lock")
-
-    def keep_kernels(self, cache: str) -> None:
-        """Move the Triton binaries a finished cold worker built in ``cache`` into the shared directory.
-
-        Each entry is one kernel's directory; ``os.rename`` moves it whole (same file system) or not at
-        all, so a reader never sees part of one.  An entry that is there already stays as it is.
-
-        Args:
-            cache (str): the worker's private directory.
-        """
-        source = os.path.join(cache, "triton")
-        if not self.kernels or not os.path.isdir(source):
-            return
-        for name in os.listdir(source):
-            target = os.path.join(self.kernels, name)
-            if not os.path.exists(target):
-                with contextlib.suppress(OSError):  # another worker put the same kernel there meanwhile
-                    os.rename(os.path.join(source, name), target)
 
     def start_server(self) -> None:
         """Start the ablation's fork server and return at once: it imports while the caller goes on
@@ -390,16 +373,14 @@ class Workers:
             self.procs[proc.pid] = proc
             return proc, cache
 
-    def done(self, proc: Handle, cache: str, keep_kernels: bool = False) -> bool:
+    def done(self, proc: Handle, cache: str) -> bool:
         """Forget a finished process, kill what is left of its process group (:func:`.processes.end_group`:
         Inductor's compile workers outlive a worker that exits while they compile, and would write into the
-        directory after it is gone), and remove its directory (with ``keep_kernels``, after moving its Triton
-        binaries into the shared directory).
+        directory after it is gone), and remove its directory.
 
         Args:
             proc (Started | Forked): the finished worker.
             cache (str): its directory.
-            keep_kernels (bool): keep its Triton binaries for later repeats.
 
         Returns:
             bool: True if :meth:`stop` killed it (its output is not a result).
@@ -408,8 +389,6 @@ class Workers:
             self.procs.pop(proc.pid, None)
             killed = proc.pid in self.killed
         end_group(proc)  # its compile workers may still write into the directory
-        if keep_kernels and not killed:
-            self.keep_kernels(cache)
         shutil.rmtree(cache, ignore_errors=True)
         with self.lock:
             self.dirs.discard(cache)

@@ -1,0 +1,330 @@
+"""Triton binaries built once for all of an ablation's workers: Triton cache managers (``TRITON_CACHE_MANAGER``).
+
+Triton's cache holds compiled binaries keyed by the kernel's source, compile options and target; reusing one replays
+no choice (every process still traces, lowers, autotunes and picks its own kernels).  Two workers that compile the
+same kernel at the same time would each build it; these managers make every binary be built once while the others
+wait for it:
+
+- **A later repeat** (:class:`SharedKernels`, ``TRITON_CACHE_DIR`` the ablation's shared directory) reads what any
+  worker has published.  On a miss it claims the kernel (an exclusive ``flock`` on a file of its own under
+  ``.claims/``, which the kernel releases if the process dies) and compiles it; if another worker holds the claim,
+  it waits for that worker's binary instead, and compiles it itself if the claim is released without one, goes
+  :data:`STALE_S` seconds without a sign of progress, or is held longer than :data:`WAIT_S`.
+- **Repeat 0** (:class:`PublishedKernels`, ``TRITON_CACHE_DIR`` its private directory) compiles every kernel itself
+  and waits for nothing, so its compile time stays the arm's price with empty caches.  It claims each kernel it
+  compiles where no one else has (never waiting), and publishes the binary into the shared directory
+  (:data:`SHARED_DIR_VAR`) as soon as it is built, so that later repeats running beside it wait for it rather than
+  build it again.
+
+A compile calls ``get_group`` for the kernel's metadata file first and ``put_group`` for it last, with ``put`` for
+each stage in between (``triton/compiler/compiler.py: compile``, Triton 3.0-3.6): the claim is taken at that
+``get_group``, its file touched at every ``put`` (the waiters' sign of progress), and released at ``put_group``.  A
+thread compiles one kernel at a time, so a thread's next ``get_group`` releases any claim it still holds (a compile
+that raised).  A claimant never waits while it holds a claim, so no two workers wait for each other.
+
+Published files are written under temporary names and renamed, the group file last: a reader sees a whole kernel or
+none.  The shared manager finds a group's files by name in its own directory, wherever the group says they were
+written.  Nothing here raises into Triton: a claim or a publication that
+fails (a full disk, a file system without ``flock``) leaves the worker compiling as Triton's own manager would.
+
+:func:`counts` says what this process's managers did (kernels built, reused, waited for), for the run's record.
+Imported by Triton in the worker (``TRITON_CACHE_MANAGER=inductor_knobs.ablation.kernel_share:SharedKernels``);
+Triton 3.0-3.6 keep ``FileCacheManager`` (``triton/runtime/cache.py``) with ``get_group``/``put_group``/``put``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+#: The shared directory a :class:`PublishedKernels` worker publishes into (set by the parent for repeat 0).
+SHARED_DIR_VAR = "IK_ABLATION_SHARED_KERNELS"
+
+#: Triton's variables for the cache manager's class and its directory.
+MANAGER_VAR, DIR_VAR = "TRITON_CACHE_MANAGER", "TRITON_CACHE_DIR"
+
+#: The claims' directory under the shared directory.
+CLAIMS = ".claims"
+
+#: Seconds a waiter waits at most for one kernel; without a ``put`` (a compile stage finished) for
+#: :data:`STALE_S` the claimant is taken to be stuck.  A GEMM template compiles in about a second (Triton 3.6,
+#: H200 host, 9 workers compiling); its slowest stage (``ptxas``) is a few seconds.
+WAIT_S, STALE_S = 120.0, 30.0
+
+#: Seconds between two looks at a held claim.
+POLL_S = 0.02
+
+#: ``(clock, sleep, wall)``: the waits' clock and the claim files' (a test injects its own).
+clock, sleep, wall = time.monotonic, time.sleep, time.time
+
+_counts: Counter[str] = Counter()
+_counts_lock = threading.Lock()
+_held = threading.local()  # .claims: {claim path: fd} of this thread
+
+
+def counts() -> dict[str, int]:
+    """What this process's managers did so far.
+
+    Returns:
+        dict[str, int]: ``built`` (kernels compiled here), ``reused`` (found built), ``waited`` (found built after
+        waiting for another worker's claim), ``wait_ms`` (the waits, in milliseconds), ``published`` (kernels
+        a cold worker copied into the shared directory); only the nonzero ones.
+    """
+    with _counts_lock:
+        return {k: v for k, v in _counts.items() if v}
+
+
+def _count(name: str, by: int = 1) -> None:
+    with _counts_lock:
+        _counts[name] += by
+
+
+def _release_mine() -> None:
+    """Release every claim this thread holds (its compile has ended, either way)."""
+    held: dict[str, int] = getattr(_held, "claims", {})
+    _held.claims = {}
+    for fd in held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)  # closing the only descriptor releases its flock
+
+
+def _release(path: str) -> None:
+    fd = getattr(_held, "claims", {}).pop(path, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _try_claim(path: str) -> int | None:
+    """An exclusive flock on ``path`` (made if missing), without waiting: its descriptor, or None."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _keep(path: str, fd: int) -> None:
+    """Hold the claim ``fd`` on ``path`` in this thread, its file touched (the claim file may be an old one)."""
+    if not hasattr(_held, "claims"):
+        _held.claims = {}
+    _held.claims[path] = fd
+    _touch(path)
+
+
+def _touch(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def __getattr__(name: str) -> Any:
+    """``SharedKernels`` and ``PublishedKernels``, made on first use: they subclass Triton's ``FileCacheManager``, so
+    only a process that names them (a worker, through ``TRITON_CACHE_MANAGER``) imports Triton."""
+    if name in ("SharedKernels", "PublishedKernels"):
+        classes = _classes()
+        globals().update(classes)
+        return classes[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _classes() -> dict[str, type]:
+    from triton.runtime.cache import FileCacheManager
+
+    class Kernels(FileCacheManager):  # type: ignore[misc]
+        """Triton's file cache manager with a claim per kernel under ``shared`` (None: none, Triton's own)."""
+
+        def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+            super().__init__(key, override=override, dump=dump)
+            self.plain = override or dump  # Triton's override and dump directories are not the cache
+            self.shared: str | None = None
+
+        def claim_path(self, filename: str) -> str | None:
+            """The claim file of ``filename`` (a kernel's metadata), or None where there are no claims."""
+            if self.plain or not self.shared or not filename.endswith(".json"):
+                return None
+            directory = os.path.join(self.shared, CLAIMS)
+            with contextlib.suppress(OSError):
+                os.makedirs(directory, exist_ok=True)
+            return os.path.join(directory, f"{self.key}.{filename}")
+
+        def put(self, data: Any, filename: str, binary: bool = True) -> str:
+            """Triton's ``put``; a kernel compiled under a claim shows progress (its claim file touched)."""
+            path = super().put(data, filename, binary=binary)
+            for claim in getattr(_held, "claims", {}):
+                _touch(claim)
+            return path  # type: ignore[no-any-return]
+
+        def put_group(self, filename: str, group: dict[str, str]) -> str:
+            """Triton's ``put_group`` (then :meth:`built`); the kernel's claim released however it ends."""
+            try:
+                path = super().put_group(filename, group)
+                self.built(filename, group)
+                return path  # type: ignore[no-any-return]
+            finally:
+                claim = self.claim_path(filename)
+                if claim is not None:
+                    _release(claim)
+
+        def built(self, filename: str, group: dict[str, str]) -> None:
+            """What a subclass does with a kernel it has built, before its claim is released."""
+
+    class SharedKernels(Kernels):
+        """A later repeat's manager: reads the shared directory (``TRITON_CACHE_DIR``), claims or waits on a miss
+        (module docstring).
+
+        Args:
+            key (str): the kernel's key (Triton's).
+            override, dump (bool): Triton's override or dump directory (no claims there).
+        """
+
+        def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+            super().__init__(key, override=override, dump=dump)
+            self.shared = None if self.plain else os.path.dirname(self.cache_dir)
+
+        def get_group(self, filename: str) -> dict[str, str] | None:
+            """The kernel's files: found, waited for, or None with the kernel claimed (the caller compiles it)."""
+            _release_mine()
+            claim = self.claim_path(filename)
+            if claim is None:
+                return super().get_group(filename)  # type: ignore[no-any-return]
+            group = self.whole_group(filename)
+            if group is not None:
+                _count("reused")
+                return group
+            start, waited = clock(), False
+            while True:
+                fd = _try_claim(claim)
+                if fd is not None:
+                    group = self.whole_group(filename)  # built while this looked
+                    if group is None:
+                        _keep(claim, fd)
+                    else:
+                        os.close(fd)
+                    break
+                waited = True
+                if clock() - start >= WAIT_S or _quiet_seconds(claim) >= STALE_S:
+                    break  # the claimant is stuck: compile it here, unclaimed
+                sleep(POLL_S)
+            if waited:
+                _count("wait_ms", round((clock() - start) * 1000))
+            _count("built" if group is None else "waited" if waited else "reused")
+            return group
+
+        def whole_group(self, filename: str) -> dict[str, str] | None:
+            """The group of ``filename`` here, its files found here by name (wherever the group was written), or None
+            where it or one of its files is missing."""
+            try:
+                with open(self._make_path(f"__grp__{filename}")) as f:
+                    children = json.load(f).get("child_paths")
+            except (OSError, ValueError, AttributeError):
+                return None
+            if not isinstance(children, dict) or filename not in children:
+                return None
+            group = {name: self._make_path(os.path.basename(name)) for name in children}
+            return group if all(map(os.path.exists, group.values())) else None
+
+    class PublishedKernels(Kernels):
+        """Repeat 0's manager: compiles into its private directory (``TRITON_CACHE_DIR``), waits for nothing, and
+        publishes each kernel it builds into the shared directory (:data:`SHARED_DIR_VAR`), under a claim where no one
+        else holds one (module docstring).
+
+        Args:
+            key (str): the kernel's key (Triton's).
+            override, dump (bool): Triton's override or dump directory (no claims there).
+        """
+
+        def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+            super().__init__(key, override=override, dump=dump)
+            self.shared = os.environ.get(SHARED_DIR_VAR, "").strip() or None
+
+        def get_group(self, filename: str) -> dict[str, str] | None:
+            """Triton's own answer from the private directory; on a miss the kernel is claimed if no one holds it."""
+            _release_mine()
+            group = super().get_group(filename)
+            claim = self.claim_path(filename)
+            if claim is not None and not (group or {}).get(filename):
+                _count("built")
+                fd = _try_claim(claim)
+                if fd is not None:
+                    _keep(claim, fd)
+            return group  # type: ignore[no-any-return]
+
+        def built(self, filename: str, group: dict[str, str]) -> None:
+            """The kernel's files copied into the shared directory, the group file last; nothing where it is there
+            or the copy fails."""
+            if self.claim_path(filename) is None or self.shared is None:
+                return
+            target = os.path.join(self.shared, self.key)
+            if os.path.exists(os.path.join(target, f"__grp__{filename}")):
+                return
+            try:
+                os.makedirs(target, exist_ok=True)
+                names = {name: os.path.join(target, name) for name in group}
+                for name, source in group.items():
+                    _place(source, names[name])
+                _place(json.dumps({"child_paths": names}).encode(), os.path.join(target, f"__grp__{filename}"))
+            except OSError:
+                return
+            _count("published")
+
+    return {"SharedKernels": SharedKernels, "PublishedKernels": PublishedKernels}
+
+
+def _quiet_seconds(claim: str) -> float:
+    """Seconds since the claimant of ``claim`` last showed progress (0 where that cannot be read)."""
+    try:
+        return max(0.0, wall() - os.stat(claim).st_mtime)
+    except OSError:
+        return 0.0
+
+
+def _place(source: str | bytes, target: str) -> None:
+    """A file's contents (``source``: a path, hard-linked or copied, or the bytes) at ``target``, whole or not at all:
+    written under a temporary name, then renamed."""
+    temporary = f"{target}.tmp.{os.getpid()}.{uuid.uuid4().hex}"
+    try:
+        if isinstance(source, bytes):
+            _write_at(temporary, source)
+        else:
+            try:
+                os.link(source, temporary)
+            except OSError:
+                with open(source, "rb") as f:
+                    _write_at(temporary, f.read())
+        os.replace(temporary, target)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def _write_at(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def worker_vars(shared: str, cold: bool) -> dict[str, str]:
+    """The variables of a worker that shares Triton binaries through the directory ``shared``.
+
+    Args:
+        shared (str): the ablation's shared kernel directory.
+        cold (bool): the worker compiles with empty caches (its own ``TRITON_CACHE_DIR``, which the caller sets) and
+            publishes into ``shared``; else ``shared`` is its ``TRITON_CACHE_DIR``.
+
+    Returns:
+        dict[str, str]: ``TRITON_CACHE_MANAGER``, and :data:`SHARED_DIR_VAR` or ``TRITON_CACHE_DIR``.
+    """
+    if cold:
+        return {MANAGER_VAR: f"{__name__}:PublishedKernels", SHARED_DIR_VAR: shared}
+    return {MANAGER_VAR: f"{__name__}:SharedKernels", DIR_VAR: shared}
