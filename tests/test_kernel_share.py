@@ -330,14 +330,15 @@ REAL_COMPILE = textwrap.dedent(
 def test_workers_compiling_one_triton_kernel_at_once_build_it_once(tmp_path):
     """Real Triton: a cold worker and two later repeats compile the same kernel at the same moment; the kernel is
     built by the cold one and by at most one later repeat, the others wait or reuse, and every result is right."""
-    shared, go = tmp_path / "shared", tmp_path / "go"
+    shared, go, script = tmp_path / "shared", tmp_path / "go", tmp_path / "compile_one.py"
     shared.mkdir()
+    script.write_text(REAL_COMPILE)  # Triton reads a @jit function's source from its file
     procs = []
     for index, cold in enumerate((True, False, False)):
         env = {**os.environ, **kernel_share.worker_vars(str(shared), cold), "PYTHONPATH": os.getcwd()}
         if cold:
             env[kernel_share.DIR_VAR] = str(tmp_path / f"private{index}")
-        procs.append(subprocess.Popen([sys.executable, "-c", REAL_COMPILE, str(go)], env=env, stdout=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen([sys.executable, str(script), str(go)], env=env, stdout=subprocess.PIPE, text=True))
     try:
         assert all(p.stdout is not None and p.stdout.readline().strip() == "ready" for p in procs)
         go.touch()
