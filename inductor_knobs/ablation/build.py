@@ -13,7 +13,7 @@ their counts over the file's ``repeats`` (an explicit ``--repeats`` wins over bo
 compile at the same time, ``parallel × GPUs`` on the host, whichever GPUs their repeats are on (repeat
 ``r`` of every arm runs on GPU ``r mod GPUs``, :func:`.plan.gpu_for_repeat`); they measure one at a time,
 and only while no worker of the ablation compiles (the phase barrier of :mod:`.quiet`).  1 by default;
-the main job on a GPU uses :func:`.main_job.main_job_parallel` (9 on a 16-CPU host).
+the main job on a GPU uses :func:`.main_job.main_job_parallel` (16 on a 16-CPU host).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .options import (
     SLURM_OPTIONS,
     SMOKE_PROCESSES,
 )
-from .plan import Plan, SlurmOptions
+from .plan import Plan, SlurmOptions, smallest_gpu_gib
 from .workers import COMPILE_THREADS_VAR, inherited_compile_threads, physical_gpu
 
 
@@ -303,7 +303,7 @@ def _parallel(value: int | None, device: str, gpus: list[int], main_job: bool) -
         InvalidKnobValue: below 1.
     """
     if value is None:
-        return main.main_job_parallel(device, gpus) if main_job else 1
+        return main.main_job_parallel(device, gpus, smallest_gpu_gib(device, gpus)) if main_job else 1
     if value < 1:
         raise InvalidKnobValue(f"--parallel={value} is invalid: allowed an int >= 1")
     return value

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..ext import GPU_PRESETS as PRESETS
 from ..ext import EmulationSpec
 from . import spec
-from .quiet import usable_cpus
+from .quiet import GIB_PER_WORKER, GPU_GIB_PER_WORKER, available_gib, usable_cpus
 
 #: The small GPUs the main job emulates on a big one, in table order.
 MAIN_JOB_EMULATION = ("T4", "L4")
@@ -26,15 +26,14 @@ MAIN_JOB_EMULATION = ("T4", "L4")
 #: is about a millisecond there; 200 cost a fifth of a second per process.
 MAIN_JOB_GPU_ITERS = 200
 
-#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap: 9 on a 16-CPU GPU node, half
-#: the main job's 18 runs, so that the phase barrier's live cap (2 x parallel, :func:`.quiet.live_cap`) holds all
-#: of them in one batch and no compile slot waits for a batch's slowest compile.  Measured on one node of one
-#: H100 (16 CPUs, torch 2.11, triton 3.6), one run each, one after another (``bench/gpu_parts.sh r``): 6 at once
-#: (two batches of 9) 162.2 s and 179.2 s wall; 6 at once in one batch of 18 (``bench/ablate_cap.py 18``) 155.0 s;
-#: 9 at once 132.4 s; 12 at once 131.7 s; 18 at once 126.2 s.  The A/A control was "no detectable difference"
-#: within ±5% in each.  More than 9 gained little and made every cold compile slower (the forced arms' 56 s at 9,
-#: 78 s at 12, 93 s at 18, timed beside the others).
-CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 1.75, 9
+#: CPUs per worker that the main job's ``--parallel`` default leaves, and its cap: 16 on a 16-CPU GPU node, so that
+#: the phase barrier's live cap (2 x parallel, :func:`.quiet.live_cap`) holds all 18 runs in one batch.  The later
+#: repeats wait for the Triton binaries the others are building (:mod:`.kernel_share`) instead of building them
+#: again, so a compile slot more costs a process's Python work, not its binaries.  Measured on one H200 node (16
+#: CPUs, torch 2.11, triton 3.6, 2026-11-29), one run after another (``bench/main_job_ab.sh``): 12 at once 116.7 s
+#: and 116.1 s wall, 14 at once 104.7 s, 16 at once 97.4 s, 18 at once 122.9 s (two more heavy compiles from the
+#: start slowed every cold one: 85 s against 67 s at 16), and 9 at once without shared in-flight binaries 134.1 s.
+CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 1.0, 16
 
 
 def _emulated_sections(sms: int) -> tuple[tuple[str, ...], str | None]:
@@ -96,18 +95,26 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
     return arms + full, sections, baselines, skipped
 
 
-def main_job_parallel(device: str, gpus: list[int]) -> int:
-    """The main job's ``--parallel`` default: 1 on CPU, else min(9, CPUs per GPU / 1.75), counting the CPUs this
-    process may run on (:func:`.quiet.usable_cpus`).
+def main_job_parallel(device: str, gpus: list[int], gpu_gib: float | None = None) -> int:
+    """The main job's ``--parallel`` default: 1 on CPU, else min(16, CPUs per GPU), counting the CPUs this process may
+    run on (:func:`.quiet.usable_cpus`), and no more workers per GPU than the GPU's memory holds at
+    :data:`.quiet.GPU_GIB_PER_WORKER` each and the host's available memory at :data:`.quiet.GIB_PER_WORKER`.
 
     Args:
         device (str): ``cuda`` or ``cpu``.
         gpus (list[int]): the GPUs the runs are spread over.
+        gpu_gib (float | None): the memory of the smallest of them, in GiB (None: not counted).
 
     Returns:
         int: workers per GPU at once.
     """
     if device != "cuda":
         return 1
-    per_gpu = usable_cpus() // max(1, len(gpus))
-    return max(1, min(MAX_MAIN_JOB_PARALLEL, int(per_gpu / CPUS_PER_PARALLEL_WORKER)))
+    lanes = max(1, len(gpus))
+    caps = [MAX_MAIN_JOB_PARALLEL, int(usable_cpus() // lanes / CPUS_PER_PARALLEL_WORKER)]
+    if gpu_gib is not None:
+        caps.append(int(gpu_gib / GPU_GIB_PER_WORKER))
+    host = available_gib()
+    if host is not None:
+        caps.append(int(host / lanes / GIB_PER_WORKER))
+    return max(1, min(caps))

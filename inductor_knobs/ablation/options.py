@@ -92,7 +92,7 @@ def add_parser(sub: Any) -> None:
         type=int,
         help="worker processes per GPU (or on the CPU) at once: they compile in parallel, then measure one at a "
         "time while none of them compiles (default 1; the main job on a GPU: "
-        f"min({MAX_MAIN_JOB_PARALLEL}, CPUs / {CPUS_PER_PARALLEL_WORKER}))",
+        f"min({MAX_MAIN_JOB_PARALLEL}, CPUs per GPU / {CPUS_PER_PARALLEL_WORKER:g}), fewer where memory is short)",
     )
     p.add_argument(
         "--compile-threads",

@@ -219,3 +219,21 @@ def placement_note(results: Mapping[str, Any]) -> str:
         f"Repeats were not blocked by GPU: each run took whichever GPU was free, so an arm's processes may differ in "
         f"GPU from another arm's ({per_gpu})"
     )
+
+
+def smallest_gpu_gib(device: str, gpus: Sequence[int]) -> float | None:
+    """The memory of the smallest of ``gpus``, in GiB (``torch.cuda.get_device_properties``: the plan reads the GPUs'
+    SM counts in this process, which has CUDA initialised by then; the fork server is a separate interpreter).
+
+    Args:
+        device (str): ``cuda`` or ``cpu``.
+        gpus (Sequence[int]): this process's GPU indices.
+
+    Returns:
+        float | None: GiB, or None on CPU or without GPUs.
+    """
+    if device != "cuda" or not gpus:
+        return None
+    import torch
+
+    return min(torch.cuda.get_device_properties(g).total_memory for g in gpus) / 2**30

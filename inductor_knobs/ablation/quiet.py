@@ -117,7 +117,8 @@ def lane_cpus(lanes: int) -> list[list[int]]:
     return [allowed[i * size : (i + 1) * size] for i in range(lanes)]
 
 
-def _available_gib() -> float | None:
+def available_gib() -> float | None:
+    """The host's available memory (``MemAvailable`` in ``/proc/meminfo``) in GiB, or None where it cannot be read."""
     try:
         with open("/proc/meminfo") as src:
             for line in src:
@@ -144,7 +145,7 @@ def live_cap(parallel: int, jobs: int, lanes: int = 1, gpu_gib: float | None = N
     if parallel == 1:
         return 1
     cap = 2 * parallel
-    memory = _available_gib()
+    memory = available_gib()
     if memory is not None:
         cap = min(cap, max(parallel, int(memory / lanes / GIB_PER_WORKER)))
     if gpu_gib is not None:

@@ -40,7 +40,7 @@ from typing import Any
 from .forkserver import preload_modules
 from .job import call_job
 from .order import Backlog
-from .plan import Plan, gpu_for_repeat
+from .plan import Plan, gpu_for_repeat, smallest_gpu_gib
 from .quiet import Quiet, live_cap, usable_cpus
 from .signals import Interrupted, signals_ignored
 from .workers import Workers, inherited_compile_threads
@@ -49,17 +49,6 @@ from .workers import Workers, inherited_compile_threads
 def _lanes(plan: Plan) -> list[int | None]:
     """The GPUs of ``plan`` (one lane each), or ``[None]`` (the CPU)."""
     return list(plan.gpus) if plan.device == "cuda" and plan.gpus else [None]
-
-
-def _gpu_gib(plan: Plan) -> float | None:
-    """The memory of the smallest GPU of ``plan``, in GiB (``torch.cuda.get_device_properties``: this process
-    initialised CUDA already when the plan read the GPUs' SM counts; the fork server is a separate interpreter),
-    or None on CPU."""
-    if plan.device != "cuda" or not plan.gpus:
-        return None
-    import torch
-
-    return min(torch.cuda.get_device_properties(g).total_memory for g in plan.gpus) / 2**30
 
 
 def make_workers(plan: Plan, runs: int) -> Workers:
@@ -164,7 +153,7 @@ def execute(
     if workers is None:
         workers = make_workers(plan, len(jobs))
     threads_each = workers.compile_threads  # the server's and every worker's: one value per ablation
-    cap = live_cap(parallel, max(counts.values()), len(lanes), _gpu_gib(plan))
+    cap = live_cap(parallel, max(counts.values()), len(lanes), smallest_gpu_gib(plan.device, plan.gpus))
     quiet = Quiet(lanes, parallel, cap, counts)
     # Longest compile first where the lane is measured in one phase (cap >= its jobs), else plan order (.order).
     pending = Backlog(placed, {lane: cap >= counts[lane] for lane in lanes}, quiet.compile_span)
