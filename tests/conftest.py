@@ -42,7 +42,13 @@ def fake_gpu(monkeypatch):
         # shared_memory_per_block_optin: what emulation reads of the real GPU (an H100's 227 KiB), which it
         # reaches on a host with CUDA and green contexts
         props = types.SimpleNamespace(
-            multi_processor_count=sms, major=major, minor=0, name=f"Fake{sms}", type="cuda", shared_memory_per_block_optin=232448
+            multi_processor_count=sms,
+            major=major,
+            minor=0,
+            name=f"Fake{sms}",
+            type="cuda",
+            shared_memory_per_block_optin=232448,
+            total_memory=80 * 2**30,
         )
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: props)
         try:

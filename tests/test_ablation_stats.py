@@ -522,7 +522,7 @@ def big_gpu(monkeypatch):
     """A fake 132-SM GPU with green contexts, for planning only (nothing runs on it)."""
 
     def fake(sms: int, green: bool = True):
-        props = types.SimpleNamespace(multi_processor_count=sms, name="Fake GPU")
+        props = types.SimpleNamespace(multi_processor_count=sms, name="Fake GPU", total_memory=80 * 2**30)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
@@ -537,12 +537,13 @@ def big_gpu(monkeypatch):
 def test_main_job_on_a_big_gpu_emulates_t4_and_l4_and_keeps_an_aa_control(big_gpu, transformers_present, monkeypatch):
     big_gpu(132)
     monkeypatch.setattr(main_job, "usable_cpus", lambda: 16)
+    monkeypatch.setattr(main_job, "available_gib", lambda: 120.0)  # a one-H200 node's host memory
     plan = plan_for()
     names = [a.name for a in plan.arms]
     assert names == ["gated@T4", "force_gemm_autotune@T4", "gated@L4", "force_gemm_autotune@L4", "gated", "force_gemm_autotune"]
     assert plan.workload == "hf:bert-base" and plan.repeats == 3 and plan.main_job
     assert plan.quick and plan.iters == 200 and plan.warmup == 3 and plan.profile_iters == 5  # small inputs, 200 samples
-    assert plan.parallel == 9  # min(9, 16 CPUs / 1.75): the 18 runs in one batch of the barrier
+    assert plan.parallel == 16  # min(16, 16 CPUs): the 18 runs in one batch of the barrier
     knobs = {a.name: a.knobs for a in plan.arms}
     assert knobs["gated@T4"] == knobs["gated"] == {"max_autotune_gemm": "1", "gemm_backends": "ATEN,TRITON", "cudagraphs": "1"}
     # Both arms run CUDA graphs and compile with the same Inductor config: only the gate differs (the A/A stays A/A).

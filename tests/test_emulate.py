@@ -392,6 +392,7 @@ def fake_cuda(monkeypatch):
     """One fake H200 (132 SMs) behind every API emulation and Inductor read; green streams faked."""
     props = types.SimpleNamespace(
         name="Fake H200",
+        total_memory=141 * 2**30,
         multi_processor_count=PHYSICAL_SMS,
         shared_memory_per_block_optin=PHYSICAL_SMEM,
         shared_memory_per_block=49152,
