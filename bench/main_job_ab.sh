@@ -12,7 +12,7 @@ n=0
 for run in ${RUNS:-old:9 new:9}; do
     label=${run%%:*} parallel=${run##*:} n=$((n + 1))
     name=$n-$label-p$parallel dir=$R
-    [ "$label" = old ] && dir=$R/${OLD:-.old_ik}
+    if [ "$label" = old ]; then case ${OLD:-.old_ik} in /*) dir=$OLD ;; *) dir=$R/${OLD:-.old_ik} ;; esac; fi
     (cd "$dir" && PYTHONPATH="$dir" timeout -k 10 "${LIMIT_S:-265}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs \
         ablate --parallel "$parallel" --out "$F/$name" --overwrite >"$F/$name.log" 2>&1)
     echo "$name exit $?" | tee -a "$F/ab.txt"

@@ -304,8 +304,15 @@ def test_worker_counts_follow_the_cpus_this_process_may_run_on(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
     assert main_job.main_job_parallel("cuda", [0]) == 16  # capped
     assert main_job.main_job_parallel("cuda", [0], gpu_gib=24.0) == 12  # an L4's 24 GiB at 2 GiB a worker
+    assert main_job.main_job_parallel("cuda", [0], gpu_gib=24.0, runs=18) == 9  # 12 live at most: two batches of 9
+    monkeypatch.setattr(main_job, "available_gib", lambda: 60.0)
+    assert main_job.main_job_parallel("cuda", [0], runs=18) == 9  # 15 live at most: 9 + 9, not 15 + 3
+    assert main_job.main_job_parallel("cuda", [0], runs=12) == 12  # one batch
     monkeypatch.setattr(main_job, "available_gib", lambda: 30.0)
     assert main_job.main_job_parallel("cuda", [0]) == 7  # 30 GiB of host memory at 4 GiB a worker
+    assert main_job.main_job_parallel("cuda", [0], runs=18) == 6  # 7 live at most: three batches of 6
+    monkeypatch.setattr(main_job, "available_gib", lambda: None)  # no /proc/meminfo
+    assert main_job.main_job_parallel("cuda", [0], gpu_gib=1.0, runs=18) == 1  # a tiny GPU
     monkeypatch.setattr(main_job, "available_gib", lambda: 120.0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert main_job.main_job_parallel("cuda", [0], gpu_gib=139.8) == 16  # a 16-CPU H200 node

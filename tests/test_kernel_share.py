@@ -79,7 +79,10 @@ def fake_triton(tmp_path, monkeypatch):
     for name in ("SharedKernels", "PublishedKernels"):
         monkeypatch.delitem(kernel_share.__dict__, name, raising=False)
     monkeypatch.setattr(kernel_share, "_counts", kernel_share.Counter())
+    claims: dict = {}
+    monkeypatch.setattr(kernel_share, "_claims", claims)
     yield root
+    kernel_share._close(fd for held in claims.values() for fd in held.values())
     for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
         sys.modules.pop(name, None)
 
@@ -111,6 +114,33 @@ def in_thread(fn):
     thread = threading.Thread(target=lambda: result.setdefault("value", fn()), daemon=True)
     thread.start()
     return thread, result
+
+
+@pytest.fixture
+def holder():
+    """``hold(manager)``: another worker's thread that claims ``KERNEL`` through ``manager`` and keeps compiling (alive,
+    holding the claim) until the test ends."""
+    done = threading.Event()
+    threads = []
+
+    def hold(manager):
+        claimed = threading.Event()
+
+        def body():
+            assert manager.get_group(KERNEL) is None
+            claimed.set()
+            done.wait(60)
+
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        threads.append(thread)
+        assert claimed.wait(30)
+        return thread
+
+    yield hold
+    done.set()
+    for thread in threads:
+        thread.join(30)
 
 
 @pytest.fixture
@@ -157,11 +187,7 @@ def test_a_kernel_built_once_is_reused_without_a_claim(fake_triton, dirs):
 def test_a_claim_left_by_a_compile_that_raised_is_released_at_the_threads_next_compile(fake_triton, dirs):
     shared = kernel_share.SharedKernels
     assert shared("k").get_group(KERNEL) is None  # claimed; the compile raises: no put_group
-    other = {}
-    thread = threading.Thread(target=lambda: other.setdefault("fd", kernel_share._try_claim(claim_file(dirs[0]))))
-    thread.start()
-    thread.join()
-    assert other["fd"] is None  # still held
+    assert kernel_share._try_claim(claim_file(dirs[0])) == kernel_share.HELD  # still held
     assert shared("k2").get_group(KERNEL) is None  # the same thread's next compile
     fd = kernel_share._try_claim(claim_file(dirs[0]))
     assert fd is not None  # released
@@ -172,22 +198,22 @@ def claim_file(shared: Path, key: str = "k") -> str:
     return str(shared / kernel_share.CLAIMS / f"{key}.{KERNEL}")
 
 
-def test_a_claimant_that_shows_no_progress_is_passed_over(fake_triton, dirs, monkeypatch):
+def test_a_claimant_that_shows_no_progress_is_passed_over(fake_triton, dirs, monkeypatch, holder):
     shared = kernel_share.SharedKernels
-    holder = shared("k")
-    thread, _ = in_thread(lambda: holder.get_group(KERNEL))  # claims, and holds it: another worker compiling
-    thread.join()
+    holder(shared("k"))  # another worker compiling it
     mtime = os.stat(claim_file(dirs[0])).st_mtime
     monkeypatch.setattr(kernel_share, "wall", lambda: mtime + kernel_share.STALE_S)
+    ticks = iter(range(0, 10_000))
+    monkeypatch.setattr(kernel_share, "clock", lambda: float(next(ticks)) * kernel_share.STALE_S)  # a long wait
+    looks = []
+    monkeypatch.setattr(kernel_share, "sleep", looks.append)
     assert shared("k").get_group(KERNEL) is None  # compiled here, unclaimed
-    assert kernel_share.counts()["built"] == 2
+    assert kernel_share.counts()["built"] == 2 and len(looks) < 2  # passed over for no progress, not at the bound
 
 
-def test_a_claimant_that_shows_progress_is_waited_for_until_the_bound(fake_triton, dirs, monkeypatch):
+def test_a_claimant_that_shows_progress_is_waited_for_until_the_bound(fake_triton, dirs, monkeypatch, holder):
     shared = kernel_share.SharedKernels
-    holder = shared("k")
-    thread, _ = in_thread(lambda: holder.get_group(KERNEL))
-    thread.join()
+    holder(shared("k"))
     ticks = iter(range(0, 10_000))
     monkeypatch.setattr(kernel_share, "clock", lambda: float(next(ticks)))  # a second per look
     monkeypatch.setattr(kernel_share, "wall", lambda: os.stat(claim_file(dirs[0])).st_mtime)  # fresh progress
@@ -351,3 +377,108 @@ def test_workers_compiling_one_triton_kernel_at_once_build_it_once(tmp_path):
     cold, *later = outputs
     assert cold["built"] == 1
     assert sum(o.get("built", 0) for o in later) <= 1 and sum(o.get("waited", 0) + o.get("reused", 0) for o in later) >= 1
+
+
+def test_the_claims_of_a_thread_that_ended_are_released_at_the_next_lookup(fake_triton, dirs):
+    """A compile pool's thread whose compile raised ends holding its claim; any thread's next lookup releases it."""
+    thread, _ = in_thread(lambda: kernel_share.SharedKernels("k").get_group(KERNEL))
+    thread.join(30)
+    assert not thread.is_alive() and kernel_share._try_claim(claim_file(dirs[0])) == kernel_share.HELD
+    assert kernel_share.SharedKernels("k").get_group(KERNEL) is None  # claimed here: the ended thread's was released
+    assert kernel_share.counts() == {"built": 2}
+
+
+def test_a_cold_workers_next_compile_releases_the_claim_its_last_one_left(fake_triton, dirs, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(dirs[1]))
+    assert kernel_share.PublishedKernels("k").get_group(KERNEL) is None  # claimed; the compile raises
+    assert kernel_share._try_claim(claim_file(dirs[0])) == kernel_share.HELD
+    assert kernel_share.PublishedKernels("k2").get_group(KERNEL) is None
+    fd = kernel_share._try_claim(claim_file(dirs[0]))
+    assert fd not in (None, kernel_share.HELD)
+    os.close(fd)
+
+
+def test_a_claim_shows_progress_at_each_put_of_its_kernel_only(fake_triton, dirs):
+    manager, other = kernel_share.SharedKernels("k"), kernel_share.SharedKernels("k2")
+    path = claim_file(dirs[0])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).touch()
+    os.utime(path, (1, 1))  # a claim file left from an earlier kernel's compile
+    assert manager.get_group(KERNEL) is None
+    assert os.stat(path).st_mtime > 1  # taking it shows progress
+    os.utime(path, (1, 1))
+    other.put(b"x", "unrelated.cubin")
+    assert os.stat(path).st_mtime == 1  # another kernel's put says nothing of this one
+    manager.put(b"ttir", "triton_mm_0.ttir")
+    assert os.stat(path).st_mtime > 1
+
+
+def test_a_group_with_a_file_missing_is_not_a_hit(fake_triton, dirs):
+    builder = kernel_share.SharedKernels("k")
+    assert builder.get_group(KERNEL) is None
+    group = compile_stages(builder)
+    os.unlink(group["triton_mm_0.cubin"])
+    assert kernel_share.SharedKernels("k").get_group(KERNEL) is None  # claimed: built again
+    assert kernel_share.counts() == {"built": 2}
+
+
+def test_a_waiter_that_finds_the_kernel_built_keeps_no_descriptor(fake_triton, dirs):
+    builder = kernel_share.SharedKernels("k")
+    assert builder.get_group(KERNEL) is None
+    compile_stages(builder)
+    (dirs[0] / "k" / f"__grp__{KERNEL}").rename(dirs[0] / "grp")  # not there at the first look ...
+    reader = kernel_share.SharedKernels("k")
+    reader.whole_group = _appearing(reader.whole_group, dirs[0])  # ... there at the look after claiming
+    before = len(os.listdir("/proc/self/fd"))
+    assert reader.get_group(KERNEL)
+    assert len(os.listdir("/proc/self/fd")) == before and not kernel_share._claims
+
+
+def _appearing(whole_group, shared: Path):
+    calls = []
+
+    def look(filename):
+        calls.append(filename)
+        if len(calls) == 2:
+            (shared / "grp").rename(shared / "k" / f"__grp__{KERNEL}")
+        return whole_group(filename)
+
+    return look
+
+
+def test_a_published_kernels_group_file_is_written_last(fake_triton, dirs, monkeypatch):
+    order: list[str] = []
+    place = kernel_share._place
+
+    def placed(source, target):
+        order.append(os.path.basename(target))
+        place(source, target)
+
+    monkeypatch.setattr(kernel_share, "_place", placed)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(dirs[1]))
+    cold = kernel_share.PublishedKernels("k")
+    assert cold.get_group(KERNEL) is None
+    compile_stages(cold, stages=("ttir", "cubin"))
+    assert order[-1] == f"__grp__{KERNEL}" and set(order[:-1]) == {KERNEL, "triton_mm_0.ttir", "triton_mm_0.cubin"}
+
+
+def test_without_flock_a_worker_compiles_at_once(fake_triton, dirs, monkeypatch, waiting):
+    import errno
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "no locks")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    assert kernel_share.SharedKernels("k").get_group(KERNEL) is None
+    assert not waiting.is_set() and kernel_share.counts() == {"built": 1}
+
+
+def test_a_forked_child_holds_none_of_its_parents_claims(fake_triton, dirs):
+    assert kernel_share.SharedKernels("k").get_group(KERNEL) is None
+    assert kernel_share._claims
+    pid = os.fork()
+    if pid == 0:  # the child: no claims, and closing its copies left the parent's lock held
+        os._exit(0 if not kernel_share._claims else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert kernel_share._try_claim(claim_file(dirs[0])) == kernel_share.HELD

@@ -19,6 +19,7 @@ the main job on a GPU uses :func:`.main_job.main_job_parallel` (16 on a 16-CPU h
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from typing import Any
 
@@ -207,7 +208,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
     if args.baseline and baselines:  # --baseline NAME in the main job: NAME's counterpart in every section
         base = args.baseline.split("@")[0]
         baselines = {a.name: (base + a.name[len(a.name.split("@")[0]) :]) for a in arms if a.name in baselines}
-    parallel = _parallel(getattr(args, "parallel", None), device, gpus, main_job)
+    runs = math.ceil(len(arms) * count / max(1, len(gpus)))  # the most runs of one lane (GPU)
+    parallel = _parallel(getattr(args, "parallel", None), device, gpus, main_job, runs)
     threads = getattr(args, "compile_threads", None)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InvalidKnobValue(
@@ -296,14 +298,14 @@ def _executor(args: argparse.Namespace, toml: dict[str, Any]) -> tuple[str, Slur
     return executor, options
 
 
-def _parallel(value: int | None, device: str, gpus: list[int], main_job: bool) -> int:
+def _parallel(value: int | None, device: str, gpus: list[int], main_job: bool, runs: int) -> int:
     """``--parallel`` checked, or its default (see the module docstring).
 
     Raises:
         InvalidKnobValue: below 1.
     """
     if value is None:
-        return main.main_job_parallel(device, gpus, smallest_gpu_gib(device, gpus)) if main_job else 1
+        return main.main_job_parallel(device, gpus, smallest_gpu_gib(device, gpus), runs) if main_job else 1
     if value < 1:
         raise InvalidKnobValue(f"--parallel={value} is invalid: allowed an int >= 1")
     return value

@@ -1,9 +1,10 @@
-"""Triton binaries built once for all of an ablation's workers: Triton cache managers (``TRITON_CACHE_MANAGER``).
+"""Triton binaries the later repeats of an ablation build once between them: Triton cache managers
+(``TRITON_CACHE_MANAGER``).
 
 Triton's cache holds compiled binaries keyed by the kernel's source, compile options and target; reusing one replays
 no choice (every process still traces, lowers, autotunes and picks its own kernels).  Two workers that compile the
-same kernel at the same time would each build it; these managers make every binary be built once while the others
-wait for it:
+same kernel at the same time would each build it; with these managers the later repeats build each binary at most once
+between them (each repeat 0 still builds its own), waiting for one another and for the repeats 0:
 
 - **A later repeat** (:class:`SharedKernels`, ``TRITON_CACHE_DIR`` the ablation's shared directory) reads what any
   worker has published.  On a miss it claims the kernel (an exclusive ``flock`` on a file of its own under
@@ -17,15 +18,18 @@ wait for it:
   build it again.
 
 A compile calls ``get_group`` for the kernel's metadata file first and ``put_group`` for it last, with ``put`` for
-each stage in between (``triton/compiler/compiler.py: compile``, the same in the Triton 3.0, 3.2, 3.6 and 3.9 wheels): the claim is taken at that
-``get_group``, its file touched at every ``put`` (the waiters' sign of progress), and released at ``put_group``.  A
-thread compiles one kernel at a time, so a thread's next ``get_group`` releases any claim it still holds (a compile
-that raised).  A claimant never waits while it holds a claim, so no two workers wait for each other.
+each stage in between (``triton/compiler/compiler.py: compile``, the same in the Triton 3.0, 3.2, 3.6 and 3.9
+wheels): the claim is taken at that ``get_group``, its file touched at every ``put`` of that kernel (the waiters'
+sign of progress), and released at ``put_group``.  A thread compiles one kernel at a time, so a thread's next
+``get_group`` releases any claim it still holds (a compile that raised), and every ``get_group`` releases the claims
+of threads that have ended (a compile pool's thread).  A claimant never waits while it holds a claim, so no two
+workers wait for each other.
 
 Published files are written under temporary names and renamed, the group file last: a reader sees a whole kernel or
 none.  The shared manager finds a group's files by name in its own directory, wherever the group says they were
-written.  Nothing here raises into Triton: a claim or a publication that
-fails (a full disk, a file system without ``flock``) leaves the worker compiling as Triton's own manager would.
+written.  Nothing here raises into Triton: where a claim cannot be taken (a file system without ``flock``, a claim
+file that cannot be made) the worker compiles at once, unclaimed, and a publication that fails (a full disk) is
+left out, as Triton's own manager would leave both.
 
 :func:`counts` says what this process's managers did (kernels built, reused, waited for), for the run's record.
 Imported by Triton in the worker (``TRITON_CACHE_MANAGER=inductor_knobs.ablation.kernel_share:SharedKernels``);
@@ -35,13 +39,16 @@ Triton 3.0-3.9 keep ``FileCacheManager`` (``triton/runtime/cache.py``) with ``ge
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
+import math
 import os
 import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 #: The shared directory a :class:`PublishedKernels` worker publishes into (set by the parent for repeat 0).
@@ -66,11 +73,20 @@ clock, sleep, wall = time.monotonic, time.sleep, time.time
 
 _counts: Counter[str] = Counter()
 _counts_lock = threading.Lock()
-_held = threading.local()  # .claims: {claim path: fd} of this thread
+
+#: The claims this process holds: thread ident -> {claim path: descriptor}.  A thread's claims are released at its
+#: next lookup; those of threads that have ended (a compile pool's thread after a compile that raised) at any
+#: thread's next lookup.
+_claims: dict[int, dict[str, int]] = {}
+_claims_lock = threading.Lock()
+
+#: What :func:`_try_claim` says when another worker holds the claim (any other failure: no claims here).
+HELD = -1
 
 
 def counts() -> dict[str, int]:
-    """What this process's managers did so far.
+    """What this process's managers did so far (compiles in Inductor's compile subprocesses, with more than one
+    compile thread, are their own processes' and not counted here).
 
     Returns:
         dict[str, int]: ``built`` (kernels compiled here), ``reused`` (found built), ``waited`` (found built after
@@ -86,42 +102,67 @@ def _count(name: str, by: int = 1) -> None:
         _counts[name] += by
 
 
-def _release_mine() -> None:
-    """Release every claim this thread holds (its compile has ended, either way)."""
-    held: dict[str, int] = getattr(_held, "claims", {})
-    _held.claims = {}
-    for fd in held.values():
+def _close(fds: Iterable[int]) -> None:
+    for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)  # closing the only descriptor releases its flock
 
 
+def _release_mine() -> None:
+    """Release every claim this thread holds (its compile has ended, either way), and those of ended threads."""
+    alive = {thread.ident for thread in threading.enumerate()}
+    with _claims_lock:
+        gone = [ident for ident in _claims if ident == threading.get_ident() or ident not in alive]
+        released = [_claims.pop(ident) for ident in gone]
+    _close(fd for held in released for fd in held.values())
+
+
 def _release(path: str) -> None:
-    fd = getattr(_held, "claims", {}).pop(path, None)
+    with _claims_lock:
+        fd = _claims.get(threading.get_ident(), {}).pop(path, None)
     if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        _close([fd])
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the claims are the parent's (the child closes its copies and holds none)."""
+    held = list(_claims.values())
+    _claims.clear()
+    _close(fd for fds in held for fd in fds.values())
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _try_claim(path: str) -> int | None:
-    """An exclusive flock on ``path`` (made if missing), without waiting: its descriptor, or None."""
+    """An exclusive flock on ``path`` (made if missing), without waiting: its descriptor; :data:`HELD` when another
+    descriptor holds it; None when claims cannot be taken here (the file cannot be made, or the file system has no
+    ``flock``)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as error:
         os.close(fd)
-        return None
+        return HELD if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
     return fd
 
 
 def _keep(path: str, fd: int) -> None:
     """Hold the claim ``fd`` on ``path`` in this thread, its file touched (the claim file may be an old one)."""
-    if not hasattr(_held, "claims"):
-        _held.claims = {}
-    _held.claims[path] = fd
+    with _claims_lock:
+        _claims.setdefault(threading.get_ident(), {})[path] = fd
     _touch(path)
+
+
+def _touch_mine(key: str) -> None:
+    """Show progress on this thread's claims of the kernel ``key`` (the manager's)."""
+    with _claims_lock:
+        paths = [path for path in _claims.get(threading.get_ident(), {}) if os.path.basename(path).startswith(f"{key}.")]
+    for path in paths:
+        _touch(path)
 
 
 def _touch(path: str) -> None:
@@ -162,8 +203,7 @@ def _classes() -> dict[str, type]:
         def put(self, data: Any, filename: str, binary: bool = True) -> str:
             """Triton's ``put``; a kernel compiled under a claim shows progress (its claim file touched)."""
             path = super().put(data, filename, binary=binary)
-            for claim in getattr(_held, "claims", {}):
-                _touch(claim)
+            _touch_mine(self.key)
             return path  # type: ignore[no-any-return]
 
         def put_group(self, filename: str, group: dict[str, str]) -> str:
@@ -206,7 +246,9 @@ def _classes() -> dict[str, type]:
             start, waited = clock(), False
             while True:
                 fd = _try_claim(claim)
-                if fd is not None:
+                if fd is None:
+                    break  # no claims here: compile it, unclaimed
+                if fd != HELD:
                     group = self.whole_group(filename)  # built while this looked
                     if group is None:
                         _keep(claim, fd)
@@ -214,7 +256,8 @@ def _classes() -> dict[str, type]:
                         os.close(fd)
                     break
                 waited = True
-                if clock() - start >= WAIT_S or _quiet_seconds(claim) >= STALE_S:
+                waiting = clock() - start
+                if waiting >= WAIT_S or min(waiting, _quiet_seconds(claim)) >= STALE_S:
                     break  # the claimant is stuck: compile it here, unclaimed
                 sleep(POLL_S)
             if waited:
@@ -257,7 +300,7 @@ def _classes() -> dict[str, type]:
             if claim is not None and not (group or {}).get(filename):
                 _count("built")
                 fd = _try_claim(claim)
-                if fd is not None:
+                if fd is not None and fd != HELD:
                     _keep(claim, fd)
             return group  # type: ignore[no-any-return]
 
@@ -283,11 +326,12 @@ def _classes() -> dict[str, type]:
 
 
 def _quiet_seconds(claim: str) -> float:
-    """Seconds since the claimant of ``claim`` last showed progress (0 where that cannot be read)."""
+    """Seconds since the claimant of ``claim`` last showed progress (infinite where the file cannot be read: no one
+    shows progress there)."""
     try:
         return max(0.0, wall() - os.stat(claim).st_mtime)
     except OSError:
-        return 0.0
+        return math.inf
 
 
 def _place(source: str | bytes, target: str) -> None:

@@ -14,6 +14,8 @@ tests no gate.
 
 from __future__ import annotations
 
+import math
+
 from ..ext import GPU_PRESETS as PRESETS
 from ..ext import EmulationSpec
 from . import spec
@@ -32,7 +34,8 @@ MAIN_JOB_GPU_ITERS = 200
 #: again, so a compile slot more costs a process's Python work, not its binaries.  Measured on one H200 node (16
 #: CPUs, torch 2.11, triton 3.6, 2026-11-29), one run after another (``bench/main_job_ab.sh``): 12 at once 116.7 s
 #: and 116.1 s wall, 14 at once 104.7 s, 16 at once 97.4 s, 18 at once 122.9 s (two more heavy compiles from the
-#: start slowed every cold one: 85 s against 67 s at 16), and 9 at once without shared in-flight binaries 134.1 s.
+#: start slowed every cold one: 85 s against 67 s at 16), and 9 at once without shared in-flight binaries 134.1 s; on
+#: another node 18 at once 107.4 s against 122.6 s at 9, both with them.
 CPUS_PER_PARALLEL_WORKER, MAX_MAIN_JOB_PARALLEL = 1.0, 16
 
 
@@ -95,15 +98,18 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
     return arms + full, sections, baselines, skipped
 
 
-def main_job_parallel(device: str, gpus: list[int], gpu_gib: float | None = None) -> int:
+def main_job_parallel(device: str, gpus: list[int], gpu_gib: float | None = None, runs: int | None = None) -> int:
     """The main job's ``--parallel`` default: 1 on CPU, else min(16, CPUs per GPU), counting the CPUs this process may
-    run on (:func:`.quiet.usable_cpus`), and no more workers per GPU than the GPU's memory holds at
-    :data:`.quiet.GPU_GIB_PER_WORKER` each and the host's available memory at :data:`.quiet.GIB_PER_WORKER`.
+    run on (:func:`.quiet.usable_cpus`).  Where the GPU's memory (:data:`.quiet.GPU_GIB_PER_WORKER` a worker) or the
+    host's available memory (:data:`.quiet.GIB_PER_WORKER` a worker) holds fewer live workers than a GPU's ``runs``,
+    the runs go in batches of the barrier (:func:`.quiet.live_cap`), and the default is the size of equal batches:
+    each batch ends with its slots idle while its slowest compile finishes, so a short last batch gains nothing.
 
     Args:
         device (str): ``cuda`` or ``cpu``.
         gpus (list[int]): the GPUs the runs are spread over.
         gpu_gib (float | None): the memory of the smallest of them, in GiB (None: not counted).
+        runs (int | None): the most runs one GPU holds (None: not counted); never more workers than that.
 
     Returns:
         int: workers per GPU at once.
@@ -111,10 +117,14 @@ def main_job_parallel(device: str, gpus: list[int], gpu_gib: float | None = None
     if device != "cuda":
         return 1
     lanes = max(1, len(gpus))
-    caps = [MAX_MAIN_JOB_PARALLEL, int(usable_cpus() // lanes / CPUS_PER_PARALLEL_WORKER)]
-    if gpu_gib is not None:
-        caps.append(int(gpu_gib / GPU_GIB_PER_WORKER))
+    parallel = min(MAX_MAIN_JOB_PARALLEL, int(usable_cpus() // lanes / CPUS_PER_PARALLEL_WORKER))
+    live = [int(gpu_gib / GPU_GIB_PER_WORKER)] if gpu_gib is not None else []
     host = available_gib()
     if host is not None:
-        caps.append(int(host / lanes / GIB_PER_WORKER))
-    return max(1, min(caps))
+        live.append(int(host / lanes / GIB_PER_WORKER))
+    if live:
+        held = max(1, min(live))
+        parallel = min(parallel, held)
+        if runs is not None and held < runs:  # several batches: equal ones
+            parallel = min(parallel, math.ceil(runs / math.ceil(runs / held)))
+    return max(1, min(parallel, runs or parallel))
