@@ -482,3 +482,28 @@ def test_a_forked_child_holds_none_of_its_parents_claims(fake_triton, dirs):
         os._exit(0 if not kernel_share._claims else 1)
     assert os.waitpid(pid, 0)[1] == 0
     assert kernel_share._try_claim(claim_file(dirs[0])) == kernel_share.HELD
+
+
+def test_a_waiter_takes_a_kernel_built_while_its_claim_is_still_held(fake_triton, dirs, monkeypatch, holder):
+    """A claimant whose compile raised holds its claim until its thread's next lookup; a binary published meanwhile
+    (by a cold run) is taken at the waiter's next look, not after the 30 s without progress."""
+    holder(kernel_share.SharedKernels("k"))
+    looks = []
+
+    def sleep(seconds):
+        if not looks:
+            compile_stages(kernel_share.SharedKernels("k"))  # built by someone else, the claim still held
+        looks.append(seconds)
+
+    monkeypatch.setattr(kernel_share, "sleep", sleep)
+    assert kernel_share.SharedKernels("k").get_group(KERNEL)
+    assert len(looks) == 1 and kernel_share.counts()["waited"] == 1
+
+
+def test_a_forked_child_gets_free_locks(fake_triton, dirs):
+    """Another thread of the parent may hold a lock at the fork; the child's copies are new ones."""
+    with kernel_share._claims_lock:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if kernel_share._claims_lock.acquire(timeout=5) and kernel_share._counts_lock.acquire(timeout=5) else 1)
+    assert os.waitpid(pid, 0)[1] == 0

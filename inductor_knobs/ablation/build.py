@@ -19,7 +19,6 @@ the main job on a GPU uses :func:`.main_job.main_job_parallel` (16 on a 16-CPU h
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from typing import Any
 
@@ -36,7 +35,7 @@ from .options import (
     SLURM_OPTIONS,
     SMOKE_PROCESSES,
 )
-from .plan import Plan, SlurmOptions, smallest_gpu_gib
+from .plan import Plan, SlurmOptions, runs_per_lane, smallest_gpu_gib
 from .workers import COMPILE_THREADS_VAR, inherited_compile_threads, physical_gpu
 
 
@@ -208,8 +207,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     if args.baseline and baselines:  # --baseline NAME in the main job: NAME's counterpart in every section
         base = args.baseline.split("@")[0]
         baselines = {a.name: (base + a.name[len(a.name.split("@")[0]) :]) for a in arms if a.name in baselines}
-    runs = math.ceil(len(arms) * count / max(1, len(gpus)))  # the most runs of one lane (GPU)
-    parallel = _parallel(getattr(args, "parallel", None), device, gpus, main_job, runs)
+    parallel = _parallel(getattr(args, "parallel", None))
     threads = getattr(args, "compile_threads", None)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InvalidKnobValue(
@@ -226,7 +224,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
             f"--compile-threads={threads} differs from {COMPILE_THREADS_VAR}={inherited!r} in this environment, "
             "which every worker inherits: give one of the two"
         )
-    return Plan(
+    plan = Plan(
         workload=workload,
         arms=arms,
         baseline=baseline,
@@ -245,11 +243,15 @@ def build_plan(args: argparse.Namespace) -> Plan:
         profile_iters=2 if fewer_samples else 5,
         main_job=main_job,
         emulation_skipped=skipped,
-        parallel=1 if executor == "slurm" else parallel,
+        parallel=1 if executor == "slurm" or parallel is None else parallel,
         compile_threads=threads,
         executor=executor,
         slurm=slurm_options,
     )
+    if parallel is None and main_job and executor != "slurm":  # the default: sized by this shard's busiest GPU
+        runs = max(runs_per_lane(plan.jobs(), gpus or [None]).values(), default=1)
+        plan.parallel = main.main_job_parallel(device, gpus, smallest_gpu_gib(device, gpus), runs)
+    return plan
 
 
 def _executor(args: argparse.Namespace, toml: dict[str, Any]) -> tuple[str, SlurmOptions | None]:
@@ -298,14 +300,14 @@ def _executor(args: argparse.Namespace, toml: dict[str, Any]) -> tuple[str, Slur
     return executor, options
 
 
-def _parallel(value: int | None, device: str, gpus: list[int], main_job: bool, runs: int) -> int:
-    """``--parallel`` checked, or its default (see the module docstring).
+def _parallel(value: int | None) -> int | None:
+    """``--parallel`` checked, or None for its default (see the module docstring).
 
     Raises:
         InvalidKnobValue: below 1.
     """
     if value is None:
-        return main.main_job_parallel(device, gpus, smallest_gpu_gib(device, gpus), runs) if main_job else 1
+        return None
     if value < 1:
         raise InvalidKnobValue(f"--parallel={value} is invalid: allowed an int >= 1")
     return value

@@ -76,7 +76,8 @@ _counts_lock = threading.Lock()
 
 #: The claims this process holds: thread ident -> {claim path: descriptor}.  A thread's claims are released at its
 #: next lookup; those of threads that have ended (a compile pool's thread after a compile that raised) at any
-#: thread's next lookup.
+#: thread's next lookup.  A thread Python does not list (started from C, never named to :mod:`threading`) counts as
+#: ended: its claim may be released early, and another worker then builds the kernel too.
 _claims: dict[int, dict[str, int]] = {}
 _claims_lock = threading.Lock()
 
@@ -110,8 +111,8 @@ def _close(fds: Iterable[int]) -> None:
 
 def _release_mine() -> None:
     """Release every claim this thread holds (its compile has ended, either way), and those of ended threads."""
-    alive = {thread.ident for thread in threading.enumerate()}
-    with _claims_lock:
+    with _claims_lock:  # the threads listed while no thread can register a claim (each registers before it compiles)
+        alive = {thread.ident for thread in threading.enumerate()}
         gone = [ident for ident in _claims if ident == threading.get_ident() or ident not in alive]
         released = [_claims.pop(ident) for ident in gone]
     _close(fd for held in released for fd in held.values())
@@ -125,7 +126,10 @@ def _release(path: str) -> None:
 
 
 def _forget_after_fork() -> None:
-    """In a forked child: the claims are the parent's (the child closes its copies and holds none)."""
+    """In a forked child: the claims are the parent's (the child closes its copies and holds none), and the locks are
+    new (another thread of the parent may have held one at the fork)."""
+    global _claims_lock, _counts_lock
+    _claims_lock, _counts_lock = threading.Lock(), threading.Lock()
     held = list(_claims.values())
     _claims.clear()
     _close(fd for fds in held for fd in fds.values())
@@ -256,6 +260,9 @@ def _classes() -> dict[str, type]:
                         os.close(fd)
                     break
                 waited = True
+                group = self.whole_group(filename)  # built, though the claim is still held (a claimant that raised)
+                if group is not None:
+                    break
                 waiting = clock() - start
                 if waiting >= WAIT_S or min(waiting, _quiet_seconds(claim)) >= STALE_S:
                     break  # the claimant is stuck: compile it here, unclaimed

@@ -162,6 +162,22 @@ class Plan:
         return [j for j in jobs if int(j["index"]) % count == index]
 
 
+def runs_per_lane(jobs: Sequence[Mapping[str, Any]], lanes: Sequence[_Lane]) -> dict[_Lane, int]:
+    """How many of ``jobs`` run on each lane (:func:`gpu_for_repeat`).
+
+    Args:
+        jobs (Sequence[Mapping[str, Any]]): jobs with ``repeat`` (:meth:`Plan.jobs`).
+        lanes (Sequence[_Lane]): the GPUs, or ``[None]`` (the CPU).
+
+    Returns:
+        dict[_Lane, int]: every lane, with 0 where none runs.
+    """
+    counts = dict.fromkeys(lanes, 0)
+    for job in jobs:
+        counts[gpu_for_repeat(int(job["repeat"]), lanes)] += 1
+    return counts
+
+
 def gpu_for_repeat(repeat: int, gpus: Sequence[_Lane]) -> _Lane:
     """The GPU (lane) that repeat ``repeat`` of every arm runs on: ``gpus[repeat mod len(gpus)]``.
 

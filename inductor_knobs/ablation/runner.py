@@ -40,7 +40,7 @@ from typing import Any
 from .forkserver import preload_modules
 from .job import call_job
 from .order import Backlog
-from .plan import Plan, gpu_for_repeat, smallest_gpu_gib
+from .plan import Plan, gpu_for_repeat, runs_per_lane, smallest_gpu_gib
 from .quiet import Quiet, live_cap, usable_cpus
 from .signals import Interrupted, signals_ignored
 from .workers import Workers, inherited_compile_threads
@@ -146,7 +146,7 @@ def execute(
     jobs = plan.jobs() if jobs is None else jobs
     lanes = _lanes(plan)
     placed = [(gpu_for_repeat(int(job["repeat"]), lanes), job) for job in jobs]  # in the interleaved order
-    counts = {lane: sum(1 for at, _ in placed if at == lane) for lane in lanes}
+    counts = runs_per_lane(jobs, lanes)
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
     parallel = max(1, plan.parallel)
