@@ -107,7 +107,7 @@ def test_the_host_compiles_parallel_per_gpu_whichever_gpu_the_runs_are_on():
 def test_the_live_cap_counts_the_busiest_lane(monkeypatch):
     """The cap is per lane, from the most runs any lane holds: 12 of the main job's 18 runs on GPU 0 of 2 fit in
     one batch at 9 compiling at once."""
-    monkeypatch.setattr(quiet, "available_gib", lambda: 240.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 240.0)
     assert quiet.live_cap(9, 12, lanes=2, gpu_gib=79.1) == 12
     assert quiet.live_cap(9, 18, lanes=1, gpu_gib=79.1) == 18
 

@@ -182,7 +182,7 @@ def test_only_a_lane_measured_in_one_phase_goes_longest_first(monkeypatch):
 
     monkeypatch.setattr(runner, "Backlog", Recording)
     monkeypatch.setattr(runner, "call_job", call_job)
-    monkeypatch.setattr(quiet, "available_gib", lambda: 64.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 64.0)
     arms = [spec.parse_arm(a) for a in ("eager", "default", "c:max_autotune=1")]
     plan = Plan(workload="gemm_mlp", arms=arms, repeats=3, device="cuda", gpus=[0, 1], parallel=2)
     runs = runner.execute(plan, progress=False, workers=Workers(compile_threads=5))
@@ -207,7 +207,7 @@ def test_a_phase_measures_in_plan_order_whatever_order_the_workers_became_ready(
         return {"ok": True, "arm": arm.name, "repeat": job["repeat"], "index": job["index"], "gpu": gpu, "shard": shard}
 
     monkeypatch.setattr(runner, "call_job", call_job)
-    monkeypatch.setattr(quiet, "available_gib", lambda: 64.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 64.0)
     arms = [spec.parse_arm(a) for a in ("eager", "default")]
     plan = Plan(workload="gemm_mlp", arms=arms, repeats=3, device="cuda", gpus=[0], parallel=6)
     runs = runner.execute(plan, progress=False, workers=Workers())

@@ -164,16 +164,16 @@ def test_lanes_get_their_own_cpus_and_the_cap_follows_parallel():
 
 
 def test_the_main_jobs_18_runs_go_in_three_balanced_batches(monkeypatch):
-    monkeypatch.setattr(quiet, "available_gib", lambda: 120.0)  # a 128 GiB GPU host: 2 x parallel live
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 120.0)  # a 128 GiB GPU host: 2 x parallel live
     assert quiet.live_cap(4, 18) == 6
-    monkeypatch.setattr(quiet, "available_gib", lambda: 18.0)  # 4 workers' worth of memory
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 18.0)  # 4 workers' worth of memory
     assert quiet.live_cap(4, 18) == 4
 
 
 def test_the_gpus_memory_bounds_the_live_workers(monkeypatch):
     """Nine at once (the main job's default on 16 CPUs): one batch of 18 on an 80 GiB GPU, two of 9 on a 24 GiB card
     (18 CUDA contexts and models would not fit), never fewer than compile at once."""
-    monkeypatch.setattr(quiet, "available_gib", lambda: 120.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 120.0)
     assert quiet.live_cap(9, 18, gpu_gib=79.1) == 18
     assert quiet.live_cap(9, 18, gpu_gib=23.6) == 9
     assert quiet.live_cap(9, 18, gpu_gib=4.0) == 9
@@ -296,8 +296,7 @@ def test_worker_counts_follow_the_cpus_this_process_may_run_on(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     assert quiet.usable_cpus() == 8
-    monkeypatch.setattr(quiet, "available_gib", lambda: 120.0)
-    monkeypatch.setattr(main_job, "available_gib", lambda: 120.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 120.0)
     assert main_job.main_job_parallel("cuda", [0]) == 8  # 8 CPUs, one worker each
     assert main_job.main_job_parallel("cuda", [0, 1]) == 4  # two GPUs' workers share the 8 CPUs
     assert [len(cpus) for cpus in quiet.lane_cpus(2)] == [4, 4]
@@ -305,15 +304,15 @@ def test_worker_counts_follow_the_cpus_this_process_may_run_on(monkeypatch):
     assert main_job.main_job_parallel("cuda", [0]) == 16  # capped
     assert main_job.main_job_parallel("cuda", [0], gpu_gib=24.0) == 12  # an L4's 24 GiB at 2 GiB a worker
     assert main_job.main_job_parallel("cuda", [0], gpu_gib=24.0, runs=18) == 9  # 12 live at most: two batches of 9
-    monkeypatch.setattr(main_job, "available_gib", lambda: 60.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 60.0)
     assert main_job.main_job_parallel("cuda", [0], runs=18) == 9  # 15 live at most: 9 + 9, not 15 + 3
     assert main_job.main_job_parallel("cuda", [0], runs=12) == 12  # one batch
-    monkeypatch.setattr(main_job, "available_gib", lambda: 30.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 30.0)
     assert main_job.main_job_parallel("cuda", [0]) == 7  # 30 GiB of host memory at 4 GiB a worker
     assert main_job.main_job_parallel("cuda", [0], runs=18) == 6  # 7 live at most: three batches of 6
-    monkeypatch.setattr(main_job, "available_gib", lambda: None)  # no /proc/meminfo
+    monkeypatch.setattr(quiet, "_available_gib", lambda: None)  # no /proc/meminfo
     assert main_job.main_job_parallel("cuda", [0], gpu_gib=1.0, runs=18) == 1  # a tiny GPU
-    monkeypatch.setattr(main_job, "available_gib", lambda: 120.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 120.0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert main_job.main_job_parallel("cuda", [0], gpu_gib=139.8) == 16  # a 16-CPU H200 node
     assert quiet.live_cap(16, 18) == 18  # the main job's 18 runs in one batch

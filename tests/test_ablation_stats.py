@@ -542,19 +542,19 @@ def test_the_main_jobs_workers_at_once_follow_its_busiest_gpu(big_gpu, transform
     big_gpu(132)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(main_job, "usable_cpus", lambda: 32)
-    monkeypatch.setattr(main_job, "available_gib", lambda: 240.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 240.0)
     assert plan_for().parallel == 12  # min(16 CPUs per GPU, GPU 0's 12 runs)
-    monkeypatch.setattr(main_job, "available_gib", lambda: 80.0)  # 10 live workers per GPU: GPU 0's 12 in two batches
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 80.0)  # 10 live workers per GPU: GPU 0's 12 in two batches
     assert plan_for().parallel == 6
     assert plan_for("--shard", "0/2").parallel == 6  # this shard's jobs: 6 on GPU 0, one batch
-    monkeypatch.setattr(main_job, "available_gib", lambda: 240.0)
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 240.0)
     assert plan_for("--shard", "0/2").parallel == 6
 
 
 def test_main_job_on_a_big_gpu_emulates_t4_and_l4_and_keeps_an_aa_control(big_gpu, transformers_present, monkeypatch):
     big_gpu(132)
     monkeypatch.setattr(main_job, "usable_cpus", lambda: 16)
-    monkeypatch.setattr(main_job, "available_gib", lambda: 120.0)  # a one-H200 node's host memory
+    monkeypatch.setattr(quiet, "_available_gib", lambda: 120.0)  # a one-H200 node's host memory
     plan = plan_for()
     names = [a.name for a in plan.arms]
     assert names == ["gated@T4", "force_gemm_autotune@T4", "gated@L4", "force_gemm_autotune@L4", "gated", "force_gemm_autotune"]

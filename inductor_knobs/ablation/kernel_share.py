@@ -243,26 +243,22 @@ def _classes() -> dict[str, type]:
             claim = self.claim_path(filename)
             if claim is None:
                 return super().get_group(filename)  # type: ignore[no-any-return]
-            group = self.whole_group(filename)
-            if group is not None:
-                _count("reused")
-                return group
             start, waited = clock(), False
             while True:
+                group = self.whole_group(filename)  # built (while a claimant that raised may still hold the claim)
+                if group is not None:
+                    break
                 fd = _try_claim(claim)
                 if fd is None:
                     break  # no claims here: compile it, unclaimed
                 if fd != HELD:
-                    group = self.whole_group(filename)  # built while this looked
+                    group = self.whole_group(filename)  # built between the look and the claim
                     if group is None:
                         _keep(claim, fd)
                     else:
                         os.close(fd)
                     break
                 waited = True
-                group = self.whole_group(filename)  # built, though the claim is still held (a claimant that raised)
-                if group is not None:
-                    break
                 waiting = clock() - start
                 if waiting >= WAIT_S or min(waiting, _quiet_seconds(claim)) >= STALE_S:
                     break  # the claimant is stuck: compile it here, unclaimed
@@ -363,6 +359,11 @@ def _place(source: str | bytes, target: str) -> None:
 def _write_at(path: str, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
+
+
+def in_use() -> bool:
+    """Whether this process's Triton cache manager is one of this module's (:func:`worker_vars` set it)."""
+    return os.environ.get(MANAGER_VAR, "").startswith(f"{__name__}:")
 
 
 def worker_vars(shared: str, cold: bool) -> dict[str, str]:

@@ -14,12 +14,10 @@ tests no gate.
 
 from __future__ import annotations
 
-import math
-
 from ..ext import GPU_PRESETS as PRESETS
 from ..ext import EmulationSpec
 from . import spec
-from .quiet import GIB_PER_WORKER, GPU_GIB_PER_WORKER, available_gib, usable_cpus
+from .quiet import equal_batch, memory_cap, usable_cpus
 
 #: The small GPUs the main job emulates on a big one, in table order.
 MAIN_JOB_EMULATION = ("T4", "L4")
@@ -101,8 +99,9 @@ def arms(sms: int | None, emulate: EmulationSpec | None) -> tuple[list[spec.Arm]
 def main_job_parallel(device: str, gpus: list[int], gpu_gib: float | None = None, runs: int | None = None) -> int:
     """The main job's ``--parallel`` default: 1 on CPU, else min(16, CPUs per GPU), counting the CPUs this process may
     run on (:func:`.quiet.usable_cpus`).  Where the GPU's memory (:data:`.quiet.GPU_GIB_PER_WORKER` a worker) or the
-    host's available memory (:data:`.quiet.GIB_PER_WORKER` a worker) holds fewer live workers than a GPU's ``runs``,
-    the runs go in batches of the barrier (:func:`.quiet.live_cap`), and the default is the size of equal batches:
+    host's available memory (:data:`.quiet.GIB_PER_WORKER` a worker) holds fewer live workers than a GPU's ``runs``
+    (:func:`.quiet.memory_cap`), the runs go in batches of the barrier (:func:`.quiet.live_cap`), and the default is
+    the size of equal batches (:func:`.quiet.equal_batch`):
     each batch ends with its slots idle while its slowest compile finishes, so a short last batch gains nothing.
 
     Args:
@@ -118,13 +117,7 @@ def main_job_parallel(device: str, gpus: list[int], gpu_gib: float | None = None
         return 1
     lanes = max(1, len(gpus))
     parallel = min(MAX_MAIN_JOB_PARALLEL, int(usable_cpus() // lanes / CPUS_PER_PARALLEL_WORKER))
-    live = [int(gpu_gib / GPU_GIB_PER_WORKER)] if gpu_gib is not None else []
-    host = available_gib()
-    if host is not None:
-        live.append(int(host / lanes / GIB_PER_WORKER))
-    if live:
-        held = max(1, min(live))
-        parallel = min(parallel, held)
-        if runs is not None and held < runs:  # several batches: equal ones
-            parallel = min(parallel, math.ceil(runs / math.ceil(runs / held)))
+    held = memory_cap(lanes, gpu_gib)
+    if held is not None:
+        parallel = min(parallel, held if runs is None else equal_batch(runs, held))
     return max(1, min(parallel, runs or parallel))

@@ -117,7 +117,7 @@ def lane_cpus(lanes: int) -> list[list[int]]:
     return [allowed[i * size : (i + 1) * size] for i in range(lanes)]
 
 
-def available_gib() -> float | None:
+def _available_gib() -> float | None:
     """The host's available memory (``MemAvailable`` in ``/proc/meminfo``) in GiB, or None where it cannot be read."""
     try:
         with open("/proc/meminfo") as src:
@@ -145,14 +145,41 @@ def live_cap(parallel: int, jobs: int, lanes: int = 1, gpu_gib: float | None = N
     if parallel == 1:
         return 1
     cap = 2 * parallel
-    memory = available_gib()
+    held = memory_cap(lanes, gpu_gib)
+    if held is not None:
+        cap = min(cap, max(parallel, held))
+    return max(parallel, equal_batch(max(1, jobs), cap))
+
+
+def memory_cap(lanes: int = 1, gpu_gib: float | None = None) -> int | None:
+    """How many live workers a lane's memory holds: the host's available memory shared by ``lanes`` at
+    :data:`GIB_PER_WORKER` a worker, and the GPU's at :data:`GPU_GIB_PER_WORKER`; None where neither is known.
+
+    Args:
+        lanes (int): the lanes (they share the host's memory).
+        gpu_gib (float | None): the memory of the smallest GPU of the lanes, in GiB; None on CPU.
+
+    Returns:
+        int | None: workers (at least 1), or None.
+    """
+    caps = [] if gpu_gib is None else [int(gpu_gib / GPU_GIB_PER_WORKER)]
+    memory = _available_gib()
     if memory is not None:
-        cap = min(cap, max(parallel, int(memory / lanes / GIB_PER_WORKER)))
-    if gpu_gib is not None:
-        cap = min(cap, max(parallel, int(gpu_gib / GPU_GIB_PER_WORKER)))
-    per_lane = max(1, jobs)
-    batches = math.ceil(per_lane / cap)
-    return max(parallel, math.ceil(per_lane / batches))
+        caps.append(int(memory / max(1, lanes) / GIB_PER_WORKER))
+    return max(1, min(caps)) if caps else None
+
+
+def equal_batch(jobs: int, cap: int) -> int:
+    """The size of equal batches of ``jobs`` of at most ``cap`` each (18 jobs at a cap of 15: 9, not 15 and 3).
+
+    Args:
+        jobs (int): the jobs (at least 1).
+        cap (int): the most a batch holds (at least 1).
+
+    Returns:
+        int: jobs per batch.
+    """
+    return math.ceil(jobs / math.ceil(jobs / cap))
 
 
 def peer_uid(sock: socket.socket) -> int:

@@ -209,7 +209,7 @@ def run(job: dict[str, Any], facts: dict[str, Any] | None = None) -> dict[str, A
             }
             | {a["gate_problem"] for a in attestations if a["gate_problem"]}
         ),
-        **({"triton_kernels": kernel_share.counts()} if kernel_share.MANAGER_VAR in os.environ else {}),
+        **({"triton_kernels": kernel_share.counts()} if kernel_share.in_use() else {}),
         **extras,
     }
 
