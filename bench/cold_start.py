@@ -73,8 +73,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_real as real  # noqa: E402 - a sibling script (its top level imports only the standard library)
 
 ARMS = ("cold", "aot", "bundle", "warm-caches")
-#: The packages whose Python the arms import (torch's compile stack, the models' library, this project's).
-BYTECODE_PACKAGES = ("torch", "functorch", "transformers", "triton", "sympy", "mpmath", "networkx", "jinja2", "inductor_knobs")
 MODE = "max-autotune-no-cudagraphs"
 #: Sequence lengths of the traffic, and the range the buckets cover: serving_real's on a GPU, tiny on a CPU.
 RANGE = {"cuda": (128, 2048), "cpu": (16, 128)}
@@ -290,27 +288,34 @@ def private_directory() -> Path:
 
 
 def host_bytecode(work: Path) -> dict:
-    """Compile the bytecode of :data:`BYTECODE_PACKAGES` once, before any arm, as ``pip install`` does by default.
+    """Compile the bytecode of the standard library and of every installed package once, before any arm, as a
+    Python installation and ``pip install`` do by default.
 
-    Why: on the GPU host the installed torch had no bytecode Python could use, so every process compiled
+    Why: on the GPU host the installed packages had no bytecode Python could use, so every process compiled
     about 1,500 modules from source (``builtins.compile``: 4.4 s of a 7.4 s AOT bundle load in
     a one-off profile on an H100 host, torch 2.11, 2026-11-26), a cost a host that pip-installed torch does not
     pay, and one that would hide what a cold start costs.  The bytecode goes to a ``PYTHONPYCACHEPREFIX``
     directory under ``work`` that every arm's process uses (nothing in site-packages changes); every arm,
-    ``cold`` included, gets the same.
+    ``cold`` included, gets the same.  Python reads bytecode only from that prefix while it is set, so the
+    standard library's own ``__pycache__`` does not count: it is compiled there too, and so is every package of
+    ``site-packages`` (transformers alone imports ``huggingface_hub``, ``httpx``, ``numpy`` ...), whatever the
+    host's ``PYTHONDONTWRITEBYTECODE`` (recorded) says about writing bytecode at import.
 
     Returns:
-        dict: the prefix, the seconds compileall took, its exit status, and whether torch's own
-        ``__init__`` had usable bytecode beside it (``installed_bytecode``) and its directory was writable.
+        dict: the prefix, the directories compiled, the seconds compileall took, its exit status, whether
+        torch's own ``__init__`` had usable bytecode beside it (``installed_bytecode``) and its directory was
+        writable, and ``sys.dont_write_bytecode``.
     """
     import importlib.util
+    import sysconfig
 
     prefix = work / "pycache"
-    dirs = []
-    for name in BYTECODE_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
-            dirs.extend(spec.submodule_search_locations)
+    paths = sysconfig.get_paths()
+    root = Path(__file__).resolve().parents[1]  # this checkout, on PYTHONPATH
+    found = [Path(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    found += [root / name for name in ("inductor_knobs", "patches", "bench")]
+    found = [d.resolve() for d in found if d.is_dir()]
+    dirs = sorted({str(d) for d in found if not any(d != o and d.is_relative_to(o) for o in found)})
     torch_init = importlib.util.find_spec("torch").origin
     cached = importlib.util.cache_from_source(torch_init)
     installed = os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(torch_init)
@@ -326,6 +331,8 @@ def host_bytecode(work: Path) -> dict:
         "prefix": str(prefix),
         "seconds": round(time.time() - started, 1),
         "exit": done.returncode,  # nonzero when some file of a package does not compile (test data): expected
+        "dirs": dirs,
+        "dont_write_bytecode": sys.dont_write_bytecode,
         "installed_bytecode": installed,
         "torch_dir_writable": os.access(os.path.dirname(torch_init), os.W_OK),
     }
@@ -374,7 +381,8 @@ def markdown(results: list[dict], env: dict) -> str:
         f"transformers {env['transformers']}; mode={MODE}, dynamic=True, padded buckets"
         + (", one CUDA graph per bucket" if env["sms"] else " (CPU: no CUDA graphs; C++ kernels built again from cached source)")
         + (
-            f"; the packages' bytecode compiled once before the arms ({env['host_bytecode']['seconds']} s; torch's installed "
+            "; the bytecode of the standard library and every installed package compiled once before the arms "
+            f"({env['host_bytecode']['seconds']} s; torch's installed "
             f"bytecode usable: {env['host_bytecode']['installed_bytecode']})"
             if env.get("host_bytecode")
             else ""
