@@ -287,7 +287,7 @@ def private_directory() -> Path:
     )
 
 
-def host_bytecode(work: Path) -> dict:
+def host_bytecode(work: Path, extra: list[str]) -> dict:
     """Compile the bytecode of the standard library and of every installed package once, before any arm, as a
     Python installation and ``pip install`` do by default.
 
@@ -313,7 +313,7 @@ def host_bytecode(work: Path) -> dict:
     paths = sysconfig.get_paths()
     root = Path(__file__).resolve().parents[1]  # this checkout, on PYTHONPATH
     found = [Path(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
-    found += [root / name for name in ("inductor_knobs", "patches", "bench")]
+    found += [root / name for name in ("inductor_knobs", "patches", "bench")] + [Path(d) for d in extra]
     found = [d.resolve() for d in found if d.is_dir()]
     dirs = sorted({str(d) for d in found if not any(d != o and d.is_relative_to(o) for o in found)})
     torch_init = importlib.util.find_spec("torch").origin
@@ -338,15 +338,20 @@ def host_bytecode(work: Path) -> dict:
     }
 
 
-def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args, profiled: bool = False) -> dict:
+def spawn(
+    model: str, arm: str, work: Path, caches: Path, out: Path, args, profiled: bool = False, tree: str | None = None
+) -> dict:
     """Run one arm in a fresh process on ``caches``' Inductor and Triton directories (``profiled``: with
-    ``-X importtime`` and a cProfile, written beside the results)."""
+    ``-X importtime`` and a cProfile, written beside the results; ``tree``: a directory holding another
+    ``inductor_knobs`` (and ``patches``), first on the process's ``PYTHONPATH``, and named in its arm)."""
     triton = caches / "triton"
     before = kernel_dirs(triton)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(triton)}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     if args.bytecode:
         env["PYTHONPYCACHEPREFIX"] = args.bytecode["prefix"]
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
     result_path = out / f"{model}-{arm}.json"
     result_path.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--one", model, arm, "--bundle", str(work / f"{model}.bundle"), "--out", str(out)]
@@ -368,6 +373,8 @@ def spawn(model: str, arm: str, work: Path, caches: Path, out: Path, args, profi
     if code != 0 or not result_path.exists():
         return {"model": model, "arm": arm, "error": f"exit {code}"}
     result = json.loads(result_path.read_text())
+    if tree is not None:
+        result["arm"] = f"{arm} ({Path(tree).name})"
     result["triton_kernel_dirs_added"] = len(kernel_dirs(triton) - before)
     # What Inductor built on this "host" besides Triton: an AOT load writes torch's CPU ISA probes (get_device_information).
     inductor = caches / "inductor"
@@ -431,7 +438,8 @@ def markdown(results: list[dict], env: dict) -> str:
         )
     lines += ["", "Goals (issue 32), per model:"]
     for r in results:
-        if r["arm"] not in ("bundle", "aot") or "error" in r:
+        kind = r["arm"].split(" ")[0]  # "aot (TREE)": an aot run from another tree
+        if kind not in ("bundle", "aot") or "error" in r:
             continue
         base = cold.get(r["model"])
         s, t, q = r["setup"], r["traffic"], r["requests"]
@@ -442,8 +450,7 @@ def markdown(results: list[dict], env: dict) -> str:
             if s["triton_compiled"] is None
             else s["triton_compiled"] == 0 and t["triton_compiled"] == 0,
             # An AOT load compiles no Inductor graph at all (it has none to hit).
-            "every Inductor compile a cache hit": s["inductor_compiled"] == 0
-            and (s["inductor_compiles"] > 0 or r["arm"] == "aot"),
+            "every Inductor compile a cache hit": s["inductor_compiled"] == 0 and (s["inductor_compiles"] > 0 or kind == "aot"),
             "p99 <= 2x p50 of the first requests": q["p99_over_p50"] <= 2.0,
         }
         verdict = {True: "yes", False: "NO", None: "n/a (Triton cannot say)"}
@@ -487,6 +494,10 @@ def main() -> int:
     )
     parser.add_argument("--aot-runs", type=int, default=1, help="aot arm processes, each on new empty caches")
     parser.add_argument("--profile-aot", action="store_true", help="then one more aot process with -X importtime and cProfile")
+    parser.add_argument(
+        "--aot-tree",
+        help="a directory with another inductor_knobs: each aot run also runs from it, the two in turn, first alternately",
+    )
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "ARM"), help=argparse.SUPPRESS)  # a worker process
     parser.add_argument("--bundle", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -515,7 +526,7 @@ def main() -> int:
     args.bytecode = None
     try:
         if not args.one and not args.no_host_bytecode:
-            args.bytecode = env["host_bytecode"] = host_bytecode(work)
+            args.bytecode = env["host_bytecode"] = host_bytecode(work, [args.aot_tree] if args.aot_tree else [])
             print(f"host bytecode: {args.bytecode}", flush=True)
         for model in args.models:
             caches = {
@@ -530,17 +541,23 @@ def main() -> int:
                     continue
                 runs = args.aot_runs if arm == "aot" else 1
                 for run in range(runs + (arm == "aot" and args.profile_aot)):
-                    started = time.time()
                     profiled = run == runs
-                    cache = caches[arm].with_name(f"{caches[arm].name}-{run}") if arm == "aot" else caches[arm]
-                    result = spawn(model, arm, work, cache, out, args, profiled)
-                    first = result.get("time_to_first_request_s")
-                    name = f"{arm} (profiled)" if profiled else arm
-                    print(f"{model} {name}: {time.time() - started:.0f} s, first request at {first} s", flush=True)
-                    if profiled:
-                        (out / f"{model}-{arm}-profiled.json").write_text(json.dumps(result, indent=1, default=str))
-                    else:
-                        results.append(result)
+                    trees = [None, args.aot_tree] if arm == "aot" and args.aot_tree and not profiled else [None]
+                    for tree in trees[:: 1 if run % 2 == 0 else -1]:  # each tree first in every other pair
+                        started = time.time()
+                        cache = (
+                            caches[arm].with_name(f"{caches[arm].name}-{run}{'-tree' if tree else ''}")
+                            if arm == "aot"
+                            else caches[arm]
+                        )
+                        result = spawn(model, arm, work, cache, out, args, profiled, tree)
+                        first = result.get("time_to_first_request_s")
+                        name = f"{result['arm']} (profiled)" if profiled else result["arm"]
+                        print(f"{model} {name}: {time.time() - started:.0f} s, first request at {first} s", flush=True)
+                        if profiled:
+                            (out / f"{model}-{arm}-profiled.json").write_text(json.dumps(result, indent=1, default=str))
+                        else:
+                            results.append(result)
     finally:
         if args.keep:
             print(f"kept {work}")
