@@ -1549,57 +1549,6 @@ def test_the_load_imports_the_modules_of_the_output_classes(aot_bundle, monkeypa
     assert loaded.served is not None
 
 
-@pytest.fixture
-def output_imports(monkeypatch):
-    """The output classes' imports replaced by a record of where they ran and when they ended: they end only once
-    the identity check (after the file's sha256s) has begun on the loading thread."""
-    seen: dict[str, object] = {}
-    checking = threading.Event()
-    original = compile_cache.refuse_differences
-
-    def imports(modules):
-        seen["thread"] = threading.current_thread()
-        checking.wait(60)  # a liveness bound: the check sets it at once
-        import aot_outputs_probe  # noqa: F401 - the classes its output spec names
-
-        seen["done"] = modules
-
-    def refuse_differences(*args, **kwargs):
-        checking.set()
-        return original(*args, **kwargs)
-
-    def load_package(*args, **kwargs):
-        seen["imported_at_load"] = "done" in seen
-        return original_load(*args, **kwargs)
-
-    original_load = aot_package.load
-    monkeypatch.setattr(aot_package, "import_outputs", imports)
-    monkeypatch.setattr(aot_package, "load", load_package)
-    monkeypatch.setattr(compile_cache, "refuse_differences", refuse_differences)
-    return seen
-
-
-def test_the_output_classes_import_beside_the_loads_checks_and_end_before_the_package_loads(aot_bundle, output_imports):
-    """The imports run on a thread of their own while the loading thread checks the bundle (they cannot end before
-    the identity check starts), and the package is loaded once they have ended."""
-    rewrite_header(aot_bundle, lambda h: h["serving"]["aot"].update(output_modules=["aot_outputs_probe"]))
-    loaded = load(aot_bundle)
-    assert output_imports["thread"] is not threading.current_thread()
-    assert output_imports["done"] == ["aot_outputs_probe"]
-    assert output_imports["imported_at_load"] is True
-    assert not output_imports["thread"].is_alive()
-    assert loaded.served is not None
-
-
-def test_a_refused_aot_load_waits_for_the_output_imports_it_started(aot_bundle, output_imports, monkeypatch):
-    """No import thread outlives a load that raised: refused after the imports began, it has waited for them."""
-    rewrite_header(aot_bundle, lambda h: (h.update(torch="2.99.0"), h["serving"]["aot"].update(output_modules=["m"])))
-    with pytest.raises(ik.serving.CompileCacheRefused, match="built for another setup"):
-        load(aot_bundle)
-    assert output_imports["done"] == ["m"]
-    assert not output_imports["thread"].is_alive()
-
-
 def test_inductors_compiler_goes_last_when_it_links_libstdcxx_statically(tmp_path, compilers, monkeypatch):
     """Each build is a whole compile of the model: a compiler whose packages crash at load (static libstdc++, as
     /opt/gcc/bin/g++ on the GPU host) is not compiled with first."""

@@ -705,28 +705,6 @@ def import_outputs(modules: Any) -> None:
             pass
 
 
-class OutputImports:
-    """:func:`import_outputs` of ``modules`` on a thread of its own, started at construction.
-
-    The imports take seconds (``transformers.modeling_outputs`` imports transformers, which lists every installed
-    distribution's files at import), and a load's own first steps (reading the bundle, its sha256s) release the
-    GIL: the two overlap.  The load calls :meth:`wait` before torch's loader reads the package's output spec,
-    and on every way out, so the thread does not outlive a load; a load interrupted between this construction
-    and its ``try`` leaves the thread to finish its imports on its own (a daemon; it changes nothing else).
-
-    Args:
-        modules (Any): a header's ``output_modules`` (anything but a list of module names imports nothing).
-    """
-
-    def __init__(self, modules: Any) -> None:
-        self._thread = threading.Thread(target=import_outputs, args=(modules,), name="inductor_knobs-output-imports", daemon=True)
-        self._thread.start()
-
-    def wait(self) -> None:
-        """Return once the imports are done (at once after the first time)."""
-        self._thread.join()
-
-
 def _pin_warmed_choices(knobs: Any, records: Sequence[Any], configs: dict[str, Any]) -> tuple[Any, int]:
     """``knobs`` with ``lookup_table`` set to the fastest choice per op of ``records`` (the warm-up's, at the export's
     example shape: torch keys the table by the size hints), and the number of keys pinned.  ``knobs`` unchanged (0)

@@ -278,59 +278,52 @@ def load_serving_bundle(
         compile_cache._require_artifacts_api("load_serving_bundle")
         if model is None:
             raise _invalid("model", None, "your model: this bundle holds torch's caches, not the model (aot=True bundles do)")
-    # The output classes' modules import beside the checks below (the file's sha256s release the GIL).
-    imports = aot_package.OutputImports(spec.aot.get("output_modules")) if spec.aot is not None else None
-    try:
-        compile_cache.check_payload(label, header, payload)
-        payload, kernels = triton_kernels.unpack(label, spec.triton_kernels, payload)
-        if spec.aot is not None:
-            if spec.aot["bytes"] != len(payload):
-                raise CompileCacheRefused(
-                    f"{label} refused: the AOT package is {len(payload)} bytes, the header says {spec.aot['bytes']}"
-                )
-            aot_package.check_cpu(label, spec.aot.get("cpu_flags"))
-        if knobs is not None and knobs != spec.knobs:
+    compile_cache.check_payload(label, header, payload)
+    payload, kernels = triton_kernels.unpack(label, spec.triton_kernels, payload)
+    if spec.aot is not None:
+        if spec.aot["bytes"] != len(payload):
             raise CompileCacheRefused(
-                f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
-                "Rebuild the bundle under the knobs you serve with"
+                f"{label} refused: the AOT package is {len(payload)} bytes, the header says {spec.aot['bytes']}"
             )
-        # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.  A
-        # bundle of another torch may hold knobs or a mode this one lacks: that is one more difference to name.
-        # An AOT bundle's knobs acted at its build, and nothing compiles here: the knobs it recorded are checked
-        # as recorded (with the torch version, which fixes the mode's keys), without importing Inductor for
-        # its mode table.
-        try:
-            if model is None:
-                built = Knobs(**header["knobs"]) if isinstance(header.get("knobs"), dict) else Knobs()
-                compiled = None
-            else:
-                compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
-                built = compile_cache._knobs_of(compiled)
-            problem = None
-        except KnobsError as err:
-            built, problem = spec.knobs, err
-        here = {**compile_cache.identity(built)}
-        if problem is not None:
-            here["knobs_digest"] = f"none: the bundle's ik.compile call does not build here ({problem})"
-        compile_cache.refuse_differences(label, header, here)
-        if problem is not None:  # the same digest, yet it does not build (only a hand-made header gets here)
-            message = f"{label} refused: the bundle's ik.compile call does not build here: {problem}"
-            raise CompileCacheRefused(message) from problem
-        bundle = _load(label, header, payload, spec, compiled, factory, kernels, imports)
-        bundle.guard = no_stalls(bundle.served, on=on, warmup=spec.report)
-        cold = bundle.proof.cold()
-        if cold:
-            message = (
-                f"{label}: the load compiled cold: {'; '.join(cold)}. The bundle does not cover this model or these inputs "
-                "(another model or config, another grad mode, inputs of other dtypes or shapes): rebuild it with the "
-                "model and factory you serve, or pass on_cold='warn'"
-            )
-            if on_cold == "raise":
-                raise ColdStartCompiled(message, bundle.proof, bundle)
-            warnings.warn(message, ColdStartWarning, stacklevel=2)
-    finally:
-        if imports is not None:
-            imports.wait()
+        aot_package.check_cpu(label, spec.aot.get("cpu_flags"))
+    if knobs is not None and knobs != spec.knobs:
+        raise CompileCacheRefused(
+            f"{label} refused: built under other knobs ({_knob_differences(spec.knobs, knobs)}). "
+            "Rebuild the bundle under the knobs you serve with"
+        )
+    # ik.compile only wraps the model and validates the knobs against this torch: nothing compiles yet.  A
+    # bundle of another torch may hold knobs or a mode this one lacks: that is one more difference to name.
+    # An AOT bundle's knobs acted at its build, and nothing compiles here: the knobs it recorded are checked
+    # as recorded (with the torch version, which fixes the mode's keys), without importing Inductor for
+    # its mode table.
+    try:
+        if model is None:
+            built = Knobs(**header["knobs"]) if isinstance(header.get("knobs"), dict) else Knobs()
+            compiled = None
+        else:
+            compiled = ik_compile(model, spec.knobs, mode=spec.mode, options=spec.options, **spec.torch_compile)
+            built = compile_cache._knobs_of(compiled)
+        problem = None
+    except KnobsError as err:
+        built, problem = spec.knobs, err
+    here = {**compile_cache.identity(built)}
+    if problem is not None:
+        here["knobs_digest"] = f"none: the bundle's ik.compile call does not build here ({problem})"
+    compile_cache.refuse_differences(label, header, here)
+    if problem is not None:  # the same digest, yet it does not build (only a hand-made header gets here)
+        raise CompileCacheRefused(f"{label} refused: the bundle's ik.compile call does not build here: {problem}") from problem
+    bundle = _load(label, header, payload, spec, compiled, factory, kernels)
+    bundle.guard = no_stalls(bundle.served, on=on, warmup=spec.report)
+    cold = bundle.proof.cold()
+    if cold:
+        message = (
+            f"{label}: the load compiled cold: {'; '.join(cold)}. The bundle does not cover this model or these inputs "
+            "(another model or config, another grad mode, inputs of other dtypes or shapes): rebuild it with the "
+            "model and factory you serve, or pass on_cold='warn'"
+        )
+        if on_cold == "raise":
+            raise ColdStartCompiled(message, bundle.proof, bundle)
+        warnings.warn(message, ColdStartWarning, stacklevel=2)
     return bundle
 
 
@@ -342,12 +335,10 @@ def _load(
     compiled: Any,
     factory: Any,
     kernels: tuple[triton_kernels.Kernel, ...] = (),
-    imports: aot_package.OutputImports | None = None,
 ) -> ServingBundle:
     """Restore the Triton kernels, load torch's artifacts (``payload``), compile at every warmed shape and capture,
     all inside one :class:`ColdStartRecorder`; for an AOT bundle, load its package instead of the first two
-    (``compiled`` is None then, and becomes the package's callable) once ``imports`` (its output classes'
-    modules) are done."""
+    (``compiled`` is None then, and becomes the package's callable)."""
     import torch
 
     from .. import KnobsContext
@@ -365,8 +356,7 @@ def _load(
     with ColdStartRecorder() as recorder, fixes:
         started = _clock()
         if spec.aot is not None:
-            if imports is not None:
-                imports.wait()  # the classes its output spec names
+            aot_package.import_outputs(spec.aot.get("output_modules"))  # the classes its output spec names
             compiled = served = aot_package.load(label, payload, spec.aot["inputs"])
             restored = 0
             seconds["load_package"] = _clock() - started
