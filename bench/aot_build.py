@@ -3,6 +3,8 @@
     python bench/aot_build.py --out DIR                    # the Llama on a GPU
     python bench/aot_build.py --out DIR --device cpu       # a smoke run of the flow, tiny sizes
     python bench/aot_build.py --out DIR --build-option coordinate_descent_tuning=False   # the builds without it
+    python bench/aot_build.py --out DIR --builds 1 --build-option coordinate_descent_tuning=False \
+        --also-build coordinate_descent_tuning=True     # then one more bundle with it, all timed side by side
 
 One process on fresh, empty cache directories (``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``): the recipe of
 ``bench/cold_start.py`` for the model (``ik.compile(..., mode="max-autotune-no-cudagraphs", dynamic=True)``, the
@@ -30,7 +32,10 @@ builds only (``save_serving_bundle(..., aot_options={KEY: VALUE})``), while the 
 the builds the last bundle is loaded in this process (``ik.serving.load_serving_bundle``) and timed against the
 warm-up's served model at the smallest, a middle and the largest bucket, side by side (``--rounds`` rounds, each
 timing ``triton.testing.do_bench`` of a call, the order reversed every other round, the median kept): what the
-build's own tuning, or its absence, costs the served kernels.
+build's own tuning, or its absence, costs the served kernels.  ``--also-build KEY=VALUE`` (repeatable) then builds
+one more bundle in the same process with those options instead of ``--build-option``'s (on the caches the builds
+before it filled: its build time is not a first build's), and it joins the timing as ``also``: two builds' kernels
+against one warm-up, side by side.
 
 Writes ``aot_build.json``, ``aot_build-profile-<n>.txt`` (with the callers of the waits on child processes and
 locks), ``aot_build-<n>.prof`` (``pstats``) and, under ``new-kernels/``, up to 20 kernel sources that the
@@ -310,6 +315,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the bundle-against-warm-up timing (CUDA)")
     parser.add_argument("--builds", type=int, default=2, choices=(1, 2), help="builds in the process (the last is timed)")
     parser.add_argument(
+        "--also-build", action="append", default=[], help="KEY=VALUE: one more build with these options, timed beside"
+    )
+    parser.add_argument(
         "--probe-isa-beside",
         action="store_true",
         help="probe the CPU's vector ISAs on a thread beside the first build (what starting them early could save)",
@@ -335,6 +343,9 @@ def main() -> int:
 
     result: dict = {"model": args.model, "device": args.device, "torch": torch.__version__, "buckets": list(buckets)}
     result["build_options"] = {key: repr(value) for key, value in options.items()}
+    also = dict(literal(text) for text in args.also_build) if args.also_build else None
+    if also is not None:
+        result["also_build_options"] = {key: repr(value) for key, value in also.items()}
     with torch.no_grad():
         started = time.perf_counter()
         compiled = ik.compile(net, mode=cold_start.MODE, dynamic=True)
@@ -354,6 +365,11 @@ def main() -> int:
             caches = (inductor_cache, triton_cache)
             builds.append(build_once(ik, served, warmed, buckets, factory, bundle, out, n, caches, options))
             print(f"build {n}: {builds[-1]['wall_s']} s", flush=True)
+        if also is not None:
+            caches = (inductor_cache, triton_cache)
+            result["also_build"] = build_once(ik, served, warmed, buckets, factory, work / "also.bundle", out, 0, caches, also)
+            del result["also_build"]["_new_sources"], result["also_build"]["_had_sources"]
+            print(f"also-build: {result['also_build']['wall_s']} s", flush=True)
         if args.device == "cuda":  # the bundle against the warm-up's served model, side by side
             try:
                 path = work / f"model-{args.builds}.bundle"
@@ -361,6 +377,9 @@ def main() -> int:
                 sizes = sorted({buckets[0], buckets[len(buckets) // 2], buckets[-1]})
                 calls = {n: factory(n) for n in sizes}
                 arms = {"warm_up": served, "bundle": loaded.served}
+                if also is not None:
+                    path = work / "also.bundle"
+                    arms["also"] = ik.serving.load_serving_bundle(path, None, factory=factory, on_cold="warn", on="record").served
                 result["bundle_vs_warm_up_ms"] = time_side_by_side(arms, calls, args.rounds)
             except Exception as err:  # noqa: BLE001 - the builds' numbers are kept either way
                 result["bundle_vs_warm_up_ms"] = {"error": f"{type(err).__name__}: {err}"}

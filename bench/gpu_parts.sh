@@ -56,8 +56,10 @@
 #                                              #   same with the vector-ISA probes on a thread beside the build (GPU 2)
 #   OUT=/tmp/out bash bench/gpu_parts.sh n   # one-GPU node: bench/aot_build.py for the Llama, $BUILDS builds (1) without
 #                                              #   coordinate descent at build time (the package's own ISA probe thread)
-#                                              #   and with the KEY=VALUE words of $BUILD_OPTIONS (none), then the CPU
-#                                              #   tests in $TESTS (none) on this host's torch
+#                                              #   and with the KEY=VALUE words of $BUILD_OPTIONS (none); with $ALSO_BUILD
+#                                              #   (KEY=VALUE words) one more bundle so built, its kernels and the first's
+#                                              #   timed against the warm-up's side by side ($ROUNDS rounds, 3); then the
+#                                              #   CPU tests in $TESTS (none) on this host's torch
 #   OUT=/tmp/out bash bench/gpu_parts.sh v   # 4-GPU host, two lanes at once: bench/aot_build.py for the Llama as built
 #                                              #   (GPU 0) and with --build-option coordinate_descent_tuning=False (GPU 1)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
@@ -324,7 +326,8 @@ x)
 n)
     extra=()
     for option in ${BUILD_OPTIONS:-}; do extra+=(--build-option "$option"); done  # KEY=VALUE words, more keys
-    timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py --out "$OUT/aot_one" --builds "${BUILDS:-1}" --rounds 3 \
+    for option in ${ALSO_BUILD:-}; do extra+=(--also-build "$option"); done        # one more bundle, timed beside
+    timeout -k 10 "${AOT_TIMEOUT_S:-400}" python3 bench/aot_build.py --out "$OUT/aot_one" --builds "${BUILDS:-1}" --rounds "${ROUNDS:-3}" \
         --build-option coordinate_descent_tuning=False "${extra[@]}" >"$OUT/aot_one.log" 2>&1
     done_at aot_one $?
     if [ -n "${TESTS:-}" ]; then  # CPU tests on this host's torch, after the timing
