@@ -3,7 +3,10 @@
 # each from cold caches; everything under $OUT (results.json, the log and the headline lines of each run).
 #   git archive <commit> inductor_knobs patches | (mkdir -p .old_ik && tar -x -C .old_ik)
 #   OUT=/tmp/out OLD=.old_ik RUNS="old:9 new:9 new:18" bash bench/main_job_ab.sh
-# RUNS lists LABEL:PARALLEL: label old runs the package from $OLD, new this checkout; PARALLEL is --parallel.
+# RUNS lists LABEL:PARALLEL: label old runs the package from $OLD, new this checkout, pyc this checkout with the
+# bytecode of the standard library and every installed package compiled once into a PYTHONPYCACHEPREFIX directory
+# before its first run (bench/cold_start.py's host_bytecode: as a Python installed the usual way has it, where the
+# host sets PYTHONDONTWRITEBYTECODE and ships none); PARALLEL is --parallel.
 set -u
 R=$PWD
 F=${OUT:?set OUT to the directory for the results}
@@ -13,7 +16,16 @@ for run in ${RUNS:-old:9 new:9}; do
     label=${run%%:*} parallel=${run##*:} n=$((n + 1))
     name=$n-$label-p$parallel dir=$R
     if [ "$label" = old ]; then case ${OLD:-.old_ik} in /*) dir=$OLD ;; *) dir=$R/${OLD:-.old_ik} ;; esac; fi
-    (cd "$dir" && PYTHONPATH="$dir" timeout -k 10 "${LIMIT_S:-265}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs \
+    prefix=
+    if [ "$label" = pyc ]; then
+        prefix=/tmp/ik-main-job-bytecode/pycache
+        if [ ! -d "$prefix" ]; then
+            mkdir -p /tmp/ik-main-job-bytecode
+            python3 -c 'import pathlib, sys; sys.path.insert(0, "bench"); import cold_start; print(cold_start.host_bytecode(pathlib.Path(sys.argv[1]), []))' \
+                /tmp/ik-main-job-bytecode | tee -a "$F/ab.txt"
+        fi
+    fi
+    (cd "$dir" && PYTHONPATH="$dir" PYTHONPYCACHEPREFIX=$prefix timeout -k 10 "${LIMIT_S:-265}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs \
         ablate --parallel "$parallel" --out "$F/$name" --overwrite >"$F/$name.log" 2>&1)
     echo "$name exit $?" | tee -a "$F/ab.txt"
     {
