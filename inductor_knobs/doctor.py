@@ -10,6 +10,7 @@ import importlib.util
 import os
 import platform
 import shutil
+import sys
 from importlib import metadata
 from typing import Any
 
@@ -56,7 +57,46 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
     report["precedence"] = _precedence(version)
     report["release_knobs"] = _release_knobs(version)
     report["native_floors"] = _native_floors(version, report["env"]["resolved"])
+    report["bytecode"] = bytecode()
     return report
+
+
+def bytecode(module: str = "torch") -> dict[str, Any]:
+    """Whether ``module``'s Python has bytecode this interpreter will use, and whether it writes bytecode it lacks.
+
+    Where neither holds (a host that installed packages without compiling them and sets ``PYTHONDONTWRITEBYTECODE``,
+    as container images often do), every process compiles torch's modules from source at import: seconds of every
+    serving process's start, every ablation's fork server and every run started as a new interpreter (the ablation's
+    fork server imported its modules in 10.0-13.0 s without bytecode and 3.9-5.2 s with it, one-H200 node, torch
+    2.11, 2026-11-29: ``bench/published/2026-11-29-cold-start-all-bytecode``).  Judged by the package's
+    ``__init__``: ``importlib.util.cache_from_source`` (which follows ``sys.pycache_prefix``) names a file no
+    older than the source.
+
+    Args:
+        module (str): a package name.
+
+    Returns:
+        dict[str, Any]: ``usable`` (bool | None: None when the package or its source is not found), ``writes``
+        (bool: ``not sys.dont_write_bytecode``), ``prefix`` (``sys.pycache_prefix``), ``directory`` (the
+        package's parent, what ``python -m compileall`` would compile) and ``slow_start`` (neither usable nor written).
+    """
+    spec = importlib.util.find_spec(module)
+    source = spec.origin if spec is not None else None
+    usable = None
+    directory = None
+    if source and source.endswith(".py") and os.path.exists(source):
+        cached = importlib.util.cache_from_source(source)
+        usable = os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(source)
+        directory = os.path.dirname(os.path.dirname(source))
+    writes = not sys.dont_write_bytecode
+    return {
+        "module": module,
+        "usable": usable,
+        "writes": writes,
+        "prefix": sys.pycache_prefix,
+        "directory": directory,
+        "slow_start": usable is False and not writes,
+    }
 
 
 def _native_floors(version: str, resolved: dict[str, Any] | None) -> dict[str, Any]:
@@ -363,6 +403,14 @@ def render(report: dict[str, Any]) -> str:
         f"  IGNORED by torch {report['versions']['torch']}: {item['key']} (set by {', '.join(item['set_by'])}): {item['source']}"
         for item in floors["ignored_keys"]
     ]
+    code = report["bytecode"]
+    if code["slow_start"]:
+        lines += [
+            "",
+            f"start-up: {code['module']} has no bytecode here and this Python writes none (PYTHONDONTWRITEBYTECODE or -B):",
+            "  every process compiles its modules from source (seconds of each serving process's and ablation server's start);",
+            f"  compile them once: {sys.executable} -m compileall -q -j 0 {code['directory']}",
+        ]
     lines += ["", "torch.compile modes expand to (torch._inductor.list_mode_options):"]
     lines += [f"  {mode:28} {opts}" for mode, opts in report["modes"].items()]
     return "\n".join(lines)

@@ -28,6 +28,49 @@ def test_doctor_json(capsys, monkeypatch):
     assert set(report["modes"]) >= {"default", "max-autotune"}
 
 
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """A package ``slowpkg`` on ``sys.path`` with its source only; ``compile()`` writes its bytecode."""
+    import importlib
+    import py_compile
+
+    root = tmp_path / "site"
+    (root / "slowpkg").mkdir(parents=True)
+    init = root / "slowpkg" / "__init__.py"
+    init.write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    importlib.invalidate_caches()
+    return lambda: py_compile.compile(str(init), doraise=True), str(root)
+
+
+@pytest.mark.parametrize(("compiled", "writes", "slow"), [(False, False, True), (True, False, False), (False, True, False)])
+def test_doctor_tells_a_package_without_bytecode_on_a_python_that_writes_none(package, monkeypatch, compiled, writes, slow):
+    """Every process then compiles the package from source: doctor says so and gives the one command that fixes it."""
+    compile_, root = package
+    if compiled:
+        compile_()
+    monkeypatch.setattr(sys, "dont_write_bytecode", not writes)
+    found = doctor.bytecode("slowpkg")
+    assert (found["usable"], found["writes"], found["slow_start"], found["directory"]) == (compiled, writes, slow, root)
+    report = doctor.collect()
+    report["bytecode"] = found
+    text = doctor.render(report)
+    assert (f"-m compileall -q -j 0 {root}" in text) is slow
+    assert ("slowpkg has no bytecode here and this Python writes none" in text) is slow
+
+
+def test_doctor_reads_bytecode_where_the_pycache_prefix_puts_it(package, monkeypatch, tmp_path):
+    compile_, _ = package
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "prefix"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert doctor.bytecode("slowpkg")["usable"] is False
+    compile_()  # py_compile follows the prefix, as Python's imports do
+    assert (tmp_path / "prefix").is_dir()
+    assert doctor.bytecode("slowpkg")["usable"] is True
+    assert doctor.bytecode("no_such_package_here")["usable"] is None
+
+
 def test_doctor_json_says_which_backends_the_sm_gate_governs(capsys):
     assert main(["doctor", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
