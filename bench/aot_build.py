@@ -273,7 +273,7 @@ def literal(text: str):
 
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise SystemExit(f"--build-option {text!r}: give KEY=VALUE")
+        raise SystemExit(f"--build-option/--also-build {text!r}: give KEY=VALUE")
     try:
         return key, ast.literal_eval(value)
     except (ValueError, SyntaxError):

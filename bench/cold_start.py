@@ -193,6 +193,7 @@ def run_arm(model: str, arm: str, bundle: Path, requests: int, device: str) -> d
         "time_to_first_request_s": first_response - spawned,
         "phases": phases,
         "first_request_ms": 1000 * seconds[0],
+        "package": os.path.dirname(ik.__file__),  # which inductor_knobs ran (--aot-tree)
         "requests": summary(seconds),
         "setup": named(setup),
         "traffic": {**named(traffic.proof()), "stalls": guard.report().to_dict()["by_cause"], "stall_count": guard.stall_count},
@@ -314,8 +315,10 @@ def host_bytecode(work: Path, extra: list[str]) -> dict:
     root = Path(__file__).resolve().parents[1]  # this checkout, on PYTHONPATH
     found = [Path(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
     found += [root / name for name in ("inductor_knobs", "patches", "bench")] + [Path(d) for d in extra]
-    found = [d.resolve() for d in found if d.is_dir()]
-    dirs = sorted({str(d) for d in found if not any(d != o and d.is_relative_to(o) for o in found)})
+    # Python looks bytecode up in the prefix by the path it imports from, symbolic links unresolved: each directory
+    # is compiled by its own spelling, and left out only where it lies, so spelled, inside another listed one.
+    spelled = {Path(os.path.abspath(d)) for d in found if d.is_dir()}
+    dirs = sorted(str(d) for d in spelled if not any(d != o and d.is_relative_to(o) for o in spelled))
     torch_init = importlib.util.find_spec("torch").origin
     cached = importlib.util.cache_from_source(torch_init)
     installed = os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(torch_init)
@@ -370,11 +373,11 @@ def spawn(
     finally:
         if stderr is not None:
             stderr.close()
+    named = f"{arm} ({Path(tree).name})" if tree is not None else arm
     if code != 0 or not result_path.exists():
-        return {"model": model, "arm": arm, "error": f"exit {code}"}
+        return {"model": model, "arm": named, "error": f"exit {code}"}
     result = json.loads(result_path.read_text())
-    if tree is not None:
-        result["arm"] = f"{arm} ({Path(tree).name})"
+    result["arm"] = named
     result["triton_kernel_dirs_added"] = len(kernel_dirs(triton) - before)
     # What Inductor built on this "host" besides Triton: an AOT load writes torch's CPU ISA probes (get_device_information).
     inductor = caches / "inductor"
@@ -496,11 +499,16 @@ def main() -> int:
     parser.add_argument("--profile-aot", action="store_true", help="then one more aot process with -X importtime and cProfile")
     parser.add_argument(
         "--aot-tree",
-        help="a directory with another inductor_knobs: each aot run also runs from it, the two in turn, first alternately",
+        help="a directory holding another inductor_knobs: each aot run also runs from it, this checkout first in even runs, "
+        "the other tree first in odd ones (balanced for an even --aot-runs)",
     )
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "ARM"), help=argparse.SUPPRESS)  # a worker process
     parser.add_argument("--bundle", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.aot_tree and not (Path(args.aot_tree) / "inductor_knobs").is_dir():
+        raise SystemExit(f"--aot-tree {args.aot_tree}: no inductor_knobs directory there")
+    if args.aot_tree:
+        args.aot_tree = str(Path(args.aot_tree).absolute())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.one:

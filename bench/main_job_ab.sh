@@ -19,10 +19,10 @@ for run in ${RUNS:-old:9 new:9}; do
     prefix=
     if [ "$label" = pyc ]; then
         prefix=/tmp/ik-main-job-bytecode/pycache
-        if [ ! -d "$prefix" ]; then
+        if [ ! -f /tmp/ik-main-job-bytecode/done ]; then  # compiled once per machine, whole (an interrupted one again)
             mkdir -p /tmp/ik-main-job-bytecode
             python3 -c 'import pathlib, sys; sys.path.insert(0, "bench"); import cold_start; print(cold_start.host_bytecode(pathlib.Path(sys.argv[1]), []))' \
-                /tmp/ik-main-job-bytecode | tee -a "$F/ab.txt"
+                /tmp/ik-main-job-bytecode | tee -a "$F/ab.txt" && touch /tmp/ik-main-job-bytecode/done
         fi
     fi
     (cd "$dir" && PYTHONPATH="$dir" PYTHONPYCACHEPREFIX=$prefix timeout -k 10 "${LIMIT_S:-265}" /usr/bin/time -f "wall %e s" python3 -m inductor_knobs \

@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import shlex
 import shutil
 import sys
+import sysconfig
 from importlib import metadata
 from typing import Any
 
@@ -62,41 +64,92 @@ def collect(min_sms: int | None = None) -> dict[str, Any]:
 
 
 def bytecode(module: str = "torch") -> dict[str, Any]:
-    """Whether ``module``'s Python has bytecode this interpreter will use, and whether it writes bytecode it lacks.
+    """Whether ``module``'s Python has bytecode this interpreter will use, and whether it can write bytecode it lacks.
 
     Where neither holds (a host that installed packages without compiling them and sets ``PYTHONDONTWRITEBYTECODE``,
-    as container images often do), every process compiles torch's modules from source at import: seconds of every
-    serving process's start, every ablation's fork server and every run started as a new interpreter (the ablation's
-    fork server imported its modules in 10.0-13.0 s without bytecode and 3.9-5.2 s with it, one-H200 node, torch
-    2.11, 2026-11-29: ``bench/published/2026-11-29-cold-start-all-bytecode``).  Judged by the package's
-    ``__init__``: ``importlib.util.cache_from_source`` (which follows ``sys.pycache_prefix``) names a file no
-    older than the source.
+    as container images often do, or whose package directories this user cannot write), every process compiles the
+    package's modules from source at import: seconds of every serving process's start, every ablation's fork server
+    and every run started as a new interpreter (the ablation's fork server imported its modules in 10.0-13.0 s without
+    torch's bytecode and 3.9-5.2 s with every module's, one-H200 node, torch 2.11, 2026-11-29:
+    ``bench/published/2026-11-29-cold-start-all-bytecode``).
+
+    Judged by the module's own file (a package's ``__init__``) as Python's ``SourceLoader.get_code`` judges it: the
+    file ``importlib.util.cache_from_source`` names (which follows ``sys.pycache_prefix``) carries this Python's magic
+    number and either the source's mtime and size or, for a checked hash-based file, its ``importlib.util.source_hash``
+    (an unchecked hash-based file is used as it is).  ``python -m compileall`` writes such files whatever
+    ``PYTHONDONTWRITEBYTECODE`` says, into the prefix where one is set; Python then reads only the prefix, so the
+    command doctor prints names the standard library too.
 
     Args:
-        module (str): a package name.
+        module (str): a module or package name.
 
     Returns:
-        dict[str, Any]: ``usable`` (bool | None: None when the package or its source is not found), ``writes``
-        (bool: ``not sys.dont_write_bytecode``), ``prefix`` (``sys.pycache_prefix``), ``directory`` (the
-        package's parent, what ``python -m compileall`` would compile) and ``slow_start`` (neither usable nor written).
+        dict[str, Any]: ``usable`` (bool | None: None when the module, or a source file of it, is not found),
+        ``writes`` (bool: ``sys.dont_write_bytecode`` is off and the directory the bytecode goes to, or its nearest
+        existing parent, is writable), ``prefix`` (``sys.pycache_prefix``), ``directory`` (the directory holding the
+        module, what ``python -m compileall`` would compile), ``compile`` (the directories to compile: ``directory``,
+        and the standard library's where a prefix is set) and ``slow_start`` (bytecode neither usable nor written).
+        Never raises: a name that cannot be looked up reads as not found.
     """
-    spec = importlib.util.find_spec(module)
-    source = spec.origin if spec is not None else None
-    usable = None
+    usable: bool | None = None
     directory = None
-    if source and source.endswith(".py") and os.path.exists(source):
-        cached = importlib.util.cache_from_source(source)
-        usable = os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(source)
-        directory = os.path.dirname(os.path.dirname(source))
     writes = not sys.dont_write_bytecode
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a dotted name whose parent is missing; a module whose __spec__ is None
+        spec = None
+    source = spec.origin if spec is not None else None
+    if source and source.endswith(".py") and os.path.isfile(source):
+        package = bool(spec is not None and spec.submodule_search_locations)
+        directory = os.path.dirname(os.path.dirname(source) if package else source)
+        cached = importlib.util.cache_from_source(source)
+        usable = _bytecode_matches(source, cached)
+        writes = writes and _writable(os.path.dirname(cached))
+    dirs = [directory] if directory else []
+    if sys.pycache_prefix and directory:
+        paths = sysconfig.get_paths()
+        dirs += [paths[key] for key in ("stdlib", "platstdlib") if paths.get(key) and paths[key] not in dirs]
     return {
         "module": module,
         "usable": usable,
         "writes": writes,
         "prefix": sys.pycache_prefix,
         "directory": directory,
+        "compile": dirs,
         "slow_start": usable is False and not writes,
     }
+
+
+def _bytecode_matches(source: str, cached: str) -> bool:
+    """Whether Python would run ``cached`` for ``source`` (the header checks of ``SourceLoader.get_code``)."""
+    try:
+        with open(cached, "rb") as file:
+            header = file.read(16)
+        if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+            return False
+        flags = int.from_bytes(header[4:8], "little")
+        if flags & ~0b11:
+            return False
+        if flags & 0b1:  # hash-based: checked (0b10) against the source's hash, unchecked used as it is
+            if not flags & 0b10:
+                return True
+            with open(source, "rb") as file:
+                return importlib.util.source_hash(file.read()) == header[8:16]
+        stat = os.stat(source)
+        mtime, size = int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")
+        return mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
+    except OSError:
+        return False
+
+
+def _writable(directory: str) -> bool:
+    """Whether ``directory``, or the nearest parent of it that exists, is writable (Python makes the rest)."""
+    while directory and not os.path.isdir(directory):
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return False
+        directory = parent
+    return bool(directory) and os.access(directory, os.W_OK)
 
 
 def _native_floors(version: str, resolved: dict[str, Any] | None) -> dict[str, Any]:
@@ -407,9 +460,10 @@ def render(report: dict[str, Any]) -> str:
     if code["slow_start"]:
         lines += [
             "",
-            f"start-up: {code['module']} has no bytecode here and this Python writes none (PYTHONDONTWRITEBYTECODE or -B):",
+            f"start-up: {code['module']} has no bytecode here that this Python reads, and it writes none "
+            "(PYTHONDONTWRITEBYTECODE, -B, or a directory it cannot write):",
             "  every process compiles its modules from source (seconds of each serving process's and ablation server's start);",
-            f"  compile them once: {sys.executable} -m compileall -q -j 0 {code['directory']}",
+            f"  compile them once: {shlex.join([sys.executable, '-m', 'compileall', '-q', '-j', '0', *code['compile']])}",
         ]
     lines += ["", "torch.compile modes expand to (torch._inductor.list_mode_options):"]
     lines += [f"  {mode:28} {opts}" for mode, opts in report["modes"].items()]

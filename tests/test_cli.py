@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_doctor_json(capsys, monkeypatch):
 
 @pytest.fixture
 def package(tmp_path, monkeypatch):
-    """A package ``slowpkg`` on ``sys.path`` with its source only; ``compile()`` writes its bytecode."""
+    """A package ``slowpkg`` on ``sys.path`` with its source only; ``compile(mode)`` writes its bytecode."""
     import importlib
     import py_compile
 
@@ -40,35 +41,72 @@ def package(tmp_path, monkeypatch):
     init.write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
     importlib.invalidate_caches()
-    return lambda: py_compile.compile(str(init), doraise=True), str(root)
+
+    def compile_(mode=py_compile.PycInvalidationMode.TIMESTAMP):
+        py_compile.compile(str(init), doraise=True, invalidation_mode=mode)
+
+    return SimpleNamespace(compile=compile_, root=str(root), init=init)
 
 
 @pytest.mark.parametrize(("compiled", "writes", "slow"), [(False, False, True), (True, False, False), (False, True, False)])
 def test_doctor_tells_a_package_without_bytecode_on_a_python_that_writes_none(package, monkeypatch, compiled, writes, slow):
     """Every process then compiles the package from source: doctor says so and gives the one command that fixes it."""
-    compile_, root = package
     if compiled:
-        compile_()
+        package.compile()
     monkeypatch.setattr(sys, "dont_write_bytecode", not writes)
     found = doctor.bytecode("slowpkg")
-    assert (found["usable"], found["writes"], found["slow_start"], found["directory"]) == (compiled, writes, slow, root)
+    assert (found["usable"], found["writes"], found["slow_start"]) == (compiled, writes, slow)
+    assert found["directory"] == package.root and found["compile"] == [package.root]
     report = doctor.collect()
     report["bytecode"] = found
     text = doctor.render(report)
-    assert (f"-m compileall -q -j 0 {root}" in text) is slow
-    assert ("slowpkg has no bytecode here and this Python writes none" in text) is slow
+    assert (f"-m compileall -q -j 0 {package.root}" in text) is slow
+    assert ("slowpkg has no bytecode here that this Python reads, and it writes none" in text) is slow
+
+
+def test_doctor_judges_bytecode_as_pythons_import_does(package):
+    """A timestamp file of another source (a changed file) is not used; a checked hash-based one is, whatever the
+    source's mtime, until the source's bytes change; an unchecked one always is."""
+    import py_compile
+
+    package.compile()
+    package.init.write_text("X = 22\n")  # another size: the file's header no longer matches
+    assert doctor.bytecode("slowpkg")["usable"] is False
+    package.compile(py_compile.PycInvalidationMode.CHECKED_HASH)
+    os.utime(package.init, (1, 1))  # an mtime the header does not hold: a hash-based file does not care
+    assert doctor.bytecode("slowpkg")["usable"] is True
+    package.init.write_text("X = 23\n")
+    assert doctor.bytecode("slowpkg")["usable"] is False
+    package.compile(py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    package.init.write_text("X = 333\n")
+    assert doctor.bytecode("slowpkg")["usable"] is True
+
+
+def test_doctor_counts_a_directory_python_cannot_write_as_writing_none(package, monkeypatch):
+    real_access = os.access
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False if path.startswith(package.root) else real_access(path, mode))
+    assert doctor.bytecode("slowpkg")["slow_start"] is True
 
 
 def test_doctor_reads_bytecode_where_the_pycache_prefix_puts_it(package, monkeypatch, tmp_path):
-    compile_, _ = package
+    """With a prefix set, Python reads bytecode only there: the command compiles the standard library too."""
+    import sysconfig
+
     monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "prefix"))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    assert doctor.bytecode("slowpkg")["usable"] is False
-    compile_()  # py_compile follows the prefix, as Python's imports do
+    found = doctor.bytecode("slowpkg")
+    assert found["usable"] is False and sysconfig.get_paths()["stdlib"] in found["compile"]
+    package.compile()  # py_compile follows the prefix, as Python's imports do
     assert (tmp_path / "prefix").is_dir()
     assert doctor.bytecode("slowpkg")["usable"] is True
-    assert doctor.bytecode("no_such_package_here")["usable"] is None
+
+
+@pytest.mark.parametrize("name", ["no_such_package_here", "no_such_package_here.sub", "sys"])
+def test_doctor_reads_a_module_without_source_as_not_found_and_never_raises(package, name):
+    found = doctor.bytecode(name)
+    assert found["usable"] is None and found["slow_start"] is False and found["compile"] == []
 
 
 def test_doctor_json_says_which_backends_the_sm_gate_governs(capsys):

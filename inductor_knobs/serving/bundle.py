@@ -123,9 +123,10 @@ def save_serving_bundle(
             model and no CUTLASS kernels, torch 2.13 ``codecache.py`` :3161).
         aot_options (Mapping[str, Any] | None): with ``aot=True``, Inductor config keys (as ``ik.compile(options=...)``
             spells them) for the AOT compile only, over the ``ik.compile`` mode and options; the warm-up compiled
-            without them.  E.g. ``{"coordinate_descent_tuning": False}``: on an H200 (torch 2.11, the 2-layer Llama)
-            the build then took 71.0 s instead of 84.6 s after the warm-up, and the bundle ran 0.86-0.98x of the
-            warm-up's served model against 1.02-1.05x (``bench/aot_build.py --build-option``).  Recorded as
+            without them.  E.g. ``{"coordinate_descent_tuning": False}`` trades the bundle's kernels for build time: on
+            an H200 (torch 2.11, the 2-layer Llama, both builds against one warm-up) the first build took 25.2 s after
+            the warm-up, and its kernels ran 1.06-1.25x of the warm-up's, against 0.95-1.00x for a build with it
+            (``bench/aot_build.py --also-build``, ``docs/benchmarks.md``).  Recorded as
             ``serving.aot.options`` (key -> ``repr`` of the value).  Refused: a key the compiled model's knobs set (a
             knob wins over options), a key the build owns (``aot_package.BUILD_OWNS``), a callable value, and
             ``aot_inductor.emit_multi_arch_kernel`` beside ``portable=True``.  A ``cpp.cxx`` here is the only C++
