@@ -303,12 +303,13 @@ def host_bytecode(work: Path, extra: list[str]) -> dict:
     host's ``PYTHONDONTWRITEBYTECODE`` (recorded) says about writing bytecode at import.
 
     Returns:
-        dict: the prefix, the directories compiled, the seconds compileall took, its exit status, whether
-        torch's own ``__init__`` had usable bytecode beside it (``installed_bytecode``) and its directory was
-        writable, and ``sys.dont_write_bytecode``.
+        dict: the prefix, the directories compiled, the seconds compileall took, its exit status, and what
+        ``inductor-knobs doctor`` says of torch's installed bytecode (``installed``: ``inductor_knobs.doctor.bytecode``,
+        judged before the prefix is set).
     """
-    import importlib.util
     import sysconfig
+
+    from inductor_knobs.doctor import bytecode
 
     prefix = work / "pycache"
     paths = sysconfig.get_paths()
@@ -319,9 +320,7 @@ def host_bytecode(work: Path, extra: list[str]) -> dict:
     # is compiled by its own spelling, and left out only where it lies, so spelled, inside another listed one.
     spelled = {Path(os.path.abspath(d)) for d in found if d.is_dir()}
     dirs = sorted(str(d) for d in spelled if not any(d != o and d.is_relative_to(o) for o in spelled))
-    torch_init = importlib.util.find_spec("torch").origin
-    cached = importlib.util.cache_from_source(torch_init)
-    installed = os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(torch_init)
+    installed = bytecode("torch")
     started = time.time()
     done = subprocess.run(
         [sys.executable, "-m", "compileall", "-q", "-j", "0", *dirs],
@@ -335,9 +334,7 @@ def host_bytecode(work: Path, extra: list[str]) -> dict:
         "seconds": round(time.time() - started, 1),
         "exit": done.returncode,  # nonzero when some file of a package does not compile (test data): expected
         "dirs": dirs,
-        "dont_write_bytecode": sys.dont_write_bytecode,
-        "installed_bytecode": installed,
-        "torch_dir_writable": os.access(os.path.dirname(torch_init), os.W_OK),
+        "installed": installed,
     }
 
 
@@ -393,7 +390,7 @@ def markdown(results: list[dict], env: dict) -> str:
         + (
             "; the bytecode of the standard library and every installed package compiled once before the arms "
             f"({env['host_bytecode']['seconds']} s; torch's installed "
-            f"bytecode usable: {env['host_bytecode']['installed_bytecode']})"
+            f"bytecode usable: {env['host_bytecode']['installed']['usable']})"
             if env.get("host_bytecode")
             else ""
         ),
