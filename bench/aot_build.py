@@ -306,13 +306,6 @@ def probe_isas() -> None:
         valid_vec_isa_list()
 
 
-def descent_counters() -> dict[str, int]:
-    """torch's counts of coordinate-descent benchmarks and the package's of the compiles it ran ahead (patches/descent.py)."""
-    from torch._dynamo.utils import counters
-
-    return {key: value for key, value in counters["inductor"].items() if key.startswith("coordesc")}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
@@ -329,16 +322,7 @@ def main() -> int:
         action="store_true",
         help="probe the CPU's vector ISAs on a thread beside the first build (what starting them early could save)",
     )
-    parser.add_argument(
-        "--serial-descent",
-        action="store_true",
-        help="coordinate descent compiles its candidates one by one, as torch's own (no patches/descent.py)",
-    )
     args = parser.parse_args()
-    if args.serial_descent:
-        from inductor_knobs.patches.fixes import TorchFixes
-
-        TorchFixes.descent_ahead = lambda self, release: False  # type: ignore[method-assign]
     options = dict(literal(text) for text in args.build_option)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -371,8 +355,6 @@ def main() -> int:
             served = ik.serving.capture_cuda_graphs(compiled, shapes=list(buckets), factory=factory)
             warmed = ik.serving.warmup(served, shapes=list(buckets), factory=factory, probes=None)
         result["warm_up_s"] = round(time.perf_counter() - started, 3)
-        result["serial_descent"] = args.serial_descent
-        result["warm_up_descent"] = descent_counters()
         result["warm_up_sources"] = len(sources(inductor_cache))
         result["warm_up_autotune_entries"] = len(autotune_entries(inductor_cache))
         builds = []
@@ -406,7 +388,6 @@ def main() -> int:
     for build in builds:
         del build["_new_sources"], build["_had_sources"]
     result["builds"] = builds
-    result["descent"] = descent_counters()  # the warm-up's and every build's together
     (out / "aot_build.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "new_kernels"}, indent=1))
     return 0

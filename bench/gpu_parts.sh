@@ -60,9 +60,6 @@
 #                                              #   (KEY=VALUE words) one more bundle so built, its kernels and the first's
 #                                              #   timed against the warm-up's side by side ($ROUNDS rounds, 3); then the
 #                                              #   CPU tests in $TESTS (none) on this host's torch
-#   OUT=/tmp/out bash bench/gpu_parts.sh o   # one-GPU node: bench/aot_build.py for the Llama as built (coordinate descent
-#                                              #   on), alternately with its candidates compiled ahead (patches/descent.py)
-#                                              #   and --serial-descent, $PAIRS pairs (1), each on fresh caches
 #   OUT=/tmp/out bash bench/gpu_parts.sh v   # 4-GPU host, two lanes at once: bench/aot_build.py for the Llama as built
 #                                              #   (GPU 0) and with --build-option coordinate_descent_tuning=False (GPU 1)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
@@ -341,19 +338,6 @@ n)
     fi
     grep -E '^(build 1|\{"warm_up)' "$OUT/aot_one.log"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['warm_up_s']); [print(b['wall_s'], b['steps'], json.dumps(b['child_processes']['by_program'])) for b in d['builds']]" "$OUT/aot_one/aot_build.json" 2>&1 | cut -c1-700
-    ;;
-o)
-    for pair in $(seq "${PAIRS:-1}"); do
-        for arm in ahead serial; do
-            flags=()
-            [ "$arm" = serial ] && flags=(--serial-descent)
-            timeout -k 10 "${AOT_TIMEOUT_S:-300}" python3 bench/aot_build.py --out "$OUT/$arm-$pair" --builds 1 --rounds "${ROUNDS:-3}" \
-                "${flags[@]}" >"$OUT/$arm-$pair.log" 2>&1
-            done_at "$arm-$pair" $?
-            python3 -c "import json,sys; d=json.load(open(sys.argv[1])); b=d['builds'][0]; print(sys.argv[2], 'warm-up', d['warm_up_s'], 'build', b['wall_s'], b['steps'], 'descent', b['torch_phases_s'].get('CachingAutotuner.coordinate_descent_tuning'), d['descent'], d.get('bundle_vs_warm_up_ms'))" \
-                "$OUT/$arm-$pair/aot_build.json" "$arm-$pair" 2>&1 | cut -c1-900
-        done
-    done
     ;;
 z)
     (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 300 python3 bench/isa_probe.py --out "$OUT/isa" \

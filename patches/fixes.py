@@ -24,7 +24,6 @@ import os
 import sys
 from typing import Any, ClassVar
 
-from .descent import DESCENT_PATH, TorchDescent, compile_ahead
 from .release_tables import by_release
 
 #: Where the method lives (a ``module:Class.attr`` path for :func:`inductor_knobs.core.patching.wrap_attribute`).
@@ -42,7 +41,7 @@ class Replacement:
     replaces: Any
 
 
-class TorchFixes(TorchDescent):
+class TorchFixes:
     """Which releases need which fix, and the fix itself."""
 
     #: Per minor release: whether ``recheck_autotune_cache`` needs 2.12's fix.
@@ -60,8 +59,6 @@ class TorchFixes(TorchDescent):
         if by_release(self.vec_isa_probe_fix_by_release, release):
             lib = os.path.join(os.path.dirname(sys.modules["torch"].__file__ or ""), "lib")
             found.append((VEC_ISA_PROBE_PATH, Replacement(vec_isa_probe(lib), VEC_ISA_PROBE_BEFORE)))
-        if self.descent_ahead(release):  # not a bug: torch's descent compiles its candidates one by one (descent.py)
-            found.append((DESCENT_PATH, compile_ahead))
         return tuple(found)
 
 

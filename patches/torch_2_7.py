@@ -41,7 +41,6 @@ class Torch27(Torch26):
     has_aot_packages: ClassVar[bool] = True
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": True}
-    descent_ahead_by_release: ClassVar[dict[str, bool]] = {"2.7": False}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.7": True}  # see hooks.py
     aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.7": False}  # not checked
     #: ``_inductor/utils.py:get_max_num_sms`` (:1258, lru_cached) sizes ``NUM_SMS`` from 2.7.
