@@ -21,7 +21,7 @@ from .core.changes import foreign_setattr
 from .core.cutlass import describe as describe_cutlass
 from .core.gate import original_gate
 from .core.knobs import ENV_PREFIX, KNOBS, Config, Knobs, knob_config
-from .env import DISABLE_HINT, active_env_knobs, emulation_from_env
+from .env import DISABLE_HINT, activation_disabled, active_env_knobs, emulation_from_env
 from .errors import KnobsError
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -322,15 +322,30 @@ def _sm_gate(version: str, gpus: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _env() -> dict[str, Any]:
+    """The variables, what they resolve to, and the error the first compile's activation would raise: parsed, then
+    planned as activation plans them (``plan(..., process_wide=True)``, emulation's too), nothing applied."""
+    from .core.plan import plan
+    from .emulation.block import plan_emulation
+
     variables = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
-    try:
-        resolved: Any = Knobs.from_env().to_dict()
-        emulation_from_env()
-        error = None
-    except KnobsError as err:
-        resolved, error = None, f"{err}; {DISABLE_HINT}"
     active = active_env_knobs()
-    return {"variables": variables, "resolved": resolved, "error": error, "active": active.to_dict() if active else None}
+    report: dict[str, Any] = {"variables": variables, "resolved": None, "error": None, "disabled": activation_disabled()}
+    report["active"] = active.to_dict() if active else None
+    if report["disabled"]:
+        return report
+    try:
+        knobs = Knobs.from_env()
+        report["resolved"] = knobs.to_dict()
+        emulation = emulation_from_env()
+        if any(raw.strip() for var, raw in variables.items()):
+            if emulation is not None:
+                plan_emulation(emulation, process_wide=True)
+            plan(knobs, process_wide=True, source="env")
+    except KnobsError as err:
+        report["error"] = f"{err}; {DISABLE_HINT}"
+    except Exception as err:  # noqa: BLE001 - a report, not a crash: said as the error of this setup
+        report["error"] = f"{type(err).__name__}: {err}; {DISABLE_HINT}"
+    return report
 
 
 def _modes() -> dict[str, Any]:
@@ -418,7 +433,9 @@ def render(report: dict[str, Any]) -> str:
     if not env["variables"]:
         lines.append("  none set")
     lines += [f"  {k}={v}" for k, v in env["variables"].items()]
-    if env["error"]:
+    if env.get("disabled"):
+        lines.append("  INDUCTOR_KNOBS_DISABLE is set: none of them is applied")
+    elif env["error"]:
         lines.append(f"  ERROR: {env['error']}")
     elif env["variables"]:
         lines.append(f"  resolve to: {env['resolved']}")

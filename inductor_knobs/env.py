@@ -34,10 +34,17 @@ _active: tuple[tuple[Knobs, EmulationSpec | None], list[Undo]] | None = None
 _activating = False
 
 
+def activation_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``INDUCTOR_KNOBS_DISABLE`` is set to a true word (1, true, yes, on) in ``environ`` (default
+    ``os.environ``)."""
+    env = os.environ if environ is None else environ
+    return env.get(DISABLE_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def env_requests_knobs(environ: Mapping[str, str] | None = None) -> bool:
     """Whether a non-empty ``INDUCTOR_KNOBS_*`` other than ``DISABLE`` is set and activation is not disabled."""
     env = os.environ if environ is None else environ
-    if env.get(DISABLE_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+    if activation_disabled(env):
         return False
     return any(k.startswith(ENV_PREFIX) and k != DISABLE_VAR and v.strip() for k, v in env.items())
 
@@ -67,17 +74,25 @@ def emulation_from_env(environ: Mapping[str, str] | None = None) -> EmulationSpe
 def start_up() -> list[str]:
     """The startup hook's check, without torch: raise on a bad ``INDUCTOR_KNOBS_*`` (nothing set), else set each
     unset ``Setting.env_var`` torch reads by its first CUDA call when all knobs exist on this torch; returns the
-    problems, one line each, for stderr (a variable set to another value is left and reported)."""
+    problems, one line each, for stderr (a variable set to another value is left and reported; an
+    ``INDUCTOR_KNOBS_DISABLE`` that is neither a true nor a false word is named)."""
+    raw = os.environ.get(DISABLE_VAR, "").strip()
+    unread = raw and not activation_disabled() and raw.lower() not in ("0", "false", "no", "off")
+    lines = [f"{DISABLE_VAR}={raw!r} is neither 1/true/yes/on nor 0/false/no/off: the variables apply as if it were unset"]
+    return (lines if unread else []) + _start_up_checked()
+
+
+def _start_up_checked() -> list[str]:
     from .core import torch_compat
     from .core.changes import SETTINGS, hold_env
 
-    knobs = env_knobs()
-    _hinted(emulation_from_env, None)
-    version = torch_version()
-    if knobs is None or version == "not installed":
-        return []
     with warnings.catch_warnings():  # a torch outside the supported range is the first compile's to report
         warnings.simplefilter("ignore")
+        knobs = env_knobs()  # a backends check selects the patch module too
+        _hinted(emulation_from_env, None)
+        version = torch_version()
+        if knobs is None or version == "not installed":
+            return []
         patches = torch_compat.select(version, strict=False)
     release = torch_compat.release_of(version)
     lines = []
@@ -99,12 +114,53 @@ def start_up() -> list[str]:
         if setting.state(patches) is None:
             setting.set(patches, value)
             hold_env(setting.env_var, start_up, None)  # the outermost find: unset
+            _SET_AT_START_UP[setting.env_var] = str(os.environ.get(setting.env_var))
         elif not setting.matches(patches, setting.value(patches), value):
             lines.append(
                 f"{ENV_PREFIX}{key.upper()} asks for {key}={value!r}, but {setting.env_var}="
                 f"{setting.state(patches)!r} is set in the environment: left as it is (unset one of the two)"
             )
     return lines
+
+
+#: The variables :func:`start_up` set (variable -> the value it wrote); an activation that fails takes them back.
+_SET_AT_START_UP: dict[str, str] = {}
+
+
+def _kept_by_user(knobs: Knobs) -> Knobs:
+    """``knobs`` without the settings whose variable the environment already sets to another value (``TORCH_CUDNN_
+    SDPA_AVOID_RECOMPILE=0`` beside ``INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE=1``): :func:`start_up` reported it
+    as left as it is, so activation leaves it too."""
+    from .core import torch_compat
+    from .core.changes import SETTINGS
+
+    patches = torch_compat.installed(strict=False)
+    dropped: set[str] = set()
+    for key, setting in SETTINGS.items():
+        value = getattr(knobs, key)
+        if setting.env_var is None or value is None or setting.env_var in _SET_AT_START_UP:
+            continue
+        if setting.state(patches) is not None and not setting.matches(patches, setting.value(patches), value):
+            dropped.add(key)
+    return Knobs(**{name: value for name, value in knobs.to_dict().items() if name not in dropped}) if dropped else knobs
+
+
+def _take_back_start_up() -> None:
+    """Unset what :func:`start_up` set, where it still holds what start-up wrote (activation failed)."""
+    from .core.changes import release_env
+
+    for var, written in list(_SET_AT_START_UP.items()):
+        if os.environ.get(var) == written:
+            os.environ.pop(var, None)
+        release_env(var, start_up)
+        _SET_AT_START_UP.pop(var, None)
+
+
+def _named(err: KnobsError, environ: Mapping[str, str] | None) -> KnobsError:
+    """``err``, raised while planning or applying the variables' knobs, with the variables set and the way out."""
+    env = os.environ if environ is None else environ
+    names = sorted(var for var, raw in env.items() if var.startswith(ENV_PREFIX) and var != DISABLE_VAR and raw.strip())
+    return type(err)(f"{err} (from {', '.join(names)}); {DISABLE_HINT}")
 
 
 def _hinted(read: Callable[[Mapping[str, str] | None], _T], environ: Mapping[str, str] | None) -> _T:
@@ -144,11 +200,11 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
                 f"refusing to stack {knobs.to_dict()} (emulation: {emulation}) on top "
                 "(call inductor_knobs.deactivate_env() first)"
             )
-        _active = ((knobs, emulation), _apply(knobs, emulation))  # a call: no try in the locked body (SAFE_EXIT)
+        _active = ((knobs, emulation), _apply(knobs, emulation, environ))  # a call: no try in the locked body (SAFE_EXIT)
     return knobs
 
 
-def _apply(knobs: Knobs, emulation: EmulationSpec | None) -> list[Undo]:
+def _apply(knobs: Knobs, emulation: EmulationSpec | None, environ: Mapping[str, str] | None) -> list[Undo]:
     """Plan and apply env activation process-wide, flagged as activating meanwhile (under ``_lock``)."""
     global _activating
     _activating = True
@@ -158,7 +214,13 @@ def _apply(knobs: Knobs, emulation: EmulationSpec | None) -> list[Undo]:
         from .emulation.block import plan_emulation
 
         changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
-        return apply_all(changes + plan(knobs, process_wide=True, source="env"))
+        return apply_all(changes + plan(_kept_by_user(knobs), process_wide=True, source="env"))
+    except KnobsError as err:
+        _take_back_start_up()
+        raise _named(err, environ) from None
+    except BaseException:
+        _take_back_start_up()
+        raise
     finally:
         _activating = False
 

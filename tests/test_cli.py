@@ -29,6 +29,21 @@ def test_doctor_json(capsys, monkeypatch):
     assert set(report["modes"]) >= {"default", "max-autotune"}
 
 
+def test_doctor_plans_the_variables_as_the_first_compile_would(capsys, monkeypatch):
+    """A value only the installed torch judges (an unknown config key) is an error now, not at the first compile;
+    with INDUCTOR_KNOBS_DISABLE set the variables are reported as not applied, and nothing is an error."""
+    for name in [v for v in os.environ if v.startswith("INDUCTOR_KNOBS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("INDUCTOR_KNOBS_CONFIG", '{"no_such_key": 1}')
+    assert main(["doctor"]) == 1
+    captured = capsys.readouterr()
+    assert "no_such_key" in captured.err and "INDUCTOR_KNOBS_DISABLE=1" in captured.err
+    monkeypatch.setenv("INDUCTOR_KNOBS_DISABLE", "1")
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["env"]["disabled"] is True and report["env"]["error"] is None
+
+
 @pytest.fixture
 def package(tmp_path, monkeypatch):
     """A package ``slowpkg`` on ``sys.path`` with its source only; ``compile(mode)`` writes its bytecode."""

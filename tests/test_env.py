@@ -313,9 +313,12 @@ print("TORCH_CUDNN_SDPA_AVOID_RECOMPILE" in environ_before_knobs())  # what an a
 @needs_install
 @needs_avoid_recompile
 def test_a_conflicting_torch_variable_is_left_as_set_and_reported_once():
-    probe = "import os; print(os.environ['TORCH_CUDNN_SDPA_AVOID_RECOMPILE'])"
+    probe = (
+        "import os, torch; print(os.environ['TORCH_CUDNN_SDPA_AVOID_RECOMPILE'])\n"
+        "torch.compile(lambda x: x + 1)(torch.ones(2)); print(os.environ['TORCH_CUDNN_SDPA_AVOID_RECOMPILE'])"
+    )
     out = _run({AVOID: "on", "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "0"}, probe)
-    assert out.returncode == 0 and out.stdout.strip() == "0"
+    assert out.returncode == 0 and out.stdout.split() == ["0", "0"], out  # before and after the activating compile
     (line,) = out.stderr.splitlines()
     assert line.startswith("inductor_knobs: ") and AVOID in line and "TORCH_CUDNN_SDPA_AVOID_RECOMPILE='0'" in line
 
@@ -333,3 +336,46 @@ def test_a_knob_the_installed_torch_lacks_is_said_at_start_naming_the_release(mo
     lines = env_mod.start_up()
     assert len(lines) == 1 and "INDUCTOR_KNOBS_CUDAGRAPH_DYNAMIC_SHAPE_RERECORD_LIMIT" in lines[0], lines
     assert "torch 2.15 or newer" in lines[0] and torch.__version__ in lines[0], lines
+
+
+def test_an_activation_torch_refuses_names_the_variables_and_takes_back_what_start_up_set(env_active, monkeypatch, cfg):
+    """A value only the installed torch can judge (a config value of the wrong type) fails the activation's plan:
+    the error names the variables and the way out, nothing is applied, and the torch variable start-up set (the
+    one torch reads once per process) is unset again."""
+    from inductor_knobs import env as env_mod
+
+    if not KNOBS["cudnn_sdpa_avoid_recompile"].on(".".join(torch.__version__.split(".")[:2])):
+        pytest.skip(f"torch {torch.__version__} has no cudnn_sdpa_avoid_recompile")
+    for name in [v for v in os.environ if v.startswith("INDUCTOR_KNOBS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", raising=False)
+    monkeypatch.setenv(AVOID, "1")
+    monkeypatch.setenv("INDUCTOR_KNOBS_CONFIG", '{"max_autotune": "yes"}')
+    assert env_mod.start_up() == [] and os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "1"
+    with pytest.raises(InvalidKnobValue, match=r"max_autotune='yes'.*from INDUCTOR_KNOBS_CONFIG, " + AVOID + r"\).*DISABLE=1"):
+        ik.activate_from_env()
+    assert "TORCH_CUDNN_SDPA_AVOID_RECOMPILE" not in os.environ
+    assert ik.active_env_knobs() is None and cfg.max_autotune is False
+
+
+def test_a_preset_lies_under_the_explicit_variables_per_config_key(env_active, cfg, fake_gpu):
+    fake_gpu(40)
+    env = {"INDUCTOR_KNOBS_PRESET": "force_gemm_autotune", "INDUCTOR_KNOBS_CONFIG": '{"max_autotune_gemm_backends": "ATEN"}'}
+    knobs = ik.activate_from_env(env)
+    assert knobs is not None and knobs.min_sms == 1 and knobs.max_autotune_gemm is True
+    assert cfg.max_autotune_gemm_backends == "ATEN"
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("INDUCTOR_KNOBS_CONFIG", '{"max_autotune": 1' + "0" * 5000 + "}"),  # past Python's int digit limit
+        ("INDUCTOR_KNOBS_CONFIG", "[" * 100_000),  # deeper than the JSON decoder recurses
+        ("INDUCTOR_KNOBS_CUDAGRAPH_CAPTURE_SIZES", "[" * 100_000),
+        ("INDUCTOR_KNOBS_CONFIG", '{"cpu_gpu_bw": NaN}'),  # NaN never reads back as set
+    ],
+    ids=["huge-int", "deep-config", "deep-sizes", "nan"],
+)
+def test_json_torch_cannot_take_is_an_invalid_value_naming_the_variable(variable, raw):
+    with pytest.raises(InvalidKnobValue, match=variable):
+        ik.Knobs.from_env({variable: raw})

@@ -23,6 +23,8 @@ from test_emulate import fake_cuda  # noqa: F401 - the fixture, for emulate_gpu
 
 import inductor_knobs as ik
 from inductor_knobs.core import attestation, blocks, gate, interception
+from inductor_knobs.core.changes import SETTINGS
+from inductor_knobs.core.knobs import KNOBS as KNOB_TABLE
 from inductor_knobs.errors import ConcurrentKnobsError, KnobsError, NotBlockOwner
 from inductor_knobs.serving.cold_start import ColdStartRecorder
 
@@ -45,6 +47,8 @@ def torch_state(patches) -> dict[str, object]:
     state["gate users"] = gate.GATE_PATCH.users
     state["interception users"] = interception.INTERCEPTION.users
     state["frames"] = len(blocks._FRAMES.get())
+    for key in SETTINGS_SHOWN:  # the process-wide settings, as torch holds them (an environment variable's text)
+        state[key] = SETTINGS[key].state(patches) if _has(key) else None
     # what the wrapper and the interception would apply at the next compile
     state["gate override"] = (gate._STATE.scoped.get(True), gate._STATE.scoped.get(False), gate._STATE.process_default)
     state["asked"] = (attestation.SCOPED_ASKED.get(True), attestation.SCOPED_ASKED.get(False), dict(attestation.PROCESS_ASKED))
@@ -53,6 +57,12 @@ def torch_state(patches) -> dict[str, object]:
 
 ORIGINAL_GATE = inductor_utils.is_big_gpu
 ORIGINAL_COMPILE_FX = compile_fx_module.compile_fx
+#: Process-wide settings whose state the interrupt tests read too.
+SETTINGS_SHOWN = ("sdpa_backends", "cudnn_sdpa_avoid_recompile")
+
+
+def _has(knob: str) -> bool:
+    return KNOB_TABLE[knob].on(".".join(torch.__version__.split(".")[:2]))
 
 
 @pytest.fixture
@@ -73,6 +83,63 @@ def test_out_of_order_stop_unwinds_and_reapplies(patches, before):
     assert patches.read_override(cfg, "coordinate_descent_tuning") == before["coordinate_descent_tuning"]
     assert inductor_utils.is_big_gpu(0) is False  # 40 SMs < 50
     b.stop()
+
+
+def test_an_out_of_order_exit_whose_revert_fails_still_applies_the_block_above_again(patches, before):
+    """Someone else replaces ``is_big_gpu`` inside ``a`` under warnings as errors: ``a.stop()`` raises the warning
+    once everything is restored, and ``b`` holds again, as if ``a`` had never been entered."""
+    original = inductor_utils.is_big_gpu
+    a = ik.knobs(min_sms=40)
+    b = ik.knobs(coordinate_descent_tuning=True)
+    a.start()
+    b.start()
+    try:
+        inductor_utils.is_big_gpu = lambda index=0: False  # someone else's patch over inductor_knobs' wrapper
+        with pytest.warns(ik.errors.ExternalChangeWarning, match="is_big_gpu was replaced"):
+            a.stop()
+        assert b.active and cfg.coordinate_descent_tuning is True
+    finally:
+        b.stop()
+        inductor_utils.is_big_gpu = original
+
+
+def test_a_block_that_cannot_be_applied_again_after_an_out_of_order_exit_is_ended_and_named(patches, before, monkeypatch):
+    """``b`` cannot be applied again after ``a`` below it exits (another thread took what it changes meanwhile):
+    ``a.stop()`` reverts ``a`` and raises a ``KnobsError`` naming ``b``; ``b`` ends with nothing applied, and its own
+    exit does nothing."""
+    a = ik.knobs(coordinate_descent_tuning=True)
+    b = ik.knobs(max_autotune=True)
+    a.start()
+    b.start()
+    real = blocks.UndoContext._records
+
+    def refused(self, life):
+        if self is b:
+            raise ConcurrentKnobsError("taken by another thread meanwhile")
+        return real(self, life)
+
+    monkeypatch.setattr(blocks.UndoContext, "_records", refused)
+    with pytest.raises(KnobsError, match=r"knobs\(max_autotune=True\) was ended.*taken by another thread"):
+        a.stop()
+    monkeypatch.undo()
+    assert not b.active and not a.active
+    assert patches.read_override(cfg, "max_autotune") == before["max_autotune"]
+    b.stop()  # nothing left to revert: no error
+
+
+def test_a_stop_in_a_copy_of_the_entering_context_is_refused_and_reverts_nothing(patches, before):
+    """``loop.call_soon(ctx.stop)`` or ``copy_context().run(ctx.stop)`` runs on the entering thread, in a copy of its
+    Context, where a revert of per-context config would not reach the entering Context."""
+    import contextvars
+
+    ctx = ik.knobs(coordinate_descent_tuning=True)
+    ctx.start()
+    try:
+        with pytest.raises(NotBlockOwner, match=r"copy of the contextvars\.Context"):
+            contextvars.copy_context().run(ctx.stop)
+        assert ctx.active and cfg.coordinate_descent_tuning is True
+    finally:
+        ctx.stop()
 
 
 def test_generator_holding_a_block_finished_inside_another(patches, before):
@@ -186,6 +253,8 @@ BLOCK_KINDS = {
     "no_stalls_raise": lambda: ik.serving.no_stalls(lambda: None, on="raise"),
     "cold_start_recorder": lambda: ColdStartRecorder(),
     "emulate_gpu": lambda: ik.emulate_gpu(sms=40),
+    "sdpa_backends": lambda: ik.knobs(sdpa_backends="MATH"),  # a process-wide setting, under a claim
+    "cudnn_sdpa_avoid_recompile": lambda: ik.knobs(cudnn_sdpa_avoid_recompile=True),  # an environment variable
 }
 
 
@@ -201,6 +270,8 @@ def test_an_interrupt_at_any_line_of_enter_or_exit_leaves_torch_exact_and_never_
     """
     if kind == "emulate_gpu":
         request.getfixturevalue("fake_cuda")  # skips where this torch's green contexts cannot be faked
+    elif kind in SETTINGS_SHOWN and not _has(kind):
+        pytest.skip(f"torch {torch.__version__} has no {kind}")
     else:
         request.getfixturevalue("fake_gpu")(40)
     print(interrupt_every_line(BLOCK_KINDS[kind], lambda: {**torch_state(patches), **block_state()}, kind))

@@ -34,7 +34,7 @@ class _Frame:
     """One active block: its records, owner, life (enter to exit), and whether it is suspended (reverted
     while a block below it unwinds, to be applied again)."""
 
-    __slots__ = ("applied", "context", "life", "owner", "suspended")
+    __slots__ = ("applied", "context", "entered", "life", "owner", "suspended")
 
     def __init__(self, context: UndoContext, owner: Owner) -> None:
         self.context = context
@@ -42,10 +42,15 @@ class _Frame:
         self.applied: list[Undo] = []
         self.suspended = False
         self.life = Life()
+        #: A token of :data:`_ENTERED` set in the ``contextvars.Context`` that entered (None once its exit began).
+        self.entered: contextvars.Token[object] | None = None
 
 
 #: This thread's or task's active blocks, innermost last (a child task copies the tuple, not the right to undo).
 _FRAMES: contextvars.ContextVar[tuple[_Frame, ...]] = contextvars.ContextVar("inductor_knobs.frames", default=())
+#: Set at each enter: its token names the ``contextvars.Context`` that entered, which alone may exit
+#: (``Context.run`` and ``loop.call_soon`` run on the same thread and task, in a copy of it).
+_ENTERED: contextvars.ContextVar[object] = contextvars.ContextVar("inductor_knobs.entered")
 #: Every thread's and task's active frames, by id, to name a block's owner to another thread (GIL-atomic ops).
 _LIVE: dict[int, _Frame] = {}
 
@@ -83,6 +88,7 @@ class UndoContext:
         frame = _Frame(self, current_owner())
         changes, value = self._records(frame.life)
         try:  # from the push on, any interrupt (even at the return) unwinds everything
+            frame.entered = _ENTERED.set(frame)
             _LIVE[id(frame)] = frame
             _FRAMES.set((*_FRAMES.get(), frame))
             apply_all(changes, frame.applied)
@@ -142,6 +148,18 @@ class UndoContext:
                 "may end it, so nothing was reverted. End it where it was entered (a child task or thread sees its "
                 "parent's knobs but cannot undo them)"
             )
+        if frame.entered is not None:
+            try:
+                _ENTERED.reset(frame.entered)
+            except ValueError:
+                raise NotBlockOwner(
+                    f"{self!r} {how} in a copy of the contextvars.Context that entered it (contextvars.copy_context()"
+                    ".run, loop.call_soon, ...): its knobs live in the Context that entered it, so only that Context may "
+                    "end it, and nothing was reverted"
+                ) from None
+            except RuntimeError:  # the token was used: an exit that an interrupt stopped, now finished
+                pass
+            frame.entered = None
         return frame
 
     @property
@@ -255,6 +273,7 @@ def _unwind(frame: _Frame) -> None:
     whatever a revert raises.  Idempotent: run again after an interrupt, it carries on where it stopped."""
     frame.life.end()  # first: contexts that copied the frame's records stop acting on them
     stack = _FRAMES.get()
+    failure: BaseException | None = None
     try:
         if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
             revert_all(frame.applied)
@@ -267,6 +286,8 @@ def _unwind(frame: _Frame) -> None:
                 revert_all(frame.applied)
         else:
             revert_all(frame.applied)
+    except BaseException as err:  # noqa: BLE001 - raised below, once the blocks above are applied again
+        failure = err
     finally:
         _LIVE.pop(id(frame), None)
         stack = _FRAMES.get()
@@ -275,17 +296,37 @@ def _unwind(frame: _Frame) -> None:
             _FRAMES.set(stack)
     for above in stack:  # a loop, not a call, on the usual exit: nothing is suspended there
         if above.suspended:
-            _reapply_suspended()
+            try:
+                _reapply_suspended()
+            except BaseException as err:  # noqa: BLE001 - the revert's own error, if any, stays the one raised
+                failure = failure or err
             break
+    if failure is not None:
+        raise failure
 
 
 def _reapply_suspended() -> None:
+    """Apply again this owner's blocks suspended by an out-of-order exit; a block that cannot be (another thread
+    claimed what it changes meanwhile, a value torch now refuses) is ended with nothing of it applied, and a
+    ``KnobsError`` names the first such block after all were tried.  An interrupt leaves the rest suspended."""
     me = current_owner()
+    refused: list[tuple[_Frame, Exception]] = []
     for above in _FRAMES.get():
         if above.suspended and above.owner == me:
-            changes, _ = above.context._records(above.life)  # fresh records: salts and priors as they are now
-            apply_all(changes, above.applied)
+            try:
+                changes, _ = above.context._records(above.life)  # fresh records: salts and priors as they are now
+                apply_all(changes, above.applied)  # all or nothing
+            except Exception as error:  # noqa: BLE001 - named below; its own exit is then a no-op
+                above.life.end()
+                _LIVE.pop(id(above), None)
+                refused.append((above, error))
             above.suspended = False
+    if refused:
+        ended, cause = refused[0]
+        raise KnobsError(
+            f"{ended.context!r} was ended: a block below it exited first, and it could not be applied again "
+            f"({type(cause).__name__}: {cause}); nothing of it is applied now, and its own exit does nothing"
+        ) from cause
 
 
 class KnobsContext(UndoContext):

@@ -186,7 +186,7 @@ class SettingChange(Change):
     (``SettingKeptWarning``) when read inside the block; ``in_compile`` (a lazy backward) skips both.
     """
 
-    __slots__ = ("_changed", "_claim", "_prior", "in_compile", "key", "patches", "setting", "value")
+    __slots__ = ("_changed", "_claim", "_outside", "_prior", "_set", "in_compile", "key", "patches", "setting", "value")
 
     def __init__(self, patches: TorchPatches, key: str, value: object, *, in_compile: bool = False) -> None:
         self.patches = patches
@@ -196,6 +196,8 @@ class SettingChange(Change):
         self.setting = SETTINGS[key]
         self._changed = False  # a read_once setting this record changed before torch could have read it
         self._prior: Any = _NOT_READ
+        self._set = False  # the value was written (an interrupted write is not someone else's change)
+        self._outside: tuple[Any, ...] | None = None  # (what someone else set,) or (): read once, before the restore
         self._claim = Claim(key, f"torch keeps it once per process ({self.setting.what})", f"{key}={value!r}")
 
     def apply(self) -> None:
@@ -215,6 +217,7 @@ class SettingChange(Change):
         if setting.env_var is not None:
             hold_env(setting.env_var, self, self._prior)
         setting.set(self.patches, self.value)
+        self._set = True
         found = setting.value(self.patches)
         if not setting.matches(self.patches, found, self.value):
             self.revert()
@@ -223,10 +226,12 @@ class SettingChange(Change):
     def revert(self) -> None:
         try:
             if self._prior is not _NOT_READ:
-                prior, self._prior = self._prior, _NOT_READ
-                found = self.setting.value(self.patches)
-                changed = not self.setting.matches(self.patches, found, self.value)
-                self.setting.restore(self.patches, prior)
+                if self._outside is None:
+                    found = self.setting.value(self.patches) if self._set else self.value
+                    self._outside = () if self.setting.matches(self.patches, found, self.value) else (found,)
+                self.setting.restore(self.patches, self._prior)
+                self._prior = _NOT_READ  # only once restored: a revert interrupted before that restores on its retry
+                outside, self._outside, self._set = self._outside, None, False
                 if self._changed and self.setting.maybe_read(self.patches):
                     self._changed = False
                     warn_after_restore(
@@ -235,9 +240,9 @@ class SettingChange(Change):
                         "variable, but torch keeps what it read",
                         SettingKeptWarning,
                     )
-                if changed:
+                if outside:
                     warn_after_restore(
-                        f"{self.key} was changed to {found!r} inside the knobs block (the block set {self.value!r}); "
+                        f"{self.key} was changed to {outside[0]!r} inside the knobs block (the block set {self.value!r}); "
                         "restored the value from before the block",
                         ExternalChangeWarning,
                     )

@@ -103,8 +103,9 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
     # Keys outside Inductor's config (the cache salt) are set around the whole compile, which computes the
     # AOTAutograd and FX graph cache keys.
     applied: list[Any] = []
-    _DEPTH.value += 1
-    try:
+    depth = _DEPTH.value
+    try:  # the depth is set back to what it was, even after an interrupt between these two lines
+        _DEPTH.value = depth + 1
         apply_all(_config_changes(snapshot, outside_inductor=True), applied)
         aot_hits = _cache_hits("aot_autograd", "autograd_cache_hit")
         compiled = wrapped(*bound.args, **bound.kwargs)
@@ -112,7 +113,7 @@ def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, .
             attest_cache_hit(snapshot, config_patches, bound.args)
         return compiled
     finally:
-        _DEPTH.value -= 1
+        _DEPTH.value = depth
         revert_all(applied)
 
 
@@ -175,11 +176,12 @@ def _attesting(inner: Callable[..., Any], snapshot: Snapshot) -> Callable[..., A
     """``inner`` (``compile_fx_inner``) with the snapshot re-applied if needed, attested."""
 
     def attested_inner_compile(*args: Any, **kwargs: Any) -> Any:
-        reapply = _reapply_changes(snapshot)
-        applied = apply_all(reapply) if reapply else []
-        # This graph's events (autotuning, Triton compiles) go where its forward's went.
-        token = events.MARKS.set(snapshot.marks | events.current_marks())
+        applied: list[Any] = []
+        token = None
         try:
+            apply_all(_reapply_changes(snapshot), applied)
+            # This graph's events (autotuning, Triton compiles) go where its forward's went.
+            token = events.MARKS.set(snapshot.marks | events.current_marks())
             with choices_for(snapshot):  # the lookup table's handler, for this graph only
                 attestation = attest(snapshot, args, kwargs)
                 snapshot.attested += 1
@@ -201,7 +203,8 @@ def _attesting(inner: Callable[..., Any], snapshot: Snapshot) -> Callable[..., A
                     events.deliver(snapshot.addressed, "attestation", attestation)
                 return compiled
         finally:
-            events.MARKS.reset(token)
+            if token is not None:
+                events.MARKS.reset(token)
             if applied:
                 revert_all(applied)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -173,6 +174,8 @@ def check_config(label: str, value: object) -> tuple[tuple[str, Any], ...]:
     out = {}
     for key, item in value.items():
         name = config_key(key)
+        if isinstance(item, float) and math.isnan(item):  # NaN != NaN: it could never read back as set
+            raise fail(f"{label}[{name!r}]", item, "a number (not NaN)")
         check = VALUE_CHECKS.get(name)
         out[name] = check(f"{label}[{name!r}]", item) if check is not None and item is not None else item
     return tuple(sorted(out.items()))
@@ -227,8 +230,8 @@ def _int_parser(allowed: str) -> Callable[[str, str], int]:
 def _parse_json(var: str, raw: str) -> Any:
     try:
         return json.loads(raw.strip())
-    except json.JSONDecodeError as err:
-        raise fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({err})') from None
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, an int past Python's digit limit, deep nesting
+        raise fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({type(err).__name__}: {err})') from None
 
 
 def _parse_trace(var: str, raw: str) -> bool | str:
@@ -240,7 +243,7 @@ def _parse_sizes(var: str, raw: str) -> Any:
     text = raw.strip()
     try:  # "1,2,4,8", or JSON for tuples: "[[1, 2], [4, 8]]"
         return json.loads(text) if text.startswith("[") else [int(v) for v in text.split(",")]
-    except ValueError:
+    except (ValueError, RecursionError):
         raise fail(var, raw, "comma-separated positive ints, or a JSON list such as [[1, 2], [4, 8]]") from None
 
 
@@ -584,10 +587,8 @@ class Knobs:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         preset = env.get(ENV_PREFIX + "PRESET", "").strip()
-        if preset:
-            if preset not in PRESETS:
-                raise UnknownKnob(unknown_message(f"preset ({ENV_PREFIX}PRESET)", preset, PRESETS))
-            values.update(PRESETS[preset])
+        if preset and preset not in PRESETS:
+            raise UnknownKnob(unknown_message(f"preset ({ENV_PREFIX}PRESET)", preset, PRESETS))
         names = {ENV_PREFIX + n.upper(): n for n in cls.fields()}
         for var, raw in env.items():
             if not var.startswith(ENV_PREFIX) or var in _NON_KNOB_VARS or not raw.strip():
@@ -596,7 +597,9 @@ class Knobs:
                 raise UnknownKnob(unknown_message("variable", var, [*names, *_NON_KNOB_VARS]))
             name = names[var]
             values[name] = KNOBS[name].check(var, KNOBS[name].parse(var, raw))
-        return cls(**values)
+        explicit = cls(**values)
+        # The preset under the explicit variables, per Inductor config key (a CONFIG key beats the preset's knob).
+        return cls(**PRESETS[preset]).merged(explicit) if preset else explicit
 
 
 #: Variables under the prefix that are not knobs.

@@ -30,8 +30,8 @@ def load_table(label: str, value: object) -> dict[str, list[dict[str, Any]]]:
         try:
             with open(value, encoding="utf-8") as f:
                 table = json.load(f)
-        except (OSError, ValueError) as err:
-            raise _fail(label, value, f"a readable JSON file of torch's lookup table ({err})") from None
+        except (OSError, ValueError, RecursionError) as err:
+            raise _fail(label, value, f"a readable JSON file of torch's lookup table ({type(err).__name__}: {err})") from None
     if not isinstance(table, Mapping) or not table:
         raise _fail(label, value, "a non-empty mapping (or JSON file) of lookup keys to lists of entries")
     checked: dict[str, list[dict[str, Any]]] = {}

@@ -22,7 +22,7 @@ from typing import Any
 import wrapt
 
 from ..errors import ExternalChangeWarning
-from .undo import SAFE_EXIT, Step, Undo, apply_all, revert_all
+from .undo import SAFE_EXIT, Step, Undo, apply_all, revert_all, warn_after_restore
 
 
 class SharedPatch:
@@ -280,11 +280,10 @@ def _owner(module_name: str, parents: list[str]) -> Any:
 
 def _replaced_meanwhile(path: str, current: Any, ours: str, note: str) -> None:
     """Warn that ``path`` holds ``current``, set by someone else while inductor_knobs' ``ours`` was installed."""
-    warnings.warn(
+    warn_after_restore(  # an undo's warning: issued once the whole revert is done
         f"{path} was replaced by {current!r} while inductor_knobs' {ours} was installed; leaving that value in place"
         + (f" {note}" if note else ""),
         ExternalChangeWarning,
-        stacklevel=3,
     )
 
 

@@ -117,11 +117,16 @@ def apply_all(steps: Sequence[Step], undos: list[Undo] | None = None) -> list[Un
         push = undos.append
         for step in steps:
             step(push)
-    except BaseException:
+    except BaseException as failure:
         try:
             revert_all(undos)
         except BaseException as err:  # noqa: BLE001 - keep the original error primary
-            warnings.warn(f"while unwinding a failed apply: {err}", ExternalChangeWarning, stacklevel=2)
+            note = f"while unwinding a failed apply: {type(err).__name__}: {err}"
+            if hasattr(failure, "add_note"):  # Python 3.11+: on the error itself, which -W error cannot replace
+                failure.add_note(note)
+            else:
+                with contextlib.suppress(Warning):  # under -W error the original error stays the one raised
+                    warnings.warn(note, ExternalChangeWarning, stacklevel=2)
         raise
     return undos
 
@@ -150,8 +155,12 @@ class Applied:
         return bool(self._undos)
 
     def __enter__(self) -> Applied:
-        apply_all(self._steps, self._undos)
-        return self
+        try:  # an interrupt even at the return: ``with`` would not call ``__exit__``
+            apply_all(self._steps, self._undos)
+            return self
+        except BaseException:
+            revert_all(self._undos)
+            raise
 
     def __exit__(self, *exc: object) -> None:
         revert_all(self._undos)
