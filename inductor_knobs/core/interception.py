@@ -60,12 +60,15 @@ class _Depth(threading.local):
 _DEPTH = _Depth()
 _HOLDERS_PATCHES: list[TorchPatches | None] = [None]  # the latest holder's patch module
 _PENDING: list[BaseException] = []  # a bad INDUCTOR_KNOBS_* from the startup hook, raised once
+_PENDING_HOLDERS: list[Any] = []  # their holds on the interception, for the process's life
 
 
 def raise_at_first_compile(err: BaseException, patches: TorchPatches) -> None:
     """Raise ``err`` from the next Inductor compile (once): an import hook must not raise."""
     _PENDING.append(err)
-    InterceptionUse(patches).apply()  # held for the process's life: it only raises, then passes through
+    holder = InterceptionUse(patches)
+    _PENDING_HOLDERS.append(holder)  # kept alive: the shared patch counts holders by id, which a freed one frees
+    holder.apply()  # held for the process's life: it only raises, then passes through
 
 
 def _intercept(wrapped: Callable[..., Any], instance: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
