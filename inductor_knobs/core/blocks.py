@@ -43,14 +43,14 @@ class _Frame:
         self.suspended = False
         self.life = Life()
         #: A token of :data:`_ENTERED` set in the ``contextvars.Context`` that entered (None once its exit began).
-        self.entered: contextvars.Token[object] | None = None
+        self.entered: contextvars.Token[None] | None = None
 
 
 #: This thread's or task's active blocks, innermost last (a child task copies the tuple, not the right to undo).
 _FRAMES: contextvars.ContextVar[tuple[_Frame, ...]] = contextvars.ContextVar("inductor_knobs.frames", default=())
 #: Set at each enter: its token names the ``contextvars.Context`` that entered, which alone may exit
 #: (``Context.run`` and ``loop.call_soon`` run on the same thread and task, in a copy of it).
-_ENTERED: contextvars.ContextVar[object] = contextvars.ContextVar("inductor_knobs.entered")
+_ENTERED: contextvars.ContextVar[None] = contextvars.ContextVar("inductor_knobs.entered")
 #: Every thread's and task's active frames, by id, to name a block's owner to another thread (GIL-atomic ops).
 _LIVE: dict[int, _Frame] = {}
 
@@ -88,7 +88,7 @@ class UndoContext:
         frame = _Frame(self, current_owner())
         changes, value = self._records(frame.life)
         try:  # from the push on, any interrupt (even at the return) unwinds everything
-            frame.entered = _ENTERED.set(frame)
+            frame.entered = _ENTERED.set(None)  # the token, not the value, names the Context
             _LIVE[id(frame)] = frame
             _FRAMES.set((*_FRAMES.get(), frame))
             apply_all(changes, frame.applied)
