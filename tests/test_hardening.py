@@ -142,6 +142,17 @@ def test_a_stop_in_a_copy_of_the_entering_context_is_refused_and_reverts_nothing
         ctx.stop()
 
 
+def test_a_stop_outside_the_copy_that_entered_says_so_and_the_copy_ends_it(patches, before):
+    import contextvars
+
+    ctx = ik.knobs(coordinate_descent_tuning=True)
+    copy = contextvars.copy_context()
+    copy.run(ctx.start)
+    with pytest.raises(KnobsError, match=r"entered in another contextvars\.Context on this thread"):
+        ctx.stop()
+    copy.run(ctx.stop)
+
+
 def test_generator_holding_a_block_finished_inside_another(patches, before):
     def gen():
         with ik.knobs(min_sms=10, coordinate_descent_tuning=True):

@@ -138,6 +138,13 @@ class UndoContext:
                     f"{describe_owner(elsewhere[-1])} entered it; only its owner may end it, so nothing was reverted "
                     "(end it where it was entered)"
                 )
+            if any(f.context is self and f.owner == me for f in list(_LIVE.values())):
+                raise KnobsError(
+                    f"{self!r} {how} in {describe_owner(me)}, but it was entered in another contextvars.Context on this "
+                    "thread (a callback's copy: loop.call_soon(ctx.start), contextvars.copy_context().run), whose knobs "
+                    "only that Context can end: start and stop a block in one Context (keep a copy and run both in it), "
+                    "so nothing was reverted"
+                )
             raise KnobsError(
                 f"{self!r} {how} in {describe_owner(me)}, but this context is not active here: it was never "
                 "entered, already exited, or entered in another thread or asyncio task (exit it there)"
