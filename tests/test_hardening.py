@@ -153,6 +153,50 @@ def test_a_stop_outside_the_copy_that_entered_says_so_and_the_copy_ends_it(patch
     copy.run(ctx.stop)
 
 
+def test_an_out_of_order_exit_interrupted_at_any_line_leaves_torch_exact(patches, before):
+    """``a.stop()`` with ``b`` and ``c`` above it, a KeyboardInterrupt at each of its lines, then every block still
+    active stopped, innermost first: torch holds what it held before ``a`` (no value of ``a`` outlives it under
+    ``b`` and ``c``), and no frame is left."""
+    from interrupting import in_fresh_thread, injection_points, run_injected
+
+    def make():
+        return [
+            ik.knobs(max_autotune=True, coordinate_descent_tuning=True),
+            ik.knobs(max_autotune=False, max_autotune_gemm=True),
+            ik.knobs(coordinate_descent_tuning=False, max_autotune=True),
+        ]
+
+    def state():
+        return {key: patches.read_override(cfg, key) for key in KEYS}
+
+    def points():
+        for _ in range(2):  # the first run does once-only work
+            made = make()
+            for block in made:
+                block.start()
+            found = injection_points(made[0].stop)
+            for block in reversed(made[1:]):
+                block.stop()
+        return found
+
+    def once(at):
+        wanted = state()
+        made = make()
+        for block in made:
+            block.start()
+        where = run_injected(made[0].stop, at)
+        for block in reversed(made):
+            if block.active:
+                block.stop()
+        return wanted, state(), where, len(blocks._FRAMES.get()), len(blocks._LIVE)
+
+    found = in_fresh_thread(points, "an out-of-order exit")
+    assert len(found) > 100, found  # every line of the exit, its reverts and the re-applies
+    for at in found:
+        wanted, got, where, frames, live = in_fresh_thread(lambda a=at: once(a), f"interrupt {at}")
+        assert (got, frames, live) == (wanted, 0, 0), f"interrupted at {where}"
+
+
 def test_generator_holding_a_block_finished_inside_another(patches, before):
     def gen():
         with ik.knobs(min_sms=10, coordinate_descent_tuning=True):

@@ -277,39 +277,38 @@ def _finish(frame: _Frame | None) -> None:
 
 def _unwind(frame: _Frame) -> None:
     """Revert ``frame`` (out of order: the frames above it first, applied again after); it leaves the stack
-    whatever a revert raises.  Idempotent: run again after an interrupt, it carries on where it stopped."""
+    whatever a revert raises, once every revert ran.  Idempotent: run again after an interrupt, it carries on
+    where it stopped (the frame stays on the stack until its reverts are done, so the retry knows what is above)."""
     frame.life.end()  # first: contexts that copied the frame's records stop acting on them
     stack = _FRAMES.get()
-    failure: BaseException | None = None
+    errors: list[Exception] = []
+    # An interrupt anywhere before the pop leaves the frame on the stack, where the retry finds the blocks above it.
+    if frame in stack and stack[-1] is not frame:  # out of order: every live block above is suspended first
+        for above in stack[stack.index(frame) + 1 :]:
+            above.suspended = above.life.alive
+    for above in reversed(stack):  # their undos left, innermost first (all of them on the first run)
+        if above.suspended and above.applied:
+            _collect(errors, above.applied)
+    _collect(errors, frame.applied)
+    _LIVE.pop(id(frame), None)  # every revert ran: the frame leaves the stack, whatever a revert raised
+    stack = tuple(f for f in _FRAMES.get() if f is not frame)
+    _FRAMES.set(stack)
+    if any(above.suspended for above in stack):
+        _collect(errors, None)
+    if errors:
+        raise errors[0]
+
+
+def _collect(errors: list[Exception], undos: list[Undo] | None) -> None:
+    """Revert ``undos`` (None: apply the suspended blocks again), adding an ``Exception`` to ``errors`` (an interrupt
+    propagates)."""
     try:
-        if stack and stack[-1] is frame:  # the usual exit: the innermost block, nothing to suspend
-            revert_all(frame.applied)
-        elif frame in stack:
-            try:
-                for above in reversed(stack[stack.index(frame) + 1 :]):
-                    above.suspended = True
-                    revert_all(above.applied)
-            finally:
-                revert_all(frame.applied)
+        if undos is None:
+            _reapply_suspended()
         else:
-            revert_all(frame.applied)
-    except BaseException as err:  # noqa: BLE001 - raised below, once the blocks above are applied again
-        failure = err
-    finally:
-        _LIVE.pop(id(frame), None)
-        stack = _FRAMES.get()
-        if frame in stack:
-            stack = tuple(f for f in stack if f is not frame)
-            _FRAMES.set(stack)
-    for above in stack:  # a loop, not a call, on the usual exit: nothing is suspended there
-        if above.suspended:
-            try:
-                _reapply_suspended()
-            except BaseException as err:  # noqa: BLE001 - the revert's own error, if any, stays the one raised
-                failure = failure or err
-            break
-    if failure is not None:
-        raise failure
+            revert_all(undos)
+    except Exception as err:  # noqa: BLE001 - raised by the caller once every step ran
+        errors.append(err)
 
 
 def _reapply_suspended() -> None:
@@ -320,6 +319,9 @@ def _reapply_suspended() -> None:
     refused: list[tuple[_Frame, Exception]] = []
     for above in _FRAMES.get():
         if above.suspended and above.owner == me:
+            if not above.life.alive:  # ended meanwhile: nothing of it is applied again
+                above.suspended = False
+                continue
             try:
                 changes, _ = above.context._records(above.life)  # fresh records: salts and priors as they are now
                 apply_all(changes, above.applied)  # all or nothing
