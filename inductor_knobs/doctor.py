@@ -21,7 +21,7 @@ from .core.changes import foreign_setattr
 from .core.cutlass import describe as describe_cutlass
 from .core.gate import original_gate
 from .core.knobs import ENV_PREFIX, KNOBS, Config, Knobs, knob_config
-from .env import DISABLE_HINT, activation_disabled, active_env_knobs, emulation_from_env
+from .env import DISABLE_HINT, activation_disabled, active_env_knobs, emulation_from_env, knobs_to_apply
 from .errors import KnobsError
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -340,7 +340,7 @@ def _env() -> dict[str, Any]:
         if any(raw.strip() for var, raw in variables.items()):
             if emulation is not None:
                 plan_emulation(emulation, process_wide=True)
-            plan(knobs, process_wide=True, source="env")
+            plan(knobs_to_apply(knobs), process_wide=True, source="env")
     except KnobsError as err:
         report["error"] = f"{err}; {DISABLE_HINT}"
     except Exception as err:  # noqa: BLE001 - a report, not a crash: said as the error of this setup

@@ -127,33 +127,41 @@ def _start_up_checked() -> list[str]:
 _SET_AT_START_UP: dict[str, str] = {}
 
 
-def _kept_by_user(knobs: Knobs) -> Knobs:
-    """``knobs`` without the settings whose variable the environment already sets to another value (``TORCH_CUDNN_
-    SDPA_AVOID_RECOMPILE=0`` beside ``INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE=1``): :func:`start_up` reported it
-    as left as it is, so activation leaves it too."""
+def knobs_to_apply(knobs: Knobs) -> Knobs:
+    """``knobs`` as activation applies them: without a setting whose torch variable the environment already sets
+    to another value (``TORCH_CUDNN_SDPA_AVOID_RECOMPILE=0`` beside ``INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE=1``),
+    which :func:`start_up` reports as left as it is.  A knob the installed torch lacks stays, for the activation to
+    refuse.  Imports torch."""
     from .core import torch_compat
     from .core.changes import SETTINGS
 
     patches = torch_compat.installed(strict=False)
+    release = torch_compat.release_of(torch_version())
     dropped: set[str] = set()
     for key, setting in SETTINGS.items():
         value = getattr(knobs, key)
-        if setting.env_var is None or value is None or setting.env_var in _SET_AT_START_UP:
+        if setting.env_var is None or value is None or not KNOBS[key].on(release):
             continue
         if setting.state(patches) is not None and not setting.matches(patches, setting.value(patches), value):
             dropped.add(key)
     return Knobs(**{name: value for name, value in knobs.to_dict().items() if name not in dropped}) if dropped else knobs
 
 
-def _take_back_start_up() -> None:
-    """Unset what :func:`start_up` set, where it still holds what start-up wrote (activation failed)."""
-    from .core.changes import release_env
+def _take_back_start_up(knobs: Knobs, environ: Mapping[str, str] | None) -> None:
+    """Unset what :func:`start_up` set for ``knobs`` (an activation of the process's own variables failed), where
+    start-up alone holds it (no live block set it since) and it still holds what start-up wrote."""
+    from .core.changes import SETTINGS, env_held_only_by, release_env
 
-    for var, written in list(_SET_AT_START_UP.items()):
-        if os.environ.get(var) == written:
+    if environ is not None and environ is not os.environ:
+        return  # another mapping's failure says nothing of the process's own variables
+    for key, setting in SETTINGS.items():
+        var = setting.env_var
+        if var is None or getattr(knobs, key) is None or var not in _SET_AT_START_UP:
+            continue
+        if env_held_only_by(var, start_up) and os.environ.get(var) == _SET_AT_START_UP[var]:
             os.environ.pop(var, None)
-        release_env(var, start_up)
-        _SET_AT_START_UP.pop(var, None)
+            release_env(var, start_up)
+            _SET_AT_START_UP.pop(var, None)
 
 
 def _named(err: KnobsError, environ: Mapping[str, str] | None) -> KnobsError:
@@ -185,6 +193,7 @@ def activate_from_env(environ: Mapping[str, str] | None = None) -> Knobs | None:
     knobs = env_knobs(environ)
     if knobs is None:
         return None
+    knobs = knobs_to_apply(knobs)  # what is applied is what is returned and compared
     emulation = _hinted(emulation_from_env, environ)
     stale = _stale_caches_message("activate_from_env()")
     if stale is not None:
@@ -214,12 +223,12 @@ def _apply(knobs: Knobs, emulation: EmulationSpec | None, environ: Mapping[str, 
         from .emulation.block import plan_emulation
 
         changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
-        return apply_all(changes + plan(_kept_by_user(knobs), process_wide=True, source="env"))
+        return apply_all(changes + plan(knobs, process_wide=True, source="env"))
     except KnobsError as err:
-        _take_back_start_up()
+        _take_back_start_up(knobs, environ)
         raise _named(err, environ) from None
     except BaseException:
-        _take_back_start_up()
+        _take_back_start_up(knobs, environ)
         raise
     finally:
         _activating = False

@@ -379,3 +379,31 @@ def test_a_preset_lies_under_the_explicit_variables_per_config_key(env_active, c
 def test_json_torch_cannot_take_is_an_invalid_value_naming_the_variable(variable, raw):
     with pytest.raises(InvalidKnobValue, match=variable):
         ik.Knobs.from_env({variable: raw})
+
+
+def test_a_failed_trial_activation_of_another_mapping_leaves_start_ups_variable(env_active, monkeypatch):
+    from inductor_knobs import env as env_mod
+
+    if not KNOBS["cudnn_sdpa_avoid_recompile"].on(".".join(torch.__version__.split(".")[:2])):
+        pytest.skip(f"torch {torch.__version__} has no cudnn_sdpa_avoid_recompile")
+    for name in [v for v in os.environ if v.startswith("INDUCTOR_KNOBS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", raising=False)
+    monkeypatch.setenv(AVOID, "1")
+    assert env_mod.start_up() == [] and os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "1"
+    with pytest.raises(InvalidKnobValue, match="INDUCTOR_KNOBS_CONFIG"):
+        ik.activate_from_env({"INDUCTOR_KNOBS_CONFIG": '{"max_autotune": "yes"}'})
+    assert os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "1"  # the process's own variables still ask for it
+    monkeypatch.setenv("INDUCTOR_KNOBS_CONFIG", '{"max_autotune": "yes"}')
+    with pytest.raises(InvalidKnobValue, match="INDUCTOR_KNOBS_CONFIG"):
+        ik.activate_from_env()  # the process's own variables fail: start-up's variable is taken back
+    assert "TORCH_CUDNN_SDPA_AVOID_RECOMPILE" not in os.environ
+
+
+def test_activation_returns_the_knobs_it_applied_without_a_setting_the_user_set_otherwise(env_active, monkeypatch):
+    if not KNOBS["cudnn_sdpa_avoid_recompile"].on(".".join(torch.__version__.split(".")[:2])):
+        pytest.skip(f"torch {torch.__version__} has no cudnn_sdpa_avoid_recompile")
+    monkeypatch.setenv("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", "0")
+    knobs = ik.activate_from_env({AVOID: "1", "INDUCTOR_KNOBS_MAX_AUTOTUNE": "1"})
+    assert knobs == ik.Knobs(max_autotune=True) and ik.active_env_knobs() == knobs
+    assert os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "0"

@@ -335,6 +335,12 @@ def hold_env(var: str, token: object, found: str | None) -> None:
         _ENV_FOUND.setdefault(var, []).append((token, found))
 
 
+def env_held_only_by(var: str, token: object) -> bool:
+    """Whether :func:`hold_env`'s records of ``var`` are ``token``'s alone (no live block set it since)."""
+    with _ENV_LOCK, SAFE_EXIT:
+        return all(entry[0] is token for entry in _ENV_FOUND.get(var, []))
+
+
 def release_env(var: str, token: object) -> None:
     """Forget :func:`hold_env`'s record of ``token`` (idempotent)."""
     with _ENV_LOCK, SAFE_EXIT:
