@@ -338,10 +338,9 @@ def test_a_knob_the_installed_torch_lacks_is_said_at_start_naming_the_release(mo
     assert "torch 2.15 or newer" in lines[0] and torch.__version__ in lines[0], lines
 
 
-def test_an_activation_torch_refuses_names_the_variables_and_takes_back_what_start_up_set(env_active, monkeypatch, cfg):
-    """A value only the installed torch can judge (a config value of the wrong type) fails the activation's plan:
-    the error names the variables and the way out, nothing is applied, and the torch variable start-up set (the
-    one torch reads once per process) is unset again."""
+@pytest.fixture
+def avoid_recompile_at_start_up(monkeypatch):
+    """Only ``INDUCTOR_KNOBS_CUDNN_SDPA_AVOID_RECOMPILE=1`` set, and start-up run: it exports the torch variable."""
     from inductor_knobs import env as env_mod
 
     if not KNOBS["cudnn_sdpa_avoid_recompile"].on(".".join(torch.__version__.split(".")[:2])):
@@ -350,8 +349,16 @@ def test_an_activation_torch_refuses_names_the_variables_and_takes_back_what_sta
         monkeypatch.delenv(name)
     monkeypatch.delenv("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", raising=False)
     monkeypatch.setenv(AVOID, "1")
-    monkeypatch.setenv("INDUCTOR_KNOBS_CONFIG", '{"max_autotune": "yes"}')
     assert env_mod.start_up() == [] and os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "1"
+
+
+def test_an_activation_torch_refuses_names_the_variables_and_takes_back_what_start_up_set(
+    env_active, avoid_recompile_at_start_up, monkeypatch, cfg
+):
+    """A value only the installed torch can judge (a config value of the wrong type) fails the activation's plan:
+    the error names the variables and the way out, nothing is applied, and the torch variable start-up set (the
+    one torch reads once per process) is unset again."""
+    monkeypatch.setenv("INDUCTOR_KNOBS_CONFIG", '{"max_autotune": "yes"}')
     with pytest.raises(InvalidKnobValue, match=r"max_autotune='yes'.*from INDUCTOR_KNOBS_CONFIG, " + AVOID + r"\).*DISABLE=1"):
         ik.activate_from_env()
     assert "TORCH_CUDNN_SDPA_AVOID_RECOMPILE" not in os.environ
@@ -381,16 +388,9 @@ def test_json_torch_cannot_take_is_an_invalid_value_naming_the_variable(variable
         ik.Knobs.from_env({variable: raw})
 
 
-def test_a_failed_trial_activation_of_another_mapping_leaves_start_ups_variable(env_active, monkeypatch):
-    from inductor_knobs import env as env_mod
-
-    if not KNOBS["cudnn_sdpa_avoid_recompile"].on(".".join(torch.__version__.split(".")[:2])):
-        pytest.skip(f"torch {torch.__version__} has no cudnn_sdpa_avoid_recompile")
-    for name in [v for v in os.environ if v.startswith("INDUCTOR_KNOBS_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.delenv("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", raising=False)
-    monkeypatch.setenv(AVOID, "1")
-    assert env_mod.start_up() == [] and os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "1"
+def test_a_failed_trial_activation_of_another_mapping_leaves_start_ups_variable(
+    env_active, avoid_recompile_at_start_up, monkeypatch
+):
     with pytest.raises(InvalidKnobValue, match="INDUCTOR_KNOBS_CONFIG"):
         ik.activate_from_env({"INDUCTOR_KNOBS_CONFIG": '{"max_autotune": "yes"}'})
     assert os.environ["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "1"  # the process's own variables still ask for it
