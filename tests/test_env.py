@@ -380,8 +380,12 @@ def test_a_preset_lies_under_the_explicit_variables_per_config_key(env_active, c
         ("INDUCTOR_KNOBS_CONFIG", "[" * 100_000),  # deeper than the JSON decoder recurses
         ("INDUCTOR_KNOBS_CUDAGRAPH_CAPTURE_SIZES", "[" * 100_000),
         ("INDUCTOR_KNOBS_CONFIG", '{"cpu_gpu_bw": NaN}'),  # NaN never reads back as set
+        ("INDUCTOR_KNOBS_CONFIG", '{"max_autotune": true, "max_autotune": false}'),  # which one was meant?
+        ("INDUCTOR_KNOBS_CONFIG", '{"max-autotune": true, "max_autotune": false}'),  # one key, two spellings
+        ("INDUCTOR_KNOBS_MIN_SMS", "\uff14\uff10"),  # full-width digits, which int() takes
+        ("INDUCTOR_KNOBS_MIN_SMS", "4_0"),
     ],
-    ids=["huge-int", "deep-config", "deep-sizes", "nan"],
+    ids=["huge-int", "deep-config", "deep-sizes", "nan", "duplicate-key", "aliased-key", "full-width", "underscore"],
 )
 def test_json_torch_cannot_take_is_an_invalid_value_naming_the_variable(variable, raw):
     with pytest.raises(InvalidKnobValue, match=variable):

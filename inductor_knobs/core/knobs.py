@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -219,17 +220,27 @@ def _parse_text(var: str, raw: str) -> str:
 
 def _int_parser(allowed: str) -> Callable[[str, str], int]:
     def parse(var: str, raw: str) -> int:
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise fail(var, raw, allowed) from None
+        text = raw.strip()
+        if not re.fullmatch(r"[+-]?[0-9]+", text):  # int() would also take "4_0" and other scripts' digits
+            raise fail(var, raw, allowed)
+        return int(text)
 
     return parse
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"a key given twice: {sorted({key for key in keys if keys.count(key) > 1})}")
+    return dict(pairs)
+
+
 def _parse_json(var: str, raw: str) -> Any:
     try:
-        return json.loads(raw.strip())
+        value = json.loads(raw.strip(), object_pairs_hook=_unique_keys)
+        if isinstance(value, dict) and len({config_key(key) for key in value}) != len(value):
+            raise ValueError("a config key given twice, spelled with '-' and with '_'")
+        return value
     except (ValueError, RecursionError) as err:  # JSONDecodeError, an int past Python's digit limit, deep nesting
         raise fail(var, raw, f'a JSON object such as {{"epilogue_fusion": false}} ({type(err).__name__}: {err})') from None
 
