@@ -21,7 +21,15 @@ from .core.changes import foreign_setattr
 from .core.cutlass import describe as describe_cutlass
 from .core.gate import original_gate
 from .core.knobs import ENV_PREFIX, KNOBS, Config, Knobs, knob_config
-from .env import DISABLE_HINT, activation_disabled, active_env_knobs, emulation_from_env, knobs_to_apply
+from .env import (
+    DISABLE_HINT,
+    activation_disabled,
+    activation_plan,
+    active_env_knobs,
+    emulation_from_env,
+    env_requests_knobs,
+    knobs_to_apply,
+)
 from .errors import KnobsError
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -324,9 +332,6 @@ def _sm_gate(version: str, gpus: list[dict[str, Any]]) -> dict[str, Any]:
 def _env() -> dict[str, Any]:
     """The variables, what they resolve to, and the error the first compile's activation would raise: parsed, then
     planned as activation plans them (``plan(..., process_wide=True)``, emulation's too), nothing applied."""
-    from .core.plan import plan
-    from .emulation.block import plan_emulation
-
     variables = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
     active = active_env_knobs()
     report: dict[str, Any] = {"variables": variables, "resolved": None, "error": None, "disabled": activation_disabled()}
@@ -337,10 +342,8 @@ def _env() -> dict[str, Any]:
         knobs = Knobs.from_env()
         report["resolved"] = knobs.to_dict()
         emulation = emulation_from_env()
-        if any(raw.strip() for var, raw in variables.items()):
-            if emulation is not None:
-                plan_emulation(emulation, process_wide=True)
-            plan(knobs_to_apply(knobs), process_wide=True, source="env")
+        if env_requests_knobs():
+            activation_plan(knobs_to_apply(knobs), emulation)
     except KnobsError as err:
         report["error"] = f"{err}; {DISABLE_HINT}"
     except Exception as err:  # noqa: BLE001 - a report, not a crash: said as the error of this setup

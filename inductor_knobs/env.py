@@ -13,7 +13,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .core.knobs import EMULATE_SHARED_MEMORY_VAR, EMULATE_SMS_VAR, ENV_PREFIX, KNOBS, Knobs
 from .core.undo import SAFE_EXIT
@@ -107,20 +107,36 @@ def _start_up_checked() -> list[str]:
             )
     if lines:
         return lines
+    kept = _set_otherwise(knobs, patches, release)
     for key, setting in SETTINGS.items():
         value = getattr(knobs, key)
         if setting.env_var is None or value is None or not KNOBS[key].on(release):
             continue
-        if setting.state(patches) is None:
+        if key in kept:
+            lines.append(
+                f"{ENV_PREFIX}{key.upper()} asks for {key}={value!r}, but {setting.env_var}="
+                f"{kept[key]!r} is set in the environment: left as it is (unset one of the two)"
+            )
+        elif setting.state(patches) is None:
             setting.set(patches, value)
             hold_env(setting.env_var, start_up, None)  # the outermost find: unset
             _SET_AT_START_UP[setting.env_var] = str(os.environ.get(setting.env_var))
-        elif not setting.matches(patches, setting.value(patches), value):
-            lines.append(
-                f"{ENV_PREFIX}{key.upper()} asks for {key}={value!r}, but {setting.env_var}="
-                f"{setting.state(patches)!r} is set in the environment: left as it is (unset one of the two)"
-            )
     return lines
+
+
+def _set_otherwise(knobs: Knobs, patches: Any, release: str) -> dict[str, Any]:
+    """The settings of ``knobs`` (on ``release``) whose torch variable the environment sets to another value than
+    the knob asks, with that variable's state: start-up reports them and leaves them, and activation leaves them."""
+    from .core.changes import SETTINGS
+
+    found = {}
+    for key, setting in SETTINGS.items():
+        value = getattr(knobs, key)
+        if setting.env_var is None or value is None or not KNOBS[key].on(release):
+            continue
+        if setting.state(patches) is not None and not setting.matches(patches, setting.value(patches), value):
+            found[key] = setting.state(patches)
+    return found
 
 
 #: The variables :func:`start_up` set (variable -> the value it wrote); an activation that fails takes them back.
@@ -133,18 +149,25 @@ def knobs_to_apply(knobs: Knobs) -> Knobs:
     which :func:`start_up` reports as left as it is.  A knob the installed torch lacks stays, for the activation to
     refuse.  Imports torch."""
     from .core import torch_compat
-    from .core.changes import SETTINGS
 
     patches = torch_compat.installed(strict=False)
-    release = torch_compat.release_of(torch_version())
-    dropped: set[str] = set()
-    for key, setting in SETTINGS.items():
-        value = getattr(knobs, key)
-        if setting.env_var is None or value is None or not KNOBS[key].on(release):
-            continue
-        if setting.state(patches) is not None and not setting.matches(patches, setting.value(patches), value):
-            dropped.add(key)
+    dropped = _set_otherwise(knobs, patches, torch_compat.release_of(torch_version()))
     return Knobs(**{name: value for name, value in knobs.to_dict().items() if name not in dropped}) if dropped else knobs
+
+
+def activation_plan(knobs: Knobs, emulation: EmulationSpec | None) -> list[Any]:
+    """The changes activation applies for ``knobs`` (as :func:`knobs_to_apply` leaves them) and ``emulation``,
+    process-wide, in apply order; validated, nothing changed.  ``inductor-knobs doctor`` plans the variables so.
+
+    Raises:
+        KnobsError: what the first compile's activation would raise (a key or value torch refuses, a knob this torch
+            lacks, emulation without a GPU).
+    """
+    from .core.plan import plan
+    from .emulation.block import plan_emulation
+
+    changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
+    return changes + plan(knobs, process_wide=True, source="env")
 
 
 def _take_back_start_up(knobs: Knobs, environ: Mapping[str, str] | None) -> None:
@@ -165,10 +188,12 @@ def _take_back_start_up(knobs: Knobs, environ: Mapping[str, str] | None) -> None
 
 
 def _named(err: KnobsError, environ: Mapping[str, str] | None) -> KnobsError:
-    """``err``, raised while planning or applying the variables' knobs, with the variables set and the way out."""
+    """``err``, raised while planning or applying the variables' knobs, its message naming the variables set and the
+    way out (the same object: its type and attributes stay)."""
     env = os.environ if environ is None else environ
     names = sorted(var for var, raw in env.items() if var.startswith(ENV_PREFIX) and var != DISABLE_VAR and raw.strip())
-    return type(err)(f"{err} (from {', '.join(names)}); {DISABLE_HINT}")
+    err.args = (f"{err} (from {', '.join(names)}); {DISABLE_HINT}", *err.args[1:])
+    return err
 
 
 def _hinted(read: Callable[[Mapping[str, str] | None], _T], environ: Mapping[str, str] | None) -> _T:
@@ -218,12 +243,9 @@ def _apply(knobs: Knobs, emulation: EmulationSpec | None, environ: Mapping[str, 
     global _activating
     _activating = True
     try:
-        from .core.plan import plan
         from .core.undo import apply_all
-        from .emulation.block import plan_emulation
 
-        changes = plan_emulation(emulation, process_wide=True)[0] if emulation else []
-        return apply_all(changes + plan(knobs, process_wide=True, source="env"))
+        return apply_all(activation_plan(knobs, emulation))
     except KnobsError as err:
         _take_back_start_up(knobs, environ)
         raise _named(err, environ) from None

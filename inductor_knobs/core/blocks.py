@@ -288,25 +288,21 @@ def _unwind(frame: _Frame) -> None:
             above.suspended = above.life.alive
     for above in reversed(stack):  # their undos left, innermost first (all of them on the first run)
         if above.suspended and above.applied:
-            _collect(errors, above.applied)
-    _collect(errors, frame.applied)
+            _collect(errors, revert_all, above.applied)
+    _collect(errors, revert_all, frame.applied)
     _LIVE.pop(id(frame), None)  # every revert ran: the frame leaves the stack, whatever a revert raised
     stack = tuple(f for f in _FRAMES.get() if f is not frame)
     _FRAMES.set(stack)
     if any(above.suspended for above in stack):
-        _collect(errors, None)
+        _collect(errors, _reapply_suspended)
     if errors:
         raise errors[0]
 
 
-def _collect(errors: list[Exception], undos: list[Undo] | None) -> None:
-    """Revert ``undos`` (None: apply the suspended blocks again), adding an ``Exception`` to ``errors`` (an interrupt
-    propagates)."""
+def _collect(errors: list[Exception], step: Callable[..., None], *args: Any) -> None:
+    """Run ``step(*args)``, adding an ``Exception`` it raises to ``errors`` (an interrupt propagates)."""
     try:
-        if undos is None:
-            _reapply_suspended()
-        else:
-            revert_all(undos)
+        step(*args)
     except Exception as err:  # noqa: BLE001 - raised by the caller once every step ran
         errors.append(err)
 

@@ -60,7 +60,7 @@ class _Depth(threading.local):
 _DEPTH = _Depth()
 _HOLDERS_PATCHES: list[TorchPatches | None] = [None]  # the latest holder's patch module
 _PENDING: list[BaseException] = []  # a bad INDUCTOR_KNOBS_* from the startup hook, raised once
-_PENDING_HOLDERS: list[Any] = []  # their holds on the interception, for the process's life
+_PENDING_HOLDERS: list[InterceptionUse] = []  # their holds on the interception, for the process's life
 
 
 def raise_at_first_compile(err: BaseException, patches: TorchPatches) -> None:
