@@ -35,7 +35,9 @@ timing ``triton.testing.do_bench`` of a call, the order reversed every other rou
 build's own tuning, or its absence, costs the served kernels.  ``--also-build KEY=VALUE`` (repeatable) then builds
 one more bundle in the same process with those options instead of ``--build-option``'s (on the caches the builds
 before it filled: its build time is not a first build's), and it joins the timing as ``also``: two builds' kernels
-against one warm-up, side by side.
+against one warm-up, side by side.  ``--without-descent-fix`` leaves out the package's fix that keeps a compile
+worker's cached coordinate-descent winner (``patches/fixes.py``): its second build then tunes again what the first
+cached.  ``--keep-sources`` copies every kernel source the warm-up and the first build generated under ``sources/``.
 
 Writes ``aot_build.json``, ``aot_build-profile-<n>.txt`` (with the callers of the waits on child processes and
 locks), ``aot_build-<n>.prof`` (``pstats``) and, under ``new-kernels/``, up to 20 kernel sources that the
@@ -318,6 +320,16 @@ def main() -> int:
         "--also-build", action="append", default=[], help="KEY=VALUE: one more build with these options, timed beside"
     )
     parser.add_argument(
+        "--without-descent-fix",
+        action="store_true",
+        help="leave out the package's fix that keeps a compile worker's cached coordinate-descent winner",
+    )
+    parser.add_argument(
+        "--keep-sources",
+        action="store_true",
+        help="copy every kernel source the warm-up and the first build generated under sources/ (warm-up/, build/)",
+    )
+    parser.add_argument(
         "--probe-isa-beside",
         action="store_true",
         help="probe the CPU's vector ISAs on a thread beside the first build (what starting them early could save)",
@@ -334,6 +346,13 @@ def main() -> int:
 
     import inductor_knobs as ik
 
+    if args.without_descent_fix:  # the A/B arm: the package's other torch fixes stay
+        from inductor_knobs.core import torch_compat
+
+        type(torch_compat.installed()).coordesc_pickle_fix_by_release = {"2.0": False}
+        result_note = "without the fix that keeps cached coordinate-descent winners"
+    else:
+        result_note = "as the package builds"
     real.DEVICE = args.device
     net = real.build(args.model)
     buckets = cold_start.bucket_sizes(ik, args.device)
@@ -342,6 +361,7 @@ def main() -> int:
         return real.make_inputs(args.model, n, buckets, n)
 
     result: dict = {"model": args.model, "device": args.device, "torch": torch.__version__, "buckets": list(buckets)}
+    result["arm"] = result_note
     result["build_options"] = {key: repr(value) for key, value in options.items()}
     also = dict(literal(text) for text in args.also_build) if args.also_build else None
     if also is not None:
@@ -385,6 +405,13 @@ def main() -> int:
                 result["bundle_vs_warm_up_ms"] = {"error": f"{type(err).__name__}: {err}"}
             print(json.dumps(result["bundle_vs_warm_up_ms"]), flush=True)
     result["new_kernels"] = write_diffs(inductor_cache, builds[0]["_had_sources"], builds[0]["_new_sources"], out)
+    if args.keep_sources:  # every kernel module (wrappers left out), the warm-up's and the first build's apart
+        every = sources(inductor_cache)
+        for folder, names in (("warm-up", builds[0]["_had_sources"]), ("build", builds[0]["_new_sources"])):
+            (out / "sources" / folder).mkdir(parents=True, exist_ok=True)
+            for name in names:
+                if kernel_names(every[name]):
+                    (out / "sources" / folder / name).write_text(every[name].read_text(errors="replace"))
     for build in builds:
         del build["_new_sources"], build["_had_sources"]
     result["builds"] = builds

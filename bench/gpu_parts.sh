@@ -60,6 +60,10 @@
 #                                              #   (KEY=VALUE words) one more bundle so built, its kernels and the first's
 #                                              #   timed against the warm-up's side by side ($ROUNDS rounds, 3); then the
 #                                              #   CPU tests in $TESTS (none) on this host's torch
+#   OUT=/tmp/out bash bench/gpu_parts.sh o   # one-GPU node: bench/aot_build.py for the Llama as built (coordinate
+#                                              #   descent on), $BUILDS builds (2), $ROUNDS rounds (3), the kernel
+#                                              #   sources kept, into aot_one/; then the same --without-descent-fix
+#                                              #   (the package's fix of cached descent winners off) into aot_without/
 #   OUT=/tmp/out bash bench/gpu_parts.sh v   # 4-GPU host, two lanes at once: bench/aot_build.py for the Llama as built
 #                                              #   (GPU 0) and with --build-option coordinate_descent_tuning=False (GPU 1)
 #   OUT=/tmp/out bash bench/gpu_parts.sh s   # one-GPU node: the main job $MAIN_RUNS times (default 1, timed), then
@@ -338,6 +342,16 @@ n)
     fi
     grep -E '^(build 1|\{"warm_up)' "$OUT/aot_one.log"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['warm_up_s']); [print(b['wall_s'], b['steps'], json.dumps(b['child_processes']['by_program'])) for b in d['builds']]" "$OUT/aot_one/aot_build.json" 2>&1 | cut -c1-700
+    ;;
+o)
+    for arm in aot_one aot_without; do
+        flags=(--keep-sources)
+        [ "$arm" = aot_without ] && flags=(--without-descent-fix)
+        timeout -k 10 "${AOT_TIMEOUT_S:-270}" python3 bench/aot_build.py --out "$OUT/$arm" --builds "${BUILDS:-2}" \
+            --rounds "${ROUNDS:-3}" "${flags[@]}" >"$OUT/$arm.log" 2>&1
+        done_at "$arm" $?
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['arm'], d['warm_up_s']); [print(b['wall_s'], b['steps'], b['new_autotune_entries'], b['recorder']['cold'][1:], b['torch_phases_s'].get('CachingAutotuner.coordinate_descent_tuning')) for b in d['builds']]; print(d.get('bundle_vs_warm_up_ms'))" "$OUT/$arm/aot_build.json" 2>&1 | cut -c1-900
+    done
     ;;
 z)
     (CUDA_VISIBLE_DEVICES=0 taskset -c "$(lane 0)" timeout -k 10 300 python3 bench/isa_probe.py --out "$OUT/isa" \

@@ -15,6 +15,15 @@ Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.servi
   (:func:`vec_isa_probe`) loads torch's own libraries by path, then the probe, and imports torch only where that
   fails, so the verdict is the older check's (``bench/isa_probe.py`` compares the loads per probe).  2.5-2.12
   (2.4 keeps ``VecISA`` in ``codecache.py`` and is left as it is); Linux wheels (elsewhere the child imports torch).
+- A coordinate-descent winner read in a compile worker is tuned again in the parent (no release fixes it; 2.8.0,
+  2.10.0, 2.11.0, 2.13.0 and 2.15.0 checked).  The worker's ``check_autotune_cache`` returns the cached winner with
+  ``found_by_coordesc`` set on the ``triton.Config`` (``runtime/autotune_cache.py:_load_cached_autotuning``), and
+  ``_worker_compile_triton`` (``runtime/compile_tasks.py``, 2.11.0 :54) pickles the kernel back with its
+  ``TritonCompileResult.config``.  Triton's ``Config.__setstate__`` (3.x, ``triton/runtime/autotuner.py``) restores
+  only Triton's own fields, so the parent's ``CachingAutotuner.run`` (2.11.0 :1450) sees no ``found_by_coordesc``
+  and runs the descent again from the winner: 9 kernels, 9.7-14.3 s, of a second AOT build of the Llama whose
+  every entry was cached (H200, 2.11.0).  The fix (:func:`keep_found_by_coordesc`) wraps ``Config.__setstate__`` to
+  restore that attribute where the pickled state has it.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ RECHECK_PATH = "torch._inductor.runtime.triton_heuristics:CachingAutotuner.reche
 #: The probe child's script (for :func:`inductor_knobs.core.patching.replace_attribute`); its text in 2.4-2.12.
 VEC_ISA_PROBE_PATH = "torch._inductor.cpu_vec_isa:VecISA._avx_py_load"
 VEC_ISA_PROBE_BEFORE = '\nimport torch\nfrom ctypes import cdll\ncdll.LoadLibrary("__lib_path__")\n'
+#: Triton's ``Config.__setstate__`` (Triton 3.x; ``triton.Config`` is this class).
+CONFIG_SETSTATE_PATH = "triton.runtime.autotuner:Config.__setstate__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +59,8 @@ class TorchFixes:
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]]
     #: Per minor release: whether each vector-ISA probe's child imports torch (2.13's fix).
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]]
+    #: Per minor release: whether compile workers pickle kernels back, losing ``found_by_coordesc``.
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]]
 
     def fixes(self, release: str) -> tuple[tuple[str, Any], ...]:
         """The fixes torch ``release`` (``"2.11"``) needs: ``(module:Class.attr path, fix)`` pairs, the fix a wrapt
@@ -59,6 +72,8 @@ class TorchFixes:
         if by_release(self.vec_isa_probe_fix_by_release, release):
             lib = os.path.join(os.path.dirname(sys.modules["torch"].__file__ or ""), "lib")
             found.append((VEC_ISA_PROBE_PATH, Replacement(vec_isa_probe(lib), VEC_ISA_PROBE_BEFORE)))
+        if by_release(self.coordesc_pickle_fix_by_release, release):
+            found.append((CONFIG_SETSTATE_PATH, keep_found_by_coordesc))
         return tuple(found)
 
 
@@ -104,3 +119,13 @@ def recheck_autotune_cache(wrapped: Any, instance: Any, args: tuple[Any, ...], k
         if instance.fn.fn is None:
             instance.fn = reload_kernel_from_src().fn
         instance.compile_results = [instance._precompile_config(best)]
+
+
+def keep_found_by_coordesc(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Triton's ``Config.__setstate__``, then Inductor's ``found_by_coordesc`` put back where the pickled state has
+    it (a wrapt wrapper): a compile worker's cached coordinate-descent winner stays one in the parent."""
+    result = wrapped(*args, **kwargs)
+    state = args[0] if args else kwargs.get("state")
+    if isinstance(state, dict) and state.get("found_by_coordesc"):
+        instance.found_by_coordesc = True
+    return result

@@ -42,6 +42,7 @@ class Torch212(Torch28):
     nvgemm_modules_by_release: ClassVar[dict[str, tuple[str, ...]]] = {r: ("cutlass", "cutlass_api") for r in ("2.12", "2.13")}
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # pytorch#173391: see fixes
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": True, "2.13": False}  # pytorch#140970: see fixes
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]] = {"2.12": True, "2.13": True}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.12": False, "2.13": False}  # see hooks.py
     aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.12": True, "2.13": True}  # see aot_headers.py
 

@@ -35,6 +35,7 @@ class Torch214(Torch212):
     green_context_api: ClassVar[str | None] = "constructor"
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": False}
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]] = {"2.14": True}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.14": False}  # see hooks.py
     aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.14": True}  # see aot_headers.py
     emulation_capture_config: ClassVar[tuple[tuple[str, Any], ...]] = (

@@ -37,6 +37,7 @@ class Torch215(Torch214):
     green_context_api: ClassVar[str | None] = "constructor+sm_count"
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": False}
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]] = {"2.15": True}
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.15": False}  # see hooks.py
     aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.15": True}  # see aot_headers.py
 

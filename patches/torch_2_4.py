@@ -66,6 +66,7 @@ class TorchPatches(
     recompile_limit_key: ClassVar[str] = "cache_size_limit"
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": True}  # pytorch#140970: see fixes
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}  # not checked
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.4": True, "2.5": True}  # see hooks.py
     aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.4": False, "2.5": False}  # no AOT packages
 

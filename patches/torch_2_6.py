@@ -45,6 +45,7 @@ class Torch26(TorchPatches):
     reasons_after_start_callbacks: ClassVar[bool] = False  # convert_frame.py:891, callbacks from :986
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.6": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.6": True}
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]] = {"2.6": False}  # not checked
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.6": True}  # see hooks.py
     aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.6": False}  # not checked
     recompile_stance: ClassVar[str | None] = "fail_on_recompile"  # torch.compiler.set_stance (patches/native_floors.py)

@@ -41,6 +41,7 @@ class Torch27(Torch26):
     has_aot_packages: ClassVar[bool] = True
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": False}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": True}
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]] = {"2.7": False}  # not checked
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.7": True}  # see hooks.py
     aot_headers_by_release: ClassVar[dict[str, bool]] = {"2.7": False}  # not checked
     #: ``_inductor/utils.py:get_max_num_sms`` (:1258, lru_cached) sizes ``NUM_SMS`` from 2.7.

@@ -73,6 +73,7 @@ class Torch28(Torch27):
     #: pytorch#172819: see :mod:`.fixes`.
     coordesc_recheck_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
     vec_isa_probe_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
+    coordesc_pickle_fix_by_release: ClassVar[dict[str, bool]] = {r: True for r in ("2.8", "2.9", "2.10", "2.11")}
     # Inductor warms its compile-worker pool at import in 2.8, at the first compile from 2.9 (hooks.py).
     compile_pool_at_import_by_release: ClassVar[dict[str, bool]] = {"2.8": True, "2.9": False, "2.10": False, "2.11": False}
     #: 2.9.0 has no ``use_mmap_weights_external``; 2.8 not checked (see aot_headers.py).

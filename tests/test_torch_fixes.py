@@ -37,14 +37,17 @@ def _paths(patches, release: str) -> list[str]:
 def test_each_fix_is_declared_for_exactly_the_releases_that_have_the_bug():
     # recheck: 2.8.0-2.11.0 wheels ``len(cached_configs) == 1 and len(configs) > 1``; 2.12.0, 2.14.1 fixed.
     # probe: ``import torch`` in the child's script in 2.4-2.12.1; 2.13.0 ``cpu_vec_isa.py:90`` without it.
+    # pickle: the compile worker pickles its kernel back in 2.8.0, 2.10.0, 2.11.0, 2.13.0 and 2.15.0, unfixed.
     recheck, probe = _fixes.RECHECK_PATH, _fixes.VEC_ISA_PROBE_PATH
+    carried = [_fixes.CONFIG_SETSTATE_PATH]
     for release in ("2.8", "2.9", "2.10", "2.11"):
-        assert _paths(T28, release) == [recheck, probe]
+        assert _paths(T28, release) == [recheck, probe, *carried]
         assert T28.fixes(release)[0][1] is _fixes.recheck_autotune_cache
-    for patches, release in ((T24, "2.5"), (T212, "2.12")):
-        assert _paths(patches, release) == [probe]
-    for patches, release in ((T24, "2.4"), (T212, "2.13"), (T215, "2.15")):  # 2.4: VecISA in codecache.py
-        assert patches.fixes(release) == ()
+    assert _paths(T24, "2.5") == [probe]
+    assert _paths(T212, "2.12") == [probe, *carried]
+    assert _paths(T24, "2.4") == []  # 2.4: VecISA in codecache.py
+    for patches, release in ((T212, "2.13"), (T215, "2.15")):
+        assert _paths(patches, release) == carried
 
 
 @pytest.fixture
@@ -222,9 +225,10 @@ def test_warmup_holds_the_fix_during_its_calls_and_leaves_torch_as_it_was(claims
     assert Autotuner.__dict__["recheck_autotune_cache"] is original
 
 
-def test_on_a_torch_without_the_bug_nothing_is_installed():
+def test_on_a_torch_without_the_recheck_bug_its_method_is_left_alone():
     torch_fixes._steps.cache_clear()
-    if torch_compat.installed(strict=False).fixes(torch_compat.release_of(torch.__version__)):
+    fixes = dict(torch_compat.installed(strict=False).fixes(torch_compat.release_of(torch.__version__)))
+    if _fixes.RECHECK_PATH in fixes:
         pytest.skip(f"torch {torch.__version__} needs the fix")
     original = Autotuner.__dict__.get("recheck_autotune_cache")  # None where torch has none (2.4)
     with torch_fixes.torch_fixes():
@@ -337,3 +341,51 @@ def test_replace_attribute_keeps_a_staticmethod_and_a_classmethod_as_they_were()
         assert Base().f(1) == 1 and Child.g() == "Child"
     finally:
         del sys.modules[module.__name__]
+
+
+class Config:
+    """As ``triton.runtime.autotuner.Config`` (Triton 3.x): its ``__setstate__`` restores only its own fields."""
+
+    def __init__(self, kwargs):
+        self.kwargs = kwargs
+
+    def __setstate__(self, state):
+        self.kwargs = state.get("kwargs", {})
+
+
+def test_a_pickled_config_keeps_found_by_coordesc_through_a_setstate_that_drops_it():
+    # the compile worker pickles the cached winner back: Inductor's mark was lost on the way to the parent
+    import pickle
+
+    import wrapt
+
+    marked, plain = Config({"XBLOCK": 64}), Config({"XBLOCK": 32})
+    marked.found_by_coordesc = True
+    wrapped = Config.__dict__["__setstate__"]
+    for fixed in (False, True):
+        Config.__setstate__ = wrapt.FunctionWrapper(wrapped, _fixes.keep_found_by_coordesc) if fixed else wrapped
+        try:
+            back, other = pickle.loads(pickle.dumps(marked)), pickle.loads(pickle.dumps(plain))
+        finally:
+            Config.__setstate__ = wrapped
+        assert back.kwargs == {"XBLOCK": 64} and getattr(back, "found_by_coordesc", False) is fixed
+        assert not hasattr(other, "found_by_coordesc")
+
+
+def test_tritons_own_config_keeps_the_mark_only_while_the_fixes_are_held(monkeypatch):
+    # the real class: Triton 3.x drops the mark in its __setstate__, and the fix puts it back while held
+    import pickle
+
+    triton = pytest.importorskip("triton", reason="the fix wraps triton.Config.__setstate__; Triton is not installed")
+    patches = torch_compat.installed(strict=False)
+    monkeypatch.setattr(type(patches), "coordesc_pickle_fix_by_release", {torch_compat.release_of(torch.__version__): True})
+    torch_fixes._steps.cache_clear()
+    try:
+        config = triton.Config({"XBLOCK": 64}, num_warps=4)
+        config.found_by_coordesc = True
+        with torch_fixes.torch_fixes():
+            assert pickle.loads(pickle.dumps(config)).found_by_coordesc is True
+        outside = pickle.loads(pickle.dumps(config))
+        assert "__setstate__" not in vars(triton.Config) or not getattr(outside, "found_by_coordesc", False)
+    finally:
+        torch_fixes._steps.cache_clear()
