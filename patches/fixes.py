@@ -1,4 +1,4 @@
-"""Bugs of some torch releases that a later release fixed, and the fix inductor_knobs applies while it warms.
+"""Bugs of some torch releases (most fixed in a later release), and the fix inductor_knobs applies while it warms.
 
 Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.serving.torch_fixes` applies the fixes:
 - Coordinate-descent results ignored on a warm cache (pytorch#172819, fixed by pytorch#173391 in 2.12):
@@ -21,9 +21,10 @@ Each era module sets the ``*_fix_by_release`` tables; :mod:`inductor_knobs.servi
   ``_worker_compile_triton`` (``runtime/compile_tasks.py``, 2.11.0 :54) pickles the kernel back with its
   ``TritonCompileResult.config``.  Triton's ``Config.__setstate__`` (3.x, ``triton/runtime/autotuner.py``) restores
   only Triton's own fields, so the parent's ``CachingAutotuner.run`` (2.11.0 :1450) sees no ``found_by_coordesc``
-  and runs the descent again from the winner: 9 kernels, 9.7-14.3 s, of a second AOT build of the Llama whose
-  every entry was cached (H200, 2.11.0).  The fix (:func:`keep_found_by_coordesc`) wraps ``Config.__setstate__`` to
-  restore that attribute where the pickled state has it.
+  and runs the descent again from the winner: 9 kernels, 11.3 s of a 28.8 s second AOT build of the Llama whose
+  every entry was cached (H200, 2.11.0; with the fix no descent and 22.8-24.2 s).  The fix
+  (:func:`keep_found_by_coordesc`) wraps ``Config.__setstate__`` to restore that attribute where the pickled state
+  has it.
 """
 
 from __future__ import annotations

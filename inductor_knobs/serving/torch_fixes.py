@@ -1,9 +1,10 @@
-"""Fixes of torch bugs that a later torch release fixed, held while ``ik.serving.warmup``,
+"""Fixes of torch bugs (most fixed in a later torch release), held while ``ik.serving.warmup``,
 ``ik.serving.load_serving_bundle`` and an AOT build of ``ik.serving.save_serving_bundle`` run.
 
 The installed torch's patches module says which fixes it needs (:mod:`inductor_knobs.patches.fixes`:
-on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again; on 2.5-2.12,
-the CPU vector-ISA probes' children importing torch, seconds apiece, that an AOT bundle's build pays).  They
+on torch 2.8-2.11, the autotune cache's coordinate-descent winners that a warm load tuned again; on 2.8-2.15,
+those a compile worker read and sent back without their mark (fixed in no release yet); on 2.5-2.12, the CPU
+vector-ISA probes' children importing torch, seconds apiece, that an AOT bundle's build pays).  They
 are one :class:`~inductor_knobs.ext.SharedPatch`, installed while any warm-up or bundle load
 holds it and restored by identity after the last one: process-wide while held, as torch's own fixed
 code would be, so a compile on another thread in that window gets the later release's behaviour too.
