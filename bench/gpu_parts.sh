@@ -346,7 +346,7 @@ n)
 o)
     for arm in aot_one aot_without; do
         flags=(--keep-sources)
-        [ "$arm" = aot_without ] && flags=(--without-descent-fix)
+        [ "$arm" = aot_without ] && flags+=(--without-descent-fix)
         timeout -k 10 "${AOT_TIMEOUT_S:-270}" python3 bench/aot_build.py --out "$OUT/$arm" --builds "${BUILDS:-2}" \
             --rounds "${ROUNDS:-3}" "${flags[@]}" >"$OUT/$arm.log" 2>&1
         done_at "$arm" $?

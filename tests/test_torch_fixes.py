@@ -389,3 +389,65 @@ def test_tritons_own_config_keeps_the_mark_only_while_the_fixes_are_held(monkeyp
         assert "__setstate__" not in vars(triton.Config) or not getattr(outside, "found_by_coordesc", False)
     finally:
         torch_fixes._steps.cache_clear()
+
+
+def _fake_module(name: str):
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+
+    class Base:
+        def inherited(self):
+            return "base"
+
+    class Target(Base):
+        def method(self):
+            return "torch's"
+
+    module.Target = Target
+    sys.modules[name] = module
+    return module
+
+
+def test_a_fix_left_inside_someone_elses_wrapper_passes_calls_through_after_the_release(monkeypatch):
+    import sys
+    import warnings
+
+    from inductor_knobs.errors import ExternalChangeWarning
+
+    module = _fake_module("ik_test_fix_left_inside")
+    fixed = lambda wrapped, instance, args, kwargs: "fixed"  # noqa: E731 - a fix that changes the answer
+    patches = torch_compat.installed(strict=False)
+    monkeypatch.setattr(type(patches), "fixes", lambda self, release: ((f"{module.__name__}:Target.method", fixed),))
+    torch_fixes._steps.cache_clear()
+    try:
+        target = module.Target()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch_fixes.torch_fixes():
+                assert target.method() == "fixed"
+                ours = module.Target.__dict__["method"]
+                module.Target.method = lambda self: "theirs, then " + ours(self)  # someone wraps ours meanwhile
+            assert target.method() == "theirs, then torch's"  # ours stays inside theirs, and passes through
+        assert ExternalChangeWarning in [w.category for w in caught]
+    finally:
+        torch_fixes._steps.cache_clear()
+        del sys.modules[module.__name__]
+
+
+def test_a_fix_of_an_inherited_method_is_left_out_and_the_warm_up_still_runs(monkeypatch):
+    import sys
+
+    module = _fake_module("ik_test_fix_inherited")
+    fixed = lambda wrapped, instance, args, kwargs: "fixed"  # noqa: E731
+    patches = torch_compat.installed(strict=False)
+    monkeypatch.setattr(type(patches), "fixes", lambda self, release: ((f"{module.__name__}:Target.inherited", fixed),))
+    torch_fixes._steps.cache_clear()
+    try:
+        assert torch_fixes._steps() == ()
+        report = ik.serving.warmup(lambda x: x + 1, [torch.ones(2)], calls_per_input=1, probes=None)
+        assert len(report.steps) == 1 and module.Target().inherited() == "base"
+    finally:
+        torch_fixes._steps.cache_clear()
+        del sys.modules[module.__name__]

@@ -177,7 +177,7 @@ def warmup(
     )
     serving_fn: Callable[..., Any] = fn
     rows = []
-    with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.11: patches/fixes.py)
+    with torch_fixes():  # kernels a cache serves keep their tuned configs (torch 2.8-2.15: patches/fixes.py)
         with graph_per_bucket(len(shape_list or ())) if mode else nullcontext():
             steps = [_warm(guard, fn, index, shape, item, calls_per_input) for index, (shape, item) in enumerate(items)]
         remember_tuned(fn, [(step.shape, step.autotune) for step in steps if step.autotune and step.shape is not None])
