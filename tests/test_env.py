@@ -392,6 +392,21 @@ def test_json_torch_cannot_take_is_an_invalid_value_naming_the_variable(variable
         ik.Knobs.from_env({variable: raw})
 
 
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("-0", "INDUCTOR_KNOBS_MIN_SMS='-0' (read as 0) is invalid"),
+        (" +0 ", "INDUCTOR_KNOBS_MIN_SMS='+0' (read as 0) is invalid"),
+        ("0", "INDUCTOR_KNOBS_MIN_SMS=0 is invalid"),
+        ("2000", "INDUCTOR_KNOBS_MIN_SMS=2000 is invalid"),
+    ],
+)
+def test_a_refused_value_is_named_as_the_variable_wrote_it(raw, said):
+    with pytest.raises(InvalidKnobValue) as caught:
+        ik.Knobs.from_env({"INDUCTOR_KNOBS_MIN_SMS": raw})
+    assert str(caught.value).startswith(said)
+
+
 def test_a_failed_trial_activation_of_another_mapping_leaves_start_ups_variable(
     env_active, avoid_recompile_at_start_up, monkeypatch
 ):

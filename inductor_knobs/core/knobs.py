@@ -607,7 +607,7 @@ class Knobs:
             if var not in names:
                 raise UnknownKnob(unknown_message("variable", var, [*names, *_NON_KNOB_VARS]))
             name = names[var]
-            values[name] = KNOBS[name].check(var, KNOBS[name].parse(var, raw))
+            values[name] = _checked_as_written(var, raw, KNOBS[name].parse(var, raw), KNOBS[name].check)
         explicit = cls(**values)
         # The preset under the explicit variables, per Inductor config key (a CONFIG key beats the preset's knob).
         return cls(**PRESETS[preset]).merged(explicit) if preset else explicit
@@ -617,6 +617,19 @@ class Knobs:
 EMULATE_SMS_VAR = ENV_PREFIX + "EMULATE_SMS"
 EMULATE_SHARED_MEMORY_VAR = ENV_PREFIX + "EMULATE_SHARED_MEMORY"
 _NON_KNOB_VARS = (ENV_PREFIX + "PRESET", ENV_PREFIX + "DISABLE", EMULATE_SMS_VAR, EMULATE_SHARED_MEMORY_VAR)
+
+
+def _checked_as_written(var: str, raw: str, value: Any, check: Callable[[str, object], Any]) -> Any:
+    """``check(var, value)``; its refusal names the variable's text as written where the parsed value reads otherwise
+    (``INDUCTOR_KNOBS_MIN_SMS='-0' (read as 0)``)."""
+    try:
+        return check(var, value)
+    except InvalidKnobValue as err:
+        said, written = f"{var}={value!r}", raw.strip()
+        text = str(err)
+        if not text.startswith(said) or written in (str(value), repr(value)):
+            raise
+        raise InvalidKnobValue(f"{var}={written!r} (read as {value!r}){text[len(said) :]}") from None
 
 
 def _rebuild(values: dict[str, Any]) -> Knobs:
