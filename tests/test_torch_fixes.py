@@ -373,20 +373,37 @@ def test_a_pickled_config_keeps_found_by_coordesc_through_a_setstate_that_drops_
 
 
 def test_tritons_own_config_keeps_the_mark_only_while_the_fixes_are_held(monkeypatch):
-    # the real class: Triton 3.x drops the mark in its __setstate__, and the fix puts it back while held
+    # the real classes: torch's cache read marks the winner, a CachingAutotuner carries it back as the compile worker
+    # pickles it, Triton 3.x drops the mark in its __setstate__, and the fix puts it back while held (4 threads at once)
     import pickle
+    from concurrent.futures import ThreadPoolExecutor
 
     triton = pytest.importorskip("triton", reason="the fix wraps triton.Config.__setstate__; Triton is not installed")
+    from torch._inductor.runtime.autotune_cache import _load_cached_autotuning
+
     patches = torch_compat.installed(strict=False)
     monkeypatch.setattr(type(patches), "coordesc_pickle_fix_by_release", {torch_compat.release_of(torch.__version__): True})
     torch_fixes._steps.cache_clear()
     try:
         config = triton.Config({"XBLOCK": 64}, num_warps=4)
         config.found_by_coordesc = True
+        entry = {"XBLOCK": 256, "num_warps": 8, "num_stages": 1, "found_by_coordesc": True, "configs_hash": "h"}
+        winner = _load_cached_autotuning(entry, "h", [config], {"coordinate_descent_tuning": True})
+        assert winner.found_by_coordesc is True  # what the worker's cache read hands its kernel
+        kernel = Autotuner.__new__(Autotuner)
+        kernel.__dict__.update(configs=[winner], launchers=[], lock=None, inductor_meta={})
+        sent = pickle.dumps(kernel, pickle.HIGHEST_PROTOCOL)
+
+        def marked(_: int) -> bool:
+            return getattr(pickle.loads(sent).configs[0], "found_by_coordesc", False)
+
         with torch_fixes.torch_fixes():
             assert pickle.loads(pickle.dumps(config)).found_by_coordesc is True
+            with ThreadPoolExecutor(4) as pool:
+                assert all(pool.map(marked, range(400)))
         outside = pickle.loads(pickle.dumps(config))
         assert "__setstate__" not in vars(triton.Config) or not getattr(outside, "found_by_coordesc", False)
+        assert "__setstate__" not in vars(triton.Config) or not marked(0)  # Triton's own behaviour, left as it was
     finally:
         torch_fixes._steps.cache_clear()
 
